@@ -1,0 +1,89 @@
+"""One error root for the whole project.
+
+Every error a user can cause or meet derives from `VerillmError`. Edges translate them once:
+the HTTP middleware into 4xx/5xx JSON bodies, the CLI into exit codes, the chain layer from
+revert reasons. The `code` is a stable machine-readable name; the message says what was wrong.
+"""
+
+
+class VerillmError(Exception):
+    """Root of every error VeriLLM raises on purpose."""
+
+    code = "verillm_error"
+    http_status = 500
+
+
+class InvalidInput(VerillmError):
+    """A request, record or argument is malformed or out of range."""
+
+    code = "invalid_input"
+    http_status = 400
+
+
+class EncodingError(InvalidInput):
+    """Bytes that do not decode to the record they claim to be."""
+
+    code = "invalid_encoding"
+
+
+class UnknownModel(InvalidInput):
+    """A model id (manifest hash) or model name that this node does not serve."""
+
+    code = "unknown_model"
+    http_status = 404
+
+
+class PromptTooLong(InvalidInput):
+    """Input plus requested output does not fit the model's context."""
+
+    code = "prompt_too_long"
+    http_status = 413
+
+
+class InvalidSignature(VerillmError):
+    """A signature that does not recover to the claimed signer."""
+
+    code = "invalid_signature"
+    http_status = 401
+
+
+class InvalidProof(VerillmError):
+    """A Merkle proof, VRF proof or opening that does not verify."""
+
+    code = "invalid_proof"
+    http_status = 422
+
+
+class ReplayedMessage(VerillmError):
+    """A job, receipt or message that was already accepted once."""
+
+    code = "replayed"
+    http_status = 409
+
+
+class QueueFull(VerillmError):
+    """The engine queue is at capacity; retry later."""
+
+    code = "queue_full"
+    http_status = 503
+
+
+class NotFound(VerillmError):
+    """A job, receipt or opening this node does not hold."""
+
+    code = "not_found"
+    http_status = 404
+
+
+class ChainError(VerillmError):
+    """A transaction reverted or the chain could not be reached."""
+
+    code = "chain_error"
+    http_status = 502
+
+
+class ConfigError(VerillmError):
+    """A configuration file, variable or flag with a bad value."""
+
+    code = "config_error"
+    http_status = 500

@@ -1,0 +1,90 @@
+"""Protocol parameters, in presets. Units are in the names.
+
+`MAINNET` is the reference network; `MINIMAL` keeps every rule but shrinks windows, stakes
+and committees so tests run in seconds. Contracts take the same values at deploy
+(`verillm chain deploy --preset ...`). Per-model tolerance thresholds are not here: they are
+calibrated per model and dtype and live in tolerance profiles (`verillm.spec.policy`).
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+from verillm.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One complete set of protocol parameters."""
+
+    name: str
+    # --- commitment ---
+    FINGERPRINT_DIMS: int = 1
+    """Projections per committed vector; 1 = 4 bytes per position per layer."""
+    # --- audits ---
+    AUDIT_RATE_BPS: int = 500
+    """Share of jobs audited, in basis points (500 = 5%)."""
+    COMMITTEE_SIZE: int = 3
+    """Members in a first-round committee (odd, so a majority always exists)."""
+    ESCALATION_COMMITTEE_SIZE: int = 7
+    """Members in a dispute's second committee."""
+    CHALLENGE_POSITIONS: int = 32
+    """Positions opened at every committed layer per audit."""
+    # --- money ---
+    MIN_STAKE_WEI: int = 10**18
+    JOB_FEE_WEI: int = 10**15
+    AUDIT_FEE_WEI: int = 10**15
+    DISPUTE_BOND_WEI: int = 10**17
+    SLASH_FRACTION_BPS: int = 10_000
+    """Share of a loser's stake slashed (10_000 = all of it)."""
+    SLASH_REWARD_BPS: int = 1_000
+    """Share of slashed stake paid to the parties that proved the fault."""
+    # --- windows ---
+    AUDIT_DRAW_DELAY_BLOCKS: int = 2
+    """Blocks between a receipt batch and the block whose hash seeds its audit draw."""
+    COMMIT_WINDOW_BLOCKS: int = 50
+    """Blocks a committee has to post its receipts."""
+    OPEN_WINDOW_BLOCKS: int = 50
+    """Blocks every party has to post its openings after the challenge draw."""
+    DISPUTE_WINDOW_BLOCKS: int = 100
+    """Blocks after a verdict during which anyone may escalate."""
+    UNBONDING_BLOCKS: int = 1_000
+    """Blocks a deregistered worker waits before withdrawing its stake."""
+    # --- limits ---
+    MAX_BATCH_RECEIPTS: int = 1_024
+
+    def replace(self, **changes) -> "Preset":
+        """Return a copy with some parameters changed; unknown names are an error."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigError(f"unknown protocol parameters: {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+
+MAINNET = Preset(name="mainnet")
+
+MINIMAL = Preset(
+    name="minimal",
+    AUDIT_RATE_BPS=10_000,
+    COMMITTEE_SIZE=3,
+    ESCALATION_COMMITTEE_SIZE=5,
+    CHALLENGE_POSITIONS=8,
+    MIN_STAKE_WEI=10**16,
+    JOB_FEE_WEI=10**13,
+    AUDIT_FEE_WEI=10**13,
+    DISPUTE_BOND_WEI=10**15,
+    AUDIT_DRAW_DELAY_BLOCKS=1,
+    COMMIT_WINDOW_BLOCKS=20,
+    OPEN_WINDOW_BLOCKS=20,
+    DISPUTE_WINDOW_BLOCKS=10,
+    UNBONDING_BLOCKS=10,
+    MAX_BATCH_RECEIPTS=64,
+)
+
+PRESETS = {p.name: p for p in (MAINNET, MINIMAL)}
+
+
+def get_preset(name: str) -> Preset:
+    """Return the preset called ``name``."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
+    return PRESETS[name]

@@ -1,0 +1,96 @@
+"""Receipts: the EIP-712 digest a worker signs, signing and recovery.
+
+The typed struct (what `Jobs.sol` re-hashes when a receipt is proven or contested):
+
+    Receipt(bytes32 jobHash,bytes32 modelId,bytes32 inputHash,bytes32 outputHash,
+            uint32 temperatureMilli,uint32 topK,uint32 topPPpm,uint64 seed,
+            uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,address worker)
+
+The domain is (name "VeriLLM", version "1", chainId, verifyingContract = the Jobs contract),
+so a receipt signed for one deployment is worthless on another. The receipt hash (the EIP-712
+struct hash) is the leaf that receipt batches commit on-chain.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+from eth_keys import keys
+from eth_keys.exceptions import BadSignature, ValidationError
+
+from verillm.errors import InvalidSignature
+from verillm.spec.hashing import keccak256
+from verillm.spec.types import Receipt
+
+RECEIPT_TYPE = (
+    b"Receipt(bytes32 jobHash,bytes32 modelId,bytes32 inputHash,bytes32 outputHash,"
+    b"uint32 temperatureMilli,uint32 topK,uint32 topPPpm,uint64 seed,"
+    b"uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,address worker)"
+)
+RECEIPT_TYPEHASH = keccak256(RECEIPT_TYPE)
+DOMAIN_TYPEHASH = keccak256(b"EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)")
+EMPTY_SIGNATURE = b"\x00" * 65
+
+
+@dataclass(frozen=True)
+class SigningDomain:
+    """Which deployment a signature is for."""
+
+    chain_id: int = 31337
+    verifying_contract: bytes = b"\x00" * 20
+
+
+def _word(value: int | bytes) -> bytes:
+    return value.rjust(32, b"\x00") if isinstance(value, bytes) else value.to_bytes(32, "big")
+
+
+def compute_domain_separator(domain: SigningDomain) -> bytes:
+    """Return the EIP-712 domain separator."""
+    return keccak256(
+        DOMAIN_TYPEHASH + keccak256(b"VeriLLM") + keccak256(b"1") + _word(domain.chain_id) + _word(domain.verifying_contract)
+    )
+
+
+def compute_receipt_hash(receipt: Receipt) -> bytes:
+    """Return the EIP-712 struct hash of ``receipt`` (its signature excluded)."""
+    s = receipt.sampling
+    fields = (
+        receipt.job_hash, receipt.model_id, receipt.input_hash, receipt.output_hash,
+        s.temperature_milli, s.top_k, s.top_p_ppm, s.seed,
+        receipt.max_new_tokens, receipt.commitment_root, receipt.num_positions, receipt.worker,
+    )
+    return keccak256(RECEIPT_TYPEHASH + b"".join(_word(v) for v in fields))
+
+
+def compute_signing_digest(receipt: Receipt, domain: SigningDomain) -> bytes:
+    """Return the digest the worker signs: keccak256(0x1901 ‖ domain ‖ struct hash)."""
+    return keccak256(b"\x19\x01" + compute_domain_separator(domain) + compute_receipt_hash(receipt))
+
+
+def sign_receipt(receipt: Receipt, private_key: bytes, domain: SigningDomain) -> Receipt:
+    """Return ``receipt`` signed by ``private_key`` (r ‖ s ‖ v with v in {27, 28})."""
+    key = keys.PrivateKey(private_key)
+    if key.public_key.to_canonical_address() != receipt.worker:
+        raise InvalidSignature("the signing key is not the receipt's worker")
+    signature = key.sign_msg_hash(compute_signing_digest(receipt, domain))
+    raw = signature.r.to_bytes(32, "big") + signature.s.to_bytes(32, "big") + bytes([signature.v + 27])
+    return dataclasses.replace(receipt, signature=raw)
+
+
+def recover_receipt_signer(receipt: Receipt, domain: SigningDomain) -> bytes:
+    """Return the address that signed ``receipt``; raise InvalidSignature if none can."""
+    sig = receipt.signature
+    if sig[64] not in (27, 28):
+        raise InvalidSignature(f"signature v byte is {sig[64]}, expected 27 or 28")
+    try:
+        signature = keys.Signature(vrs=(sig[64] - 27, int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:64], "big")))
+        public = signature.recover_public_key_from_msg_hash(compute_signing_digest(receipt, domain))
+    except (BadSignature, ValidationError) as exc:
+        raise InvalidSignature(f"receipt signature does not recover: {exc}") from None
+    return public.to_canonical_address()
+
+
+def process_receipt_signature(receipt: Receipt, domain: SigningDomain) -> None:
+    """Check that ``receipt`` is signed by its own worker; raise InvalidSignature if not."""
+    signer = recover_receipt_signer(receipt, domain)
+    if signer != receipt.worker:
+        raise InvalidSignature(f"receipt is signed by 0x{signer.hex()}, not its worker 0x{receipt.worker.hex()}")
