@@ -1,0 +1,70 @@
+"""The `verillm` command. Subcommands live beside the code they drive and load lazily,
+so `verillm --help` does not import torch or web3.
+
+Errors: a `VerillmError` prints its message and exits with code 2 (1 is reserved for a
+verdict of "reject" in `verillm audit replay` and `verillm demo verify`).
+"""
+
+import importlib
+import os
+import sys
+
+import click
+
+from verillm.errors import VerillmError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# name -> "module:attribute" of a click command or group
+SUBCOMMANDS = {
+    "bench": "verillm.commands.bench:bench",
+    "calibrate": "verillm.commands.calibrate:calibrate",
+    "demo": "verillm.commands.demo:demo",
+    "chain": "verillm.chain.cli:chain",
+    "node": "verillm.node.cli:node",
+    "keys": "verillm.node.cli:keys",
+    "complete": "verillm.client_cli:complete",
+    "audit": "verillm.verifier.cli:audit",
+    "devnet": "verillm.node.devnet:devnet",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported when used."""
+
+    def list_commands(self, ctx):
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in SUBCOMMANDS:
+            return None
+        module_name, attribute = SUBCOMMANDS[name].split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                return None  # that part of the product is not built yet
+            raise
+        return getattr(module, attribute)
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(package_name="verillm")
+def cli():
+    """VeriLLM: verifiable LLM inference — workers, audits, contracts, tools."""
+
+
+def main():
+    """Entry point: run the CLI, turning VeriLLM errors into a message and exit code 2."""
+    try:
+        cli.main(standalone_mode=False)
+    except VerillmError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
