@@ -56,6 +56,13 @@ def compute_worker_self_reasons(worker_cells, prompt_len: int, output_tokens: tu
     return reasons
 
 
+def _verified_cells(party: str, result: PartyResult, layers: tuple[int, ...]):
+    try:
+        return process_opening(result.opening, result.receipt.commitment_root, layers, result.receipt.num_positions)
+    except InvalidProof as exc:
+        raise InvalidProof(f"{party} opening: {exc}") from None
+
+
 def process_pair_check(
     worker: PartyResult,
     member: PartyResult,
@@ -68,8 +75,8 @@ def process_pair_check(
     reasons = compute_receipt_binding_reasons("worker", worker) + compute_receipt_binding_reasons("member", member)
     layers = tuple(manifest.committed_layers)
     try:
-        worker_cells = process_opening(worker.opening, worker.receipt.commitment_root, layers, worker.receipt.num_positions)
-        member_cells = process_opening(member.opening, member.receipt.commitment_root, layers, member.receipt.num_positions)
+        worker_cells = _verified_cells("worker", worker, layers)
+        member_cells = _verified_cells("member", member, layers)
     except InvalidProof as exc:
         return CheckResult(accepted=False, reasons=tuple(reasons) + (Reason(REASON_PROOF, str(exc)),), measurement=None)
     reasons += compute_worker_self_reasons(worker_cells, prompt_len, worker.output_tokens, manifest)

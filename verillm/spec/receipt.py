@@ -19,7 +19,8 @@ from eth_keys.exceptions import BadSignature, ValidationError
 
 from verillm.errors import InvalidSignature
 from verillm.spec.hashing import keccak256
-from verillm.spec.types import Receipt
+from verillm.spec.job import compute_job_hash, compute_tokens_hash
+from verillm.spec.types import Job, Receipt
 
 RECEIPT_TYPE = (
     b"Receipt(bytes32 jobHash,bytes32 modelId,bytes32 inputHash,bytes32 outputHash,"
@@ -94,3 +95,19 @@ def process_receipt_signature(receipt: Receipt, domain: SigningDomain) -> None:
     signer = recover_receipt_signer(receipt, domain)
     if signer != receipt.worker:
         raise InvalidSignature(f"receipt is signed by 0x{signer.hex()}, not its worker 0x{receipt.worker.hex()}")
+
+
+def compute_receipt(job: Job, output_tokens: tuple[int, ...], commitment_root: bytes, num_positions: int, worker: bytes) -> Receipt:
+    """Return the unsigned receipt for ``job`` with ``output_tokens`` under ``commitment_root``."""
+    return Receipt(
+        job_hash=compute_job_hash(job),
+        model_id=job.model_id,
+        input_hash=compute_tokens_hash(job.input_tokens),
+        output_hash=compute_tokens_hash(output_tokens),
+        sampling=job.sampling,
+        max_new_tokens=job.max_new_tokens,
+        commitment_root=commitment_root,
+        num_positions=num_positions,
+        worker=worker,
+        signature=EMPTY_SIGNATURE,
+    )
