@@ -87,3 +87,10 @@ class ConfigError(VerillmError):
 
     code = "config_error"
     http_status = 500
+
+
+class EngineError(VerillmError):
+    """The engine failed to run a job: the node's fault, not the request's."""
+
+    code = "engine_error"
+    http_status = 500
