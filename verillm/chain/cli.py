@@ -1,0 +1,61 @@
+"""`verillm chain ...`: deploy the protocol contracts, run a local anvil."""
+
+import json
+import time
+
+import click
+from eth_account import Account
+
+from verillm.errors import ConfigError
+
+
+@click.group()
+def chain():
+    """Deploy and inspect the protocol contracts."""
+
+
+@chain.command()
+@click.option("--rpc-url", required=True, help="JSON-RPC endpoint, e.g. http://127.0.0.1:8545")
+@click.option("--preset", type=click.Choice(["minimal", "mainnet"]), default="minimal", show_default=True,
+              help="protocol parameters the contracts are constructed with")
+@click.option("--key", envvar="VERILLM_DEPLOYER_KEY", help="deployer private key, hex (or $VERILLM_DEPLOYER_KEY)")
+@click.option("--out", type=click.Path(dir_okay=False), default="addresses.json", show_default=True,
+              help="where to write the address book")
+def deploy(rpc_url, preset, key, out):
+    """Deploy the protocol contracts in order and write their addresses."""
+    from verillm.chain import deploy as deploy_module
+    from verillm.chain.backends import RpcChain
+    from verillm.spec.params import get_preset
+
+    if not key:
+        raise ConfigError("no deployer key: pass --key HEX or set VERILLM_DEPLOYER_KEY")
+    sender = _load_key(key)
+    deployment = deploy_module.deploy_plan(RpcChain(rpc_url), get_preset(preset), sender, deploy_module.PROTOCOL_PLAN)
+    deployment.save(out)
+    click.echo(json.dumps({"out": out, "chain_id": deployment.chain_id, "addresses": deployment.addresses}, indent=2))
+
+
+def _load_key(key: str):
+    try:
+        return Account.from_key(key)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"--key is not a secp256k1 private key in hex: {exc}") from None
+
+
+@chain.command()
+@click.option("--port", type=int, default=8545, show_default=True)
+@click.option("--chain-id", type=int, default=31337, show_default=True)
+@click.option("--block-time", type=float, default=None, help="seconds per block (default: one block per transaction)")
+def anvil(port, chain_id, block_time):
+    """Run a local anvil on 127.0.0.1 until interrupted."""
+    from verillm.chain.anvil import AnvilConfig, AnvilProcess
+
+    with AnvilProcess(AnvilConfig(port=port, chain_id=chain_id, block_time_s=block_time)) as node:
+        click.echo(f"anvil listening on {node.url} (chain id {chain_id}, pid {node.process.pid}); Ctrl-C stops it")
+        try:
+            while node.process.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+
+
