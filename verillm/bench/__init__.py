@@ -1,0 +1,1 @@
+"""Benchmarks and calibration: scripts that print a table and write JSON (never timed tests)."""

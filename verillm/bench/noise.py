@@ -1,0 +1,80 @@
+"""The honest-noise matrix: the same jobs across engine configurations, audited pairwise.
+
+Worker configurations generate (decode path); verifier configurations replay (prefill
+path). Each (worker config, verifier config, job) is one honest audit. The matrix covers
+thread counts (1 vs 2), batch sizes with left padding (1, 4, 8), prefill vs decode, greedy
+and sampled jobs, and repetition (every worker config's runs are independent).
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from verillm.engine.torch_engine import TorchEngine
+from verillm.spec.policy import CheckResult, LayerTolerance, ToleranceProfile
+from verillm.spec.types import Job, ModelManifest
+from verillm.verifier.local import Party, check_pair, commit_runs, compute_member_jobs
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How an engine instance runs: threads and batch size."""
+
+    threads: int
+    batch: int
+
+    @property
+    def label(self) -> str:
+        return f"threads={self.threads},batch={self.batch}"
+
+
+WORKER_CONFIGS = (EngineConfig(threads=2, batch=8), EngineConfig(threads=1, batch=1))
+VERIFIER_CONFIGS_FULL = (
+    EngineConfig(1, 1), EngineConfig(2, 1), EngineConfig(1, 4), EngineConfig(2, 4),
+    EngineConfig(1, 8), EngineConfig(2, 8), EngineConfig(2, 2), EngineConfig(1, 2),
+)
+VERIFIER_CONFIGS_SHORT = (EngineConfig(1, 1), EngineConfig(2, 1), EngineConfig(2, 8), EngineConfig(1, 4))
+
+WORKER_PARTY = Party(b"\x57" * 32)
+MEMBER_PARTY = Party(b"\x4d" * 32)
+
+
+def compute_permissive_profile(manifest: ModelManifest) -> ToleranceProfile:
+    """Return a profile that accepts every fingerprint: for measuring, not deciding."""
+    layers = tuple(LayerTolerance(layer, math.inf, math.inf) for layer in manifest.committed_layers)
+    return ToleranceProfile(model=manifest.name, dtype=manifest.dtype, layers=layers)
+
+
+def build_engine(model, tokenizer, manifest, config: EngineConfig) -> TorchEngine:
+    """Return an engine over shared weights with ``config``'s threads and batch size."""
+    return TorchEngine(model, tokenizer, manifest, max_batch_size=config.batch, num_threads=config.threads)
+
+
+@dataclass(frozen=True)
+class HonestAudit:
+    """One honest audit of the matrix and its result."""
+
+    worker: str
+    verifier: str
+    result: CheckResult
+
+
+def run_honest_matrix(
+    model, tokenizer, manifest: ModelManifest, jobs: Sequence[Job], profile: ToleranceProfile,
+    challenge_positions: int, worker_configs=WORKER_CONFIGS, verifier_configs=VERIFIER_CONFIGS_FULL, progress=None,
+) -> list[HonestAudit]:
+    """Run every job under every worker config and audit it under every verifier config."""
+    audits = []
+    for worker_config in worker_configs:
+        worker = build_engine(model, tokenizer, manifest, worker_config)
+        worker_runs = commit_runs(jobs, worker.run(jobs), manifest, WORKER_PARTY)
+        member_jobs = compute_member_jobs(worker_runs)
+        for verifier_config in verifier_configs:
+            verifier = build_engine(model, tokenizer, manifest, verifier_config)
+            member_runs = commit_runs(member_jobs, verifier.run(member_jobs), manifest, MEMBER_PARTY)
+            for worker_run, member_run in zip(worker_runs, member_runs, strict=True):
+                result = check_pair(worker_run, member_run, manifest, profile, challenge_positions)
+                audits.append(HonestAudit(worker_config.label, verifier_config.label, result))
+            if progress:
+                progress(f"honest: worker {worker_config.label} vs verifier {verifier_config.label}: {len(audits)} audits")
+    return audits

@@ -1,0 +1,40 @@
+"""`verillm calibrate`: derive a tolerance profile from honest runs."""
+
+import sys
+
+import click
+
+from verillm.bench.tables import DTYPES, format_table
+
+
+@click.command()
+@click.option("--model", "model_name", type=click.Choice(["tiny", "smollm2"]), default="tiny", show_default=True)
+@click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="fp32", show_default=True)
+@click.option("--jobs", "job_count", type=int, default=None, help="Honest jobs (default: 48 tiny, 16 smollm2).")
+@click.option("--safety-factor", type=float, default=None, help="Threshold = factor x honest maximum (default 4 fp32, 1.5 bf16).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True, help="Where to write the profile JSON.")
+def calibrate(model_name, dtype, job_count, safety_factor, out_path):
+    """Measure honest noise over the engine matrix and write thresholds with a stated margin."""
+    from pathlib import Path
+
+    from verillm.bench.calibration import DEFAULT_SAFETY_FACTOR, compute_profile
+    from verillm.bench.noise import VERIFIER_CONFIGS_FULL, VERIFIER_CONFIGS_SHORT, compute_permissive_profile, run_honest_matrix
+    from verillm.bench.workloads import Workload, make_jobs
+    from verillm.engine.models import load_model
+    from verillm.spec.params import MAINNET
+
+    dtype = DTYPES[dtype]
+    model, tokenizer, manifest = load_model(model_name, dtype)
+    count = job_count or (48 if model_name == "tiny" else 16)
+    jobs = make_jobs(Workload("calibration", count), model_name, manifest, tokenizer, "calibration")
+    verifiers = VERIFIER_CONFIGS_FULL if model_name == "tiny" else VERIFIER_CONFIGS_SHORT
+    progress = lambda line: click.echo(line, err=True)  # noqa: E731
+    audits = run_honest_matrix(model, tokenizer, manifest, jobs, compute_permissive_profile(manifest), MAINNET.CHALLENGE_POSITIONS, verifier_configs=verifiers, progress=progress)
+    factor = safety_factor or DEFAULT_SAFETY_FACTOR[dtype]
+    command = " ".join(["verillm calibrate"] + sys.argv[2:])
+    profile = compute_profile(model_name, dtype, [a.result for a in audits], factor, command)
+    Path(out_path).write_text(profile.to_json())
+    rows = [[t.layer, profile.provenance["observed"][str(t.layer)]["max_cell_error"], t.max_cell_error, profile.provenance["observed"][str(t.layer)]["rms_error"], t.rms_error] for t in profile.layers]
+    click.echo(format_table(["layer", "honest max cell", "threshold", "honest max RMS", "RMS threshold"], rows))
+    click.echo(f"{len(audits)} honest audits; {profile.provenance['confidence']}")
+    click.echo(f"wrote {out_path}")
