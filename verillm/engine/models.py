@@ -15,6 +15,7 @@ from pathlib import Path
 import blake3
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers.utils import logging as hf_logging
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from verillm.errors import ConfigError, UnknownModel
@@ -164,6 +165,7 @@ def convert_smollm2(target: Path) -> None:
 def load_smollm2(dtype: str = "float32"):
     """Return (model, tokenizer) for SmolLM2-135M-Instruct, converting the GGUF on first use."""
     target = get_cache_dir() / "smollm2-135m-instruct-fp32"
+    hf_logging.disable_progress_bar()  # per-tensor bars would flood node and test logs
     if not (target / "config.json").exists():
         convert_smollm2(target)
     tokenizer = AutoTokenizer.from_pretrained(target)
@@ -197,10 +199,11 @@ def compute_chat_template_digest(tokenizer) -> bytes:
 
 def get_stop_tokens(tokenizer, extra: tuple[str, ...] = ()) -> tuple[int, ...]:
     """Return the sorted ids of EOS and the ``extra`` special tokens that end a completion."""
-    ids = {tokenizer.eos_token_id} | {tokenizer.convert_tokens_to_ids(t) for t in extra}
-    if None in ids or tokenizer.unk_token_id in ids - {tokenizer.eos_token_id}:
-        raise ConfigError(f"tokenizer lacks one of the stop tokens {extra}")
-    return tuple(sorted(ids))
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in extra if t not in vocab]
+    if tokenizer.eos_token_id is None or missing:
+        raise ConfigError(f"tokenizer lacks the stop tokens {missing or ['EOS']}")
+    return tuple(sorted({tokenizer.eos_token_id} | {vocab[t] for t in extra}))
 
 
 def build_manifest(
@@ -246,7 +249,8 @@ def load_model(name: str, dtype: str = "float32", preset: Preset = MAINNET):
         return model, tokenizer, build_manifest("tiny-llama-seed0", model, tokenizer, dtype, TINY_COMMITTED_LAYERS, preset)
     if name == "smollm2":
         model, tokenizer = load_smollm2(dtype)
-        stops = get_stop_tokens(tokenizer, ("<|im_end|>",))
+        # The GGUF tokenizer's EOS is <|im_end|> (end of a chat turn); <|endoftext|> ends a document.
+        stops = get_stop_tokens(tokenizer, ("<|im_end|>", "<|endoftext|>"))
         manifest = build_manifest("SmolLM2-135M-Instruct", model, tokenizer, dtype, SMOLLM2_COMMITTED_LAYERS, preset, stops)
         return model, tokenizer, manifest
     raise UnknownModel(f"unknown model {name!r}; known: {list(MODEL_NAMES)}")
