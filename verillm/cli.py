@@ -30,26 +30,35 @@ SUBCOMMANDS = {
 }
 
 
+def import_command(target: str) -> click.Command | None:
+    """Import "module:attribute"; None only when that module itself does not exist."""
+    module_name, attribute = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            return None  # that part of the product is not installed or not built
+        raise
+    return getattr(module, attribute)
+
+
 class LazyGroup(click.Group):
-    """A group whose subcommands are imported when used."""
+    """A group whose subcommands (name -> "module:attribute") are imported when used."""
+
+    def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy or {}
 
     def list_commands(self, ctx):
-        return sorted(SUBCOMMANDS)
+        return sorted(set(super().list_commands(ctx)) | {n for n in self.lazy if self.get_command(ctx, n)})
 
     def get_command(self, ctx, name):
-        if name not in SUBCOMMANDS:
-            return None
-        module_name, attribute = SUBCOMMANDS[name].split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                return None  # that part of the product is not built yet
-            raise
-        return getattr(module, attribute)
+        if name in self.lazy:
+            return import_command(self.lazy[name])
+        return super().get_command(ctx, name)
 
 
-@click.group(cls=LazyGroup)
+@click.group(cls=LazyGroup, lazy=SUBCOMMANDS)
 @click.version_option(package_name="verillm")
 def cli():
     """VeriLLM: verifiable LLM inference — workers, audits, contracts, tools."""

@@ -1,0 +1,76 @@
+"""`verillm bench ...`: benchmarks that print a table and write JSON.
+
+detect and cost live here; gas (contracts) and node (daemon load) live beside their code
+and are loaded lazily like the top-level subcommands.
+"""
+
+import os
+
+import click
+
+from verillm.bench.tables import DTYPES, format_table, write_json
+from verillm.cli import LazyGroup
+
+EXTERNAL = {
+    "gas": "verillm.commands.bench_gas:gas",
+    "node": "verillm.node.bench:node_bench",
+}
+
+
+@click.group(cls=LazyGroup, lazy=EXTERNAL)
+def bench():
+    """Benchmarks: detection, cost, gas, node throughput."""
+
+
+@bench.command()
+@click.option("--model", "model_name", type=click.Choice(["tiny", "smollm2"]), default="tiny", show_default=True)
+@click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="fp32", show_default=True)
+@click.option("--prompt-tokens", type=int, default=None, help="Default 512 tiny, 256 smollm2.")
+@click.option("--output-tokens", type=int, default=None, help="Default 512 tiny, 256 smollm2.")
+@click.option("--repeats", type=int, default=None, help="Interleaved repeats; medians are reported (default 7 tiny, 3 smollm2).")
+@click.option("--threads", type=int, default=None, help="torch threads (default: all cores).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, json_path):
+    """Verification cost, commitment overhead, retained bytes, check time (batch 1)."""
+    import torch
+
+    from verillm.bench.cost import measure_cost
+    from verillm.engine.models import load_model
+    from verillm.spec.policy import load_profile
+
+    if threads:
+        torch.set_num_threads(threads)
+    dtype = DTYPES[dtype]
+    model, tokenizer, manifest = load_model(model_name, dtype)
+    tiny = model_name == "tiny"
+    report = measure_cost(
+        model, tokenizer, manifest, load_profile(model_name, dtype),
+        prompt_tokens or (512 if tiny else 256), output_tokens or (512 if tiny else 256), repeats or (7 if tiny else 3),
+    )
+    report = {"model": model_name, "dtype": dtype, "engine": "torch", "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), **report}
+    click.echo(format_table(["metric", "value"], [[k, v] for k, v in report.items()]))
+    write_json(json_path, report)
+
+
+@bench.command()
+@click.option("--model", "model_name", type=click.Choice(["tiny", "smollm2"]), default="tiny", show_default=True)
+@click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="fp32", show_default=True)
+@click.option("--jobs", "job_count", type=int, default=None, help="Honest jobs; each is audited under every worker x verifier config (default 64 tiny = 1024 audits, 25 smollm2 = 200).")
+@click.option("--attack-jobs", type=int, default=None, help="Jobs per attack (default 32 tiny, 16 smollm2).")
+@click.option("--max-new-tokens", type=int, default=32, show_default=True)
+@click.option("--attacks", "attack_names", default=None, help="Comma-separated subset of attacks (default: all).")
+@click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False), default=None, help="Tolerance profile (default: the shipped one).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def detect(model_name, dtype, job_count, attack_jobs, max_new_tokens, attack_names, profile_path, json_path):
+    """Honest false rejections over the noise matrix and detection of every attack."""
+    from verillm.bench.detect import run_detection, summarize_detection
+
+    dtype = DTYPES[dtype]
+    tiny = model_name == "tiny"
+    names = attack_names.split(",") if attack_names else None
+    report = run_detection(
+        model_name, dtype, job_count or (64 if tiny else 25), attack_jobs or (32 if tiny else 16),
+        max_new_tokens, names, profile_path, progress=lambda line: click.echo(line, err=True),
+    )
+    click.echo(summarize_detection(report))
+    write_json(json_path, report)
