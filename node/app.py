@@ -1,0 +1,109 @@
+"""The node daemon's aiohttp application: `create_app(config)` and `run_node(config)`.
+
+Resources with a lifetime are `cleanup_ctx` generators, set up in order and torn down in
+reverse: metrics → key → store → model (engine) → worker (batcher task, restart recovery)
+→ dispatcher. Tests build the app the same way; they may pass an already loaded
+`ServedModel` so the model is loaded once per test session.
+"""
+
+import asyncio
+import contextlib
+import logging
+
+from aiohttp import web
+
+from verillm.spec.receipt import SigningDomain
+
+from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_STORE, APP_WORKER
+from verillm.node.config import NodeConfig
+from verillm.node.dispatch import LocalDispatcher
+from verillm.node.engines import ServedModel, build_served_model
+from verillm.node.keys import load_node_key
+from verillm.node.metrics import NodeMetrics
+from verillm.node.middlewares import error_middleware
+from verillm.node.routes import setup_routes
+from verillm.node.store import open_store
+from verillm.node.wire import from_hex
+from verillm.node.worker import Worker
+
+log = logging.getLogger(__name__)
+
+
+def create_app(config: NodeConfig, served: ServedModel | None = None) -> web.Application:
+    """Build the node's application from ``config`` (``served``: a preloaded model, for tests)."""
+    app = web.Application(middlewares=[error_middleware], client_max_size=config.limits.max_request_bytes)
+    app[APP_CONFIG] = config
+    app[APP_METRICS] = NodeMetrics()
+    app[APP_DOMAIN] = SigningDomain(chain_id=config.chain.chain_id, verifying_contract=from_hex(config.chain.jobs_address, "chain.jobs_address", 20))
+    app.cleanup_ctx.append(key_context)
+    app.cleanup_ctx.append(store_context)
+    app.cleanup_ctx.append(_model_context(served))
+    app.cleanup_ctx.append(worker_context)
+    app.cleanup_ctx.append(dispatcher_context)
+    setup_routes(app)
+    return app
+
+
+async def key_context(app: web.Application):
+    """Load the node's signing key."""
+    identity = app[APP_CONFIG].identity
+    app[APP_KEY] = load_node_key(identity.key_file, identity.password_env)
+    yield
+
+
+async def store_context(app: web.Application):
+    """Open (and migrate) the store; close it last."""
+    config = app[APP_CONFIG].store
+    store = open_store(config.path, config.synchronous)
+    app[APP_STORE] = store
+    yield
+    store.db.conn.close()
+
+
+def _model_context(served: ServedModel | None):
+    async def model_context(app: web.Application):
+        """Load the engine and model named by the config (in a thread: it takes seconds)."""
+        app[APP_MODEL] = served or await asyncio.to_thread(build_served_model, app[APP_CONFIG].engine)
+        yield
+
+    return model_context
+
+
+async def worker_context(app: web.Application):
+    """Start the worker's batcher and re-queue jobs left unfinished by the last run."""
+    config = app[APP_CONFIG]
+    worker = Worker(app[APP_MODEL], app[APP_STORE], app[APP_KEY], app[APP_DOMAIN], config.limits, config.queue, app[APP_METRICS])
+    app[APP_WORKER] = worker
+    batcher = asyncio.get_running_loop().create_task(worker.queue.run_forever(), name="verillm-batcher")
+    worker.on_startup()
+    yield
+    batcher.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await batcher
+    worker.queue.close()
+
+
+async def dispatcher_context(app: web.Application):
+    """Install the dispatcher role (local: every job runs on this node's worker)."""
+    app[APP_DISPATCHER] = LocalDispatcher(app[APP_WORKER], app[APP_STORE])
+    yield
+
+
+async def start_node(config: NodeConfig, served: ServedModel | None = None) -> tuple[web.AppRunner, int]:
+    """Start the node on config.server.host:port; return the runner and the bound port."""
+    runner = web.AppRunner(create_app(config, served), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.server.host, config.server.port)
+    await site.start()
+    return runner, runner.addresses[0][1]
+
+
+async def run_node(config: NodeConfig) -> None:
+    """Run the node until cancelled (SIGINT/SIGTERM through asyncio.run)."""
+    runner, port = await start_node(config)
+    log.info("verillm node %s serving %s on http://%s:%d", runner.app[APP_KEY].address_hex, runner.app[APP_MODEL].name, config.server.host, port)
+    print(f"verillm node listening on http://{config.server.host}:{port}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,100 @@
+"""What the worker computes around the engine, in the engine thread: commit, sign, retain.
+
+These functions block (numpy, sha256 over every leaf, secp256k1) and never touch the store
+or the event loop; `worker.py` calls them through the engine queue's thread or an executor.
+"""
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from verillm.engine.base import Engine
+from verillm.errors import EngineError, VerillmError
+from verillm.spec.commitment import JobTrace, compute_commitment, compute_opening, decode_trace_blob, encode_trace_blob
+from verillm.spec.job import compute_job_hash, compute_num_positions, compute_tokens_hash
+from verillm.spec.receipt import EMPTY_SIGNATURE, SigningDomain, sign_receipt
+from verillm.spec.types import Job, Opening, Receipt
+
+from verillm.node.keys import NodeKey
+from verillm.node.metrics import NodeMetrics
+
+
+@dataclass(frozen=True)
+class JobOutput:
+    """A committed, signed job, ready to be made durable."""
+
+    receipt: Receipt
+    output_tokens: tuple[int, ...]
+    trace_blob: bytes
+
+
+def compute_unsigned_receipt(job: Job, output_tokens: Sequence[int], commitment_root: bytes, worker: bytes) -> Receipt:
+    """Return the receipt for ``job`` with these outputs and root, before signing."""
+    return Receipt(
+        job_hash=compute_job_hash(job),
+        model_id=job.model_id,
+        input_hash=compute_tokens_hash(job.input_tokens),
+        output_hash=compute_tokens_hash(output_tokens),
+        sampling=job.sampling,
+        max_new_tokens=job.max_new_tokens,
+        commitment_root=commitment_root,
+        num_positions=compute_num_positions(job, len(output_tokens)),
+        worker=worker,
+        signature=EMPTY_SIGNATURE,
+    )
+
+
+def compute_job_output(job: Job, trace: JobTrace, committed_layers: tuple[int, ...], key: NodeKey, domain: SigningDomain) -> JobOutput:
+    """Commit to ``trace``, sign the receipt and pack the blob the worker retains."""
+    expected = compute_num_positions(job, len(trace.output_tokens))
+    if trace.num_positions != expected:
+        raise EngineError(f"engine returned {trace.num_positions} positions for a job that covers {expected}")
+    commitment = compute_commitment(trace, committed_layers)
+    receipt = compute_unsigned_receipt(job, trace.output_tokens, commitment.root, key.address)
+    signed = sign_receipt(receipt, key.private_key, domain)
+    return JobOutput(receipt=signed, output_tokens=tuple(trace.output_tokens), trace_blob=encode_trace_blob(trace))
+
+
+class BatchRunner:
+    """The engine queue's `run_batch`: engine.run, then commit and sign each job.
+
+    Returns one `JobOutput` or one exception per job, so one bad job fails alone: a batch
+    whose engine call raises is re-run job by job to find which job it was.
+    """
+
+    def __init__(self, engine: Engine, key: NodeKey, domain: SigningDomain, metrics: NodeMetrics):
+        self.engine = engine
+        self.key = key
+        self.domain = domain
+        self.metrics = metrics
+
+    def __call__(self, jobs: Sequence[Job]) -> list[JobOutput | VerillmError]:
+        started = time.perf_counter()
+        try:
+            traces = self.engine.run(jobs)
+        except Exception as exc:  # the engine's own errors (torch, CUDA OOM, ...): isolate, record, report
+            if len(jobs) > 1:
+                return [result for job in jobs for result in self([job])]
+            return [EngineError(f"engine failed: {type(exc).__name__}: {exc}")]
+        self.metrics.generation_seconds.observe(time.perf_counter() - started)
+        if len(traces) != len(jobs):
+            return [EngineError(f"engine returned {len(traces)} traces for {len(jobs)} jobs")] * len(jobs)
+        return [self._commit(job, trace) for job, trace in zip(jobs, traces)]
+
+    def _commit(self, job: Job, trace: JobTrace) -> JobOutput | VerillmError:
+        started = time.perf_counter()
+        try:
+            output = compute_job_output(job, trace, self.engine.manifest.committed_layers, self.key, self.domain)
+        except VerillmError as exc:
+            return exc
+        self.metrics.commit_seconds.observe(time.perf_counter() - started)
+        return output
+
+
+def compute_opening_from_blob(blob: bytes, receipt: Receipt, committed_layers: tuple[int, ...], cells: list[tuple[int, int]]) -> Opening:
+    """Rebuild the committed tree from a retained trace blob and open ``cells`` under the receipt's root."""
+    trace = decode_trace_blob(blob)
+    commitment = compute_commitment(trace, committed_layers)
+    if commitment.root != receipt.commitment_root:
+        raise VerillmError(f"retained trace of job {receipt.job_hash.hex()} does not rebuild its committed root")
+    return compute_opening(trace, commitment, cells)

@@ -1,0 +1,294 @@
+"""Node configuration: one typed dataclass per concern, composed into `NodeConfig`.
+
+Every field has a default and an attribute docstring (the string under it; `get_field_docs`
+reads them for `verillm node config` and the tests check none is missing). Values come, in
+increasing precedence, from:
+
+1. the dataclass defaults,
+2. a TOML file (`--config node.toml`), one table per concern: ``[server] port = 8000``,
+3. environment variables ``VERILLM_<SECTION>_<FIELD>``, e.g. ``VERILLM_SERVER_PORT=8000``,
+4. command-line flags (``--set server.port=8000`` and the shortcuts of `verillm node run`).
+
+A bad value anywhere raises `ConfigError` naming the source and the field.
+"""
+
+import ast
+import dataclasses
+import inspect
+import os
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verillm.errors import ConfigError
+
+ENV_PREFIX = "VERILLM_"
+
+
+@dataclass(frozen=True)
+class IdentityConfig:
+    """Who this node is: the secp256k1 key that signs receipts and node-to-node requests."""
+
+    key_file: str = "key.json"
+    """Path of the key written by `verillm keys new` (plain JSON with 0600 perms, or an eth-account keystore)."""
+    password_env: str = "VERILLM_KEY_PASSWORD"
+    """Environment variable holding the keystore password (only read for encrypted keystores)."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The HTTP listener."""
+
+    host: str = "127.0.0.1"
+    """Address to bind; 0.0.0.0 exposes the node on every interface."""
+    port: int = 8000
+    """TCP port; 0 picks a free port (printed at startup)."""
+    public_url: str = ""
+    """URL other parties reach this node at (status URLs use it); empty = http://host:port."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Which engine runs which model."""
+
+    kind: str = "torch"
+    """Engine implementation: "torch" (the reference engine, CPU or GPU)."""
+    model: str = "tiny"
+    """Model to serve: "tiny" (seeded test Llama) or "smollm2" (SmolLM2-135M-Instruct)."""
+    dtype: str = "float32"
+    """Compute dtype, part of the model id: "float32" or "bfloat16"."""
+    preset: str = "mainnet"
+    """Protocol preset the manifest is built with ("mainnet" or "minimal")."""
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """The one engine queue every job goes through."""
+
+    max_queued_jobs: int = 256
+    """Jobs waiting for the engine before new ones are refused with 503 queue_full."""
+    batch_wait_ms: float = 2.0
+    """How long the batcher waits for more jobs after the first before running a batch."""
+    max_batch_size: int = 0
+    """Upper bound on jobs per engine call; 0 = the engine's own max_batch_size."""
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """The durable store (SQLite, WAL)."""
+
+    path: str = "node.sqlite"
+    """SQLite file holding jobs, receipts, retained traces and pending chain actions."""
+    synchronous: str = "FULL"
+    """SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes."""
+
+
+@dataclass(frozen=True)
+class ChainConfig:
+    """Where receipts settle. Optional until the node posts on-chain itself."""
+
+    rpc_url: str = ""
+    """JSON-RPC endpoint of the chain; empty = no chain (receipts are kept as pending actions)."""
+    chain_id: int = 31337
+    """Chain id in the receipts' EIP-712 domain."""
+    jobs_address: str = "0x0000000000000000000000000000000000000000"
+    """Jobs contract address: the EIP-712 verifying contract of every receipt."""
+    registry_address: str = "0x0000000000000000000000000000000000000000"
+    """Registry contract address (stake, keys, endpoints)."""
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """What a single request may ask for."""
+
+    max_prompt_tokens: int = 4096
+    """Longest input a job may carry, in tokens (413 above it)."""
+    max_new_tokens: int = 1024
+    """Most tokens a job may generate (400 above it)."""
+    max_request_bytes: int = 4 * 1024 * 1024
+    """Largest HTTP request body, in bytes (413 above it)."""
+    max_opened_cells: int = 65536
+    """Most (position, layer) cells one opening request may ask for (400 above it)."""
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """How node-to-node requests (signed envelopes) are checked."""
+
+    max_clock_skew_s: int = 60
+    """Envelopes with a timestamp further than this from the node's clock are stale (409)."""
+    allowed_senders: tuple[str, ...] = ()
+    """Addresses allowed to submit native jobs; empty = any correctly signed sender."""
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything a node needs to start."""
+
+    identity: IdentityConfig = field(default_factory=IdentityConfig)
+    """Signing key."""
+    server: ServerConfig = field(default_factory=ServerConfig)
+    """HTTP listener."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """Engine and model."""
+    queue: QueueConfig = field(default_factory=QueueConfig)
+    """Engine queue and batching."""
+    store: StoreConfig = field(default_factory=StoreConfig)
+    """Durable store."""
+    chain: ChainConfig = field(default_factory=ChainConfig)
+    """Chain endpoint and contract addresses."""
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    """Per-request limits."""
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    """Node-to-node authentication."""
+
+
+SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(NodeConfig)}
+
+
+def get_field_docs(cls: type) -> dict[str, str]:
+    """Return each field's attribute docstring (the string literal right under it)."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        is_doc = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)
+        if isinstance(node, ast.AnnAssign) and is_doc:
+            docs[node.target.id] = after.value.value
+    return docs
+
+
+def _coerce(value, hint, where: str):
+    """Return ``value`` converted to the field type ``hint``; strings are parsed (env, flags)."""
+    if hint is bool:
+        return _coerce_bool(value, where)
+    if typing.get_origin(hint) is tuple:
+        items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(v, str) for v in items):
+            raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+        return tuple(items)
+    if hint in (int, float):
+        return _coerce_number(value, hint, where)
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+def _coerce_number(value, hint, where: str):
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
+    if isinstance(value, str):
+        try:
+            return hint(value)
+        except ValueError:
+            raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}") from None
+    if isinstance(value, int) or (hint is float and isinstance(value, float)):
+        return hint(value)
+    raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
+
+
+def _coerce_bool(value, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return value.lower() in ("1", "true", "yes", "on")
+    raise ConfigError(f"{where}: expected true or false, got {value!r}")
+
+
+def _apply(config: NodeConfig, section: str, name: str, raw, where: str) -> NodeConfig:
+    """Return ``config`` with ``section.name`` set to ``raw`` (coerced); unknown names raise."""
+    if section not in SECTIONS:
+        raise ConfigError(f"{where}: unknown section [{section}]; known: {sorted(SECTIONS)}")
+    part = getattr(config, section)
+    hints = typing.get_type_hints(type(part))
+    if name not in hints:
+        raise ConfigError(f"{where}: unknown field {section}.{name}; known: {sorted(hints)}")
+    value = _coerce(raw, hints[name], where)
+    return dataclasses.replace(config, **{section: dataclasses.replace(part, **{name: value})})
+
+
+def apply_toml(config: NodeConfig, path: str | Path) -> NodeConfig:
+    """Return ``config`` updated from the TOML file at ``path``."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    for section, values in data.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: top-level key {section!r} must be a [table]")
+        for name, raw in values.items():
+            config = _apply(config, section, name, raw, f"{path} [{section}] {name}")
+    return config
+
+
+def apply_env(config: NodeConfig, environ: typing.Mapping[str, str]) -> NodeConfig:
+    """Return ``config`` updated from every ``VERILLM_<SECTION>_<FIELD>`` variable."""
+    for section in SECTIONS:
+        for name in typing.get_type_hints(type(getattr(config, section))):
+            variable = f"{ENV_PREFIX}{section.upper()}_{name.upper()}"
+            if variable in environ:
+                config = _apply(config, section, name, environ[variable], f"environment {variable}")
+    return config
+
+
+def apply_overrides(config: NodeConfig, overrides: typing.Iterable[str]) -> NodeConfig:
+    """Return ``config`` updated from ``section.field=value`` strings (the --set flags)."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot:
+            raise ConfigError(f"flag --set {item!r}: expected section.field=value")
+        config = _apply(config, section, name, raw.strip(), f"flag --set {key.strip()}")
+    return config
+
+
+def load_config(path: str | Path | None = None, environ: typing.Mapping[str, str] | None = None, overrides: typing.Iterable[str] = ()) -> NodeConfig:
+    """Return the node config: defaults, then the TOML file, then the environment, then flags."""
+    config = NodeConfig()
+    if path is not None:
+        config = apply_toml(config, path)
+    config = apply_env(config, os.environ if environ is None else environ)
+    config = apply_overrides(config, overrides)
+    process_config(config)
+    return config
+
+
+def process_config(config: NodeConfig) -> None:
+    """Check values that parse but make no sense; raise ConfigError naming the field."""
+    positive = {
+        "queue.max_queued_jobs": config.queue.max_queued_jobs,
+        "limits.max_prompt_tokens": config.limits.max_prompt_tokens,
+        "limits.max_new_tokens": config.limits.max_new_tokens,
+        "limits.max_request_bytes": config.limits.max_request_bytes,
+        "limits.max_opened_cells": config.limits.max_opened_cells,
+        "auth.max_clock_skew_s": config.auth.max_clock_skew_s,
+    }
+    for name, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{name} must be at least 1, got {value}")
+    if not 0 <= config.server.port < 65536:
+        raise ConfigError(f"server.port must be in 0..65535, got {config.server.port}")
+    if config.queue.batch_wait_ms < 0 or config.queue.max_batch_size < 0:
+        raise ConfigError("queue.batch_wait_ms and queue.max_batch_size must not be negative")
+    if config.store.synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
+        raise ConfigError(f"store.synchronous must be FULL, NORMAL or EXTRA, got {config.store.synchronous!r}")
+    for name in ("jobs_address", "registry_address"):
+        _check_address(f"chain.{name}", getattr(config.chain, name))
+    for sender in config.auth.allowed_senders:
+        _check_address("auth.allowed_senders", sender)
+
+
+def _check_address(where: str, value: str) -> None:
+    digits = value[2:] if value.startswith("0x") else ""
+    if len(digits) != 40 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+        raise ConfigError(f"{where}: {value!r} is not a 0x-prefixed 20-byte hex address")
+
+
+def get_public_url(config: NodeConfig, bound_port: int) -> str:
+    """Return the URL status links point at: public_url, else http://host:bound_port."""
+    if config.server.public_url:
+        return config.server.public_url.rstrip("/")
+    return f"http://{config.server.host}:{bound_port}"

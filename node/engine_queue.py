@@ -1,0 +1,121 @@
+"""The one engine queue: every job, whatever it is for, reaches the engine through here.
+
+FIFO, bounded (`QueueFull`, 503, when `max_queued_jobs` wait), batched (after the first job
+arrives the batcher waits `batch_wait_s` for more, up to `max_batch_size`), and run in one
+dedicated thread (torch blocks, and one engine must not run two batches at once). The queue
+knows nothing about jobs beyond their hash: `run_batch` (the worker's) does the work.
+"""
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from verillm.errors import QueueFull
+from verillm.spec.types import Job
+
+from verillm.node.metrics import NodeMetrics
+
+# run_batch(jobs) -> one result per job: a value, or the exception that job failed with.
+RunBatch = Callable[[Sequence[Job]], list[Any]]
+
+
+@dataclass
+class QueuedJob:
+    """A job waiting for the engine, and the future its result is delivered to."""
+
+    job_hash: bytes
+    job: Job
+    future: asyncio.Future
+
+
+class EngineQueue:
+    """Bounded FIFO in front of the engine, drained in batches by `run_forever`."""
+
+    def __init__(
+        self,
+        run_batch: RunBatch,
+        metrics: NodeMetrics,
+        max_queued_jobs: int,
+        max_batch_size: int,
+        batch_wait_s: float,
+        on_batch_start: Callable[[list[bytes]], None] | None = None,
+    ):
+        self.run_batch = run_batch
+        self.metrics = metrics
+        self.max_queued_jobs = max_queued_jobs
+        self.max_batch_size = max_batch_size
+        self.batch_wait_s = batch_wait_s
+        self.on_batch_start = on_batch_start
+        self._pending: deque[QueuedJob] = deque()
+        self._wakeup = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verillm-engine")
+
+    @property
+    def depth(self) -> int:
+        """Jobs waiting (not yet handed to the engine)."""
+        return len(self._pending)
+
+    def process_capacity(self) -> None:
+        """Check a new job would fit; raise QueueFull (503) if not."""
+        if len(self._pending) >= self.max_queued_jobs:
+            raise QueueFull(f"the engine queue holds {len(self._pending)} jobs (limit {self.max_queued_jobs}); retry later")
+
+    def submit(self, job_hash: bytes, job: Job, force: bool = False) -> asyncio.Future:
+        """Queue ``job``; return the future of its result. ``force`` skips the capacity check (restart recovery)."""
+        if not force:
+            self.process_capacity()
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append(QueuedJob(job_hash, job, future))
+        self.metrics.queue_depth.set(len(self._pending))
+        self._wakeup.set()
+        return future
+
+    async def run_forever(self) -> None:
+        """Take batches and run them, one at a time, until cancelled."""
+        while True:
+            batch = await self._take_batch()
+            await self._run(batch)
+
+    async def _take_batch(self) -> list[QueuedJob]:
+        while not self._pending:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        if len(self._pending) < self.max_batch_size and self.batch_wait_s > 0:
+            await asyncio.sleep(self.batch_wait_s)  # let concurrent requests join this batch
+        size = min(len(self._pending), self.max_batch_size)
+        batch = [self._pending.popleft() for _ in range(size)]
+        self.metrics.queue_depth.set(len(self._pending))
+        return batch
+
+    async def _run(self, batch: list[QueuedJob]) -> None:
+        try:
+            results = await self._compute(batch)
+        except BaseException:
+            for item in batch:
+                item.future.cancel()  # the jobs stay received/running in the store: re-run at restart
+            raise
+        for item, result in zip(batch, results, strict=True):
+            if item.future.done():
+                continue
+            if isinstance(result, BaseException):
+                item.future.set_exception(result)
+            else:
+                item.future.set_result(result)
+
+    async def _compute(self, batch: list[QueuedJob]) -> list[Any]:
+        if self.on_batch_start is not None:
+            self.on_batch_start([item.job_hash for item in batch])
+        self.metrics.batch_size.observe(len(batch))
+        self.metrics.running_jobs.set(len(batch))
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, self.run_batch, [item.job for item in batch])
+        finally:
+            self.metrics.running_jobs.set(0)
+
+    def close(self) -> None:
+        """Stop the engine thread once its current batch ends; jobs still queued stay in the store."""
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,47 @@
+"""Request-reading helpers shared by the handlers: JSON bodies and signed envelopes."""
+
+import json
+import time
+
+from aiohttp import web
+
+from verillm.errors import InvalidInput
+
+from verillm.node.appkeys import APP_CONFIG, APP_STORE
+from verillm.node.envelope import Envelope, decode_envelope_json, process_envelope_freshness, process_envelope_signature
+from verillm.node.wire import from_hex
+
+
+async def read_json(request: web.Request) -> object:
+    """Return the parsed JSON body; 413 past the size limit (aiohttp), 400 if not JSON."""
+    raw = await request.read()
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInput(f"body: not valid JSON ({exc})") from None
+
+
+async def read_signed_envelope(request: web.Request) -> Envelope:
+    """Return the request's envelope after checking its signature (401) and timestamp (409).
+
+    The nonce is checked and remembered separately (`remember_nonce`), once the payload has
+    been validated, so a malformed request does not consume it.
+    """
+    config = request.app[APP_CONFIG]
+    envelope = decode_envelope_json(await read_json(request))
+    allowed = frozenset(from_hex(a.lower(), "auth.allowed_senders", 20) for a in config.auth.allowed_senders)
+    process_envelope_signature(envelope, request.path, allowed)
+    process_envelope_freshness(envelope, time.time(), config.auth.max_clock_skew_s)
+    return envelope
+
+
+def remember_nonce(request: web.Request, envelope: Envelope) -> None:
+    """Record the envelope's nonce; 409 if this sender used it before (within the skew window)."""
+    skew = request.app[APP_CONFIG].auth.max_clock_skew_s
+    request.app[APP_STORE].process_nonce(envelope.sender, envelope.nonce, envelope.timestamp_s, time.time() - 2 * skew)
+
+
+def get_status_url(request: web.Request, job_hash: bytes) -> str:
+    """Return the URL of a job's status: the configured public URL, else the one the client used."""
+    base = request.app[APP_CONFIG].server.public_url.rstrip("/") or str(request.url.origin())
+    return f"{base}/v1/verillm/jobs/0x{job_hash.hex()}"

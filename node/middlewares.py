@@ -1,0 +1,49 @@
+"""Errors become responses here, and only here: OpenAI's error shape for every failure.
+
+    {"error": {"message": "...", "type": "invalid_request_error" | "server_error", "param": null, "code": "..."}}
+
+A `VerillmError` carries its own ``code`` and ``http_status``; aiohttp's own HTTP errors
+(unknown route, wrong method, body over the size limit) keep their status. Anything else is
+a bug: logged with its traceback and answered 500 internal_error.
+"""
+
+import logging
+
+from aiohttp import web
+
+from verillm.errors import VerillmError
+
+from verillm.node.appkeys import APP_METRICS
+
+log = logging.getLogger(__name__)
+
+AIOHTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 400: "invalid_input"}
+
+
+def compute_error_body(status: int, code: str, message: str) -> dict:
+    """Return OpenAI's error body."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def error_response(request: web.Request, status: int, code: str, message: str) -> web.Response:
+    """Return the JSON error response, counted by code."""
+    request.app[APP_METRICS].http_errors.labels(code=code).inc()
+    return web.json_response(compute_error_body(status, code, message), status=status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
+    """Translate errors raised by handlers into JSON error responses."""
+    try:
+        return await handler(request)
+    except VerillmError as exc:
+        return error_response(request, exc.http_status, exc.code, str(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = AIOHTTP_CODES.get(exc.status, f"http_{exc.status}")
+        return error_response(request, exc.status, code, exc.reason if exc.text is None else exc.text)
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return error_response(request, 500, "internal_error", "internal error; see the node's log")
