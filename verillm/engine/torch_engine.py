@@ -101,8 +101,8 @@ class TorchEngine:
         """
         return attention_mask
 
-    def force_token(self, job: Job, output_index: int, token: int) -> int:
-        """Return the token emitted as output ``output_index`` given the sampler chose ``token``."""
+    def force_token(self, job: Job, output_index: int, token: int, logits: torch.Tensor) -> int:
+        """Return the token emitted as output ``output_index``; the sampler chose ``token`` from fp32 ``logits`` [V]."""
         return token
 
     # --- Engine protocol ----------------------------------------------------------------
@@ -189,7 +189,7 @@ class TorchEngine:
     def _emit(self, rows: list[_Row], logits: torch.Tensor) -> None:
         """Sample each row's next output token from its logits [B, V]; record it and its flags."""
         chosen = self._sample(rows, logits)
-        tokens = [self.force_token(row.job, len(row.outputs), token) for row, token in zip(rows, chosen)]
+        tokens = [self.force_token(row.job, len(row.outputs), token, logits[b]) for b, (row, token) in enumerate(zip(rows, chosen))]
         if self.capture:
             positions = [row.prompt_len - 1 + len(row.outputs) for row in rows]
             flags = self._flags(rows, logits, positions, tokens)
