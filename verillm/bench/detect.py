@@ -1,0 +1,114 @@
+"""`verillm bench detect`: false rejections of honest audits and detection of every attack.
+
+Honest: fresh jobs (seed "detect", never seen by calibration) through the noise matrix.
+Attacks: each dishonest engine of `verillm.engine.attacks.ATTACKS` generates; an honest
+verifier (threads 2, batch 8) replays; an attack counts as detected when the check rejects,
+and as detected *for the right reason* when the rejection includes the attack's expected
+kind (fingerprint, token or truncation). Every number comes from `process_pair_check`, the
+same code the network runs.
+"""
+
+from collections import Counter
+
+from verillm.bench.noise import (
+    MEMBER_PARTY,
+    VERIFIER_CONFIGS_FULL,
+    VERIFIER_CONFIGS_SHORT,
+    WORKER_PARTY,
+    EngineConfig,
+    build_engine,
+    run_honest_matrix,
+)
+from verillm.bench.tables import format_table
+from verillm.bench.workloads import Workload, make_jobs
+from verillm.engine.attacks import ATTACKS
+from verillm.engine.models import load_model
+from verillm.spec.params import MAINNET
+from verillm.spec.policy import load_profile
+from verillm.verifier.local import check_pair, commit_runs, compute_member_jobs
+
+ATTACK_VERIFIER = EngineConfig(threads=2, batch=8)
+
+
+def compute_threshold_ratio(result, profile) -> float:
+    """Return the largest (statistic / threshold) of a result: > 1 means a fingerprint rejection."""
+    ratios = [0.0]
+    for stats in result.measurement.layers if result.measurement else ():
+        tolerance = profile.for_layer(stats.layer)
+        ratios.append(stats.max_error / tolerance.max_cell_error)
+        if stats.cells >= profile.min_cells_for_rms:
+            ratios.append(stats.rms_error / tolerance.rms_error)
+    return max(ratios)
+
+
+def summarize_honest(audits, profile) -> dict:
+    """Return the honest part of the report."""
+    rejected = [a for a in audits if not a.result.accepted]
+    by_config = Counter(f"{a.worker} -> {a.verifier}" for a in audits)
+    return {
+        "audits": len(audits),
+        "false_rejections": len(rejected),
+        "rejection_reasons": sorted({r.detail for a in rejected for r in a.result.reasons})[:20],
+        "configurations": dict(sorted(by_config.items())),
+        "max_threshold_ratio": max((compute_threshold_ratio(a.result, profile) for a in audits), default=0.0),
+    }
+
+
+def run_attack(name, model, tokenizer, manifest, model_name, jobs, profile, verifier) -> dict:
+    """Run one attack on ``jobs`` and audit every job with the honest ``verifier``."""
+    spec = ATTACKS[name]
+    cheater = spec.build(model, tokenizer, manifest, model_name=model_name, max_batch_size=8)
+    worker_runs = commit_runs(jobs, cheater.run(jobs), manifest, WORKER_PARTY)
+    member_jobs = compute_member_jobs(worker_runs)
+    member_runs = commit_runs(member_jobs, verifier.run(member_jobs), manifest, MEMBER_PARTY)
+    results = [check_pair(w, m, manifest, profile, MAINNET.CHALLENGE_POSITIONS) for w, m in zip(worker_runs, member_runs, strict=True)]
+    kinds = Counter(kind for r in results for kind in r.reason_kinds)
+    return {
+        "audits": len(results),
+        "detected": sum(not r.accepted for r in results),
+        "detected_right_reason": sum(spec.expected in r.reason_kinds for r in results),
+        "expected_reason": spec.expected,
+        "reasons": dict(kinds),
+        "min_threshold_ratio": min(compute_threshold_ratio(r, profile) for r in results),
+        "description": spec.description,
+    }
+
+
+def run_detection(model_name, dtype, job_count, attack_job_count, max_new_tokens, attack_names, profile_path, progress) -> dict:
+    """Run the whole detection benchmark and return its report."""
+    model, tokenizer, manifest = load_model(model_name, dtype)
+    profile = load_profile(model_name, dtype, profile_path)
+    honest_jobs = make_jobs(Workload("honest", job_count, max_new_tokens), model_name, manifest, tokenizer, "detect")
+    verifiers = VERIFIER_CONFIGS_FULL if model_name == "tiny" else VERIFIER_CONFIGS_SHORT
+    audits = run_honest_matrix(model, tokenizer, manifest, honest_jobs, profile, MAINNET.CHALLENGE_POSITIONS, verifier_configs=verifiers, progress=progress)
+    verifier = build_engine(model, tokenizer, manifest, ATTACK_VERIFIER)
+    attacks = {}
+    for name in attack_names or list(ATTACKS):
+        workload = Workload(f"attack-{name}", attack_job_count, max_new_tokens, sampled_only=ATTACKS[name].needs_sampling)
+        jobs = make_jobs(workload, model_name, manifest, tokenizer, f"detect-attack-{name}")
+        attacks[name] = run_attack(name, model, tokenizer, manifest, model_name, jobs, profile, verifier)
+        progress(f"attack {name}: {attacks[name]['detected']}/{attacks[name]['audits']} detected")
+    return {
+        "model": model_name,
+        "dtype": dtype,
+        "max_new_tokens": max_new_tokens,
+        "challenge_positions": MAINNET.CHALLENGE_POSITIONS,
+        "profile": {"model": profile.model, "dtype": profile.dtype, "provenance": profile.provenance.get("command")},
+        "honest": summarize_honest(audits, profile),
+        "attacks": attacks,
+    }
+
+
+def summarize_detection(report: dict) -> str:
+    """Return the report as tables."""
+    honest = report["honest"]
+    lines = [
+        f"{report['model']} {report['dtype']}: {honest['audits']} honest audits, {honest['false_rejections']} false rejections "
+        f"(largest statistic/threshold seen: {honest['max_threshold_ratio']:.3g})",
+    ]
+    rows = [
+        [name, a["audits"], a["detected"], a["detected_right_reason"], a["expected_reason"], a["min_threshold_ratio"], ", ".join(f"{k}:{v}" for k, v in sorted(a["reasons"].items()))]
+        for name, a in report["attacks"].items()
+    ]
+    lines.append(format_table(["attack", "audits", "detected", "right reason", "expected", "min stat/threshold", "reasons seen"], rows))
+    return "\n".join(lines)
