@@ -1,12 +1,14 @@
 """Deploy plans, the address book, and `verillm chain deploy` against a real anvil."""
 
+import dataclasses
 import json
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
 from verillm.chain import CallStep, Deployment, DeployStep, deploy_plan
-from verillm.chain import deploy as deploy_module
+from verillm.chain import protocol
 from verillm.chain.cli import chain as chain_cli
 from verillm.errors import ConfigError
 from verillm.spec.params import MINIMAL
@@ -49,7 +51,7 @@ def test_deployment_refuses_another_chain(tester_chain):
 
 
 def test_cli_deploy_writes_the_address_book(anvil_process, artifacts, tmp_path, monkeypatch):
-    monkeypatch.setattr(deploy_module, "PROTOCOL_PLAN", PROBE_PLAN)
+    monkeypatch.setattr(protocol, "PROTOCOL_STEPS", PROBE_PLAN)
     monkeypatch.setenv("VERILLM_ARTIFACTS_DIR", str(artifacts.dirs[0]))
     out = tmp_path / "addresses.json"
     key = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"  # anvil dev account 0
@@ -65,3 +67,33 @@ def test_cli_deploy_without_key_fails(anvil_process, monkeypatch):
     monkeypatch.delenv("VERILLM_DEPLOYER_KEY", raising=False)
     result = CliRunner().invoke(chain_cli, ["deploy", "--rpc-url", anvil_process.url])
     assert isinstance(result.exception, ConfigError)
+
+
+def _preset_for_contracts(**overrides):
+    """MINIMAL plus whatever ProtocolParams fields the preset does not have yet (a stand-in
+    preset object: the plan reads attributes only)."""
+    fields = {f.name: getattr(MINIMAL, f.name) for f in dataclasses.fields(MINIMAL)}
+    extra = {"MAX_COMMITTEE_REDRAWS": 4, "DRAW_WINDOW_BLOCKS": 20, "START_WINDOW_BLOCKS": 20, "PROOF_WINDOW_BLOCKS": 20}
+    return SimpleNamespace(**{**extra, **fields, **overrides})
+
+
+def test_protocol_params_follow_the_struct_in_the_abi(artifacts):
+    assert protocol.compute_preset_name("minStakeWei") == "MIN_STAKE_WEI"
+    assert protocol.compute_preset_name("auditRateBps") == "AUDIT_RATE_BPS"
+    names = [c["name"] for c in protocol.get_params_components(artifacts)]
+    values = protocol.compute_protocol_params(_preset_for_contracts(), artifacts)
+    assert values[names.index("minStakeWei")] == MINIMAL.MIN_STAKE_WEI
+    assert values[names.index("committeeSize")] == MINIMAL.COMMITTEE_SIZE
+    stripped = SimpleNamespace(name="stripped", MIN_STAKE_WEI=1)
+    with pytest.raises(ConfigError, match="preset 'stripped' lacks .*'JOB_FEE_WEI'"):
+        protocol.compute_protocol_params(stripped, artifacts)
+
+
+def test_protocol_plan_deploys_and_wires_the_contracts(anvil_chain):
+    preset = _preset_for_contracts(UNBONDING_BLOCKS=64)
+    deployment = deploy_plan(anvil_chain, preset, anvil_chain.dev_accounts[0], protocol.PROTOCOL_STEPS)
+    assert set(deployment.addresses) == {"Registry", "Jobs", "Disputes"}
+    registry = deployment.get(anvil_chain, "Registry")
+    assert registry.call("jobs") == deployment.addresses["Jobs"]
+    assert registry.call("disputes") == deployment.addresses["Disputes"]
+    assert deployment.get(anvil_chain, "Jobs").call("disputes") == deployment.addresses["Disputes"]

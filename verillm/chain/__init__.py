@@ -14,9 +14,11 @@ from verillm.chain.chain import Chain, ChainConfig, ContractHandle
 from verillm.chain.deploy import CallStep, DeployContext, Deployment, DeployStep, deploy_plan
 from verillm.chain.errors import ChainTimeout, ChainUnavailable, TransactionReverted
 from verillm.chain.events import ChainEvent, EventPoller, get_events
+from verillm.chain.protocol import PROTOCOL_STEPS
 
 __all__ = [
     "CallStep", "Chain", "ChainConfig", "ChainEvent", "ChainTimeout", "ChainUnavailable", "ContractHandle",
-    "DeployContext", "DeployStep", "Deployment", "EthTesterChain", "EventPoller", "RpcChain", "TransactionReverted",
+    "DeployContext", "DeployStep", "Deployment", "EthTesterChain", "EventPoller", "PROTOCOL_STEPS", "RpcChain",
+    "TransactionReverted",
     "compute_anvil_accounts", "connect", "deploy_plan", "get_events",
 ]

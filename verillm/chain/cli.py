@@ -23,14 +23,15 @@ def chain():
               help="where to write the address book")
 def deploy(rpc_url, preset, key, out):
     """Deploy the protocol contracts in order and write their addresses."""
-    from verillm.chain import deploy as deploy_module
+    from verillm.chain import protocol
     from verillm.chain.backends import RpcChain
+    from verillm.chain.deploy import deploy_plan
     from verillm.spec.params import get_preset
 
     if not key:
         raise ConfigError("no deployer key: pass --key HEX or set VERILLM_DEPLOYER_KEY")
     sender = _load_key(key)
-    deployment = deploy_module.deploy_plan(RpcChain(rpc_url), get_preset(preset), sender, deploy_module.PROTOCOL_PLAN)
+    deployment = deploy_plan(RpcChain(rpc_url), get_preset(preset), sender, protocol.PROTOCOL_STEPS)
     deployment.save(out)
     click.echo(json.dumps({"out": out, "chain_id": deployment.chain_id, "addresses": deployment.addresses}, indent=2))
 

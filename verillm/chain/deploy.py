@@ -2,8 +2,8 @@
 
 A deployment is a plan: an ordered list of steps, each deploying one contract with
 constructor args computed from the preset and the addresses deployed so far, or calling a
-function to wire contracts together. `PROTOCOL_PLAN` is the protocol's plan; the contracts
-extend it here as they land. `verillm chain deploy` runs it and writes the address book.
+function to wire contracts together. The protocol's plan is `verillm.chain.protocol.PROTOCOL_STEPS`;
+`verillm chain deploy` runs it and writes the address book.
 """
 
 import json
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
 
+from verillm.chain.artifacts import ArtifactStore
 from verillm.chain.chain import Chain, ContractHandle
 from verillm.errors import ConfigError
 from verillm.spec.params import Preset
@@ -27,6 +28,8 @@ class DeployContext:
     chain_id: int
     addresses: dict[str, str]
     """Address-book keys deployed by earlier steps."""
+    artifacts: ArtifactStore
+    """Where the plan's ABIs come from (e.g. to read a constructor's struct layout)."""
 
 
 ArgsBuilder = Callable[[DeployContext], tuple]
@@ -59,9 +62,6 @@ class CallStep:
     build_args: ArgsBuilder = _no_args
 
 
-# The protocol's deploy order. Each contract's constructor args come from the preset (units in
-# the names, see verillm.spec.params) and the addresses of earlier steps.
-PROTOCOL_PLAN: tuple[DeployStep | CallStep, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,16 +100,16 @@ class Deployment:
             raise ConfigError(f"cannot read deployment {path}: {exc}") from exc
 
 
-def deploy_plan(chain: Chain, preset: Preset, sender: LocalAccount,
-                plan: tuple[DeployStep | CallStep, ...] = PROTOCOL_PLAN) -> Deployment:
+def deploy_plan(chain: Chain, preset: Preset, sender: LocalAccount, plan: tuple[DeployStep | CallStep, ...]) -> Deployment:
     """Run ``plan`` step by step and return the resulting address book."""
     if not plan:
-        raise ConfigError("the deploy plan is empty: no protocol contracts are registered in verillm.chain.deploy")
+        raise ConfigError("the deploy plan is empty")
     addresses: dict[str, str] = {}
     contracts: dict[str, str] = {}
     start_block = chain.get_block_number() + 1
     for step in plan:
-        ctx = DeployContext(preset=preset, deployer=sender.address, chain_id=chain.chain_id, addresses=dict(addresses))
+        ctx = DeployContext(preset=preset, deployer=sender.address, chain_id=chain.chain_id,
+                            addresses=dict(addresses), artifacts=chain.artifacts)
         if isinstance(step, DeployStep):
             handle = chain.deploy(step.contract, *step.build_args(ctx), sender=sender, value=step.value_wei)
             addresses[step.book_key], contracts[step.book_key] = handle.address, step.contract
