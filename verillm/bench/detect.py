@@ -28,6 +28,8 @@ from verillm.spec.policy import load_profile
 from verillm.verifier.local import check_pair, commit_runs, compute_member_jobs
 
 ATTACK_VERIFIER = EngineConfig(threads=2, batch=8)
+# A seed changes nothing in a greedy job, so that attack is run on sampled jobs only.
+SAMPLED_ONLY_ATTACKS = {"wrong_seed"}
 
 
 def compute_threshold_ratio(result, profile) -> float:
@@ -54,10 +56,10 @@ def summarize_honest(audits, profile) -> dict:
     }
 
 
-def run_attack(name, model, tokenizer, manifest, model_name, jobs, profile, verifier) -> dict:
+def run_attack(name, model, tokenizer, manifest, jobs, profile, verifier) -> dict:
     """Run one attack on ``jobs`` and audit every job with the honest ``verifier``."""
     spec = ATTACKS[name]
-    cheater = spec.build(model, tokenizer, manifest, model_name=model_name, max_batch_size=8)
+    cheater = spec.build(model, tokenizer, manifest, max_batch_size=8)
     worker_runs = commit_runs(jobs, cheater.run(jobs), manifest, WORKER_PARTY)
     member_jobs = compute_member_jobs(worker_runs)
     member_runs = commit_runs(member_jobs, verifier.run(member_jobs), manifest, MEMBER_PARTY)
@@ -66,8 +68,8 @@ def run_attack(name, model, tokenizer, manifest, model_name, jobs, profile, veri
     return {
         "audits": len(results),
         "detected": sum(not r.accepted for r in results),
-        "detected_right_reason": sum(spec.expected in r.reason_kinds for r in results),
-        "expected_reason": spec.expected,
+        "detected_right_reason": sum(spec.category in r.reason_kinds for r in results),
+        "expected_reason": spec.category,
         "reasons": dict(kinds),
         "min_threshold_ratio": min(compute_threshold_ratio(r, profile) for r in results),
         "description": spec.description,
@@ -84,9 +86,9 @@ def run_detection(model_name, dtype, job_count, attack_job_count, max_new_tokens
     verifier = build_engine(model, tokenizer, manifest, ATTACK_VERIFIER)
     attacks = {}
     for name in attack_names or list(ATTACKS):
-        workload = Workload(f"attack-{name}", attack_job_count, max_new_tokens, sampled_only=ATTACKS[name].needs_sampling)
+        workload = Workload(f"attack-{name}", attack_job_count, max_new_tokens, sampled_only=name in SAMPLED_ONLY_ATTACKS)
         jobs = make_jobs(workload, model_name, manifest, tokenizer, f"detect-attack-{name}")
-        attacks[name] = run_attack(name, model, tokenizer, manifest, model_name, jobs, profile, verifier)
+        attacks[name] = run_attack(name, model, tokenizer, manifest, jobs, profile, verifier)
         progress(f"attack {name}: {attacks[name]['detected']}/{attacks[name]['audits']} detected")
     return {
         "model": model_name,

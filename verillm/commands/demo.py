@@ -56,7 +56,7 @@ def verify(model_name, dtype, attack, prompt, max_new_tokens):
     job = Job(compute_model_id(manifest), tuple(int(t) for t in ids), SamplingParams(), max_new_tokens, b"\x00" * 32)
     click.echo(f"model id {compute_model_id(manifest).hex()[:16]}…, prompt {len(job.input_tokens)} tokens, committed layers {list(manifest.committed_layers)}")
     honest = TorchEngine(model, tokenizer, manifest)
-    cheater = ATTACKS[attack].build(model, tokenizer, manifest, model_name=model_name, max_batch_size=8)
+    cheater = ATTACKS[attack].build(model, tokenizer, manifest)
     verifier = TorchEngine(model, tokenizer, manifest)
     rejected_honest = accepted_cheater = False
     for title, engine, party in (("honest worker", honest, Party(b"\x01" * 32)), (f"cheating worker ({attack}: {ATTACKS[attack].description})", cheater, Party(b"\x02" * 32))):
