@@ -60,7 +60,7 @@ def test_verify_and_record_transaction(harness):
     case = VECTORS["valid"][2]
     args = (_words(KEYS[case["key"]]["pk"]), _b(case["message"]), _words(case["proof"]))
     receipt = harness.transact("verifyAndRecord", *args, sender=sender)
-    assert receipt["gasUsed"] < 200_000  # 153,872 measured on anvil 1.7.1 (a hash that took 2 tries)
+    assert receipt["gasUsed"] < 200_000  # 153,872 measured on anvil 1.7.1 (Osaka rules, a hash that took 2 tries)
     (event,) = harness.web3.events.VrfVerified().process_receipt(receipt)
     assert "0x" + event["args"]["output"].hex() == case["output"]
     assert event["args"]["caller"] == sender.address

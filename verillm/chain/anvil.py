@@ -31,6 +31,8 @@ class AnvilConfig:
     chain_id: int = 31337
     block_time_s: float | None = None
     """Seconds between blocks; None mines one block per transaction (automine)."""
+    hardfork: str | None = None
+    """EVM rules, e.g. "prague"; None is anvil's default (the latest it knows)."""
     accounts: int = 10
     balance_ether: int = 10_000
     start_timeout_s: float = 15.0
@@ -84,6 +86,8 @@ class AnvilProcess:
                 "--chain-id", str(c.chain_id), "--accounts", str(c.accounts), "--balance", str(c.balance_ether)]
         if c.block_time_s is not None:
             argv += ["--block-time", str(c.block_time_s)]
+        if c.hardfork is not None:
+            argv += ["--hardfork", c.hardfork]
         return argv
 
     def start(self) -> "AnvilProcess":

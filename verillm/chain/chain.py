@@ -147,13 +147,14 @@ class Chain:
 
     def wait_for_receipt(self, tx_hash: bytes, timeout_s: float | None = None, label: str = "transaction") -> dict:
         """Poll until ``tx_hash`` is mined; raise ChainTimeout, or TransactionReverted if status is 0."""
-        deadline = time.monotonic() + (self.config.receipt_timeout_s if timeout_s is None else timeout_s)
+        limit_s = self.config.receipt_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + limit_s
         while True:
             receipt = self._get_receipt(tx_hash, label)
             if receipt is not None:
                 break
             if time.monotonic() >= deadline:
-                raise ChainTimeout(f"{label}: no receipt for 0x{bytes(tx_hash).hex()} after {timeout_s or self.config.receipt_timeout_s} s")
+                raise ChainTimeout(f"{label}: no receipt for 0x{bytes(tx_hash).hex()} after {limit_s} s")
             time.sleep(self.config.poll_interval_s)
         if receipt["status"] != 1:
             raise self._explain_failed_receipt(receipt, label)

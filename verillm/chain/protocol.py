@@ -4,13 +4,39 @@ The contracts take a `ProtocolParams` struct whose fields mirror the preset's na
 case (`minStakeWei` ↔ `MIN_STAKE_WEI`). The struct's shape is read from the compiled ABI, so a
 field added on both sides needs no change here; a field missing from the preset is an error
 naming it.
+
+Below the plan, `Protocol`: typed bindings, one method per protocol message (register,
+post_batch, draw_audit, start_audit, post_committee_receipt, open, open_and_vote, verdict,
+settle, escalate, contest, adjudicate, withdraw, ...). Every write returns a `Tx` (gas used,
+the value decoded from its event, the receipt). The arithmetic lives in `verillm.spec.audit`
+and `verillm.spec.settlement`; the rules in docs/protocol-chain.md.
+
+    protocol = Protocol.deploy(chain, MINIMAL, sender=chain.dev_accounts[0])
+    protocol.add_model(owner, OnchainModel.from_profile(model_id, manifest, profile))
+    protocol.register(node, vrf_secret_key, "http://...", [model_id], stake_wei)
+    batch = protocol.post_batch(dispatcher, receipt_hashes).value
+    protocol.draw_audit(dispatcher, batch.batch_id, vrf_secret_key)
+    audit_id = protocol.start_audit(dispatcher, batch.batch_id, index, receipt, batch.levels, n_out).value
 """
 
 import re
+from dataclasses import dataclass
+from typing import Any
+
+from eth_account.signers.local import LocalAccount
+from web3 import Web3
+from web3.logs import DISCARD
 
 from verillm.chain.artifacts import ArtifactStore
-from verillm.chain.deploy import CallStep, DeployContext, DeployStep
-from verillm.errors import ConfigError
+from verillm.chain.chain import Chain, ContractHandle
+from verillm.chain.deploy import CallStep, DeployContext, Deployment, DeployStep, deploy_plan
+from verillm.errors import ChainError, ConfigError, InvalidInput
+from verillm.spec import audit as spec_audit
+from verillm.spec import vrf
+from verillm.spec.encoding import encode
+from verillm.spec.params import Preset
+from verillm.spec.policy import ToleranceProfile
+from verillm.spec.types import ModelManifest, Opening, Receipt
 
 
 def compute_preset_name(field: str) -> str:
@@ -47,3 +73,266 @@ PROTOCOL_STEPS = (
     CallStep("Registry", "bindProtocol", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Disputes"])),
     CallStep("Jobs", "bindDisputes", lambda ctx: (ctx.addresses["Disputes"],)),
 )
+
+
+@dataclass(frozen=True)
+class OnchainModel:
+    """A model's on-chain adjudication config (Registry.addModel): thresholds in ppb."""
+
+    model_id: bytes
+    committed_layers: tuple[int, ...]
+    fingerprint_dims: int
+    max_cell_error_ppb: tuple[int, ...]
+    rms_error_ppb: tuple[int, ...]
+    min_cells_for_rms: int
+
+    @classmethod
+    def from_profile(cls, model_id: bytes, manifest: ModelManifest, profile: ToleranceProfile) -> "OnchainModel":
+        """Take the thresholds of a calibrated tolerance profile, rounded up to whole ppb."""
+        layers = tuple(manifest.committed_layers)
+        return cls(
+            model_id=model_id, committed_layers=layers, fingerprint_dims=manifest.fingerprint_dims,
+            max_cell_error_ppb=tuple(spec_audit.compute_threshold_ppb(profile.for_layer(l).max_cell_error) for l in layers),
+            rms_error_ppb=tuple(spec_audit.compute_threshold_ppb(profile.for_layer(l).rms_error) for l in layers),
+            min_cells_for_rms=profile.min_cells_for_rms,
+        )
+
+
+@dataclass(frozen=True)
+class Tx:
+    """A mined protocol transaction: gas used, the value it returned (decoded from events)."""
+
+    gas_used: int
+    value: Any
+    receipt: dict
+
+
+@dataclass(frozen=True)
+class PostedBatch:
+    batch_id: int
+    root: bytes
+    levels: list
+    """The batch tree, to prove receipts into it later."""
+
+
+@dataclass(frozen=True)
+class AuditState:
+    """`Jobs.getAudit` and `getAuditExtra`, together."""
+
+    audit_id: int
+    worker: str
+    model_id: bytes
+    num_positions: int
+    output_tokens: int
+    round: int
+    phase: int
+    verdict_block: int
+    challenge_seed: bytes
+    committee_size: int
+    batch_id: int
+    index: int
+    dispatcher: str
+    escalator: str
+    verdict: int
+    worker_slashed: bool
+    pending_contests: int
+    requested: bool
+
+
+PHASE_NAMES = {0: "none", 1: "committing", 2: "opening", 3: "decided", 4: "escalating", 5: "settled", 6: "abandoned"}
+
+
+def compute_receipt_tuple(receipt: Receipt) -> tuple:
+    """Return ``receipt`` as the `ReceiptData` tuple (contracts/src/AuditTypes.sol)."""
+    s = receipt.sampling
+    return (receipt.job_hash, receipt.model_id, receipt.input_hash, receipt.output_hash, s.temperature_milli, s.top_k,
+            s.top_p_ppm, s.seed, receipt.max_new_tokens, receipt.commitment_root, receipt.num_positions,
+            Web3.to_checksum_address(receipt.worker))
+
+
+class Protocol:
+    """The three contracts of one deployment, with one method per protocol message."""
+
+    def __init__(self, chain: Chain, deployment: Deployment):
+        self.chain = chain
+        self.deployment = deployment
+        self.registry: ContractHandle = deployment.get(chain, "Registry")
+        self.jobs: ContractHandle = deployment.get(chain, "Jobs")
+        self.disputes: ContractHandle = deployment.get(chain, "Disputes")
+        names = [c["name"] for c in get_params_components(chain.artifacts, "Jobs")]
+        self.params = dict(zip(names, self.jobs.call("params"), strict=True))
+
+    @classmethod
+    def deploy(cls, chain: Chain, preset: Preset, sender: LocalAccount) -> "Protocol":
+        """Deploy Registry, Jobs and Disputes with ``preset``'s parameters and wire them."""
+        return cls(chain, deploy_plan(chain, preset, sender, PROTOCOL_STEPS))
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _send(self, handle: ContractHandle, function: str, *args, sender: LocalAccount, value: int = 0,
+              event: str | None = None, field: str | None = None) -> Tx:
+        receipt = self.chain.transact(handle, function, *args, sender=sender, value=value)
+        decoded = None
+        if event is not None:
+            logs = handle.web3.events[event]().process_receipt(receipt, errors=DISCARD)
+            if not logs:
+                raise ChainError(f"{handle.name}.{function}: no {event} event in the receipt")
+            decoded = logs[0]["args"][field] if field else dict(logs[0]["args"])
+        return Tx(gas_used=receipt["gasUsed"], value=decoded, receipt=receipt)
+
+    def get_blockhash(self, number: int) -> bytes:
+        """Return the hash of block ``number``."""
+        return bytes(self.chain.get_block(number)["hash"])
+
+    # --- Registry --------------------------------------------------------------------------
+    def add_model(self, owner: LocalAccount, model: OnchainModel) -> Tx:
+        return self._send(self.registry, "addModel", model.model_id, model.fingerprint_dims, model.min_cells_for_rms,
+                          list(model.committed_layers), list(model.max_cell_error_ppb), list(model.rms_error_ppb), sender=owner)
+
+    def register(self, node: LocalAccount, vrf_secret_key: int, endpoint: str, models: list[bytes], stake_wei: int) -> Tx:
+        """Register ``node`` with its VRF key (and proof of possession), endpoint and models."""
+        pk = vrf.compute_words(vrf.compute_public_key(vrf_secret_key))
+        pop = vrf.compute_words(vrf.compute_possession_proof(vrf_secret_key, bytes.fromhex(node.address[2:])))
+        return self._send(self.registry, "register", pk, pop, endpoint, list(models), sender=node, value=stake_wei)
+
+    def update_endpoint(self, node: LocalAccount, endpoint: str) -> Tx:
+        return self._send(self.registry, "updateEndpoint", endpoint, sender=node)
+
+    def update_models(self, node: LocalAccount, models: list[bytes]) -> Tx:
+        return self._send(self.registry, "updateModels", list(models), sender=node)
+
+    def top_up(self, node: LocalAccount, amount_wei: int) -> Tx:
+        return self._send(self.registry, "topUp", sender=node, value=amount_wei)
+
+    def deregister(self, node: LocalAccount) -> Tx:
+        return self._send(self.registry, "deregister", sender=node)
+
+    def withdraw(self, node: LocalAccount) -> Tx:
+        return self._send(self.registry, "withdraw", sender=node, event="Withdrawn", field="amountWei")
+
+    def get_node(self, address: str) -> dict:
+        stake, unbonding_end, locks, registered, active, endpoint, models = self.registry.call("getNode", address)
+        return {"stake_wei": stake, "unbonding_end_block": unbonding_end, "locks": locks, "registered": registered,
+                "active": active, "endpoint": endpoint, "models": [bytes(m) for m in models]}
+
+    def get_model_nodes(self, model_id: bytes) -> tuple[list[str], list[int]]:
+        nodes, stakes = self.registry.call("getModelNodes", model_id)
+        return list(nodes), list(stakes)
+
+    # --- Jobs: batches and draws -------------------------------------------------------------
+    def post_batch(self, dispatcher: LocalAccount, receipt_hashes: list[bytes]) -> Tx:
+        """Post the Merkle root over ``receipt_hashes``, paying the per-job fee."""
+        levels = spec_audit.compute_batch_levels(receipt_hashes)
+        fee = len(receipt_hashes) * self.params["jobFeeWei"]
+        tx = self._send(self.jobs, "postBatch", levels[-1][0], len(receipt_hashes), sender=dispatcher, value=fee,
+                        event="BatchPosted", field="batchId")
+        return Tx(tx.gas_used, PostedBatch(tx.value, levels[-1][0], levels), tx.receipt)
+
+    def compute_draw_seed(self, batch_id: int) -> bytes:
+        """Return the VRF input of a batch (its seed block must be mined)."""
+        batch = self.jobs.call("getBatch", batch_id)
+        seed_block = batch[3] + self.params["auditDrawDelayBlocks"]
+        if self.chain.get_block_number() <= seed_block:
+            raise InvalidInput(f"batch {batch_id}'s seed block {seed_block} is not mined yet")
+        return spec_audit.compute_draw_seed(bytes(batch[0]), self.get_blockhash(seed_block))
+
+    def draw_audit(self, sender: LocalAccount, batch_id: int, vrf_secret_key: int) -> Tx:
+        """Prove the dispatcher's VRF over the batch seed and post it; value = β."""
+        proof = vrf.compute_vrf_proof(vrf_secret_key, self.compute_draw_seed(batch_id))
+        return self._send(self.jobs, "drawAudit", batch_id, vrf.compute_words(proof), sender=sender,
+                          event="AuditDrawn", field="beta")
+
+    def is_audited(self, batch_id: int, index: int) -> bool:
+        return self.jobs.call("isAudited", batch_id, index)
+
+    def slash_missed_draw(self, sender: LocalAccount, batch_id: int) -> Tx:
+        return self._send(self.jobs, "slashMissedDraw", batch_id, sender=sender)
+
+    def slash_missed_start(self, sender: LocalAccount, batch_id: int, index: int) -> Tx:
+        return self._send(self.jobs, "slashMissedStart", batch_id, index, sender=sender)
+
+    # --- Jobs: audits --------------------------------------------------------------------------
+    def start_audit(self, sender: LocalAccount, batch_id: int, index: int, receipt: Receipt, levels: list,
+                    output_tokens: int, value_wei: int = 0) -> Tx:
+        """Start the audit of a batched receipt; value = the audit id."""
+        proof = spec_audit.compute_batch_proof(levels, index)
+        return self._send(self.jobs, "startAudit", batch_id, index, compute_receipt_tuple(receipt), receipt.signature,
+                          list(proof.siblings), output_tokens, sender=sender, value=value_wei,
+                          event="AuditStarted", field="auditId")
+
+    def post_committee_receipt(self, sender: LocalAccount, audit_id: int, slot: int, receipt: Receipt) -> Tx:
+        return self._send(self.jobs, "postCommitteeReceipt", audit_id, slot, compute_receipt_tuple(receipt), receipt.signature, sender=sender)
+
+    def replace_missing(self, sender: LocalAccount, audit_id: int) -> Tx:
+        return self._send(self.jobs, "replaceMissing", audit_id, sender=sender)
+
+    def draw_challenge(self, sender: LocalAccount, audit_id: int) -> Tx:
+        return self._send(self.jobs, "drawChallenge", audit_id, sender=sender, event="ChallengeDrawn", field="challengeSeed")
+
+    def open(self, worker: LocalAccount, audit_id: int, opening: Opening) -> Tx:
+        """The worker posts its opening (leaves only; proofs stay off-chain unless contested)."""
+        return self._send(self.jobs, "openWorker", audit_id, spec_audit.encode_opening_leaves(opening), sender=worker)
+
+    def open_and_vote(self, member: LocalAccount, audit_id: int, slot: int, opening: Opening, agree: bool) -> Tx:
+        return self._send(self.jobs, "openAndVote", audit_id, slot, spec_audit.encode_opening_leaves(opening), agree, sender=member)
+
+    def verdict(self, sender: LocalAccount, audit_id: int) -> Tx:
+        """Close the round (`Jobs.finalize`); value = the round's verdict code."""
+        return self._send(self.jobs, "finalize", audit_id, sender=sender, event="RoundDecided", field="verdict")
+
+    def settle(self, sender: LocalAccount, audit_id: int) -> Tx:
+        return self._send(self.jobs, "settle", audit_id, sender=sender, event="AuditSettled", field="verdict")
+
+    def claim(self, account: LocalAccount) -> Tx:
+        return self._send(self.jobs, "claim", sender=account, event="Claimed", field="amountWei")
+
+    def get_credit(self, address: str) -> int:
+        return self.jobs.call("credits", address)
+
+    def get_audit(self, audit_id: int) -> AuditState:
+        core = self.jobs.call("getAudit", audit_id)
+        extra = self.jobs.call("getAuditExtra", audit_id)
+        return AuditState(audit_id, core[0], bytes(core[1]), core[2], core[3], core[4], core[5], core[6], bytes(core[7]),
+                          core[8], *extra)
+
+    def get_committee(self, audit_id: int, round_index: int) -> list[str]:
+        return list(self.jobs.call("getRound", audit_id, round_index)[6])
+
+    def get_party(self, audit_id: int, round_index: int, slot: int) -> dict:
+        node, root, num_positions, opening_hash, opened, vote, slashed = self.jobs.call("getParty", audit_id, round_index, slot)
+        return {"node": node, "root": bytes(root), "num_positions": num_positions, "opening_hash": bytes(opening_hash),
+                "opened": opened, "vote": vote, "slashed": slashed}
+
+    # --- Disputes ------------------------------------------------------------------------------
+    def escalate(self, sender: LocalAccount, audit_id: int) -> Tx:
+        return self._send(self.disputes, "escalate", audit_id, sender=sender, value=self.params["disputeBondWei"])
+
+    def draw_escalation(self, sender: LocalAccount, audit_id: int) -> Tx:
+        return self._send(self.jobs, "drawEscalation", audit_id, sender=sender)
+
+    def contest(self, sender: LocalAccount, audit_id: int, round_index: int, slot: int, cells: list[tuple[int, int]]) -> Tx:
+        """Demand proofs of party ``slot``'s leaves at (position, layer) ``cells``; value = contest id."""
+        return self._send(self.disputes, "contest", audit_id, round_index, slot, [c[0] for c in cells], [c[1] for c in cells],
+                          sender=sender, value=self.params["disputeBondWei"], event="Contested", field="contestId")
+
+    def answer_contest(self, sender: LocalAccount, contest_id: int, cells: list[tuple[int, int]], opening: Opening) -> Tx:
+        """Prove the contested cells from ``opening`` (the party's posted opening, with proofs)."""
+        order = {(item.leaf.position, item.leaf.layer): i for i, item in enumerate(opening.leaves)}
+        missing = [c for c in cells if c not in order]
+        if missing:
+            raise InvalidInput(f"the opening has no leaf at {missing[:3]}")
+        indices = [order[c] for c in cells]
+        siblings = [list(opening.leaves[i].proof.siblings) for i in indices]
+        return self._send(self.disputes, "answerContest", contest_id, [c[0] for c in cells], [c[1] for c in cells],
+                          spec_audit.encode_opening_leaves(opening), indices, siblings, sender=sender)
+
+    def resolve_contest(self, sender: LocalAccount, contest_id: int) -> Tx:
+        return self._send(self.disputes, "resolveContest", contest_id, sender=sender)
+
+    def adjudicate(self, sender: LocalAccount, audit_id: int, round_index: int, slot: int,
+                   worker_opening: Opening, member_opening: Opening) -> Tx:
+        """Re-run member ``slot``'s comparison on-chain over every cell the worker opened."""
+        member_cells = {(i.leaf.position, i.leaf.layer): i for i in member_opening.leaves}
+        pairs = [(w.leaf, w.proof, member_cells[(w.leaf.position, w.leaf.layer)]) for w in worker_opening.leaves]
+        cells = [(encode(w), list(wp.siblings), encode(m.leaf), list(m.proof.siblings)) for w, wp, m in pairs]
+        return self._send(self.disputes, "adjudicate", audit_id, round_index, slot, cells, sender=sender)
+

@@ -1,6 +1,7 @@
 """What the VRF costs: `python -m verillm.chain.vrf_bench [--skip-py-ecc]`.
 
-Prints two tables and JSON. Gas, on a real anvil, per shared test vector: a `verifyAndRecord`
+Prints two tables and JSON. Gas, on a real anvil under Prague and Osaka rules, per shared test
+vector: a `verifyAndRecord`
 transaction (what Jobs pays per audit draw, 21,000 intrinsic included) and eth_estimateGas of
 `verify`, `hashToG1` and `verifyPossession`. Python timings (medians) of the spec functions on
 each available BN254 backend.
@@ -12,11 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-from verillm.chain.anvil import AnvilProcess
+from verillm.chain.anvil import AnvilConfig, AnvilProcess
 from verillm.chain.backends import RpcChain
 from verillm.spec import vrf
 from verillm.spec.vrf import compute_words
 
+HARDFORKS = ("prague", "osaka")
 VECTORS_PATH = Path(__file__).resolve().parents[2] / "tests" / "vectors" / "vrf.json"
 
 
@@ -29,7 +31,7 @@ def _estimate(harness, function: str, *args) -> int:
     return harness.chain.rpc(f"estimate {function}", lambda: harness.chain.w3.eth.estimate_gas(tx))
 
 
-def measure(chain: RpcChain, vectors: dict) -> list[dict]:
+def measure(chain: RpcChain, vectors: dict, hardfork: str = "default") -> list[dict]:
     """Return one row of gas figures per valid vector."""
     sender = chain.dev_accounts[0]
     harness = chain.deploy("VrfHarness", sender=sender)
@@ -39,7 +41,7 @@ def measure(chain: RpcChain, vectors: dict) -> list[dict]:
         pk, message, proof = compute_words(_b(key["pk"])), _b(case["message"]), compute_words(_b(case["proof"]))
         receipt = harness.transact("verifyAndRecord", pk, message, proof, sender=sender)
         rows.append({
-            "message_bytes": len(message), "hash_tries": case["counter"] + 1,
+            "hardfork": hardfork, "message_bytes": len(message), "hash_tries": case["counter"] + 1,
             "verifyAndRecord_tx_gas": receipt["gasUsed"],
             "verify_estimate_gas": _estimate(harness, "verify", pk, message, proof),
             "hashToG1_estimate_gas": _estimate(harness, "hashToG1", message),
@@ -83,8 +85,10 @@ def _print_table(rows: list[dict]) -> None:
 
 def main() -> None:
     vectors = json.loads(VECTORS_PATH.read_text())
-    with AnvilProcess() as node:
-        gas = measure(RpcChain(node.url), vectors)
+    gas = []
+    for hardfork in HARDFORKS:  # Osaka (EIP-7883) reprices modexp, which hashToG1 calls per try
+        with AnvilProcess(AnvilConfig(hardfork=hardfork)) as node:
+            gas += measure(RpcChain(node.url), vectors, hardfork)
     backends = [b for b in vrf.BACKENDS if b != "pyrevm" or vrf._has_pyrevm()]
     timings = time_python([b for b in backends if b != "py_ecc" or "--skip-py-ecc" not in sys.argv])
     _print_table(gas)
