@@ -74,7 +74,11 @@ def _preset_for_contracts(**overrides):
     preset object: the plan reads attributes only)."""
     fields = {f.name: getattr(MINIMAL, f.name) for f in dataclasses.fields(MINIMAL)}
     extra = {"MAX_COMMITTEE_REDRAWS": 4, "DRAW_WINDOW_BLOCKS": 20, "START_WINDOW_BLOCKS": 20, "PROOF_WINDOW_BLOCKS": 20}
-    return SimpleNamespace(**{**extra, **fields, **overrides})
+    merged = {**extra, **fields, **overrides}
+    # the contracts require unbonding to outlast a batch's draw delay + draw and start windows
+    lifetime = merged["AUDIT_DRAW_DELAY_BLOCKS"] + merged["DRAW_WINDOW_BLOCKS"] + merged["START_WINDOW_BLOCKS"]
+    merged["UNBONDING_BLOCKS"] = max(merged["UNBONDING_BLOCKS"], lifetime)
+    return SimpleNamespace(**merged)
 
 
 def test_protocol_params_follow_the_struct_in_the_abi(artifacts):
@@ -90,7 +94,7 @@ def test_protocol_params_follow_the_struct_in_the_abi(artifacts):
 
 
 def test_protocol_plan_deploys_and_wires_the_contracts(anvil_chain):
-    preset = _preset_for_contracts(UNBONDING_BLOCKS=64)
+    preset = _preset_for_contracts()
     deployment = deploy_plan(anvil_chain, preset, anvil_chain.dev_accounts[0], protocol.PROTOCOL_STEPS)
     assert set(deployment.addresses) == {"Registry", "Jobs", "Disputes"}
     registry = deployment.get(anvil_chain, "Registry")
