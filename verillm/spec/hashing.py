@@ -23,6 +23,12 @@ DOMAIN_AUDIT_SEED = b"\x13"
 DOMAIN_MODEL_ID = b"\x14"
 DOMAIN_JOB = b"\x15"
 DOMAIN_TOKENS = b"\x16"
+# The audit draw and committees (verillm/spec/audit.py, contracts/src/Params.sol `Domains`).
+DOMAIN_AUDIT_PICK = b"\x17"
+DOMAIN_COMMITTEE = b"\x18"
+DOMAIN_SORTITION = b"\x19"
+DOMAIN_CHALLENGE_SEED = b"\x1a"
+DOMAIN_ESCALATION = b"\x1b"
 
 
 def sha256(data: bytes) -> bytes:

@@ -29,6 +29,8 @@ class Preset:
     """Members in a dispute's second committee."""
     CHALLENGE_POSITIONS: int = 32
     """Positions opened at every committed layer per audit."""
+    MAX_COMMITTEE_REDRAWS: int = 2
+    """Times missing committee seats are redrawn before an audit is abandoned."""
     # --- money ---
     MIN_STAKE_WEI: int = 10**18
     JOB_FEE_WEI: int = 10**15
@@ -41,12 +43,18 @@ class Preset:
     # --- windows ---
     AUDIT_DRAW_DELAY_BLOCKS: int = 2
     """Blocks between a receipt batch and the block whose hash seeds its audit draw."""
+    DRAW_WINDOW_BLOCKS: int = 100
+    """Blocks after the seed block in which the dispatcher must post its VRF draw (< 256)."""
+    START_WINDOW_BLOCKS: int = 100
+    """Blocks after the draw in which every audited job of the batch must be started."""
     COMMIT_WINDOW_BLOCKS: int = 50
     """Blocks a committee has to post its receipts."""
     OPEN_WINDOW_BLOCKS: int = 50
     """Blocks every party has to post its openings after the challenge draw."""
     DISPUTE_WINDOW_BLOCKS: int = 100
     """Blocks after a verdict during which anyone may escalate."""
+    PROOF_WINDOW_BLOCKS: int = 50
+    """Blocks a contested party has to prove its opened leaves on-chain."""
     UNBONDING_BLOCKS: int = 1_000
     """Blocks a deregistered worker waits before withdrawing its stake."""
     # --- limits ---
@@ -76,8 +84,12 @@ MINIMAL = Preset(
     COMMIT_WINDOW_BLOCKS=20,
     OPEN_WINDOW_BLOCKS=20,
     DISPUTE_WINDOW_BLOCKS=10,
-    UNBONDING_BLOCKS=10,
+    UNBONDING_BLOCKS=100,  # ≥ draw delay + draw window + start window (checked by the contracts)
     MAX_BATCH_RECEIPTS=64,
+    DRAW_WINDOW_BLOCKS=10,
+    START_WINDOW_BLOCKS=80,  # every job of a batch is audited in MINIMAL: one start tx each
+    PROOF_WINDOW_BLOCKS=5,
+    MAX_COMMITTEE_REDRAWS=1,
 )
 
 PRESETS = {p.name: p for p in (MAINNET, MINIMAL)}

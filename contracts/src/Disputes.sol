@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.24;
+
+import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+import {AuditCodes, AuditView, PartyView} from "./AuditTypes.sol";
+import {Fingerprint} from "./Fingerprint.sol";
+import {Jobs} from "./Jobs.sol";
+import {MerkleLib} from "./MerkleLib.sol";
+import {Domains, Params, ProtocolParams} from "./Params.sol";
+import {Registry} from "./Registry.sol";
+
+/// @notice Where openings are adjudicated on-chain, only when someone contests:
+/// - `contest`: a bonded demand that a party prove some of its opened leaves against its
+///   committed root. Unanswered within proofWindowBlocks → the party is slashed and the
+///   challenger refunded and rewarded; answered → the bond goes to the party.
+/// - `adjudicate`: anyone with both parties' leaves and proofs re-runs the tolerance test and
+///   the token check for one member; a member whose vote contradicts its own committed data
+///   is slashed.
+/// - `escalate`: a bonded call for a fresh, larger committee (handled by Jobs).
+contract Disputes is ReentrancyGuard {
+    struct Contest {
+        uint64 auditId;
+        uint8 round;
+        uint8 slot;
+        bool open;
+        address challenger;
+        uint64 deadline;
+        uint256 bondWei;
+        bytes32 cellsHash;
+    }
+
+    /// @notice One cell opened by both the worker and a member, with their Merkle proofs.
+    struct CellPair {
+        bytes workerLeaf;
+        bytes32[] workerSiblings;
+        bytes memberLeaf;
+        bytes32[] memberSiblings;
+    }
+
+    /// @dev What a check over cells needs, read once.
+    struct Context {
+        uint256 numPositions; // the worker's: P + N − 1
+        uint256 outputTokens;
+        uint256 firstOutput; // P − 1
+        bytes32 challengeSeed;
+        uint256[] positions;
+        Registry.ModelConfig model;
+    }
+
+    Jobs public immutable jobs;
+    Registry public immutable registry;
+    uint256 public immutable disputeBondWei;
+    uint256 public immutable proofWindowBlocks;
+    uint256 public immutable disputeWindowBlocks;
+    uint256 public immutable challengePositions;
+    uint256 public immutable slashRewardBps;
+
+    Contest[] private contests;
+
+    event Contested(uint256 indexed contestId, uint256 indexed auditId, uint8 round, uint8 slot, address indexed challenger, uint32[] positions, uint16[] layers);
+    event ContestAnswered(uint256 indexed contestId);
+    event ContestLost(uint256 indexed contestId, address indexed party, uint256 slashedWei);
+    event Adjudicated(uint256 indexed auditId, uint8 round, uint8 slot, address indexed member, bool dataAgrees, uint8 vote);
+
+    error WrongBond(uint256 givenWei, uint256 expectedWei);
+    error NotOpened(uint8 slot);
+    error WindowClosed(uint256 closedAt);
+    error NotChallenged(uint32 position, uint16 layer);
+    error BadCells(string reason);
+    error UnknownContest(uint256 contestId);
+    error ContestClosed(uint256 contestId);
+    error TooEarly(uint256 untilBlock);
+    error OpeningMismatch();
+    error LeafMismatch(uint256 cell);
+    error InvalidMerkleProof(uint256 cell);
+    error NoFault();
+    error NotRegistry();
+
+    constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) {
+        Params.validate(p);
+        jobs = jobs_;
+        registry = registry_;
+        disputeBondWei = p.disputeBondWei;
+        proofWindowBlocks = p.proofWindowBlocks;
+        disputeWindowBlocks = p.disputeWindowBlocks;
+        challengePositions = p.challengePositions;
+        slashRewardBps = p.slashRewardBps;
+    }
+
+    receive() external payable {
+        if (msg.sender != address(registry)) revert NotRegistry();
+    }
+
+    // --- escalation ------------------------------------------------------------------------
+
+    /// @notice Bond disputeBondWei to send a decided first round to a fresh committee of
+    /// escalationCommitteeSize; refunded if it overturns the first verdict.
+    function escalate(uint256 auditId) external payable nonReentrant {
+        if (msg.value != disputeBondWei) revert WrongBond(msg.value, disputeBondWei);
+        jobs.startEscalation{value: msg.value}(auditId, msg.sender);
+    }
+
+    // --- contests ----------------------------------------------------------------------------
+
+    /// @notice Demand that party `slot` (0 = worker) of `round` prove its opened leaves at the
+    /// given challenged cells against its committed root.
+    function contest(uint256 auditId, uint8 round, uint8 slot, uint32[] calldata positions, uint16[] calldata layers)
+        external
+        payable
+        nonReentrant
+        returns (uint256 contestId)
+    {
+        if (msg.value != disputeBondWei) revert WrongBond(msg.value, disputeBondWei);
+        if (positions.length == 0 || positions.length != layers.length) revert BadCells("one layer per position, at least one cell");
+        PartyView memory party = jobs.getParty(auditId, round, slot);
+        if (!party.opened) revert NotOpened(slot);
+        _checkDisputeWindow(auditId, round);
+        Context memory ctx = _context(auditId, round);
+        for (uint256 i = 0; i < positions.length; i++) {
+            if (!_isChallenged(ctx, positions[i], layers[i], party.numPositions)) revert NotChallenged(positions[i], layers[i]);
+        }
+        contestId = contests.length;
+        contests.push(Contest(uint64(auditId), round, slot, true, msg.sender, uint64(block.number + proofWindowBlocks), msg.value, keccak256(abi.encode(positions, layers))));
+        jobs.addPendingContest(auditId, 1);
+        emit Contested(contestId, auditId, round, slot, msg.sender, positions, layers);
+    }
+
+    /// @notice Answer a contest (anyone may, usually the party): the party's whole opening as
+    /// posted, and for each contested cell the index of its leaf in the opening and the proof.
+    function answerContest(
+        uint256 contestId,
+        uint32[] calldata positions,
+        uint16[] calldata layers,
+        bytes calldata opening,
+        uint256[] calldata leafIndices,
+        bytes32[][] calldata siblings
+    ) external nonReentrant {
+        Contest storage c = _openContest(contestId);
+        if (block.number > c.deadline) revert WindowClosed(c.deadline);
+        if (keccak256(abi.encode(positions, layers)) != c.cellsHash) revert BadCells("not the contested cells");
+        if (leafIndices.length != positions.length || siblings.length != positions.length) revert BadCells("one leaf index and proof per cell");
+        PartyView memory party = jobs.getParty(c.auditId, c.round, c.slot);
+        if (keccak256(opening) != party.openingHash) revert OpeningMismatch();
+        Registry.ModelConfig memory model = registry.getModelConfig(jobs.getAudit(c.auditId).modelId);
+        for (uint256 i = 0; i < positions.length; i++) {
+            _proveOpenedCell(model, party, opening, leafIndices[i], siblings[i], (uint256(positions[i]) << 16) | layers[i], i);
+        }
+        c.open = false;
+        jobs.addPendingContest(c.auditId, -1);
+        jobs.depositCredit{value: c.bondWei}(party.node, c.bondWei);
+        emit ContestAnswered(contestId);
+    }
+
+    /// @dev Leaf `leafIndex` of `opening` must be the cell (position << 16 | layer) and sit under
+    /// the party's root.
+    function _proveOpenedCell(
+        Registry.ModelConfig memory model,
+        PartyView memory party,
+        bytes calldata opening,
+        uint256 leafIndex,
+        bytes32[] calldata siblings,
+        uint256 cellKey,
+        uint256 i
+    ) private pure {
+        uint256 length = Fingerprint.leafLength(model.fingerprintDims);
+        bytes memory leaf = opening[leafIndex * length:(leafIndex + 1) * length];
+        Fingerprint.Leaf memory decoded = Fingerprint.decodeLeaf(leaf, model.fingerprintDims);
+        if ((uint256(decoded.position) << 16) | decoded.layer != cellKey) revert LeafMismatch(i);
+        if (!_isUnderRoot(leaf, decoded, model, party.root, party.numPositions, siblings)) revert InvalidMerkleProof(i);
+    }
+
+    /// @notice After the proof window, an unanswered contest slashes the party; the challenger
+    /// gets the bond back plus slashRewardBps of the slashed stake.
+    function resolveContest(uint256 contestId) external nonReentrant {
+        Contest storage c = _openContest(contestId);
+        if (block.number <= c.deadline) revert TooEarly(c.deadline + 1);
+        c.open = false;
+        jobs.addPendingContest(c.auditId, -1);
+        address node = jobs.recordFault(c.auditId, c.round, c.slot);
+        uint256 slashed = registry.slash(node);
+        uint256 reward = slashed * slashRewardBps / Params.BPS;
+        jobs.depositCredit{value: slashed + c.bondWei}(c.challenger, reward + c.bondWei);
+        emit ContestLost(contestId, node, slashed);
+    }
+
+    // --- adjudication ------------------------------------------------------------------------
+
+    /// @notice Re-run member `slot`'s comparison with the worker on-chain over `cells` (sorted by
+    /// (position, layer), each challenged, each proven under both roots). A member that voted
+    /// "agree" while a cell fails, or "disagree" while every one of the worker's opened cells
+    /// passes (the full set given), is slashed; the caller gets slashRewardBps of it.
+    function adjudicate(uint256 auditId, uint8 round, uint8 slot, CellPair[] calldata cells) external nonReentrant {
+        if (slot == 0) revert BadCells("slot 0 is the worker");
+        PartyView memory member = jobs.getParty(auditId, round, slot);
+        PartyView memory worker = jobs.getParty(auditId, round, 0);
+        if (!member.opened) revert NotOpened(slot);
+        _checkDisputeWindow(auditId, round);
+        Context memory ctx = _context(auditId, round);
+        bool agrees = _compare(ctx, worker, member, cells);
+        bool complete = cells.length == _workerCellCount(ctx);
+        emit Adjudicated(auditId, round, slot, member.node, agrees, member.vote);
+        bool lied = (!agrees && member.vote == AuditCodes.AGREE) || (agrees && complete && member.vote == AuditCodes.DISAGREE);
+        if (!lied) revert NoFault();
+        jobs.recordFault(auditId, round, slot);
+        uint256 slashed = registry.slash(member.node);
+        jobs.depositCredit{value: slashed}(msg.sender, slashed * slashRewardBps / Params.BPS);
+    }
+
+    function _compare(Context memory ctx, PartyView memory worker, PartyView memory member, CellPair[] calldata cells)
+        private
+        pure
+        returns (bool agrees)
+    {
+        uint256 layers = ctx.model.committedLayers.length;
+        uint256[] memory layerSumSq = new uint256[](layers);
+        uint256[] memory layerCells = new uint256[](layers);
+        agrees = true;
+        uint256 previousKey;
+        for (uint256 i = 0; i < cells.length; i++) {
+            (Fingerprint.Leaf memory w, Fingerprint.Leaf memory m, uint256 slot) = _provenPair(ctx, worker, member, cells[i], i);
+            uint256 key = (uint256(w.position) << 16) | w.layer;
+            if (i > 0 && key <= previousKey) revert BadCells("cells must be sorted by (position, layer) without repeats");
+            previousKey = key;
+            uint256 sumSq = Fingerprint.squaredError(w, m);
+            if (!Fingerprint.isCellWithin(sumSq, ctx.model.fingerprintDims, ctx.model.maxCellErrorPpb[slot])) agrees = false;
+            if (!_isTokenAccepted(ctx, m, slot == layers - 1)) agrees = false;
+            layerSumSq[slot] = sumSq == type(uint256).max || layerSumSq[slot] == type(uint256).max ? type(uint256).max : layerSumSq[slot] + sumSq;
+            layerCells[slot] += 1;
+        }
+        if (cells.length == _workerCellCount(ctx)) agrees = agrees && _isRmsWithin(ctx, layerSumSq, layerCells);
+    }
+
+    function _provenPair(Context memory ctx, PartyView memory worker, PartyView memory member, CellPair calldata cell, uint256 i)
+        private
+        pure
+        returns (Fingerprint.Leaf memory w, Fingerprint.Leaf memory m, uint256 slot)
+    {
+        uint8 dims = ctx.model.fingerprintDims;
+        w = Fingerprint.decodeLeaf(cell.workerLeaf, dims);
+        m = Fingerprint.decodeLeaf(cell.memberLeaf, dims);
+        if (w.position != m.position || w.layer != m.layer) revert LeafMismatch(i);
+        if (!_isChallenged(ctx, w.position, w.layer, worker.numPositions)) revert NotChallenged(w.position, w.layer);
+        slot = _layerSlot(ctx.model, w.layer);
+        if (!_isUnderRoot(cell.workerLeaf, w, ctx.model, worker.root, worker.numPositions, cell.workerSiblings)) revert InvalidMerkleProof(i);
+        if (!_isUnderRoot(cell.memberLeaf, m, ctx.model, member.root, member.numPositions, cell.memberSiblings)) revert InvalidMerkleProof(i);
+    }
+
+    /// @dev The token check: at a last-layer cell that predicts an output token (positions
+    /// P − 1 … P + N − 2), the member's leaf must carry FLAG_NEXT_WITHIN_MARGIN.
+    function _isTokenAccepted(Context memory ctx, Fingerprint.Leaf memory m, bool lastLayer) private pure returns (bool) {
+        if (!lastLayer || m.position < ctx.firstOutput || m.position >= ctx.firstOutput + ctx.outputTokens) return true;
+        return m.flags & Fingerprint.FLAG_NEXT_WITHIN_MARGIN != 0;
+    }
+
+    function _isRmsWithin(Context memory ctx, uint256[] memory sumSq, uint256[] memory cells) private pure returns (bool) {
+        for (uint256 s = 0; s < sumSq.length; s++) {
+            if (cells[s] < ctx.model.minCellsForRms) continue;
+            if (!Fingerprint.isLayerRmsWithin(sumSq[s], cells[s], ctx.model.fingerprintDims, ctx.model.rmsErrorPpb[s])) return false;
+        }
+        return true;
+    }
+
+    // --- the challenge, recomputed on-chain ------------------------------------------------
+
+    function _context(uint256 auditId, uint8 round) private view returns (Context memory ctx) {
+        AuditView memory a = jobs.getAudit(auditId);
+        (,,,, bytes32 seed,,) = jobs.getRound(auditId, round);
+        if (seed == bytes32(0)) revert BadCells("no challenge drawn for this round");
+        ctx.numPositions = a.numPositions;
+        ctx.outputTokens = a.outputTokens;
+        ctx.firstOutput = a.numPositions - a.outputTokens;
+        ctx.challengeSeed = seed;
+        ctx.model = registry.getModelConfig(a.modelId);
+        ctx.positions = computeChallengePositions(seed, ctx.firstOutput + 1, a.outputTokens, challengePositions);
+    }
+
+    /// @notice verillm.spec.challenge.compute_challenge_positions: draw j is
+    /// P − 1 + keccak256(0x10 ‖ seed ‖ u32 j) mod N, skipping repeats (all N when N ≤ count).
+    function computeChallengePositions(bytes32 seed, uint256 promptLen, uint256 outputLen, uint256 count)
+        public
+        pure
+        returns (uint256[] memory positions)
+    {
+        uint256 first = promptLen - 1;
+        if (outputLen <= count) {
+            positions = new uint256[](outputLen);
+            for (uint256 i = 0; i < outputLen; i++) {
+                positions[i] = first + i;
+            }
+            return positions;
+        }
+        positions = new uint256[](count);
+        uint256 drawn;
+        for (uint32 j = 0; drawn < count; j++) {
+            uint256 p = first + uint256(keccak256(abi.encodePacked(Domains.CHALLENGE, seed, j))) % outputLen;
+            if (!_contains(positions, drawn, p)) positions[drawn++] = p;
+        }
+    }
+
+    function _isChallenged(Context memory ctx, uint256 position, uint16 layer, uint256 partyPositions) private pure returns (bool) {
+        if (position >= partyPositions) return false;
+        uint16[] memory layers = ctx.model.committedLayers;
+        bool known;
+        for (uint256 i = 0; i < layers.length; i++) {
+            if (layers[i] == layer) known = true;
+        }
+        if (!known) return false;
+        bool tokenCell = layer == layers[layers.length - 1] && position >= ctx.firstOutput && position <= ctx.firstOutput + ctx.outputTokens;
+        return tokenCell || _contains(ctx.positions, ctx.positions.length, position);
+    }
+
+    function _workerCellCount(Context memory ctx) private pure returns (uint256) {
+        return ctx.positions.length * (ctx.model.committedLayers.length - 1) + ctx.outputTokens;
+    }
+
+    // --- helpers -----------------------------------------------------------------------------
+
+    function _isUnderRoot(
+        bytes memory leaf,
+        Fingerprint.Leaf memory decoded,
+        Registry.ModelConfig memory model,
+        bytes32 root,
+        uint256 numPositions,
+        bytes32[] calldata siblings
+    ) private pure returns (bool) {
+        uint256 layers = model.committedLayers.length;
+        uint256 index = uint256(decoded.position) * layers + _layerSlot(model, decoded.layer);
+        return MerkleLib.isValidProof(MerkleLib.leafHash(leaf), index, numPositions * layers, siblings, root);
+    }
+
+    function _layerSlot(Registry.ModelConfig memory model, uint16 layer) private pure returns (uint256) {
+        for (uint256 i = 0; i < model.committedLayers.length; i++) {
+            if (model.committedLayers[i] == layer) return i;
+        }
+        revert NotChallenged(0, layer);
+    }
+
+    function _checkDisputeWindow(uint256 auditId, uint8 round) private view {
+        (uint8 phase,,, uint64 verdictBlock,,,) = jobs.getRound(auditId, round);
+        if (phase == AuditCodes.SETTLED || phase == AuditCodes.ABANDONED) revert WindowClosed(verdictBlock);
+        if (verdictBlock != 0 && block.number > verdictBlock + disputeWindowBlocks) revert WindowClosed(verdictBlock + disputeWindowBlocks);
+    }
+
+    function _openContest(uint256 contestId) private view returns (Contest storage c) {
+        if (contestId >= contests.length) revert UnknownContest(contestId);
+        c = contests[contestId];
+        if (!c.open) revert ContestClosed(contestId);
+    }
+
+    function _contains(uint256[] memory values, uint256 length, uint256 value) private pure returns (bool) {
+        for (uint256 i = 0; i < length; i++) {
+            if (values[i] == value) return true;
+        }
+        return false;
+    }
+
+    /// @notice MerkleLib and Fingerprint as the contract runs them, for the shared test vectors.
+    function isValidMerkleProof(bytes32 leaf, uint256 index, uint256 leafCount, bytes32[] calldata siblings, bytes32 root)
+        external
+        pure
+        returns (bool)
+    {
+        return MerkleLib.isValidProof(leaf, index, leafCount, siblings, root);
+    }
+
+    function decodeFingerprintPpb(uint32 bits) external pure returns (int256 valuePpb, bool finite) {
+        return Fingerprint.toPpb(bits);
+    }
+
+    function getContest(uint256 contestId) external view returns (Contest memory) {
+        if (contestId >= contests.length) revert UnknownContest(contestId);
+        return contests[contestId];
+    }
+
+    function contestCount() external view returns (uint256) {
+        return contests.length;
+    }
+}

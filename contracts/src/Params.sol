@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.24;
+
+/// @notice Protocol parameters, fixed at deploy from a preset of verillm/spec/params.py.
+/// Field names mirror the preset's (units in the names); `verillm.chain.protocol` builds
+/// this tuple from a `Preset`, so the preset stays the single source.
+struct ProtocolParams {
+    uint256 minStakeWei;
+    uint256 jobFeeWei;
+    uint256 auditFeeWei;
+    uint256 disputeBondWei;
+    uint16 auditRateBps;
+    uint16 slashFractionBps;
+    uint16 slashRewardBps;
+    uint8 committeeSize;
+    uint8 escalationCommitteeSize;
+    uint8 challengePositions;
+    uint8 maxCommitteeRedraws;
+    uint32 auditDrawDelayBlocks;
+    uint32 drawWindowBlocks;
+    uint32 startWindowBlocks;
+    uint32 commitWindowBlocks;
+    uint32 openWindowBlocks;
+    uint32 disputeWindowBlocks;
+    uint32 proofWindowBlocks;
+    uint32 unbondingBlocks;
+    uint32 maxBatchReceipts;
+}
+
+/// @notice One-byte domain tags prefixed to every hashed preimage (verillm/spec/hashing.py).
+library Domains {
+    bytes1 internal constant MERKLE_LEAF = 0x00;
+    bytes1 internal constant MERKLE_NODE = 0x01;
+    bytes1 internal constant CHALLENGE = 0x10;
+    bytes1 internal constant AUDIT_SEED = 0x13;
+    bytes1 internal constant AUDIT_PICK = 0x17;
+    bytes1 internal constant COMMITTEE = 0x18;
+    bytes1 internal constant SORTITION = 0x19;
+    bytes1 internal constant CHALLENGE_SEED = 0x1a;
+    bytes1 internal constant ESCALATION = 0x1b;
+}
+
+library Params {
+    error InvalidParams(string reason);
+
+    uint256 internal constant BPS = 10_000;
+    /// blockhash() sees only the last 256 blocks: every window that ends in a blockhash read
+    /// must close before its seed block leaves that range.
+    uint256 internal constant BLOCKHASH_RANGE = 256;
+
+    function validate(ProtocolParams memory p) internal pure {
+        if (p.minStakeWei == 0) revert InvalidParams("minStakeWei must be positive");
+        if (p.auditRateBps > BPS || p.slashFractionBps > BPS || p.slashRewardBps > BPS) revert InvalidParams("a bps value exceeds 10000");
+        if (p.committeeSize == 0 || p.committeeSize % 2 == 0) revert InvalidParams("committeeSize must be odd");
+        if (p.escalationCommitteeSize <= p.committeeSize || p.escalationCommitteeSize % 2 == 0) {
+            revert InvalidParams("escalationCommitteeSize must be odd and larger than committeeSize");
+        }
+        if (p.challengePositions == 0 || p.maxBatchReceipts == 0) revert InvalidParams("challengePositions and maxBatchReceipts must be positive");
+        _validateWindows(p);
+    }
+
+    function _validateWindows(ProtocolParams memory p) private pure {
+        if (p.auditDrawDelayBlocks == 0) revert InvalidParams("auditDrawDelayBlocks must be positive");
+        if (p.drawWindowBlocks == 0 || p.drawWindowBlocks >= BLOCKHASH_RANGE) revert InvalidParams("drawWindowBlocks must be in [1, 255]");
+        if (p.openWindowBlocks == 0 || p.openWindowBlocks >= BLOCKHASH_RANGE) revert InvalidParams("openWindowBlocks must be in [1, 255]");
+        if (p.startWindowBlocks == 0 || p.commitWindowBlocks == 0 || p.disputeWindowBlocks == 0 || p.proofWindowBlocks == 0) {
+            revert InvalidParams("every window must be positive");
+        }
+        // A node that deregisters stays slashable until every batch it posted before leaving
+        // has been drawn and every audited job in it started (after that, audits lock stake).
+        uint256 batchLifetime = uint256(p.auditDrawDelayBlocks) + p.drawWindowBlocks + p.startWindowBlocks;
+        if (p.unbondingBlocks < batchLifetime) revert InvalidParams("unbondingBlocks shorter than a batch's draw and start windows");
+    }
+}

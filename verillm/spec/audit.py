@@ -1,0 +1,193 @@
+"""The audit draw, committees and on-chain adjudication arithmetic, as the contracts run them.
+
+Everything here has a twin in `contracts/src` (Jobs.sol, Registry.sol/Sortition.sol,
+Disputes.sol/Fingerprint.sol), checked by shared vectors (`tests/vectors/audit.json`,
+`fingerprint.json`) and property tests. The rules are in `docs/protocol-chain.md`.
+
+    batch draw seed   keccak256(0x13 ‖ batch root ‖ blockhash(posted block + AUDIT_DRAW_DELAY_BLOCKS))
+    β                 the dispatcher's BLS-VRF output over that seed (`verillm.spec.vrf`)
+    job audited       uint256(keccak256(0x17 ‖ β ‖ u32 index)) mod 10000 < AUDIT_RATE_BPS
+    committee seed    keccak256(0x18 ‖ β ‖ u32 index)                (first round)
+                      keccak256(0x1b ‖ u64 audit id ‖ blockhash(escalation block + delay))   (escalation)
+    draw i            uint256(keccak256(0x19 ‖ committee seed ‖ u8 attempt ‖ u32 i)) mod (stake in play)
+    challenge seed    keccak256(0x1a ‖ committee seed ‖ blockhash(ready block + delay))
+
+One VRF draw per batch, not per job: a per-job BLS check costs ~170k gas, far over the
+5,000 gas per job budget, and a draw posted only when a job is audited lets a dispatcher hide
+the audits it dislikes. A batch draw is mandatory (a missed draw is slashed), and each job's
+audit bit is still unpredictable to everyone when its receipt is batched.
+"""
+
+import math
+import struct
+from collections.abc import Sequence
+
+from verillm.errors import InvalidInput
+from verillm.spec.encoding import encode
+from verillm.spec.hashing import (
+    DOMAIN_AUDIT_PICK,
+    DOMAIN_AUDIT_SEED,
+    DOMAIN_CHALLENGE_SEED,
+    DOMAIN_COMMITTEE,
+    DOMAIN_ESCALATION,
+    DOMAIN_SORTITION,
+    keccak256,
+)
+from verillm.spec.merkle import MerkleProof, compute_leaf_hash, compute_merkle_levels, compute_merkle_proof
+from verillm.spec.types import Opening
+
+BPS = 10_000
+PPB = 10**9
+CLAMP_PPB = 1 << 96
+FLAG_NEXT_WITHIN_MARGIN = 1
+
+
+# --- receipt batches ------------------------------------------------------------------------
+
+def compute_batch_levels(receipt_hashes: Sequence[bytes]) -> list[list[bytes]]:
+    """Return the Merkle levels over receipt hashes (each leaf hashed as sha256(0x00 ‖ hash))."""
+    return compute_merkle_levels([compute_leaf_hash(h) for h in receipt_hashes])
+
+
+def compute_batch_proof(levels: list[list[bytes]], index: int) -> MerkleProof:
+    """Return the proof that receipt ``index`` is in the batch."""
+    return compute_merkle_proof(levels, index)
+
+
+# --- the draw -------------------------------------------------------------------------------
+
+def compute_draw_seed(batch_root: bytes, seed_blockhash: bytes) -> bytes:
+    """Return the VRF input of a batch."""
+    return keccak256(DOMAIN_AUDIT_SEED + batch_root + seed_blockhash)
+
+
+def is_audited(beta: bytes, index: int, audit_rate_bps: int) -> bool:
+    """Return whether job ``index`` of a batch whose VRF output is ``beta`` is audited."""
+    word = keccak256(DOMAIN_AUDIT_PICK + beta + struct.pack(">I", index))
+    return int.from_bytes(word, "big") % BPS < audit_rate_bps
+
+
+def compute_committee_seed(beta: bytes, index: int) -> bytes:
+    """Return the first-round committee seed of job ``index``."""
+    return keccak256(DOMAIN_COMMITTEE + beta + struct.pack(">I", index))
+
+
+def compute_escalation_seed(audit_id: int, seed_blockhash: bytes) -> bytes:
+    """Return the escalation committee's seed."""
+    return keccak256(DOMAIN_ESCALATION + struct.pack(">Q", audit_id) + seed_blockhash)
+
+
+def compute_challenge_seed(committee_seed: bytes, seed_blockhash: bytes) -> bytes:
+    """Return a round's challenge seed (feed it to `verillm.spec.challenge.compute_challenge`)."""
+    return keccak256(DOMAIN_CHALLENGE_SEED + committee_seed + seed_blockhash)
+
+
+def compute_draw_value(seed: bytes, attempt: int, i: int) -> int:
+    """Return the 256-bit number behind draw ``i`` of ``attempt``."""
+    return int.from_bytes(keccak256(DOMAIN_SORTITION + seed + bytes([attempt]) + struct.pack(">I", i)), "big")
+
+
+def compute_committee(seed: bytes, attempt: int, size: int, candidates: Sequence[bytes], weights: Sequence[int]) -> tuple[bytes, ...]:
+    """Draw ``size`` distinct candidates, each with probability proportional to its weight.
+
+    Stake-weighted sampling without replacement: draw i picks the first candidate (in list
+    order, drawn ones skipped) whose running weight exceeds r = draw value mod weight in play.
+    Weight 0 (the worker, members drawn before, no stake) is never drawn.
+    """
+    if len(candidates) != len(weights):
+        raise InvalidInput("one weight per candidate")
+    weights = list(weights)
+    total = sum(weights)
+    chosen = []
+    for i in range(size):
+        if total == 0:
+            raise InvalidInput(f"not enough candidates: wanted {size}, drew {i}")
+        r = compute_draw_value(seed, attempt, i) % total
+        picked = _walk(r, weights)
+        chosen.append(candidates[picked])
+        total -= weights[picked]
+        weights[picked] = 0
+    return tuple(chosen)
+
+
+def _walk(r: int, weights: list[int]) -> int:
+    running = 0
+    for j, weight in enumerate(weights):
+        running += weight
+        if r < running:
+            return j
+    raise InvalidInput("draw value outside the total weight")  # unreachable: r < Σ weights
+
+
+def compute_excluded_weights(candidates: Sequence[bytes], stakes: Sequence[int], excluded: Sequence[bytes]) -> list[int]:
+    """Return the sortition weights: each candidate's stake, 0 for the excluded."""
+    banned = set(excluded)
+    return [0 if c in banned else s for c, s in zip(candidates, stakes, strict=True)]
+
+
+# --- openings on-chain ----------------------------------------------------------------------
+
+def compute_prompt_len(num_positions: int, output_tokens: int) -> int:
+    """Return P from the worker's num_positions = P + N − 1 and N."""
+    if not 1 <= output_tokens <= num_positions:
+        raise InvalidInput(f"{output_tokens} output tokens do not fit {num_positions} positions")
+    return num_positions + 1 - output_tokens
+
+
+def encode_opening_leaves(opening: Opening) -> bytes:
+    """Return what a party posts on-chain: its opened leaves, encoded, in opening order."""
+    return b"".join(encode(item.leaf) for item in opening.leaves)
+
+
+def compute_opening_hash(opening: Opening) -> bytes:
+    """Return the keccak256 the contract keeps for an opening."""
+    return keccak256(encode_opening_leaves(opening))
+
+
+def compute_opened_cell_count(output_tokens: int, num_layers: int, challenge_positions: int, is_member: bool) -> int:
+    """Return how many cells a party opens: k·L + N (+1 for a member) − k, k = min(N, count)."""
+    k = min(output_tokens, challenge_positions)
+    return k * (num_layers - 1) + output_tokens + (1 if is_member else 0)
+
+
+# --- adjudication arithmetic (Fingerprint.sol) -----------------------------------------------
+
+def compute_fixed_ppb(bits: int) -> int | None:
+    """Return an f32 (given as its 32 bits) in parts per billion, truncated toward zero and
+    clamped to ±2^96; None for NaN and infinities."""
+    exponent = (bits >> 23) & 0xFF
+    if exponent == 0xFF:
+        return None
+    mantissa = bits & 0x7FFFFF
+    if exponent == 0:
+        exponent = 1
+    else:
+        mantissa |= 0x800000
+    scaled = mantissa * PPB
+    magnitude = scaled << (exponent - 150) if exponent >= 150 else scaled >> (150 - exponent)
+    magnitude = min(magnitude, CLAMP_PPB)
+    return -magnitude if bits >> 31 else magnitude
+
+
+def compute_f32_bits(value: float) -> int:
+    """Return the IEEE-754 single-precision bits of ``value``."""
+    return struct.unpack(">I", struct.pack(">f", value))[0]
+
+
+def compute_cell_squared_error(worker_bits: Sequence[int], member_bits: Sequence[int]) -> int | None:
+    """Return Σ (f_W − f_M)² in ppb², or None when a value is not finite (the cell fails)."""
+    worker = [compute_fixed_ppb(b) for b in worker_bits]
+    member = [compute_fixed_ppb(b) for b in member_bits]
+    if None in worker or None in member:
+        return None
+    return sum((w - m) ** 2 for w, m in zip(worker, member, strict=True))
+
+
+def is_cell_within(sum_sq: int | None, dims: int, max_cell_error_ppb: int) -> bool:
+    """Return whether a cell's error ‖Δ‖/√d is within the threshold: Σ Δ² ≤ d · threshold²."""
+    return sum_sq is not None and sum_sq <= dims * max_cell_error_ppb**2
+
+
+def compute_threshold_ppb(threshold: float) -> int:
+    """Return a tolerance-profile threshold (unit-free, see `verillm.spec.policy`) in ppb, rounded up."""
+    return math.ceil(threshold * PPB)

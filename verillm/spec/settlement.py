@@ -1,0 +1,164 @@
+"""Settlement arithmetic: fees, rewards and slashing, exactly as `Jobs.settle` computes them.
+
+Inputs are an audit's final state (who posted, opened and voted how, who was already slashed
+by a contest) and the stakes; the output is every slash and credit in wei. Order matters
+because a slash takes a fraction of the stake left and pool payments are capped by the pool:
+members round by round in seat order, then the worker, then fees, then the reward pot, then
+the escalation bond — the order of the contract. The rules are in `docs/protocol-chain.md`.
+"""
+
+from dataclasses import dataclass, field
+
+from verillm.spec.params import Preset
+
+BPS = 10_000
+
+NO_VOTE, AGREE, DISAGREE = 0, 1, 2
+PASS, FAIL, TIE, WORKER_DEFAULT = 1, 2, 3, 4
+VERDICT_NAMES = {PASS: "pass", FAIL: "fail", TIE: "tie", WORKER_DEFAULT: "worker-default"}
+
+
+@dataclass(frozen=True)
+class MemberRecord:
+    """One committee seat at settlement."""
+
+    node: str
+    posted: bool = True
+    opened: bool = True
+    vote: int = AGREE
+    slashed: bool = False
+    """Already slashed by a contest or an adjudication (never slashed twice)."""
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    worker_opened: bool
+    members: tuple[MemberRecord, ...]
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """An audit as `settle` finds it. ``rounds[-1]`` is the final round."""
+
+    worker: str
+    rounds: tuple[RoundRecord, ...]
+    worker_slashed: bool = False
+    escalator: str | None = None
+    escalation_bond_wei: int = 0
+
+
+@dataclass
+class Settlement:
+    """What settling changes: stakes slashed, credits owed, the fee pool after."""
+
+    verdict: int
+    slashed_wei: dict[str, int] = field(default_factory=dict)
+    credits_wei: dict[str, int] = field(default_factory=dict)
+    fee_pool_wei: int = 0
+
+    def credit(self, to: str, amount_wei: int) -> None:
+        if amount_wei:
+            self.credits_wei[to] = self.credits_wei.get(to, 0) + amount_wei
+
+
+def compute_slash(stake_wei: int, preset: Preset) -> int:
+    """Return the stake a slash takes."""
+    return stake_wei * preset.SLASH_FRACTION_BPS // BPS
+
+
+def compute_slash_split(amount_wei: int, preset: Preset) -> tuple[int, int]:
+    """Return (reward to whoever proved the fault, remainder to the fee pool)."""
+    reward = amount_wei * preset.SLASH_REWARD_BPS // BPS
+    return reward, amount_wei - reward
+
+
+def compute_shares(pot_wei: int, winners: int) -> tuple[int, int]:
+    """Return (each winner's share, remainder to the pool); everything to the pool if none."""
+    if winners == 0:
+        return 0, pot_wei
+    share = pot_wei // winners
+    return share, pot_wei - share * winners
+
+
+def compute_tally(round_: RoundRecord) -> tuple[int, int]:
+    """Return (agree, disagree) over members that opened and were not slashed."""
+    counted = [m for m in round_.members if m.opened and not m.slashed]
+    agree = sum(1 for m in counted if m.vote == AGREE)
+    return agree, len(counted) - agree
+
+
+def compute_majority(round_: RoundRecord) -> int:
+    """Return PASS, FAIL or TIE from a round's counted votes."""
+    agree, disagree = compute_tally(round_)
+    return PASS if agree > disagree else FAIL if disagree > agree else TIE
+
+
+def compute_verdict(audit: AuditRecord, round_: RoundRecord) -> int:
+    """Return a round's verdict: the worker's default, else the majority of the votes counted."""
+    if audit.worker_slashed or not round_.worker_opened:
+        return WORKER_DEFAULT
+    return compute_majority(round_)
+
+
+def compute_member_judgement(round_: RoundRecord, member: MemberRecord, verdict: int) -> tuple[bool, bool]:
+    """Return (slash it, it wins a fee): slashed for a missed opening or a minority vote."""
+    if member.slashed or not member.posted:
+        return False, False
+    if round_.worker_opened and not member.opened:
+        return True, False
+    majority = verdict in (PASS, FAIL)
+    if majority and member.vote != verdict:
+        return True, False
+    return False, member.opened if majority or verdict == TIE else True
+
+
+def compute_settlement(audit: AuditRecord, stakes_wei: dict[str, int], fee_pool_wei: int, preset: Preset) -> Settlement:
+    """Return every slash and credit `Jobs.settle` makes for ``audit``."""
+    verdict = compute_verdict(audit, audit.rounds[-1])
+    out = Settlement(verdict=verdict, fee_pool_wei=fee_pool_wei)
+    stakes = dict(stakes_wei)
+    winners, pot = [], 0
+    for round_ in audit.rounds:
+        for member in round_.members:
+            slash_it, wins = compute_member_judgement(round_, member, verdict)
+            if slash_it:
+                pot += _apply_slash(out, stakes, member.node, preset)
+            if wins:
+                winners.append(member.node)
+    if verdict in (FAIL, WORKER_DEFAULT) and not audit.worker_slashed:
+        pot += _apply_slash(out, stakes, audit.worker, preset)
+    for node in winners:
+        _pay_from_pool(out, node, preset.AUDIT_FEE_WEI)
+    if verdict == PASS:
+        _pay_from_pool(out, audit.worker, preset.JOB_FEE_WEI)
+    share, remainder = compute_shares(pot, len(winners))
+    for node in winners:
+        out.credit(node, share)
+    out.fee_pool_wei += remainder
+    _settle_bond(out, audit, verdict)
+    return out
+
+
+def _apply_slash(out: Settlement, stakes: dict[str, int], node: str, preset: Preset) -> int:
+    amount = compute_slash(stakes.get(node, 0), preset)
+    stakes[node] = stakes.get(node, 0) - amount
+    out.slashed_wei[node] = out.slashed_wei.get(node, 0) + amount
+    reward, to_pool = compute_slash_split(amount, preset)
+    out.fee_pool_wei += to_pool
+    return reward
+
+
+def _pay_from_pool(out: Settlement, to: str, amount_wei: int) -> None:
+    paid = min(amount_wei, out.fee_pool_wei)
+    out.fee_pool_wei -= paid
+    out.credit(to, paid)
+
+
+def _settle_bond(out: Settlement, audit: AuditRecord, verdict: int) -> None:
+    if len(audit.rounds) < 2 or audit.escalation_bond_wei == 0:
+        return
+    # The escalator wins when the larger committee overturns the first round's majority.
+    if verdict != compute_majority(audit.rounds[0]):
+        out.credit(audit.escalator, audit.escalation_bond_wei)
+    else:
+        out.fee_pool_wei += audit.escalation_bond_wei
