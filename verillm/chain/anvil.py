@@ -40,8 +40,14 @@ class AnvilConfig:
 
 
 def find_anvil_binary() -> str:
-    """Return the anvil executable: $VERILLM_ANVIL, the npm one under contracts/, or one on PATH."""
-    candidates = [os.environ.get("VERILLM_ANVIL"), str(REPO_CONTRACTS_DIR / "node_modules" / ".bin" / "anvil"), shutil.which("anvil")]
+    """Return the anvil executable: $VERILLM_ANVIL, the npm one under contracts/, or one on PATH.
+
+    Of the npm package, the native binary is preferred to `.bin/anvil`, a node wrapper that
+    would put a second process between us and anvil (and outlive a SIGKILL of the wrapper).
+    """
+    modules = REPO_CONTRACTS_DIR / "node_modules"
+    native = sorted(str(p) for p in modules.glob("@foundry-rs/anvil-*/bin/anvil"))
+    candidates = [os.environ.get("VERILLM_ANVIL"), *native, str(modules / ".bin" / "anvil"), shutil.which("anvil")]
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
