@@ -1,0 +1,48 @@
+"""The benchmark and calibration commands, run for real on the tiny model at small sizes."""
+
+import json
+
+from click.testing import CliRunner
+
+from verillm.cli import cli
+from verillm.spec.policy import ToleranceProfile
+
+
+def invoke(*args):
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_calibrate_writes_a_profile_that_loads(tmp_path):
+    out = tmp_path / "profile.json"
+    output = invoke("calibrate", "--model", "tiny", "--jobs", "2", "--out", str(out))
+    profile = ToleranceProfile.from_json(out.read_text())
+    assert [t.layer for t in profile.layers] == [1, 2, 4]
+    assert all(0 < t.max_cell_error < 1e-3 and 0 < t.rms_error <= t.max_cell_error for t in profile.layers)
+    assert profile.provenance["honest_audits"] == 2 * 2 * 8
+    assert "rule of three" in output
+
+
+def test_detect_reports_the_schema_and_catches_attacks(tmp_path):
+    out = tmp_path / "detect.json"
+    invoke("bench", "detect", "--model", "tiny", "--jobs", "1", "--attack-jobs", "2", "--attacks", "int8,truncate,wrong_seed", "--max-new-tokens", "8", "--json", str(out))
+    report = json.loads(out.read_text())
+    assert report["model"] == "tiny" and report["dtype"] == "float32"
+    assert report["honest"]["audits"] == 2 * 8 and report["honest"]["false_rejections"] == 0
+    assert set(report["attacks"]) == {"int8", "truncate", "wrong_seed"}
+    for name, attack in report["attacks"].items():
+        assert attack["audits"] == 2
+        assert attack["detected"] == attack["detected_right_reason"] == 2, (name, attack)
+
+
+def test_cost_reports_every_metric(tmp_path):
+    out = tmp_path / "cost.json"
+    invoke("bench", "cost", "--model", "tiny", "--prompt-tokens", "24", "--output-tokens", "16", "--repeats", "1", "--json", str(out))
+    report = json.loads(out.read_text())
+    for key in ("verify_over_generate", "commit_overhead", "bytes_per_token_per_layer", "check_ms_per_position", "prompt_tokens", "output_tokens"):
+        assert key in report
+    assert report["prompt_tokens"] == 24 and report["output_tokens"] == 16
+    assert 0 < report["verify_over_generate"] < 1
+    assert 2 < report["bytes_per_token_per_layer"] < 6
+    assert 0 < report["check_ms_per_position"] < 50
