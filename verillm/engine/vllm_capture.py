@@ -34,8 +34,10 @@ from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN,
 
 CAPTURE_ARG = "verillm"
 """Key in vLLM `SamplingParams.extra_args`: {"key": job key, "sampling": [temperature_milli, top_k,
-top_p_ppm, seed], "force": [[output index, token], ...]}. "force" replaces the sampler's choice
-(the attack suite's token substitution; honest jobs have none)."""
+top_p_ppm, seed], "force": [[output index, rule], ...]}. "force" replaces the sampler's choice at
+an output index (the attack suite's token substitution; honest jobs have none): a rule is a
+token id, "next_id" (the sampler's token + 1) or "runner_up" (the better of the top two logits
+that the sampler did not pick)."""
 
 # Prompt rows whose logits are materialised at once (bounds memory: 256 × vocab floats).
 LOGIT_CHUNK_ROWS = 256
@@ -56,6 +58,7 @@ class CaptureConfig:
 
     model_id_hex: str
     hidden_size: int
+    vocab_size: int
     fingerprint_dims: int
     committed_layers: tuple[int, ...]
     stop_tokens: tuple[int, ...]
@@ -73,7 +76,7 @@ class _JobCapture:
     sampling: SamplingParams
     prompt_len: int
     length: int  # prompt + max new tokens: an upper bound on positions
-    forced: dict[int, int] = field(default_factory=dict)  # output index -> token emitted instead of the sampler's
+    forced: dict[int, int | str] = field(default_factory=dict)  # output index -> rule (see CAPTURE_ARG)
     fingerprints: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (first position, [n, L, dims])
     flags: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (first position, uint8 [n])
     sampled: dict[int, tuple[int, int]] = field(default_factory=dict)  # position -> (token, flags)
@@ -183,7 +186,7 @@ class CaptureState:
                 sampling=compute_spec_sampling(args["sampling"]),
                 prompt_len=prompt_len,
                 length=prompt_len + request.sampling_params.max_tokens,
-                forced={int(index): int(token) for index, token in args.get("force", [])},
+                forced={int(index): rule for index, rule in args.get("force", [])},
             )
         self._check_positions(key, begin, end, first_position)
         job.fingerprints.append((first_position, fingerprints[begin:end]))
@@ -193,7 +196,7 @@ class CaptureState:
             self.sampling_rows.append((row, key, last_position))
         known = (end - begin) - 1 if samples else end - begin
         if known > 0:
-            next_ids = self.input_ids[begin + 1 : begin + known + 1]
+            next_ids = self.input_ids[begin + 1 : end]  # within this request's rows only
             if not samples:  # a prefill chunk: its last row's next token is in the next chunk
                 extra = torch.tensor([get_sequence_token(request, last_position + 1)], device=next_ids.device)
                 next_ids = torch.cat([next_ids, extra.to(next_ids.dtype)])
@@ -208,6 +211,8 @@ class CaptureState:
             raise EngineError(f"job {key}: rows {begin}:{end} are at positions {int(positions[begin])}…, runner says {first_position}…")
 
     def _compute_flags(self, job: _JobCapture, hidden: torch.Tensor, next_ids: torch.Tensor, first_position: int) -> torch.Tensor:
+        if len(next_ids) != len(hidden):
+            raise EngineError(f"{len(hidden)} rows at position {first_position}… but {len(next_ids)} next tokens")
         pieces = []
         for start in range(0, hidden.shape[0], LOGIT_CHUNK_ROWS):
             logits = self.runner.model.compute_logits(hidden[start : start + LOGIT_CHUNK_ROWS]).float()
@@ -237,7 +242,9 @@ class CaptureState:
                 token = int(values.argmax())  # first maximum, as np.argmax
             else:
                 token = compute_sampled_token(values.cpu().numpy(), job.sampling, position)
-            token = job.forced.get(position - (job.prompt_len - 1), token)
+            rule = job.forced.get(position - (job.prompt_len - 1))
+            if rule is not None:
+                token = self.compute_forced_token(rule, token, values)
             if is_greedy(job.sampling):
                 next_ids = torch.tensor([token], device=values.device)
                 flag = int(compute_greedy_flags(values[None], next_ids, self.stop_ids, self.config.margin_logits)[0])
@@ -248,6 +255,17 @@ class CaptureState:
             logits[row, token] = 0.0
         self.sampling_rows = []
         return logits
+
+    def compute_forced_token(self, rule: int | str, token: int, logits: torch.Tensor) -> int:
+        """Apply a substitution rule to the sampler's ``token`` (mirrors attacks.TokenSubstituteEngine)."""
+        if rule == "next_id":
+            return (token + 1) % self.config.vocab_size
+        if rule == "runner_up":
+            top_two = logits.topk(2).indices.tolist()
+            return top_two[1] if top_two[0] == token else top_two[0]
+        if isinstance(rule, int):
+            return rule
+        raise EngineError(f"unknown token substitution rule {rule!r}")
 
     # --- read back ----------------------------------------------------------------------
 
@@ -330,6 +348,16 @@ def collect_traces(worker, keys: list[str]) -> list[dict]:
     if state is None:
         raise EngineError("capture is not installed on this vLLM worker")
     return [state.pop_trace(key) for key in keys]
+
+
+def load_weights(worker, weights: dict) -> bool:
+    """Load Hugging Face-named ``weights`` into this worker's model through vLLM's own loader."""
+    model = worker.model_runner.model
+    loaded = set(model.load_weights(iter(dict(weights).items())))
+    unloaded = {name for name, _ in model.named_parameters()} - loaded
+    if unloaded:
+        raise EngineError(f"vLLM kept its old values for {sorted(unloaded)[:5]}")
+    return True
 
 
 def get_worker_info(worker) -> dict:

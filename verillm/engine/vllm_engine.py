@@ -121,12 +121,32 @@ class VllmEngine:
         config = self._capture_module.CaptureConfig(
             model_id_hex=self.model_id.hex(),
             hidden_size=manifest.hidden_size,
+            vocab_size=manifest.vocab_size,
             fingerprint_dims=manifest.fingerprint_dims,
             committed_layers=tuple(manifest.committed_layers),
             stop_tokens=tuple(manifest.stop_tokens),
             margin_logits=manifest.token_margin_micrologits / 1_000_000,
         )
         return dataclasses.asdict(config)
+
+    @classmethod
+    def sharing(cls, other: "VllmEngine", **attributes) -> "VllmEngine":
+        """Return a ``cls`` engine that runs on ``other``'s vLLM instance (no second start).
+
+        For override-point subclasses (the attack suite): ``attributes`` set their knobs.
+        """
+        engine = cls.__new__(cls)
+        engine.__dict__.update(other.__dict__)
+        engine.__dict__.update(attributes)
+        return engine
+
+    def load_weights(self, model) -> None:
+        """Replace the weights in vLLM's worker by ``model``'s (HF names, vLLM's own loader).
+
+        The manifest does not change: used to put attacked weights into a running engine.
+        """
+        weights = {name: tensor.detach().contiguous().cpu() for name, tensor in model.state_dict().items()}
+        self.llm.collective_rpc(self._capture_module.load_weights, args=(weights,))
 
     def worker_info(self) -> dict:
         return self.llm.collective_rpc(self._capture_module.get_worker_info)[0]
@@ -143,8 +163,11 @@ class VllmEngine:
         """Return the job actually executed for ``job`` (honest: the job itself)."""
         return job
 
-    def forced_tokens(self, job: Job) -> dict[int, int]:
-        """Return {output index: token} emitted instead of the sampler's choice (honest: none)."""
+    def forced_tokens(self, job: Job) -> dict[int, int | str]:
+        """Return {output index: substitution rule} (see `vllm_capture.CAPTURE_ARG`; honest: none).
+
+        The rule runs inside vLLM's worker, where the logits are, because it may depend on them.
+        """
         return {}
 
     # --- Engine protocol ----------------------------------------------------------------
@@ -157,7 +180,7 @@ class VllmEngine:
         run_id = next(_run_ids)
         keys = [f"{os.getpid()}-{run_id}-{index}" for index in range(len(executed))]
         prompts = [{"prompt_token_ids": list(job.input_tokens)} for job in executed]
-        params = [self._sampling_params(run, key, self.forced_tokens(job)) for job, run, key in zip(jobs, executed, keys)]
+        params = [self._sampling_params(run, key, self.forced_tokens(run)) for run, key in zip(executed, keys)]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         tokens = [tuple(output.outputs[0].token_ids) for output in outputs]
         if not self.capture:
@@ -166,12 +189,12 @@ class VllmEngine:
         captured = self.llm.collective_rpc(self._capture_module.collect_traces, args=(keys,))[0]
         return [compute_trace(job, out, cap, key) for job, out, cap, key in zip(executed, tokens, captured, keys)]
 
-    def _sampling_params(self, job: Job, key: str, forced: dict[int, int] | None = None):
+    def _sampling_params(self, job: Job, key: str, forced: dict[int, int | str] | None = None):
         vllm = import_vllm()
         sampling = job.sampling
         capture_args = {"key": key, "sampling": [sampling.temperature_milli, sampling.top_k, sampling.top_p_ppm, sampling.seed]}
         if forced:
-            capture_args["force"] = [[index, token] for index, token in sorted(forced.items())]
+            capture_args["force"] = [[index, rule] for index, rule in sorted(forced.items())]
         return vllm.SamplingParams(
             max_tokens=job.max_new_tokens,
             temperature=0.0,  # the capture's SpecSampler has already reduced each row to one token
