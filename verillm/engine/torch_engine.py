@@ -36,8 +36,8 @@ class _Row:
     slot: int  # index of the job in the batch
     job: Job  # the job as executed (after transform_job)
     outputs: list[int] = field(default_factory=list)
-    fingerprints: list[torch.Tensor] = field(default_factory=list)  # [T, L, dims] pieces, in position order
-    flags: list[torch.Tensor] = field(default_factory=list)  # uint8 [T] pieces, in position order
+    prompt_flags: torch.Tensor | None = None  # uint8 [P - 1]: positions that predict a prompt token
+    output_flags: list[int] = field(default_factory=list)  # one per emitted token, at its predicting position
 
     @property
     def prompt_len(self) -> int:
@@ -47,6 +47,27 @@ class _Row:
     def next_position(self) -> int:
         """Absolute position of the token fed next (the last output token)."""
         return self.prompt_len + len(self.outputs) - 1
+
+
+@dataclass
+class _Captured:
+    """A batch's fingerprints as computed, kept on the device until the batch ends (no per-step sync)."""
+
+    prefill: torch.Tensor | None = None  # [B, width, L, dims]
+    steps: list[torch.Tensor] = field(default_factory=list)  # per decode step: [B_active, L, dims]
+    step_slots: list[list[int]] = field(default_factory=list)  # per decode step: the job slot of each row
+
+    def get_per_job(self, rows: list["_Row"]) -> list[np.ndarray]:
+        """Return each job's fingerprints [positions, L, dims] in position order."""
+        width = self.prefill.shape[1]
+        prefill = self.prefill.cpu().numpy()
+        per_job = [[prefill[row.slot, width - row.prompt_len :]] for row in rows]
+        if self.steps:
+            steps = torch.cat(self.steps).cpu().numpy()
+            slots = np.concatenate([np.asarray(s) for s in self.step_slots])
+            for row in rows:
+                per_job[row.slot].append(steps[slots == row.slot])
+        return [np.concatenate(parts) for parts in per_job]
 
 
 def compute_fingerprints_torch(hidden: torch.Tensor, projection: torch.Tensor) -> torch.Tensor:
@@ -86,6 +107,7 @@ class TorchEngine:
             torch.from_numpy(compute_projection(self.model_id, layer, manifest.hidden_size, manifest.fingerprint_dims)).to(self.device)
             for layer in manifest.committed_layers
         ]
+        self.projection_stack = torch.stack(self.projections)  # [L, H, dims]
         self._captured: list[torch.Tensor | None] = [None] * len(manifest.committed_layers)
 
     # --- override points ----------------------------------------------------------------
@@ -121,19 +143,20 @@ class TorchEngine:
 
     def _run_batch(self, jobs: list[Job]) -> list[JobTrace]:
         rows = [_Row(slot=i, job=job) for i, job in enumerate(jobs)]
+        captured = _Captured()
         cache = DynamicCache(config=self.model.config)
-        mask = self._prefill(rows, cache)
+        mask = self._prefill(rows, cache, captured)
         active = rows
         while True:
             still = [i for i, row in enumerate(active) if not self._is_done(row)]
             if not still:
-                return [self._finish(row) for row in rows]
+                return self._finish(rows, captured)
             if len(still) < len(active):
                 mask = self._select_rows(cache, mask, still)
                 active = [active[i] for i in still]
-            mask = self._decode_step(active, cache, mask)
+            mask = self._decode_step(active, cache, mask, captured)
 
-    def _prefill(self, rows: list[_Row], cache: DynamicCache) -> torch.Tensor:
+    def _prefill(self, rows: list[_Row], cache: DynamicCache, captured: _Captured) -> torch.Tensor:
         width = max(row.prompt_len for row in rows)
         input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -144,23 +167,19 @@ class TorchEngine:
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
         hidden = self._forward(input_ids, mask, positions, cache)
         if self.capture:
-            fingerprints = torch.stack(self._captured, dim=2)  # [B, width, L, dims]
-            for b, row in enumerate(rows):
-                row.fingerprints.append(fingerprints[b, width - row.prompt_len :])
+            captured.prefill = self._collect_fingerprints(width)
             self._prompt_flags(rows, hidden, width)
-        last = self._logits(hidden[:, -1])
-        self._emit(rows, last)
+        self._emit(rows, self._logits(hidden[:, -1]))
         return self.transform_kv(cache, mask, width)
 
-    def _decode_step(self, rows: list[_Row], cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
+    def _decode_step(self, rows: list[_Row], cache: DynamicCache, mask: torch.Tensor, captured: _Captured) -> torch.Tensor:
         input_ids = torch.tensor([[row.outputs[-1]] for row in rows], dtype=torch.long, device=self.device)
         positions = torch.tensor([[row.next_position] for row in rows], dtype=torch.long, device=self.device)
         mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
         hidden = self._forward(input_ids, mask, positions, cache)
         if self.capture:
-            fingerprints = torch.stack(self._captured, dim=2)  # [B, 1, L, dims]
-            for b, row in enumerate(rows):
-                row.fingerprints.append(fingerprints[b])
+            captured.steps.append(self._collect_fingerprints(1)[:, 0])
+            captured.step_slots.append([row.slot for row in rows])
         self._emit(rows, self._logits(hidden[:, 0]))
         return self.transform_kv(cache, mask, 1)
 
@@ -184,36 +203,48 @@ class TorchEngine:
     def _is_done(self, row: _Row) -> bool:
         return len(row.outputs) >= row.job.max_new_tokens or row.outputs[-1] in self.manifest.stop_tokens
 
+    def _finish(self, rows: list[_Row], captured: _Captured) -> list[JobTrace]:
+        layers, dims = len(self.manifest.committed_layers), self.manifest.fingerprint_dims
+        if not self.capture:
+            return [JobTrace(tuple(r.outputs), np.zeros((0, layers, dims), np.float32), np.zeros(0, np.uint8)) for r in rows]
+        traces = []
+        for row, fingerprints in zip(rows, captured.get_per_job(rows)):
+            flags = np.concatenate([row.prompt_flags.cpu().numpy(), np.asarray(row.output_flags, np.uint8)])
+            # The last output token is sampled, never fed back: its position is not covered.
+            count = row.prompt_len + len(row.outputs) - 1
+            traces.append(JobTrace(output_tokens=tuple(row.outputs), fingerprints=fingerprints[:count], flags=flags[:count]))
+        return traces
+
     # --- sampling and flags ---------------------------------------------------------------
 
     def _emit(self, rows: list[_Row], logits: torch.Tensor) -> None:
         """Sample each row's next output token from its logits [B, V]; record it and its flags."""
-        chosen = self._sample(rows, logits)
+        best, argmax = logits.max(dim=-1)  # first maximum on ties, as np.argmax
+        chosen = argmax.tolist()
+        for b, row in enumerate(rows):
+            if not is_greedy(row.job.sampling):
+                chosen[b] = compute_sampled_token(logits[b].cpu().numpy(), row.job.sampling, self._emit_position(row))
         tokens = [self.force_token(row.job, len(row.outputs), token, logits[b]) for b, (row, token) in enumerate(zip(rows, chosen))]
         if self.capture:
-            positions = [row.prompt_len - 1 + len(row.outputs) for row in rows]
-            flags = self._flags(rows, logits, positions, tokens)
+            # One small device→host copy per step: each row's best logit and its stop-token logits.
+            table = torch.cat([best[:, None], logits.index_select(1, self.stop_ids)], dim=1).tolist()
             for b, row in enumerate(rows):
-                row.flags.append(flags[b : b + 1])
+                row.output_flags.append(self._emit_flags(row, logits[b], table[b], tokens[b], chosen[b]))
         for row, token in zip(rows, tokens):
             row.outputs.append(token)
 
-    def _sample(self, rows: list[_Row], logits: torch.Tensor) -> list[int]:
-        tokens = logits.argmax(dim=-1).tolist()  # first maximum, as np.argmax
-        for b, row in enumerate(rows):
-            if not is_greedy(row.job.sampling):
-                position = row.prompt_len - 1 + len(row.outputs)
-                tokens[b] = compute_sampled_token(logits[b].cpu().numpy(), row.job.sampling, position)
-        return tokens
+    def _emit_position(self, row: _Row) -> int:
+        return row.prompt_len - 1 + len(row.outputs)
 
-    def _flags(self, rows: list[_Row], logits: torch.Tensor, positions: list[int], next_tokens: list[int]) -> torch.Tensor:
-        """Return uint8 flags [N] for N positions given their logits [N, V] and the sequence's next tokens."""
-        next_ids = torch.tensor(next_tokens, dtype=torch.long, device=logits.device)
-        flags = compute_greedy_flags(logits, next_ids, self.stop_ids, self.margin_logits)
-        for n, row in enumerate(rows):
-            if not is_greedy(row.job.sampling):
-                flags[n] = self._spec_flags(logits[n], row.job, positions[n], next_tokens[n])
-        return flags
+    def _emit_flags(self, row: _Row, logits: torch.Tensor, table: list[float], token: int, sampled: int) -> int:
+        """Flags at the position that emits ``token``; ``table`` = [best logit, stop-token logits...]."""
+        if not is_greedy(row.job.sampling):
+            return self._spec_flags(logits, row.job, self._emit_position(row), token)
+        # Python floats are float64: best − logit here is the spec's float64 gap, exactly.
+        best, stop_logits = table[0], table[1:]
+        next_gap = 0.0 if token == sampled else best - float(logits[token])
+        stop_flag = FLAG_STOP_WITHIN_MARGIN if any(best - s <= self.margin_logits for s in stop_logits) else 0
+        return (FLAG_NEXT_WITHIN_MARGIN if next_gap <= self.margin_logits else 0) | stop_flag
 
     def _spec_flags(self, logits: torch.Tensor, job: Job, position: int, next_token: int) -> int:
         stops = list(self.manifest.stop_tokens)
@@ -224,28 +255,17 @@ class TorchEngine:
 
     def _prompt_flags(self, rows: list[_Row], hidden: torch.Tensor, width: int) -> None:
         """Flags at every prompt position that predicts another prompt token (all but the last)."""
-        for b, row in enumerate(rows):
-            states = hidden[b, width - row.prompt_len : width - 1]
-            nexts = list(row.job.input_tokens[1:])
-            pieces = []
+        for row in rows:
+            states = hidden[row.slot, width - row.prompt_len : width - 1]
+            nexts = torch.tensor(row.job.input_tokens[1:], dtype=torch.long, device=self.device)
+            pieces = [torch.zeros(0, dtype=torch.uint8, device=self.device)]
             for start in range(0, len(nexts), LOGIT_CHUNK_ROWS):
-                chunk = nexts[start : start + LOGIT_CHUNK_ROWS]
-                logits = self._logits(states[start : start + len(chunk)])
-                positions = list(range(start, start + len(chunk)))
-                pieces.append(self._flags([row] * len(chunk), logits, positions, chunk))
-            if pieces:
-                row.flags.append(torch.cat(pieces))
-
-    def _finish(self, row: _Row) -> JobTrace:
-        dims = self.manifest.fingerprint_dims
-        layers = len(self.manifest.committed_layers)
-        if not self.capture:
-            return JobTrace(tuple(row.outputs), np.zeros((0, layers, dims), np.float32), np.zeros(0, np.uint8))
-        fingerprints = torch.cat(row.fingerprints).cpu().numpy()
-        flags = torch.cat(row.flags).cpu().numpy()
-        # The last output token is sampled, never fed back: its position is not covered.
-        count = row.prompt_len + len(row.outputs) - 1
-        return JobTrace(output_tokens=tuple(row.outputs), fingerprints=fingerprints[:count], flags=flags[:count])
+                logits = self._logits(states[start : start + LOGIT_CHUNK_ROWS])
+                pieces.append(compute_greedy_flags(logits, nexts[start : start + len(logits)], self.stop_ids, self.margin_logits))
+                if not is_greedy(row.job.sampling):
+                    for n in range(len(logits)):
+                        pieces[-1][n] = self._spec_flags(logits[n], row.job, start + n, int(nexts[start + n]))
+            row.prompt_flags = torch.cat(pieces)
 
     # --- capture hooks and threads -----------------------------------------------------
 
@@ -270,9 +290,21 @@ class TorchEngine:
 
         def hook(module, args, output):
             hidden = output[0] if isinstance(output, tuple) else output
-            self._captured[slot] = compute_fingerprints_torch(hidden, projection)
+            # Decode steps ([B, 1, H], tiny) keep the vector until the pass ends, so all layers'
+            # fingerprints take 4 ops instead of 3 per layer; prefill folds it here (memory).
+            self._captured[slot] = hidden if hidden.shape[1] == 1 else compute_fingerprints_torch(hidden, projection)
 
         return hook
+
+    def _collect_fingerprints(self, width: int) -> torch.Tensor:
+        """Return the pass's fingerprints [B, width, L, dims] from what the hooks left."""
+        if width > 1:
+            return torch.stack(self._captured, dim=2)
+        hidden = torch.cat(self._captured, dim=1).float()  # [B, L, H]
+        norms = torch.linalg.vector_norm(hidden, dim=-1, keepdim=True).clamp_min_(1e-30)
+        fingerprints = (hidden.unsqueeze(2) @ self.projection_stack)[:, :, 0] / norms  # [B, L, dims]
+        self._captured = [None] * len(self._captured)
+        return fingerprints[:, None]
 
     @contextlib.contextmanager
     def _threads(self):
