@@ -9,6 +9,7 @@ reverse: metrics → key → store → model (engine) → worker (batcher task, 
 import asyncio
 import contextlib
 import logging
+import signal
 
 from aiohttp import web
 
@@ -99,11 +100,16 @@ async def start_node(config: NodeConfig, served: ServedModel | None = None) -> t
 
 
 async def run_node(config: NodeConfig) -> None:
-    """Run the node until cancelled (SIGINT/SIGTERM through asyncio.run)."""
+    """Run the node until SIGINT or SIGTERM, then stop accepting and tear down in order."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
     runner, port = await start_node(config)
     log.info("verillm node %s serving %s on http://%s:%d", runner.app[APP_KEY].address_hex, runner.app[APP_MODEL].name, config.server.host, port)
     print(f"verillm node listening on http://{config.server.host}:{port}", flush=True)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
+        log.info("stopping; jobs not finished stay in the store and re-run at the next start")
         await runner.cleanup()

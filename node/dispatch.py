@@ -37,8 +37,7 @@ class LocalDispatcher:
 
     def process_admission(self, job: Job) -> None:
         """Check the job against the served model, the limits and the queue's capacity."""
-        self.worker.process_admission(job)
-        self.worker.queue.process_capacity()
+        self.worker.process_acceptance(job)
 
     async def dispatch(self, job: Job, audit_requested: bool) -> JobResult:
         """Record the dispatch, then run the job on the local worker."""

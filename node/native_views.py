@@ -35,7 +35,7 @@ async def post_job(request: web.Request) -> web.Response:
     envelope = await read_signed_envelope(request)
     job = decode(Job, envelope.payload)
     worker = request.app[APP_WORKER]
-    worker.process_admission(job)
+    worker.process_acceptance(job)
     remember_nonce(request, envelope)
     job_hash = worker.accept_job(job, envelope.sender)
     if request.query.get("wait") == "0":

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from verillm.errors import InvalidInput
 from verillm.spec.types import SamplingParams
 
-from verillm.node.wire import receipt_to_json, to_hex
+from verillm.node.wire import job_to_json, receipt_to_json, to_hex
 
 U64_MAX = 2**64 - 1
 # option -> the value that means "off"; anything else is refused with a 400 naming it.
@@ -180,12 +180,13 @@ class GenerationReply:
 
 
 def compute_verillm_field(result, status_url: str, model_id: bytes) -> dict:
-    """Return the ``verillm`` field of a response: receipt, job hash, status URL, token ids."""
+    """Return the ``verillm`` field of a response: receipt, job, job hash, status URL, token ids."""
     return {
         "job_hash": to_hex(result.job_hash),
         "status_url": status_url,
         "model_id": to_hex(model_id),
         "receipt": receipt_to_json(result.receipt),
+        "job": job_to_json(result.job),
         "input_tokens": list(result.job.input_tokens),
         "output_tokens": list(result.output_tokens),
     }

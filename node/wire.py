@@ -6,7 +6,7 @@ encoding and refuses a body whose readable fields disagree with it. Hex is 0x-pr
 Imports nothing heavy: the SDK uses this module without torch or aiohttp's server.
 """
 
-from verillm.errors import EncodingError, InvalidInput
+from verillm.errors import EncodingError, InvalidInput, NotFound, VerillmError
 from verillm.spec.encoding import decode, encode
 from verillm.spec.receipt import compute_receipt_hash
 from verillm.spec.types import Challenge, Job, Opening, Receipt
@@ -89,3 +89,22 @@ def opening_from_json(data: object) -> Opening:
 def challenge_to_json(challenge: Challenge) -> str:
     """Return a challenge as the hex of its encoding (how opening requests carry it)."""
     return to_hex(encode(challenge))
+
+
+def _error_classes(root: type = VerillmError) -> dict[str, type]:
+    classes = {root.code: root}
+    for sub in root.__subclasses__():
+        classes.update(_error_classes(sub))
+    return classes
+
+
+def compute_error_from_body(status: int, body: object) -> VerillmError:
+    """Return the VerillmError a node's error response stands for (same class as on the node)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return VerillmError(f"HTTP {status} without an error body")
+    code, message = error.get("code"), str(error.get("message"))
+    cls = _error_classes().get(code)
+    if cls is None:  # an aiohttp-level error (404 route, 413 body size) or a code this client predates
+        cls = NotFound if status == 404 else InvalidInput if 400 <= status < 500 else VerillmError
+    return cls(f"{message} (HTTP {status}, {code})")

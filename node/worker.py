@@ -76,19 +76,28 @@ class Worker:
             raise InvalidInput(f"max_new_tokens: {job.max_new_tokens} exceeds this node's limit of {self.limits.max_new_tokens}")
         process_job_admission(job, self.served.manifest)
 
+    def process_acceptance(self, job: Job) -> None:
+        """Check ``job`` would be accepted now: admission, then queue room unless it is known."""
+        self.process_admission(job)
+        job_hash = compute_job_hash(job)
+        if job_hash in self._in_flight:
+            return
+        record = self.store.get_job(job_hash)
+        if record is None or record.status == "failed":
+            self.queue.process_capacity()
+
     def accept_job(self, job: Job, sender: bytes | None = None) -> bytes:
         """Admit ``job``, make it durable and queue it (unless known); return its job hash."""
         job_hash = compute_job_hash(job)
         if job_hash in self._in_flight:
             return job_hash
-        self.process_admission(job)
+        self.process_acceptance(job)  # before writing: a refused job leaves no trace
         record = self.store.get_job(job_hash)
         if record is not None and record.status == "done":
             return job_hash
-        self.queue.process_capacity()  # before writing: a refused job must leave no trace
         if record is None:
             self.store.insert_job(job_hash, job, sender)
-        elif record.status == "failed":
+        else:
             self.store.reset_failed_job(job_hash)
         self._start(job_hash, job, force=True)
         return job_hash
