@@ -510,7 +510,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         for (uint256 i = 0; i < winnerCount; i++) {
             _payFromPool(winners[i], params.auditFeeWei);
         }
-        if (verdict == AuditCodes.PASS) _payFromPool(a.worker, params.jobFeeWei);
+        if (verdict == AuditCodes.PASS) _payFromPool(a.worker, params.auditFeeWei);
         _splitPot(pot, winners, winnerCount);
         _settleBond(auditId, a, verdict);
     }

@@ -56,6 +56,11 @@ library Params {
             revert InvalidParams("escalationCommitteeSize must be odd and larger than committeeSize");
         }
         if (p.challengePositions == 0 || p.maxBatchReceipts == 0) revert InvalidParams("challengePositions and maxBatchReceipts must be positive");
+        // The per-job levy must pay, in expectation, every audit's fees: the committee and the
+        // worker each earn auditFeeWei per passed audit.
+        if (uint256(p.auditRateBps) * (uint256(p.committeeSize) + 1) * p.auditFeeWei > BPS * p.jobFeeWei) {
+            revert InvalidParams("jobFeeWei does not cover the expected audit fees");
+        }
         _validateWindows(p);
     }
 

@@ -231,7 +231,7 @@ class Protocol:
         """Return the VRF input of a batch (its seed block must be mined)."""
         batch = self.jobs.call("getBatch", batch_id)
         seed_block = batch[3] + self.params["auditDrawDelayBlocks"]
-        if self.chain.get_block_number() <= seed_block:
+        if self.chain.get_block_number() <= seed_block:  # eth_estimateGas may run at the latest block
             raise InvalidInput(f"batch {batch_id}'s seed block {seed_block} is not mined yet")
         return spec_audit.compute_draw_seed(bytes(batch[0]), self.get_blockhash(seed_block))
 

@@ -191,3 +191,31 @@ def is_cell_within(sum_sq: int | None, dims: int, max_cell_error_ppb: int) -> bo
 def compute_threshold_ppb(threshold: float) -> int:
     """Return a tolerance-profile threshold (unit-free, see `verillm.spec.policy`) in ppb, rounded up."""
     return math.ceil(threshold * PPB)
+
+
+def is_onchain_agreement(worker: dict, member: dict, model, prompt_len: int, output_tokens: int) -> bool:
+    """Return the member's on-chain verdict on the worker over the worker's opened cells
+    (Disputes._compare): every cell within its layer's max cell error, every output token
+    flagged FLAG_NEXT_WITHIN_MARGIN by the member, and each layer's RMS within bounds when it
+    has at least min_cells_for_rms cells. ``worker``/``member`` map (position, layer) → Leaf;
+    ``model`` has committed_layers, fingerprint_dims and the ppb thresholds (`OnchainModel`).
+    """
+    layers = tuple(model.committed_layers)
+    sums, counts = [0] * len(layers), [0] * len(layers)
+    agrees = True
+    for (position, layer), w in sorted(worker.items()):
+        slot = layers.index(layer)
+        sum_sq = compute_cell_squared_error(_leaf_bits(w), _leaf_bits(member[(position, layer)]))
+        agrees &= is_cell_within(sum_sq, model.fingerprint_dims, model.max_cell_error_ppb[slot])
+        if slot == len(layers) - 1 and prompt_len - 1 <= position < prompt_len - 1 + output_tokens:
+            agrees &= bool(member[(position, layer)].flags & FLAG_NEXT_WITHIN_MARGIN)
+        sums[slot] = None if sum_sq is None or sums[slot] is None else sums[slot] + sum_sq
+        counts[slot] += 1
+    for slot, (total, cells) in enumerate(zip(sums, counts)):
+        if cells >= model.min_cells_for_rms:
+            agrees &= total is not None and total <= cells * model.fingerprint_dims * model.rms_error_ppb[slot] ** 2
+    return agrees
+
+
+def _leaf_bits(leaf) -> list[int]:
+    return [compute_f32_bits(v) for v in leaf.fingerprint]

@@ -34,7 +34,9 @@ class Preset:
     # --- money ---
     MIN_STAKE_WEI: int = 10**18
     JOB_FEE_WEI: int = 10**15
+    """Levy per batched job, paid by the dispatcher into the audit fee pool."""
     AUDIT_FEE_WEI: int = 10**15
+    """Paid from the pool to each committee member on the verdict's side, and to a passed worker."""
     DISPUTE_BOND_WEI: int = 10**17
     SLASH_FRACTION_BPS: int = 10_000
     """Share of a loser's stake slashed (10_000 = all of it)."""
@@ -78,7 +80,7 @@ MINIMAL = Preset(
     CHALLENGE_POSITIONS=8,
     MIN_STAKE_WEI=10**16,
     JOB_FEE_WEI=10**13,
-    AUDIT_FEE_WEI=10**13,
+    AUDIT_FEE_WEI=2 * 10**12,  # every job is audited: the levy pays (committee + worker) × this
     DISPUTE_BOND_WEI=10**15,
     AUDIT_DRAW_DELAY_BLOCKS=1,
     COMMIT_WINDOW_BLOCKS=20,

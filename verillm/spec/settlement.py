@@ -130,7 +130,7 @@ def compute_settlement(audit: AuditRecord, stakes_wei: dict[str, int], fee_pool_
     for node in winners:
         _pay_from_pool(out, node, preset.AUDIT_FEE_WEI)
     if verdict == PASS:
-        _pay_from_pool(out, audit.worker, preset.JOB_FEE_WEI)
+        _pay_from_pool(out, audit.worker, preset.AUDIT_FEE_WEI)
     share, remainder = compute_shares(pot, len(winners))
     for node in winners:
         out.credit(node, share)

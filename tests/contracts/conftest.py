@@ -1,0 +1,37 @@
+"""Contract fixtures: one real anvil process per session, one protocol deployment per module
+(`world`), rolled back to a snapshot after every test."""
+
+import pytest
+
+from verillm.chain import RpcChain
+from verillm.chain.anvil import AnvilProcess, find_anvil_binary
+from verillm.errors import ConfigError
+
+from contract_scenario import World
+
+
+@pytest.fixture(scope="session")
+def contracts_anvil():
+    """An anvil process for the contract tests (skipped without the npm binary)."""
+    try:
+        find_anvil_binary()
+    except ConfigError:
+        pytest.skip("anvil not installed (npm ci --prefix contracts)")
+    with AnvilProcess() as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def world_base(contracts_anvil):
+    """A deployment with six registered nodes, shared by a module's tests."""
+    return World(RpcChain(contracts_anvil.url))
+
+
+@pytest.fixture
+def world(world_base):
+    """The module's deployment, reset to its registered state after the test."""
+    chain = world_base.chain
+    snapshot = chain.snapshot()
+    yield world_base
+    chain.set_automine(True)
+    chain.revert(snapshot)

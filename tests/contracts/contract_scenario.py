@@ -1,0 +1,178 @@
+"""A protocol deployment on anvil with registered nodes, and the steps of an audit.
+
+Traces are synthetic (seeded Gaussian fingerprints): the contracts see only leaves, roots and
+receipts, so a trace whose fingerprints sit far from the worker's is exactly what a cheating
+worker or a lazy member puts on-chain. `tests/contracts/test_e2e_audit.py` also runs real
+engines.
+"""
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+from eth_account import Account
+
+from verillm.chain.protocol import OnchainModel, Protocol
+from verillm.spec import vrf
+from verillm.spec.audit import compute_challenge_seed, is_onchain_agreement
+from verillm.spec.challenge import compute_challenge, compute_opened_cells
+from verillm.spec.commitment import Commitment, JobTrace, compute_commitment, compute_opening
+from verillm.spec.hashing import keccak256
+from verillm.spec.params import MINIMAL, Preset
+from verillm.spec.receipt import SigningDomain, compute_receipt_hash, sign_receipt
+from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, Opening, Receipt, SamplingParams
+
+PRESET = MINIMAL
+MODEL_ID = keccak256(b"verillm test model")
+LAYERS = (1, 3)
+DIMS = 2
+MODEL = OnchainModel(MODEL_ID, LAYERS, DIMS, max_cell_error_ppb=(50_000, 50_000), rms_error_ppb=(30_000, 30_000), min_cells_for_rms=4)
+PROMPT_LEN = 6
+OUTPUT_TOKENS = 10
+NODE_STAKES_WEI = (3, 2, 2, 1, 1, 1)  # × MIN_STAKE_WEI, dev accounts 1..6
+HONEST_NOISE = 1e-6  # 1,000 ppb: far inside the 50,000 ppb band
+CHEAT_OFFSET = 1e-2  # 10,000,000 ppb: far outside it
+
+
+@dataclass(frozen=True)
+class Node:
+    account: object
+    vrf_key: int
+
+    @property
+    def address(self) -> str:
+        return self.account.address
+
+
+def compute_trace(positions: int, seed: int = 7, offset: float = 0.0, noise: float = 0.0, noise_seed: int = 0) -> JobTrace:
+    """A trace over ``positions`` positions; ``offset``/``noise`` move every fingerprint."""
+    base = np.random.default_rng(seed).standard_normal((PROMPT_LEN + OUTPUT_TOKENS, len(LAYERS), DIMS)).astype(np.float32)
+    jitter = np.random.default_rng(1000 + noise_seed).standard_normal(base.shape).astype(np.float32) * np.float32(noise)
+    fingerprints = (base + jitter + np.float32(offset))[:positions]
+    flags = np.full(positions, FLAG_NEXT_WITHIN_MARGIN, dtype=np.uint8)
+    return JobTrace(output_tokens=tuple(range(OUTPUT_TOKENS)), fingerprints=fingerprints, flags=flags)
+
+
+@dataclass
+class Party:
+    """A worker or member: its node, trace, commitment and signed receipt."""
+
+    node: Node
+    trace: JobTrace
+    commitment: Commitment
+    receipt: Receipt
+
+
+@dataclass
+class AuditRun:
+    audit_id: int
+    worker: Party
+    members: list[Party] = field(default_factory=list)
+
+
+class World:
+    """One deployment with six registered nodes (dev accounts 1–6), on an anvil chain."""
+
+    def __init__(self, chain, preset: Preset = PRESET, extra_nodes: int = 0):
+        self.chain = chain
+        self.preset = preset
+        self.owner = chain.dev_accounts[0]
+        self.protocol = Protocol.deploy(chain, preset, self.owner)
+        self.protocol.add_model(self.owner, MODEL)
+        accounts = chain.dev_accounts[1:7] + [self._funded_account(i) for i in range(extra_nodes)]
+        self.nodes = [Node(a, vrf.derive_secret_key(bytes([i + 1]) * 32)) for i, a in enumerate(accounts)]
+        for node, stake in zip(self.nodes, NODE_STAKES_WEI + (1,) * extra_nodes):
+            self.protocol.register(node.account, node.vrf_key, f"http://127.0.0.1:{9000 + len(node.address) % 7}", [MODEL_ID], stake * preset.MIN_STAKE_WEI)
+        self.domain = SigningDomain(chain_id=chain.chain_id, verifying_contract=bytes.fromhex(self.protocol.jobs.address[2:]))
+        self.outsider = chain.dev_accounts[9]
+
+    def _funded_account(self, i: int):
+        account = Account.from_key(keccak256(b"extra node" + bytes([i])))
+        self.chain.transfer(self.owner, account.address, 10**18)
+        return account
+
+    def node(self, address: str) -> Node:
+        return next(n for n in self.nodes if n.address == address)
+
+    def make_party(self, node: Node, trace: JobTrace, max_new_tokens: int, nonce: int = 0) -> Party:
+        commitment = compute_commitment(trace, LAYERS)
+        receipt = Receipt(
+            job_hash=keccak256(b"job" + nonce.to_bytes(4, "big") + bytes.fromhex(node.address[2:])), model_id=MODEL_ID,
+            input_hash=b"\x11" * 32, output_hash=b"\x22" * 32, sampling=SamplingParams(), max_new_tokens=max_new_tokens,
+            commitment_root=commitment.root, num_positions=trace.num_positions,
+            worker=bytes.fromhex(node.address[2:]), signature=b"\x00" * 65,
+        )
+        signed = sign_receipt(receipt, node.account.key, self.domain)
+        return Party(node, trace, commitment, signed)
+
+    def make_worker(self, node: Node, offset: float = 0.0, nonce: int = 0) -> Party:
+        return self.make_party(node, compute_trace(PROMPT_LEN + OUTPUT_TOKENS - 1, offset=offset), max_new_tokens=16, nonce=nonce)
+
+    def make_member(self, node: Node, noise: float = HONEST_NOISE, offset: float = 0.0, seed: int = 7) -> Party:
+        trace = compute_trace(PROMPT_LEN + OUTPUT_TOKENS, seed=seed, offset=offset, noise=noise, noise_seed=int(node.address, 16) % 1000)
+        return self.make_party(node, trace, max_new_tokens=1, nonce=99)
+
+    # --- the steps of an audit -------------------------------------------------------------
+    def post_and_draw(self, dispatcher: Node, receipts: list[Receipt]):
+        """Post a batch, mine past its seed block, draw; return (PostedBatch, gas of each step)."""
+        posted = self.protocol.post_batch(dispatcher.account, [compute_receipt_hash(r) for r in receipts])
+        self.chain.mine(self.preset.AUDIT_DRAW_DELAY_BLOCKS + 1)
+        drawn = self.protocol.draw_audit(dispatcher.account, posted.value.batch_id, dispatcher.vrf_key)
+        return posted.value, posted.gas_used, drawn.gas_used
+
+    def start(self, worker: Party, dispatcher: Node | None = None) -> AuditRun:
+        """Batch the worker's receipt alone, draw, start its audit (MINIMAL audits every job)."""
+        dispatcher = dispatcher or worker.node
+        batch, _, _ = self.post_and_draw(dispatcher, [worker.receipt])
+        tx = self.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels, OUTPUT_TOKENS)
+        return AuditRun(tx.value, worker)
+
+    def committee(self, run: AuditRun, round_index: int = 0) -> list[Node]:
+        return [self.node(a) for a in self.protocol.get_committee(run.audit_id, round_index)]
+
+    def post_members(self, run: AuditRun, members: list[Party], round_index: int = 0) -> None:
+        run.members = members
+        for slot, member in enumerate(members):
+            self.protocol.post_committee_receipt(self.outsider, run.audit_id, slot, member.receipt)
+
+    def challenge_cells(self, run: AuditRun, positions: int) -> list[tuple[int, int]]:
+        state = self.protocol.get_audit(run.audit_id)
+        challenge = compute_challenge(state.challenge_seed, PROMPT_LEN, OUTPUT_TOKENS, LAYERS, self.preset.CHALLENGE_POSITIONS)
+        return compute_opened_cells(challenge, positions)
+
+    def opening(self, run: AuditRun, party: Party) -> Opening:
+        cells = self.challenge_cells(run, party.trace.num_positions)
+        return compute_opening(party.trace, party.commitment, cells)
+
+    def open_worker(self, run: AuditRun, opening: Opening | None = None):
+        self.chain.mine(self.preset.AUDIT_DRAW_DELAY_BLOCKS + 1)
+        self.protocol.draw_challenge(self.outsider, run.audit_id)
+        return self.protocol.open(run.worker.node.account, run.audit_id, opening or self.opening(run, run.worker))
+
+    def honest_vote(self, run: AuditRun, member: Party) -> bool:
+        worker = {(i.leaf.position, i.leaf.layer): i.leaf for i in self.opening(run, run.worker).leaves}
+        mine = {(i.leaf.position, i.leaf.layer): i.leaf for i in self.opening(run, member).leaves}
+        return is_onchain_agreement(worker, mine, MODEL, PROMPT_LEN, OUTPUT_TOKENS)
+
+    def open_member(self, run: AuditRun, slot: int, vote: bool | None = None, opening: Opening | None = None):
+        member = run.members[slot]
+        agree = self.honest_vote(run, member) if vote is None else vote
+        return self.protocol.open_and_vote(member.node.account, run.audit_id, slot, opening or self.opening(run, member), agree)
+
+    def finish(self, run: AuditRun):
+        """Finalize, wait out the dispute window, settle; return the settled verdict."""
+        self.protocol.verdict(self.outsider, run.audit_id)
+        self.chain.mine(self.preset.DISPUTE_WINDOW_BLOCKS + 1)
+        return self.protocol.settle(self.outsider, run.audit_id).value
+
+    def stakes(self) -> dict[str, int]:
+        return {n.address: self.protocol.get_node(n.address)["stake_wei"] for n in self.nodes}
+
+
+def replace_leaf_fingerprint(opening: Opening, index: int, delta: float) -> Opening:
+    """Return ``opening`` with one leaf's fingerprint moved (its proof left as it was)."""
+    items = list(opening.leaves)
+    leaf = items[index].leaf
+    moved = dataclasses.replace(leaf, fingerprint=tuple(float(np.float32(v + delta)) for v in leaf.fingerprint))
+    items[index] = dataclasses.replace(items[index], leaf=moved)
+    return dataclasses.replace(opening, leaves=tuple(items))

@@ -1,0 +1,115 @@
+"""Registry: registration, keys, models, stake, unbonding, access control, sortition."""
+
+import pytest
+
+from verillm.chain import TransactionReverted
+from verillm.spec import vrf
+from verillm.spec.audit import compute_committee, compute_excluded_weights
+
+from contract_scenario import MODEL, MODEL_ID, NODE_STAKES_WEI, PRESET
+
+
+def _reverts(error: str):
+    return pytest.raises(TransactionReverted, match=error)
+
+
+def _fresh(world, index: int = 7):
+    return world.chain.dev_accounts[index], vrf.derive_secret_key(b"fresh" * 6 + bytes([index, 0]))
+
+
+def test_registered_nodes_are_active_and_listed_in_sortition_order(world):
+    nodes, stakes = world.protocol.get_model_nodes(MODEL_ID)
+    assert nodes == [n.address for n in world.nodes]
+    assert stakes == [s * PRESET.MIN_STAKE_WEI for s in NODE_STAKES_WEI]
+    info = world.protocol.get_node(world.nodes[0].address)
+    assert info["active"] and info["registered"] and info["models"] == [MODEL_ID]
+    key = world.protocol.registry.call("getVrfPublicKey", world.nodes[0].address)
+    assert key == vrf.compute_words(vrf.compute_public_key(world.nodes[0].vrf_key))
+
+
+def test_register_rejects_low_stake_bad_pop_unknown_model_and_duplicates(world):
+    account, sk = _fresh(world)
+    with _reverts("StakeTooLow"):
+        world.protocol.register(account, sk, "http://x", [MODEL_ID], PRESET.MIN_STAKE_WEI - 1)
+    with _reverts("UnknownModel"):
+        world.protocol.register(account, sk, "http://x", [b"\x99" * 32], PRESET.MIN_STAKE_WEI)
+    with _reverts("BadModelList"):
+        world.protocol.register(account, sk, "http://x", [MODEL_ID, MODEL_ID], PRESET.MIN_STAKE_WEI)
+    # a possession proof made for another address does not register this one
+    pk = vrf.compute_words(vrf.compute_public_key(sk))
+    pop_for_other = vrf.compute_words(vrf.compute_possession_proof(sk, bytes.fromhex(world.nodes[0].address[2:])))
+    with _reverts("InvalidProofOfPossession"):
+        world.chain.transact(world.protocol.registry, "register", pk, pop_for_other, "http://x", [MODEL_ID],
+                             sender=account, value=PRESET.MIN_STAKE_WEI)
+    with _reverts("AlreadyRegistered"):
+        world.protocol.register(world.nodes[0].account, world.nodes[0].vrf_key, "http://x", [MODEL_ID], PRESET.MIN_STAKE_WEI)
+
+
+def test_update_endpoint_models_and_top_up(world):
+    node = world.nodes[3]
+    world.protocol.update_endpoint(node.account, "https://node.example")
+    assert world.protocol.get_node(node.address)["endpoint"] == "https://node.example"
+    world.protocol.top_up(node.account, 5)
+    assert world.protocol.get_node(node.address)["stake_wei"] == NODE_STAKES_WEI[3] * PRESET.MIN_STAKE_WEI + 5
+    with _reverts("UnknownModel"):
+        world.protocol.update_models(node.account, [b"\x98" * 32])
+    with _reverts("NotRegistered"):
+        world.protocol.update_endpoint(world.outsider, "http://x")
+
+
+def test_deregister_unbond_withdraw(world):
+    node = world.nodes[5]
+    world.protocol.deregister(node.account)
+    assert not world.protocol.get_node(node.address)["active"]
+    assert node.address not in world.protocol.get_model_nodes(MODEL_ID)[0]
+    with _reverts("Deregistering"):
+        world.protocol.top_up(node.account, 1)
+    with _reverts("StillUnbonding"):
+        world.protocol.withdraw(node.account)
+    world.chain.mine(PRESET.UNBONDING_BLOCKS)
+    before = world.chain.get_balance(node.address)
+    tx = world.protocol.withdraw(node.account)
+    assert tx.value == NODE_STAKES_WEI[5] * PRESET.MIN_STAKE_WEI
+    assert world.chain.get_balance(node.address) > before + tx.value - 10**16  # minus gas
+    assert not world.protocol.get_node(node.address)["registered"]
+    with _reverts("NotRegistered"):
+        world.protocol.withdraw(node.account)
+
+
+def test_withdraw_before_deregistering_fails(world):
+    with _reverts("NotDeregistering"):
+        world.protocol.withdraw(world.nodes[0].account)
+
+
+def test_only_jobs_and_disputes_slash_or_lock(world):
+    registry = world.protocol.registry
+    for function in ("slash", "lock", "unlock"):
+        with _reverts("NotProtocol"):
+            world.chain.transact(registry, function, world.nodes[0].address, sender=world.nodes[1].account)
+
+
+def test_only_deployer_binds_and_adds_models_and_configs_are_frozen(world):
+    registry = world.protocol.registry
+    with _reverts("NotDeployer"):
+        world.chain.transact(registry, "bindProtocol", world.outsider.address, world.outsider.address, sender=world.outsider)
+    with _reverts("AlreadyBound"):
+        world.chain.transact(registry, "bindProtocol", world.outsider.address, world.outsider.address, sender=world.owner)
+    with _reverts("NotDeployer"):
+        world.protocol.add_model(world.outsider, MODEL)
+    with _reverts("ModelExists"):
+        world.protocol.add_model(world.owner, MODEL)
+    with _reverts("NotDeployer"):
+        world.chain.transact(world.protocol.jobs, "bindDisputes", world.outsider.address, sender=world.owner)
+
+
+def test_draw_committee_matches_the_spec_and_excludes(world):
+    nodes, stakes = world.protocol.get_model_nodes(MODEL_ID)
+    seed = b"\x42" * 32
+    for attempt in (0, 1):
+        excluded = [nodes[0], nodes[2]]
+        got = world.protocol.registry.call("drawCommittee", MODEL_ID, seed, attempt, 3, excluded)
+        want = compute_committee(seed, attempt, 3, nodes, compute_excluded_weights(nodes, stakes, excluded))
+        assert list(got) == list(want)
+        assert not set(got) & set(excluded) and len(set(got)) == 3
+    with _reverts("NotEnoughCandidates"):
+        world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 5, [nodes[0], nodes[1]])
