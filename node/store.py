@@ -1,8 +1,9 @@
 """The node's durable state: one SQLite file (WAL) through sqlite-utils.
 
 Every write that a response depends on is committed before the response is sent: a job is
-`received` before it is queued, and `done` (receipt, retained trace, pending chain action,
-output tokens) in one transaction before its receipt is returned. After a SIGKILL at any
+`received` before it is queued, and `done` (receipt, retained trace, output tokens and, for
+jobs this node dispatched, the pending `post_receipt` chain action) in one transaction before
+its receipt is returned. After a SIGKILL at any
 point the file holds every accepted job, every receipt returned, and the trace blob needed
 to answer an opening for it; `get_unfinished_jobs` lists the jobs to re-run.
 
@@ -111,7 +112,7 @@ class Store:
             )
 
     def complete_job(self, job_hash: bytes, receipt: Receipt, trace_blob: bytes, output_tokens: tuple[int, ...]) -> None:
-        """Record a finished job: receipt, retained trace, a pending post_receipt action, status done."""
+        """Record a finished job: receipt, retained trace, status done, and (if this node dispatched it) a pending post_receipt."""
         now, key, encoded = time.time(), job_hash.hex(), encode(receipt)
         with transaction(self.db):
             c = self.db.conn
@@ -120,9 +121,12 @@ class Store:
                 (key, encoded, compute_receipt_hash(receipt).hex(), receipt.commitment_root.hex(), now),
             )
             c.execute("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?)", (key, trace_blob, receipt.num_positions, now))
+            # Batches are posted by the dispatcher of a job: queue the receipt here only when
+            # this node's own dispatcher role routed it (atomically with the receipt).
             c.execute(
-                "INSERT INTO chain_actions (kind, job_hash, payload, status, created_at, updated_at) VALUES ('post_receipt', ?, ?, 'pending', ?, ?)",
-                (key, encoded, now, now),
+                "INSERT INTO chain_actions (kind, job_hash, payload, status, created_at, updated_at)"
+                " SELECT 'post_receipt', ?, ?, 'pending', ?, ? WHERE EXISTS (SELECT 1 FROM dispatched WHERE job_hash = ?)",
+                (key, encoded, now, now, key),
             )
             c.execute(
                 "UPDATE jobs SET status = 'done', error = NULL, output_tokens = ?, updated_at = ? WHERE job_hash = ?",

@@ -130,3 +130,31 @@ def test_wrong_sampling_emits_tokens_the_jobs_sampler_would_not(name, tiny_model
         start = len(job.input_tokens) - 1
         gaps = [compute_token_gaps(logits[start + k], job.sampling, start + k, [t])[0] for k, t in enumerate(trace.output_tokens)]
         assert max(gaps) > 1e-3, name
+
+
+def test_other_model_by_skipping_layers_keeps_earlier_layers(tiny_model, tiny_prompts, make_job):
+    """The path SmolLM2 takes (a non-tiny manifest): decoder layers dropped from the same model."""
+    import dataclasses
+
+    from verillm.engine.attacks import build_other_model
+    from verillm.engine.torch_engine import TorchEngine
+
+    model, tokenizer, manifest = tiny_model
+    pruned_manifest = dataclasses.replace(manifest, name="pruned")
+    engine = build_other_model(model, tokenizer, pruned_manifest, skip=(1,))
+    honest_engine = TorchEngine(model, tokenizer, pruned_manifest)
+    jobs = [make_job(engine, p, max_new_tokens=6) for p in tiny_prompts[:2]]
+    for job, trace, reference in zip(jobs, engine.run(jobs), honest_engine.run(jobs)):
+        prompt = len(job.input_tokens)
+        assert np.array_equal(trace.fingerprints[:prompt, 0], reference.fingerprints[:prompt, 0])  # hidden 1: before the skip
+        assert np.abs(trace.fingerprints[:prompt, 1:] - reference.fingerprints[:prompt, 1:]).max() > 10 * BAND
+    assert len(model.get_decoder().layers[1].state_dict()) > 0  # the honest model keeps its layer
+
+
+def test_package_exports_attacks_and_engine():
+    import verillm.engine as engine_package
+
+    assert engine_package.ATTACKS is ATTACKS
+    assert engine_package.TorchEngine.__name__ == "TorchEngine"
+    with pytest.raises(AttributeError):
+        engine_package.nothing_here

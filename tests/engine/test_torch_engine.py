@@ -81,7 +81,8 @@ def test_decode_vs_prefill_bf16_is_noisier_but_bounded(tiny_prompts, make_job):
 
 
 def test_batched_with_padding_equals_alone(tiny_engine, tiny_prompts, make_job):
-    jobs = [make_job(tiny_engine, p, max_new_tokens=8 + i) for i, p in enumerate(tiny_prompts)]
+    samplings = [SamplingParams(), SAMPLED]
+    jobs = [make_job(tiny_engine, p, max_new_tokens=8 + i, sampling=samplings[i % 2]) for i, p in enumerate(tiny_prompts)]
     batched = tiny_engine.run(jobs)
     for job, together in zip(jobs, batched):
         alone = tiny_engine.run([job])[0]

@@ -30,7 +30,10 @@ def check_verillm_field(node, verillm: dict, output_tokens: list[int]):
     assert verillm["status_url"] == f"{node.url}/v1/verillm/jobs/{verillm['job_hash']}"
     job = decode(Job, bytes.fromhex(verillm["job"]["encoded"][2:]))
     assert compute_job_hash(job) == receipt.job_hash
-    assert node.app[APP_STORE].get_job(receipt.job_hash).status == "done"
+    store = node.app[APP_STORE]
+    assert store.get_job(receipt.job_hash).status == "done"
+    assert store.get_dispatched(receipt.job_hash)["audit_requested"] == 0
+    assert receipt.job_hash in [a.job_hash for a in store.get_chain_actions("pending")]
     return receipt
 
 

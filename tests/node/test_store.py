@@ -65,6 +65,7 @@ def test_job_lifecycle(tmp_path):
     store.fail_job(job_hash, "engine failed: boom")
     assert store.get_job(job_hash).error == "engine failed: boom"
     assert store.reset_failed_job(job_hash) and store.get_job(job_hash).status == "received"
+    store.insert_dispatched(job_hash, None, "", audit_requested=True)  # this node dispatched it: it posts the receipt
     store.complete_job(job_hash, RECEIPT, b"blob", (7, 8, 9))
     record = store.get_job(job_hash)
     assert (record.status, record.output_tokens, record.error) == ("done", (7, 8, 9), None)
@@ -75,6 +76,10 @@ def test_job_lifecycle(tmp_path):
     store.set_chain_action_status([action.id], "sent", tx_hash="0xabc")
     assert store.count_chain_actions("pending") == 0 and store.get_chain_actions("sent")[0].tx_hash == "0xabc"
     assert store.get_job_counts() == {"received": 0, "running": 0, "done": 1, "failed": 0}
+    assert store.get_dispatched(job_hash)["audit_requested"] == 1
+    store.insert_job(b"\x0a" * 32, JOB, b"\x09" * 20)  # another dispatcher's job: it posts, not us
+    store.complete_job(b"\x0a" * 32, RECEIPT, b"blob", (7,))
+    assert len(store.get_chain_actions("pending")) + len(store.get_chain_actions("sent")) == 1
 
 
 def test_nonces_are_single_use_and_forgotten_after_the_window(tmp_path):

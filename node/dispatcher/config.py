@@ -1,0 +1,27 @@
+"""The `[dispatcher]` section of the node config (composed into `NodeConfig`)."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DispatcherConfig:
+    """Routing dispatcher, audit scheduler and chain watcher (off: every job runs here, nothing is posted)."""
+
+    enabled: bool = False
+    """Route jobs to registered workers, post receipt batches and run audits (needs chain.rpc_url and deployment_file)."""
+    deployment_file: str = ""
+    """Address book written by `verillm chain deploy` or `verillm devnet` (Registry, Jobs, Disputes)."""
+    batch_max_receipts: int = 8
+    """Post a receipt batch as soon as this many receipts wait."""
+    batch_max_wait_s: float = 3.0
+    """Post a receipt batch once its oldest receipt has waited this long."""
+    poll_interval_s: float = 0.5
+    """How often the chain watcher reads new blocks and advances pending items."""
+    confirmations: int = 0
+    """Blocks on top of an event before the watcher acts on it (0 on a dev chain without reorgs)."""
+    request_timeout_s: float = 300.0
+    """How long to wait for a worker or committee member to answer one job."""
+    registry_refresh_s: float = 2.0
+    """How long the view of registered workers (addresses, endpoints, stakes) is cached."""
+    escalate: bool = True
+    """Bond and escalate a round that slashes a worker while a proven member's data agree with it."""

@@ -1,0 +1,257 @@
+"""The VeriLLM client SDK: completions with receipts, and offline receipt checks.
+
+    from verillm.client import Client, verify_receipt
+    client = Client("http://127.0.0.1:8000")
+    completion = client.complete("The capital of France is", max_tokens=8, temperature=0)
+    completion.text, completion.tokens, completion.receipt, completion.job_hash
+    verify_receipt(completion.receipt, model_id=..., domain=SigningDomain(chain_id, jobs_address),
+                   job=completion.job, output_tokens=completion.tokens)
+
+`Client` is synchronous (stdlib urllib); `AsyncClient` has the same methods as coroutines
+(aiohttp). Both speak the node's OpenAI-compatible API and read the ``verillm`` field of its
+responses; any OpenAI client works against a node too, without the receipt checks.
+
+A Completion is parsed strictly: its job must hash to the receipt's job hash and its tokens
+to the receipt's token hashes, or parsing raises. Whether the receipt is signed by the
+worker, for the model and deployment you expect, is `verify_receipt` (offline). On-chain
+status (committed / audited / verified / slashed) is not offered yet: it needs the node to
+report which receipt batch holds the receipt.
+"""
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from verillm.errors import InvalidInput, InvalidProof, VerillmError
+from verillm.spec.encoding import decode
+from verillm.spec.job import compute_job_hash, compute_model_id, compute_num_positions, compute_tokens_hash
+from verillm.spec.receipt import SigningDomain, process_receipt_signature
+from verillm.spec.types import Job, ModelManifest, Receipt
+
+from verillm.node.wire import compute_error_from_body, from_hex, receipt_from_json
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One completion and the receipt that commits to it."""
+
+    text: str
+    tokens: tuple[int, ...]
+    """Output token ids (the stop token included when one ended the completion)."""
+    prompt_tokens: tuple[int, ...]
+    finish_reason: str
+    model: str
+    job: Job
+    receipt: Receipt
+    job_hash: bytes
+    status_url: str
+
+
+def compute_completion_request(prompt: str | None, tokens: Sequence[int] | None, model: str, **options) -> dict:
+    """Return the /v1/completions body for a text ``prompt`` or a list of token ids."""
+    if (prompt is None) == (tokens is None):
+        raise InvalidInput("give exactly one of prompt (text) or tokens (token ids)")
+    return {"model": model, "prompt": prompt if prompt is not None else list(tokens), **compute_options(**options)}
+
+
+def compute_chat_request(messages: Sequence[dict], model: str, **options) -> dict:
+    """Return the /v1/chat/completions body."""
+    return {"model": model, "messages": list(messages), **compute_options(**options)}
+
+
+def compute_options(max_tokens=None, temperature=None, top_p=None, top_k=None, seed=None, audit=False) -> dict:
+    """Return the sampling and VeriLLM options of a request, leaving unset ones to the node."""
+    options = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed}
+    body = {name: value for name, value in options.items() if value is not None}
+    if audit:
+        body["verillm"] = {"audit": True}
+    return body
+
+
+def parse_completion(body: dict, chat: bool) -> Completion:
+    """Return the Completion in a node's response; raise if receipt, job and tokens disagree."""
+    if not isinstance(body, dict) or "verillm" not in body:
+        raise InvalidInput("response has no verillm field: is this a VeriLLM node?")
+    extra, choice = body["verillm"], body["choices"][0]
+    job = decode(Job, from_hex(extra["job"]["encoded"], "verillm.job.encoded"))
+    receipt = receipt_from_json(extra["receipt"])
+    tokens = tuple(extra["output_tokens"])
+    process_receipt_contents(receipt, job, tokens)
+    return Completion(
+        text=choice["message"]["content"] if chat else choice["text"],
+        tokens=tokens,
+        prompt_tokens=tuple(job.input_tokens),
+        finish_reason=choice["finish_reason"],
+        model=body["model"],
+        job=job,
+        receipt=receipt,
+        job_hash=receipt.job_hash,
+        status_url=extra["status_url"],
+    )
+
+
+def process_receipt_contents(receipt: Receipt, job: Job, output_tokens: Sequence[int]) -> None:
+    """Check that ``receipt`` is about ``job`` and ``output_tokens``; raise InvalidProof naming the mismatch."""
+    checks = {
+        "job hash": receipt.job_hash == compute_job_hash(job),
+        "model id": receipt.model_id == job.model_id,
+        "input hash": receipt.input_hash == compute_tokens_hash(job.input_tokens),
+        "output hash": receipt.output_hash == compute_tokens_hash(output_tokens),
+        "sampling params": receipt.sampling == job.sampling and receipt.max_new_tokens == job.max_new_tokens,
+        "number of positions": receipt.num_positions == compute_num_positions(job, len(output_tokens)),
+    }
+    wrong = [name for name, ok in checks.items() if not ok]
+    if wrong:
+        raise InvalidProof(f"receipt does not match the completion: {', '.join(wrong)}")
+
+
+def verify_receipt(
+    receipt: Receipt,
+    domain: SigningDomain,
+    model_id: bytes | None = None,
+    manifest: ModelManifest | None = None,
+    worker: bytes | None = None,
+    job: Job | None = None,
+    output_tokens: Sequence[int] | None = None,
+) -> bytes:
+    """Check a receipt offline; return the worker address that signed it.
+
+    Checks the EIP-712 signature for ``domain`` (chain id + Jobs contract), the model (its
+    id, or the id of ``manifest``), and when given, the worker, the job and the output tokens.
+    Raises InvalidSignature or InvalidProof saying what is wrong.
+    """
+    process_receipt_signature(receipt, domain)
+    expected_model = compute_model_id(manifest) if manifest is not None else model_id
+    if expected_model is None:
+        raise InvalidInput("verify_receipt needs the model: pass model_id or manifest")
+    if receipt.model_id != expected_model:
+        raise InvalidProof(f"receipt is for model 0x{receipt.model_id.hex()}, expected 0x{expected_model.hex()}")
+    if worker is not None and receipt.worker != worker:
+        raise InvalidProof(f"receipt is from worker 0x{receipt.worker.hex()}, expected 0x{worker.hex()}")
+    if job is not None:
+        process_receipt_contents(receipt, job, output_tokens if output_tokens is not None else ())
+    return receipt.worker
+
+
+class _Api:
+    """What both clients share: URLs, request bodies, model discovery."""
+
+    def __init__(self, base_url: str, api_key: str | None, timeout_s: float):
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        self.headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
+        self.timeout_s = timeout_s
+        self._model: str | None = None
+
+    def pick_model(self, models: list[dict]) -> str:
+        if len(models) != 1:
+            raise InvalidInput(f"the node serves {len(models)} models; pass model=")
+        return models[0]["id"]
+
+
+class Client(_Api):
+    """Synchronous client for one node (standard library HTTP)."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 600.0):
+        super().__init__(base_url, api_key, timeout_s)
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=self.headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise compute_error_from_body(exc.code, _json_or_none(exc.read())) from None
+        except urllib.error.URLError as exc:
+            raise VerillmError(f"cannot reach {self.base_url}: {exc.reason}") from None
+
+    def models(self) -> list[dict]:
+        """Return the node's /v1/models entries."""
+        return self._request("GET", "/v1/models")["data"]
+
+    def _model_name(self, model: str | None) -> str:
+        if model is None and self._model is None:
+            self._model = self.pick_model(self.models())
+        return model or self._model
+
+    def complete(self, prompt: str | None = None, *, tokens: Sequence[int] | None = None, model: str | None = None, **options) -> Completion:
+        """Complete a text prompt or token ids. Options: max_tokens, temperature, top_p, top_k, seed, audit."""
+        body = compute_completion_request(prompt, tokens, self._model_name(model), **options)
+        return parse_completion(self._request("POST", "/v1/completions", body), chat=False)
+
+    def chat(self, messages: Sequence[dict], *, model: str | None = None, **options) -> Completion:
+        """Chat completion with the model's own chat template. Options as for `complete`."""
+        body = compute_chat_request(messages, self._model_name(model), **options)
+        return parse_completion(self._request("POST", "/v1/chat/completions", body), chat=True)
+
+    def get_status(self, job_hash: bytes) -> dict:
+        """Return the node's status body for a job (status, receipt once done)."""
+        return self._request("GET", f"/v1/verillm/jobs/0x{job_hash.hex()}")
+
+
+class AsyncClient(_Api):
+    """Asynchronous client for one node (aiohttp); use as ``async with AsyncClient(url) as client``."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 600.0, session=None):
+        super().__init__(base_url, api_key, timeout_s)
+        self._session = session
+        self._owns_session = session is None
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the HTTP session if this client created it."""
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        try:
+            async with self._session.request(method, self.base_url + path, json=body, headers=self.headers) as response:
+                data = _json_or_none(await response.read())
+                if response.status >= 400:
+                    raise compute_error_from_body(response.status, data)
+                return data
+        except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+            raise VerillmError(f"cannot reach {self.base_url}: {exc!r}") from None
+
+    async def models(self) -> list[dict]:
+        """Return the node's /v1/models entries."""
+        return (await self._request("GET", "/v1/models"))["data"]
+
+    async def _model_name(self, model: str | None) -> str:
+        if model is None and self._model is None:
+            self._model = self.pick_model(await self.models())
+        return model or self._model
+
+    async def complete(self, prompt: str | None = None, *, tokens: Sequence[int] | None = None, model: str | None = None, **options) -> Completion:
+        """Complete a text prompt or token ids. Options: max_tokens, temperature, top_p, top_k, seed, audit."""
+        body = compute_completion_request(prompt, tokens, await self._model_name(model), **options)
+        return parse_completion(await self._request("POST", "/v1/completions", body), chat=False)
+
+    async def chat(self, messages: Sequence[dict], *, model: str | None = None, **options) -> Completion:
+        """Chat completion with the model's own chat template. Options as for `complete`."""
+        body = compute_chat_request(messages, await self._model_name(model), **options)
+        return parse_completion(await self._request("POST", "/v1/chat/completions", body), chat=True)
+
+    async def get_status(self, job_hash: bytes) -> dict:
+        """Return the node's status body for a job (status, receipt once done)."""
+        return await self._request("GET", f"/v1/verillm/jobs/0x{job_hash.hex()}")
+
+
+def _json_or_none(raw: bytes):
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
