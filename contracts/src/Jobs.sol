@@ -482,9 +482,12 @@ contract Jobs is EIP712, ReentrancyGuard {
         if (block.number <= r.verdictBlock + params.disputeWindowBlocks) revert TooEarly(r.verdictBlock + params.disputeWindowBlocks + 1);
         if (a.pendingContests != 0) revert ContestsPending(a.pendingContests);
         uint8 verdict = _verdictOf(a, r);
+        // Read before settling slashes anyone: the first round's majority as it was decided.
+        uint8 firstMajority = _majorityOf(rounds[auditId][0]);
         a.verdict = verdict;
         r.phase = AuditCodes.SETTLED;
         _settleParties(auditId, a, verdict);
+        _settleBond(a, verdict, firstMajority);
         _unlockAll(a);
         emit AuditSettled(auditId, verdict);
     }
@@ -512,7 +515,6 @@ contract Jobs is EIP712, ReentrancyGuard {
         }
         if (verdict == AuditCodes.PASS) _payFromPool(a.worker, params.auditFeeWei);
         _splitPot(pot, winners, winnerCount);
-        _settleBond(auditId, a, verdict);
     }
 
     /// @dev A member is slashed for a missed opening (the worker opened, it did not) or a vote
@@ -545,12 +547,12 @@ contract Jobs is EIP712, ReentrancyGuard {
         feePoolWei += pot - share * winnerCount;
     }
 
-    function _settleBond(uint256 auditId, Audit storage a, uint8 verdict) private {
+    function _settleBond(Audit storage a, uint8 verdict, uint8 firstMajority) private {
         if (a.round == 0 || a.escalationBondWei == 0) return;
         uint256 bond = a.escalationBondWei;
         a.escalationBondWei = 0;
         // The escalator wins when the larger committee overturns the first round's majority.
-        if (verdict != _majorityOf(rounds[auditId][0])) _credit(a.escalator, bond);
+        if (verdict != firstMajority) _credit(a.escalator, bond);
         else feePoolWei += bond;
     }
 

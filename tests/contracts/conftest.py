@@ -1,13 +1,23 @@
 """Contract fixtures: one real anvil process per session, one protocol deployment per module
 (`world`), rolled back to a snapshot after every test."""
 
+from pathlib import Path
+
 import pytest
 
 from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess, find_anvil_binary
+from verillm.chain.artifacts import ArtifactStore
 from verillm.errors import ConfigError
 
 from contract_scenario import World
+
+TEST_ARTIFACTS = Path(__file__).parent / "solidity" / "artifacts"  # node tests/contracts/solidity/compile.js
+
+
+def connect(anvil: AnvilProcess) -> RpcChain:
+    """A chain client that also knows the test-only contracts."""
+    return RpcChain(anvil.url, artifacts=ArtifactStore((TEST_ARTIFACTS,)))
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +34,7 @@ def contracts_anvil():
 @pytest.fixture(scope="module")
 def world_base(contracts_anvil):
     """A deployment with six registered nodes, shared by a module's tests."""
-    return World(RpcChain(contracts_anvil.url))
+    return World(connect(contracts_anvil))
 
 
 @pytest.fixture
