@@ -9,10 +9,10 @@ import torch
 from verillm.engine.base import Engine
 from verillm.engine.models import build_manifest, build_tiny_llama, TINY_COMMITTED_LAYERS
 from verillm.engine.torch_engine import TorchEngine, compute_greedy_flags
-from verillm.errors import InvalidInput, PromptTooLong
+from verillm.errors import ConfigError, InvalidInput, PromptTooLong
 from verillm.spec.commitment import compute_fingerprints, compute_projection
 from verillm.spec.job import compute_num_positions, compute_verification_job
-from verillm.spec.sampling import compute_sampled_token, compute_token_gaps
+from verillm.spec.sampling import compute_sample_and_gaps, compute_sampled_token, compute_scores, compute_token_gaps
 from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, SamplingParams
 
 SAMPLED = SamplingParams(temperature_milli=800, top_k=50, top_p_ppm=900_000, seed=7)
@@ -194,3 +194,24 @@ def test_admission_rejects_other_model_and_overlong_jobs(tiny_engine, tiny_promp
         tiny_engine.run([dataclasses.replace(job, max_new_tokens=tiny_engine.manifest.max_context_tokens)])
     with pytest.raises(InvalidInput, match="vocabulary"):
         tiny_engine.run([dataclasses.replace(job, input_tokens=(5, 5000))])
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(), SAMPLED, SamplingParams(temperature_milli=300, top_p_ppm=500_000, seed=2)])
+def test_one_pass_sampler_equals_the_spec_functions(sampling):
+    """The engine samples and flags sampled rows with compute_sample_and_gaps: same token, same gaps."""
+    logits = np.random.default_rng(1).standard_normal((20, 400)).astype(np.float32) * 3
+    for position, row in enumerate(logits):
+        tokens = [0, 5, int(np.argsort(row)[-60]), int(np.argmin(row))]  # in and outside the filters
+        token, gaps = compute_sample_and_gaps(row, sampling, position, tokens)
+        assert token == compute_sampled_token(row, sampling, position) == int(np.argmax(compute_scores(row, sampling, position)))
+        scores = compute_scores(row, sampling, position)
+        for t, gap in zip(tokens, gaps):
+            assert gap == (scores.max() - scores[t] if np.isfinite(scores[t]) else gap) and gap >= 0
+
+
+def test_engine_refuses_a_manifest_of_another_shape(tiny_model):
+    model, tokenizer, manifest = tiny_model
+    with pytest.raises(ConfigError, match="hidden, vocab, layers"):
+        TorchEngine(model, tokenizer, dataclasses.replace(manifest, num_layers=30))
+    with pytest.raises(ConfigError):
+        TorchEngine(model, tokenizer, manifest, max_batch_size=0)

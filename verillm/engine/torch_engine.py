@@ -20,9 +20,10 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from verillm.errors import ConfigError
 from verillm.spec.commitment import JobTrace, compute_projection
 from verillm.spec.job import compute_model_id, process_job_admission
-from verillm.spec.sampling import compute_sampled_token, compute_token_gaps, is_greedy
+from verillm.spec.sampling import compute_sample_and_gaps, compute_token_gaps, is_greedy
 from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, Job, ModelManifest
 
 # Rows of prompt positions whose logits are materialised at once (bounds memory: 256 × vocab).
@@ -77,6 +78,15 @@ def compute_fingerprints_torch(hidden: torch.Tensor, projection: torch.Tensor) -
     return (hidden @ projection) / norms
 
 
+def check_model_matches(model, manifest: ModelManifest) -> None:
+    """Raise ConfigError when ``model``'s shape is not the one ``manifest`` commits to."""
+    config = model.config
+    have = (config.hidden_size, config.vocab_size, config.num_hidden_layers)
+    want = (manifest.hidden_size, manifest.vocab_size, manifest.num_layers)
+    if have != want:
+        raise ConfigError(f"model has (hidden, vocab, layers) = {have}, manifest {manifest.name} says {want}")
+
+
 def get_layer_module(model: torch.nn.Module, hidden_index: int) -> torch.nn.Module:
     """Return the module whose output is hidden state ``hidden_index`` (HF output_hidden_states order)."""
     decoder = model.get_decoder()
@@ -89,9 +99,17 @@ def get_layer_module(model: torch.nn.Module, hidden_index: int) -> torch.nn.Modu
 
 
 class TorchEngine:
-    """Reference Engine over a transformers causal LM (Llama family), CPU or CUDA."""
+    """Reference Engine over a transformers causal LM (Llama family), CPU or CUDA.
+
+    One `run` at a time per engine (the hooks write into the engine); the node's queue
+    serialises calls. ``capture=False`` runs the same loop without hooks and flags and returns
+    traces with no fingerprints: only for measuring what capture costs.
+    """
 
     def __init__(self, model, tokenizer, manifest: ModelManifest, max_batch_size: int = 8, num_threads: int | None = None, capture: bool = True):
+        check_model_matches(model, manifest)
+        if max_batch_size < 1 or (num_threads is not None and num_threads < 1):
+            raise ConfigError(f"max_batch_size ({max_batch_size}) and num_threads ({num_threads}) must be at least 1")
         self.model = model
         self.tokenizer = tokenizer
         self.manifest = manifest
@@ -101,7 +119,8 @@ class TorchEngine:
         self.capture = capture
         self.device = next(model.parameters()).device
         self.margin_logits = manifest.token_margin_micrologits / 1_000_000
-        self.stop_ids = torch.tensor(manifest.stop_tokens, dtype=torch.long, device=self.device)
+        self.stop_list = list(manifest.stop_tokens)
+        self.stop_ids = torch.tensor(self.stop_list, dtype=torch.long, device=self.device)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else manifest.stop_tokens[0]
         self.projections = [
             torch.from_numpy(compute_projection(self.model_id, layer, manifest.hidden_size, manifest.fingerprint_dims)).to(self.device)
@@ -221,37 +240,40 @@ class TorchEngine:
         """Sample each row's next output token from its logits [B, V]; record it and its flags."""
         best, argmax = logits.max(dim=-1)  # first maximum on ties, as np.argmax
         chosen = argmax.tolist()
+        stop_gaps: list[list[float] | None] = [None] * len(rows)
         for b, row in enumerate(rows):
             if not is_greedy(row.job.sampling):
-                chosen[b] = compute_sampled_token(logits[b].cpu().numpy(), row.job.sampling, self._emit_position(row))
+                chosen[b], stop_gaps[b] = compute_sample_and_gaps(logits[b].cpu().numpy(), row.job.sampling, self._emit_position(row), self.stop_list)
         tokens = [self.force_token(row.job, len(row.outputs), token, logits[b]) for b, (row, token) in enumerate(zip(rows, chosen))]
         if self.capture:
             # One small device→host copy per step: each row's best logit and its stop-token logits.
+            # Python floats are float64, so best − logit below is the spec's float64 gap, exactly.
             table = torch.cat([best[:, None], logits.index_select(1, self.stop_ids)], dim=1).tolist()
             for b, row in enumerate(rows):
-                row.output_flags.append(self._emit_flags(row, logits[b], table[b], tokens[b], chosen[b]))
+                greedy_stop_gaps = [table[b][0] - s for s in table[b][1:]]
+                gaps = stop_gaps[b] if stop_gaps[b] is not None else greedy_stop_gaps
+                next_gap = 0.0 if tokens[b] == chosen[b] else self._forced_gap(row, logits[b], table[b][0], tokens[b])
+                row.output_flags.append(self._compute_flags(next_gap, gaps))
         for row, token in zip(rows, tokens):
             row.outputs.append(token)
 
     def _emit_position(self, row: _Row) -> int:
         return row.prompt_len - 1 + len(row.outputs)
 
-    def _emit_flags(self, row: _Row, logits: torch.Tensor, table: list[float], token: int, sampled: int) -> int:
-        """Flags at the position that emits ``token``; ``table`` = [best logit, stop-token logits...]."""
-        if not is_greedy(row.job.sampling):
-            return self._spec_flags(logits, row.job, self._emit_position(row), token)
-        # Python floats are float64: best − logit here is the spec's float64 gap, exactly.
-        best, stop_logits = table[0], table[1:]
-        next_gap = 0.0 if token == sampled else best - float(logits[token])
-        stop_flag = FLAG_STOP_WITHIN_MARGIN if any(best - s <= self.margin_logits for s in stop_logits) else 0
-        return (FLAG_NEXT_WITHIN_MARGIN if next_gap <= self.margin_logits else 0) | stop_flag
+    def _forced_gap(self, row: _Row, logits: torch.Tensor, best: float, token: int) -> float:
+        """Gap of a token that force_token put in place of the sampler's choice."""
+        if is_greedy(row.job.sampling):
+            return best - float(logits[token])
+        return compute_token_gaps(logits.cpu().numpy(), row.job.sampling, self._emit_position(row), [token])[0]
+
+    def _compute_flags(self, next_gap: float, stop_gaps: list[float]) -> int:
+        next_flag = FLAG_NEXT_WITHIN_MARGIN if next_gap <= self.margin_logits else 0
+        stop_flag = FLAG_STOP_WITHIN_MARGIN if any(g <= self.margin_logits for g in stop_gaps) else 0
+        return next_flag | stop_flag
 
     def _spec_flags(self, logits: torch.Tensor, job: Job, position: int, next_token: int) -> int:
-        stops = list(self.manifest.stop_tokens)
-        gaps = compute_token_gaps(logits.cpu().numpy(), job.sampling, position, [next_token] + stops)
-        next_flag = FLAG_NEXT_WITHIN_MARGIN if gaps[0] <= self.margin_logits else 0
-        stop_flag = FLAG_STOP_WITHIN_MARGIN if any(g <= self.margin_logits for g in gaps[1:]) else 0
-        return next_flag | stop_flag
+        gaps = compute_token_gaps(logits.cpu().numpy(), job.sampling, position, [next_token, *self.stop_list])
+        return self._compute_flags(gaps[0], gaps[1:])
 
     def _prompt_flags(self, rows: list[_Row], hidden: torch.Tensor, width: int) -> None:
         """Flags at every prompt position that predicts another prompt token (all but the last)."""
