@@ -1,0 +1,105 @@
+"""verillm.spec.settlement: conservation and fairness properties, and the arithmetic against
+Jobs.computeSlashSplit on a real anvil. Whole settlements are compared with the contract in
+tests/contracts/test_audit_flow.py and test_disputes.py."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from verillm.chain import RpcChain
+from verillm.chain.anvil import AnvilProcess, find_anvil_binary
+from verillm.chain.protocol import Protocol
+from verillm.errors import ConfigError
+from verillm.spec import settlement as s
+from verillm.spec.params import MAINNET, MINIMAL
+
+PRESET = MAINNET
+STAKE = 10**18
+
+members = st.builds(s.MemberRecord, node=st.sampled_from([f"m{i}" for i in range(12)]), posted=st.booleans(), opened=st.booleans(),
+                    vote=st.sampled_from([s.AGREE, s.DISAGREE]), slashed=st.booleans())
+
+
+def _unique(round_members):
+    seen, out = set(), []
+    for m in round_members:
+        if m.node not in seen:
+            seen.add(m.node)
+            out.append(m)
+    return tuple(out)
+
+
+audits = st.builds(
+    lambda r0, worker_opened, escalated, r1, worker_slashed: s.AuditRecord(
+        "w", (s.RoundRecord(True if escalated else worker_opened, _unique(r0)),) + ((s.RoundRecord(worker_opened, _unique(r1)),) if escalated else ()),
+        worker_slashed=worker_slashed, escalator="e" if escalated else None, escalation_bond_wei=PRESET.DISPUTE_BOND_WEI if escalated else 0),
+    st.lists(members, min_size=1, max_size=3), st.booleans(), st.booleans(), st.lists(members, min_size=1, max_size=5), st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(audit=audits, pool=st.integers(0, 10**17))
+def test_settlement_conserves_wei(audit, pool):
+    stakes = {f"m{i}": STAKE + i for i in range(12)} | {"w": 3 * STAKE}
+    out = s.compute_settlement(audit, stakes, pool, PRESET)
+    bond = audit.escalation_bond_wei
+    assert sum(out.slashed_wei.values()) + pool + bond == out.fee_pool_wei + sum(out.credits_wei.values())
+    assert out.fee_pool_wei >= 0 and all(v >= 0 for v in out.credits_wei.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(audit=audits)
+def test_an_honest_majority_never_slashes_the_worker(audit):
+    """If every counted vote agrees and the worker opened, nothing happens to the worker."""
+    final = audit.rounds[-1]
+    honest = s.AuditRecord(audit.worker, audit.rounds[:-1] + (s.RoundRecord(True, tuple(
+        s.MemberRecord(m.node, posted=True, opened=True, vote=s.AGREE) for m in final.members)),))
+    out = s.compute_settlement(honest, {"w": STAKE}, 10**18, PRESET)
+    assert out.verdict == s.PASS and "w" not in out.slashed_wei
+
+
+def test_cheat_is_slashed_and_rewards_split_among_the_majority():
+    members = tuple(s.MemberRecord(f"m{i}", vote=s.DISAGREE) for i in range(3))
+    out = s.compute_settlement(s.AuditRecord("w", (s.RoundRecord(True, members),)), {"w": 3 * STAKE}, 10**18, PRESET)
+    slashed = 3 * STAKE * PRESET.SLASH_FRACTION_BPS // 10_000
+    reward = slashed * PRESET.SLASH_REWARD_BPS // 10_000
+    assert out.verdict == s.FAIL and out.slashed_wei == {"w": slashed}
+    assert out.credits_wei == {f"m{i}": PRESET.AUDIT_FEE_WEI + reward // 3 for i in range(3)}
+
+
+def test_tie_slashes_nobody_for_votes_and_pays_the_voters():
+    members = (s.MemberRecord("a", vote=s.AGREE), s.MemberRecord("b", vote=s.DISAGREE), s.MemberRecord("c", opened=False, vote=s.NO_VOTE))
+    out = s.compute_settlement(s.AuditRecord("w", (s.RoundRecord(True, members),)), {"c": STAKE}, 10**18, PRESET)
+    assert out.verdict == s.TIE and set(out.slashed_wei) == {"c"}  # c missed its opening
+    assert set(out.credits_wei) == {"a", "b"}
+
+
+def test_escalation_bond_refunded_only_when_the_verdict_is_overturned():
+    first = s.RoundRecord(True, (s.MemberRecord("a", vote=s.DISAGREE), s.MemberRecord("b", vote=s.DISAGREE), s.MemberRecord("c")))
+    for second_vote, refunded in ((s.AGREE, True), (s.DISAGREE, False)):
+        second = s.RoundRecord(True, tuple(s.MemberRecord(f"x{i}", vote=second_vote) for i in range(5)))
+        audit = s.AuditRecord("w", (first, second), escalator="c", escalation_bond_wei=PRESET.DISPUTE_BOND_WEI)
+        out = s.compute_settlement(audit, {"w": STAKE, "a": STAKE, "b": STAKE, "c": STAKE}, 10**18, PRESET)
+        assert (out.credits_wei.get("c", 0) >= PRESET.DISPUTE_BOND_WEI) is refunded
+
+
+def test_pool_payments_are_capped_by_the_pool():
+    members = tuple(s.MemberRecord(f"m{i}") for i in range(3))
+    out = s.compute_settlement(s.AuditRecord("w", (s.RoundRecord(True, members),)), {}, PRESET.AUDIT_FEE_WEI + 1, PRESET)
+    assert sum(out.credits_wei.values()) == PRESET.AUDIT_FEE_WEI + 1 and out.fee_pool_wei == 0
+
+
+@pytest.fixture(scope="module")
+def protocol():
+    try:
+        find_anvil_binary()
+    except ConfigError:
+        pytest.skip("anvil not installed (npm ci --prefix contracts)")
+    with AnvilProcess() as anvil:
+        chain = RpcChain(anvil.url)
+        yield Protocol.deploy(chain, MINIMAL, chain.dev_accounts[0])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(amount=st.integers(0, 2**200))
+def test_slash_split_matches_jobs(protocol, amount):
+    assert tuple(protocol.jobs.call("computeSlashSplit", amount)) == s.compute_slash_split(amount, MINIMAL)
