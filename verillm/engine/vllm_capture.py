@@ -351,12 +351,18 @@ def collect_traces(worker, keys: list[str]) -> list[dict]:
 
 
 def load_weights(worker, weights: dict) -> bool:
-    """Load Hugging Face-named ``weights`` into this worker's model through vLLM's own loader."""
-    model = worker.model_runner.model
-    loaded = set(model.load_weights(iter(dict(weights).items())))
-    unloaded = {name for name, _ in model.named_parameters()} - loaded
-    if unloaded:
-        raise EngineError(f"vLLM kept its old values for {sorted(unloaded)[:5]}")
+    """Reload the model in place from Hugging Face-named ``weights`` ({name: [dtype, shape, raw bytes]})."""
+    tensors = {
+        name: torch.frombuffer(bytearray(raw), dtype=getattr(torch, dtype)).reshape(shape)
+        for name, (dtype, shape, raw) in dict(weights).items()
+    }
+    worker.reload_weights(weights_iterator=iter(tensors.items()))
+    return True
+
+
+def load_weights_from(worker, path: str) -> bool:
+    """Reload the model in place from the safetensors in folder ``path`` (vLLM's own loader)."""
+    worker.reload_weights(weights_path=path)
     return True
 
 

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from verillm.errors import ConfigError, EngineError
 from verillm.spec.commitment import JobTrace
@@ -145,8 +146,16 @@ class VllmEngine:
 
         The manifest does not change: used to put attacked weights into a running engine.
         """
-        weights = {name: tensor.detach().contiguous().cpu() for name, tensor in model.state_dict().items()}
+        # Raw bytes: vLLM's RPC encoder does not carry tensors through collective_rpc arguments.
+        weights = {
+            name: [str(tensor.dtype).removeprefix("torch."), list(tensor.shape), tensor.detach().contiguous().cpu().view(-1).view(torch.uint8).numpy().tobytes()]
+            for name, tensor in model.state_dict().items()
+        }
         self.llm.collective_rpc(self._capture_module.load_weights, args=(weights,))
+
+    def load_weights_from(self, model_dir: str | Path) -> None:
+        """Replace the weights in vLLM's worker by the safetensors in ``model_dir`` (manifest unchanged)."""
+        self.llm.collective_rpc(self._capture_module.load_weights_from, args=(str(model_dir),))
 
     def worker_info(self) -> dict:
         return self.llm.collective_rpc(self._capture_module.get_worker_info)[0]
