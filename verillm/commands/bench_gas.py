@@ -1,0 +1,163 @@
+"""`verillm bench gas`: the protocol's gas, measured on a real anvil.
+
+Starts anvil, deploys Registry/Jobs/Disputes with the chosen preset's money and committee
+parameters (windows are mined through), registers nodes, and walks one batch and one full
+audit with a dispute: every number is `gasUsed` from a mined receipt. Fingerprints are
+synthetic (the contracts see only leaves, roots and receipts); the opening size follows
+--prompt-tokens, --output-tokens, --layers and the preset's CHALLENGE_POSITIONS.
+"""
+
+import click
+import numpy as np
+from eth_account import Account
+
+from verillm.bench.tables import format_table, write_json
+from verillm.chain import RpcChain
+from verillm.chain.anvil import AnvilProcess
+from verillm.chain.protocol import OnchainModel, Protocol
+from verillm.spec import vrf
+from verillm.spec.challenge import compute_challenge, compute_opened_cells
+from verillm.spec.commitment import JobTrace, compute_commitment, compute_opening
+from verillm.spec.hashing import keccak256
+from verillm.spec.params import get_preset
+from verillm.spec.receipt import SigningDomain, compute_receipt_hash, sign_receipt
+from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, Receipt, SamplingParams
+
+MODEL_ID = keccak256(b"verillm gas bench model")
+NODES = 11  # a worker, a committee of 3 and a fresh escalation committee of up to 7
+
+
+class GasRun:
+    """One deployment and the parties of one audit."""
+
+    def __init__(self, chain, preset, layers: tuple[int, ...], prompt: int, output: int):
+        self.chain, self.preset, self.layers, self.prompt, self.output = chain, preset, layers, prompt, output
+        self.owner = chain.dev_accounts[0]
+        self.protocol = Protocol.deploy(chain, preset, self.owner)
+        model = OnchainModel(MODEL_ID, layers, preset.FINGERPRINT_DIMS, (50_000,) * len(layers), (30_000,) * len(layers), 8)
+        self.protocol.add_model(self.owner, model)
+        self.domain = SigningDomain(chain.chain_id, bytes.fromhex(self.protocol.jobs.address[2:]))
+        self.nodes = []
+        for i in range(NODES):
+            account = chain.dev_accounts[1 + i] if i < 9 else self._funded(i)
+            self.nodes.append((account, vrf.derive_secret_key(bytes([i + 1]) * 32)))
+        self.gas = {}
+
+    def _funded(self, i: int):
+        account = Account.from_key(keccak256(b"gas bench node" + bytes([i])))
+        self.chain.transfer(self.owner, account.address, 10 * self.preset.MIN_STAKE_WEI)
+        return account
+
+    def register_all(self) -> None:
+        for i, (account, key) in enumerate(self.nodes):
+            tx = self.protocol.register(account, key, f"https://node{i}.example", [MODEL_ID], 2 * self.preset.MIN_STAKE_WEI)
+            self.gas.setdefault("register", tx.gas_used)
+
+    def party(self, index: int, positions: int, max_new: int, noise_seed: int):
+        base = np.random.default_rng(7).standard_normal((self.prompt + self.output, len(self.layers), self.preset.FINGERPRINT_DIMS))
+        jitter = np.random.default_rng(noise_seed).standard_normal(base.shape) * 1e-7
+        trace = JobTrace(tuple(range(self.output)), (base + jitter)[:positions].astype(np.float32),
+                         np.full(positions, FLAG_NEXT_WITHIN_MARGIN, dtype=np.uint8))
+        commitment = compute_commitment(trace, self.layers)
+        account = self.nodes[index][0]
+        receipt = Receipt(keccak256(b"job" + bytes([index])), MODEL_ID, b"\x01" * 32, b"\x02" * 32, SamplingParams(), max_new,
+                          commitment.root, positions, bytes.fromhex(account.address[2:]), b"\x00" * 65)
+        return trace, commitment, sign_receipt(receipt, account.key, self.domain)
+
+    def mine_past(self, blocks: int) -> None:
+        self.chain.mine(blocks + 1)
+
+
+def _measure_batch(run: GasRun, batch_size: int, worker_receipt) -> tuple[object, dict]:
+    """Post a batch of ``batch_size`` receipts (the worker's first) and draw it. A batch is
+    posted once before, so the figures are the steady state (the contract's first batch also
+    pays for creating its counters: reported as post_batch_first)."""
+    hashes = [compute_receipt_hash(worker_receipt)] + [keccak256(b"receipt%d" % i) for i in range(1, batch_size)]
+    dispatcher, key = run.nodes[1]
+    first = run.protocol.post_batch(dispatcher, [keccak256(b"warm-up")] * batch_size)
+    run.gas["post_batch_first"] = first.gas_used
+    posted = run.protocol.post_batch(dispatcher, hashes)
+    run.mine_past(run.preset.AUDIT_DRAW_DELAY_BLOCKS)
+    drawn = run.protocol.draw_audit(dispatcher, posted.value.batch_id, key)
+    return posted.value, {"post_batch": posted.gas_used, "audit_draw": drawn.gas_used}
+
+
+def _cells(run: GasRun, audit_id: int, positions: int):
+    seed = run.protocol.get_audit(audit_id).challenge_seed
+    challenge = compute_challenge(seed, run.prompt, run.output, run.layers, run.preset.CHALLENGE_POSITIONS)
+    return compute_opened_cells(challenge, positions)
+
+
+def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, layers: tuple[int, ...]) -> dict:
+    """Walk a batch and an audit with a dispute on a fresh anvil; return gas per step."""
+    preset = get_preset(preset_name)
+    with AnvilProcess() as anvil:
+        run = GasRun(RpcChain(anvil.url), preset, layers, prompt, output)
+        run.register_all()
+        w_trace, w_commit, w_receipt = run.party(0, prompt + output - 1, output, 0)
+        batch, gas = _measure_batch(run, batch_size, w_receipt)
+        run.gas.update(gas)
+        fee = 0 if run.protocol.is_audited(batch.batch_id, 0) else preset.COMMITTEE_SIZE * preset.AUDIT_FEE_WEI
+        tx = run.protocol.start_audit(run.nodes[1][0], batch.batch_id, 0, w_receipt, batch.levels, output, fee)
+        audit_id, run.gas["start_audit"] = tx.value, tx.gas_used
+        committee = run.protocol.get_committee(audit_id, 0)
+        index_of = {a.address: i for i, (a, _) in enumerate(run.nodes)}
+        members = [run.party(index_of[m], prompt + output, 1, 1 + slot) for slot, m in enumerate(committee)]
+        for slot, (_, _, receipt) in enumerate(members):
+            run.gas["committee_receipt"] = run.protocol.post_committee_receipt(run.owner, audit_id, slot, receipt).gas_used
+        run.mine_past(preset.AUDIT_DRAW_DELAY_BLOCKS)
+        run.gas["draw_challenge"] = run.protocol.draw_challenge(run.owner, audit_id).gas_used
+        worker_opening = compute_opening(w_trace, w_commit, _cells(run, audit_id, prompt + output - 1))
+        run.gas["open"] = run.protocol.open(run.nodes[0][0], audit_id, worker_opening).gas_used
+        openings = []
+        for slot, (trace, commitment, _) in enumerate(members):
+            openings.append(compute_opening(trace, commitment, _cells(run, audit_id, prompt + output)))
+            account = run.nodes[index_of[committee[slot]]][0]
+            # member 0 votes against its own data, so the dispute below has a fault to find
+            run.gas["open_and_vote"] = run.protocol.open_and_vote(account, audit_id, slot, openings[-1], slot != 0).gas_used
+        run.gas["verdict"] = run.protocol.verdict(run.owner, audit_id).gas_used
+        run.gas["dispute"] = run.protocol.adjudicate(run.owner, audit_id, 0, 1, worker_opening, openings[0]).gas_used
+        _measure_contest(run, audit_id, worker_opening)
+        run.gas["escalate"] = run.protocol.escalate(run.owner, audit_id).gas_used
+        run.mine_past(preset.AUDIT_DRAW_DELAY_BLOCKS)
+        run.gas["draw_escalation"] = run.protocol.draw_escalation(run.owner, audit_id).gas_used
+        return _report(run, preset, batch_size, prompt, output, len(worker_opening.leaves))
+
+
+def _measure_contest(run: GasRun, audit_id: int, worker_opening) -> None:
+    """A contest of two of the worker's cells, answered with their proofs."""
+    cells = [(i.leaf.position, i.leaf.layer) for i in worker_opening.leaves[:2]]
+    contest = run.protocol.contest(run.owner, audit_id, 0, 0, cells)
+    run.gas["contest"] = contest.gas_used
+    run.gas["answer_contest"] = run.protocol.answer_contest(run.nodes[0][0], contest.value, cells, worker_opening).gas_used
+
+
+def _report(run: GasRun, preset, batch_size: int, prompt: int, output: int, cells: int) -> dict:
+    g = run.gas
+    audited = (g["start_audit"] + preset.COMMITTEE_SIZE * (g["committee_receipt"] + g["open_and_vote"]) + g["draw_challenge"]
+               + g["open"] + g["verdict"])
+    return {
+        "register": g["register"], "post_batch": g["post_batch"], "post_batch_jobs": batch_size,
+        "per_job_amortized": (g["post_batch"] + g["audit_draw"]) // batch_size, "audit_draw": g["audit_draw"],
+        "post_batch_first": g["post_batch_first"],
+        "open": g["open"], "verdict": g["verdict"], "dispute": g["dispute"],
+        "start_audit": g["start_audit"], "committee_receipt": g["committee_receipt"], "draw_challenge": g["draw_challenge"], "open_and_vote": g["open_and_vote"],
+        "contest": g["contest"], "answer_contest": g["answer_contest"], "escalate": g["escalate"],
+        "draw_escalation": g["draw_escalation"], "audited_path_total": audited,
+        "preset": preset.name, "committee_size": preset.COMMITTEE_SIZE, "prompt_tokens": prompt, "output_tokens": output,
+        "committed_layers": len(run.layers), "fingerprint_dims": preset.FINGERPRINT_DIMS, "worker_opened_cells": cells,
+    }
+
+
+@click.command()
+@click.option("--preset", "preset_name", default="mainnet", show_default=True)
+@click.option("--batch-size", type=int, default=128, show_default=True, help="Receipts per batch (≤ MAX_BATCH_RECEIPTS).")
+@click.option("--prompt-tokens", type=int, default=64, show_default=True)
+@click.option("--output-tokens", type=int, default=64, show_default=True)
+@click.option("--layers", default="1,4,10,16,22,28,30", show_default=True, help="Committed layers (SmolLM2's set by default).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def gas(preset_name, batch_size, prompt_tokens, output_tokens, layers, json_path):
+    """Gas of every protocol step on anvil, and the amortized cost per job."""
+    report = measure_gas(preset_name, batch_size, prompt_tokens, output_tokens, tuple(int(x) for x in layers.split(",")))
+    click.echo(format_table(["step", "gas"], [[k, v] for k, v in report.items()]))
+    write_json(json_path, report)
