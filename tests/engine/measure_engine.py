@@ -33,10 +33,13 @@ def build_engines(name: str, dtype: str, threads: int):
     return [TorchEngine(model, tokenizer, manifest, num_threads=threads, capture=capture) for capture in (True, False)]
 
 
+SAMPLING = SamplingParams()
+
+
 def make_job(engine, prompt_len: int, new_tokens: int) -> Job:
     rng = np.random.default_rng(0)
     tokens = tuple(int(t) for t in rng.integers(4, engine.manifest.vocab_size - 1, prompt_len))
-    return Job(model_id=engine.model_id, input_tokens=tokens, sampling=SamplingParams(), max_new_tokens=new_tokens, nonce=b"\x00" * 32)
+    return Job(model_id=engine.model_id, input_tokens=tokens, sampling=SAMPLING, max_new_tokens=new_tokens, nonce=b"\x00" * 32)
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -87,19 +90,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: process CPU time, steadier on a shared box with --threads 1")
+    parser.add_argument("--temperature-milli", type=int, default=0, help="0 = greedy; > 0 samples with top-k 50")
+    global CLOCK, SAMPLING
     args = parser.parse_args()
-    global CLOCK
     CLOCK = CLOCKS[args.clock]
+    if args.temperature_milli:
+        SAMPLING = SamplingParams(temperature_milli=args.temperature_milli, top_k=50, seed=1)
     results = []
     for dtype in args.dtypes.split(","):
         engines = build_engines(args.model, dtype, args.threads)
-        row = {"model": args.model, "dtype": dtype, "prompt": args.prompt, "new": args.new, "threads": args.threads, "clock": args.clock}
+        row = {"model": args.model, "dtype": dtype, "prompt": args.prompt, "new": args.new, "threads": args.threads, "clock": args.clock, "temperature_milli": args.temperature_milli}
         row.update(measure_speed(engines, args.prompt, args.new, args.repeats))
         row["decode_vs_prefill_max_abs_df"] = dict(zip(map(str, engines[0].manifest.committed_layers), measure_noise(engines[0], args.prompt, args.new)))
         results.append(row)
     for row in results:
         print(
-            f"{row['model']:8} {row['dtype']:9} P={row['prompt']} N={row['new']} threads={row['threads']} clock={row['clock']}  "
+            f"{row['model']:8} {row['dtype']:9} P={row['prompt']} N={row['new']} threads={row['threads']} clock={row['clock']} T={row['temperature_milli']}m  "
             f"prefill {row['prefill_s'] * 1000:.1f} ms (no capture {row['prefill_no_capture_s'] * 1000:.1f})  "
             f"decode {row['decode_ms_per_token']:.2f} ms/tok (no capture {row['decode_no_capture_ms_per_token']:.2f})  "
             f"overhead decode {100 * row['decode_capture_overhead']:.1f}% end-to-end {100 * row['end_to_end_capture_overhead']:.1f}%  "

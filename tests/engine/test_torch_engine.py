@@ -215,3 +215,12 @@ def test_engine_refuses_a_manifest_of_another_shape(tiny_model):
         TorchEngine(model, tokenizer, dataclasses.replace(manifest, num_layers=30))
     with pytest.raises(ConfigError):
         TorchEngine(model, tokenizer, manifest, max_batch_size=0)
+
+
+def test_one_token_prompts_alone_and_in_a_batch(tiny_engine, tiny_prompts, make_job):
+    short = make_job(tiny_engine, (7,), max_new_tokens=4)
+    alone = tiny_engine.run([short])[0]
+    together = tiny_engine.run([short, make_job(tiny_engine, tiny_prompts[0], max_new_tokens=2)])[0]
+    assert alone.fingerprints.shape == (4, 3, 1) and alone.flags.shape == (4,)
+    assert alone.output_tokens == together.output_tokens
+    assert np.abs(alone.fingerprints - together.fingerprints).max() < FP32_BAND
