@@ -18,6 +18,7 @@ from verillm.spec.receipt import SigningDomain
 from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_STORE, APP_WORKER
 from verillm.node.config import NodeConfig
 from verillm.node.dispatch import LocalDispatcher
+from verillm.node.dispatcher.service import network_dispatcher_context, setup_dispatcher_routes
 from verillm.node.engines import ServedModel, build_served_model
 from verillm.node.keys import load_node_key
 from verillm.node.metrics import NodeMetrics
@@ -42,6 +43,7 @@ def create_app(config: NodeConfig, served: ServedModel | None = None) -> web.App
     app.cleanup_ctx.append(worker_context)
     app.cleanup_ctx.append(dispatcher_context)
     setup_routes(app)
+    setup_dispatcher_routes(app)  # GET /v1/verillm/audits/{job_hash} (node/dispatcher/)
     return app
 
 
@@ -86,6 +88,10 @@ async def worker_context(app: web.Application):
 
 async def dispatcher_context(app: web.Application):
     """Install the dispatcher role (local: every job runs on this node's worker)."""
+    if app[APP_CONFIG].dispatcher.enabled:  # routing dispatcher + audit scheduler + chain watcher (node/dispatcher/)
+        async for _ in network_dispatcher_context(app):
+            yield
+        return
     app[APP_DISPATCHER] = LocalDispatcher(app[APP_WORKER], app[APP_STORE])
     yield
 

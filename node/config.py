@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verillm.errors import ConfigError
+from verillm.node.dispatcher.config import DispatcherConfig  # the [dispatcher] section (node/dispatcher/)
 
 ENV_PREFIX = "VERILLM_"
 
@@ -142,6 +143,8 @@ class NodeConfig:
     """Per-request limits."""
     auth: AuthConfig = field(default_factory=AuthConfig)
     """Node-to-node authentication."""
+    dispatcher: DispatcherConfig = field(default_factory=DispatcherConfig)
+    """Routing dispatcher, audit scheduler and chain watcher (node/dispatcher/)."""
 
 
 SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(NodeConfig)}

@@ -114,7 +114,10 @@ def _run_script(db: Database, script: str) -> None:
         raise ValueError(f"migration script ends with an incomplete statement: {statement[:80]!r}")
 
 
-MIGRATIONS = (migrate_1_worker_tables, migrate_2_dispatcher_tables)
+# Migration 3 belongs to the dispatcher role's audit scheduler and chain watcher (node/dispatcher/schema.py).
+from verillm.node.dispatcher.schema import migrate_3_dispatcher_audit_tables  # noqa: E402
+
+MIGRATIONS = (migrate_1_worker_tables, migrate_2_dispatcher_tables, migrate_3_dispatcher_audit_tables)
 
 
 def get_schema_version(db: Database) -> int:

@@ -1,0 +1,136 @@
+"""Receipt batches, the audit draw and audit starts (DESIGN §4 steps 1–2).
+
+    posting  the batch row and its leaf indices are written, then `Jobs.postBatch(root, count)`
+    posted   once the seed block (posted + AUDIT_DRAW_DELAY_BLOCKS) is mined: `drawAudit` with
+             this node's BLS-VRF proof over keccak(0x13 ‖ root ‖ blockhash(seed block))
+    drawn    every job the VRF output selects, or whose client asked for an audit, gets
+             `startAudit` (receipt, Merkle proof into the batch, output length); the contract
+             draws the committee from the VRF output
+    started  every selected job has its audit id (`dispatch_audits`)
+
+A batch is posted when `batch_max_receipts` receipts wait or the oldest has waited
+`batch_max_wait_s`. A restart finds a batch still 'posting' and looks for its BatchPosted
+event before posting again, so a root is never posted twice.
+"""
+
+import logging
+import time
+
+from verillm.spec import audit as spec_audit
+from verillm.spec.receipt import compute_receipt_hash
+
+from verillm.node.dispatcher.chainio import ChainIO, is_revert
+from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.metrics import NodeMetrics
+
+log = logging.getLogger(__name__)
+
+
+class BatchScheduler:
+    """Posts this dispatcher's receipt batches, draws them and starts the audits they select."""
+
+    def __init__(self, chainio: ChainIO, tables: DispatcherTables, metrics: NodeMetrics, vrf_secret_key: int,
+                 max_receipts: int, max_wait_s: float):
+        self.chainio, self.tables, self.metrics = chainio, tables, metrics
+        self.vrf_secret_key = vrf_secret_key
+        self.max_receipts = min(max_receipts, chainio.params["maxBatchReceipts"])
+        self.max_wait_s = max_wait_s
+
+    # --- posting ------------------------------------------------------------------------------
+
+    def is_batch_due(self) -> bool:
+        """Return whether waiting receipts should be posted now."""
+        oldest = self.tables.get_oldest_unbatched_at()
+        if oldest is None:
+            return False
+        waiting = len(self.tables.get_unbatched_jobs(self.max_receipts))
+        return waiting >= self.max_receipts or time.time() - oldest >= self.max_wait_s
+
+    def create_batch(self) -> int:
+        """Give the oldest waiting receipts their leaf indices in a new batch row; return it."""
+        jobs = self.tables.get_unbatched_jobs(self.max_receipts)
+        hashes = [compute_receipt_hash(j.receipt) for j in jobs]
+        root = spec_audit.compute_batch_levels(hashes)[-1][0]
+        return self.tables.insert_batch(root, [j.job_hash for j in jobs])
+
+    async def post_batch(self, row: int) -> None:
+        """Post a 'posting' batch (after checking a previous run did not already post it)."""
+        batch = self.tables.get_batch(row)
+        found = self._find_posted(batch)
+        if found is None:
+            receipts = [compute_receipt_hash(j.receipt) for j in self.tables.get_batch_jobs(row)]
+            tx = await self.chainio.send("post_batch", receipts)
+            found = (tx.value.batch_id, tx.receipt["blockNumber"])
+        self.tables.update_batch(row, status="posted", batch_id=found[0], posted_block=found[1])
+        log.info("batch row %d posted as batch %d (%d receipts)", row, found[0], batch["count"])
+
+    def _find_posted(self, batch: dict) -> tuple[int, int] | None:
+        me = "0x" + self.chainio.address.hex()
+        for event in self.tables.get_events("BatchPosted"):
+            args = event["args"]
+            if args["dispatcher"].lower() == me and args["root"] == "0x" + batch["root"]:
+                return args["batchId"], event["block_number"]
+        return None
+
+    # --- the draw -----------------------------------------------------------------------------
+
+    async def advance_posted(self, batch: dict, head: int) -> None:
+        """Draw the batch once its seed block is mined (and before the draw window closes)."""
+        delay, window = self.chainio.params["auditDrawDelayBlocks"], self.chainio.params["drawWindowBlocks"]
+        seed_block = batch["posted_block"] + delay
+        if head <= seed_block:
+            return
+        on_chain = await self.chainio.read(self.chainio.protocol.jobs.call, "getBatch", batch["batch_id"])
+        if on_chain[5] == 0 and head > seed_block + window:
+            self.tables.update_batch(batch["id"], status="missed", error=f"draw window closed at block {seed_block + window}")
+            log.error("batch %d: missed its draw window; the dispatcher is slashable", batch["batch_id"])
+            return
+        if on_chain[5] == 0:
+            try:
+                await self.chainio.send("draw_audit", batch["batch_id"], self.vrf_secret_key, batch_id=batch["batch_id"])
+            except Exception as exc:
+                if not is_revert(exc, "AlreadyDrawn"):
+                    raise
+            on_chain = await self.chainio.read(self.chainio.protocol.jobs.call, "getBatch", batch["batch_id"])
+        self.tables.update_batch(batch["id"], status="drawn", beta=bytes(on_chain[4]).hex())
+        for job in self.tables.get_batch_jobs(batch["id"]):
+            selected = spec_audit.is_audited(bytes(on_chain[4]), job.batch_index, self.chainio.params["auditRateBps"])
+            self.metrics.audit_draws.labels(selected="true" if selected else "false").inc()
+
+    # --- audit starts -------------------------------------------------------------------------
+
+    def get_selection(self, batch: dict) -> list:
+        """Return the batch's jobs that need an audit: drawn by the VRF or requested by the client."""
+        beta, rate = bytes.fromhex(batch["beta"]), self.chainio.params["auditRateBps"]
+        jobs = self.tables.get_batch_jobs(batch["id"])
+        return [(j, not spec_audit.is_audited(beta, j.batch_index, rate)) for j in jobs
+                if j.audit_requested or spec_audit.is_audited(beta, j.batch_index, rate)]
+
+    async def advance_drawn(self, batch: dict) -> None:
+        """Start every selected audit not started yet; mark the batch started when all are."""
+        for job, requested in self.get_selection(batch):
+            if self.tables.get_audit_for_leaf(batch["id"], job.batch_index) is None:
+                await self.start_audit(batch, job, requested)
+        self.tables.update_batch(batch["id"], status="started")
+
+    async def start_audit(self, batch: dict, job, requested: bool) -> None:
+        levels = spec_audit.compute_batch_levels([compute_receipt_hash(j.receipt) for j in self.tables.get_batch_jobs(batch["id"])])
+        fee = self.chainio.params["committeeSize"] * self.chainio.params["auditFeeWei"] if requested else 0
+        try:
+            tx = await self.chainio.send("start_audit", batch["batch_id"], job.batch_index, job.receipt, levels,
+                                         len(job.output_tokens), value_wei=fee, batch_id=batch["batch_id"])
+            audit_id = tx.value
+        except Exception as exc:
+            if not is_revert(exc, "AlreadyHandled", "ReceiptReplayed"):
+                raise
+            audit_id = self._find_started(batch["batch_id"], job.batch_index)
+            if audit_id is None:
+                return  # started by a previous run; its event is not recorded yet
+        self.tables.insert_audit(audit_id, job.job_hash, batch["id"], job.batch_index, requested)
+        log.info("audit %d started for job 0x%s (batch %d #%d)", audit_id, job.job_hash.hex(), batch["batch_id"], job.batch_index)
+
+    def _find_started(self, batch_id: int, index: int) -> int | None:
+        for event in self.tables.get_events("AuditStarted"):
+            if event["args"]["batchId"] == batch_id and event["args"]["index"] == index:
+                return event["audit_id"]
+        return None

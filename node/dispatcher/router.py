@@ -1,0 +1,157 @@
+"""Routing client jobs to registered workers: the `Dispatcher` of a networked node.
+
+Workers come from the Registry: the active nodes serving the job's model (this node
+included), with the endpoints they registered. Jobs go round-robin, as signed envelopes over
+the native job API (`PeerClient`), or straight to this node's own worker. A worker's answer is
+kept only if its receipt is signed by that worker for this deployment and binds the job and
+the output; a worker that cannot be reached, fails the job or answers with a bad receipt is
+skipped and the job goes to the next one. A kept answer is durable (`dispatch_jobs`) before
+it is returned: the batcher posts its receipt and the audit scheduler may audit it.
+"""
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+import aiohttp
+
+from verillm.client import process_receipt_contents
+from verillm.errors import EngineError, InvalidProof, InvalidSignature, QueueFull, VerillmError
+from verillm.spec.job import compute_job_hash
+from verillm.spec.receipt import SigningDomain, process_receipt_signature
+from verillm.spec.types import Job, Receipt
+
+from verillm.node.dispatcher.chainio import ChainIO
+from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.keys import NodeKey
+from verillm.node.peer import PeerClient
+from verillm.node.store import Store
+from verillm.node.worker import JobResult, Worker
+
+log = logging.getLogger(__name__)
+
+# Failures after which the next worker gets the job: the worker is down, overloaded, broken,
+# or answered with a receipt that does not hold.
+RETRYABLE = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, QueueFull, EngineError, InvalidSignature, InvalidProof)
+
+
+class NoWorkers(QueueFull):
+    """Too few registered workers serve the model for its jobs to be audited."""
+
+    code = "no_workers"
+
+
+@dataclass(frozen=True)
+class WorkerEntry:
+    """An active registered node serving a model."""
+
+    address: bytes
+    url: str
+    stake_wei: int
+
+
+class RegistryView:
+    """The Registry's active workers for one model, refreshed at most every ``refresh_s``."""
+
+    def __init__(self, chainio: ChainIO, model_id: bytes, refresh_s: float):
+        self.chainio, self.model_id, self.refresh_s = chainio, model_id, refresh_s
+        self.workers: list[WorkerEntry] = []
+        self.refreshed_at = 0.0
+        self._lock = asyncio.Lock()
+
+    async def refresh(self, force: bool = False) -> list[WorkerEntry]:
+        async with self._lock:
+            if force or time.monotonic() - self.refreshed_at >= self.refresh_s:
+                self.workers = await self.chainio.read(self._fetch)
+                self.refreshed_at = time.monotonic()
+        return self.workers
+
+    def _fetch(self) -> list[WorkerEntry]:
+        protocol = self.chainio.protocol
+        addresses, stakes = protocol.get_model_nodes(self.model_id)
+        return [WorkerEntry(bytes.fromhex(a[2:]), protocol.get_node(a)["endpoint"], s) for a, s in zip(addresses, stakes)]
+
+    async def get_endpoint(self, address: bytes) -> str:
+        """Return a node's registered endpoint (registered nodes only; active or not)."""
+        for entry in self.workers:
+            if entry.address == address:
+                return entry.url
+        node = await self.chainio.read(self.chainio.protocol.get_node, "0x" + address.hex())
+        return node["endpoint"]
+
+
+def process_worker_receipt(receipt: Receipt, job: Job, output_tokens, worker: bytes, domain: SigningDomain) -> None:
+    """Check a worker's answer: signed by ``worker`` for this deployment, about this job and output."""
+    if receipt.worker != worker:
+        raise InvalidSignature(f"receipt names worker 0x{receipt.worker.hex()}, the job went to 0x{worker.hex()}")
+    process_receipt_signature(receipt, domain)
+    process_receipt_contents(receipt, job, output_tokens)
+    if not output_tokens:
+        raise InvalidProof("the worker returned no output token")
+
+
+class NetworkDispatcher:
+    """Routes client jobs to the Registry's workers and records what it dispatched."""
+
+    def __init__(self, worker: Worker, store: Store, tables: DispatcherTables, view: RegistryView, key: NodeKey,
+                 domain: SigningDomain, session: aiohttp.ClientSession, committee_size: int):
+        self.worker, self.store, self.tables, self.view = worker, store, tables, view
+        self.key, self.domain, self.session = key, domain, session
+        self.committee_size = committee_size
+        self._next = 0
+
+    def process_admission(self, job: Job) -> None:
+        """Check the job fits the model and limits, and enough workers exist to audit it."""
+        self.worker.process_admission(job)
+        needed = self.committee_size + 1
+        if len(self.view.workers) < needed:
+            raise NoWorkers(f"{len(self.view.workers)} active workers serve this model; an audited job needs {needed} (worker + committee)")
+
+    async def dispatch(self, job: Job, audit_requested: bool) -> JobResult:
+        """Run ``job`` on the next worker that answers with a valid receipt; keep the result."""
+        self.process_admission(job)
+        job_hash = compute_job_hash(job)
+        known = self.tables.get_dispatched_job(job_hash)
+        if known is not None:
+            return JobResult(job_hash, known.job, known.receipt, known.output_tokens)
+        failures = []
+        for entry in self._rotation():
+            try:
+                output_tokens, receipt = await self.run_on(entry.address, entry.url, job)
+            except RETRYABLE as exc:
+                log.warning("worker 0x%s (%s) failed job 0x%s: %s", entry.address.hex(), entry.url, job_hash.hex(), exc)
+                failures.append(f"0x{entry.address.hex()}: {exc}")
+                continue
+            self._keep(job_hash, job, entry, output_tokens, receipt, audit_requested)
+            return JobResult(job_hash, job, receipt, output_tokens)
+        raise EngineError(f"no worker completed job 0x{job_hash.hex()}: " + "; ".join(failures))
+
+    def _rotation(self) -> list[WorkerEntry]:
+        workers = list(self.view.workers)
+        start = self._next % len(workers)
+        self._next += 1
+        return workers[start:] + workers[:start]
+
+    def _keep(self, job_hash: bytes, job: Job, entry: WorkerEntry, output_tokens, receipt: Receipt, audit_requested: bool) -> None:
+        url = "" if entry.address == self.key.address else entry.url
+        self.store.insert_dispatched(job_hash, entry.address, url, audit_requested)
+        self.tables.insert_dispatched_job(job_hash, job, entry.address, url, output_tokens, receipt, audit_requested)
+
+    async def run_on(self, address: bytes, url: str, job: Job) -> tuple[tuple[int, ...], Receipt]:
+        """Run ``job`` on the node at ``address`` (this one: its own worker); check and return its answer."""
+        if address == self.key.address:
+            result = await self.worker.process_job(job)
+            output_tokens, receipt = tuple(result.output_tokens), result.receipt
+        else:
+            reply = await PeerClient(url, self.key, self.session).submit_job(job)
+            output_tokens, receipt = tuple(reply.output_tokens), reply.receipt
+        process_worker_receipt(receipt, job, output_tokens, address, self.domain)
+        return output_tokens, receipt
+
+    async def fetch_opening(self, address: bytes, url: str, job_hash: bytes, challenge):
+        """Ask the node that ran ``job_hash`` for this job (sent by this node) to open a challenge."""
+        if address == self.key.address:
+            return await self.worker.process_opening(job_hash, self.key.address, challenge=challenge)
+        return await PeerClient(url, self.key, self.session).request_opening(job_hash, challenge=challenge)
+

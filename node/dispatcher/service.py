@@ -1,0 +1,103 @@
+"""Wiring the networked dispatcher role into the node's aiohttp app.
+
+`node/app.py` calls `network_dispatcher_context` instead of installing the `LocalDispatcher`
+when ``[dispatcher] enabled = true``, and `setup_dispatcher_routes` once at build time. The
+context connects to the chain, checks the deployment against the node's signing domain,
+installs `NetworkDispatcher` under APP_DISPATCHER and runs the `ChainWatcher` until cleanup.
+"""
+
+import asyncio
+import logging
+
+import aiohttp
+from aiohttp import web
+
+from verillm.chain.deploy import Deployment
+from verillm.errors import ConfigError, NotFound
+
+from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_KEY, APP_METRICS, APP_DOMAIN, APP_STORE, APP_WORKER
+from verillm.node.dispatcher.batches import BatchScheduler
+from verillm.node.dispatcher.chainio import ChainIO, compute_vrf_secret_key
+from verillm.node.dispatcher.duties import PartyDuties, PartyFaults
+from verillm.node.dispatcher.judging import AuditDriver
+from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView
+from verillm.node.dispatcher.status import compute_job_status
+from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.dispatcher.tasks import KeyedTasks
+from verillm.node.dispatcher.watcher import ChainWatcher
+from verillm.node.wire import from_hex
+
+log = logging.getLogger(__name__)
+
+
+class DispatchService:
+    """Everything the networked dispatcher role runs, for the status route and tests."""
+
+    def __init__(self, chainio: ChainIO, tables: DispatcherTables, router: NetworkDispatcher, watcher: ChainWatcher, tasks: KeyedTasks):
+        self.chainio, self.tables, self.router, self.watcher, self.tasks = chainio, tables, router, watcher, tasks
+
+
+APP_FAULTS = web.AppKey("dispatcher_faults", PartyFaults)
+APP_SERVICE = web.AppKey("dispatcher_service", DispatchService)
+
+
+def load_deployment(app: web.Application) -> Deployment:
+    """Read the address book and check it is the deployment the node signs receipts for."""
+    config = app[APP_CONFIG]
+    if not config.dispatcher.deployment_file:
+        raise ConfigError("dispatcher.enabled needs dispatcher.deployment_file (the address book of the contracts)")
+    deployment = Deployment.load(config.dispatcher.deployment_file)
+    jobs = deployment.addresses.get("Jobs", "")
+    if jobs.lower() != config.chain.jobs_address.lower() or deployment.chain_id != config.chain.chain_id:
+        raise ConfigError(f"{config.dispatcher.deployment_file} is Jobs {jobs} on chain {deployment.chain_id}; "
+                          f"chain.jobs_address / chain.chain_id say {config.chain.jobs_address} on {config.chain.chain_id}")
+    return deployment
+
+
+def build_service(app: web.Application, session: aiohttp.ClientSession, chainio: ChainIO, tables: DispatcherTables) -> DispatchService:
+    """Assemble router, batches, audits, duties and the watcher from the app's resources."""
+    config, worker, metrics, key = app[APP_CONFIG].dispatcher, app[APP_WORKER], app[APP_METRICS], app[APP_KEY]
+    tasks = KeyedTasks()
+    view = RegistryView(chainio, worker.served.model_id, config.registry_refresh_s)
+    router = NetworkDispatcher(worker, app[APP_STORE], tables, view, key, app[APP_DOMAIN], session, chainio.params["committeeSize"])
+    batches = BatchScheduler(chainio, tables, metrics, compute_vrf_secret_key(key), config.batch_max_receipts, config.batch_max_wait_s)
+    audits = AuditDriver(chainio, tables, router, view, tasks, metrics, config.escalate)
+    duties = PartyDuties(chainio, tables, app[APP_STORE], worker, app.get(APP_FAULTS, PartyFaults()))
+    watcher = ChainWatcher(chainio, tables, view, batches, audits, duties, tasks, metrics, config.poll_interval_s, config.confirmations)
+    return DispatchService(chainio, tables, router, watcher, tasks)
+
+
+async def network_dispatcher_context(app: web.Application):
+    """Connect to the chain, install the routing dispatcher, run the watcher until cleanup."""
+    config = app[APP_CONFIG]
+    deployment = load_deployment(app)
+    tables = DispatcherTables(app[APP_STORE].db)
+    chainio = await asyncio.to_thread(ChainIO, config.chain.rpc_url, deployment, app[APP_KEY], tables)
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=config.dispatcher.request_timeout_s))
+    service = build_service(app, session, chainio, tables)
+    await service.watcher.tick()  # catch up with the chain (and the Registry) before serving
+    app[APP_DISPATCHER] = service.router
+    app[APP_SERVICE] = service
+    loop_task = asyncio.get_running_loop().create_task(service.watcher.run_forever(), name="verillm-chain-watcher")
+    log.info("dispatcher: chain %s, deployment Jobs %s, %d workers serve the model", config.chain.rpc_url,
+             deployment.addresses["Jobs"], len(service.router.view.workers))
+    yield
+    loop_task.cancel()
+    await asyncio.gather(loop_task, return_exceptions=True)
+    await service.tasks.close()
+    await session.close()
+
+
+async def get_dispatch_status(request: web.Request) -> web.Response:
+    """Where a job this node dispatched stands: batch, audit, committee, votes, verdict, slashes."""
+    service = request.app.get(APP_SERVICE)
+    if service is None:
+        raise NotFound("this node runs without the networked dispatcher ([dispatcher] enabled = false)")
+    job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
+    body = compute_job_status(service.tables, job_hash, service.watcher.head, service.chainio.params)
+    return web.json_response(body)
+
+
+def setup_dispatcher_routes(app: web.Application) -> None:
+    """Register the dispatcher role's routes."""
+    app.router.add_get("/v1/verillm/audits/{job_hash}", get_dispatch_status)

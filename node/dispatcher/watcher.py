@@ -1,0 +1,113 @@
+"""The chain watcher: one loop that follows the contracts and advances every pending item.
+
+Each tick: read the head; record the new protocol events (Jobs, Disputes, Registry) in
+`chain_events` and move the cursor, in one transaction, after handing the events that name
+this node a seat to `PartyDuties` (idempotent, so a crash in between repeats nothing); then
+give every pending item — batches, this dispatcher's audits, this node's seats — its next
+step as a keyed task (`KeyedTasks`). Nothing is remembered in memory that the store and the
+chain cannot rebuild, so a restarted node picks up every pending item on its first tick.
+"""
+
+import asyncio
+import json
+import logging
+
+from verillm.chain.events import ChainEvent, EventPoller
+
+from verillm.node.dispatcher.batches import BatchScheduler
+from verillm.node.dispatcher.chainio import ChainIO
+from verillm.node.dispatcher.duties import PartyDuties
+from verillm.node.dispatcher.judging import AuditDriver
+from verillm.node.dispatcher.router import RegistryView
+from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.dispatcher.tasks import KeyedTasks
+from verillm.node.metrics import NodeMetrics
+
+log = logging.getLogger(__name__)
+
+CURSOR = "protocol"
+
+
+def compute_json_value(value):
+    """Return an event argument as JSON: bytes as 0x-hex, sequences as lists."""
+    if isinstance(value, bytes | bytearray):
+        return "0x" + bytes(value).hex()
+    if isinstance(value, list | tuple):
+        return [compute_json_value(v) for v in value]
+    return value
+
+
+def compute_event_row(event: ChainEvent) -> dict:
+    """Return the `chain_events` row of a decoded event."""
+    args = {name: compute_json_value(value) for name, value in event.args.items()}
+    return {
+        "block_number": event.block_number, "log_index": event.log_index, "contract": event.contract, "name": event.name,
+        "audit_id": args.get("auditId"), "batch_id": args.get("batchId"), "contest_id": args.get("contestId"),
+        "args": json.dumps(args, sort_keys=True), "tx_hash": event.tx_hash.hex(),
+    }
+
+
+class ChainWatcher:
+    """Follows the chain and drives batches, audits and duties."""
+
+    def __init__(self, chainio: ChainIO, tables: DispatcherTables, view: RegistryView, batches: BatchScheduler,
+                 audits: AuditDriver, duties: PartyDuties, tasks: KeyedTasks, metrics: NodeMetrics,
+                 poll_interval_s: float, confirmations: int):
+        self.chainio, self.tables, self.view = chainio, tables, view
+        self.batches, self.audits, self.duties, self.tasks, self.metrics = batches, audits, duties, tasks, metrics
+        self.poll_interval_s = poll_interval_s
+        protocol = chainio.protocol
+        start = tables.get_cursor(CURSOR, chainio.deployment.start_block)
+        self.poller = EventPoller(chainio.chain, [protocol.jobs, protocol.disputes, protocol.registry], start, confirmations)
+        self.head = 0
+        self.ticks = 0
+
+    async def run_forever(self) -> None:
+        """Tick until cancelled; a failed tick (chain unreachable, ...) is logged and retried."""
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the loop outlives a chain outage; every step re-reads state
+                log.warning("watcher tick failed: %s: %s", type(exc).__name__, exc)
+            await asyncio.sleep(self.poll_interval_s)
+
+    async def tick(self) -> None:
+        """Record new events, then give every pending item its next step."""
+        self.head = await self.chainio.block_number()
+        events = await asyncio.to_thread(self.poller.poll)
+        rows = [compute_event_row(e) for e in events]
+        for row in rows:
+            self.duties.on_event(row["name"], json.loads(row["args"]), row["audit_id"])
+            self._count(row)
+        self.tables.record_events(CURSOR, rows, self.poller.next_block)
+        await self.view.refresh()
+        self._advance_batches()
+        for row in self.tables.get_audit_rows("open"):
+            self.tasks.spawn(f"audit:{row['audit_id']}", lambda r=row: self.audits.advance(r, self.head))
+        for duty in self.tables.get_duties():
+            self.tasks.spawn(f"duty:{duty.audit_id}:{duty.round}:{duty.slot}", lambda d=duty: self.duties.advance(d, self.head))
+        if self.ticks % 20 == 0:
+            self.tasks.spawn("stake", self._update_stake)
+        self.ticks += 1
+
+    def _advance_batches(self) -> None:
+        posting = self.tables.get_batches(("posting",))
+        if not posting and self.batches.is_batch_due():
+            posting = [self.tables.get_batch(self.batches.create_batch())]
+        for batch in posting:
+            self.tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.post_batch(b["id"]))
+        for batch in self.tables.get_batches(("posted",)):
+            self.tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.advance_posted(b, self.head))
+        for batch in self.tables.get_batches(("drawn",)):
+            self.tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.advance_drawn(b))
+
+    def _count(self, row: dict) -> None:
+        args = json.loads(row["args"])
+        if row["name"] == "Slashed" and args["node"].lower() == "0x" + self.chainio.address.hex():
+            self.metrics.slashed_wei.inc(args["amountWei"])
+
+    async def _update_stake(self) -> None:
+        stake = await self.chainio.read(self.chainio.protocol.registry.call, "getStake", self.chainio.account.address)
+        self.metrics.stake_wei.set(stake)
