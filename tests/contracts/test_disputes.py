@@ -189,3 +189,18 @@ def test_reentrancy_is_refused_on_claim(world):
     attacker.transact("claim", sender=world.outsider)
     assert attacker.call("reentered") is False and attacker.call("received") == owed
     assert world.chain.get_balance(world.protocol.jobs.address) == jobs_before - owed
+
+
+def test_only_disputes_drives_the_jobs_hooks_and_only_the_registry_pays_in(world):
+    jobs, disputes, caller = world.protocol.jobs, world.protocol.disputes, world.nodes[0].account
+    for function, args in (("recordFault", (1, 0, 0)), ("addPendingContest", (1, 1)), ("depositCredit", (caller.address, 0)),
+                           ("startEscalation", (1, caller.address))):
+        with _reverts("NotDisputes"):
+            world.chain.transact(jobs, function, *args, sender=caller)
+    for target, error in ((jobs, "NotDisputes"), (disputes, "NotRegistry")):  # plain ether is refused
+        with _reverts(error):
+            world.chain.rpc("send ether", lambda: world.chain.w3.eth.estimate_gas({"from": caller.address, "to": target.address, "value": 1}))
+    with _reverts("UnknownContest"):
+        world.protocol.resolve_contest(caller, 99)
+    with _reverts("UnknownAudit"):
+        world.protocol.verdict(caller, 99)
