@@ -1,8 +1,9 @@
 """`verillm bench detect`: false rejections of honest audits and detection of every attack.
 
 Honest: fresh jobs (seed "detect", never seen by calibration) through the noise matrix.
-Attacks: each dishonest engine of `verillm.engine.attacks.ATTACKS` generates; an honest
-verifier (threads 2, batch 8) replays; an attack counts as detected when the check rejects,
+Attacks: each dishonest engine of `verillm.engine.attacks.ATTACKS` generates; jobs on which
+the attack changed nothing (same output and commitment as an honest run) are counted as
+`no_effect`, not as audits; an honest verifier (threads 2, batch 8) replays the rest; an attack counts as detected when the check rejects,
 and as detected *for the right reason* when the rejection includes the attack's expected
 kind (fingerprint, token or truncation). Every number comes from `process_pair_check`, the
 same code the network runs.
@@ -56,22 +57,34 @@ def summarize_honest(audits, profile) -> dict:
     }
 
 
+def is_attack_effective(cheat_run, honest_run) -> bool:
+    """Check if the dishonest run differs from the honest run of the same job at all.
+
+    A job on which the attack changes nothing (e.g. a token substitution scheduled after the
+    output already ended) is not an audit of cheating and is reported as `no_effect`.
+    """
+    same_output = cheat_run.trace.output_tokens == honest_run.trace.output_tokens
+    return not same_output or cheat_run.commitment.root != honest_run.commitment.root
+
+
 def run_attack(name, model, tokenizer, manifest, jobs, profile, verifier) -> dict:
     """Run one attack on ``jobs`` and audit every job with the honest ``verifier``."""
     spec = ATTACKS[name]
     cheater = spec.build(model, tokenizer, manifest, max_batch_size=8)
     worker_runs = commit_runs(jobs, cheater.run(jobs), manifest, WORKER_PARTY)
-    member_jobs = compute_member_jobs(worker_runs)
-    member_runs = commit_runs(member_jobs, verifier.run(member_jobs), manifest, MEMBER_PARTY)
-    results = [check_pair(w, m, manifest, profile, MAINNET.CHALLENGE_POSITIONS) for w, m in zip(worker_runs, member_runs, strict=True)]
+    honest_runs = commit_runs(jobs, verifier.run(jobs), manifest, WORKER_PARTY)
+    effective = [w for w, h in zip(worker_runs, honest_runs, strict=True) if is_attack_effective(w, h)]
+    member_runs = commit_runs(compute_member_jobs(effective), verifier.run(compute_member_jobs(effective)), manifest, MEMBER_PARTY)
+    results = [check_pair(w, m, manifest, profile, MAINNET.CHALLENGE_POSITIONS) for w, m in zip(effective, member_runs, strict=True)]
     kinds = Counter(kind for r in results for kind in r.reason_kinds)
     return {
         "audits": len(results),
         "detected": sum(not r.accepted for r in results),
         "detected_right_reason": sum(spec.category in r.reason_kinds for r in results),
+        "no_effect": len(jobs) - len(effective),
         "expected_reason": spec.category,
         "reasons": dict(kinds),
-        "min_threshold_ratio": min(compute_threshold_ratio(r, profile) for r in results),
+        "min_threshold_ratio": min((compute_threshold_ratio(r, profile) for r in results), default=0.0),
         "description": spec.description,
     }
 
@@ -109,8 +122,8 @@ def summarize_detection(report: dict) -> str:
         f"(largest statistic/threshold seen: {honest['max_threshold_ratio']:.3g})",
     ]
     rows = [
-        [name, a["audits"], a["detected"], a["detected_right_reason"], a["expected_reason"], a["min_threshold_ratio"], ", ".join(f"{k}:{v}" for k, v in sorted(a["reasons"].items()))]
+        [name, a["audits"], a["detected"], a["detected_right_reason"], a["no_effect"], a["expected_reason"], a["min_threshold_ratio"], ", ".join(f"{k}:{v}" for k, v in sorted(a["reasons"].items()))]
         for name, a in report["attacks"].items()
     ]
-    lines.append(format_table(["attack", "audits", "detected", "right reason", "expected", "min stat/threshold", "reasons seen"], rows))
+    lines.append(format_table(["attack", "audits", "detected", "right reason", "no effect", "expected", "min stat/threshold", "reasons seen"], rows))
     return "\n".join(lines)
