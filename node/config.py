@@ -81,8 +81,8 @@ class StoreConfig:
 
     path: str = "node.sqlite"
     """SQLite file holding jobs, receipts, retained traces and pending chain actions."""
-    synchronous: str = "FULL"
-    """SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes."""
+    synchronous: str = "NORMAL"
+    """SQLite synchronous mode: NORMAL survives process crashes (SIGKILL); FULL also power loss, at one fsync per commit."""
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,19 @@ knows nothing about jobs beyond their hash: `run_batch` (the worker's) does the 
 """
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from verillm.errors import QueueFull
+from verillm.errors import QueueFull, VerillmError
 from verillm.spec.types import Job
 
 from verillm.node.metrics import NodeMetrics
+
+log = logging.getLogger(__name__)
 
 # run_batch(jobs) -> one result per job: a value, or the exception that job failed with.
 RunBatch = Callable[[Sequence[Job]], list[Any]]
@@ -42,6 +45,7 @@ class EngineQueue:
         max_batch_size: int,
         batch_wait_s: float,
         on_batch_start: Callable[[list[bytes]], None] | None = None,
+        on_batch_end: Callable[[list[bytes], list[Any]], None] | None = None,
     ):
         self.run_batch = run_batch
         self.metrics = metrics
@@ -49,6 +53,7 @@ class EngineQueue:
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self.on_batch_start = on_batch_start
+        self.on_batch_end = on_batch_end
         self._pending: deque[QueuedJob] = deque()
         self._wakeup = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verillm-engine")
@@ -83,12 +88,25 @@ class EngineQueue:
         while not self._pending:
             self._wakeup.clear()
             await self._wakeup.wait()
-        if len(self._pending) < self.max_batch_size and self.batch_wait_s > 0:
-            await asyncio.sleep(self.batch_wait_s)  # let concurrent requests join this batch
+        await self._gather_more()
         size = min(len(self._pending), self.max_batch_size)
         batch = [self._pending.popleft() for _ in range(size)]
         self.metrics.queue_depth.set(len(self._pending))
         return batch
+
+    async def _gather_more(self) -> None:
+        """Wait up to batch_wait_s for more jobs to join the batch; stop as soon as it is full."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.batch_wait_s
+        while len(self._pending) < self.max_batch_size:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except TimeoutError:
+                return
 
     async def _run(self, batch: list[QueuedJob]) -> None:
         try:
@@ -97,6 +115,7 @@ class EngineQueue:
             for item in batch:
                 item.future.cancel()  # the jobs stay received/running in the store: re-run at restart
             raise
+        results = self._record(batch, results)
         for item, result in zip(batch, results, strict=True):
             if item.future.done():
                 continue
@@ -104,6 +123,17 @@ class EngineQueue:
                 item.future.set_exception(result)
             else:
                 item.future.set_result(result)
+
+    def _record(self, batch: list[QueuedJob], results: list[Any]) -> list[Any]:
+        """Hand the results to on_batch_end (the store) before anyone sees them."""
+        if self.on_batch_end is None:
+            return results
+        try:
+            self.on_batch_end([item.job_hash for item in batch], results)
+        except Exception as exc:  # e.g. disk full: nothing unrecorded may be acknowledged
+            log.exception("could not record a batch of %d jobs", len(batch))
+            return [VerillmError(f"the node could not record the job's result: {exc}")] * len(batch)
+        return results
 
     async def _compute(self, batch: list[QueuedJob]) -> list[Any]:
         if self.on_batch_start is not None:

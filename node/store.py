@@ -15,15 +15,19 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlite_utils import Database
 
-from verillm.errors import NotFound, ReplayedMessage
+from verillm.errors import ConfigError, NotFound, ReplayedMessage
 from verillm.spec.encoding import decode, encode
 from verillm.spec.receipt import compute_receipt_hash
 from verillm.spec.types import Job, Receipt
 
 from verillm.node.migrations import process_migrations, transaction
+
+if TYPE_CHECKING:
+    from verillm.node.commit import JobOutput
 
 JOB_STATUSES = ("received", "running", "done", "failed")
 
@@ -111,35 +115,49 @@ class Store:
                 [(now, h.hex()) for h in job_hashes],
             )
 
-    def complete_job(self, job_hash: bytes, receipt: Receipt, trace_blob: bytes, output_tokens: tuple[int, ...]) -> None:
-        """Record a finished job: receipt, retained trace, status done, and (if this node dispatched it) a pending post_receipt."""
-        now, key, encoded = time.time(), job_hash.hex(), encode(receipt)
+    def record_outcomes(self, outcomes: list[tuple[bytes, "JobOutput | Exception"]]) -> None:
+        """Record a batch's outcomes in one transaction: each job done (with its output) or failed."""
         with transaction(self.db):
-            c = self.db.conn
-            c.execute(
-                "INSERT OR REPLACE INTO receipts VALUES (?, ?, ?, ?, ?)",
-                (key, encoded, compute_receipt_hash(receipt).hex(), receipt.commitment_root.hex(), now),
-            )
-            c.execute("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?)", (key, trace_blob, receipt.num_positions, now))
-            # Batches are posted by the dispatcher of a job: queue the receipt here only when
-            # this node's own dispatcher role routed it (atomically with the receipt).
-            c.execute(
-                "INSERT INTO chain_actions (kind, job_hash, payload, status, created_at, updated_at)"
-                " SELECT 'post_receipt', ?, ?, 'pending', ?, ? WHERE EXISTS (SELECT 1 FROM dispatched WHERE job_hash = ?)",
-                (key, encoded, now, now, key),
-            )
-            c.execute(
-                "UPDATE jobs SET status = 'done', error = NULL, output_tokens = ?, updated_at = ? WHERE job_hash = ?",
-                (json.dumps(list(output_tokens)), now, key),
-            )
+            for job_hash, outcome in outcomes:
+                if isinstance(outcome, Exception):
+                    self._fail(job_hash, str(outcome))
+                else:
+                    self._complete(job_hash, outcome)
+
+    def complete_job(self, job_hash: bytes, output: "JobOutput") -> None:
+        """Record a finished job: receipt, retained trace, status done, and (if this node dispatched it) a pending post_receipt."""
+        self.record_outcomes([(job_hash, output)])
 
     def fail_job(self, job_hash: bytes, error: str) -> None:
         """Record that a job failed, and why."""
         with transaction(self.db):
-            self.db.conn.execute(
-                "UPDATE jobs SET status = 'failed', error = ?, updated_at = ? WHERE job_hash = ?",
-                (error, time.time(), job_hash.hex()),
-            )
+            self._fail(job_hash, error)
+
+    def _complete(self, job_hash: bytes, output: "JobOutput") -> None:
+        now, key, receipt = time.time(), job_hash.hex(), output.receipt
+        encoded, c = encode(receipt), self.db.conn
+        c.execute(
+            "INSERT OR REPLACE INTO receipts VALUES (?, ?, ?, ?, ?)",
+            (key, encoded, compute_receipt_hash(receipt).hex(), receipt.commitment_root.hex(), now),
+        )
+        c.execute("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?)", (key, output.trace_blob, receipt.num_positions, now))
+        # Batches are posted by the dispatcher of a job: queue the receipt here only when
+        # this node's own dispatcher role routed it (atomically with the receipt).
+        c.execute(
+            "INSERT INTO chain_actions (kind, job_hash, payload, status, created_at, updated_at)"
+            " SELECT 'post_receipt', ?, ?, 'pending', ?, ? WHERE EXISTS (SELECT 1 FROM dispatched WHERE job_hash = ?)",
+            (key, encoded, now, now, key),
+        )
+        c.execute(
+            "UPDATE jobs SET status = 'done', error = NULL, output_tokens = ?, updated_at = ? WHERE job_hash = ?",
+            (json.dumps(list(output.output_tokens)), now, key),
+        )
+
+    def _fail(self, job_hash: bytes, error: str) -> None:
+        self.db.conn.execute(
+            "UPDATE jobs SET status = 'failed', error = ?, updated_at = ? WHERE job_hash = ?",
+            (error, time.time(), job_hash.hex()),
+        )
 
     def get_job(self, job_hash: bytes) -> JobRecord | None:
         """Return the job with this hash, or None."""
@@ -227,10 +245,12 @@ class Store:
         return rows[0] if rows else None
 
 
-def open_store(path: str | Path, synchronous: str = "FULL") -> Store:
+def open_store(path: str | Path, synchronous: str = "NORMAL") -> Store:
     """Open (creating if needed) the store at ``path``, in WAL mode, migrated to the latest schema."""
     if str(path) != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
+        raise ConfigError(f"store.synchronous must be NORMAL, FULL or EXTRA, got {synchronous!r}")
     connection = sqlite3.connect(str(path), isolation_level=None)
     db = Database(connection)
     if str(path) != ":memory:":

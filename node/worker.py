@@ -61,6 +61,7 @@ class Worker:
             max_batch_size=queue.max_batch_size or engine.max_batch_size,
             batch_wait_s=queue.batch_wait_ms / 1000,
             on_batch_start=store.mark_running,
+            on_batch_end=lambda hashes, results: store.record_outcomes(list(zip(hashes, results))),
         )
         self._in_flight: dict[bytes, asyncio.Task] = {}
 
@@ -126,16 +127,15 @@ class Worker:
         self._in_flight[job_hash] = task
 
     async def _finish(self, job_hash: bytes, job: Job, future: asyncio.Future) -> JobResult:
+        # The queue records the batch's outcomes in the store before it resolves ``future``.
         started = time.perf_counter()
         try:
             output: JobOutput = await future
-        except VerillmError as exc:
-            self.store.fail_job(job_hash, str(exc))
+        except VerillmError:
             self.metrics.on_job_finished("failed", len(job.input_tokens), 0)
             raise
         finally:
             self._in_flight.pop(job_hash, None)
-        self.store.complete_job(job_hash, output.receipt, output.trace_blob, output.output_tokens)
         self.metrics.on_job_finished("done", len(job.input_tokens), len(output.output_tokens))
         self.metrics.job_seconds.observe(time.perf_counter() - started)
         return JobResult(job_hash, job, output.receipt, output.output_tokens)

@@ -10,6 +10,7 @@ from verillm.errors import EngineError
 from verillm.node.appkeys import APP_STORE
 from verillm.node.engines import ServedModel
 from verillm.node.keys import new_node_key
+from verillm.node.migrations import MIGRATIONS
 from verillm.node.peer import PeerClient
 from verillm.spec.types import Job, SamplingParams
 
@@ -47,7 +48,7 @@ async def test_metrics_count_jobs_tokens_and_latency(node, peer, http, served_ti
     assert after["verillm_node_queue_depth_jobs{}"] == 0
     async with http.get(node.url + "/healthz") as response:
         health = await response.json()
-    assert health["status"] == "ok" and health["jobs"]["done"] == 3 and health["schema_version"] == 2
+    assert health["status"] == "ok" and health["jobs"]["done"] == 3 and health["schema_version"] == len(MIGRATIONS)
 
 
 async def test_concurrent_jobs_are_batched(start, http, served_tiny):

@@ -6,6 +6,7 @@ import pytest
 from sqlite_utils import Database
 
 from verillm.errors import NotFound, ReplayedMessage
+from verillm.node.commit import JobOutput
 from verillm.node.migrations import MIGRATIONS, get_schema_version, process_migrations
 from verillm.node.store import open_store
 from verillm.spec.receipt import EMPTY_SIGNATURE
@@ -17,11 +18,12 @@ RECEIPT = Receipt(b"\x03" * 32, b"\x01" * 32, b"\x04" * 32, b"\x05" * 32, Sampli
 
 def test_fresh_store_is_migrated_and_in_wal_mode(tmp_path):
     store = open_store(tmp_path / "s.sqlite")
-    assert get_schema_version(store.db) == len(MIGRATIONS) == 2
+    assert get_schema_version(store.db) == len(MIGRATIONS) >= 2
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert {"jobs", "receipts", "traces", "chain_actions", "seen_nonces", "dispatched", "schema_version"} <= set(store.db.table_names())
     names = [row[0] for row in store.db.execute("SELECT name FROM schema_version ORDER BY version")]
-    assert names == ["migrate_1_worker_tables", "migrate_2_dispatcher_tables"]
+    assert names == [m.__name__ for m in MIGRATIONS]
+    assert names[:2] == ["migrate_1_worker_tables", "migrate_2_dispatcher_tables"]
 
 
 def test_migrating_an_old_store_keeps_its_rows(tmp_path):
@@ -34,20 +36,20 @@ def test_migrating_an_old_store_keeps_its_rows(tmp_path):
     store.insert_job(b"\x03" * 32, JOB, None)
     store.db.conn.close()
     reopened = open_store(path)  # a second open applies nothing
-    assert get_schema_version(reopened.db) == 2
+    assert get_schema_version(reopened.db) == len(MIGRATIONS)
     assert reopened.get_job(b"\x03" * 32).job == JOB
-    assert reopened.db.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 2
+    assert reopened.db.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == len(MIGRATIONS)
 
 
 def test_a_failing_migration_leaves_the_previous_version(tmp_path):
-    def migrate_3_broken(db):
+    def migrate_broken(db):
         db.conn.execute("CREATE TABLE half_done (x INTEGER)")
         raise RuntimeError("boom")
 
     store = open_store(tmp_path / "s.sqlite")
     with pytest.raises(RuntimeError):
-        process_migrations(store.db, MIGRATIONS + (migrate_3_broken,))
-    assert get_schema_version(store.db) == 2
+        process_migrations(store.db, MIGRATIONS + (migrate_broken,))
+    assert get_schema_version(store.db) == len(MIGRATIONS)
     assert "half_done" not in store.db.table_names()
 
 
@@ -66,7 +68,7 @@ def test_job_lifecycle(tmp_path):
     assert store.get_job(job_hash).error == "engine failed: boom"
     assert store.reset_failed_job(job_hash) and store.get_job(job_hash).status == "received"
     store.insert_dispatched(job_hash, None, "", audit_requested=True)  # this node dispatched it: it posts the receipt
-    store.complete_job(job_hash, RECEIPT, b"blob", (7, 8, 9))
+    store.complete_job(job_hash, JobOutput(RECEIPT, (7, 8, 9), b"blob"))
     record = store.get_job(job_hash)
     assert (record.status, record.output_tokens, record.error) == ("done", (7, 8, 9), None)
     assert store.get_receipt(job_hash) == RECEIPT and store.get_trace_blob(job_hash) == b"blob"
@@ -78,7 +80,7 @@ def test_job_lifecycle(tmp_path):
     assert store.get_job_counts() == {"received": 0, "running": 0, "done": 1, "failed": 0}
     assert store.get_dispatched(job_hash)["audit_requested"] == 1
     store.insert_job(b"\x0a" * 32, JOB, b"\x09" * 20)  # another dispatcher's job: it posts, not us
-    store.complete_job(b"\x0a" * 32, RECEIPT, b"blob", (7,))
+    store.complete_job(b"\x0a" * 32, JobOutput(RECEIPT, (7,), b"blob"))
     assert len(store.get_chain_actions("pending")) + len(store.get_chain_actions("sent")) == 1
 
 
