@@ -24,6 +24,7 @@ from verillm.bench.tables import format_table
 from verillm.bench.workloads import Workload, make_jobs
 from verillm.engine.attacks import ATTACKS
 from verillm.engine.models import load_model
+from verillm.engine.torch_engine import TorchEngine
 from verillm.spec.params import MAINNET
 from verillm.spec.policy import load_profile
 from verillm.verifier.local import check_pair, commit_runs, compute_member_jobs
@@ -71,8 +72,11 @@ def run_attack(name, model, tokenizer, manifest, jobs, profile, verifier) -> dic
     """Run one attack on ``jobs`` and audit every job with the honest ``verifier``."""
     spec = ATTACKS[name]
     cheater = spec.build(model, tokenizer, manifest, max_batch_size=8)
+    # The honest twin runs exactly as the cheater does (threads, batch): thread count alone
+    # changes fingerprint bits, and only a real difference may count as the attack's effect.
+    twin = TorchEngine(model, tokenizer, manifest, max_batch_size=8)
     worker_runs = commit_runs(jobs, cheater.run(jobs), manifest, WORKER_PARTY)
-    honest_runs = commit_runs(jobs, verifier.run(jobs), manifest, WORKER_PARTY)
+    honest_runs = commit_runs(jobs, twin.run(jobs), manifest, WORKER_PARTY)
     effective = [w for w, h in zip(worker_runs, honest_runs, strict=True) if is_attack_effective(w, h)]
     member_runs = commit_runs(compute_member_jobs(effective), verifier.run(compute_member_jobs(effective)), manifest, MEMBER_PARTY)
     results = [check_pair(w, m, manifest, profile, MAINNET.CHALLENGE_POSITIONS) for w, m in zip(effective, member_runs, strict=True)]
