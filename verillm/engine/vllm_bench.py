@@ -7,6 +7,9 @@ One engine, one job (batch 1, greedy, `prompt_tokens` in / `output_tokens` out):
 Each is timed `repeats` times, alternating, and the median is reported.
 
     commit_overhead      = 1 − (tokens/s committed) / (tokens/s plain)
+    capture_busy_share   = time inside the capture hooks and sampler / committed generation time
+                           (the capture's own cost, measured inside vLLM's worker; on a loaded
+                           machine it is steadier than the difference of two wall times)
     verify_over_generate = verify time / committed generation time
 
 Run: `python -m verillm.engine.vllm_bench --model smollm2 --prompt-tokens 512 --output-tokens 512`
@@ -65,18 +68,19 @@ def measure_engine_cost(engine, prompt_tokens: int, output_tokens: int, repeats:
         raise ConfigError("repeats must be at least 1")
     job = Job(engine.model_id, build_bench_prompt(engine, prompt_tokens), SamplingParams(), output_tokens, b"\x00" * 32)
     _run_committed(engine, job)  # warm-up: first-call allocations and lazy imports
-    plain, committed, verify = [], [], []
+    plain, committed, verify, busy = [], [], [], []
     for _ in range(repeats):
-        seconds, plain_trace = _timed_plain(engine, job)
+        seconds, plain_trace = _timed_plain(engine, job)  # leaves a fresh capture installed: busy_s = 0
         plain.append(seconds)
         seconds, trace = _timed(lambda: _run_committed(engine, job))
         committed.append(seconds)
+        busy.append(engine.worker_info()["capture_busy_s"])
         if plain_trace.output_tokens != trace.output_tokens:
             raise ConfigError("plain and committed runs emitted different tokens; the comparison would be meaningless")
         verification = compute_verification_job(job, trace.output_tokens, b"\x01" * 32)
         verify.append(_timed(lambda: _run_committed(engine, verification))[0])
     generated = len(trace.output_tokens)
-    plain_s, committed_s, verify_s = (statistics.median(v) for v in (plain, committed, verify))
+    plain_s, committed_s, verify_s, busy_s = (statistics.median(v) for v in (plain, committed, verify, busy))
     return {
         "prompt_tokens": prompt_tokens,
         "output_tokens": generated,
@@ -89,7 +93,9 @@ def measure_engine_cost(engine, prompt_tokens: int, output_tokens: int, repeats:
         "commit_overhead": 1 - plain_s / committed_s,
         "verify_over_generate": verify_s / committed_s,
         "verify_over_plain_generate": verify_s / plain_s,
-        "samples_s": {"plain": plain, "committed": committed, "verify": verify},
+        "capture_busy_s": busy_s,
+        "capture_busy_share": busy_s / committed_s,
+        "samples_s": {"plain": plain, "committed": committed, "verify": verify, "capture_busy": busy},
     }
 
 
@@ -121,6 +127,7 @@ def format_table(result: dict) -> str:
         ("generate, plain vLLM", f"{result['generate_plain_s']:.3f} s  ({result['tokens_per_s_plain']:.2f} tok/s)"),
         ("generate, captured + committed", f"{result['generate_committed_s']:.3f} s  ({result['tokens_per_s_committed']:.2f} tok/s)"),
         ("commit overhead (throughput lost)", f"{100 * result['commit_overhead']:.2f} %"),
+        ("  time inside hooks + sampler", f"{result['capture_busy_s']:.3f} s  ({100 * result['capture_busy_share']:.2f} % of committed generation)"),
         ("verify (prefill replay, committed)", f"{result['verify_s']:.3f} s"),
         ("verify / generate", f"{100 * result['verify_over_generate']:.2f} %"),
     ]

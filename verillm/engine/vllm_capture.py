@@ -21,6 +21,7 @@ pass (one engine step, requests flattened into one token batch):
 `SamplingParams.extra_args` carry `CAPTURE_ARG` are captured; other requests run untouched.
 """
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -117,6 +118,7 @@ class CaptureState:
         self.positions: torch.Tensor | None = None
         self.sampling_rows: list[tuple[int, str, int]] = []  # (logits row, job key, position) of this pass
         self.handles: list = []
+        self.busy_s = 0.0  # wall time spent in the hooks and the sampler (the capture's own cost)
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -125,13 +127,23 @@ class CaptureState:
         num_layers = len(decoder.layers)
         # vLLM's compiled-model wrapper calls LlamaModel.forward directly (no module hooks on the
         # decoder itself): read the token ids off the embedding and the positions off layer 0.
-        self.handles.append(decoder.embed_tokens.register_forward_pre_hook(self._on_input_ids))
-        self.handles.append(decoder.layers[0].register_forward_pre_hook(self._on_positions))
+        self.handles.append(decoder.embed_tokens.register_forward_pre_hook(self._timed(self._on_input_ids)))
+        self.handles.append(decoder.layers[0].register_forward_pre_hook(self._timed(self._on_positions)))
         for slot, layer in enumerate(self.config.committed_layers):
             module = decoder.embed_tokens if layer == 0 else decoder.norm if layer == num_layers else decoder.layers[layer - 1]
-            self.handles.append(module.register_forward_hook(self._make_layer_hook(slot)))
+            self.handles.append(module.register_forward_hook(self._timed(self._make_layer_hook(slot))))
         # Registered after the committed-layer hooks: on the final norm it must run last.
-        self.handles.append(decoder.norm.register_forward_hook(self._on_final_norm))
+        self.handles.append(decoder.norm.register_forward_hook(self._timed(self._on_final_norm)))
+
+    def _timed(self, hook):
+        def timed(*args):
+            start = time.perf_counter()
+            try:
+                return hook(*args)
+            finally:
+                self.busy_s += time.perf_counter() - start
+
+        return timed
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -235,26 +247,36 @@ class CaptureState:
 
     def on_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """Replace each sampled row by a one-hot choice of the spec sampler's token."""
+        return self._timed(self._on_logits)(logits)
+
+    def _on_logits(self, logits: torch.Tensor) -> torch.Tensor:
         for row, key, position in self.sampling_rows:
             job = self.jobs[key]
             values = logits[row].float()
-            if is_greedy(job.sampling):
-                token = int(values.argmax())  # first maximum, as np.argmax
-            else:
-                token = compute_sampled_token(values.cpu().numpy(), job.sampling, position)
-            rule = job.forced.get(position - (job.prompt_len - 1))
-            if rule is not None:
-                token = self.compute_forced_token(rule, token, values)
-            if is_greedy(job.sampling):
-                next_ids = torch.tensor([token], device=values.device)
-                flag = int(compute_greedy_flags(values[None], next_ids, self.stop_ids, self.config.margin_logits)[0])
-            else:
-                flag = self.compute_spec_flag(values, job.sampling, position, token)
+            choose = self._choose_greedy if is_greedy(job.sampling) else self._choose_sampled
+            token, flag = choose(job, values, position)
             job.sampled[position] = (token, flag)
             logits[row].fill_(float("-inf"))
             logits[row, token] = 0.0
         self.sampling_rows = []
         return logits
+
+    def _choose_greedy(self, job: _JobCapture, values: torch.Tensor, position: int) -> tuple[int, int]:
+        """Greedy token and its flags; one pass over the vocabulary (= `compute_greedy_flags`)."""
+        best, index = values.max(dim=0)  # the first maximum, as np.argmax
+        token = self._apply_forced(job, int(index), values, position)
+        candidates = torch.tensor([token, *self.config.stop_tokens], device=values.device)
+        within = ((best.double() - values[candidates].double()) <= self.config.margin_logits).tolist()
+        return token, (FLAG_NEXT_WITHIN_MARGIN if within[0] else 0) | (FLAG_STOP_WITHIN_MARGIN if any(within[1:]) else 0)
+
+    def _choose_sampled(self, job: _JobCapture, values: torch.Tensor, position: int) -> tuple[int, int]:
+        token = compute_sampled_token(values.cpu().numpy(), job.sampling, position)
+        token = self._apply_forced(job, token, values, position)
+        return token, self.compute_spec_flag(values, job.sampling, position, token)
+
+    def _apply_forced(self, job: _JobCapture, token: int, values: torch.Tensor, position: int) -> int:
+        rule = job.forced.get(position - (job.prompt_len - 1))
+        return token if rule is None else self.compute_forced_token(rule, token, values)
 
     def compute_forced_token(self, rule: int | str, token: int, logits: torch.Tensor) -> int:
         """Apply a substitution rule to the sampler's ``token`` (mirrors attacks.TokenSubstituteEngine)."""
@@ -367,5 +389,10 @@ def load_weights_from(worker, path: str) -> bool:
 
 
 def get_worker_info(worker) -> dict:
-    """Describe the worker (threads, model class) for logs and benchmarks."""
-    return {"torch_threads": torch.get_num_threads(), "model": type(worker.model_runner.model).__name__}
+    """Describe the worker (threads, model class, seconds spent capturing so far) for logs and benchmarks."""
+    state = getattr(worker.model_runner, "_verillm_capture", None)
+    return {
+        "torch_threads": torch.get_num_threads(),
+        "model": type(worker.model_runner.model).__name__,
+        "capture_busy_s": state.busy_s if state is not None else 0.0,
+    }
