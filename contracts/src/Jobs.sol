@@ -11,7 +11,7 @@ import {Domains, Params, ProtocolParams} from "./Params.sol";
 import {Registry} from "./Registry.sol";
 
 /// @notice Receipt batches, the audit draw, committees, openings, votes, verdicts and settlement.
-/// The rules, windows and who is slashed when are in docs/protocol-chain.md; the arithmetic is
+/// The rules, windows and who is slashed when are in docs/protocol.md §12; the arithmetic is
 /// mirrored by verillm/spec/audit.py and verillm/spec/settlement.py.
 contract Jobs is EIP712, ReentrancyGuard {
     bytes32 public constant RECEIPT_TYPEHASH = keccak256(
@@ -467,7 +467,7 @@ contract Jobs is EIP712, ReentrancyGuard {
     // --- 6. settlement -----------------------------------------------------------------------
 
     /// @notice After the dispute window, with no contest pending: slash and pay (see
-    /// docs/protocol-chain.md, "Settlement"). Rewards from slashes go to the members on the
+    /// docs/protocol.md §12, "Verdict and settlement"). Rewards from slashes go to the members on the
     /// verdict's side; fees come from the pool.
     function settle(uint256 auditId) external nonReentrant {
         Audit storage a = _audit(auditId);

@@ -9,7 +9,7 @@ Below the plan, `Protocol`: typed bindings, one method per protocol message (reg
 post_batch, draw_audit, start_audit, post_committee_receipt, open, open_and_vote, verdict,
 settle, escalate, contest, adjudicate, withdraw, ...). Every write returns a `Tx` (gas used,
 the value decoded from its event, the receipt). The arithmetic lives in `verillm.spec.audit`
-and `verillm.spec.settlement`; the rules in docs/protocol-chain.md.
+and `verillm.spec.settlement`; the rules in docs/protocol.md §12.
 
     protocol = Protocol.deploy(chain, MINIMAL, sender=chain.dev_accounts[0])
     protocol.add_model(owner, OnchainModel.from_profile(model_id, manifest, profile))

@@ -2,7 +2,7 @@
 
 Everything here has a twin in `contracts/src` (Jobs.sol, Registry.sol/Sortition.sol,
 Disputes.sol/Fingerprint.sol), checked by shared vectors (`tests/vectors/audit.json`,
-`fingerprint.json`) and property tests. The rules are in `docs/protocol-chain.md`.
+`fingerprint.json`) and property tests. The rules are in `docs/protocol.md §12`.
 
     batch draw seed   keccak256(0x13 ‖ batch root ‖ blockhash(posted block + AUDIT_DRAW_DELAY_BLOCKS))
     β                 the dispatcher's BLS-VRF output over that seed (`verillm.spec.vrf`)

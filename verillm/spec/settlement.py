@@ -4,7 +4,7 @@ Inputs are an audit's final state (who posted, opened and voted how, who was alr
 by a contest) and the stakes; the output is every slash and credit in wei. Order matters
 because a slash takes a fraction of the stake left and pool payments are capped by the pool:
 members round by round in seat order, then the worker, then fees, then the reward pot, then
-the escalation bond — the order of the contract. The rules are in `docs/protocol-chain.md`.
+the escalation bond — the order of the contract. The rules are in `docs/protocol.md §12`.
 """
 
 from dataclasses import dataclass, field
