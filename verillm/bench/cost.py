@@ -4,7 +4,9 @@
   token, with capture and commitment) over the worker's generation (with capture and
   commitment), same engine, batch 1.
 - commit_overhead: generation with capture + commitment over the same generation with
-  capture off, minus 1 (interleaved repeats, medians; this machine is shared and noisy).
+  capture off, minus 1 (interleaved repeats, medians).
+Times are process CPU time with one torch thread by default (`--threads`), so a busy shared
+machine does not distort the ratios; absolute times count only on a dedicated GPU box.
 - bytes_per_token_per_layer: the retained blob (`encode_trace_blob`) per committed position
   per committed layer; `bytes_per_generated_token_per_layer` divides by output tokens instead.
 - check_ms_per_position: CPU time of `process_pair_check` (Merkle proofs + statistics) per
@@ -28,9 +30,11 @@ from verillm.verifier.local import Party, commit_runs, compute_audit_challenge, 
 
 
 def _timed(fn):
-    start = time.perf_counter()
+    # Process CPU time, not wall-clock: this machine is shared, and with one torch thread CPU
+    # time is the work done by this run alone (wall-clock swung 20x between identical runs).
+    start = time.process_time()
     value = fn()
-    return time.perf_counter() - start, value
+    return time.process_time() - start, value
 
 
 def _commit(engine, job, layers):

@@ -28,7 +28,7 @@ def bench():
 @click.option("--prompt-tokens", type=int, default=None, help="Default 512 tiny, 256 smollm2.")
 @click.option("--output-tokens", type=int, default=None, help="Default 512 tiny, 256 smollm2.")
 @click.option("--repeats", type=int, default=None, help="Interleaved repeats; medians are reported (default 7 tiny, 3 smollm2).")
-@click.option("--threads", type=int, default=None, help="torch threads (default: all cores).")
+@click.option("--threads", type=int, default=1, show_default=True, help="torch threads; times are process CPU time, exact with 1.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, json_path):
     """Verification cost, commitment overhead, retained bytes, check time (batch 1)."""
@@ -47,7 +47,7 @@ def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, json
         model, tokenizer, manifest, load_profile(model_name, dtype),
         prompt_tokens or (512 if tiny else 256), output_tokens or (512 if tiny else 256), repeats or (7 if tiny else 3),
     )
-    report = {"model": model_name, "dtype": dtype, "engine": "torch", "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), **report}
+    report = {"model": model_name, "dtype": dtype, "engine": "torch", "clock": "process_cpu", "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), **report}
     click.echo(format_table(["metric", "value"], [[k, v] for k, v in report.items()]))
     write_json(json_path, report)
 
