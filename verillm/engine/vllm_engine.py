@@ -84,6 +84,7 @@ class VllmEngine:
         self.model_id = compute_model_id(manifest)
         self.max_batch_size = max_batch_size
         self.model_dir = Path(model_dir)
+        self.tokenizer = None  # set by build_vllm_engine; jobs are token ids, vLLM never tokenizes
         self._check_llm_args(llm_args)
         self.llm = vllm.LLM(
             model=str(model_dir),
@@ -258,16 +259,21 @@ def prepare_model_dir(model, tokenizer, target: Path) -> Path:
     return target
 
 
-def build_vllm_engine(model_name: str, dtype: str = "float32", **kw) -> VllmEngine:
+def build_vllm_engine(model_name: str, dtype: str = "float32", preset=None, **kw) -> VllmEngine:
     """Return a VllmEngine serving ``model_name`` ("tiny" | "smollm2") with the reference manifest.
 
-    The reference model is loaded once to derive the manifest and write the weights folder
-    vLLM loads (cached, named by the weights digest). Keyword arguments go to `VllmEngine`.
+    The reference model is loaded once to derive the manifest (under ``preset``, a
+    `verillm.spec.params.Preset`, default MAINNET, as `load_model`) and to write the weights
+    folder vLLM loads (cached, named by the weights digest). The engine's `tokenizer` attribute
+    is the reference tokenizer (for the node's OpenAI edge). Keyword arguments go to `VllmEngine`.
     """
     from verillm.engine.models import load_model
+    from verillm.spec.params import MAINNET
 
-    model, tokenizer, manifest = load_model(model_name, dtype)
+    model, tokenizer, manifest = load_model(model_name, dtype, preset or MAINNET)
     model_dir = prepare_model_dir(model, tokenizer, get_model_dir(model_name, manifest))
     del model
     gc.collect()
-    return VllmEngine(model_dir, manifest, **kw)
+    engine = VllmEngine(model_dir, manifest, **kw)
+    engine.tokenizer = tokenizer
+    return engine
