@@ -9,6 +9,7 @@ contract needs).
 """
 
 import dataclasses
+import functools
 import struct
 import typing
 from typing import Annotated, Any, TypeVar
@@ -50,6 +51,7 @@ _LIST_ITEM = {"u32[]": ("u32", 4), "u16[]": ("u16", 2), "f32[]": ("f32", 4), "by
 R = TypeVar("R")
 
 
+@functools.cache  # records are frozen classes: their wires never change, and get_type_hints is slow
 def _field_wires(cls: type) -> list[tuple[str, Any]]:
     hints = typing.get_type_hints(cls, include_extras=True)
     return [(f.name, _wire_of(hints[f.name])) for f in dataclasses.fields(cls)]
