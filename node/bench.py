@@ -1,15 +1,17 @@
 """`verillm bench node`: what the daemon costs on top of the engine, on this machine.
 
 Two paths run the same R jobs (random prompts of fixed length, greedy, fixed output length,
-so every job does the same work) under the same concurrency C:
+so every job does the same work), C at a time:
 
-- in-process: `engine.run` on batches of C jobs, then commit + sign each (the node's own
-  `BatchRunner`, the work any worker must do), one batch after the other;
-- daemon: a real `verillm node` process on loopback, C closed-loop HTTP clients posting
-  `/v1/completions` with token-id prompts (tokenization excluded on both sides).
+- in-process: one `engine.run` over C jobs, then commit + sign each (the node's own
+  `BatchRunner`, the work any worker must do), in a worker thread as in the daemon;
+- daemon: a real `verillm node` process on loopback; C concurrent HTTP requests to
+  `/v1/completions` with token-id prompts (tokenization excluded on both sides), which the
+  daemon's batcher runs as one batch of C.
 
-Overhead = 1 − daemon throughput / in-process throughput (goal ≤ 3%); latencies are per
-job, from submission to receipt. Prints a table and writes JSON.
+The paths alternate batch by batch (ABBA order), so a shared machine's drifting load hits
+both alike. Overhead = 1 − daemon throughput / in-process throughput (goal ≤ 3%); a job's
+latency runs from submission to its receipt. Prints a table and writes JSON.
 """
 
 import asyncio
@@ -27,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import aiohttp
 import click
 
 from verillm.spec.receipt import SigningDomain
@@ -38,16 +41,26 @@ from verillm.node.keys import new_node_key, write_key_file
 from verillm.node.metrics import NodeMetrics
 
 
-@dataclass(frozen=True)
-class PathResult:
-    """One path's measurements."""
+@dataclass
+class PathTally:
+    """What one path has measured so far."""
 
     path: str
-    latencies_s: tuple[float, ...]
+    latencies_s: list[float]
+    busy_s: float = 0.0
+    output_tokens: int = 0
+    errors: int = 0
+
+
+@dataclass(frozen=True)
+class PathResult:
+    """One path's summary."""
+
+    path: str
     requests: int
     errors: int
     output_tokens: int
-    wall_s: float
+    busy_s: float
     tokens_per_s: float
     jobs_per_s: float
     p50_latency_ms: float
@@ -60,31 +73,20 @@ def compute_percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
 
 
-def compute_path_result(path: str, latencies_s: list[float], errors: int, output_tokens: int, wall_s: float) -> PathResult:
-    """Summarise one path's per-job latencies and totals."""
+def compute_path_result(tally: PathTally) -> PathResult:
+    """Summarise a path: throughput over the time it was busy, latency percentiles."""
+    latencies = tally.latencies_s or [float("nan")]
     return PathResult(
-        path=path,
-        latencies_s=tuple(round(v, 6) for v in latencies_s),
-        requests=len(latencies_s) + errors,
-        errors=errors,
-        output_tokens=output_tokens,
-        wall_s=round(wall_s, 4),
-        tokens_per_s=round(output_tokens / wall_s, 2),
-        jobs_per_s=round(len(latencies_s) / wall_s, 3),
-        p50_latency_ms=round(1000 * statistics.median(latencies_s), 2) if latencies_s else float("nan"),
-        p99_latency_ms=round(1000 * compute_percentile(latencies_s, 0.99), 2) if latencies_s else float("nan"),
+        path=tally.path,
+        requests=len(tally.latencies_s) + tally.errors,
+        errors=tally.errors,
+        output_tokens=tally.output_tokens,
+        busy_s=round(tally.busy_s, 4),
+        tokens_per_s=round(tally.output_tokens / tally.busy_s, 2),
+        jobs_per_s=round(len(tally.latencies_s) / tally.busy_s, 3),
+        p50_latency_ms=round(1000 * statistics.median(latencies), 2),
+        p99_latency_ms=round(1000 * compute_percentile(latencies, 0.99), 2),
     )
-
-
-def compute_pooled(rounds: list[PathResult]) -> PathResult:
-    """Pool rounds of one path: all latencies, total tokens over total wall time."""
-    latencies = [v for r in rounds for v in r.latencies_s]
-    return compute_path_result(rounds[0].path, latencies, sum(r.errors for r in rounds), sum(r.output_tokens for r in rounds), sum(r.wall_s for r in rounds))
-
-
-def compute_summary(result: PathResult) -> dict:
-    """Return a result as JSON without its per-job latencies."""
-    return {name: value for name, value in asdict(result).items() if name != "latencies_s"}
 
 
 def make_prompts(count: int, length: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
@@ -93,56 +95,65 @@ def make_prompts(count: int, length: int, vocab_size: int, seed: int = 0) -> lis
     return [[rng.randrange(4, vocab_size) for _ in range(length)] for _ in range(count)]
 
 
-def run_in_process(served, prompts: list[list[int]], max_new_tokens: int, concurrency: int) -> PathResult:
-    """Run the prompts through engine + commit + sign in batches of ``concurrency``, in a worker thread as the daemon does."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verillm-engine") as executor:
-        return executor.submit(_run_in_process, served, prompts, max_new_tokens, concurrency).result()
+class InProcessPath:
+    """Engine + commit + sign in this process, in one persistent worker thread."""
 
+    def __init__(self, served, max_new_tokens: int):
+        self.served = served
+        self.max_new_tokens = max_new_tokens
+        self.runner = BatchRunner(served.engine, new_node_key(), SigningDomain(), NodeMetrics())
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verillm-engine")
+        self.tally = PathTally("in-process (engine + commit)", [])
 
-def _run_in_process(served, prompts: list[list[int]], max_new_tokens: int, concurrency: int) -> PathResult:
-    runner = BatchRunner(served.engine, new_node_key(), SigningDomain(), NodeMetrics())
-    jobs = [Job(served.model_id, tuple(p), SamplingParams(), max_new_tokens, i.to_bytes(32, "big")) for i, p in enumerate(prompts)]
-    latencies, tokens, errors = [], 0, 0
-    started = time.perf_counter()
-    for start in range(0, len(jobs), concurrency):
-        batch_started = time.perf_counter()
-        outputs = runner(jobs[start : start + concurrency])
-        elapsed = time.perf_counter() - batch_started
+    def run_batch(self, prompts: list[list[int]], first_nonce: int) -> None:
+        """Run one batch and add it to the tally."""
+        jobs = [Job(self.served.model_id, tuple(p), SamplingParams(), self.max_new_tokens, (first_nonce + i).to_bytes(32, "big")) for i, p in enumerate(prompts)]
+        started = time.perf_counter()
+        outputs = self.executor.submit(self.runner, jobs).result()
+        elapsed = time.perf_counter() - started
+        self.tally.busy_s += elapsed
         for output in outputs:
             if isinstance(output, Exception):
-                errors += 1
+                self.tally.errors += 1
                 continue
-            latencies.append(elapsed)
-            tokens += len(output.output_tokens)
-    return compute_path_result("in-process (engine + commit)", latencies, errors, tokens, time.perf_counter() - started)
+            self.tally.latencies_s.append(elapsed)
+            self.tally.output_tokens += len(output.output_tokens)
 
 
-async def run_through_daemon(url: str, model: str, prompts: list[list[int]], max_new_tokens: int, concurrency: int) -> PathResult:
-    """Send the prompts to the daemon from ``concurrency`` closed-loop clients."""
-    import aiohttp
+class DaemonPath:
+    """C concurrent /v1/completions requests to a node process."""
 
-    pending = list(enumerate(prompts))
-    latencies, counts = [], {"tokens": 0, "errors": 0}
+    def __init__(self, url: str, model: str, max_new_tokens: int, session: aiohttp.ClientSession):
+        self.url, self.model, self.max_new_tokens, self.session = url, model, max_new_tokens, session
+        self.tally = PathTally("daemon (HTTP /v1/completions)", [])
 
-    async def client(session):
-        while pending:
-            _, prompt = pending.pop(0)
-            body = {"model": model, "prompt": prompt, "max_tokens": max_new_tokens, "temperature": 0}
-            sent = time.perf_counter()
-            async with session.post(url + "/v1/completions", json=body) as response:
-                data = await response.json()
-            if response.status != 200:
-                counts["errors"] += 1
-                continue
-            latencies.append(time.perf_counter() - sent)
-            counts["tokens"] += len(data["verillm"]["output_tokens"])
-
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=3600)) as session:
+    async def run_batch(self, prompts: list[list[int]]) -> None:
+        """Send one request per prompt at once and add them to the tally."""
         started = time.perf_counter()
-        await asyncio.gather(*(client(session) for _ in range(concurrency)))
-        wall = time.perf_counter() - started
-    return compute_path_result("daemon (HTTP /v1/completions)", latencies, counts["errors"], counts["tokens"], wall)
+        await asyncio.gather(*(self._request(prompt, started) for prompt in prompts))
+        self.tally.busy_s += time.perf_counter() - started
+
+    async def _request(self, prompt: list[int], started: float) -> None:
+        body = {"model": self.model, "prompt": prompt, "max_tokens": self.max_new_tokens, "temperature": 0}
+        async with self.session.post(self.url + "/v1/completions", json=body) as response:
+            data = await response.json()
+        if response.status != 200:
+            self.tally.errors += 1
+            return
+        self.tally.latencies_s.append(time.perf_counter() - started)
+        self.tally.output_tokens += len(data["verillm"]["output_tokens"])
+
+
+async def run_interleaved(in_process: InProcessPath, daemon: DaemonPath, prompts: list[list[int]], concurrency: int) -> None:
+    """Run every batch on both paths, alternating which goes first (ABBA)."""
+    for step, start in enumerate(range(0, len(prompts), concurrency)):
+        batch = prompts[start : start + concurrency]
+        if step % 2 == 0:
+            await asyncio.to_thread(in_process.run_batch, batch, start)
+            await daemon.run_batch(batch)
+        else:
+            await daemon.run_batch(batch)
+            await asyncio.to_thread(in_process.run_batch, batch, start)
 
 
 def start_daemon(directory: Path, engine: EngineConfig, concurrency: int, batch_wait_ms: float) -> tuple[subprocess.Popen, str]:
@@ -154,15 +165,16 @@ def start_daemon(directory: Path, engine: EngineConfig, concurrency: int, batch_
         f"[queue]\nmax_batch_size = {concurrency}\nbatch_wait_ms = {batch_wait_ms}\nmax_queued_jobs = {max(256, 2 * concurrency)}\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    log = open(directory / "node.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "verillm.node", "run", "--config", str(directory / "node.toml"), "--log-level", "WARNING"],
-                               stdout=log, stderr=subprocess.STDOUT, env=env)
+    log_path = directory / "node.log"
+    with open(log_path, "w") as log:
+        command = [sys.executable, "-m", "verillm.node", "run", "--config", str(directory / "node.toml"), "--log-level", "WARNING"]
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     for _ in range(6000):
-        for line in (directory / "node.log").read_text().splitlines():
+        for line in log_path.read_text().splitlines():
             if line.startswith("verillm node listening on "):
                 return process, line.rsplit(" ", 1)[1]
         if process.poll() is not None:
-            raise click.ClickException(f"the node exited:\n{(directory / 'node.log').read_text()}")
+            raise click.ClickException(f"the node exited:\n{log_path.read_text()}")
         time.sleep(0.05)
     raise click.ClickException("the node did not start within 5 minutes")
 
@@ -180,50 +192,49 @@ def format_table(results: list[PathResult]) -> str:
     return "\n".join([header, *rows])
 
 
+async def measure(served, engine_config: EngineConfig, prompts, concurrency: int, max_new_tokens: int, batch_wait_ms: float) -> tuple[PathResult, PathResult]:
+    """Start the daemon, warm both paths up, run the interleaved measurement."""
+    in_process = InProcessPath(served, max_new_tokens)
+    with tempfile.TemporaryDirectory(prefix="verillm-bench-") as directory:
+        process, url = await asyncio.to_thread(start_daemon, Path(directory), engine_config, concurrency, batch_wait_ms)
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as session:
+                warm_daemon = DaemonPath(url, engine_config.model, max_new_tokens, session)
+                await run_interleaved(InProcessPath(served, max_new_tokens), warm_daemon, prompts[:concurrency], concurrency)
+                daemon = DaemonPath(url, engine_config.model, max_new_tokens, session)
+                await run_interleaved(in_process, daemon, prompts, concurrency)
+        finally:
+            stop_daemon(process)
+    return compute_path_result(in_process.tally), compute_path_result(daemon.tally)
+
+
 @click.command("node")
 @click.option("--model", default="tiny", show_default=True, help="Model: tiny or smollm2.")
 @click.option("--dtype", default="float32", show_default=True)
-@click.option("--concurrency", "-c", type=int, default=4, show_default=True, help="Concurrent clients = batch size.")
-@click.option("--requests", "-r", type=int, default=32, show_default=True, help="Jobs per path.")
+@click.option("--concurrency", "-c", type=int, default=4, show_default=True, help="Concurrent requests = batch size.")
+@click.option("--requests", "-r", type=int, default=64, show_default=True, help="Jobs per path.")
 @click.option("--prompt-tokens", type=int, default=32, show_default=True)
 @click.option("--max-new-tokens", type=int, default=32, show_default=True)
-@click.option("--batch-wait-ms", type=float, default=5.0, show_default=True, help="Daemon batching wait.")
-@click.option("--rounds", type=int, default=3, show_default=True, help="Alternating rounds of both paths.")
+@click.option("--batch-wait-ms", type=float, default=5.0, show_default=True, help="Daemon batching wait (ends early once the batch is full).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the results here.")
-def node_bench(model, dtype, concurrency, requests, prompt_tokens, max_new_tokens, batch_wait_ms, rounds, json_path):
+def node_bench(model, dtype, concurrency, requests, prompt_tokens, max_new_tokens, batch_wait_ms, json_path):
     """Throughput and p50/p99 latency through the daemon vs in-process, and the daemon's overhead."""
     from verillm.node.engines import build_served_model
 
     engine_config = EngineConfig(model=model, dtype=dtype)
     served = build_served_model(engine_config)
     prompts = make_prompts(requests, prompt_tokens, served.manifest.vocab_size)
-    # One path at a time, alternating per round: on a shared machine the load drifts, and
-    # alternating gives both paths the same conditions on average.
-    run_in_process(served, prompts[:concurrency], max_new_tokens, concurrency)  # warm-up
-    bare_rounds, daemon_rounds = [], []
-    with tempfile.TemporaryDirectory(prefix="verillm-bench-") as directory:
-        process, url = start_daemon(Path(directory), engine_config, concurrency, batch_wait_ms)
-        try:
-            asyncio.run(run_through_daemon(url, model, prompts[:concurrency], max_new_tokens, concurrency))  # warm-up
-            for _ in range(rounds):
-                bare_rounds.append(run_in_process(served, prompts, max_new_tokens, concurrency))
-                daemon_rounds.append(asyncio.run(run_through_daemon(url, model, prompts, max_new_tokens, concurrency)))
-        finally:
-            stop_daemon(process)
-    bare, daemon = compute_pooled(bare_rounds), compute_pooled(daemon_rounds)
+    bare, daemon = asyncio.run(measure(served, engine_config, prompts, concurrency, max_new_tokens, batch_wait_ms))
     overhead = 1 - daemon.tokens_per_s / bare.tokens_per_s
-    per_round = [round(1 - d.tokens_per_s / b.tokens_per_s, 4) for b, d in zip(bare_rounds, daemon_rounds)]
+    latency_ratio = daemon.p50_latency_ms / bare.p50_latency_ms
     click.echo(format_table([bare, daemon]))
-    click.echo(f"daemon overhead: {100 * overhead:+.2f}% throughput (goal ≤ 3%; per round {[f'{100 * r:+.1f}%' for r in per_round]}), "
-               f"p50 latency ×{daemon.p50_latency_ms / bare.p50_latency_ms:.3f}")
+    click.echo(f"daemon overhead: {100 * overhead:+.2f}% throughput (goal ≤ 3%), p50 latency ×{latency_ratio:.3f}")
     report = {
         "model": served.name, "dtype": dtype, "concurrency": concurrency, "requests": requests,
         "prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens, "batch_wait_ms": batch_wait_ms,
-        "rounds": rounds, "in_process": compute_summary(bare), "daemon": compute_summary(daemon), "overhead_throughput_ratio": round(overhead, 4),
-        "overhead_throughput_ratio_per_round": per_round, "overhead_throughput_ratio_median": statistics.median(per_round),
-        "rounds_detail": {"in_process": [asdict(r) for r in bare_rounds], "daemon": [asdict(r) for r in daemon_rounds]},
-        "p50_latency_ratio": round(daemon.p50_latency_ms / bare.p50_latency_ms, 4),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "in_process": asdict(bare), "daemon": asdict(daemon),
+        "overhead_throughput_ratio": round(overhead, 4), "p50_latency_ratio": round(latency_ratio, 4),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(), "loadavg": os.getloadavg()},
     }
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=2) + "\n")

@@ -41,6 +41,7 @@ class LocalDispatcher:
 
     async def dispatch(self, job: Job, audit_requested: bool) -> JobResult:
         """Record the dispatch, then run the job on the local worker."""
-        self.process_admission(job)
-        self.store.insert_dispatched(compute_job_hash(job), None, "", audit_requested)
-        return await self.worker.process_job(job)
+        job_hash = compute_job_hash(job)
+        self.worker.process_acceptance(job, job_hash)
+        self.store.insert_dispatched(job_hash, None, "", audit_requested)
+        return await self.worker.process_job(job, None, job_hash)

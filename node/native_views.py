@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from verillm.errors import InvalidInput, NotFound
 from verillm.spec.encoding import decode, encode
+from verillm.spec.job import compute_job_hash
 from verillm.spec.types import Challenge, Job
 
 from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_STORE, APP_WORKER
@@ -34,10 +35,10 @@ async def post_job(request: web.Request) -> web.Response:
     """Run a job sent by another node (a dispatcher); answer with its receipt."""
     envelope = await read_signed_envelope(request)
     job = decode(Job, envelope.payload)
-    worker = request.app[APP_WORKER]
-    worker.process_acceptance(job)
+    job_hash, worker = compute_job_hash(job), request.app[APP_WORKER]
+    worker.process_acceptance(job, job_hash)
     remember_nonce(request, envelope)
-    job_hash = worker.accept_job(job, envelope.sender)
+    worker.accept_job(job, envelope.sender, job_hash)
     if request.query.get("wait") == "0":
         body = {"job_hash": to_hex(job_hash), "status": "accepted", "status_url": get_status_url(request, job_hash)}
         return web.json_response(body, status=202)

@@ -81,11 +81,10 @@ async def _generate(request: web.Request, generation: GenerationRequest, chat: b
     served = request.app[APP_MODEL]
     process_model_name(served, generation.model)
     job = compute_request_job(served, generation, request.app[APP_CONFIG].limits.max_new_tokens)
-    dispatcher = request.app[APP_DISPATCHER]
-    dispatcher.process_admission(job)
     if generation.stream:
+        request.app[APP_DISPATCHER].process_admission(job)  # refusals must come before the stream starts
         return await _stream(request, generation, job, chat)
-    result = await dispatcher.dispatch(job, generation.audit)
+    result = await request.app[APP_DISPATCHER].dispatch(job, generation.audit)
     reply = _compute_reply(request, result, chat, int(time.time()))
     return web.json_response(compute_chat_body(reply) if chat else compute_completion_body(reply))
 

@@ -77,23 +77,23 @@ class Worker:
             raise InvalidInput(f"max_new_tokens: {job.max_new_tokens} exceeds this node's limit of {self.limits.max_new_tokens}")
         process_job_admission(job, self.served.manifest)
 
-    def process_acceptance(self, job: Job) -> None:
-        """Check ``job`` would be accepted now: admission, then queue room unless it is known."""
+    def process_acceptance(self, job: Job, job_hash: bytes | None = None) -> JobRecord | None:
+        """Check ``job`` would be accepted now (admission, then queue room unless known); return its stored record."""
         self.process_admission(job)
-        job_hash = compute_job_hash(job)
+        job_hash = job_hash or compute_job_hash(job)
         if job_hash in self._in_flight:
-            return
+            return None
         record = self.store.get_job(job_hash)
         if record is None or record.status == "failed":
             self.queue.process_capacity()
+        return record
 
-    def accept_job(self, job: Job, sender: bytes | None = None) -> bytes:
+    def accept_job(self, job: Job, sender: bytes | None = None, job_hash: bytes | None = None) -> bytes:
         """Admit ``job``, make it durable and queue it (unless known); return its job hash."""
-        job_hash = compute_job_hash(job)
+        job_hash = job_hash or compute_job_hash(job)
         if job_hash in self._in_flight:
             return job_hash
-        self.process_acceptance(job)  # before writing: a refused job leaves no trace
-        record = self.store.get_job(job_hash)
+        record = self.process_acceptance(job, job_hash)  # before writing: a refused job leaves no trace
         if record is not None and record.status == "done":
             return job_hash
         if record is None:
@@ -116,9 +116,9 @@ class Worker:
             raise VerillmError(f"job {job_hash.hex()} is {record.status} but not queued; restart the node to re-run it")
         return self.get_result(record)
 
-    async def process_job(self, job: Job, sender: bytes | None = None) -> JobResult:
+    async def process_job(self, job: Job, sender: bytes | None = None, job_hash: bytes | None = None) -> JobResult:
         """Run ``job`` (or join its run, or return its stored receipt); the result is durable."""
-        return await self.wait_job(self.accept_job(job, sender))
+        return await self.wait_job(self.accept_job(job, sender, job_hash))
 
     def _start(self, job_hash: bytes, job: Job, force: bool) -> None:
         future = self.queue.submit(job_hash, job, force=force)
