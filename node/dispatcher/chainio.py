@@ -87,6 +87,11 @@ class ChainIO:
         log.info("%s sent %s (audit %s, batch %s): %d gas", self.account.address, name, audit_id, batch_id, tx.gas_used)
         return tx
 
+    async def draw_challenge(self, audit_id: int) -> None:
+        """`Jobs.drawChallenge`: draws the seed, or returns the one already drawn (no event then)."""
+        receipt = await asyncio.to_thread(self.chain.transact, self.protocol.jobs, "drawChallenge", audit_id, sender=self.account)
+        self.tables.record_tx(bytes(receipt["transactionHash"]), "draw_challenge", receipt["gasUsed"], receipt["blockNumber"], audit_id)
+
     async def block_number(self) -> int:
         return await asyncio.to_thread(self.chain.get_block_number)
 

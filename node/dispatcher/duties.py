@@ -29,6 +29,7 @@ from verillm.node.worker import Worker
 log = logging.getLogger(__name__)
 
 COMMITTING, OPENING, DECIDED, ESCALATING, SETTLED, ABANDONED = 1, 2, 3, 4, 5, 6
+WORKER_DRAW_GRACE_BLOCKS = 3
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,9 @@ class PartyDuties:
 
     async def _open_worker(self, duty: Duty, info, head: int) -> None:
         if info.challenge_seed == b"\x00" * 32:
-            if head > info.ready_block + self.chainio.params["auditDrawDelayBlocks"]:
+            # The dispatcher draws it as soon as it may; the worker only if that has not happened
+            # a few blocks later (it must open within the window either way).
+            if head > info.ready_block + self.chainio.params["auditDrawDelayBlocks"] + WORKER_DRAW_GRACE_BLOCKS:
                 await self._draw_challenge(duty.audit_id)
             return
         _, _, _, challenge = await self._challenge(duty, info.challenge_seed)
@@ -109,7 +112,7 @@ class PartyDuties:
 
     async def _draw_challenge(self, audit_id: int) -> None:
         try:
-            await self.chainio.send("draw_challenge", audit_id, audit_id=audit_id)
+            await self.chainio.draw_challenge(audit_id)
         except Exception as exc:
             if not is_revert(exc, "WrongPhase", "TooEarly"):
                 raise

@@ -61,8 +61,8 @@ class AuditDriver:
             await self._advance_decided(row, state, info, head)
         elif info.phase == ESCALATING:
             await self._advance_escalating(audit_id, head)
-        elif info.phase == SETTLED:
-            self._on_settled(row, state)
+        elif info.phase == SETTLED:  # read again: `state` may predate the settling transaction
+            self._on_settled(row, await self.chainio.read(self.chainio.protocol.get_audit, audit_id))
         elif info.phase == ABANDONED:
             self.tables.update_audit(audit_id, status="abandoned")
             log.error("audit %d abandoned: its committee never filled", audit_id)
@@ -98,7 +98,7 @@ class AuditDriver:
 
     async def _draw_challenge(self, audit_id: int) -> None:
         try:
-            await self.chainio.send("draw_challenge", audit_id, audit_id=audit_id)
+            await self.chainio.draw_challenge(audit_id)
         except Exception as exc:
             if not is_revert(exc, "WrongPhase", "TooEarly"):
                 raise

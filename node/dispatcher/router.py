@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 import aiohttp
+from web3 import Web3
 
 from verillm.client import process_receipt_contents
 from verillm.errors import EngineError, InvalidProof, InvalidSignature, QueueFull, VerillmError
@@ -77,7 +78,7 @@ class RegistryView:
         for entry in self.workers:
             if entry.address == address:
                 return entry.url
-        node = await self.chainio.read(self.chainio.protocol.get_node, "0x" + address.hex())
+        node = await self.chainio.read(self.chainio.protocol.get_node, Web3.to_checksum_address(address))
         return node["endpoint"]
 
 

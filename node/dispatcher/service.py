@@ -98,6 +98,24 @@ async def get_dispatch_status(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
+async def get_dispatcher_info(request: web.Request) -> web.Response:
+    """The dispatcher's view: chain head, the Registry's workers for the model, pending work."""
+    service = request.app.get(APP_SERVICE)
+    if service is None:
+        raise NotFound("this node runs without the networked dispatcher ([dispatcher] enabled = false)")
+    tables = service.tables
+    return web.json_response({
+        "address": "0x" + service.chainio.address.hex(),
+        "head": service.watcher.head,
+        "workers": [{"address": "0x" + w.address.hex(), "url": w.url, "stake_wei": w.stake_wei} for w in service.router.view.workers],
+        "batches": {s: len(tables.get_batches((s,))) for s in ("posting", "posted", "drawn", "started", "missed")},
+        "audits": {s: len(tables.get_audit_rows(s)) for s in ("open", "settled", "abandoned")},
+        "duties": len(tables.get_duties()),
+        "failing_steps": service.tasks.failures,
+    })
+
+
 def setup_dispatcher_routes(app: web.Application) -> None:
     """Register the dispatcher role's routes."""
     app.router.add_get("/v1/verillm/audits/{job_hash}", get_dispatch_status)
+    app.router.add_get("/v1/verillm/dispatcher", get_dispatcher_info)

@@ -1,0 +1,263 @@
+"""`verillm devnet`: a whole VeriLLM network on this machine, a few requests, their audits.
+
+Starts a chain (anvil when `npm ci --prefix contracts` installed it, else the embedded
+eth-tester chain behind a loopback JSON-RPC endpoint), deploys the contracts with the
+`minimal` preset (every job audited, short windows), starts N node processes — one of them
+dishonest with ``--cheater`` — registers and stakes them, sends requests through the SDK to
+node 0, and follows every job: receipt, batch, audit, committee, votes, verdict, slashing.
+Ends with a summary and the gas of every step, read back from the chain.
+
+Exit code 0 when every job settled and the outcome is the protocol's: no honest node slashed,
+and the cheater (if any) slashed. Ctrl-C stops every child process by PID.
+"""
+
+import concurrent.futures
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from verillm.node.dispatcher.localnet import LocalNetwork, NodeSpec, get_json
+
+CHEATERS = {"int8": NodeSpec(attack="int8"), "model": NodeSpec(attack="other_model"),
+            "truncate": NodeSpec(attack="truncate"), "lazy": NodeSpec(lazy=True)}
+PROMPTS = (
+    "What is the capital of France?", "How many legs does a spider have?", "Write one sentence about the sea.",
+    "Name three prime numbers.", "What colour is the sky on a clear day?", "Give me a word that rhymes with cat.",
+    "What do bees make?", "Say hello in Spanish.", "What is two plus three?", "Name a planet in our solar system.",
+)
+TERMINAL = ("final", "slashed", "tie", "abandoned")
+
+
+class Clock:
+    """Prints lines stamped with the seconds since the devnet started."""
+
+    def __init__(self):
+        self.start = time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def __call__(self, line: str) -> None:
+        click.echo(f"[{self.elapsed():6.1f}s] {line}")
+
+
+def _short(address: str) -> str:
+    return address[:8] + "…"
+
+
+class JobTracker:
+    """Follows each job's status at the gateway and prints what changed."""
+
+    def __init__(self, net: LocalNetwork, say: Clock):
+        self.net, self.say = net, say
+        self.jobs: list[dict] = []  # {"n", "completion", "status", "body"}
+
+    def name(self, address: str) -> str:
+        node = self.net.node_of(address)
+        return f"node {node.index}" if node else _short(address)
+
+    def add(self, n: int, completion) -> None:
+        self.jobs.append({"n": n, "completion": completion, "status": None, "body": {}, "settled": False})
+        worker = self.name("0x" + completion.receipt.worker.hex())
+        self.say(f"job {n}: {len(completion.tokens)} tokens from {worker}, receipt root 0x{completion.receipt.commitment_root.hex()[:12]}… "
+                 f"job 0x{completion.job_hash.hex()[:12]}…  {completion.text.strip()[:48]!r}")
+
+    def poll(self) -> None:
+        for job in self.jobs:
+            body = get_json(f"{self.net.gateway_url}/v1/verillm/audits/0x{job['completion'].job_hash.hex()}")
+            self._report(job, body)
+
+    def _report(self, job: dict, body: dict) -> None:
+        audit = body.get("audit") or {}
+        settled = audit.get("status") in ("settled", "abandoned")
+        change = (body["status"], settled, bool(audit.get("committee")))
+        if change != job.get("change"):
+            job["change"], job["status"], job["settled"] = change, body["status"], settled
+            self.say(f"job {job['n']}: {self._describe(body)}")
+        job["body"] = body
+
+    def _describe(self, body: dict) -> str:
+        audit, status = body.get("audit") or {}, body["status"]
+        if status == "dispatched":
+            return "dispatched: the receipt waits for a batch"
+        if status == "committed":
+            return f"committed: receipt in batch {body['batch']['batch_id']} (leaf {body['batch']['index']})"
+        if status == "audited":
+            committee = ", ".join(self.name(m) for m in audit["committee"]) or "being drawn"
+            return f"audited: audit #{audit['audit_id']}, committee {committee}"
+        votes = audit.get("votes", {})
+        agree = sum(1 for v in votes.values() if v == 1)
+        text = f"{status}: {agree}/{len(votes)} members agree" + (" (settled)" if audit.get("status") == "settled" else "")
+        slashes = [f"{self.name(s['node'])} ({s['reason']}, {(s['amount_wei'] or 0) / 1e18:g} ETH)" for s in audit.get("slashed", [])]
+        return text + ("; slashed " + "; ".join(slashes) if slashes else "")
+
+    def is_done(self) -> bool:
+        return all(j["settled"] or (j["status"] == "final" and not j["body"].get("audit")) for j in self.jobs)
+
+    def progress(self) -> str:
+        counts: dict[str, int] = {}
+        for job in self.jobs:
+            counts[job["status"] or "dispatched"] = counts.get(job["status"] or "dispatched", 0) + 1
+        return "  ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+
+
+def send_jobs(net: LocalNetwork, tracker: JobTracker, count: int, max_tokens: int) -> None:
+    """Send ``count`` chat requests through the SDK to the gateway, four at a time."""
+    from verillm.client import Client
+
+    client = Client(net.gateway_url)
+
+    def one(n: int):
+        messages = [{"role": "user", "content": PROMPTS[(n - 1) % len(PROMPTS)]}]
+        return n, retry_no_workers(lambda: client.chat(messages, max_tokens=max_tokens, temperature=0, audit=n == 1))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        for n, completion in pool.map(one, range(1, count + 1)):
+            tracker.add(n, completion)
+
+
+def retry_no_workers(request, timeout_s: float = 60.0):
+    """Run ``request``, retrying while the gateway has not yet seen enough registered workers."""
+    from verillm.node.dispatcher.router import NoWorkers
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return request()
+        except NoWorkers:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+def compute_gas_table(net: LocalNetwork, from_block: int) -> list[tuple[str, int, int]]:
+    """Return (contract.function, transactions, total gas) of every protocol transaction since ``from_block``."""
+    chain, protocol = net.protocol.chain, net.protocol
+    handles = {h.address.lower(): h for h in (protocol.registry, protocol.jobs, protocol.disputes)}
+    totals: dict[str, list[int]] = {}
+    for number in range(from_block, chain.get_block_number() + 1):
+        block = chain.rpc("eth_getBlockByNumber", lambda n=number: chain.w3.eth.get_block(n, full_transactions=True))
+        for tx in block["transactions"]:
+            handle = handles.get((tx.get("to") or "").lower())
+            if handle is None:
+                continue
+            function, _ = handle.web3.decode_function_input(tx["input"])
+            receipt = chain.rpc("eth_getTransactionReceipt", lambda h=tx["hash"]: chain.w3.eth.get_transaction_receipt(h))
+            entry = totals.setdefault(f"{handle.name}.{function.fn_name}", [0, 0])
+            entry[0] += 1
+            entry[1] += receipt["gasUsed"]
+    return sorted(((name, n, gas) for name, (n, gas) in totals.items()), key=lambda r: -r[2])
+
+
+def print_summary(net: LocalNetwork, tracker: JobTracker, gas_rows: list, wall_s: float) -> list[str]:
+    """Print the per-job table, totals and gas; return the problems found (empty = as expected)."""
+    click.echo("\n  job  worker   status    committee votes      slashed")
+    verified, slashed, problems = 0, 0, []
+    for job in tracker.jobs:
+        body, audit = job["body"], job["body"].get("audit") or {}
+        worker = tracker.name(body["worker"])
+        votes = "".join("✓" if v == 1 else "✗" for v in audit.get("votes", {}).values()) or "-"
+        slashes = ", ".join(sorted({tracker.name(s["node"]) for s in audit.get("slashed", [])})) or "-"
+        click.echo(f"  {job['n']:>3}  {worker:<8} {body['status']:<9} {votes:<16} {slashes}")
+        verified += body["status"] == "final" and bool(audit)
+        slashed += body["status"] == "slashed"
+        problems += _check_outcome(net, tracker, job)
+    click.echo(f"\njobs {len(tracker.jobs)}  verified {verified}  worker slashed {slashed}  wall time {wall_s:.1f} s")
+    click.echo("\n  gas per step (every protocol transaction on the chain)")
+    click.echo(f"  {'step':<32} {'txs':>4} {'total gas':>11} {'gas/tx':>9}")
+    for name, count, gas in gas_rows:
+        click.echo(f"  {name:<32} {count:>4} {gas:>11,} {gas // count:>9,}")
+    audited = sum(g for name, _, g in gas_rows if not name.startswith("Registry."))
+    if tracker.jobs:
+        click.echo(f"  {'per job (all audited, MINIMAL)':<32} {'':>4} {audited // len(tracker.jobs):>11,}")
+    return problems
+
+
+def _check_outcome(net: LocalNetwork, tracker: JobTracker, job: dict) -> list[str]:
+    body, audit = job["body"], job["body"].get("audit") or {}
+    problems = []
+    worker = net.node_of(body["worker"])
+    if not audit or audit.get("status") != "settled":
+        problems.append(f"job {job['n']} did not settle (status {body['status']})")
+    elif worker.spec.is_honest == (body["status"] == "slashed"):
+        problems.append(f"job {job['n']}: worker node {worker.index} ({worker.spec.label}) ended {body['status']}")
+    for slash in audit.get("slashed", []):
+        node = net.node_of(slash["node"])
+        if node is not None and node.spec.is_honest:
+            problems.append(f"job {job['n']}: honest node {node.index} was slashed ({slash['reason']})")
+    return problems
+
+
+def follow(tracker: JobTracker, timeout_s: float) -> None:
+    """Poll until every job has settled (or ``timeout_s`` passes), showing a progress line on a terminal."""
+    deadline = time.monotonic() + timeout_s
+    tty = sys.stdout.isatty()
+    while not tracker.is_done() and time.monotonic() < deadline:
+        tracker.poll()
+        if tty:
+            click.echo(f"\r  … {tracker.progress()}   ", nl=False)
+        time.sleep(1.0)
+    if tty:
+        click.echo("\r" + " " * 80 + "\r", nl=False)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@click.command()
+@click.option("--nodes", type=int, default=None, help="Node processes [default: 4, or 5 with --cheater].")
+@click.option("--model", type=click.Choice(["smollm2", "tiny"]), default="smollm2", show_default=True, help="tiny: seconds instead of minutes.")
+@click.option("--cheater", type=click.Choice(sorted(CHEATERS)), default=None, help="Make the last node dishonest.")
+@click.option("--jobs", "job_count", type=int, default=8, show_default=True, help="Requests to send.")
+@click.option("--max-tokens", type=int, default=16, show_default=True)
+@click.option("--chain", "chain_kind", type=click.Choice(["auto", "anvil", "embedded"]), default="auto", show_default=True)
+@click.option("--block-time", type=float, default=1.0, show_default=True, help="Seconds per block.")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None, help="Keep keys, stores, logs here (default: a temp dir, removed).")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="Give up following jobs after this long.")
+def devnet(nodes, model, cheater, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s):
+    """Run a local VeriLLM network end to end: serve, batch, audit, vote, settle, slash."""
+    say = Clock()
+    specs = _node_specs(nodes, cheater)
+    temporary = workdir is None
+    directory = Path(workdir or tempfile.mkdtemp(prefix="verillm-devnet-"))
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    click.echo(f"VeriLLM devnet: {len(specs)} nodes, model {model}, preset minimal, workdir {directory}")
+    net = LocalNetwork(directory, specs, model=model, chain=chain_kind, block_time_s=block_time, log=say)
+    try:
+        net.start()
+        net.wait_gateway_sees_all()
+        first_block = net.protocol.deployment.start_block
+        say(f"all {len(specs)} nodes serve; sending {job_count} requests through node 0 ({net.gateway_url})")
+        tracker = JobTracker(net, say)
+        send_jobs(net, tracker, job_count, max_tokens)
+        follow(tracker, timeout_s)
+        problems = print_summary(net, tracker, compute_gas_table(net, first_block), say.elapsed())
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted: stopping every node", err=True)
+        sys.exit(130)
+    finally:
+        net.stop()
+        if temporary:
+            shutil.rmtree(directory, ignore_errors=True)
+    if problems:
+        click.echo("\nunexpected outcome:\n  " + "\n  ".join(problems), err=True)
+        sys.exit(1)
+    click.echo("\nevery job settled as the protocol says it should")
+
+
+def _node_specs(nodes: int | None, cheater: str | None) -> list[NodeSpec]:
+    # With a cheater, 5 nodes: once it is slashed, 4 remain — a worker and a committee of 3.
+    count = nodes or (5 if cheater else 4)
+    minimum = 5 if cheater else 4
+    if count < minimum:
+        raise click.UsageError(f"--nodes {count}: need at least {minimum} (a worker and a committee of 3{', after the cheater is slashed' if cheater else ''})")
+    specs = [NodeSpec() for _ in range(count)]
+    if cheater:
+        specs[-1] = CHEATERS[cheater]
+    return specs
