@@ -48,6 +48,9 @@ Bytes32List = Annotated[tuple[bytes, ...], Wire("bytes32[]", None)]
 _INT_FORMATS = {"u8": ">B", "u16": ">H", "u32": ">I", "u64": ">Q"}
 _LIST_ITEM = {"u32[]": ("u32", 4), "u16[]": ("u16", 2), "f32[]": ("f32", 4), "bytes32[]": ("bytes32", 32)}
 
+# Integer lists (token ids, layers) are packed and unpacked whole: one struct call per list.
+_INT_LIST_FORMATS = {"u32[]": ("I", 4, 1 << 32), "u16[]": ("H", 2, 1 << 16)}
+
 R = TypeVar("R")
 
 
@@ -99,6 +102,9 @@ def _encode_value(field: str, wire: Any, value: Any) -> bytes:
         return struct.pack(">I", len(value)) + items
     if dataclasses.is_dataclass(wire):
         return encode(value)
+    if wire.name in _INT_LIST_FORMATS and _is_int_list_in_range(wire.name, value):
+        code, _, _ = _INT_LIST_FORMATS[wire.name]
+        return struct.pack(f">I{len(value)}{code}", len(value), *value)
     if wire.name in _LIST_ITEM:
         item_name, _ = _LIST_ITEM[wire.name]
         for item in value:
@@ -110,6 +116,14 @@ def _encode_value(field: str, wire: Any, value: Any) -> bytes:
         return struct.pack(">I", len(value)) + bytes(value)
     _check_scalar(field, wire, value)
     return _encode_scalar(wire.name, value)
+
+
+def _is_int_list_in_range(wire_name: str, value: Any) -> bool:
+    # Anything else takes the item-by-item path, which raises the precise error.
+    _, _, limit = _INT_LIST_FORMATS[wire_name]
+    if not all(type(v) is int for v in value):
+        return False
+    return not value or (min(value) >= 0 and max(value) < limit)
 
 
 def encode(record: Any) -> bytes:
@@ -151,6 +165,10 @@ def _decode_value(reader: _Reader, wire: Any) -> Any:
         return tuple(_decode_record(reader, wire[1]) for _ in range(reader.length()))
     if dataclasses.is_dataclass(wire):
         return _decode_record(reader, wire)
+    if wire.name in _INT_LIST_FORMATS:
+        code, size, _ = _INT_LIST_FORMATS[wire.name]
+        count = reader.length()
+        return struct.unpack(f">{count}{code}", reader.take(count * size))
     if wire.name in _LIST_ITEM:
         item_name, size = _LIST_ITEM[wire.name]
         return tuple(_decode_scalar(item_name, reader.take(size)) for _ in range(reader.length()))
