@@ -11,13 +11,25 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from verillm.errors import VerillmError
+
 # Seconds; CPU tiny-model jobs take milliseconds, SmolLM2 on CPU seconds, long GPU jobs minutes.
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
-JOB_OUTCOMES = ("done", "failed", "rejected")
+JOB_OUTCOMES = ("done", "failed")  # refusals before admission are counted by error code
 VERDICTS = ("verified", "slashed", "member_slashed")
 DISPUTE_OUTCOMES = ("opened", "upheld", "rejected")
+
+
+def compute_error_codes() -> list[str]:
+    """Return every error code a node can answer with (VerillmError codes and the HTTP-level ones)."""
+    codes, pending = [], [VerillmError]
+    while pending:
+        cls = pending.pop()
+        codes.append(cls.code)
+        pending.extend(cls.__subclasses__())
+    return sorted(set(codes) | {"not_found", "method_not_allowed", "request_too_large", "internal_error"})
 
 
 @dataclass
@@ -29,7 +41,7 @@ class NodeMetrics:
     def __post_init__(self):
         r = self.registry
         # --- worker: jobs and tokens ---
-        self.jobs = Counter("verillm_node_jobs", "Jobs finished, by outcome (done, failed, rejected at admission).", ["outcome"], registry=r)
+        self.jobs = Counter("verillm_node_jobs", "Jobs finished, by outcome (done, failed).", ["outcome"], registry=r)
         self.input_tokens = Counter("verillm_node_input_tokens", "Input tokens of finished jobs, by outcome.", ["outcome"], registry=r)
         self.output_tokens = Counter("verillm_node_output_tokens", "Output tokens generated, by job outcome.", ["outcome"], registry=r)
         self.recovered_jobs = Counter("verillm_node_recovered_jobs", "Jobs found queued or running at startup and re-run.", registry=r)
@@ -59,6 +71,8 @@ class NodeMetrics:
         for outcome in JOB_OUTCOMES:
             for metric in (self.jobs, self.input_tokens, self.output_tokens):
                 metric.labels(outcome=outcome)
+        for code in compute_error_codes():
+            self.http_errors.labels(code=code)
         for selected in ("true", "false"):
             self.audit_draws.labels(selected=selected)
         for verdict in VERDICTS:
