@@ -11,6 +11,7 @@ Each is timed `repeats` times, alternating, and the median is reported.
                            (the capture's own cost, measured inside vLLM's worker; on a loaded
                            machine it is steadier than the difference of two wall times)
     verify_over_generate = verify time / committed generation time
+    *_cpu                = the same from CPU time of vLLM's worker process + this process
 
 Run: `python -m verillm.engine.vllm_bench --model smollm2 --prompt-tokens 512 --output-tokens 512`
 (in the vLLM environment), or call `measure_vllm_cost` (what `verillm bench cost --engine vllm`
@@ -47,17 +48,29 @@ def _timed(action) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
+def _cpu_timed(engine, action) -> tuple[float, float, object]:
+    """Return (wall s, CPU s of vLLM's worker process + this process, result) of ``action``.
+
+    CPU time counts only our processes' cycles, so it is steadier than wall time on a shared
+    machine (vLLM's scheduler process is not counted; it does the same work in both modes).
+    """
+    worker_before, main_before = engine.worker_info()["process_cpu_s"], time.process_time()
+    wall, result = _timed(action)
+    cpu = engine.worker_info()["process_cpu_s"] - worker_before + time.process_time() - main_before
+    return wall, cpu, result
+
+
 def _run_committed(engine, job: Job):
     trace = engine.run([job])[0]
     compute_commitment(trace, tuple(engine.manifest.committed_layers))
     return trace
 
 
-def _timed_plain(engine, job: Job) -> tuple[float, object]:
+def _timed_plain(engine, job: Job) -> tuple[float, float, object]:
     """Time ``job`` with the hooks removed (installing/removing them is outside the timing)."""
     engine.set_capture(False)
     try:
-        return _timed(lambda: engine.run([job])[0])
+        return _cpu_timed(engine, lambda: engine.run([job])[0])
     finally:
         engine.set_capture(True)
 
@@ -68,19 +81,26 @@ def measure_engine_cost(engine, prompt_tokens: int, output_tokens: int, repeats:
         raise ConfigError("repeats must be at least 1")
     job = Job(engine.model_id, build_bench_prompt(engine, prompt_tokens), SamplingParams(), output_tokens, b"\x00" * 32)
     _run_committed(engine, job)  # warm-up: first-call allocations and lazy imports
-    plain, committed, verify, busy = [], [], [], []
+    wall = {"plain": [], "committed": [], "verify": []}
+    cpu = {"plain": [], "committed": [], "verify": []}
+    busy, prompt_flags = [], []
     for _ in range(repeats):
-        seconds, plain_trace = _timed_plain(engine, job)  # leaves a fresh capture installed: busy_s = 0
-        plain.append(seconds)
-        seconds, trace = _timed(lambda: _run_committed(engine, job))
-        committed.append(seconds)
-        busy.append(engine.worker_info()["capture_busy_s"])
+        plain_wall, plain_cpu, plain_trace = _timed_plain(engine, job)  # leaves a fresh capture installed: busy_s = 0
+        committed_wall, committed_cpu, trace = _cpu_timed(engine, lambda: _run_committed(engine, job))
+        info = engine.worker_info()
+        busy.append(info["capture_busy_s"])
+        prompt_flags.append(info["capture_prompt_flags_s"])
         if plain_trace.output_tokens != trace.output_tokens:
             raise ConfigError("plain and committed runs emitted different tokens; the comparison would be meaningless")
         verification = compute_verification_job(job, trace.output_tokens, b"\x01" * 32)
-        verify.append(_timed(lambda: _run_committed(engine, verification))[0])
+        verify_wall, verify_cpu, _ = _cpu_timed(engine, lambda: _run_committed(engine, verification))
+        for name, w, c in (("plain", plain_wall, plain_cpu), ("committed", committed_wall, committed_cpu), ("verify", verify_wall, verify_cpu)):
+            wall[name].append(w)
+            cpu[name].append(c)
     generated = len(trace.output_tokens)
-    plain_s, committed_s, verify_s, busy_s = (statistics.median(v) for v in (plain, committed, verify, busy))
+    plain_s, committed_s, verify_s = (statistics.median(wall[name]) for name in ("plain", "committed", "verify"))
+    plain_cpu, committed_cpu, verify_cpu = (statistics.median(cpu[name]) for name in ("plain", "committed", "verify"))
+    busy_s, prompt_flags_s = statistics.median(busy), statistics.median(prompt_flags)
     return {
         "prompt_tokens": prompt_tokens,
         "output_tokens": generated,
@@ -93,9 +113,18 @@ def measure_engine_cost(engine, prompt_tokens: int, output_tokens: int, repeats:
         "commit_overhead": 1 - plain_s / committed_s,
         "verify_over_generate": verify_s / committed_s,
         "verify_over_plain_generate": verify_s / plain_s,
+        "generate_plain_cpu_s": plain_cpu,
+        "generate_committed_cpu_s": committed_cpu,
+        "verify_cpu_s": verify_cpu,
+        "commit_overhead_cpu": 1 - plain_cpu / committed_cpu,
+        "verify_over_generate_cpu": verify_cpu / committed_cpu,
         "capture_busy_s": busy_s,
         "capture_busy_share": busy_s / committed_s,
-        "samples_s": {"plain": plain, "committed": committed, "verify": verify, "capture_busy": busy},
+        "capture_prompt_flags_s": prompt_flags_s,
+        "capture_per_step_ms": 1000 * (busy_s - prompt_flags_s) / generated,
+        "samples_wall_s": wall,
+        "samples_cpu_s": cpu,
+        "samples_capture_busy_s": busy,
     }
 
 
@@ -128,8 +157,13 @@ def format_table(result: dict) -> str:
         ("generate, captured + committed", f"{result['generate_committed_s']:.3f} s  ({result['tokens_per_s_committed']:.2f} tok/s)"),
         ("commit overhead (throughput lost)", f"{100 * result['commit_overhead']:.2f} %"),
         ("  time inside hooks + sampler", f"{result['capture_busy_s']:.3f} s  ({100 * result['capture_busy_share']:.2f} % of committed generation)"),
+        ("    of which prompt-position logits + flags", f"{result['capture_prompt_flags_s']:.3f} s"),
+        ("    the rest, per engine step", f"{result['capture_per_step_ms']:.3f} ms"),
         ("verify (prefill replay, committed)", f"{result['verify_s']:.3f} s"),
         ("verify / generate", f"{100 * result['verify_over_generate']:.2f} %"),
+        ("CPU s (worker + main): plain / committed / verify", f"{result['generate_plain_cpu_s']:.3f} / {result['generate_committed_cpu_s']:.3f} / {result['verify_cpu_s']:.3f}"),
+        ("commit overhead, CPU time", f"{100 * result['commit_overhead_cpu']:.2f} %"),
+        ("verify / generate, CPU time", f"{100 * result['verify_over_generate_cpu']:.2f} %"),
     ]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

@@ -119,6 +119,7 @@ class CaptureState:
         self.sampling_rows: list[tuple[int, str, int]] = []  # (logits row, job key, position) of this pass
         self.handles: list = []
         self.busy_s = 0.0  # wall time spent in the hooks and the sampler (the capture's own cost)
+        self.prompt_flags_s = 0.0  # the part of busy_s spent on logits + flags of rows vLLM does not sample
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -225,6 +226,13 @@ class CaptureState:
     def _compute_flags(self, job: _JobCapture, hidden: torch.Tensor, next_ids: torch.Tensor, first_position: int) -> torch.Tensor:
         if len(next_ids) != len(hidden):
             raise EngineError(f"{len(hidden)} rows at position {first_position}… but {len(next_ids)} next tokens")
+        start = time.perf_counter()
+        try:
+            return self._compute_flags_chunked(job, hidden, next_ids, first_position)
+        finally:
+            self.prompt_flags_s += time.perf_counter() - start
+
+    def _compute_flags_chunked(self, job: _JobCapture, hidden: torch.Tensor, next_ids: torch.Tensor, first_position: int) -> torch.Tensor:
         pieces = []
         for start in range(0, hidden.shape[0], LOGIT_CHUNK_ROWS):
             logits = self.runner.model.compute_logits(hidden[start : start + LOGIT_CHUNK_ROWS]).float()
@@ -395,4 +403,6 @@ def get_worker_info(worker) -> dict:
         "torch_threads": torch.get_num_threads(),
         "model": type(worker.model_runner.model).__name__,
         "capture_busy_s": state.busy_s if state is not None else 0.0,
+        "capture_prompt_flags_s": state.prompt_flags_s if state is not None else 0.0,
+        "process_cpu_s": time.process_time(),  # every thread of the worker process
     }
