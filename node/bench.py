@@ -10,8 +10,11 @@ so every job does the same work), C at a time:
   daemon's batcher runs as one batch of C.
 
 The paths alternate batch by batch (ABBA order), so a shared machine's drifting load hits
-both alike. Overhead = 1 − daemon throughput / in-process throughput (goal ≤ 3%); a job's
-latency runs from submission to its receipt. Prints a table and writes JSON.
+both alike. Overhead = 1 − daemon throughput / in-process throughput (goal ≤ 3%); a job's latency runs
+from submission to its receipt. On a shared machine wall-clock throughput drifts with other
+load, so the CPU time each path spends per job is reported too (the daemon's from /proc,
+the in-process path's from process_time around its batches); with ``--threads 1`` it is
+exact and barely moved by other load. Prints a table and writes JSON.
 """
 
 import asyncio
@@ -31,6 +34,8 @@ from pathlib import Path
 
 import aiohttp
 import click
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from verillm.spec.receipt import SigningDomain
 from verillm.spec.types import Job, SamplingParams
@@ -48,6 +53,9 @@ class PathTally:
     path: str
     latencies_s: list[float]
     busy_s: float = 0.0
+    cpu_s: float = 0.0
+    engine_s: float = 0.0
+    commit_s: float = 0.0
     output_tokens: int = 0
     errors: int = 0
 
@@ -61,6 +69,10 @@ class PathResult:
     errors: int
     output_tokens: int
     busy_s: float
+    cpu_s: float
+    cpu_ms_per_job: float
+    engine_s: float
+    commit_s: float
     tokens_per_s: float
     jobs_per_s: float
     p50_latency_ms: float
@@ -82,6 +94,10 @@ def compute_path_result(tally: PathTally) -> PathResult:
         errors=tally.errors,
         output_tokens=tally.output_tokens,
         busy_s=round(tally.busy_s, 4),
+        cpu_s=round(tally.cpu_s, 4),
+        cpu_ms_per_job=round(1000 * tally.cpu_s / max(1, len(tally.latencies_s)), 3),
+        engine_s=round(tally.engine_s, 4),
+        commit_s=round(tally.commit_s, 4),
         tokens_per_s=round(tally.output_tokens / tally.busy_s, 2),
         jobs_per_s=round(len(tally.latencies_s) / tally.busy_s, 3),
         p50_latency_ms=round(1000 * statistics.median(latencies), 2),
@@ -101,17 +117,20 @@ class InProcessPath:
     def __init__(self, served, max_new_tokens: int):
         self.served = served
         self.max_new_tokens = max_new_tokens
-        self.runner = BatchRunner(served.engine, new_node_key(), SigningDomain(), NodeMetrics())
+        self.metrics = NodeMetrics()
+        self.runner = BatchRunner(served.engine, new_node_key(), SigningDomain(), self.metrics)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verillm-engine")
         self.tally = PathTally("in-process (engine + commit)", [])
 
     def run_batch(self, prompts: list[list[int]], first_nonce: int) -> None:
         """Run one batch and add it to the tally."""
         jobs = [Job(self.served.model_id, tuple(p), SamplingParams(), self.max_new_tokens, (first_nonce + i).to_bytes(32, "big")) for i, p in enumerate(prompts)]
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         outputs = self.executor.submit(self.runner, jobs).result()
         elapsed = time.perf_counter() - started
         self.tally.busy_s += elapsed
+        self.tally.cpu_s += time.process_time() - cpu_started
+        self.tally.engine_s, self.tally.commit_s = get_engine_and_commit_s(generate_latest(self.metrics.registry).decode())
         for output in outputs:
             if isinstance(output, Exception):
                 self.tally.errors += 1
@@ -156,12 +175,30 @@ async def run_interleaved(in_process: InProcessPath, daemon: DaemonPath, prompts
             await asyncio.to_thread(in_process.run_batch, batch, start)
 
 
+def get_engine_and_commit_s(metrics_text: str) -> tuple[float, float]:
+    """Return the summed engine.run and commit seconds in a node's /metrics text."""
+    sums = {s.name: s.value for f in text_string_to_metric_families(metrics_text) for s in f.samples if s.name.endswith("_seconds_sum")}
+    return sums.get("verillm_node_generation_seconds_sum", 0.0), sums.get("verillm_node_commit_seconds_sum", 0.0)
+
+
+async def scrape_engine_and_commit_s(session: aiohttp.ClientSession, url: str) -> tuple[float, float]:
+    """Return a running node's summed engine.run and commit seconds."""
+    async with session.get(url + "/metrics") as response:
+        return get_engine_and_commit_s(await response.text())
+
+
+def get_process_cpu_s(pid: int) -> float:
+    """Return the CPU seconds (user + system, all threads) a process has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_daemon(directory: Path, engine: EngineConfig, concurrency: int, batch_wait_ms: float) -> tuple[subprocess.Popen, str]:
     """Start a node process for the bench; return it and its URL."""
     write_key_file(new_node_key(), directory / "key.json")
     (directory / "node.toml").write_text(
         f'[identity]\nkey_file = "{directory / "key.json"}"\n[server]\nport = 0\n[store]\npath = "{directory / "node.sqlite"}"\n'
-        f'[engine]\nmodel = "{engine.model}"\ndtype = "{engine.dtype}"\n'
+        f'[engine]\nmodel = "{engine.model}"\ndtype = "{engine.dtype}"\nthreads = {engine.threads}\n'
         f"[queue]\nmax_batch_size = {concurrency}\nbatch_wait_ms = {batch_wait_ms}\nmax_queued_jobs = {max(256, 2 * concurrency)}\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -187,8 +224,12 @@ def stop_daemon(process: subprocess.Popen) -> None:
 
 def format_table(results: list[PathResult]) -> str:
     """Return the results as a fixed-width table."""
-    header = f"{'path':32} {'requests':>8} {'errors':>6} {'tokens/s':>10} {'jobs/s':>8} {'p50 ms':>9} {'p99 ms':>9}"
-    rows = [f"{r.path:32} {r.requests:>8} {r.errors:>6} {r.tokens_per_s:>10.1f} {r.jobs_per_s:>8.2f} {r.p50_latency_ms:>9.1f} {r.p99_latency_ms:>9.1f}" for r in results]
+    header = f"{'path':32} {'requests':>8} {'errors':>6} {'tokens/s':>10} {'jobs/s':>8} {'p50 ms':>9} {'p99 ms':>9} {'CPU ms/job':>10} {'engine s':>9} {'commit s':>9}"
+    rows = [
+        f"{r.path:32} {r.requests:>8} {r.errors:>6} {r.tokens_per_s:>10.1f} {r.jobs_per_s:>8.2f} {r.p50_latency_ms:>9.1f} "
+        f"{r.p99_latency_ms:>9.1f} {r.cpu_ms_per_job:>10.2f} {r.engine_s:>9.2f} {r.commit_s:>9.2f}"
+        for r in results
+    ]
     return "\n".join([header, *rows])
 
 
@@ -202,7 +243,13 @@ async def measure(served, engine_config: EngineConfig, prompts, concurrency: int
                 warm_daemon = DaemonPath(url, engine_config.model, max_new_tokens, session)
                 await run_interleaved(InProcessPath(served, max_new_tokens), warm_daemon, prompts[:concurrency], concurrency)
                 daemon = DaemonPath(url, engine_config.model, max_new_tokens, session)
+                cpu_started = get_process_cpu_s(process.pid)  # the daemon idles while the in-process path runs
+                engine_started, commit_started = await scrape_engine_and_commit_s(session, url)
+                in_process.tally.engine_s, in_process.tally.commit_s = 0.0, 0.0
                 await run_interleaved(in_process, daemon, prompts, concurrency)
+                daemon.tally.cpu_s = get_process_cpu_s(process.pid) - cpu_started
+                engine_s, commit_s = await scrape_engine_and_commit_s(session, url)
+                daemon.tally.engine_s, daemon.tally.commit_s = engine_s - engine_started, commit_s - commit_started
         finally:
             stop_daemon(process)
     return compute_path_result(in_process.tally), compute_path_result(daemon.tally)
@@ -215,25 +262,28 @@ async def measure(served, engine_config: EngineConfig, prompts, concurrency: int
 @click.option("--requests", "-r", type=int, default=64, show_default=True, help="Jobs per path.")
 @click.option("--prompt-tokens", type=int, default=32, show_default=True)
 @click.option("--max-new-tokens", type=int, default=32, show_default=True)
+@click.option("--threads", type=int, default=1, show_default=True, help="torch threads on both paths (0 = torch default); 1 makes CPU times exact.")
 @click.option("--batch-wait-ms", type=float, default=5.0, show_default=True, help="Daemon batching wait (ends early once the batch is full).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the results here.")
-def node_bench(model, dtype, concurrency, requests, prompt_tokens, max_new_tokens, batch_wait_ms, json_path):
+def node_bench(model, dtype, concurrency, requests, prompt_tokens, max_new_tokens, threads, batch_wait_ms, json_path):
     """Throughput and p50/p99 latency through the daemon vs in-process, and the daemon's overhead."""
     from verillm.node.engines import build_served_model
 
-    engine_config = EngineConfig(model=model, dtype=dtype)
+    engine_config = EngineConfig(model=model, dtype=dtype, threads=threads)
     served = build_served_model(engine_config)
     prompts = make_prompts(requests, prompt_tokens, served.manifest.vocab_size)
     bare, daemon = asyncio.run(measure(served, engine_config, prompts, concurrency, max_new_tokens, batch_wait_ms))
     overhead = 1 - daemon.tokens_per_s / bare.tokens_per_s
+    cpu_overhead = daemon.cpu_s / bare.cpu_s - 1
     latency_ratio = daemon.p50_latency_ms / bare.p50_latency_ms
     click.echo(format_table([bare, daemon]))
-    click.echo(f"daemon overhead: {100 * overhead:+.2f}% throughput (goal ≤ 3%), p50 latency ×{latency_ratio:.3f}")
+    click.echo(f"daemon overhead: {100 * overhead:+.2f}% throughput (goal ≤ 3%), {100 * cpu_overhead:+.2f}% CPU per job, p50 latency ×{latency_ratio:.3f}")
     report = {
         "model": served.name, "dtype": dtype, "concurrency": concurrency, "requests": requests,
         "prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens, "batch_wait_ms": batch_wait_ms,
         "in_process": asdict(bare), "daemon": asdict(daemon),
-        "overhead_throughput_ratio": round(overhead, 4), "p50_latency_ratio": round(latency_ratio, 4),
+        "threads": threads, "overhead_throughput_ratio": round(overhead, 4), "overhead_cpu_ratio": round(cpu_overhead, 4),
+        "p50_latency_ratio": round(latency_ratio, 4),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(), "loadavg": os.getloadavg()},
     }
     if json_path:

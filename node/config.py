@@ -61,6 +61,8 @@ class EngineConfig:
     """Compute dtype, part of the model id: "float32" or "bfloat16"."""
     preset: str = "mainnet"
     """Protocol preset the manifest is built with ("mainnet" or "minimal")."""
+    threads: int = 0
+    """torch intra-op threads for the engine; 0 = torch's default (one per core)."""
 
 
 @dataclass(frozen=True)
@@ -274,8 +276,8 @@ def process_config(config: NodeConfig) -> None:
             raise ConfigError(f"{name} must be at least 1, got {value}")
     if not 0 <= config.server.port < 65536:
         raise ConfigError(f"server.port must be in 0..65535, got {config.server.port}")
-    if config.queue.batch_wait_ms < 0 or config.queue.max_batch_size < 0:
-        raise ConfigError("queue.batch_wait_ms and queue.max_batch_size must not be negative")
+    if config.queue.batch_wait_ms < 0 or config.queue.max_batch_size < 0 or config.engine.threads < 0:
+        raise ConfigError("queue.batch_wait_ms, queue.max_batch_size and engine.threads must not be negative")
     if config.store.synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
         raise ConfigError(f"store.synchronous must be FULL, NORMAL or EXTRA, got {config.store.synchronous!r}")
     for name in ("jobs_address", "registry_address"):

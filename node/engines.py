@@ -56,7 +56,8 @@ def build_torch_model(config: EngineConfig) -> ServedModel:
     from verillm.engine.torch_engine import TorchEngine
 
     model, tokenizer, manifest = load_model(config.model, config.dtype, get_preset(config.preset))
-    return ServedModel(alias=config.model, engine=TorchEngine(model, tokenizer, manifest), tokenizer=tokenizer)
+    engine = TorchEngine(model, tokenizer, manifest, num_threads=config.threads or None)
+    return ServedModel(alias=config.model, engine=engine, tokenizer=tokenizer)
 
 
 ENGINE_BUILDERS = {"torch": build_torch_model}
