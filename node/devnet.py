@@ -167,6 +167,7 @@ def print_summary(net: LocalNetwork, tracker: JobTracker, gas_rows: list, wall_s
         verified += body["status"] == "final" and bool(audit)
         slashed += body["status"] == "slashed"
         problems += _check_outcome(net, tracker, job)
+    problems += _check_cheaters_caught(net, tracker)
     click.echo(f"\njobs {len(tracker.jobs)}  verified {verified}  worker slashed {slashed}  wall time {wall_s:.1f} s")
     click.echo("\n  gas per step (every protocol transaction on the chain)")
     click.echo(f"  {'step':<32} {'txs':>4} {'total gas':>11} {'gas/tx':>9}")
@@ -184,13 +185,18 @@ def _check_outcome(net: LocalNetwork, tracker: JobTracker, job: dict) -> list[st
     worker = net.node_of(body["worker"])
     if not audit or audit.get("status") != "settled":
         problems.append(f"job {job['n']} did not settle (status {body['status']})")
-    elif worker.spec.is_honest == (body["status"] == "slashed"):
+    elif worker.spec.cheats_as_worker != (body["status"] == "slashed"):
         problems.append(f"job {job['n']}: worker node {worker.index} ({worker.spec.label}) ended {body['status']}")
     for slash in audit.get("slashed", []):
         node = net.node_of(slash["node"])
         if node is not None and node.spec.is_honest:
             problems.append(f"job {job['n']}: honest node {node.index} was slashed ({slash['reason']})")
     return problems
+
+
+def _check_cheaters_caught(net: LocalNetwork, tracker: JobTracker) -> list[str]:
+    slashed = {s["node"].lower() for j in tracker.jobs for s in (j["body"].get("audit") or {}).get("slashed", [])}
+    return [f"node {n.index} ({n.spec.label}) was never slashed" for n in net.nodes if not n.spec.is_honest and n.address.lower() not in slashed]
 
 
 def follow(tracker: JobTracker, timeout_s: float) -> None:

@@ -47,7 +47,6 @@ class AuditDriver:
         self.escalate = escalate
         self.params = chainio.params
         self.me = "0x" + chainio.address.hex()
-        self._openings: dict[tuple[int, int, int], object] = {}  # (audit, round, slot) → proven opening
 
     async def advance(self, row: dict, head: int) -> None:
         audit_id = row["audit_id"]
@@ -135,14 +134,14 @@ class AuditDriver:
             raise VerillmError(f"party {slot} of audit {audit_id} did not answer for its opening: {exc}") from exc
         problem = self._prove(opening, party, model)
         if problem is None:
-            self._openings[(audit_id, round_index, slot)] = opening
+            self.tables.insert_proven_opening(audit_id, round_index, slot, challenge.seed, opening)
         return party, opening, problem
 
     async def _get_worker_opening(self, row: dict, round_index: int, model, challenge):
-        cached = self._openings.get((row["audit_id"], round_index, 0))
-        if cached is not None:
-            return cached
-        _, opening, problem = await self._fetch_proven(row, round_index, 0, model, challenge)  # after a restart
+        stored = [o for r, s, _, o in self.tables.get_proven_openings(row["audit_id"]) if (r, s) == (round_index, 0)]
+        if stored:
+            return stored[0]
+        _, opening, problem = await self._fetch_proven(row, round_index, 0, model, challenge)
         if problem is not None:
             raise VerillmError(f"audit {row['audit_id']}: the worker's opening no longer proves: {problem}")
         return opening

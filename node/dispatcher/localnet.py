@@ -55,6 +55,11 @@ class NodeSpec:
         return self.attack is None and not self.lazy
 
     @property
+    def cheats_as_worker(self) -> bool:
+        """A lazy node serves honestly; only its committee work is made up."""
+        return self.attack is not None
+
+    @property
     def label(self) -> str:
         return "honest" if self.is_honest else ("lazy member" if self.lazy else f"cheater ({self.attack})")
 

@@ -85,6 +85,16 @@ CREATE TABLE party_duties (
     PRIMARY KEY (audit_id, round, slot)
 );
 
+CREATE TABLE proven_openings (
+    audit_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    slot INTEGER NOT NULL,                -- party slot: 0 worker, i member i − 1
+    challenge_seed TEXT NOT NULL,
+    opening BLOB NOT NULL,                -- encode(Opening): leaves with Merkle proofs, as the party served them
+    created_at REAL NOT NULL,
+    PRIMARY KEY (audit_id, round, slot)   -- kept for replays (`verillm audit replay`) and adjudication
+);
+
 CREATE TABLE chain_events (
     block_number INTEGER NOT NULL,
     log_index INTEGER NOT NULL,

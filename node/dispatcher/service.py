@@ -21,7 +21,7 @@ from verillm.node.dispatcher.chainio import ChainIO, compute_vrf_secret_key
 from verillm.node.dispatcher.duties import PartyDuties, PartyFaults
 from verillm.node.dispatcher.judging import AuditDriver
 from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView
-from verillm.node.dispatcher.status import compute_job_status
+from verillm.node.dispatcher.status import compute_evidence, compute_job_status
 from verillm.node.dispatcher.tables import DispatcherTables
 from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.node.dispatcher.watcher import ChainWatcher
@@ -98,6 +98,15 @@ async def get_dispatch_status(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
+async def get_dispatch_evidence(request: web.Request) -> web.Response:
+    """The public data to replay a dispatched job's audit: job, output, receipts, proven openings."""
+    service = request.app.get(APP_SERVICE)
+    if service is None:
+        raise NotFound("this node runs without the networked dispatcher ([dispatcher] enabled = false)")
+    job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
+    return web.json_response(compute_evidence(service.tables, job_hash, request.app[APP_DOMAIN]))
+
+
 async def get_dispatcher_info(request: web.Request) -> web.Response:
     """The dispatcher's view: chain head, the Registry's workers for the model, pending work."""
     service = request.app.get(APP_SERVICE)
@@ -118,4 +127,5 @@ async def get_dispatcher_info(request: web.Request) -> web.Response:
 def setup_dispatcher_routes(app: web.Application) -> None:
     """Register the dispatcher role's routes."""
     app.router.add_get("/v1/verillm/audits/{job_hash}", get_dispatch_status)
+    app.router.add_get("/v1/verillm/audits/{job_hash}/evidence", get_dispatch_evidence)
     app.router.add_get("/v1/verillm/dispatcher", get_dispatcher_info)

@@ -11,7 +11,7 @@ from sqlite_utils import Database
 
 from verillm.spec.encoding import decode, encode
 from verillm.spec.receipt import compute_receipt_hash
-from verillm.spec.types import Job, Receipt
+from verillm.spec.types import Job, Opening, Receipt
 
 from verillm.node.migrations import transaction
 
@@ -172,6 +172,15 @@ class DispatcherTables:
         checks = self.get_checks(audit_id)
         checks[f"{round_index}:{slot}"] = outcome
         self.update_audit(audit_id, checks=json.dumps(checks, sort_keys=True))
+
+    def insert_proven_opening(self, audit_id: int, round_index: int, slot: int, challenge_seed: bytes, opening) -> None:
+        self._write("INSERT OR REPLACE INTO proven_openings VALUES (?, ?, ?, ?, ?, ?)",
+                    (audit_id, round_index, slot, challenge_seed.hex(), encode(opening), time.time()))
+
+    def get_proven_openings(self, audit_id: int) -> list[tuple[int, int, bytes, Opening]]:
+        """Return (round, slot, challenge seed, opening) of every opening this dispatcher proved."""
+        rows = self._rows("SELECT * FROM proven_openings WHERE audit_id = ? ORDER BY round, slot", [audit_id])
+        return [(r["round"], r["slot"], bytes.fromhex(r["challenge_seed"]), decode(Opening, r["opening"])) for r in rows]
 
     # --- committee jobs -------------------------------------------------------------------------
 
