@@ -5,6 +5,7 @@ to collect openings; tests and the bench use it as a dispatcher would.
 """
 
 import json
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -18,14 +19,14 @@ from verillm.node.wire import challenge_to_json, compute_error_from_body, from_h
 JOBS_PATH = "/v1/verillm/jobs"
 
 
+@dataclass(frozen=True)
 class WorkerReply:
     """A worker's answer to a job: its hash, output tokens and signed receipt."""
 
-    def __init__(self, job_hash: bytes, output_tokens: tuple[int, ...], receipt: Receipt, status_url: str):
-        self.job_hash = job_hash
-        self.output_tokens = output_tokens
-        self.receipt = receipt
-        self.status_url = status_url
+    job_hash: bytes
+    output_tokens: tuple[int, ...]
+    receipt: Receipt
+    status_url: str
 
 
 class PeerClient:

@@ -15,6 +15,7 @@ returned and stored is the re-run's, and it is the only one ever acknowledged.
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 
 from verillm.errors import EngineError, InvalidInput, InvalidSignature, NotFound, PromptTooLong, UnknownModel, VerillmError
 from verillm.spec.challenge import compute_opened_cells
@@ -33,14 +34,14 @@ from verillm.node.store import JobRecord, Store
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
 class JobResult:
     """A finished job as the API returns it."""
 
-    def __init__(self, job_hash: bytes, job: Job, receipt: Receipt, output_tokens: tuple[int, ...]):
-        self.job_hash = job_hash
-        self.job = job
-        self.receipt = receipt
-        self.output_tokens = output_tokens
+    job_hash: bytes
+    job: Job
+    receipt: Receipt
+    output_tokens: tuple[int, ...]
 
 
 class Worker:

@@ -13,25 +13,34 @@ responses; any OpenAI client works against a node too, without the receipt check
 
 A Completion is parsed strictly: its job must hash to the receipt's job hash and its tokens
 to the receipt's token hashes, or parsing raises. Whether the receipt is signed by the
-worker, for the model and deployment you expect, is `verify_receipt` (offline). On-chain
-status (committed / audited / verified / slashed) is not offered yet: it needs the node to
-report which receipt batch holds the receipt.
+worker, for the model and deployment you expect, is `verify_receipt` (offline).
+
+On-chain status comes from the node that dispatched the job (its dispatcher role runs with
+``[dispatcher] enabled = true``): `get_audit_status` reads it once, `wait_verified` follows
+it until it settles — verified, final, slashed, tie or abandoned. The body names the batch
+and audit ids, so the claim can be checked against the contracts directly
+(`verillm.chain.protocol.Protocol.get_audit`).
 """
 
 import asyncio
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from verillm.errors import InvalidInput, InvalidProof, VerillmError
+from verillm.errors import ChainError, InvalidInput, InvalidProof, VerillmError
 from verillm.spec.encoding import decode
 from verillm.spec.job import compute_job_hash, compute_model_id, compute_num_positions, compute_tokens_hash
 from verillm.spec.receipt import SigningDomain, process_receipt_signature
 from verillm.spec.types import Job, ModelManifest, Receipt
 
 from verillm.node.wire import compute_error_from_body, from_hex, receipt_from_json
+
+
+# Where an audit can end (node/dispatcher/status.py): passed, window closed, failed, split, never filled.
+SETTLED_STATUSES = ("verified", "final", "slashed", "tie", "abandoned")
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,13 @@ def verify_receipt(
     return receipt.worker
 
 
+def get_job_hash(job: "Completion | Receipt | bytes") -> bytes:
+    """Return the job hash of a completion, a receipt or a job hash."""
+    if isinstance(job, bytes):
+        return job
+    return job.job_hash
+
+
 class _Api:
     """What both clients share: URLs, request bodies, model discovery."""
 
@@ -190,6 +206,21 @@ class Client(_Api):
     def get_status(self, job_hash: bytes) -> dict:
         """Return the node's status body for a job (status, receipt once done)."""
         return self._request("GET", f"/v1/verillm/jobs/0x{job_hash.hex()}")
+
+    def get_audit_status(self, job: "Completion | Receipt | bytes") -> dict:
+        """Return the dispatcher's on-chain status of a job it dispatched (batch, audit, verdict)."""
+        return self._request("GET", f"/v1/verillm/audits/0x{get_job_hash(job).hex()}")
+
+    def wait_verified(self, job: "Completion | Receipt | bytes", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
+        """Follow a job's on-chain status until it settles; return the status body (check its ``status``)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            body = self.get_audit_status(job)
+            if body["status"] in SETTLED_STATUSES:
+                return body
+            if time.monotonic() > deadline:
+                raise ChainError(f"job 0x{get_job_hash(job).hex()} is still {body['status']} after {timeout_s:g} s")
+            time.sleep(poll_s)
 
 
 class AsyncClient(_Api):
@@ -248,6 +279,21 @@ class AsyncClient(_Api):
     async def get_status(self, job_hash: bytes) -> dict:
         """Return the node's status body for a job (status, receipt once done)."""
         return await self._request("GET", f"/v1/verillm/jobs/0x{job_hash.hex()}")
+
+    async def get_audit_status(self, job: "Completion | Receipt | bytes") -> dict:
+        """Return the dispatcher's on-chain status of a job it dispatched (batch, audit, verdict)."""
+        return await self._request("GET", f"/v1/verillm/audits/0x{get_job_hash(job).hex()}")
+
+    async def wait_verified(self, job: "Completion | Receipt | bytes", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
+        """Follow a job's on-chain status until it settles; return the status body (check its ``status``)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            body = await self.get_audit_status(job)
+            if body["status"] in SETTLED_STATUSES:
+                return body
+            if time.monotonic() > deadline:
+                raise ChainError(f"job 0x{get_job_hash(job).hex()} is still {body['status']} after {timeout_s:g} s")
+            await asyncio.sleep(poll_s)
 
 
 def _json_or_none(raw: bytes):
