@@ -1,0 +1,27 @@
+"""`verillm devnet --model tiny` end to end, as a user runs it: a lazy committee member among
+four honest nodes. The command itself checks the outcome against the chain (every job settled,
+no honest node slashed, the lazy member slashed) and exits 0 only then; it must leave no
+process behind."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("anvil_installed")
+VERILLM = str(Path(sys.executable).parent / "verillm")
+
+
+def test_devnet_tiny_with_a_lazy_member_exits_0(tmp_path):
+    workdir = tmp_path / "devnet"
+    run = subprocess.run([VERILLM, "devnet", "--model", "tiny", "--cheater", "lazy", "--jobs", "5", "--workdir", str(workdir)],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "every job settled as the protocol says it should" in run.stdout
+    assert "adjudicated: vote contradicts its own data" in run.stdout
+    assert "Jobs.postBatch" in run.stdout and "Disputes.adjudicate" in run.stdout
+    pids = [int(line.split()[0]) for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()[1:]
+            if str(workdir) in line]
+    assert pids == [], f"processes left behind: {pids}"

@@ -1,0 +1,86 @@
+"""One network, four honest nodes and one that serves an int8-quantized model under the honest
+manifest. Every job is audited (MINIMAL): honest jobs end verified, the cheater's job fails and
+the cheater is slashed (as a worker, and as a member that votes against honest workers); the
+audit tools then agree with the chain from public data alone."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verillm.chain.protocol import Protocol
+from verillm.node.dispatcher.localnet import NodeSpec
+from verillm.spec.settlement import FAIL, PASS
+
+from conftest import send_jobs, start_network, wait_settled
+
+pytestmark = pytest.mark.usefixtures("anvil_installed")
+VERILLM = str(Path(sys.executable).parent / "verillm")
+
+
+@pytest.fixture(scope="module")
+def cheater_network(tmp_path_factory, anvil_installed):
+    net = start_network(tmp_path_factory, [NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec(attack="int8")], "cheater")
+    completions = send_jobs(net, 5)  # round-robin: one job per node
+    bodies = wait_settled(net, completions)
+    yield net, completions, bodies
+    net.stop()
+
+
+def _by_worker(net, bodies):
+    return {net.node_of(b["worker"]).index: b for b in bodies}
+
+
+def test_honest_jobs_end_verified(cheater_network):
+    net, _, bodies = cheater_network
+    by_worker = _by_worker(net, bodies)
+    assert sorted(by_worker) == [0, 1, 2, 3, 4]
+    for index in range(4):
+        body = by_worker[index]
+        assert body["status"] == "final" and body["audit"]["verdict"] == "pass", body
+        assert net.node_of(body["worker"]).address.lower() not in {s["node"].lower() for s in body["audit"]["slashed"]}
+
+
+def test_cheating_worker_is_slashed(cheater_network):
+    net, _, bodies = cheater_network
+    body = _by_worker(net, bodies)[4]
+    assert body["status"] == "slashed" and body["audit"]["verdict"] == "fail"
+    assert set(body["audit"]["votes"].values()) == {2}  # every honest member disagrees
+    cheater = net.nodes[4].address.lower()
+    assert cheater in {s["node"].lower() for s in body["audit"]["slashed"]}
+    protocol = Protocol(net.protocol.chain, net.protocol.deployment)
+    assert protocol.get_node(net.nodes[4].address)["stake_wei"] == 0
+    assert not protocol.get_node(net.nodes[4].address)["active"]
+    for honest in net.nodes[:4]:
+        assert protocol.get_node(honest.address)["stake_wei"] == 10 * net.preset.MIN_STAKE_WEI
+
+
+def test_the_cheater_on_a_committee_votes_no_and_is_slashed_as_the_minority(cheater_network):
+    net, _, bodies = cheater_network
+    cheater = net.nodes[4].address.lower()
+    on_committee = [b for b in bodies if cheater in {m.lower() for m in b["audit"]["committee"]}]
+    assert on_committee, "the cheater sat on no committee (4 of 5 nodes are drawn for each honest job: practically impossible)"
+    for body in on_committee:
+        assert body["audit"]["verdict"] == "pass" and {k.lower(): v for k, v in body["audit"]["votes"].items()}[cheater] == 2
+        assert any(s["node"].lower() == cheater and "minority" in s["reason"] for s in body["audit"]["slashed"])
+
+
+def test_replay_accepts_an_honest_job_and_rejects_the_cheaters(cheater_network):
+    net, completions, bodies = cheater_network
+    by_job = {b["job_hash"]: b for b in bodies}
+    for completion in completions:
+        body = by_job["0x" + completion.job_hash.hex()]
+        if body["status"] == "slashed" or net.node_of(body["worker"]).index == 0:
+            run = subprocess.run([VERILLM, "audit", "replay", body["job_hash"], "--node", net.gateway_url],
+                                 capture_output=True, text=True, timeout=120)
+            assert run.returncode == (1 if body["status"] == "slashed" else 0), run.stdout + run.stderr
+            assert ("verdict: REJECT" if body["status"] == "slashed" else "verdict: ACCEPT") in run.stdout
+
+
+def test_chain_audit_finds_every_audit_consistent(cheater_network):
+    net, _, bodies = cheater_network
+    run = subprocess.run([VERILLM, "audit", "chain", "--rpc-url", net.rpc_url, "--addresses", str(net.deployment_file)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"{len(bodies)} audits" in run.stdout and "inconsistencies: 0" in run.stdout
