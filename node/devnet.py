@@ -46,6 +46,10 @@ class Clock:
         click.echo(f"[{self.elapsed():6.1f}s] {line}")
 
 
+def _amount(wei: int | None) -> str:
+    return f"{wei / 1e18:g} ETH" if wei else "nothing left to take: already slashed"
+
+
 def _short(address: str) -> str:
     return address[:8] + "…"
 
@@ -93,7 +97,7 @@ class JobTracker:
         votes = audit.get("votes", {})
         agree = sum(1 for v in votes.values() if v == 1)
         text = f"{status}: {agree}/{len(votes)} members agree" + (" (settled)" if audit.get("status") == "settled" else "")
-        slashes = [f"{self.name(s['node'])} ({s['reason']}, {(s['amount_wei'] or 0) / 1e18:g} ETH)" for s in audit.get("slashed", [])]
+        slashes = [f"{self.name(s['node'])} ({s['reason']}, {_amount(s['amount_wei'])})" for s in audit.get("slashed", [])]
         return text + ("; slashed " + "; ".join(slashes) if slashes else "")
 
     def is_done(self) -> bool:
@@ -232,7 +236,8 @@ def devnet(nodes, model, cheater, job_count, max_tokens, chain_kind, block_time,
     specs = _node_specs(nodes, cheater)
     temporary = workdir is None
     directory = Path(workdir or tempfile.mkdtemp(prefix="verillm-devnet-"))
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    for signum in (signal.SIGINT, signal.SIGTERM):  # also when started with SIGINT ignored (a background job)
+        signal.signal(signum, _raise_interrupt)
     click.echo(f"VeriLLM devnet: {len(specs)} nodes, model {model}, preset minimal, workdir {directory}")
     net = LocalNetwork(directory, specs, model=model, chain=chain_kind, block_time_s=block_time, log=say)
     try:
