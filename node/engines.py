@@ -60,7 +60,15 @@ def build_torch_model(config: EngineConfig) -> ServedModel:
     return ServedModel(alias=config.model, engine=engine, tokenizer=tokenizer)
 
 
-ENGINE_BUILDERS = {"torch": build_torch_model}
+def build_vllm_model(config: EngineConfig) -> ServedModel:
+    """Load ``config.model`` on vLLM (needs the `gpu` extra, or `.venv-vllm` on CPU)."""
+    from verillm.engine.vllm_engine import build_vllm_engine
+
+    engine = build_vllm_engine(config.model, config.dtype, preset=get_preset(config.preset))
+    return ServedModel(alias=config.model, engine=engine, tokenizer=engine.tokenizer)
+
+
+ENGINE_BUILDERS = {"torch": build_torch_model, "vllm": build_vllm_model}
 
 
 def build_served_model(config: EngineConfig) -> ServedModel:

@@ -29,10 +29,21 @@ def bench():
 @click.option("--output-tokens", type=int, default=None, help="Default 512 tiny, 256 smollm2.")
 @click.option("--repeats", type=int, default=None, help="Interleaved repeats; medians are reported (default 7 tiny, 3 smollm2).")
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads; times are process CPU time, exact with 1.")
+@click.option("--engine", "engine_kind", type=click.Choice(["torch", "vllm"]), default="torch", show_default=True, help="vllm needs the vLLM environment (make test-vllm builds .venv-vllm).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, json_path):
+def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engine_kind, json_path):
     """Verification cost, commitment overhead, retained bytes, check time (batch 1)."""
     import torch
+
+    if engine_kind == "vllm":
+        from verillm.engine.vllm_bench import measure_vllm_cost
+
+        tiny = model_name == "tiny"
+        report = measure_vllm_cost(model_name, prompt_tokens or (512 if tiny else 256), output_tokens or (512 if tiny else 256), dtype=DTYPES[dtype], repeats=repeats or 3)
+        report = {"model": model_name, "dtype": DTYPES[dtype], "engine": "vllm", **{k: v for k, v in report.items() if not isinstance(v, (list, dict))}}
+        click.echo(format_table(["metric", "value"], [[k, v] for k, v in report.items()]))
+        write_json(json_path, report)
+        return
 
     from verillm.bench.cost import measure_cost
     from verillm.engine.models import load_model
