@@ -1,0 +1,76 @@
+"""A worker's answer is kept only when its receipt holds; the lazy member's engine commits to a
+made-up trace without running the model; failed steps are retried after a pause."""
+
+import asyncio
+import dataclasses
+
+import numpy as np
+import pytest
+
+from verillm.errors import InvalidProof, InvalidSignature
+from verillm.node.dispatcher.devnode import LazyEngine
+from verillm.node.dispatcher.router import process_worker_receipt
+from verillm.node.dispatcher.tasks import KeyedTasks
+from verillm.spec.job import compute_verification_job
+from verillm.spec.receipt import SigningDomain, compute_receipt, sign_receipt
+from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, Job, SamplingParams
+
+DOMAIN = SigningDomain(chain_id=31337, verifying_contract=b"\x33" * 20)
+KEY, OTHER = b"\x07" * 32, b"\x08" * 32
+JOB = Job(model_id=b"\x01" * 32, input_tokens=(1, 2, 3), sampling=SamplingParams(), max_new_tokens=4, nonce=b"\x02" * 32)
+
+
+def _address(key: bytes) -> bytes:
+    from eth_keys import keys
+
+    return keys.PrivateKey(key).public_key.to_canonical_address()
+
+
+def _receipt(output=(5, 6), key=KEY, domain=DOMAIN):
+    return sign_receipt(compute_receipt(JOB, output, b"\x09" * 32, len(JOB.input_tokens) + len(output) - 1, _address(key)), key, domain)
+
+
+def test_a_valid_answer_passes():
+    process_worker_receipt(_receipt(), JOB, (5, 6), _address(KEY), DOMAIN)
+
+
+@pytest.mark.parametrize("receipt, output, worker, error", [
+    (lambda: _receipt(), (5, 6), _address(OTHER), InvalidSignature),                      # another node signed it
+    (lambda: _receipt(domain=SigningDomain(1, b"\x33" * 20)), (5, 6), _address(KEY), InvalidSignature),  # another deployment
+    (lambda: _receipt(), (5, 7), _address(KEY), InvalidProof),                            # output differs from the receipt
+    (lambda: dataclasses.replace(_receipt(), num_positions=9), (5, 6), _address(KEY), InvalidSignature),  # edited after signing
+])
+def test_a_bad_answer_is_refused(receipt, output, worker, error):
+    with pytest.raises(error):
+        process_worker_receipt(receipt(), JOB, output, worker, DOMAIN)
+
+
+def test_the_lazy_engine_makes_up_scoring_jobs_and_runs_the_rest(tiny_engine, tiny_prompts):
+    lazy = LazyEngine(tiny_engine)
+    job = Job(tiny_engine.model_id, tuple(tiny_prompts[3]), SamplingParams(), 3, b"\x00" * 32)
+    honest = tiny_engine.run([job])[0]
+    served = lazy.run([job])[0]
+    assert served.output_tokens == honest.output_tokens and np.array_equal(served.fingerprints, honest.fingerprints)
+    scoring = compute_verification_job(job, honest.output_tokens, b"\x01" * 32)
+    made_up = lazy.run([scoring])[0]
+    assert made_up.num_positions == len(scoring.input_tokens) and not made_up.fingerprints.any()
+    assert (made_up.flags == FLAG_NEXT_WITHIN_MARGIN).all()
+    assert not np.array_equal(made_up.fingerprints, tiny_engine.run([scoring])[0].fingerprints)
+
+
+async def test_keyed_tasks_run_once_per_key_and_back_off_after_a_failure():
+    tasks, calls = KeyedTasks(backoff_s=0.2), []
+
+    async def step(fail: bool):
+        calls.append(fail)
+        await asyncio.sleep(0.01)
+        if fail:
+            raise ValueError("chain unreachable")
+
+    assert tasks.spawn("a", lambda: step(True)) and not tasks.spawn("a", lambda: step(False))
+    await tasks.wait_idle()
+    assert tasks.failures == {"a": "ValueError: chain unreachable"} and not tasks.spawn("a", lambda: step(False))
+    await asyncio.sleep(0.25)
+    assert tasks.spawn("a", lambda: step(False))
+    await tasks.wait_idle()
+    assert calls == [True, False] and tasks.failures == {}

@@ -1,0 +1,89 @@
+"""The dispatcher's tables on a real SQLite file (migration 3 of the node store), and the job
+status and evidence computed from them."""
+
+import json
+import os
+
+from verillm.node.dispatcher.status import compute_evidence, compute_job_status
+from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.migrations import MIGRATIONS, get_schema_version
+from verillm.node.store import open_store
+from verillm.spec.receipt import SigningDomain, compute_receipt, sign_receipt
+from verillm.spec.types import Job, LeafOpening, Leaf, Opening, SamplingParams
+from verillm.spec.merkle import MerkleProof
+from verillm.verifier.replay import load_case, read_evidence
+
+KEY = b"\x07" * 32
+PARAMS = {"startWindowBlocks": 10}
+
+
+def _job(n: int) -> Job:
+    return Job(model_id=b"\x01" * 32, input_tokens=(1, 2, n), sampling=SamplingParams(), max_new_tokens=2, nonce=bytes([n]) * 32)
+
+
+def _dispatch(tables: DispatcherTables, n: int):
+    from eth_keys import keys
+
+    job = _job(n)
+    worker = keys.PrivateKey(KEY).public_key.to_canonical_address()
+    receipt = sign_receipt(compute_receipt(job, (4, 5), b"\x09" * 32, 4, worker), KEY, SigningDomain())
+    tables.insert_dispatched_job(receipt.job_hash, job, worker, "http://w", (4, 5), receipt, audit_requested=n == 1)
+    return receipt
+
+
+def _event(block: int, name: str, audit_id=None, batch_id=None, **args) -> dict:
+    return {"block_number": block, "log_index": 0, "contract": "Jobs", "name": name, "audit_id": audit_id, "batch_id": batch_id,
+            "contest_id": None, "args": json.dumps({"auditId": audit_id, "batchId": batch_id, **args}), "tx_hash": os.urandom(32).hex()}
+
+
+def test_migration_3_adds_the_dispatcher_tables(tmp_path):
+    store = open_store(tmp_path / "n.sqlite")
+    assert get_schema_version(store.db) == len(MIGRATIONS) >= 3
+    assert {"dispatch_jobs", "dispatch_batches", "dispatch_audits", "committee_jobs", "party_duties", "proven_openings",
+            "chain_events", "chain_cursor", "chain_txs"} <= set(store.db.table_names())
+
+
+def test_a_job_goes_from_dispatched_to_final_as_the_chain_moves(tmp_path):
+    tables = DispatcherTables(open_store(tmp_path / "n.sqlite").db)
+    receipts = [_dispatch(tables, n) for n in (1, 2)]
+    job_hash = receipts[0].job_hash
+    assert compute_job_status(tables, job_hash, 0, PARAMS)["status"] == "dispatched"
+    row = tables.insert_batch(b"\x0a" * 32, [r.job_hash for r in receipts])
+    assert [j.batch_index for j in tables.get_batch_jobs(row)] == [0, 1] and tables.get_unbatched_jobs(10) == []
+    assert compute_job_status(tables, job_hash, 0, PARAMS)["status"] == "dispatched"  # still posting
+    tables.update_batch(row, status="posted", batch_id=0, posted_block=5)
+    assert compute_job_status(tables, job_hash, 6, PARAMS)["status"] == "committed"
+    tables.insert_audit(3, job_hash, row, 0, requested=True)
+    tables.record_events("protocol", [_event(9, "CommitteeDrawn", 3, members=["0xaa", "0xbb", "0xcc"], round=0, attempt=0)], 10)
+    body = compute_job_status(tables, job_hash, 10, PARAMS)
+    assert body["status"] == "audited" and body["audit"]["committee"] == ["0xaa", "0xbb", "0xcc"] and body["audit"]["requested"]
+    tables.record_events("protocol", [_event(12, "RoundDecided", 3, round=0, verdict=1, agree=3, disagree=0)], 13)
+    assert compute_job_status(tables, job_hash, 13, PARAMS)["status"] == "verified"
+    tables.update_audit(3, status="settled", verdict=1)
+    assert compute_job_status(tables, job_hash, 30, PARAMS)["status"] == "final"
+    assert tables.get_cursor("protocol", 0) == 13
+
+
+def test_a_job_the_draw_skipped_is_final_once_the_start_window_closes(tmp_path):
+    tables = DispatcherTables(open_store(tmp_path / "n.sqlite").db)
+    receipt = _dispatch(tables, 2)
+    row = tables.insert_batch(b"\x0a" * 32, [receipt.job_hash])
+    tables.update_batch(row, status="started", batch_id=4, posted_block=5)
+    tables.record_events("protocol", [_event(8, "AuditDrawn", batch_id=4, seed="0x00", beta="0x00")], 9)
+    assert compute_job_status(tables, receipt.job_hash, 18, PARAMS)["status"] == "committed"
+    assert compute_job_status(tables, receipt.job_hash, 19, PARAMS)["status"] == "final"
+
+
+def test_evidence_read_from_the_store_file_replays_the_same_case(tmp_path):
+    path = tmp_path / "n.sqlite"
+    tables = DispatcherTables(open_store(path).db)
+    receipt = _dispatch(tables, 1)
+    row = tables.insert_batch(b"\x0a" * 32, [receipt.job_hash])
+    tables.insert_audit(3, receipt.job_hash, row, 0, requested=False)
+    opening = Opening(b"\x09" * 32, (LeafOpening(Leaf(2, 1, (0.5,), 1), MerkleProof(0, 1, ())),))
+    tables.insert_proven_opening(3, 0, 0, b"\x0c" * 32, opening)
+    served = compute_evidence(tables, receipt.job_hash)
+    from_file = read_evidence(str(path), receipt.job_hash)
+    assert from_file == served
+    case = load_case(from_file)
+    assert (case.audit_id, case.challenge_seed, case.worker_opening, case.receipt) == (3, b"\x0c" * 32, opening, receipt)
