@@ -24,7 +24,7 @@ import click
 from verillm.node.dispatcher.localnet import LocalNetwork, NodeSpec, get_json
 
 CHEATERS = {"int8": NodeSpec(attack="int8"), "model": NodeSpec(attack="other_model"),
-            "truncate": NodeSpec(attack="truncate"), "lazy": NodeSpec(lazy=True)}
+            "truncate": NodeSpec(attack="truncate"), "lazy": NodeSpec(lazy=True), "tamper": NodeSpec(tamper_opening=True)}
 PROMPTS = (
     "What is the capital of France?", "How many legs does a spider have?", "Write one sentence about the sea.",
     "Name three prime numbers.", "What colour is the sky on a clear day?", "Give me a word that rhymes with cat.",
@@ -150,7 +150,7 @@ def compute_gas_table(net: LocalNetwork, from_block: int) -> list[tuple[str, int
             handle = handles.get((tx.get("to") or "").lower())
             if handle is None:
                 continue
-            function, _ = handle.web3.decode_function_input(tx["input"])
+            function, _ = handle.web3.decode_function_input(tx.get("input", tx.get("data")))  # eth-tester says "data"
             receipt = chain.rpc("eth_getTransactionReceipt", lambda h=tx["hash"]: chain.w3.eth.get_transaction_receipt(h))
             entry = totals.setdefault(f"{handle.name}.{function.fn_name}", [0, 0])
             entry[0] += 1

@@ -17,6 +17,7 @@ from verillm.chain.chain import Chain
 from verillm.chain.deploy import Deployment
 from verillm.chain.events import ChainEvent, get_events
 from verillm.chain.protocol import OnchainModel, Protocol
+from verillm.node.dispatcher.chainio import decode_leaves
 from verillm.spec import audit as spec_audit
 from verillm.spec import settlement as spec_settlement
 from verillm.spec import vrf
@@ -26,8 +27,6 @@ from verillm.spec.hashing import keccak256
 from verillm.spec.merkle import MerkleProof, compute_leaf_hash, is_valid_merkle_proof
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, recover_receipt_signer
 from verillm.spec.types import Leaf, Receipt, SamplingParams
-
-LEAF_FIXED_BYTES = 11
 
 
 @dataclass(frozen=True)
@@ -44,11 +43,6 @@ def compute_receipt_from_struct(data: dict, signature: bytes) -> Receipt:
     sampling = SamplingParams(data["temperatureMilli"], data["topK"], data["topPPpm"], data["seed"])
     return Receipt(bytes(data["jobHash"]), bytes(data["modelId"]), bytes(data["inputHash"]), bytes(data["outputHash"]), sampling,
                    data["maxNewTokens"], bytes(data["commitmentRoot"]), data["numPositions"], bytes.fromhex(data["worker"][2:]), bytes(signature))
-
-
-def decode_leaves(data: bytes, dims: int) -> list[Leaf]:
-    size = LEAF_FIXED_BYTES + 4 * dims
-    return [decode(Leaf, data[i : i + size]) for i in range(0, len(data), size)]
 
 
 class ChainAuditor:
@@ -218,7 +212,8 @@ class ChainAuditor:
         slashed = {e.args["node"].lower() for e in self._named("PartySlashed", auditId=audit_id) if e.tx_hash == settled[0].tx_hash}
         worker = "0x" + receipt.worker.hex()
         expected_worker = verdict in (spec_settlement.FAIL, spec_settlement.WORKER_DEFAULT)
-        already = {e.args["party"].lower() for e in self._named("ContestLost") if e.args.get("party")}
+        contests = {e.args["contestId"] for e in self._named("Contested", auditId=audit_id)}
+        already = {e.args["party"].lower() for e in self._named("ContestLost") if e.args["contestId"] in contests}
         self._add((worker in slashed) == (expected_worker and worker not in already), f"audit {audit_id}",
                   "the worker is slashed exactly when the verdict fails it", "worker slashing disagrees with the verdict")
 

@@ -9,6 +9,8 @@ run` because some of them must cheat, and a production daemon has no switch for 
     --lazy          a lazy committee member: scoring-shaped jobs (one new token) get a made-up
                     trace — zero fingerprints, every token "within margin" — committed without
                     running the model, and its votes always agree with the worker
+    --tamper-opening  as a worker, posts opened leaves nudged by two ulps: inside every band,
+                    but not what it committed to (only a contest catches it)
 
 Everything else is the real daemon (`create_app`), configured from the TOML file like any node.
 """
@@ -70,7 +72,7 @@ def build_dishonest_model(config: EngineConfig, attack: str | None, lazy: bool) 
     return ServedModel(config.model, LazyEngine(engine) if lazy else engine, tokenizer)
 
 
-async def serve(config: NodeConfig, attack: str | None, lazy: bool) -> None:
+async def serve(config: NodeConfig, attack: str | None, lazy: bool, tamper_opening: bool = False) -> None:
     """Run one node until SIGTERM or SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -78,8 +80,8 @@ async def serve(config: NodeConfig, attack: str | None, lazy: bool) -> None:
         loop.add_signal_handler(signum, stop.set)
     served = await asyncio.to_thread(build_dishonest_model, config.engine, attack, lazy)
     app = create_app(config, served)
-    if lazy:
-        app[APP_FAULTS] = PartyFaults(member_vote="always_agree")
+    if lazy or tamper_opening:
+        app[APP_FAULTS] = PartyFaults(member_vote="always_agree" if lazy else "honest", worker_opening="tampered" if tamper_opening else "honest")
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, config.server.host, config.server.port).start()
@@ -94,12 +96,13 @@ async def serve(config: NodeConfig, attack: str | None, lazy: bool) -> None:
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--attack", default=None, help="Run this dishonest engine (verillm.engine.attacks).")
 @click.option("--lazy", is_flag=True, help="Be a lazy committee member (made-up commitments, always agree).")
+@click.option("--tamper-opening", is_flag=True, help="As a worker, post leaves that do not match the committed root.")
 @click.option("--log-level", default="INFO")
-def main(config_path: str, attack: str | None, lazy: bool, log_level: str) -> None:
+def main(config_path: str, attack: str | None, lazy: bool, tamper_opening: bool, log_level: str) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = load_config(config_path)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(config, attack, lazy))
+        asyncio.run(serve(config, attack, lazy, tamper_opening))
 
 
 if __name__ == "__main__":

@@ -14,8 +14,11 @@ first). From there:
 A seat is kept until the audit settles or its dispute and proof windows have passed.
 """
 
+import dataclasses
 import logging
 from dataclasses import dataclass
+
+import numpy as np
 
 from verillm.spec.challenge import compute_challenge
 from verillm.spec.settlement import AGREE, DISAGREE
@@ -38,6 +41,18 @@ class PartyFaults:
 
     member_vote: str = "honest"
     """"honest", or "always_agree": a lazy member that rubber-stamps every worker."""
+    worker_opening: str = "honest"
+    """"honest", or "tampered": the worker posts leaves nudged by two ulps (inside every band, so
+    members still agree) that no longer match its committed root — caught only by a contest."""
+
+
+def compute_tampered_opening(opening):
+    """Return ``opening`` with its first fingerprint moved two float32 ulps up (proofs unchanged)."""
+    items = list(opening.leaves)
+    leaf = items[0].leaf
+    nudged = float(np.nextafter(np.nextafter(np.float32(leaf.fingerprint[0]), np.float32(np.inf)), np.float32(np.inf)))
+    items[0] = dataclasses.replace(items[0], leaf=dataclasses.replace(leaf, fingerprint=(nudged, *leaf.fingerprint[1:])))
+    return dataclasses.replace(opening, leaves=tuple(items))
 
 
 class PartyDuties:
@@ -108,6 +123,8 @@ class PartyDuties:
             return
         _, _, _, challenge = await self._challenge(duty, info.challenge_seed)
         opening = await self.worker.process_opening(duty.job_hash, self.chainio.address, challenge=challenge)
+        if self.faults.worker_opening == "tampered":
+            opening = compute_tampered_opening(opening)
         await self._send_once("open", duty, opening)
 
     async def _draw_challenge(self, audit_id: int) -> None:

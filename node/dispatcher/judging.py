@@ -27,6 +27,7 @@ from verillm.node.dispatcher.chainio import ChainIO, is_revert
 from verillm.node.dispatcher.committee import CommitteeDriver
 from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView
 from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.dispatcher.status import compute_audit_summary
 from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.node.dispatcher.votes import compute_member_vote, is_escalation_warranted, is_provable_lie
 from verillm.node.metrics import NodeMetrics
@@ -119,6 +120,9 @@ class AuditDriver:
             await self._contest(audit_id, round_index, slot, challenge, party["num_positions"], problem)
         elif slot == 0:
             self.tables.record_check(audit_id, round_index, 0, {"proven": True})
+        elif not self.tables.get_checks(audit_id).get(f"{round_index}:0", {}).get("proven"):
+            # The worker's own opening did not prove: there is nothing trustworthy to judge a vote against.
+            self.tables.record_check(audit_id, round_index, slot, {"proven": True, "judged": False})
         else:
             worker_opening = await self._get_worker_opening(row, round_index, model, challenge)
             await self._judge_member(row, state, model, prompt_len, slot, party, worker_opening, opening)
@@ -243,7 +247,7 @@ class AuditDriver:
             self.metrics.verdicts.labels(verdict="verified").inc()
         elif state.verdict in (FAIL, WORKER_DEFAULT):
             self.metrics.verdicts.labels(verdict="slashed").inc()
-        for event in self.tables.get_events("PartySlashed", row["audit_id"]):
-            if event["args"]["node"].lower() != state.worker.lower():
-                self.metrics.verdicts.labels(verdict="member_slashed").inc()
+        summary = compute_audit_summary(self.tables, row)
+        members = {s["node"].lower() for s in summary["slashed"]} - {state.worker.lower()}
+        self.metrics.verdicts.labels(verdict="member_slashed").inc(len(members))
         log.info("audit %d settled: verdict %d", row["audit_id"], state.verdict)

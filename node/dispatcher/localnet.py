@@ -49,19 +49,22 @@ class NodeSpec:
 
     attack: str | None = None
     lazy: bool = False
+    tamper_opening: bool = False
 
     @property
     def is_honest(self) -> bool:
-        return self.attack is None and not self.lazy
+        return self.attack is None and not self.lazy and not self.tamper_opening
 
     @property
     def cheats_as_worker(self) -> bool:
         """A lazy node serves honestly; only its committee work is made up."""
-        return self.attack is not None
+        return self.attack is not None or self.tamper_opening
 
     @property
     def label(self) -> str:
-        return "honest" if self.is_honest else ("lazy member" if self.lazy else f"cheater ({self.attack})")
+        if self.is_honest:
+            return "honest"
+        return "lazy member" if self.lazy else ("tampered opening" if self.tamper_opening else f"cheater ({self.attack})")
 
 
 @dataclass
@@ -193,6 +196,7 @@ class LocalNetwork:
         argv = [sys.executable, "-m", "verillm.node.dispatcher.devnode", "--config", str(node.config_file)]
         argv += ["--attack", node.spec.attack] if node.spec.attack else []
         argv += ["--lazy"] if node.spec.lazy else []
+        argv += ["--tamper-opening"] if node.spec.tamper_opening else []
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         log_handle = open(node.log_file, "ab")  # noqa: SIM115 (the child keeps it)
         node.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_handle, stderr=subprocess.STDOUT,

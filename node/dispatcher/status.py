@@ -72,8 +72,9 @@ def compute_audit_summary(tables: DispatcherTables, audit: dict) -> dict:
     votes = {e["args"]["party"]: e["args"]["vote"] for e in tables.get_events("Opened", audit_id) if e["args"]["slot"] > 0}
     slashes = [{"node": e["args"]["node"], "amount_wei": e["args"]["amountWei"], "reason": e["args"]["reason"]}
                for e in tables.get_events("PartySlashed", audit_id)]
-    slashes += [{"node": e["args"]["party"], "amount_wei": e["args"]["slashedWei"], "reason": "lost a contest"}
-                for e in tables.get_events("ContestLost", audit_id)]
+    contests = {e["contest_id"] for e in tables.get_events("Contested", audit_id)}  # ContestLost names no audit
+    slashes += [{"node": e["args"]["party"], "amount_wei": e["args"]["slashedWei"], "reason": "lost a contest: could not prove its opening"}
+                for e in tables.get_events("ContestLost") if e["contest_id"] in contests]
     amounts = {e["tx_hash"]: e["args"]["amountWei"] for e in tables.get_events("Slashed")}
     slashes += [{"node": e["args"]["member"], "amount_wei": amounts.get(e["tx_hash"]), "reason": "adjudicated: vote contradicts its own data"}
                 for e in tables.get_events("Adjudicated", audit_id)]

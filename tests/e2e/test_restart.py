@@ -1,6 +1,10 @@
 """A dispatcher killed with SIGKILL in the middle of its audits restarts from its SQLite store
 and finishes them: committee jobs are resent (the same job, so the members answer with the
-receipt they already signed), receipts posted, openings checked, rounds finalized, settled."""
+receipt they already signed), receipts posted, openings checked, rounds finalized, settled.
+
+The fifth node posts, as a worker, opened leaves nudged by two ulps: inside every tolerance
+band (its committee agrees) but not what it committed to. Only the dispatcher's check of the
+opening against the worker's root catches it: a contest the worker cannot answer slashes it."""
 
 import signal
 import time
@@ -16,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("anvil_installed")
 
 @pytest.fixture(scope="module")
 def network(tmp_path_factory, anvil_installed):
-    net = start_network(tmp_path_factory, [NodeSpec() for _ in range(4)], "restart")
+    net = start_network(tmp_path_factory, [NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec(tamper_opening=True)], "restart")
     yield net
     net.stop()
 
@@ -30,7 +34,7 @@ def _wait_for(predicate, timeout_s: float, what: str):
 
 
 def test_a_dispatcher_killed_mid_audit_resumes_and_settles(network):
-    completions = send_jobs(network, 4)
+    completions = send_jobs(network, 5)  # round-robin: one job per node
     _wait_for(lambda: any(get_status(network, c)["status"] == "audited" for c in completions), 90, "an audit to start")
     before = [get_status(network, c) for c in completions]
     assert not all((b.get("audit") or {}).get("status") == "settled" for b in before)
@@ -40,7 +44,11 @@ def test_a_dispatcher_killed_mid_audit_resumes_and_settles(network):
     network.start_node(0)
 
     bodies = wait_settled(network, completions)
-    assert [b["status"] for b in bodies] == ["final"] * 4, [b["status"] for b in bodies]
-    assert all(b["audit"]["verdict"] == "pass" and not b["audit"]["slashed"] for b in bodies)
+    honest = [b for b in bodies if network.node_of(b["worker"]).spec.is_honest]
+    assert len(honest) == 4 and all(b["status"] == "final" and b["audit"]["verdict"] == "pass" and not b["audit"]["slashed"] for b in honest)
     log = network.nodes[0].log_file.read_text()
     assert log.count("verillm devnode listening") == 2  # the same store, served by a second process
+    tamperer = next(b for b in bodies if not network.node_of(b["worker"]).spec.is_honest)
+    assert tamperer["status"] == "slashed" and tamperer["audit"]["verdict"] == "worker-default"
+    assert set(tamperer["audit"]["votes"].values()) == {1}  # its nudged leaves pass every member's comparison
+    assert [s["reason"] for s in tamperer["audit"]["slashed"]] == ["lost a contest: could not prove its opening"]
