@@ -45,6 +45,15 @@ def compute_threshold_ratio(result, profile) -> float:
     return max(ratios)
 
 
+def compute_ratio_list(results, profile) -> list[float]:
+    """Return every audit's largest statistic/threshold, sorted (4 significant digits).
+
+    Scaling every threshold by s turns a ratio r into r/s, so one run gives the whole
+    trade-off: false rejections = honest ratios > s, detections = attack ratios > s.
+    """
+    return sorted(float(f"{compute_threshold_ratio(r, profile):.4g}") for r in results)
+
+
 def summarize_honest(audits, profile) -> dict:
     """Return the honest part of the report."""
     rejected = [a for a in audits if not a.result.accepted]
@@ -55,6 +64,7 @@ def summarize_honest(audits, profile) -> dict:
         "rejection_reasons": sorted({r.detail for a in rejected for r in a.result.reasons})[:20],
         "configurations": dict(sorted(by_config.items())),
         "max_threshold_ratio": max((compute_threshold_ratio(a.result, profile) for a in audits), default=0.0),
+        "threshold_ratios": compute_ratio_list([a.result for a in audits], profile),
     }
 
 
@@ -89,6 +99,7 @@ def run_attack(name, model, tokenizer, manifest, jobs, profile, verifier) -> dic
         "expected_reason": spec.category,
         "reasons": dict(kinds),
         "min_threshold_ratio": min((compute_threshold_ratio(r, profile) for r in results), default=0.0),
+        "threshold_ratios": compute_ratio_list(results, profile),
         "description": spec.description,
     }
 
