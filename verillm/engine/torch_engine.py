@@ -28,6 +28,9 @@ from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN,
 
 # Rows of prompt positions whose logits are materialised at once (bounds memory: 256 × vocab).
 LOGIT_CHUNK_ROWS = 256
+# Decode steps whose raw hidden states wait before being fingerprinted together (bounds memory:
+# 64 × batch × committed layers × hidden floats).
+FLUSH_STEPS = 64
 
 
 @dataclass
@@ -52,14 +55,34 @@ class _Row:
 
 @dataclass
 class _Captured:
-    """A batch's fingerprints as computed, kept on the device until the batch ends (no per-step sync)."""
+    """A batch's fingerprints, kept on the device until the batch ends (no per-step sync).
+
+    Decode steps leave their raw [B, 1, H] layer outputs in `pending` (references, no work);
+    every FLUSH_STEPS steps they are fingerprinted together, so the per-step cost of capture
+    is a few list appends instead of a handful of small tensor ops (which on a small model
+    cost several percent of a decode step).
+    """
 
     prefill: torch.Tensor | None = None  # [B, width, L, dims]
-    steps: list[torch.Tensor] = field(default_factory=list)  # per decode step: [B_active, L, dims]
+    steps: list[torch.Tensor] = field(default_factory=list)  # per flushed decode step, in order: [B_active, L, dims]
     step_slots: list[list[int]] = field(default_factory=list)  # per decode step: the job slot of each row
+    pending: list[list[torch.Tensor]] = field(default_factory=list)  # per unflushed step: L tensors [B_active, 1, H]
 
-    def get_per_job(self, rows: list["_Row"]) -> list[np.ndarray]:
+    def flush(self, projections: list[torch.Tensor]) -> None:
+        """Fingerprint every pending step in one pass per layer."""
+        if not self.pending:
+            return
+        sizes = [step[0].shape[0] for step in self.pending]
+        per_layer = [
+            compute_fingerprints_torch(torch.cat([step[slot][:, 0] for step in self.pending]), projection)
+            for slot, projection in enumerate(projections)
+        ]
+        self.steps.extend(torch.stack(per_layer, dim=1).split(sizes))  # each [B_active, L, dims]
+        self.pending.clear()
+
+    def get_per_job(self, rows: list["_Row"], projections: list[torch.Tensor]) -> list[np.ndarray]:
         """Return each job's fingerprints [positions, L, dims] in position order."""
+        self.flush(projections)
         width = self.prefill.shape[1]
         prefill = self.prefill.cpu().numpy()
         per_job = [[prefill[row.slot, width - row.prompt_len :]] for row in rows]
@@ -197,8 +220,10 @@ class TorchEngine:
         mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
         hidden = self._forward(input_ids, mask, positions, cache)
         if self.capture:
-            captured.steps.append(self._collect_fingerprints(1)[:, 0])
+            captured.pending.append(list(self._captured))
             captured.step_slots.append([row.slot for row in rows])
+            if len(captured.pending) >= FLUSH_STEPS:
+                captured.flush(self.projections)
         self._emit(rows, self._logits(hidden[:, 0]))
         return self.transform_kv(cache, mask, 1)
 
@@ -227,7 +252,7 @@ class TorchEngine:
         if not self.capture:
             return [JobTrace(tuple(r.outputs), np.zeros((0, layers, dims), np.float32), np.zeros(0, np.uint8)) for r in rows]
         traces = []
-        for row, fingerprints in zip(rows, captured.get_per_job(rows)):
+        for row, fingerprints in zip(rows, captured.get_per_job(rows, self.projections)):
             flags = np.concatenate([row.prompt_flags.cpu().numpy(), np.asarray(row.output_flags, np.uint8)])
             # The last output token is sampled, never fed back: its position is not covered.
             count = row.prompt_len + len(row.outputs) - 1
