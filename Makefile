@@ -18,9 +18,11 @@ export TRANSFORMERS_OFFLINE := 1
 
 install: .venv/.installed
 
-## The main job: a local network end to end (see README).
+## The main job: a local network end to end (see README): anvil, contracts, 5 SmolLM2 nodes
+## as processes on loopback, one of them serving an int8-quantized model; exits 0 when every
+## honest job is verified and the cheater is slashed.
 demo: install
-	.venv/bin/verillm demo verify
+	.venv/bin/verillm devnet --cheater int8
 
 ## The default test suite (what CI runs).
 test: install
