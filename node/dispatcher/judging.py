@@ -116,7 +116,9 @@ class AuditDriver:
         audit_id, round_index = row["audit_id"], state.round
         model, prompt_len, challenge = await self._context(state, info)
         party, opening, problem = await self._fetch_proven(row, round_index, slot, model, challenge)
-        if problem is not None:
+        if problem is not None and party["slashed"]:
+            self.tables.record_check(audit_id, round_index, slot, {"proven": False, "problem": problem, "already_slashed": True})
+        elif problem is not None:
             await self._contest(audit_id, round_index, slot, challenge, party["num_positions"], problem)
         elif slot == 0:
             self.tables.record_check(audit_id, round_index, 0, {"proven": True})
@@ -170,7 +172,19 @@ class AuditDriver:
             return "the leaves it serves are not the leaves it posted"
         return None
 
+    def _find_contest(self, audit_id: int, round_index: int, slot: int) -> int | None:
+        for event in self.tables.get_events("Contested", audit_id):
+            if (event["args"]["round"], event["args"]["slot"]) == (round_index, slot):
+                return event["contest_id"]
+        return None
+
     async def _contest(self, audit_id: int, round_index: int, slot: int, challenge, num_positions: int, problem: str) -> None:
+        # One contest per party: a second one against a party already slashed by the first can
+        # never be resolved (Disputes.recordFault reverts), and would block settlement for good.
+        existing = self._find_contest(audit_id, round_index, slot)
+        if existing is not None:
+            self.tables.record_check(audit_id, round_index, slot, {"proven": False, "problem": problem, "contest": existing})
+            return
         cells = compute_opened_cells(challenge, num_positions)[:CONTESTED_CELLS]
         log.warning("audit %d: party %d's opening fails (%s); contesting %s", audit_id, slot, problem, cells)
         tx = await self.chainio.send("contest", audit_id, round_index, slot, cells, audit_id=audit_id)
@@ -187,7 +201,7 @@ class AuditDriver:
         onchain = is_onchain_agreement(worker_cells, member_cells, model, prompt_len, state.output_tokens)
         full = compute_member_vote(worker_cells, member_cells, model, prompt_len, job.output_tokens, job.job.max_new_tokens, stop_tokens, seat.output_tokens or ())
         outcome = {"proven": True, "agrees": full, "vote": party["vote"]}
-        if is_provable_lie(party["vote"], onchain, full):
+        if is_provable_lie(party["vote"], onchain, full) and not party["slashed"]:  # slashed once per audit
             log.warning("audit %d: member slot %d voted %d against its own proven data; adjudicating", audit_id, slot, party["vote"])
             await self.chainio.send("adjudicate", audit_id, round_index, slot, worker_opening, opening, audit_id=audit_id)
             self.metrics.disputes.labels(outcome="opened").inc()

@@ -30,7 +30,7 @@ from verillm.chain.anvil import AnvilConfig, AnvilProcess, find_anvil_binary, fi
 from verillm.chain.protocol import OnchainModel, Protocol
 from verillm.errors import ChainError, ConfigError
 from verillm.spec.encoding import decode
-from verillm.spec.params import get_preset
+from verillm.spec.params import Preset, get_preset
 from verillm.spec.policy import load_profile
 from verillm.spec.types import ModelManifest
 
@@ -99,10 +99,11 @@ class LocalNetwork:
     """Chain, contracts and node processes on 127.0.0.1, in ``workdir``."""
 
     def __init__(self, workdir: str | Path, nodes: list[NodeSpec], model: str = "tiny", dtype: str = "float32",
-                 preset: str = "minimal", chain: str = "auto", block_time_s: float = 1.0,
+                 preset: str | Preset = "minimal", chain: str = "auto", block_time_s: float = 1.0,
                  batch_max_receipts: int = 4, batch_max_wait_s: float = 2.0, log=print):
         self.workdir = Path(workdir)
-        self.specs, self.model, self.dtype, self.preset = nodes, model, dtype, get_preset(preset)
+        self.specs, self.model, self.dtype = nodes, model, dtype
+        self.preset = preset if isinstance(preset, Preset) else get_preset(preset)
         self.chain_kind = self._pick_chain(chain)
         self.block_time_s, self.batch_max_receipts, self.batch_max_wait_s = block_time_s, batch_max_receipts, batch_max_wait_s
         self.log = log

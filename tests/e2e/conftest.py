@@ -1,22 +1,16 @@
 """End-to-end fixtures: whole networks on loopback — a real anvil process (the chain layer's
 `AnvilProcess`), the contracts deployed with the `minimal` preset, and every node a separate
 `devnode` process (tiny model, its own key, SQLite store and port), registered and staked.
+Helpers live in `e2e_network.py` (a unique module name: test folders are not packages).
 
 A network takes ~35 s to start on 2 cores (five Python processes importing torch); each
 module shares one (`scope="module"`).
 """
 
-import time
-
 import pytest
 
 from verillm.chain.anvil import find_anvil_binary
-from verillm.client import Client
 from verillm.errors import ConfigError
-from verillm.node.devnet import retry_no_workers
-from verillm.node.dispatcher.localnet import LocalNetwork, NodeSpec, get_json
-
-SETTLE_TIMEOUT_S = 240.0
 
 
 @pytest.fixture(scope="session")
@@ -25,34 +19,3 @@ def anvil_installed():
         find_anvil_binary()
     except ConfigError:
         pytest.skip("anvil not installed (npm ci --prefix contracts)")
-
-
-def start_network(tmp_path_factory, specs: list[NodeSpec], name: str) -> LocalNetwork:
-    net = LocalNetwork(tmp_path_factory.mktemp(name), specs, model="tiny", chain="anvil", block_time_s=1.0, log=lambda line: None)
-    net.__enter__()
-    net.wait_gateway_sees_all()
-    return net
-
-
-def send_jobs(net: LocalNetwork, count: int, max_tokens: int = 8) -> list:
-    """Send ``count`` greedy completions through node 0; return the SDK's Completions."""
-    client = Client(net.gateway_url)
-    return [retry_no_workers(lambda i=i: client.complete(f"The river {i} runs past the mill", max_tokens=max_tokens, temperature=0))
-            for i in range(count)]
-
-
-def get_status(net: LocalNetwork, completion) -> dict:
-    return get_json(f"{net.gateway_url}/v1/verillm/audits/0x{completion.job_hash.hex()}")
-
-
-def wait_settled(net: LocalNetwork, completions: list, timeout_s: float = SETTLE_TIMEOUT_S) -> list[dict]:
-    """Poll node 0 until every job's audit has settled; return the status bodies."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        bodies = [get_status(net, c) for c in completions]
-        if all((b.get("audit") or {}).get("status") in ("settled", "abandoned") for b in bodies):
-            return bodies
-        if time.monotonic() > deadline:
-            pytest.fail(f"audits did not settle in {timeout_s} s: {[(b['status'], (b.get('audit') or {}).get('status')) for b in bodies]}\n"
-                        f"node 0 log:\n{net.tail_log(0, 40)}")
-        time.sleep(1.0)

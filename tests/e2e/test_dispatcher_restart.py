@@ -13,7 +13,7 @@ import pytest
 
 from verillm.node.dispatcher.localnet import NodeSpec
 
-from conftest import get_status, send_jobs, start_network, wait_settled
+from e2e_network import get_status, send_jobs, start_network, wait_settled
 
 pytestmark = pytest.mark.usefixtures("anvil_installed")
 

@@ -5,6 +5,7 @@ audit tools then agree with the chain from public data alone."""
 
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from verillm.chain.protocol import Protocol
 from verillm.node.dispatcher.localnet import NodeSpec
 from verillm.spec.settlement import FAIL, PASS
 
-from conftest import send_jobs, start_network, wait_settled
+from e2e_network import send_jobs, start_network, wait_settled
 
 pytestmark = pytest.mark.usefixtures("anvil_installed")
 VERILLM = str(Path(sys.executable).parent / "verillm")
@@ -64,6 +65,17 @@ def test_the_cheater_on_a_committee_votes_no_and_is_slashed_as_the_minority(chea
     for body in on_committee:
         assert body["audit"]["verdict"] == "pass" and {k.lower(): v for k, v in body["audit"]["votes"].items()}[cheater] == 2
         assert any(s["node"].lower() == cheater and "minority" in s["reason"] for s in body["audit"]["slashed"])
+
+
+def test_the_dispatcher_counts_draws_verdicts_and_slashes_in_its_metrics(cheater_network):
+    net, _, bodies = cheater_network
+    text = urllib.request.urlopen(f"{net.gateway_url}/metrics", timeout=10).read().decode()
+    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("verillm_dispatcher_")}
+    assert values['verillm_dispatcher_audit_draws_total{selected="true"}'] == len(bodies)
+    assert values['verillm_dispatcher_verdicts_total{verdict="verified"}'] == 4
+    assert values['verillm_dispatcher_verdicts_total{verdict="slashed"}'] == 1
+    members = sum(len({s["node"].lower() for s in b["audit"]["slashed"]} - {b["worker"].lower()}) for b in bodies)
+    assert values['verillm_dispatcher_verdicts_total{verdict="member_slashed"}'] == members > 0
 
 
 def test_replay_accepts_an_honest_job_and_rejects_the_cheaters(cheater_network):

@@ -9,7 +9,7 @@ from verillm.spec.receipt import SigningDomain
 from verillm.verifier.replay import compute_challenge_count, load_case, run_replay
 from verillm.verifier.report import format_replay
 
-from conftest import CHALLENGE_POSITIONS, build_evidence, move_first_leaf
+from verifier_evidence import CHALLENGE_POSITIONS, build_evidence, move_first_leaf
 
 
 @pytest.fixture(scope="module")
