@@ -23,6 +23,7 @@ from verillm.bench.noise import (
 from verillm.bench.tables import format_table
 from verillm.bench.workloads import Workload, make_jobs
 from verillm.engine.attacks import ATTACKS
+from verillm.errors import InvalidInput
 from verillm.engine.models import load_model
 from verillm.engine.torch_engine import TorchEngine
 from verillm.spec.params import MAINNET
@@ -104,23 +105,26 @@ def run_attack(name, model, tokenizer, manifest, jobs, profile, verifier) -> dic
     }
 
 
-def run_detection(model_name, dtype, job_count, attack_job_count, max_new_tokens, attack_names, profile_path, progress) -> dict:
+def run_detection(model_name, dtype, job_count, attack_job_count, max_new_tokens, attack_names, profile_path, seed_name, progress) -> dict:
     """Run the whole detection benchmark and return its report."""
     model, tokenizer, manifest = load_model(model_name, dtype)
     profile = load_profile(model_name, dtype, profile_path)
-    honest_jobs = make_jobs(Workload("honest", job_count, max_new_tokens), model_name, manifest, tokenizer, "detect")
+    if seed_name == "calibration":
+        raise InvalidInput("the detection benchmark must not reuse the calibration jobs")
+    honest_jobs = make_jobs(Workload("honest", job_count, max_new_tokens), model_name, manifest, tokenizer, seed_name)
     verifiers = VERIFIER_CONFIGS_FULL if model_name == "tiny" else VERIFIER_CONFIGS_SHORT
     audits = run_honest_matrix(model, tokenizer, manifest, honest_jobs, profile, MAINNET.CHALLENGE_POSITIONS, verifier_configs=verifiers, progress=progress)
     verifier = build_engine(model, tokenizer, manifest, ATTACK_VERIFIER)
     attacks = {}
     for name in attack_names or list(ATTACKS):
         workload = Workload(f"attack-{name}", attack_job_count, max_new_tokens, sampled_only=name in SAMPLED_ONLY_ATTACKS)
-        jobs = make_jobs(workload, model_name, manifest, tokenizer, f"detect-attack-{name}")
+        jobs = make_jobs(workload, model_name, manifest, tokenizer, f"{seed_name}-attack-{name}")
         attacks[name] = run_attack(name, model, tokenizer, manifest, jobs, profile, verifier)
         progress(f"attack {name}: {attacks[name]['detected']}/{attacks[name]['audits']} detected")
     return {
         "model": model_name,
         "dtype": dtype,
+        "seed": seed_name,
         "max_new_tokens": max_new_tokens,
         "challenge_positions": MAINNET.CHALLENGE_POSITIONS,
         "profile": {"model": profile.model, "dtype": profile.dtype, "provenance": profile.provenance.get("command")},

@@ -11,7 +11,7 @@ from verillm.bench.tables import DTYPES, format_table
 @click.option("--model", "model_name", type=click.Choice(["tiny", "smollm2"]), default="tiny", show_default=True)
 @click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="fp32", show_default=True)
 @click.option("--jobs", "job_count", type=int, default=None, help="Honest jobs (default: 48 tiny, 16 smollm2).")
-@click.option("--safety-factor", type=float, default=None, help="Threshold = factor x honest maximum (default 4 fp32, 1.5 bf16).")
+@click.option("--safety-factor", type=float, default=None, help="Threshold = factor x honest maximum (default 4 fp32, 2 bf16).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True, help="Where to write the profile JSON.")
 def calibrate(model_name, dtype, job_count, safety_factor, out_path):
     """Measure honest noise over the engine matrix and write thresholds with a stated margin."""
