@@ -81,8 +81,8 @@ class AuditDriver:
             if head > info.ready_block + self.params["auditDrawDelayBlocks"]:
                 self.tasks.spawn(f"challenge:{audit_id}", lambda: self._draw_challenge(audit_id))
             return
-        checks = self.tables.get_checks(audit_id)
         parties = [await self.chainio.read(self.chainio.protocol.get_party, audit_id, round_index, s) for s in range(len(info.members) + 1)]
+        checks = self.tables.get_checks(audit_id)  # read after the awaits: a check may have finished meanwhile
         for slot, party in enumerate(parties):
             worker_checked = f"{round_index}:0" in checks
             if party["opened"] and f"{round_index}:{slot}" not in checks and (slot == 0 or worker_checked):
@@ -114,6 +114,8 @@ class AuditDriver:
     async def _check_party(self, row: dict, state, info, slot: int) -> None:
         """Fetch party ``slot``'s opening, prove it against what it committed and posted; act on it."""
         audit_id, round_index = row["audit_id"], state.round
+        if f"{round_index}:{slot}" in self.tables.get_checks(audit_id):
+            return  # checked by an earlier step (each check may bond a contest: never twice)
         model, prompt_len, challenge = await self._context(state, info)
         party, opening, problem = await self._fetch_proven(row, round_index, slot, model, challenge)
         if problem is not None and party["slashed"]:
