@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from verillm.engine.base import Engine
 from verillm.errors import EngineError, VerillmError
 from verillm.spec.commitment import JobTrace, compute_commitment, compute_opening, decode_trace_blob, encode_trace_blob
-from verillm.spec.job import compute_job_hash, compute_num_positions, compute_tokens_hash
-from verillm.spec.receipt import EMPTY_SIGNATURE, SigningDomain, sign_receipt
+from verillm.spec.job import compute_num_positions
+from verillm.spec.receipt import SigningDomain, compute_receipt, sign_receipt
 from verillm.spec.types import Job, Opening, Receipt
 
 from verillm.node.keys import NodeKey
@@ -28,29 +28,13 @@ class JobOutput:
     trace_blob: bytes
 
 
-def compute_unsigned_receipt(job: Job, output_tokens: Sequence[int], commitment_root: bytes, worker: bytes) -> Receipt:
-    """Return the receipt for ``job`` with these outputs and root, before signing."""
-    return Receipt(
-        job_hash=compute_job_hash(job),
-        model_id=job.model_id,
-        input_hash=compute_tokens_hash(job.input_tokens),
-        output_hash=compute_tokens_hash(output_tokens),
-        sampling=job.sampling,
-        max_new_tokens=job.max_new_tokens,
-        commitment_root=commitment_root,
-        num_positions=compute_num_positions(job, len(output_tokens)),
-        worker=worker,
-        signature=EMPTY_SIGNATURE,
-    )
-
-
 def compute_job_output(job: Job, trace: JobTrace, committed_layers: tuple[int, ...], key: NodeKey, domain: SigningDomain) -> JobOutput:
     """Commit to ``trace``, sign the receipt and pack the blob the worker retains."""
     expected = compute_num_positions(job, len(trace.output_tokens))
     if trace.num_positions != expected:
         raise EngineError(f"engine returned {trace.num_positions} positions for a job that covers {expected}")
     commitment = compute_commitment(trace, committed_layers)
-    receipt = compute_unsigned_receipt(job, trace.output_tokens, commitment.root, key.address)
+    receipt = compute_receipt(job, trace.output_tokens, commitment.root, key.address)
     signed = sign_receipt(receipt, key.private_key, domain)
     return JobOutput(receipt=signed, output_tokens=tuple(trace.output_tokens), trace_blob=encode_trace_blob(trace))
 

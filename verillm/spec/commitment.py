@@ -10,6 +10,7 @@ scale, and `|f_worker − f_verifier|` estimates the relative L2 error of the wh
 Leaves are ordered position-major: leaf index = position × num_layers + layer slot.
 """
 
+import hashlib
 import zlib
 from dataclasses import dataclass, field
 
@@ -18,10 +19,8 @@ import numpy as np
 from verillm.errors import InvalidInput, InvalidProof
 from verillm.spec.hashing import DOMAIN_MERKLE_LEAF, DOMAIN_PROJECTION, blake3_digest
 from verillm.spec.merkle import compute_merkle_levels, compute_merkle_proof, is_valid_merkle_proof
-from verillm.spec.types import Leaf, LeafOpening, ModelManifest, Opening
 from verillm.spec.encoding import encode
-
-import hashlib
+from verillm.spec.types import Leaf, LeafOpening, Opening
 
 
 def compute_projection(model_id: bytes, layer: int, hidden_size: int, dims: int) -> np.ndarray:

@@ -12,6 +12,7 @@ struct hash) is the leaf that receipt batches commit on-chain.
 """
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eth_keys import keys
@@ -19,7 +20,7 @@ from eth_keys.exceptions import BadSignature, ValidationError
 
 from verillm.errors import InvalidSignature
 from verillm.spec.hashing import keccak256
-from verillm.spec.job import compute_job_hash, compute_tokens_hash
+from verillm.spec.job import compute_job_hash, compute_num_positions, compute_tokens_hash
 from verillm.spec.types import Job, Receipt
 
 RECEIPT_TYPE = (
@@ -97,7 +98,7 @@ def process_receipt_signature(receipt: Receipt, domain: SigningDomain) -> None:
         raise InvalidSignature(f"receipt is signed by 0x{signer.hex()}, not its worker 0x{receipt.worker.hex()}")
 
 
-def compute_receipt(job: Job, output_tokens: tuple[int, ...], commitment_root: bytes, num_positions: int, worker: bytes) -> Receipt:
+def compute_receipt(job: Job, output_tokens: Sequence[int], commitment_root: bytes, worker: bytes) -> Receipt:
     """Return the unsigned receipt for ``job`` with ``output_tokens`` under ``commitment_root``."""
     return Receipt(
         job_hash=compute_job_hash(job),
@@ -107,7 +108,7 @@ def compute_receipt(job: Job, output_tokens: tuple[int, ...], commitment_root: b
         sampling=job.sampling,
         max_new_tokens=job.max_new_tokens,
         commitment_root=commitment_root,
-        num_positions=num_positions,
+        num_positions=compute_num_positions(job, len(output_tokens)),
         worker=worker,
         signature=EMPTY_SIGNATURE,
     )
