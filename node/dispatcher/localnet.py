@@ -40,7 +40,7 @@ from verillm.node.keys import compute_node_key, new_node_key, write_key_file
 
 NODE_FUNDING_WEI = 10**18
 STAKE_MULTIPLE = 10  # each node stakes 10 × MIN_STAKE_WEI
-START_TIMEOUT_S = 300.0
+START_TIMEOUT_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ class LocalNetwork:
                 return
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 time.sleep(0.3)
-        raise ChainError(f"node {index} did not answer /healthz within {timeout_s} s; see {node.log_file}")
+        raise ChainError(f"node {index} did not answer /healthz within {timeout_s} s; {node.log_file}:\n{self.tail_log(index)}")
 
     def tail_log(self, index: int, lines: int = 30) -> str:
         text = self.nodes[index].log_file.read_text(errors="replace") if self.nodes[index].log_file.exists() else ""

@@ -37,6 +37,6 @@ def wait_settled(net: LocalNetwork, completions: list, timeout_s: float = SETTLE
         if all((b.get("audit") or {}).get("status") in ("settled", "abandoned") for b in bodies):
             return bodies
         if time.monotonic() > deadline:
-            pytest.fail(f"audits did not settle in {timeout_s} s: {[(b['status'], (b.get('audit') or {}).get('status')) for b in bodies]}\n"
-                        f"node 0 log:\n{net.tail_log(0, 40)}")
+            logs = "\n".join(f"--- node {n.index} ({n.spec.label}):\n{net.tail_log(n.index, 25)}" for n in net.nodes)
+            pytest.fail(f"audits did not settle in {timeout_s} s: {[(b['status'], (b.get('audit') or {}).get('status')) for b in bodies]}\n{logs}")
         time.sleep(1.0)
