@@ -258,6 +258,8 @@ class AuditDriver:
         self.tasks.spawn(f"escalation-draw:{audit_id}", lambda: self.chainio.send("draw_escalation", audit_id, audit_id=audit_id))
 
     def _on_settled(self, row: dict, state) -> None:
+        if not self.tables.get_events("AuditSettled", row["audit_id"]):
+            return  # settled after this tick read the events: count its slashes on the next tick
         self.tables.update_audit(row["audit_id"], status="settled", verdict=state.verdict)
         if state.verdict == PASS:
             self.metrics.verdicts.labels(verdict="verified").inc()
