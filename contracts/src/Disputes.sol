@@ -60,6 +60,9 @@ contract Disputes is ReentrancyGuard {
     event Contested(uint256 indexed contestId, uint256 indexed auditId, uint8 round, uint8 slot, address indexed challenger, uint32[] positions, uint16[] layers);
     event ContestAnswered(uint256 indexed contestId);
     event ContestLost(uint256 indexed contestId, address indexed party, uint256 slashedWei);
+    /// @notice The contested party was slashed in this audit by other means before the contest
+    /// resolved: nothing is slashed twice, and the bond goes back to the challenger.
+    event ContestMoot(uint256 indexed contestId);
     event Adjudicated(uint256 indexed auditId, uint8 round, uint8 slot, address indexed member, bool dataAgrees, uint8 vote);
 
     error WrongBond(uint256 givenWei, uint256 expectedWei);
@@ -74,6 +77,7 @@ contract Disputes is ReentrancyGuard {
     error LeafMismatch(uint256 cell);
     error InvalidMerkleProof(uint256 cell);
     error NoFault();
+    error AlreadySlashed(uint8 slot);
     error NotRegistry();
 
     constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) {
@@ -114,6 +118,7 @@ contract Disputes is ReentrancyGuard {
         if (positions.length == 0 || positions.length != layers.length) revert BadCells("one layer per position, at least one cell");
         PartyView memory party = jobs.getParty(auditId, round, slot);
         if (!party.opened) revert NotOpened(slot);
+        if (party.slashed) revert AlreadySlashed(slot);
         _checkDisputeWindow(auditId, round);
         Context memory ctx = _context(auditId, round);
         for (uint256 i = 0; i < positions.length; i++) {
@@ -176,6 +181,13 @@ contract Disputes is ReentrancyGuard {
         if (block.number <= c.deadline) revert TooEarly(c.deadline + 1);
         c.open = false;
         jobs.addPendingContest(c.auditId, -1);
+        // Two contests can be open against one party; once the first (or an adjudication)
+        // slashed it, the rest must still close, or settle() would wait on them forever.
+        if (jobs.getParty(c.auditId, c.round, c.slot).slashed) {
+            jobs.depositCredit{value: c.bondWei}(c.challenger, c.bondWei);
+            emit ContestMoot(contestId);
+            return;
+        }
         address node = jobs.recordFault(c.auditId, c.round, c.slot);
         uint256 slashed = registry.slash(node);
         uint256 reward = slashed * slashRewardBps / Params.BPS;

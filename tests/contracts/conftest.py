@@ -1,24 +1,12 @@
 """Contract fixtures: one real anvil process per session, one protocol deployment per module
 (`world`), rolled back to a snapshot after every test."""
 
-from pathlib import Path
-
 import pytest
 
-from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess, find_anvil_binary
-from verillm.chain.artifacts import ArtifactStore
 from verillm.errors import ConfigError
 
-from contract_scenario import World
-
-TEST_ARTIFACTS = Path(__file__).parent / "solidity" / "artifacts"  # node tests/contracts/solidity/compile.js
-
-
-def connect(anvil: AnvilProcess) -> RpcChain:
-    """A chain client that also knows the test-only contracts."""
-    return RpcChain(anvil.url, artifacts=ArtifactStore((TEST_ARTIFACTS,)))
-
+from contract_scenario import World, connect
 
 @pytest.fixture(scope="session")
 def contracts_anvil():

@@ -8,10 +8,14 @@ engines.
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from eth_account import Account
 
+from verillm.chain import RpcChain
+from verillm.chain.anvil import AnvilProcess
+from verillm.chain.artifacts import ArtifactStore
 from verillm.chain.protocol import OnchainModel, Protocol
 from verillm.spec import vrf
 from verillm.spec.audit import compute_challenge_seed, is_onchain_agreement
@@ -21,6 +25,13 @@ from verillm.spec.hashing import keccak256
 from verillm.spec.params import MINIMAL, Preset
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, sign_receipt
 from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, Opening, Receipt, SamplingParams
+
+TEST_ARTIFACTS = Path(__file__).parent / "solidity" / "artifacts"  # node tests/contracts/solidity/compile.js
+
+
+def connect(anvil: AnvilProcess) -> RpcChain:
+    """A chain client that also knows the test-only contracts."""
+    return RpcChain(anvil.url, artifacts=ArtifactStore((TEST_ARTIFACTS,)))
 
 PRESET = MINIMAL
 MODEL_ID = keccak256(b"verillm test model")

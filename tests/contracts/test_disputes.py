@@ -8,8 +8,7 @@ from verillm.chain import TransactionReverted
 from verillm.spec import settlement as spec
 from verillm.spec import vrf
 
-from conftest import connect
-from contract_scenario import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun, World, replace_leaf_fingerprint
+from contract_scenario import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun, World, connect, replace_leaf_fingerprint
 
 
 def _reverts(error: str):
@@ -73,6 +72,30 @@ def test_member_whose_opening_is_inconsistent_with_its_root_is_slashed(world):
     assert world.protocol.get_credit(world.outsider.address) == PRESET.DISPUTE_BOND_WEI + slashed * PRESET.SLASH_REWARD_BPS // 10_000
     assert world.protocol.settle(world.outsider, run.audit_id).value == spec.PASS
     assert world.protocol.get_node(run.worker.node.address)["stake_wei"] == 3 * PRESET.MIN_STAKE_WEI  # honest: untouched
+
+
+def test_a_second_contest_against_a_slashed_party_is_moot_and_cannot_block_settlement(world):
+    run = _opened(world)
+    member = run.members[1]
+    posted = replace_leaf_fingerprint(world.opening(run, member), 3, 0.5)
+    world.protocol.open_and_vote(member.node.account, run.audit_id, 1, posted, True)
+    cell = [(posted.leaves[3].leaf.position, posted.leaves[3].leaf.layer)]
+    first = world.protocol.contest(world.outsider, run.audit_id, 0, 2, cell).value
+    second = world.protocol.contest(run.worker.node.account, run.audit_id, 0, 2, cell).value
+    world.open_member(run, 0)
+    world.open_member(run, 2)
+    world.protocol.verdict(world.outsider, run.audit_id)
+    world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
+    world.protocol.resolve_contest(world.outsider, first)
+    stake_after_first = world.protocol.get_node(member.node.address)["stake_wei"]
+    credit_before = world.protocol.get_credit(run.worker.node.address)
+    world.protocol.resolve_contest(world.outsider, second)  # reverted AlreadyHandled before the fix: settle blocked forever
+    assert world.protocol.get_node(member.node.address)["stake_wei"] == stake_after_first  # never slashed twice
+    assert world.protocol.get_credit(run.worker.node.address) == credit_before + PRESET.DISPUTE_BOND_WEI  # bond back
+    assert world.protocol.get_audit(run.audit_id).pending_contests == 0
+    with _reverts("AlreadySlashed"):
+        world.protocol.contest(world.outsider, run.audit_id, 0, 2, cell)
+    assert world.protocol.settle(world.outsider, run.audit_id).value == spec.PASS
 
 
 def test_lazy_member_that_voted_agree_on_garbage_is_slashed_by_adjudication(world):
