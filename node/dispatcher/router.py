@@ -18,7 +18,7 @@ import aiohttp
 from web3 import Web3
 
 from verillm.client import process_receipt_contents
-from verillm.errors import EngineError, InvalidProof, InvalidSignature, QueueFull, VerillmError
+from verillm.errors import EngineError, InvalidProof, InvalidSignature, QueueFull
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain, process_receipt_signature
 from verillm.spec.types import Job, Receipt
