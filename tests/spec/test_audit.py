@@ -10,14 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from verillm.chain import RpcChain
-from verillm.chain.anvil import AnvilProcess, find_anvil_binary
-from verillm.chain.protocol import Protocol
-from verillm.errors import ConfigError, InvalidInput
+from verillm.errors import InvalidInput
 from verillm.spec import audit
 from verillm.spec.challenge import compute_challenge_positions
 from verillm.spec.merkle import MerkleProof, compute_merkle_levels, compute_merkle_proof, is_valid_merkle_proof
-from verillm.spec.params import MINIMAL
 from verillm.spec.receipt import SigningDomain, compute_domain_separator, compute_receipt_hash, recover_receipt_signer
 from verillm.spec.types import Receipt, SamplingParams
 
@@ -119,17 +115,6 @@ def test_cell_test_uses_the_rms_over_dims():
 
 
 # --- against the contracts ---------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def protocol():
-    try:
-        find_anvil_binary()
-    except ConfigError:
-        pytest.skip("anvil not installed (npm ci --prefix contracts)")
-    with AnvilProcess() as anvil:
-        chain = RpcChain(anvil.url)
-        yield Protocol.deploy(chain, MINIMAL, chain.dev_accounts[0])
-
 
 @PROPERTY
 @given(seed=st.binary(min_size=32, max_size=32), attempt=st.integers(0, 3),

@@ -2,14 +2,9 @@
 Jobs.computeSlashSplit on a real anvil. Whole settlements are compared with the contract in
 tests/contracts/test_audit_flow.py and test_disputes.py."""
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from verillm.chain import RpcChain
-from verillm.chain.anvil import AnvilProcess, find_anvil_binary
-from verillm.chain.protocol import Protocol
-from verillm.errors import ConfigError
 from verillm.spec import settlement as s
 from verillm.spec.params import MAINNET, MINIMAL
 
@@ -86,17 +81,6 @@ def test_pool_payments_are_capped_by_the_pool():
     members = tuple(s.MemberRecord(f"m{i}") for i in range(3))
     out = s.compute_settlement(s.AuditRecord("w", (s.RoundRecord(True, members),)), {}, PRESET.AUDIT_FEE_WEI + 1, PRESET)
     assert sum(out.credits_wei.values()) == PRESET.AUDIT_FEE_WEI + 1 and out.fee_pool_wei == 0
-
-
-@pytest.fixture(scope="module")
-def protocol():
-    try:
-        find_anvil_binary()
-    except ConfigError:
-        pytest.skip("anvil not installed (npm ci --prefix contracts)")
-    with AnvilProcess() as anvil:
-        chain = RpcChain(anvil.url)
-        yield Protocol.deploy(chain, MINIMAL, chain.dev_accounts[0])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,0 +1,21 @@
+"""Fixtures for the spec tests that compare the Python twins with the contracts."""
+
+import pytest
+
+from verillm.chain import RpcChain
+from verillm.chain.anvil import AnvilProcess, find_anvil_binary
+from verillm.chain.protocol import Protocol
+from verillm.errors import ConfigError
+from verillm.spec.params import MINIMAL
+
+
+@pytest.fixture(scope="module")
+def protocol():
+    """The protocol contracts deployed (MINIMAL) on a real anvil process, one per test module."""
+    try:
+        find_anvil_binary()
+    except ConfigError:
+        pytest.skip("anvil not installed (npm ci --prefix contracts)")
+    with AnvilProcess() as anvil:
+        chain = RpcChain(anvil.url)
+        yield Protocol.deploy(chain, MINIMAL, chain.dev_accounts[0])
