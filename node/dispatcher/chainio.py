@@ -88,8 +88,16 @@ class ChainIO:
         return tx
 
     async def draw_challenge(self, audit_id: int) -> None:
-        """`Jobs.drawChallenge`: draws the seed, or returns the one already drawn (no event then)."""
-        receipt = await asyncio.to_thread(self.chain.transact, self.protocol.jobs, "drawChallenge", audit_id, sender=self.account)
+        """`Jobs.drawChallenge`: draws the seed, or returns the one already drawn (no event then).
+
+        Too early, or the round has moved on: nothing to do (worker and dispatcher both try).
+        """
+        try:
+            receipt = await asyncio.to_thread(self.chain.transact, self.protocol.jobs, "drawChallenge", audit_id, sender=self.account)
+        except Exception as exc:
+            if not is_revert(exc, "WrongPhase", "TooEarly"):
+                raise
+            return
         self.tables.record_tx(bytes(receipt["transactionHash"]), "draw_challenge", receipt["gasUsed"], receipt["blockNumber"], audit_id)
 
     async def block_number(self) -> int:

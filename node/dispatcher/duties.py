@@ -119,20 +119,13 @@ class PartyDuties:
             # The dispatcher draws it as soon as it may; the worker only if that has not happened
             # a few blocks later (it must open within the window either way).
             if head > info.ready_block + self.chainio.params["auditDrawDelayBlocks"] + WORKER_DRAW_GRACE_BLOCKS:
-                await self._draw_challenge(duty.audit_id)
+                await self.chainio.draw_challenge(duty.audit_id)
             return
         _, _, _, challenge = await self._challenge(duty, info.challenge_seed)
         opening = await self.worker.process_opening(duty.job_hash, self.chainio.address, challenge=challenge)
         if self.faults.worker_opening == "tampered":
             opening = compute_tampered_opening(opening)
         await self._send_once("open", duty, opening)
-
-    async def _draw_challenge(self, audit_id: int) -> None:
-        try:
-            await self.chainio.draw_challenge(audit_id)
-        except Exception as exc:
-            if not is_revert(exc, "WrongPhase", "TooEarly"):
-                raise
 
     async def _open_member(self, duty: Duty, info) -> None:
         if not info.worker_opened:

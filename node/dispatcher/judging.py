@@ -79,7 +79,7 @@ class AuditDriver:
         audit_id, round_index = row["audit_id"], state.round
         if info.challenge_seed == b"\x00" * 32:
             if head > info.ready_block + self.params["auditDrawDelayBlocks"]:
-                self.tasks.spawn(f"challenge:{audit_id}", lambda: self._draw_challenge(audit_id))
+                self.tasks.spawn(f"challenge:{audit_id}", lambda: self.chainio.draw_challenge(audit_id))
             return
         parties = [await self.chainio.read(self.chainio.protocol.get_party, audit_id, round_index, s) for s in range(len(info.members) + 1)]
         checks = self.tables.get_checks(audit_id)  # read after the awaits: a check may have finished meanwhile
@@ -95,13 +95,6 @@ class AuditDriver:
         late = (not info.worker_opened and head > worker_closes) or head > members_close
         if done or late:
             self.tasks.spawn(f"finalize:{audit_id}", lambda: self._finalize(audit_id))
-
-    async def _draw_challenge(self, audit_id: int) -> None:
-        try:
-            await self.chainio.draw_challenge(audit_id)
-        except Exception as exc:
-            if not is_revert(exc, "WrongPhase", "TooEarly"):
-                raise
 
     async def _finalize(self, audit_id: int) -> None:
         try:
