@@ -89,7 +89,8 @@ def run_attack(name, model, tokenizer, manifest, jobs, profile, verifier) -> dic
     worker_runs = commit_runs(jobs, cheater.run(jobs), manifest, WORKER_PARTY)
     honest_runs = commit_runs(jobs, twin.run(jobs), manifest, WORKER_PARTY)
     effective = [w for w, h in zip(worker_runs, honest_runs, strict=True) if is_attack_effective(w, h)]
-    member_runs = commit_runs(compute_member_jobs(effective), verifier.run(compute_member_jobs(effective)), manifest, MEMBER_PARTY)
+    member_jobs = compute_member_jobs(effective)
+    member_runs = commit_runs(member_jobs, verifier.run(member_jobs), manifest, MEMBER_PARTY)
     results = [check_pair(w, m, manifest, profile, MAINNET.CHALLENGE_POSITIONS) for w, m in zip(effective, member_runs, strict=True)]
     kinds = Counter(kind for r in results for kind in r.reason_kinds)
     return {
