@@ -9,6 +9,7 @@ kind (fingerprint, token or truncation). Every number comes from `process_pair_c
 same code the network runs.
 """
 
+import math
 from collections import Counter
 
 from verillm.bench.noise import (
@@ -27,7 +28,7 @@ from verillm.errors import InvalidInput
 from verillm.engine.models import load_model
 from verillm.engine.torch_engine import TorchEngine
 from verillm.spec.params import MAINNET
-from verillm.spec.policy import load_profile
+from verillm.spec.policy import select_profile
 from verillm.verifier.local import check_pair, commit_runs, compute_member_jobs
 
 ATTACK_VERIFIER = EngineConfig(threads=2, batch=8)
@@ -40,10 +41,17 @@ def compute_threshold_ratio(result, profile) -> float:
     ratios = [0.0]
     for stats in result.measurement.layers if result.measurement else ():
         tolerance = profile.for_layer(stats.layer)
-        ratios.append(stats.max_error / tolerance.max_cell_error)
+        ratios.append(_ratio(stats.max_error, tolerance.max_cell_error))
         if stats.cells >= profile.min_cells_for_rms:
-            ratios.append(stats.rms_error / tolerance.rms_error)
+            ratios.append(_ratio(stats.rms_error, tolerance.rms_error))
     return max(ratios)
+
+
+def _ratio(value: float, threshold: float) -> float:
+    # Exact mode's thresholds are 0: any nonzero error is infinitely far above them.
+    if threshold == 0:
+        return math.inf if value > 0 else 0.0
+    return value / threshold
 
 
 def compute_ratio_list(results, profile) -> list[float]:
@@ -106,10 +114,10 @@ def run_attack(name, model, tokenizer, manifest, jobs, profile, verifier) -> dic
     }
 
 
-def run_detection(model_name, dtype, job_count, attack_job_count, max_new_tokens, attack_names, profile_path, seed_name, progress) -> dict:
-    """Run the whole detection benchmark and return its report."""
-    model, tokenizer, manifest = load_model(model_name, dtype)
-    profile = load_profile(model_name, dtype, profile_path)
+def run_detection(model_name, dtype, job_count, attack_job_count, max_new_tokens, attack_names, profile_path, seed_name, progress, mode=None) -> dict:
+    """Run the whole detection benchmark and return its report (``mode``: see `load_model`)."""
+    model, tokenizer, manifest = load_model(model_name, dtype, mode=mode)
+    profile = select_profile(manifest, model_name, profile_path)
     if seed_name == "calibration":
         raise InvalidInput("the detection benchmark must not reuse the calibration jobs")
     honest_jobs = make_jobs(Workload("honest", job_count, max_new_tokens), model_name, manifest, tokenizer, seed_name)
@@ -125,6 +133,7 @@ def run_detection(model_name, dtype, job_count, attack_job_count, max_new_tokens
     return {
         "model": model_name,
         "dtype": dtype,
+        "kernel_class": manifest.kernel_class or None,
         "seed": seed_name,
         "max_new_tokens": max_new_tokens,
         "challenge_positions": MAINNET.CHALLENGE_POSITIONS,

@@ -72,8 +72,9 @@ def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engi
 @click.option("--attacks", "attack_names", default=None, help="Comma-separated subset of attacks (default: all).")
 @click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False), default=None, help="Tolerance profile (default: the shipped one).")
 @click.option("--seed", "seed_name", default="detect", show_default=True, help="Names the job set; change it for a fresh, independent sample.")
+@click.option("--mode", type=click.Choice(["exact", "tolerance"]), default=None, help="Verification mode (default: exact for bf16, tolerance for fp32).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def detect(model_name, dtype, job_count, attack_jobs, max_new_tokens, attack_names, profile_path, seed_name, json_path):
+def detect(model_name, dtype, job_count, attack_jobs, max_new_tokens, attack_names, profile_path, seed_name, mode, json_path):
     """Honest false rejections over the noise matrix and detection of every attack."""
     from verillm.bench.detect import run_detection, summarize_detection
 
@@ -82,7 +83,7 @@ def detect(model_name, dtype, job_count, attack_jobs, max_new_tokens, attack_nam
     names = attack_names.split(",") if attack_names else None
     report = run_detection(
         model_name, dtype, job_count or (64 if tiny else 25), attack_jobs or (32 if tiny else 16),
-        max_new_tokens, names, profile_path, seed_name, progress=lambda line: click.echo(line, err=True),
+        max_new_tokens, names, profile_path, seed_name, progress=lambda line: click.echo(line, err=True), mode=mode,
     )
     click.echo(summarize_detection(report))
     write_json(json_path, report)

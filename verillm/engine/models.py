@@ -216,6 +216,7 @@ def build_manifest(
     stop_tokens: tuple[int, ...] | None = None,
     max_context_tokens: int | None = None,
     token_margin_micrologits: int | None = None,
+    kernel_class: str = "",
 ) -> ModelManifest:
     """Return the manifest binding ``model``'s weights, tokenizer, template, dtype and commitment shape."""
     config = model.config
@@ -234,23 +235,46 @@ def build_manifest(
         fingerprint_dims=preset.FINGERPRINT_DIMS,
         stop_tokens=stop_tokens if stop_tokens is not None else get_stop_tokens(tokenizer),
         max_context_tokens=max_context_tokens or config.max_position_embeddings,
-        token_margin_micrologits=token_margin_micrologits or TOKEN_MARGIN_MICROLOGITS[dtype],
+        # Exact mode: both sides compute the same logits bit for bit, so the margin is 0.
+        token_margin_micrologits=0 if kernel_class else token_margin_micrologits or TOKEN_MARGIN_MICROLOGITS[dtype],
+        kernel_class=kernel_class,
     )
 
 
 MODEL_NAMES = ("tiny", "smollm2")
 
 
-def load_model(name: str, dtype: str = "float32", preset: Preset = MAINNET):
-    """Return (model, tokenizer, manifest) for ``name`` in {"tiny", "smollm2"} and ``dtype``."""
+MODES = ("exact", "tolerance")
+
+
+def get_kernel_class(dtype: str, mode: str | None) -> str:
+    """Return the manifest's kernel class for ``mode`` (default: exact for bf16, tolerance for fp32)."""
+    if mode is None:
+        mode = "exact" if dtype == "bfloat16" else "tolerance"
+    if mode not in MODES:
+        raise ConfigError(f"unknown verification mode {mode!r}; known: {list(MODES)}")
+    if mode == "tolerance":
+        return ""
+    from verillm.engine.exact import CPU_KERNEL_CLASS  # registers the exact attention with transformers
+
+    return CPU_KERNEL_CLASS
+
+
+def load_model(name: str, dtype: str = "float32", preset: Preset = MAINNET, mode: str | None = None):
+    """Return (model, tokenizer, manifest) for ``name`` in {"tiny", "smollm2"}, ``dtype`` and ``mode``.
+
+    ``mode``: "exact" (a kernel class in the manifest, zero tolerance) or "tolerance"; the
+    default is exact for bfloat16 and tolerance for float32 (`docs/protocol.md` §9).
+    """
     get_torch_dtype(dtype)
+    kernel_class = get_kernel_class(dtype, mode)
     if name == "tiny":
         model, tokenizer = build_tiny_llama(seed=0, dtype=dtype)
-        return model, tokenizer, build_manifest("tiny-llama-seed0", model, tokenizer, dtype, TINY_COMMITTED_LAYERS, preset)
+        return model, tokenizer, build_manifest("tiny-llama-seed0", model, tokenizer, dtype, TINY_COMMITTED_LAYERS, preset, kernel_class=kernel_class)
     if name == "smollm2":
         model, tokenizer = load_smollm2(dtype)
         # The GGUF tokenizer's EOS is <|im_end|> (end of a chat turn); <|endoftext|> ends a document.
         stops = get_stop_tokens(tokenizer, ("<|im_end|>", "<|endoftext|>"))
-        manifest = build_manifest("SmolLM2-135M-Instruct", model, tokenizer, dtype, SMOLLM2_COMMITTED_LAYERS, preset, stops)
+        manifest = build_manifest("SmolLM2-135M-Instruct", model, tokenizer, dtype, SMOLLM2_COMMITTED_LAYERS, preset, stops, kernel_class=kernel_class)
         return model, tokenizer, manifest
     raise UnknownModel(f"unknown model {name!r}; known: {list(MODEL_NAMES)}")

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from verillm.engine.exact import check_kernel_class, compute_exact_fingerprints, exact_kernels, is_exact
 from verillm.errors import ConfigError
 from verillm.spec.commitment import JobTrace, compute_projection
 from verillm.spec.job import compute_model_id, process_job_admission
@@ -68,21 +69,22 @@ class _Captured:
     step_slots: list[list[int]] = field(default_factory=list)  # per decode step: the job slot of each row
     pending: list[list[torch.Tensor]] = field(default_factory=list)  # per unflushed step: L tensors [B_active, 1, H]
 
-    def flush(self, projections: list[torch.Tensor]) -> None:
-        """Fingerprint every pending step in one pass per layer."""
+    def flush(self, projections: list[torch.Tensor], fingerprint=None) -> None:
+        """Fingerprint every pending step in one pass per layer (``fingerprint``: the mode's function)."""
         if not self.pending:
             return
+        fingerprint = fingerprint or compute_fingerprints_torch
         sizes = [step[0].shape[0] for step in self.pending]
         per_layer = [
-            compute_fingerprints_torch(torch.cat([step[slot][:, 0] for step in self.pending]), projection)
+            fingerprint(torch.cat([step[slot][:, 0] for step in self.pending]), projection)
             for slot, projection in enumerate(projections)
         ]
         self.steps.extend(torch.stack(per_layer, dim=1).split(sizes))  # each [B_active, L, dims]
         self.pending.clear()
 
-    def get_per_job(self, rows: list["_Row"], projections: list[torch.Tensor]) -> list[np.ndarray]:
+    def get_per_job(self, rows: list["_Row"], projections: list[torch.Tensor], fingerprint=None) -> list[np.ndarray]:
         """Return each job's fingerprints [positions, L, dims] in position order."""
-        self.flush(projections)
+        self.flush(projections, fingerprint)
         width = self.prefill.shape[1]
         prefill = self.prefill.cpu().numpy()
         per_job = [[prefill[row.slot, width - row.prompt_len :]] for row in rows]
@@ -131,6 +133,7 @@ class TorchEngine:
 
     def __init__(self, model, tokenizer, manifest: ModelManifest, max_batch_size: int = 8, num_threads: int | None = None, capture: bool = True):
         check_model_matches(model, manifest)
+        check_kernel_class(manifest)
         if max_batch_size < 1 or (num_threads is not None and num_threads < 1):
             raise ConfigError(f"max_batch_size ({max_batch_size}) and num_threads ({num_threads}) must be at least 1")
         self.model = model
@@ -140,6 +143,9 @@ class TorchEngine:
         self.max_batch_size = max_batch_size
         self.num_threads = num_threads
         self.capture = capture
+        # Exact mode (a kernel class in the manifest): row-invariant kernels and fingerprints.
+        self.exact = is_exact(manifest)
+        self._fingerprint = compute_exact_fingerprints if self.exact else compute_fingerprints_torch
         self.device = next(model.parameters()).device
         self.margin_logits = manifest.token_margin_micrologits / 1_000_000
         self.stop_list = list(manifest.stop_tokens)
@@ -176,7 +182,8 @@ class TorchEngine:
         for job in jobs:
             process_job_admission(job, self.manifest)
         traces = []
-        with self._threads(), self._hooks(), torch.inference_mode():
+        kernels = exact_kernels(self.model) if self.exact else contextlib.nullcontext()
+        with self._threads(), kernels, self._hooks(), torch.inference_mode():
             for start in range(0, len(jobs), self.max_batch_size):
                 traces.extend(self._run_batch([self.transform_job(job) for job in jobs[start : start + self.max_batch_size]]))
         return traces
@@ -223,7 +230,7 @@ class TorchEngine:
             captured.pending.append(list(self._captured))
             captured.step_slots.append([row.slot for row in rows])
             if len(captured.pending) >= FLUSH_STEPS:
-                captured.flush(self.projections)
+                captured.flush(self.projections, self._fingerprint)
         self._emit(rows, self._logits(hidden[:, 0]))
         return self.transform_kv(cache, mask, 1)
 
@@ -252,7 +259,7 @@ class TorchEngine:
         if not self.capture:
             return [JobTrace(tuple(r.outputs), np.zeros((0, layers, dims), np.float32), np.zeros(0, np.uint8)) for r in rows]
         traces = []
-        for row, fingerprints in zip(rows, captured.get_per_job(rows, self.projections)):
+        for row, fingerprints in zip(rows, captured.get_per_job(rows, self.projections, self._fingerprint)):
             flags = np.concatenate([row.prompt_flags.cpu().numpy(), np.asarray(row.output_flags, np.uint8)])
             # The last output token is sampled, never fed back: its position is not covered.
             count = row.prompt_len + len(row.outputs) - 1
@@ -339,7 +346,7 @@ class TorchEngine:
             hidden = output[0] if isinstance(output, tuple) else output
             # Decode steps ([B, 1, H], tiny) keep the vector until the pass ends, so all layers'
             # fingerprints take 4 ops instead of 3 per layer; prefill folds it here (memory).
-            self._captured[slot] = hidden if hidden.shape[1] == 1 else compute_fingerprints_torch(hidden, projection)
+            self._captured[slot] = hidden if hidden.shape[1] == 1 else self._fingerprint(hidden, projection)
 
         return hook
 
@@ -347,6 +354,10 @@ class TorchEngine:
         """Return the pass's fingerprints [B, width, L, dims] from what the hooks left."""
         if width > 1:
             return torch.stack(self._captured, dim=2)
+        if self.exact:
+            fingerprints = torch.stack([self._fingerprint(h[:, 0], p) for h, p in zip(self._captured, self.projections)], dim=1)
+            self._captured = [None] * len(self._captured)
+            return fingerprints[:, None]
         hidden = torch.cat(self._captured, dim=1).float()  # [B, L, H]
         norms = torch.linalg.vector_norm(hidden, dim=-1, keepdim=True).clamp_min_(1e-30)
         fingerprints = (hidden.unsqueeze(2) @ self.projection_stack)[:, :, 0] / norms  # [B, L, dims]

@@ -69,6 +69,25 @@ def load_profile(model: str, dtype: str, path: str | Path | None = None) -> Tole
     return ToleranceProfile.from_json(shipped.read_text())
 
 
+def compute_exact_profile(model: str, dtype: str, layers: tuple[int, ...]) -> ToleranceProfile:
+    """Return the zero-tolerance profile of an exact-mode manifest: any differing bit rejects.
+
+    min_cells_for_rms = 1 so the RMS test runs too (redundant at 0, but it keeps the
+    on-chain encoding of the thresholds the same shape as a calibrated profile's).
+    """
+    zero = tuple(LayerTolerance(layer=layer, max_cell_error=0.0, rms_error=0.0) for layer in layers)
+    return ToleranceProfile(model=model, dtype=dtype, layers=zero, min_cells_for_rms=1, provenance={"mode": "exact"})
+
+
+def select_profile(manifest, model: str, path: str | Path | None = None) -> ToleranceProfile:
+    """Return the profile a check of ``manifest`` uses: zero tolerance in exact mode, else the calibrated one."""
+    if manifest.kernel_class:
+        if path is not None:
+            raise ConfigError(f"manifest {manifest.name} is exact (kernel class {manifest.kernel_class}): it takes no tolerance profile")
+        return compute_exact_profile(model, manifest.dtype, tuple(manifest.committed_layers))
+    return load_profile(model, manifest.dtype, path)
+
+
 @dataclass(frozen=True)
 class Reason:
     """Why a check rejected: the kind (REASON_*) and a sentence for humans."""

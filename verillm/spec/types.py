@@ -69,6 +69,10 @@ class ModelManifest:
     stop_tokens: U32List
     max_context_tokens: U32
     token_margin_micrologits: U32
+    kernel_class: Text = ""
+    """Empty: tolerance mode (fingerprints compared within a calibrated profile). Otherwise the
+    kernel class whose engines reproduce each other bit for bit (exact mode, `docs/protocol.md`
+    §9): the comparison has zero tolerance and the token margin is 0."""
 
 
 @dataclass(frozen=True)
