@@ -1,11 +1,10 @@
 """Request-reading helpers shared by the handlers: JSON bodies and signed envelopes."""
 
-import json
 import time
 
 from aiohttp import web
 
-from verillm.errors import InvalidInput
+from verillm.jsonsafe import load_json
 
 from verillm.node.appkeys import APP_CONFIG, APP_STORE
 from verillm.node.envelope import Envelope, decode_envelope_json, process_envelope_freshness, process_envelope_signature
@@ -14,11 +13,7 @@ from verillm.node.wire import from_hex
 
 async def read_json(request: web.Request) -> object:
     """Return the parsed JSON body; 413 past the size limit (aiohttp), 400 if not JSON."""
-    raw = await request.read()
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidInput(f"body: not valid JSON ({exc})") from None
+    return load_json(await request.read(), "body")
 
 
 async def read_signed_envelope(request: web.Request) -> Envelope:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from verillm.jsonsafe import load_json
 from verillm.spec.encoding import encode
 from verillm.spec.types import Challenge, Job, Opening, Receipt
 
@@ -42,7 +43,7 @@ class PeerClient:
         body = encode_envelope_json(sign_envelope(path, payload, self.key.private_key))
         url = f"{self.base_url}{path}{query}"
         async with self.session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
-            data = await response.json(content_type=None)
+            data = load_json(await response.read(), "worker response")
             if response.status >= 400:
                 raise compute_error_from_body(response.status, data)
             return response.status, data
@@ -60,7 +61,7 @@ class PeerClient:
     async def get_job(self, job_hash: bytes) -> dict:
         """Return the worker's status body for ``job_hash``."""
         async with self.session.get(f"{self.base_url}{JOBS_PATH}/{to_hex(job_hash)}") as response:
-            data = await response.json(content_type=None)
+            data = load_json(await response.read(), "worker response")
             if response.status >= 400:
                 raise compute_error_from_body(response.status, data)
             return data
@@ -74,4 +75,4 @@ class PeerClient:
     async def get_info(self) -> dict:
         """Return the worker's /v1/verillm/info body (address, model, signing domain)."""
         async with self.session.get(f"{self.base_url}/v1/verillm/info") as response:
-            return await response.json(content_type=None)
+            return load_json(await response.read(), "worker response")

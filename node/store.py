@@ -24,6 +24,7 @@ from verillm.spec.encoding import decode, encode
 from verillm.spec.receipt import compute_receipt_hash
 from verillm.spec.types import Job, Receipt
 
+from verillm.node import faults
 from verillm.node.migrations import process_migrations, transaction
 
 if TYPE_CHECKING:
@@ -141,6 +142,7 @@ class Store:
             (key, encoded, compute_receipt_hash(receipt).hex(), receipt.commitment_root.hex(), now),
         )
         c.execute("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?)", (key, output.trace_blob, receipt.num_positions, now))
+        faults.reach("receipt_written")
         # Batches are posted by the dispatcher of a job: queue the receipt here only when
         # this node's own dispatcher role routed it (atomically with the receipt).
         c.execute(
