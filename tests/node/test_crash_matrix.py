@@ -130,7 +130,7 @@ async def test_sigkill_after_the_receipt_was_returned_keeps_it(tmp_path, tiny_en
     async with aiohttp.ClientSession() as http:
         peer = PeerClient(node.start(), dispatcher_key, http)
         reply = await peer.submit_job(job)
-        envelope = encode_envelope_json(sign_envelope(JOBS_PATH, encode(job), dispatcher_key.private_key))
+        envelope = encode_envelope_json(sign_envelope(JOBS_PATH, encode(job), dispatcher_key.private_key, node.key.address))
         async with http.post(peer.base_url + JOBS_PATH, data=envelope) as response:
             assert response.status == 200
     node.kill()

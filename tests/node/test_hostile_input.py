@@ -50,7 +50,7 @@ def test_100000_nested_brackets_get_a_400_and_the_node_lives(daemon, route):
 
 def test_deep_json_inside_a_signed_opening_payload_gets_a_400(daemon):
     path = "/v1/verillm/jobs/0x" + "11" * 32 + "/openings"
-    body = encode_envelope_json(sign_envelope(path, DEEP, new_node_key().private_key))
+    body = encode_envelope_json(sign_envelope(path, DEEP, new_node_key().private_key, daemon.key.address))
     status, reply = post(daemon.url + path, body)
     assert (status, reply["error"]["code"]) == (400, "invalid_input") and "payload" in reply["error"]["message"]
     assert daemon.alive()
