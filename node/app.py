@@ -57,7 +57,7 @@ async def key_context(app: web.Application):
 async def store_context(app: web.Application):
     """Open (and migrate) the store; close it last."""
     config = app[APP_CONFIG].store
-    store = open_store(config.path, config.synchronous)
+    store = open_store(config.path, config.synchronous, config.receipts_synchronous)
     app[APP_STORE] = store
     yield
     store.db.conn.close()

@@ -85,6 +85,8 @@ class StoreConfig:
     """SQLite file holding jobs, receipts, retained traces and pending chain actions."""
     synchronous: str = "NORMAL"
     """SQLite synchronous mode: NORMAL survives process crashes (SIGKILL); FULL also power loss, at one fsync per commit."""
+    receipts_synchronous: str = "FULL"
+    """Synchronous mode of the one commit per batch that stores receipts and traces before any is returned: FULL makes a returned receipt survive power loss (one fsync per batch)."""
 
 
 @dataclass(frozen=True)
@@ -278,8 +280,9 @@ def process_config(config: NodeConfig) -> None:
         raise ConfigError(f"server.port must be in 0..65535, got {config.server.port}")
     if config.queue.batch_wait_ms < 0 or config.queue.max_batch_size < 0 or config.engine.threads < 0:
         raise ConfigError("queue.batch_wait_ms, queue.max_batch_size and engine.threads must not be negative")
-    if config.store.synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
-        raise ConfigError(f"store.synchronous must be FULL, NORMAL or EXTRA, got {config.store.synchronous!r}")
+    for name in ("synchronous", "receipts_synchronous"):
+        if getattr(config.store, name).upper() not in ("FULL", "NORMAL", "EXTRA"):
+            raise ConfigError(f"store.{name} must be FULL, NORMAL or EXTRA, got {getattr(config.store, name)!r}")
     for name in ("jobs_address", "registry_address"):
         _check_address(f"chain.{name}", getattr(config.chain, name))
     for sender in config.auth.allowed_senders:

@@ -17,6 +17,7 @@ from typing import Any
 from verillm.errors import QueueFull, VerillmError
 from verillm.spec.types import Job
 
+from verillm.node import faults
 from verillm.node.metrics import NodeMetrics
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,9 @@ class EngineQueue:
             for item in batch:
                 item.future.cancel()  # the jobs stay received/running in the store: re-run at restart
             raise
+        faults.reach("engine_returned")
         results = self._record(batch, results)
+        faults.reach("outcomes_recorded")
         for item, result in zip(batch, results, strict=True):
             if item.future.done():
                 continue

@@ -2,18 +2,20 @@
 
 An envelope is the JSON body of every node-to-node POST:
 
-    {"sender": "0x<20 bytes>", "timestamp_s": <unix seconds>, "nonce": "0x<32 bytes>",
-     "payload": "0x<bytes>", "signature": "0x<65 bytes r‖s‖v>"}
+    {"sender": "0x<20 bytes>", "recipient": "0x<20 bytes>", "timestamp_s": <unix seconds>,
+     "nonce": "0x<32 bytes>", "payload": "0x<bytes>", "signature": "0x<65 bytes r‖s‖v>"}
 
 The signature is EIP-191 (``personal_sign``) by the sender's secp256k1 key over
 
-    keccak256("verillm-envelope-v1" ‖ keccak256(path) ‖ keccak256(payload) ‖ sender ‖ u64 timestamp_s ‖ nonce)
+    keccak256("verillm-envelope-v2" ‖ keccak256(path) ‖ keccak256(payload) ‖ sender ‖ recipient ‖ u64 timestamp_s ‖ nonce)
 
 `path` is the request path (``/v1/verillm/jobs``), so an envelope meant for one endpoint is
-refused by every other. A receiver checks, in order: the JSON shape (400), the signature
-(401), the timestamp against its clock (409 when further than ``auth.max_clock_skew_s``)
-and the (sender, nonce) pair against every nonce it accepted in that window (409 replayed;
-kept in the store, so a restart does not reopen the window).
+refused by every other; `recipient` is the address of the node it is meant for, so a node
+that received it cannot replay it to another node within the clock window (each node only
+remembers its own nonces). A receiver checks, in order: the JSON shape (400), the signature
+and that it is the recipient (401), the timestamp against its clock (409 when further than
+``auth.max_clock_skew_s``) and the (sender, nonce) pair against every nonce it accepted in
+that window (409 replayed; kept in the store, so a restart does not reopen the window).
 """
 
 import json
@@ -30,7 +32,7 @@ from verillm.spec.hashing import keccak256
 
 from verillm.node.wire import from_hex
 
-ENVELOPE_DOMAIN = b"verillm-envelope-v1"
+ENVELOPE_DOMAIN = b"verillm-envelope-v2"
 EIP191_PREFIX = b"\x19Ethereum Signed Message:\n32"
 
 
@@ -39,16 +41,17 @@ class Envelope:
     """A signed request from ``sender`` carrying ``payload`` for one endpoint."""
 
     sender: bytes
+    recipient: bytes
     timestamp_s: int
     nonce: bytes
     payload: bytes
     signature: bytes
 
 
-def compute_envelope_digest(path: str, sender: bytes, timestamp_s: int, nonce: bytes, payload: bytes) -> bytes:
+def compute_envelope_digest(path: str, sender: bytes, recipient: bytes, timestamp_s: int, nonce: bytes, payload: bytes) -> bytes:
     """Return the 32-byte message an envelope signs (before the EIP-191 prefix)."""
     return keccak256(
-        ENVELOPE_DOMAIN + keccak256(path.encode()) + keccak256(payload) + sender + struct.pack(">Q", timestamp_s) + nonce
+        ENVELOPE_DOMAIN + keccak256(path.encode()) + keccak256(payload) + sender + recipient + struct.pack(">Q", timestamp_s) + nonce
     )
 
 
@@ -57,16 +60,16 @@ def compute_eip191_hash(message: bytes) -> bytes:
     return keccak256(EIP191_PREFIX + message)
 
 
-def sign_envelope(path: str, payload: bytes, private_key: bytes, timestamp_s: int | None = None, nonce: bytes | None = None) -> Envelope:
-    """Return an envelope for ``path`` carrying ``payload``, signed by ``private_key``."""
+def sign_envelope(path: str, payload: bytes, private_key: bytes, recipient: bytes, timestamp_s: int | None = None, nonce: bytes | None = None) -> Envelope:
+    """Return an envelope for ``path`` on the node ``recipient`` carrying ``payload``, signed by ``private_key``."""
     key = keys.PrivateKey(private_key)
     sender = key.public_key.to_canonical_address()
     timestamp_s = int(time.time()) if timestamp_s is None else timestamp_s
     nonce = secrets.token_bytes(32) if nonce is None else nonce
-    digest = compute_envelope_digest(path, sender, timestamp_s, nonce, payload)
+    digest = compute_envelope_digest(path, sender, recipient, timestamp_s, nonce, payload)
     signature = key.sign_msg_hash(compute_eip191_hash(digest))
     raw = signature.r.to_bytes(32, "big") + signature.s.to_bytes(32, "big") + bytes([signature.v + 27])
-    return Envelope(sender=sender, timestamp_s=timestamp_s, nonce=nonce, payload=payload, signature=raw)
+    return Envelope(sender=sender, recipient=recipient, timestamp_s=timestamp_s, nonce=nonce, payload=payload, signature=raw)
 
 
 def recover_envelope_signer(envelope: Envelope, path: str) -> bytes:
@@ -74,7 +77,7 @@ def recover_envelope_signer(envelope: Envelope, path: str) -> bytes:
     sig = envelope.signature
     if sig[64] not in (27, 28):
         raise InvalidSignature(f"envelope signature v byte is {sig[64]}, expected 27 or 28")
-    digest = compute_envelope_digest(path, envelope.sender, envelope.timestamp_s, envelope.nonce, envelope.payload)
+    digest = compute_envelope_digest(path, envelope.sender, envelope.recipient, envelope.timestamp_s, envelope.nonce, envelope.payload)
     try:
         signature = keys.Signature(vrs=(sig[64] - 27, int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:64], "big")))
         public = signature.recover_public_key_from_msg_hash(compute_eip191_hash(digest))
@@ -83,8 +86,10 @@ def recover_envelope_signer(envelope: Envelope, path: str) -> bytes:
     return public.to_canonical_address()
 
 
-def process_envelope_signature(envelope: Envelope, path: str, allowed_senders: frozenset[bytes] = frozenset()) -> None:
-    """Check the envelope is signed by its sender (and the sender is allowed); raise InvalidSignature."""
+def process_envelope_signature(envelope: Envelope, path: str, recipient: bytes, allowed_senders: frozenset[bytes] = frozenset()) -> None:
+    """Check the envelope is for ``recipient`` and signed by its sender (who is allowed); raise InvalidSignature."""
+    if envelope.recipient != recipient:
+        raise InvalidSignature(f"envelope is addressed to 0x{envelope.recipient.hex()}, not this node (0x{recipient.hex()})")
     signer = recover_envelope_signer(envelope, path)
     if signer != envelope.sender:
         raise InvalidSignature(f"envelope is signed by 0x{signer.hex()}, not its sender 0x{envelope.sender.hex()}")
@@ -106,6 +111,7 @@ def encode_envelope_json(envelope: Envelope) -> bytes:
     """Return the JSON body carrying ``envelope``."""
     return json.dumps({
         "sender": "0x" + envelope.sender.hex(),
+        "recipient": "0x" + envelope.recipient.hex(),
         "timestamp_s": envelope.timestamp_s,
         "nonce": "0x" + envelope.nonce.hex(),
         "payload": "0x" + envelope.payload.hex(),
@@ -122,6 +128,7 @@ def decode_envelope_json(data: object) -> Envelope:
         raise InvalidInput("timestamp_s: expected unix seconds as an integer")
     return Envelope(
         sender=from_hex(data.get("sender"), "sender", 20),
+        recipient=from_hex(data.get("recipient"), "recipient", 20),
         timestamp_s=timestamp,
         nonce=from_hex(data.get("nonce"), "nonce", 32),
         payload=from_hex(data.get("payload"), "payload"),

@@ -1,24 +1,19 @@
 """Request-reading helpers shared by the handlers: JSON bodies and signed envelopes."""
 
-import json
 import time
 
 from aiohttp import web
 
-from verillm.errors import InvalidInput
+from verillm.jsonsafe import load_json
 
-from verillm.node.appkeys import APP_CONFIG, APP_STORE
+from verillm.node.appkeys import APP_CONFIG, APP_KEY, APP_STORE
 from verillm.node.envelope import Envelope, decode_envelope_json, process_envelope_freshness, process_envelope_signature
 from verillm.node.wire import from_hex
 
 
 async def read_json(request: web.Request) -> object:
     """Return the parsed JSON body; 413 past the size limit (aiohttp), 400 if not JSON."""
-    raw = await request.read()
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidInput(f"body: not valid JSON ({exc})") from None
+    return load_json(await request.read(), "body")
 
 
 async def read_signed_envelope(request: web.Request) -> Envelope:
@@ -30,7 +25,7 @@ async def read_signed_envelope(request: web.Request) -> Envelope:
     config = request.app[APP_CONFIG]
     envelope = decode_envelope_json(await read_json(request))
     allowed = frozenset(from_hex(a.lower(), "auth.allowed_senders", 20) for a in config.auth.allowed_senders)
-    process_envelope_signature(envelope, request.path, allowed)
+    process_envelope_signature(envelope, request.path, request.app[APP_KEY].address, allowed)
     process_envelope_freshness(envelope, time.time(), config.auth.max_clock_skew_s)
     return envelope
 

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 from sqlite_utils import Database
 
+from verillm.node import faults
+
 WORKER_TABLES = """
 CREATE TABLE jobs (
     job_hash TEXT PRIMARY KEY,            -- keccak job hash (compute_job_hash)
@@ -138,5 +140,6 @@ def process_migrations(db: Database, migrations=MIGRATIONS) -> int:
             continue
         with transaction(db):
             migration(db)
+            faults.reach(f"migration_{number}")
             db.conn.execute("INSERT INTO schema_version VALUES (?, ?, ?)", (number, migration.__name__, time.time()))
     return get_schema_version(db)

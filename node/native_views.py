@@ -15,16 +15,16 @@ its openings: an opening hands out committed leaves, and a lazy committee member
 fetch an honest member's leaves before committing could copy its root without computing.
 """
 
-import json
-
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from verillm.errors import InvalidInput, NotFound
+from verillm.jsonsafe import load_json
 from verillm.spec.encoding import decode, encode
 from verillm.spec.job import compute_job_hash
 from verillm.spec.types import Challenge, Job
 
+from verillm.node import faults
 from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_STORE, APP_WORKER
 from verillm.node.http import get_status_url, read_signed_envelope, remember_nonce
 from verillm.node.migrations import get_schema_version
@@ -38,7 +38,9 @@ async def post_job(request: web.Request) -> web.Response:
     job_hash, worker = compute_job_hash(job), request.app[APP_WORKER]
     worker.process_acceptance(job, job_hash)
     remember_nonce(request, envelope)
+    faults.reach("nonce_recorded")
     worker.accept_job(job, envelope.sender, job_hash)
+    faults.reach("job_accepted")
     if request.query.get("wait") == "0":
         body = {"job_hash": to_hex(job_hash), "status": "accepted", "status_url": get_status_url(request, job_hash)}
         return web.json_response(body, status=202)
@@ -81,10 +83,7 @@ async def post_opening(request: web.Request) -> web.Response:
 
 def parse_opening_payload(payload: bytes) -> tuple[list[tuple[int, int]] | None, Challenge | None]:
     """Return (cells, challenge) from an opening request's payload; exactly one is set."""
-    try:
-        data = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise InvalidInput("payload: an opening request is a JSON object") from None
+    data = load_json(payload, "payload")
     if not isinstance(data, dict) or ("cells" in data) == ("challenge" in data):
         raise InvalidInput("payload: give exactly one of cells or challenge")
     if "challenge" in data:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from verillm.jsonsafe import load_json
 from verillm.spec.encoding import encode
 from verillm.spec.types import Challenge, Job, Opening, Receipt
 
@@ -32,17 +33,25 @@ class WorkerReply:
 class PeerClient:
     """Signed requests from ``key``'s owner to the node at ``base_url``."""
 
-    def __init__(self, base_url: str, key: NodeKey, session: aiohttp.ClientSession):
+    def __init__(self, base_url: str, key: NodeKey, session: aiohttp.ClientSession, recipient: bytes | None = None):
         self.base_url = base_url.rstrip("/")
         self.key = key
         self.session = session
+        self.recipient = recipient
+        """The node's address, which every envelope names; None: asked of the node (/v1/verillm/info) once."""
+
+    async def get_recipient(self) -> bytes:
+        """Return the address envelopes to this node are addressed to."""
+        if self.recipient is None:
+            self.recipient = from_hex((await self.get_info()).get("worker"), "info.worker", 20)
+        return self.recipient
 
     async def post_signed(self, path: str, payload: bytes, query: str = "") -> tuple[int, dict]:
         """POST an envelope carrying ``payload`` to ``path``; return (status, JSON body) of a 2xx."""
-        body = encode_envelope_json(sign_envelope(path, payload, self.key.private_key))
+        body = encode_envelope_json(sign_envelope(path, payload, self.key.private_key, await self.get_recipient()))
         url = f"{self.base_url}{path}{query}"
         async with self.session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
-            data = await response.json(content_type=None)
+            data = load_json(await response.read(), "worker response")
             if response.status >= 400:
                 raise compute_error_from_body(response.status, data)
             return response.status, data
@@ -60,7 +69,7 @@ class PeerClient:
     async def get_job(self, job_hash: bytes) -> dict:
         """Return the worker's status body for ``job_hash``."""
         async with self.session.get(f"{self.base_url}{JOBS_PATH}/{to_hex(job_hash)}") as response:
-            data = await response.json(content_type=None)
+            data = load_json(await response.read(), "worker response")
             if response.status >= 400:
                 raise compute_error_from_body(response.status, data)
             return data
@@ -74,4 +83,7 @@ class PeerClient:
     async def get_info(self) -> dict:
         """Return the worker's /v1/verillm/info body (address, model, signing domain)."""
         async with self.session.get(f"{self.base_url}/v1/verillm/info") as response:
-            return await response.json(content_type=None)
+            data = load_json(await response.read(), "worker response")
+            if response.status >= 400 or not isinstance(data, dict):
+                raise compute_error_from_body(response.status, data)
+            return data

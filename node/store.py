@@ -24,6 +24,7 @@ from verillm.spec.encoding import decode, encode
 from verillm.spec.receipt import compute_receipt_hash
 from verillm.spec.types import Job, Receipt
 
+from verillm.node import faults
 from verillm.node.migrations import process_migrations, transaction
 
 if TYPE_CHECKING:
@@ -81,8 +82,10 @@ def _row_to_job(row: dict) -> JobRecord:
 class Store:
     """Reads and writes of the node's tables; each public write is one transaction."""
 
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, synchronous: str = "NORMAL", receipts_synchronous: str = "FULL"):
         self.db = db
+        self.synchronous = synchronous.upper()
+        self.receipts_synchronous = receipts_synchronous.upper()
 
     # --- jobs -------------------------------------------------------------------------------
 
@@ -116,13 +119,26 @@ class Store:
             )
 
     def record_outcomes(self, outcomes: list[tuple[bytes, "JobOutput | Exception"]]) -> None:
-        """Record a batch's outcomes in one transaction: each job done (with its output) or failed."""
-        with transaction(self.db):
-            for job_hash, outcome in outcomes:
-                if isinstance(outcome, Exception):
-                    self._fail(job_hash, str(outcome))
-                else:
-                    self._complete(job_hash, outcome)
+        """Record a batch's outcomes in one transaction: each job done (with its output) or failed.
+
+        This commit backs every receipt of the batch, so it runs at ``receipts_synchronous``
+        (FULL: the WAL is fsynced before COMMIT returns, so a receipt handed out survives a
+        power cut, not only a SIGKILL); the connection's other commits stay at ``synchronous``.
+        """
+        self._set_synchronous(self.receipts_synchronous)
+        try:
+            with transaction(self.db):
+                for job_hash, outcome in outcomes:
+                    if isinstance(outcome, Exception):
+                        self._fail(job_hash, str(outcome))
+                    else:
+                        self._complete(job_hash, outcome)
+        finally:
+            self._set_synchronous(self.synchronous)
+
+    def _set_synchronous(self, mode: str) -> None:
+        if self.receipts_synchronous != self.synchronous:
+            self.db.conn.execute(f"PRAGMA synchronous = {mode}")
 
     def complete_job(self, job_hash: bytes, output: "JobOutput") -> None:
         """Record a finished job: receipt, retained trace, status done, and (if this node dispatched it) a pending post_receipt."""
@@ -141,6 +157,7 @@ class Store:
             (key, encoded, compute_receipt_hash(receipt).hex(), receipt.commitment_root.hex(), now),
         )
         c.execute("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?)", (key, output.trace_blob, receipt.num_positions, now))
+        faults.reach("receipt_written")
         # Batches are posted by the dispatcher of a job: queue the receipt here only when
         # this node's own dispatcher role routed it (atomically with the receipt).
         c.execute(
@@ -245,12 +262,13 @@ class Store:
         return rows[0] if rows else None
 
 
-def open_store(path: str | Path, synchronous: str = "NORMAL") -> Store:
+def open_store(path: str | Path, synchronous: str = "NORMAL", receipts_synchronous: str = "FULL") -> Store:
     """Open (creating if needed) the store at ``path``, in WAL mode, migrated to the latest schema."""
     if str(path) != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
-        raise ConfigError(f"store.synchronous must be NORMAL, FULL or EXTRA, got {synchronous!r}")
+    for name, mode in (("synchronous", synchronous), ("receipts_synchronous", receipts_synchronous)):
+        if mode.upper() not in ("NORMAL", "FULL", "EXTRA"):
+            raise ConfigError(f"store.{name} must be NORMAL, FULL or EXTRA, got {mode!r}")
     connection = sqlite3.connect(str(path), isolation_level=None)
     db = Database(connection)
     if str(path) != ":memory:":
@@ -259,4 +277,4 @@ def open_store(path: str | Path, synchronous: str = "NORMAL") -> Store:
     connection.execute("PRAGMA foreign_keys = ON")
     connection.execute("PRAGMA busy_timeout = 5000")
     process_migrations(db)
-    return Store(db)
+    return Store(db, synchronous, receipts_synchronous)

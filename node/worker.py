@@ -23,6 +23,7 @@ from verillm.spec.job import compute_job_hash, process_job_admission
 from verillm.spec.receipt import SigningDomain
 from verillm.spec.types import Challenge, Job, Opening, Receipt
 
+from verillm.node import faults
 from verillm.node.commit import BatchRunner, JobOutput, compute_opening_from_blob
 from verillm.node.config import LimitsConfig, QueueConfig
 from verillm.node.engine_queue import EngineQueue
@@ -179,6 +180,7 @@ class Worker:
             raise InvalidInput(f"cells: between 1 and {self.limits.max_opened_cells} cells per opening, got {len(cells or [])}")
         started = time.perf_counter()
         blob = self.store.get_trace_blob(job_hash)
+        faults.reach("opening_served")
         layers = self.served.manifest.committed_layers
         opening = await asyncio.get_running_loop().run_in_executor(None, compute_opening_from_blob, blob, receipt, layers, cells)
         self.metrics.opening_seconds.observe(time.perf_counter() - started)

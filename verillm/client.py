@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from verillm.errors import ChainError, InvalidInput, InvalidProof, VerillmError
+from verillm.jsonsafe import load_json
 from verillm.spec.encoding import decode
 from verillm.spec.job import compute_job_hash, compute_model_id, compute_num_positions, compute_tokens_hash
 from verillm.spec.receipt import SigningDomain, process_receipt_signature
@@ -178,7 +179,7 @@ class Client(_Api):
         request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=self.headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return json.loads(response.read())
+                return load_json(response.read(), "node response")
         except urllib.error.HTTPError as exc:
             raise compute_error_from_body(exc.code, _json_or_none(exc.read())) from None
         except urllib.error.URLError as exc:
@@ -298,6 +299,6 @@ class AsyncClient(_Api):
 
 def _json_or_none(raw: bytes):
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        return load_json(raw, "error body")
+    except InvalidInput:
         return None

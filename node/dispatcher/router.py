@@ -145,7 +145,7 @@ class NetworkDispatcher:
             result = await self.worker.process_job(job)
             output_tokens, receipt = tuple(result.output_tokens), result.receipt
         else:
-            reply = await PeerClient(url, self.key, self.session).submit_job(job)
+            reply = await PeerClient(url, self.key, self.session, recipient=address).submit_job(job)
             output_tokens, receipt = tuple(reply.output_tokens), reply.receipt
         process_worker_receipt(receipt, job, output_tokens, address, self.domain)
         return output_tokens, receipt
@@ -154,5 +154,5 @@ class NetworkDispatcher:
         """Ask the node that ran ``job_hash`` for this job (sent by this node) to open a challenge."""
         if address == self.key.address:
             return await self.worker.process_opening(job_hash, self.key.address, challenge=challenge)
-        return await PeerClient(url, self.key, self.session).request_opening(job_hash, challenge=challenge)
+        return await PeerClient(url, self.key, self.session, recipient=address).request_opening(job_hash, challenge=challenge)
 

@@ -6,9 +6,10 @@ import time
 
 import pytest
 
-from verillm.node.appkeys import APP_STORE
+from verillm.node.appkeys import APP_KEY, APP_STORE
 from verillm.node.envelope import encode_envelope_json, sign_envelope
 from verillm.node.keys import new_node_key
+from verillm.node.testing import make_local_config
 from verillm.spec.encoding import encode
 from verillm.spec.types import Job, SamplingParams
 
@@ -45,41 +46,52 @@ def check_store_consistent(store, done: int, nonces: int, dispatched: int = 0) -
 
 
 async def test_signed_envelope_refusals(node, http, served_tiny):
-    url, key = node.url + JOBS, new_node_key()
+    url, key, ME = node.url + JOBS, new_node_key(), node.app[APP_KEY].address
     payload = encode(make_job(served_tiny))
     # wrong signature: signed by another key than the claimed sender
-    forged = sign_envelope(JOBS, payload, new_node_key().private_key)
+    forged = sign_envelope(JOBS, payload, new_node_key().private_key, ME)
     body = json.loads(encode_envelope_json(forged))
     body["sender"] = key.address_hex
     expect(await post(http, url, body), 401, "invalid_signature", "not its sender")
     # signature over another payload
-    body = json.loads(encode_envelope_json(sign_envelope(JOBS, payload, key.private_key)))
+    body = json.loads(encode_envelope_json(sign_envelope(JOBS, payload, key.private_key, ME)))
     body["payload"] = "0x" + encode(make_job(served_tiny, nonce=b"\x02" * 32)).hex()
     expect(await post(http, url, body), 401, "invalid_signature")
     # envelope signed for another endpoint
-    elsewhere = sign_envelope(f"{JOBS}/0x{'00' * 32}/openings", payload, key.private_key)
+    elsewhere = sign_envelope(f"{JOBS}/0x{'00' * 32}/openings", payload, key.private_key, ME)
     expect(await post(http, url, encode_envelope_json(elsewhere)), 401, "invalid_signature")
     # stale timestamp
-    stale = sign_envelope(JOBS, payload, key.private_key, timestamp_s=int(time.time()) - 3600)
+    stale = sign_envelope(JOBS, payload, key.private_key, ME, timestamp_s=int(time.time()) - 3600)
     expect(await post(http, url, encode_envelope_json(stale)), 409, "replayed", "from this node's clock")
     # replayed nonce: the first one runs, the copy is refused
-    envelope = encode_envelope_json(sign_envelope(JOBS, payload, key.private_key))
+    envelope = encode_envelope_json(sign_envelope(JOBS, payload, key.private_key, ME))
     status, _ = await post(http, url, envelope)
     assert status == 200
     expect(await post(http, url, envelope), 409, "replayed", "already used")
     check_store_consistent(node.app[APP_STORE], done=1, nonces=1)
 
 
+async def test_an_envelope_for_one_node_is_refused_by_another(start, http, served_tiny, tmp_path):
+    """Cross-node replay within the clock window: node B never saw the nonce, but the envelope names A."""
+    a, b = await start(make_local_config(tmp_path / "a")), await start(make_local_config(tmp_path / "b"))
+    assert a.app[APP_KEY].address != b.app[APP_KEY].address
+    envelope = encode_envelope_json(sign_envelope(JOBS, encode(make_job(served_tiny)), new_node_key().private_key, a.app[APP_KEY].address))
+    expect(await post(http, b.url + JOBS, envelope), 401, "invalid_signature", "addressed to")
+    status, _ = await post(http, a.url + JOBS, envelope)
+    assert status == 200
+    check_store_consistent(b.app[APP_STORE], done=0, nonces=0)
+
+
 async def test_malformed_envelopes_and_payloads(node, http, served_tiny):
-    url, key = node.url + JOBS, new_node_key()
+    url, key, ME = node.url + JOBS, new_node_key(), node.app[APP_KEY].address
     expect(await post(http, url, b"{not json"), 400, "invalid_input", "body")
-    good = json.loads(encode_envelope_json(sign_envelope(JOBS, encode(make_job(served_tiny)), key.private_key)))
-    for field, value in [("nonce", None), ("sender", "0x1234"), ("signature", "zz"), ("timestamp_s", "now"), ("payload", "0xzz")]:
+    good = json.loads(encode_envelope_json(sign_envelope(JOBS, encode(make_job(served_tiny)), key.private_key, ME)))
+    for field, value in [("nonce", None), ("sender", "0x1234"), ("recipient", None), ("signature", "zz"), ("timestamp_s", "now"), ("payload", "0xzz")]:
         broken = {**good, field: value}
         expect(await post(http, url, broken), 400, "invalid_input", field)
-    not_a_job = sign_envelope(JOBS, b"\x00\x01garbage", key.private_key)
+    not_a_job = sign_envelope(JOBS, b"\x00\x01garbage", key.private_key, ME)
     expect(await post(http, url, encode_envelope_json(not_a_job)), 400, "invalid_encoding")
-    unknown = sign_envelope(JOBS, encode(make_job(served_tiny, model_id=b"\x05" * 32)), key.private_key)
+    unknown = sign_envelope(JOBS, encode(make_job(served_tiny, model_id=b"\x05" * 32)), key.private_key, ME)
     expect(await post(http, url, encode_envelope_json(unknown)), 404, "unknown_model")
     check_store_consistent(node.app[APP_STORE], done=0, nonces=0)
 
@@ -117,14 +129,14 @@ async def test_queue_full_is_503_and_leaves_no_trace(start, http, served_tiny):
     from verillm.node.peer import PeerClient
 
     node = await start(queue={"max_queued_jobs": 1, "batch_wait_ms": 0})
-    peer = PeerClient(node.url, new_node_key(), http)
+    peer, ME = PeerClient(node.url, new_node_key(), http), node.app[APP_KEY].address
     running = await peer.enqueue_job(make_job(served_tiny, max_new_tokens=120, nonce=b"\x0a" * 32))
     for _ in range(400):
         if (await peer.get_job(running))["status"] == "running":
             break
         await asyncio.sleep(0.01)
     queued = await peer.enqueue_job(make_job(served_tiny, nonce=b"\x0b" * 32))
-    refused = sign_envelope(JOBS, encode(make_job(served_tiny, nonce=b"\x0c" * 32)), new_node_key().private_key)
+    refused = sign_envelope(JOBS, encode(make_job(served_tiny, nonce=b"\x0c" * 32)), new_node_key().private_key, ME)
     expect(await post(http, node.url + JOBS, encode_envelope_json(refused)), 503, "queue_full", "limit 1")
     status, body = await post(http, node.url + "/v1/completions", {"model": "tiny", "prompt": "hi", "max_tokens": 2})
     assert status == 503 and body["error"]["code"] == "queue_full"

@@ -1,0 +1,90 @@
+"""Hostile bodies against a real daemon process: each gets a 4xx and the process lives on.
+
+Regressions of issue 11: 100,000 nested ``[`` segfaulted the node (py_ecc raises Python's
+recursion limit to 100,000, so the C JSON decoder overflowed the C stack), and a lone UTF-16
+surrogate in a prompt reached the tokenizer and came back as 500 internal_error.
+"""
+
+import json
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+from node_process import NodeProcess
+
+from verillm.jsonsafe import MAX_JSON_DEPTH, compute_json_depth, load_json
+from verillm.errors import InvalidInput
+from verillm.node.envelope import encode_envelope_json, sign_envelope
+from verillm.node.keys import new_node_key
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/verillm/jobs", "/v1/verillm/jobs/0x" + "11" * 32 + "/openings")
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    node = NodeProcess(tmp_path_factory.mktemp("hostile"))
+    node.start()
+    yield node
+    assert node.stop() == 0, node.log_path.read_text()
+
+
+def post(url: str, body: bytes) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_100000_nested_brackets_get_a_400_and_the_node_lives(daemon, route):
+    for body in (DEEP, b'{"a":' * 100_000 + b"1" + b"}" * 100_000, b"[" * 200_000):
+        status, reply = post(daemon.url + route, body)
+        assert (status, reply["error"]["code"]) == (400, "invalid_input"), reply
+        assert "nested" in reply["error"]["message"]
+    assert daemon.alive(), daemon.log_path.read_text()
+
+
+def test_deep_json_inside_a_signed_opening_payload_gets_a_400(daemon):
+    path = "/v1/verillm/jobs/0x" + "11" * 32 + "/openings"
+    body = encode_envelope_json(sign_envelope(path, DEEP, new_node_key().private_key, daemon.key.address))
+    status, reply = post(daemon.url + path, body)
+    assert (status, reply["error"]["code"]) == (400, "invalid_input") and "payload" in reply["error"]["message"]
+    assert daemon.alive()
+
+
+@pytest.mark.parametrize("route,field", [("/v1/completions", "prompt"), ("/v1/chat/completions", "messages")])
+def test_a_lone_surrogate_gets_a_400_on_both_completion_routes(daemon, route, field):
+    for text in ("\\ud800 hello", "a\\udfff", "\\udc00\\ud800"):
+        value = f'"{text}"' if field == "prompt" else f'[{{"role": "user", "content": "{text}"}}]'
+        status, reply = post(daemon.url + route, f'{{"model": "tiny", "max_tokens": 2, "{field}": {value}}}'.encode())
+        assert (status, reply["error"]["code"]) == (400, "invalid_input"), reply
+        assert "surrogate" in reply["error"]["message"]
+    # a surrogate pair is one real character (an emoji) and is served
+    status, reply = post(daemon.url + "/v1/completions", b'{"model": "tiny", "max_tokens": 2, "prompt": "hi \\ud83d\\ude00"}')
+    assert status == 200, reply
+
+
+@pytest.mark.parametrize("body", [b'{"model": "tiny", "prompt": "x", "seed": ' + b"9" * 5000 + b"}", b"\xff\xfe[1]", b'"\xed\xa0\x80"', b"", b"[" * 65])
+def test_other_bodies_that_used_to_reach_deeper_layers_get_a_400(daemon, body):
+    status, reply = post(daemon.url + "/v1/completions", body)
+    assert (status, reply["error"]["code"]) == (400, "invalid_input"), reply
+
+
+def test_the_recursion_limit_is_what_made_the_parser_crash():
+    """The hazard is real in this interpreter: keep this test so the guard cannot quietly become unneeded-looking."""
+    import verillm.node.app  # noqa: F401  (imports py_ecc)
+
+    assert sys.getrecursionlimit() >= 100_000
+
+
+def test_depth_is_measured_outside_strings():
+    assert compute_json_depth('{"a": "[[[[[[[[[[[[' + "[" * 100 + '"}') == 1
+    assert compute_json_depth("[" * 70 + "]" * 70) == 70
+    assert compute_json_depth('[[1, "]]]]"], {"k": [[' + "[" * 70 + "]" * 72 + "}]") == 74
+    assert load_json("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH) is not None
+    with pytest.raises(InvalidInput, match="nested 65 levels"):
+        load_json("[" * 65 + "]" * 65)
