@@ -44,17 +44,21 @@ class GenerationRequest:
     audit: bool
 
 
-def parse_completion_request(body: object) -> GenerationRequest:
-    """Return the generation a /v1/completions body asks for; raise InvalidInput naming the field."""
+def parse_completion_request(body: object, max_tokens_limit: int = U64_MAX) -> GenerationRequest:
+    """Return the generation a /v1/completions body asks for; raise InvalidInput naming the field.
+
+    ``max_tokens_limit``: the node's `limits.max_new_tokens`, named in the error above it.
+    """
     data = _require_object(body)
-    return _parse_common(data, prompt=_parse_prompt(data.get("prompt")), messages=None, default_max=16)
+    return _parse_common(data, prompt=_parse_prompt(data.get("prompt")), messages=None, default_max=16, max_limit=max_tokens_limit)
 
 
-def parse_chat_request(body: object) -> GenerationRequest:
+def parse_chat_request(body: object, max_tokens_limit: int = U64_MAX) -> GenerationRequest:
     """Return the generation a /v1/chat/completions body asks for."""
     data = _require_object(body)
     max_key = "max_completion_tokens" if data.get("max_completion_tokens") is not None else "max_tokens"
-    return _parse_common(data, prompt=None, messages=_parse_messages(data.get("messages")), default_max=None, max_key=max_key)
+    return _parse_common(data, prompt=None, messages=_parse_messages(data.get("messages")), default_max=None, max_key=max_key,
+                         max_limit=max_tokens_limit)
 
 
 def _require_object(body: object) -> dict:
@@ -63,7 +67,15 @@ def _require_object(body: object) -> dict:
     return body
 
 
-def _parse_common(data: dict, prompt, messages, default_max: int | None, max_key: str = "max_tokens") -> GenerationRequest:
+def _parse_max_tokens(data: dict, max_key: str, default_max: int | None, limit: int) -> int | None:
+    value = data.get(max_key)
+    if isinstance(value, int) and not isinstance(value, bool) and value > limit:
+        raise InvalidInput(f"{max_key}: {value} exceeds this node's limit of {limit} new tokens (limits.max_new_tokens)")
+    return _parse_int(data, max_key, 1, limit, default_max if default_max is None else min(default_max, limit))
+
+
+def _parse_common(data: dict, prompt, messages, default_max: int | None, max_key: str = "max_tokens",
+                  max_limit: int = U64_MAX) -> GenerationRequest:
     for option, off in UNSUPPORTED_OPTIONS.items():
         if data.get(option) not in (off, None):
             raise InvalidInput(f"{option}: not supported by VeriLLM nodes (only {off!r})")
@@ -84,7 +96,7 @@ def _parse_common(data: dict, prompt, messages, default_max: int | None, max_key
         prompt=prompt,
         messages=messages,
         sampling=_parse_sampling(data),
-        max_new_tokens=_parse_int(data, max_key, 1, U64_MAX, default_max),
+        max_new_tokens=_parse_max_tokens(data, max_key, default_max, max_limit),
         stream=stream,
         include_usage=_parse_bool(options, "include_usage", False),
         audit=_parse_bool(extension, "audit", False),

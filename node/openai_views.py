@@ -54,12 +54,14 @@ async def get_models(request: web.Request) -> web.Response:
 
 async def post_completions(request: web.Request) -> web.StreamResponse:
     """OpenAI text completion."""
-    return await _generate(request, parse_completion_request(await read_json(request)), chat=False)
+    limit = request.app[APP_CONFIG].limits.max_new_tokens
+    return await _generate(request, parse_completion_request(await read_json(request), limit), chat=False)
 
 
 async def post_chat_completions(request: web.Request) -> web.StreamResponse:
     """OpenAI chat completion (the chat template is the model's own)."""
-    return await _generate(request, parse_chat_request(await read_json(request)), chat=True)
+    limit = request.app[APP_CONFIG].limits.max_new_tokens
+    return await _generate(request, parse_chat_request(await read_json(request), limit), chat=True)
 
 
 def compute_request_job(served: ServedModel, request: GenerationRequest, max_new_tokens_limit: int) -> Job:
