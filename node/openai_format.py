@@ -248,18 +248,27 @@ def compute_chat_body(reply: GenerationReply) -> dict:
     }
 
 
+def compute_stream_head(response_id: str, created: int, model: str, chat: bool) -> dict:
+    """Return the fields every chunk of one stream shares."""
+    return {"id": response_id, "object": "chat.completion.chunk" if chat else "text_completion", "created": created, "model": model}
+
+
+def _stream_choice(text: str | None, finish: str | None, chat: bool) -> dict:
+    if chat:
+        return {"index": 0, "delta": {} if text is None else {"content": text}, "logprobs": None, "finish_reason": finish}
+    return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+
+
+def compute_text_chunk(head: dict, text: str, chat: bool) -> dict:
+    """Return one streamed text delta (sent as the engine samples tokens)."""
+    return {**head, "choices": [_stream_choice(text, None, chat)]}
+
+
 def compute_stream_chunks(reply: GenerationReply, pieces: list[str], chat: bool, include_usage: bool) -> list[dict]:
-    """Return the SSE chunks of a finished job: text pieces, then finish_reason + verillm, then usage."""
-    kind = "chat.completion.chunk" if chat else "text_completion"
-    head = {"id": reply.response_id, "object": kind, "created": reply.created, "model": reply.model}
-
-    def choice(text: str | None, finish: str | None) -> dict:
-        if chat:
-            return {"index": 0, "delta": {} if text is None else {"content": text}, "logprobs": None, "finish_reason": finish}
-        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-
-    chunks = [{**head, "choices": [choice(piece, None)]} for piece in pieces if piece]
-    chunks.append({**head, "choices": [choice(None, reply.finish_reason)], "verillm": reply.verillm})
+    """Return the closing SSE chunks of a job: text pieces not sent yet, then finish_reason + verillm, then usage."""
+    head = compute_stream_head(reply.response_id, reply.created, reply.model, chat)
+    chunks = [compute_text_chunk(head, piece, chat) for piece in pieces if piece]
+    chunks.append({**head, "choices": [_stream_choice(None, reply.finish_reason, chat)], "verillm": reply.verillm})
     if include_usage:
         chunks.append({**head, "choices": [], "usage": compute_usage(reply)})
     return chunks
