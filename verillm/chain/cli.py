@@ -65,3 +65,10 @@ def anvil(port, chain_id, block_time):
             pass
 
 
+def _add_owner_commands() -> None:
+    from verillm.commands.node_admin import add_model  # the deployment owner's `verillm chain add-model`
+
+    chain.add_command(add_model)
+
+
+_add_owner_commands()
