@@ -40,6 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from verillm.spec.receipt import SigningDomain
 from verillm.spec.types import Job, SamplingParams
 
+from verillm.node.bench_ttft import format_ttft, measure_ttft
 from verillm.node.commit import BatchRunner
 from verillm.node.config import EngineConfig
 from verillm.node.keys import new_node_key, write_key_file
@@ -233,8 +234,9 @@ def format_table(results: list[PathResult]) -> str:
     return "\n".join([header, *rows])
 
 
-async def measure(served, engine_config: EngineConfig, prompts, concurrency: int, max_new_tokens: int, batch_wait_ms: float) -> tuple[PathResult, PathResult]:
-    """Start the daemon, warm both paths up, run the interleaved measurement."""
+async def measure(served, engine_config: EngineConfig, prompts, concurrency: int, max_new_tokens: int, batch_wait_ms: float,
+                  ttft: dict | None = None) -> tuple[PathResult, PathResult]:
+    """Start the daemon, warm both paths up, run the interleaved measurement (then, given ``ttft``, fill it: streaming TTFT)."""
     in_process = InProcessPath(served, max_new_tokens)
     with tempfile.TemporaryDirectory(prefix="verillm-bench-") as directory:
         process, url = await asyncio.to_thread(start_daemon, Path(directory), engine_config, concurrency, batch_wait_ms)
@@ -250,6 +252,8 @@ async def measure(served, engine_config: EngineConfig, prompts, concurrency: int
                 daemon.tally.cpu_s = get_process_cpu_s(process.pid) - cpu_started
                 engine_s, commit_s = await scrape_engine_and_commit_s(session, url)
                 daemon.tally.engine_s, daemon.tally.commit_s = engine_s - engine_started, commit_s - commit_started
+                if ttft is not None:
+                    ttft.update(await measure_ttft(session, url, engine_config.model, prompts, concurrency, max_new_tokens))
         finally:
             stop_daemon(process)
     return compute_path_result(in_process.tally), compute_path_result(daemon.tally)
@@ -272,18 +276,20 @@ def node_bench(model, dtype, concurrency, requests, prompt_tokens, max_new_token
     engine_config = EngineConfig(model=model, dtype=dtype, threads=threads)
     served = build_served_model(engine_config)
     prompts = make_prompts(requests, prompt_tokens, served.manifest.vocab_size)
-    bare, daemon = asyncio.run(measure(served, engine_config, prompts, concurrency, max_new_tokens, batch_wait_ms))
+    ttft: dict = {}
+    bare, daemon = asyncio.run(measure(served, engine_config, prompts, concurrency, max_new_tokens, batch_wait_ms, ttft))
     overhead = 1 - daemon.tokens_per_s / bare.tokens_per_s
     cpu_overhead = daemon.cpu_s / bare.cpu_s - 1
     latency_ratio = daemon.p50_latency_ms / bare.p50_latency_ms
     click.echo(format_table([bare, daemon]))
     click.echo(f"daemon overhead: {100 * overhead:+.2f}% throughput (goal ≤ 3%), {100 * cpu_overhead:+.2f}% CPU per job, p50 latency ×{latency_ratio:.3f}")
+    click.echo(format_ttft(ttft))
     report = {
         "model": served.name, "dtype": dtype, "concurrency": concurrency, "requests": requests,
         "prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens, "batch_wait_ms": batch_wait_ms,
         "in_process": asdict(bare), "daemon": asdict(daemon),
         "threads": threads, "overhead_throughput_ratio": round(overhead, 4), "overhead_cpu_ratio": round(cpu_overhead, 4),
-        "p50_latency_ratio": round(latency_ratio, 4),
+        "p50_latency_ratio": round(latency_ratio, 4), "streaming": ttft,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(), "loadavg": os.getloadavg()},
     }
     if json_path:

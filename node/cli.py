@@ -83,6 +83,11 @@ def _toml_value(value) -> str:
     return repr(value)
 
 
+from verillm.commands.node_admin import add_admin_commands  # noqa: E402 (register | stake | top-up | models | unbond | withdraw | status)
+
+add_admin_commands(node)
+
+
 @click.group()
 def keys():
     """Create node keys."""

@@ -4,8 +4,9 @@ These functions block (numpy, sha256 over every leaf, secp256k1) and never touch
 or the event loop; `worker.py` calls them through the engine queue's thread or an executor.
 """
 
+import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from verillm.engine.base import Engine
@@ -52,10 +53,12 @@ class BatchRunner:
         self.domain = domain
         self.metrics = metrics
 
-    def __call__(self, jobs: Sequence[Job]) -> list[JobOutput | VerillmError]:
+    def __call__(self, jobs: Sequence[Job], on_token: Callable[[int, int], None] | None = None) -> list[JobOutput | VerillmError]:
+        """``on_token(i, token)``: passed to an engine whose `run` streams (the reference engine does)."""
         started = time.perf_counter()
+        streams = on_token is not None and "on_token" in inspect.signature(self.engine.run).parameters
         try:
-            traces = self.engine.run(jobs)
+            traces = self.engine.run(jobs, on_token=on_token) if streams else self.engine.run(jobs)
         except Exception as exc:  # the engine's own errors (torch, CUDA OOM, ...): isolate, record, report
             if len(jobs) > 1:
                 return [result for job in jobs for result in self([job])]

@@ -1,6 +1,6 @@
 """`verillm devnet`: a whole VeriLLM network on this machine, a few requests, their audits.
 
-Starts a chain (anvil when `npm ci --prefix contracts` installed it, else the embedded
+Starts a chain (anvil when `make install` put it under contracts/node_modules, else the embedded
 eth-tester chain behind a loopback JSON-RPC endpoint), deploys the contracts with the
 `minimal` preset (every job audited, short windows), starts N node processes — one of them
 dishonest with ``--cheater`` — registers and stakes them, sends requests through the SDK to
@@ -8,7 +8,8 @@ node 0, and follows every job: receipt, batch, audit, committee, votes, verdict,
 Ends with a summary and the gas of every step, read back from the chain.
 
 Exit code 0 when every job settled and the outcome is the protocol's: no honest node slashed,
-and the cheater (if any) slashed. Ctrl-C stops every child process by PID.
+and the cheater (if any) slashed. Ctrl-C stops every child process by PID. ``--keep`` leaves
+the network up afterwards (node/devnet_keep.py) until Ctrl-C or SIGTERM.
 """
 
 import concurrent.futures
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import click
 
+from verillm.node.devnet_keep import compute_network_info, print_network, wait_until_interrupted, write_network_file
+from verillm.node.devnet_progress import StallWatch, prepare_model
 from verillm.node.dispatcher.localnet import LocalNetwork, NodeSpec, get_json
 
 CHEATERS = {"int8": NodeSpec(attack="int8"), "model": NodeSpec(attack="other_model"),
@@ -68,8 +71,9 @@ class JobTracker:
     def add(self, n: int, completion) -> None:
         self.jobs.append({"n": n, "completion": completion, "status": None, "body": {}, "settled": False})
         worker = self.name("0x" + completion.receipt.worker.hex())
-        self.say(f"job {n}: {len(completion.tokens)} tokens from {worker}, receipt root 0x{completion.receipt.commitment_root.hex()[:12]}… "
-                 f"job 0x{completion.job_hash.hex()[:12]}…  {completion.text.strip()[:48]!r}")
+        self.say(f"job {n}: {len(completion.tokens)} tokens from {worker}, receipt root 0x{completion.receipt.commitment_root.hex()[:12]}…  "
+                 f"{completion.text.strip()[:48]!r}")
+        self.say(f"job {n}: job hash 0x{completion.job_hash.hex()}")  # whole: what audit replay and the explorer take
 
     def poll(self) -> None:
         for job in self.jobs:
@@ -203,12 +207,15 @@ def _check_cheaters_caught(net: LocalNetwork, tracker: JobTracker) -> list[str]:
     return [f"node {n.index} ({n.spec.label}) was never slashed" for n in net.nodes if not n.spec.is_honest and n.address.lower() not in slashed]
 
 
-def follow(tracker: JobTracker, timeout_s: float) -> None:
-    """Poll until every job has settled (or ``timeout_s`` passes), showing a progress line on a terminal."""
+def follow(tracker: JobTracker, timeout_s: float, stall_s: float = 60.0) -> None:
+    """Poll until every job has settled (or ``timeout_s`` passes), showing a progress line on a terminal
+    and saying why when nothing moves for ``stall_s``."""
     deadline = time.monotonic() + timeout_s
     tty = sys.stdout.isatty()
+    stalls = StallWatch(tracker.net, tracker.say, stall_s)
     while not tracker.is_done() and time.monotonic() < deadline:
         tracker.poll()
+        stalls.check([job.get("change") for job in tracker.jobs])
         if tty:
             click.echo(f"\r  … {tracker.progress()}   ", nl=False)
         time.sleep(1.0)
@@ -222,7 +229,9 @@ def _raise_interrupt(signum, frame):
 
 @click.command()
 @click.option("--nodes", type=int, default=None, help="Node processes [default: 4, or 5 with --cheater].")
-@click.option("--model", type=click.Choice(["smollm2", "tiny"]), default="smollm2", show_default=True, help="tiny: seconds instead of minutes.")
+@click.option("--model", type=click.Choice(["smollm2", "tiny"]), default="smollm2", show_default=True,
+              help="tiny: a seeded random 4-layer model (gibberish text, no conversion); a run still takes 75-90 s on 2 cores, "
+                   "mostly node start-up and audit windows (smollm2: ~100 s, plus about a minute to convert it the first time).")
 @click.option("--cheater", type=click.Choice(sorted(CHEATERS)), default=None, help="Make the last node dishonest.")
 @click.option("--jobs", "job_count", type=int, default=8, show_default=True, help="Requests to send.")
 @click.option("--max-tokens", type=int, default=16, show_default=True)
@@ -230,7 +239,10 @@ def _raise_interrupt(signum, frame):
 @click.option("--block-time", type=float, default=1.0, show_default=True, help="Seconds per block.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None, help="Keep keys, stores, logs here (default: a temp dir, removed).")
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="Give up following jobs after this long.")
-def devnet(nodes, model, cheater, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s):
+@click.option("--keep", is_flag=True, help="Leave the network up after the jobs (until Ctrl-C/SIGTERM); print endpoints, addresses and keys once, "
+              "and write them to WORKDIR/network.json.")
+@click.option("--stall", "stall_s", type=float, default=60.0, show_default=True, help="Say why, when no job changes state for this long.")
+def devnet(nodes, model, cheater, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s, keep, stall_s):
     """Run a local VeriLLM network end to end: serve, batch, audit, vote, settle, slash."""
     say = Clock()
     specs = _node_specs(nodes, cheater)
@@ -240,26 +252,42 @@ def devnet(nodes, model, cheater, job_count, max_tokens, chain_kind, block_time,
         signal.signal(signum, _raise_interrupt)
     click.echo(f"VeriLLM devnet: {len(specs)} nodes, model {model}, preset minimal, workdir {directory}")
     net = LocalNetwork(directory, specs, model=model, chain=chain_kind, block_time_s=block_time, log=say)
+    kept = False
     try:
+        prepare_model(model, say)
         net.start()
         net.wait_gateway_sees_all()
         first_block = net.protocol.deployment.start_block
         say(f"all {len(specs)} nodes serve; sending {job_count} requests through node 0 ({net.gateway_url})")
         tracker = JobTracker(net, say)
         send_jobs(net, tracker, job_count, max_tokens)
-        follow(tracker, timeout_s)
+        follow(tracker, timeout_s, stall_s)
         problems = print_summary(net, tracker, compute_gas_table(net, first_block), say.elapsed())
+        if keep:
+            _report(problems)
+            print_network(compute_network_info(net), write_network_file(net))
+            kept = True
+            wait_until_interrupted(net, say)
     except KeyboardInterrupt:
+        if kept:  # the way a kept network is meant to end
+            click.echo("\nstopping the network", err=True)
+            sys.exit(0)
         click.echo("\ninterrupted: stopping every node", err=True)
         sys.exit(130)
     finally:
         net.stop()
         if temporary:
             shutil.rmtree(directory, ignore_errors=True)
+    if not _report(problems):
+        sys.exit(1)
+
+
+def _report(problems: list[str]) -> bool:
     if problems:
         click.echo("\nunexpected outcome:\n  " + "\n  ".join(problems), err=True)
-        sys.exit(1)
+        return False
     click.echo("\nevery job settled as the protocol says it should")
+    return True
 
 
 def _node_specs(nodes: int | None, cheater: str | None) -> list[NodeSpec]:

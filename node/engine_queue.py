@@ -4,9 +4,15 @@ FIFO, bounded (`QueueFull`, 503, when `max_queued_jobs` wait), batched (after th
 arrives the batcher waits `batch_wait_s` for more, up to `max_batch_size`), and run in one
 dedicated thread (torch blocks, and one engine must not run two batches at once). The queue
 knows nothing about jobs beyond their hash: `run_batch` (the worker's) does the work.
+
+Streaming: `subscribe(job_hash, callback)` gets each output token of that job as the engine
+samples it, on the event loop (the engine thread hands tokens over with
+`call_soon_threadsafe`), when `run_batch` takes an ``on_token`` argument (BatchRunner does).
 """
 
 import asyncio
+import functools
+import inspect
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -56,6 +62,8 @@ class EngineQueue:
         self.on_batch_start = on_batch_start
         self.on_batch_end = on_batch_end
         self._pending: deque[QueuedJob] = deque()
+        self._listeners: dict[bytes, list[Callable[[int], None]]] = {}
+        self._streams = "on_token" in inspect.signature(run_batch).parameters
         self._wakeup = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verillm-engine")
 
@@ -78,6 +86,35 @@ class EngineQueue:
         self.metrics.queue_depth.set(len(self._pending))
         self._wakeup.set()
         return future
+
+    def subscribe(self, job_hash: bytes, callback: Callable[[int], None]) -> Callable[[], None]:
+        """Call ``callback(token)`` on the event loop for each token of ``job_hash`` as it is sampled; return the unsubscribe."""
+        self._listeners.setdefault(job_hash, []).append(callback)
+
+        def unsubscribe() -> None:
+            callbacks = self._listeners.get(job_hash, [])
+            if callback in callbacks:
+                callbacks.remove(callback)
+            if not callbacks:
+                self._listeners.pop(job_hash, None)
+
+        return unsubscribe
+
+    def _token_callback(self, batch: list[QueuedJob]) -> Callable[[int, int], None] | None:
+        """The engine thread's per-token hook for ``batch``, or None when nobody listens."""
+        if not self._streams or not any(item.job_hash in self._listeners for item in batch):
+            return None
+        loop, hashes = asyncio.get_running_loop(), [item.job_hash for item in batch]
+
+        def deliver(job_hash: bytes, token: int) -> None:
+            for callback in list(self._listeners.get(job_hash, ())):
+                callback(token)
+
+        def on_token(index: int, token: int) -> None:  # engine thread
+            if hashes[index] in self._listeners:
+                loop.call_soon_threadsafe(deliver, hashes[index], token)
+
+        return on_token
 
     async def run_forever(self) -> None:
         """Take batches and run them, one at a time, until cancelled."""
@@ -144,8 +181,10 @@ class EngineQueue:
         self.metrics.batch_size.observe(len(batch))
         self.metrics.running_jobs.set(len(batch))
         loop = asyncio.get_running_loop()
+        jobs, on_token = [item.job for item in batch], self._token_callback(batch)
+        run = self.run_batch if on_token is None else functools.partial(self.run_batch, on_token=on_token)
         try:
-            return await loop.run_in_executor(self._executor, self.run_batch, [item.job for item in batch])
+            return await loop.run_in_executor(self._executor, run, jobs)
         finally:
             self.metrics.running_jobs.set(0)
 

@@ -37,6 +37,13 @@ def remember_nonce(request: web.Request, envelope: Envelope) -> None:
 
 
 def get_status_url(request: web.Request, job_hash: bytes) -> str:
-    """Return the URL of a job's status: the configured public URL, else the one the client used."""
-    base = request.app[APP_CONFIG].server.public_url.rstrip("/") or str(request.url.origin())
-    return f"{base}/v1/verillm/jobs/0x{job_hash.hex()}"
+    """Return the URL of a job's status: the configured public URL, else the one the client used.
+
+    With the dispatcher role the job may have run on another worker, whose store this node's
+    job route cannot see: the URL is then the dispatcher's own record of the job (receipt,
+    batch, audit), which this node answers whichever worker ran it.
+    """
+    config = request.app[APP_CONFIG]
+    base = config.server.public_url.rstrip("/") or str(request.url.origin())
+    route = "audits" if config.dispatcher.enabled else "jobs"
+    return f"{base}/v1/verillm/{route}/0x{job_hash.hex()}"

@@ -106,7 +106,9 @@ async def get_info(request: web.Request) -> web.Response:
 
 
 async def get_healthz(request: web.Request) -> web.Response:
-    """Liveness and a summary: model, queue depth, jobs by status, schema version."""
+    """Liveness and a summary: model, queue depth, jobs by status, schema version, whether it can serve."""
+    from verillm.node.dispatcher.service import compute_serving  # the dispatcher role imports the chain stack
+
     store, worker = request.app[APP_STORE], request.app[APP_WORKER]
     return web.json_response({
         "status": "ok",
@@ -115,6 +117,7 @@ async def get_healthz(request: web.Request) -> web.Response:
         "queue_depth": worker.queue.depth,
         "jobs": store.get_job_counts(),
         "schema_version": get_schema_version(store.db),
+        "serving": await compute_serving(request.app),  # ready, or why not (node/readiness.py)
     })
 
 

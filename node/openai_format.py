@@ -44,17 +44,21 @@ class GenerationRequest:
     audit: bool
 
 
-def parse_completion_request(body: object) -> GenerationRequest:
-    """Return the generation a /v1/completions body asks for; raise InvalidInput naming the field."""
+def parse_completion_request(body: object, max_tokens_limit: int = U64_MAX) -> GenerationRequest:
+    """Return the generation a /v1/completions body asks for; raise InvalidInput naming the field.
+
+    ``max_tokens_limit``: the node's `limits.max_new_tokens`, named in the error above it.
+    """
     data = _require_object(body)
-    return _parse_common(data, prompt=_parse_prompt(data.get("prompt")), messages=None, default_max=16)
+    return _parse_common(data, prompt=_parse_prompt(data.get("prompt")), messages=None, default_max=16, max_limit=max_tokens_limit)
 
 
-def parse_chat_request(body: object) -> GenerationRequest:
+def parse_chat_request(body: object, max_tokens_limit: int = U64_MAX) -> GenerationRequest:
     """Return the generation a /v1/chat/completions body asks for."""
     data = _require_object(body)
     max_key = "max_completion_tokens" if data.get("max_completion_tokens") is not None else "max_tokens"
-    return _parse_common(data, prompt=None, messages=_parse_messages(data.get("messages")), default_max=None, max_key=max_key)
+    return _parse_common(data, prompt=None, messages=_parse_messages(data.get("messages")), default_max=None, max_key=max_key,
+                         max_limit=max_tokens_limit)
 
 
 def _require_object(body: object) -> dict:
@@ -63,7 +67,15 @@ def _require_object(body: object) -> dict:
     return body
 
 
-def _parse_common(data: dict, prompt, messages, default_max: int | None, max_key: str = "max_tokens") -> GenerationRequest:
+def _parse_max_tokens(data: dict, max_key: str, default_max: int | None, limit: int) -> int | None:
+    value = data.get(max_key)
+    if isinstance(value, int) and not isinstance(value, bool) and value > limit:
+        raise InvalidInput(f"{max_key}: {value} exceeds this node's limit of {limit} new tokens (limits.max_new_tokens)")
+    return _parse_int(data, max_key, 1, limit, default_max if default_max is None else min(default_max, limit))
+
+
+def _parse_common(data: dict, prompt, messages, default_max: int | None, max_key: str = "max_tokens",
+                  max_limit: int = U64_MAX) -> GenerationRequest:
     for option, off in UNSUPPORTED_OPTIONS.items():
         if data.get(option) not in (off, None):
             raise InvalidInput(f"{option}: not supported by VeriLLM nodes (only {off!r})")
@@ -84,7 +96,7 @@ def _parse_common(data: dict, prompt, messages, default_max: int | None, max_key
         prompt=prompt,
         messages=messages,
         sampling=_parse_sampling(data),
-        max_new_tokens=_parse_int(data, max_key, 1, U64_MAX, default_max),
+        max_new_tokens=_parse_max_tokens(data, max_key, default_max, max_limit),
         stream=stream,
         include_usage=_parse_bool(options, "include_usage", False),
         audit=_parse_bool(extension, "audit", False),
@@ -236,18 +248,27 @@ def compute_chat_body(reply: GenerationReply) -> dict:
     }
 
 
+def compute_stream_head(response_id: str, created: int, model: str, chat: bool) -> dict:
+    """Return the fields every chunk of one stream shares."""
+    return {"id": response_id, "object": "chat.completion.chunk" if chat else "text_completion", "created": created, "model": model}
+
+
+def _stream_choice(text: str | None, finish: str | None, chat: bool) -> dict:
+    if chat:
+        return {"index": 0, "delta": {} if text is None else {"content": text}, "logprobs": None, "finish_reason": finish}
+    return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+
+
+def compute_text_chunk(head: dict, text: str, chat: bool) -> dict:
+    """Return one streamed text delta (sent as the engine samples tokens)."""
+    return {**head, "choices": [_stream_choice(text, None, chat)]}
+
+
 def compute_stream_chunks(reply: GenerationReply, pieces: list[str], chat: bool, include_usage: bool) -> list[dict]:
-    """Return the SSE chunks of a finished job: text pieces, then finish_reason + verillm, then usage."""
-    kind = "chat.completion.chunk" if chat else "text_completion"
-    head = {"id": reply.response_id, "object": kind, "created": reply.created, "model": reply.model}
-
-    def choice(text: str | None, finish: str | None) -> dict:
-        if chat:
-            return {"index": 0, "delta": {} if text is None else {"content": text}, "logprobs": None, "finish_reason": finish}
-        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-
-    chunks = [{**head, "choices": [choice(piece, None)]} for piece in pieces if piece]
-    chunks.append({**head, "choices": [choice(None, reply.finish_reason)], "verillm": reply.verillm})
+    """Return the closing SSE chunks of a job: text pieces not sent yet, then finish_reason + verillm, then usage."""
+    head = compute_stream_head(reply.response_id, reply.created, reply.model, chat)
+    chunks = [compute_text_chunk(head, piece, chat) for piece in pieces if piece]
+    chunks.append({**head, "choices": [_stream_choice(None, reply.finish_reason, chat)], "verillm": reply.verillm})
     if include_usage:
         chunks.append({**head, "choices": [], "usage": compute_usage(reply)})
     return chunks

@@ -1,9 +1,10 @@
 """Handlers of the OpenAI-compatible API: /v1/models, /v1/completions, /v1/chat/completions.
 
 Streaming (``"stream": true``) answers with server-sent events: ``data: {chunk}`` lines and a
-final ``data: [DONE]``. The engine returns a job's tokens when the job ends (the Engine
-protocol is batch, not token-by-token), so the text chunks go out together at the end; a
-chat stream sends its assistant-role chunk at once. Errors found before the stream starts
+final ``data: [DONE]``. A chat stream sends its assistant-role chunk at once; text chunks go
+out as this node's engine samples the tokens (node/streaming.py), and the last content chunk
+carries ``finish_reason`` and the receipt. A job another worker ran arrives whole, so its
+text goes out at the end. Errors found before the stream starts
 are ordinary JSON errors; an error after it started is sent as an ``{"error": ...}`` event.
 """
 
@@ -17,7 +18,7 @@ from verillm.errors import VerillmError
 from verillm.spec.job import compute_job_hash
 from verillm.spec.types import Job
 
-from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_MODEL
+from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_MODEL, APP_WORKER
 from verillm.node.engines import ServedModel, process_model_name
 from verillm.node.http import get_status_url, read_json
 from verillm.node.middlewares import compute_error_body
@@ -29,6 +30,8 @@ from verillm.node.openai_format import (
     compute_response_id,
     compute_role_chunk,
     compute_stream_chunks,
+    compute_stream_head,
+    compute_text_chunk,
     parse_chat_request,
     parse_completion_request,
 )
@@ -38,8 +41,8 @@ from verillm.node.text import (
     compute_max_new_tokens,
     compute_prompt_tokens,
     compute_text,
-    compute_text_pieces,
 )
+from verillm.node.streaming import stream_dispatch
 from verillm.node.wire import to_hex
 
 
@@ -54,12 +57,14 @@ async def get_models(request: web.Request) -> web.Response:
 
 async def post_completions(request: web.Request) -> web.StreamResponse:
     """OpenAI text completion."""
-    return await _generate(request, parse_completion_request(await read_json(request)), chat=False)
+    limit = request.app[APP_CONFIG].limits.max_new_tokens
+    return await _generate(request, parse_completion_request(await read_json(request), limit), chat=False)
 
 
 async def post_chat_completions(request: web.Request) -> web.StreamResponse:
     """OpenAI chat completion (the chat template is the model's own)."""
-    return await _generate(request, parse_chat_request(await read_json(request)), chat=True)
+    limit = request.app[APP_CONFIG].limits.max_new_tokens
+    return await _generate(request, parse_chat_request(await read_json(request), limit), chat=True)
 
 
 def compute_request_job(served: ServedModel, request: GenerationRequest, max_new_tokens_limit: int) -> Job:
@@ -103,14 +108,21 @@ async def _stream(request: web.Request, generation: GenerationRequest, job: Job,
     await response.prepare(request)
     if chat:
         await _send(response, compute_role_chunk(compute_response_id(True, compute_job_hash(job)), created, served.name))
+    job_hash = compute_job_hash(job)
+    head = compute_stream_head(compute_response_id(chat, job_hash), created, served.name, chat)
+
+    async def send_text(text: str) -> None:
+        await _send(response, compute_text_chunk(head, text, chat))
+
     try:
-        result = await request.app[APP_DISPATCHER].dispatch(job, generation.audit)
+        result, remaining = await stream_dispatch(request.app[APP_WORKER].queue, job_hash,
+                                                  lambda: request.app[APP_DISPATCHER].dispatch(job, generation.audit),
+                                                  served.tokenizer, send_text)
     except VerillmError as exc:  # the status line is already sent: the error travels as an event
         await _send(response, compute_error_body(exc.http_status, exc.code, str(exc)))
         return await _finish_stream(response)
     reply = _compute_reply(request, result, chat, created)
-    pieces = compute_text_pieces(served.tokenizer, result.output_tokens)
-    for chunk in compute_stream_chunks(reply, pieces, chat, generation.include_usage):
+    for chunk in compute_stream_chunks(reply, [remaining], chat, generation.include_usage):
         await _send(response, chunk)
     return await _finish_stream(response)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from verillm.chain.chain import Chain
 from verillm.chain.deploy import Deployment
 from verillm.chain.events import ChainEvent, get_events
-from verillm.chain.protocol import OnchainModel, Protocol
+from verillm.chain.protocol import PHASE_NAMES, OnchainModel, Protocol
 from verillm.node.dispatcher.chainio import decode_leaves
 from verillm.spec import audit as spec_audit
 from verillm.spec import settlement as spec_settlement
@@ -27,6 +27,9 @@ from verillm.spec.hashing import keccak256
 from verillm.spec.merkle import MerkleProof, compute_leaf_hash, is_valid_merkle_proof
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, recover_receipt_signer
 from verillm.spec.types import Leaf, Receipt, SamplingParams
+
+
+ABANDONED_PHASE = next(code for code, name in PHASE_NAMES.items() if name == "abandoned")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class ChainAuditor:
         self.domain = SigningDomain(chain.chain_id, bytes.fromhex(self.protocol.jobs.address[2:]))
         self.events = get_events(chain, [self.protocol.jobs, self.protocol.disputes, self.protocol.registry], deployment.start_block)
         self.findings: list[Finding] = []
+        self.states: dict[int, str] = {}
+        """Every audit's state, settled, abandoned or open (the report lists them all)."""
         self._models: dict[bytes, OnchainModel] = {}
 
     # --- helpers ----------------------------------------------------------------------------------
@@ -204,8 +209,11 @@ class ChainAuditor:
     def _check_settlement(self, audit_id: int, receipt: Receipt) -> None:
         settled = self._named("AuditSettled", auditId=audit_id)
         if not settled:
-            return self._note(f"audit {audit_id}", "not settled yet")
+            return self._check_unsettled(audit_id)
         verdict = settled[0].args["verdict"]
+        at_settle = [e for e in self._named("PartySlashed", auditId=audit_id) if e.tx_hash == settled[0].tx_hash]
+        self.states[audit_id] = f"settled: {spec_settlement.VERDICT_NAMES[verdict]}; slashed " + (
+            "; ".join(f"{e.args['node']} ({e.args['reason']})" for e in at_settle) or "nobody")
         decided = self._named("RoundDecided", auditId=audit_id)
         self._add(bool(decided) and decided[-1].args["verdict"] == verdict, f"audit {audit_id}", f"settled with the round's verdict ({spec_settlement.VERDICT_NAMES[verdict]})",
                   "settled verdict differs from the decided round's")
@@ -216,6 +224,25 @@ class ChainAuditor:
         already = {e.args["party"].lower() for e in self._named("ContestLost") if e.args["contestId"] in contests}
         self._add((worker in slashed) == (expected_worker and worker not in already), f"audit {audit_id}",
                   "the worker is slashed exactly when the verdict fails it", "worker slashing disagrees with the verdict")
+
+    def _check_unsettled(self, audit_id: int) -> None:
+        """An audit with no AuditSettled: abandoned (who was slashed for it), or still open (its phase)."""
+        subject = f"audit {audit_id}"
+        state = self.protocol.get_audit(audit_id)
+        abandoned = self._named("AuditAbandoned", auditId=audit_id)
+        if not abandoned:
+            self.states[audit_id] = f"open: {PHASE_NAMES.get(state.phase, state.phase)} in round {state.round}"
+            return self._note(subject, f"not settled yet: {self.states[audit_id]}")
+        round_index = abandoned[-1].args["round"]
+        slashes = [e for e in self._named("PartySlashed", auditId=audit_id) if e.tx_hash == abandoned[-1].tx_hash]
+        named = "; ".join(f"{e.args['node']} ({e.args['reason']}, {e.args['amountWei'] / 1e18:g} ETH)" for e in slashes) or "nobody"
+        self.states[audit_id] = f"abandoned in round {round_index}; slashed {named}"
+        if round_index > 0:  # an escalation that could not be staffed lapses: round 0's verdict stands
+            return self._note(subject, f"abandoned: escalation round {round_index} could not be staffed and lapsed; slashed {named}")
+        dispatcher = state.dispatcher.lower()
+        self._add(state.phase == ABANDONED_PHASE and any(e.args["node"].lower() == dispatcher for e in slashes), subject,
+                  f"abandoned: no full committee could be drawn in round 0; slashed {named}",
+                  f"abandoned in round 0 but the dispatcher {state.dispatcher} was not slashed for it (slashed {named})")
 
     def check_adjudication(self, event: ChainEvent) -> None:
         audit_id, round_index, slot = event.args["auditId"], event.args["round"], event.args["slot"]

@@ -57,5 +57,5 @@ def chain_audit(rpc_url, addresses_path, verbose):
     findings = auditor.run()
     shown = findings if verbose else [f for f in findings if f.severity != "ok"]
     checked = sum(1 for f in findings if f.severity == "ok")
-    click.echo(format_chain_audit(shown, {**auditor.summary(), "consistent checks": checked}))
+    click.echo(format_chain_audit(shown, {**auditor.summary(), "consistent checks": checked}, auditor.states))
     sys.exit(1 if any(f.severity == "inconsistent" for f in findings) else 0)

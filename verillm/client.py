@@ -5,7 +5,12 @@
     completion = client.complete("The capital of France is", max_tokens=8, temperature=0)
     completion.text, completion.tokens, completion.receipt, completion.job_hash
     verify_receipt(completion.receipt, model_id=..., domain=SigningDomain(chain_id, jobs_address),
-                   job=completion.job, output_tokens=completion.tokens)
+                   job=completion.job, output_tokens=completion.tokens)   # -> "0x…" worker address
+
+Ids go in as bytes or 0x-hex strings (the `model_id` that `/v1/models` reports is hex) and
+come out as printable 0x-hex: `verify_receipt` returns the worker's checksummed address,
+`Completion.job_id` and `Completion.worker` are hex (the raw bytes stay in `job_hash` and
+`receipt`).
 
 `Client` is synchronous (stdlib urllib); `AsyncClient` has the same methods as coroutines
 (aiohttp). Both speak the node's OpenAI-compatible API and read the ``verillm`` field of its
@@ -58,6 +63,34 @@ class Completion:
     receipt: Receipt
     job_hash: bytes
     status_url: str
+
+    @property
+    def job_id(self) -> str:
+        """The job hash as 0x-hex (what the node's status routes and the explorer take)."""
+        return "0x" + self.job_hash.hex()
+
+    @property
+    def worker(self) -> str:
+        """The signing worker's checksummed 0x address."""
+        return compute_address_hex(self.receipt.worker)
+
+
+def compute_id_bytes(value: "bytes | str", name: str, size: int) -> bytes:
+    """Return an id given as bytes or as a 0x-hex string; raise InvalidInput naming ``name`` otherwise."""
+    if isinstance(value, (bytes, bytearray)):
+        if len(value) != size:
+            raise InvalidInput(f"{name}: expected {size} bytes, got {len(value)}")
+        return bytes(value)
+    if isinstance(value, str):
+        return from_hex(value if value.startswith("0x") else "0x" + value, name, size)
+    raise InvalidInput(f"{name}: expected bytes or a 0x-hex string, got {type(value).__name__}")
+
+
+def compute_address_hex(address: bytes) -> str:
+    """Return a 20-byte address as an EIP-55 checksummed 0x string."""
+    from eth_utils import to_checksum_address
+
+    return to_checksum_address(address)
 
 
 def compute_completion_request(prompt: str | None, tokens: Sequence[int] | None, model: str, **options) -> dict:
@@ -121,35 +154,39 @@ def process_receipt_contents(receipt: Receipt, job: Job, output_tokens: Sequence
 def verify_receipt(
     receipt: Receipt,
     domain: SigningDomain,
-    model_id: bytes | None = None,
+    model_id: "bytes | str | None" = None,
     manifest: ModelManifest | None = None,
-    worker: bytes | None = None,
+    worker: "bytes | str | None" = None,
     job: Job | None = None,
     output_tokens: Sequence[int] | None = None,
-) -> bytes:
-    """Check a receipt offline; return the worker address that signed it.
+) -> str:
+    """Check a receipt offline; return the checksummed 0x address of the worker that signed it.
 
     Checks the EIP-712 signature for ``domain`` (chain id + Jobs contract), the model (its
-    id, or the id of ``manifest``), and when given, the worker, the job and the output tokens.
-    Raises InvalidSignature or InvalidProof saying what is wrong.
+    id as bytes or 0x-hex, or the id of ``manifest``), and when given, the worker (bytes or
+    0x-hex), the job and the output tokens. Raises InvalidSignature or InvalidProof saying
+    what is wrong, InvalidInput for an id that is neither.
     """
     process_receipt_signature(receipt, domain)
-    expected_model = compute_model_id(manifest) if manifest is not None else model_id
-    if expected_model is None:
+    if manifest is not None:
+        expected_model = compute_model_id(manifest)
+    elif model_id is not None:
+        expected_model = compute_id_bytes(model_id, "model_id", 32)
+    else:
         raise InvalidInput("verify_receipt needs the model: pass model_id or manifest")
     if receipt.model_id != expected_model:
         raise InvalidProof(f"receipt is for model 0x{receipt.model_id.hex()}, expected 0x{expected_model.hex()}")
-    if worker is not None and receipt.worker != worker:
-        raise InvalidProof(f"receipt is from worker 0x{receipt.worker.hex()}, expected 0x{worker.hex()}")
+    if worker is not None and receipt.worker != compute_id_bytes(worker, "worker", 20):
+        raise InvalidProof(f"receipt is from worker {compute_address_hex(receipt.worker)}, expected {worker if isinstance(worker, str) else '0x' + worker.hex()}")
     if job is not None:
         process_receipt_contents(receipt, job, output_tokens if output_tokens is not None else ())
-    return receipt.worker
+    return compute_address_hex(receipt.worker)
 
 
-def get_job_hash(job: "Completion | Receipt | bytes") -> bytes:
-    """Return the job hash of a completion, a receipt or a job hash."""
-    if isinstance(job, bytes):
-        return job
+def get_job_hash(job: "Completion | Receipt | bytes | str") -> bytes:
+    """Return the job hash of a completion, a receipt, or a job hash as bytes or 0x-hex."""
+    if isinstance(job, (bytes, bytearray, str)):
+        return compute_id_bytes(job, "job hash", 32)
     return job.job_hash
 
 
@@ -204,15 +241,15 @@ class Client(_Api):
         body = compute_chat_request(messages, self._model_name(model), **options)
         return parse_completion(self._request("POST", "/v1/chat/completions", body), chat=True)
 
-    def get_status(self, job_hash: bytes) -> dict:
+    def get_status(self, job_hash: "bytes | str") -> dict:
         """Return the node's status body for a job (status, receipt once done)."""
-        return self._request("GET", f"/v1/verillm/jobs/0x{job_hash.hex()}")
+        return self._request("GET", f"/v1/verillm/jobs/0x{get_job_hash(job_hash).hex()}")
 
-    def get_audit_status(self, job: "Completion | Receipt | bytes") -> dict:
+    def get_audit_status(self, job: "Completion | Receipt | bytes | str") -> dict:
         """Return the dispatcher's on-chain status of a job it dispatched (batch, audit, verdict)."""
         return self._request("GET", f"/v1/verillm/audits/0x{get_job_hash(job).hex()}")
 
-    def wait_verified(self, job: "Completion | Receipt | bytes", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
+    def wait_verified(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
         """Follow a job's on-chain status until it settles; return the status body (check its ``status``)."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -277,15 +314,15 @@ class AsyncClient(_Api):
         body = compute_chat_request(messages, await self._model_name(model), **options)
         return parse_completion(await self._request("POST", "/v1/chat/completions", body), chat=True)
 
-    async def get_status(self, job_hash: bytes) -> dict:
+    async def get_status(self, job_hash: "bytes | str") -> dict:
         """Return the node's status body for a job (status, receipt once done)."""
-        return await self._request("GET", f"/v1/verillm/jobs/0x{job_hash.hex()}")
+        return await self._request("GET", f"/v1/verillm/jobs/0x{get_job_hash(job_hash).hex()}")
 
-    async def get_audit_status(self, job: "Completion | Receipt | bytes") -> dict:
+    async def get_audit_status(self, job: "Completion | Receipt | bytes | str") -> dict:
         """Return the dispatcher's on-chain status of a job it dispatched (batch, audit, verdict)."""
         return await self._request("GET", f"/v1/verillm/audits/0x{get_job_hash(job).hex()}")
 
-    async def wait_verified(self, job: "Completion | Receipt | bytes", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
+    async def wait_verified(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
         """Follow a job's on-chain status until it settles; return the status body (check its ``status``)."""
         deadline = time.monotonic() + timeout_s
         while True:

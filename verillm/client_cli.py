@@ -42,7 +42,7 @@ def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, se
         click.echo(json.dumps(body, indent=2))
         return
     click.echo(completion.text)
-    click.echo(f"\n[receipt ok: job {to_hex(completion.job_hash)} signed by {to_hex(worker)}; status {completion.status_url}]", err=True)
+    click.echo(f"\n[receipt ok: job {to_hex(completion.job_hash)} signed by {worker}; status {completion.status_url}]", err=True)
 
 
 def _reported_model_id(client: Client, name: str) -> bytes:

@@ -150,8 +150,11 @@ class LocalNetwork:
             self.nodes.append(self._prepare_node(index, spec, owner_chain))
         for node in self.nodes:
             self.start_node(node.index, wait=False)
+        self.log(f"starting {len(self.nodes)} node processes (each imports torch and loads {self.model})…")
+        started = time.monotonic()
         for node in self.nodes:
             self.wait_healthy(node.index)
+            self.log(f"node {node.index} answers on {node.url} after {time.monotonic() - started:.0f} s")
         self._add_model_and_register()
 
     def _start_chain(self):

@@ -101,6 +101,7 @@ class NetworkDispatcher:
         self.key, self.domain, self.session = key, domain, session
         self.committee_size = committee_size
         self._next = 0
+        self.readiness = None  # node/readiness.py's ReadinessMonitor (set by the service): why no_workers
 
     def process_admission(self, job: Job) -> None:
         """Check the job fits the model and limits, and enough workers exist to audit it."""
@@ -111,7 +112,13 @@ class NetworkDispatcher:
 
     async def dispatch(self, job: Job, audit_requested: bool) -> JobResult:
         """Run ``job`` on the next worker that answers with a valid receipt; keep the result."""
-        self.process_admission(job)
+        try:
+            self.process_admission(job)
+        except NoWorkers as exc:  # say why, this node's own standing first
+            reasons = await self.readiness.get_reasons() if self.readiness is not None else []
+            if reasons:
+                raise NoWorkers(f"{exc}. Why: " + "; ".join(reasons)) from None
+            raise
         job_hash = compute_job_hash(job)
         known = self.tables.get_dispatched_job(job_hash)
         if known is not None:

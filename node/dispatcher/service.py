@@ -25,6 +25,7 @@ from verillm.node.dispatcher.status import compute_evidence, compute_job_status
 from verillm.node.dispatcher.tables import DispatcherTables
 from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.node.dispatcher.watcher import ChainWatcher
+from verillm.node.readiness import ReadinessMonitor
 from verillm.node.wire import from_hex
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,17 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     audits = AuditDriver(chainio, tables, router, view, tasks, metrics, config.escalate)
     duties = PartyDuties(chainio, tables, app[APP_STORE], worker, app.get(APP_FAULTS, PartyFaults()))
     watcher = ChainWatcher(chainio, tables, view, batches, audits, duties, tasks, metrics, config.poll_interval_s, config.confirmations)
+    router.readiness = ReadinessMonitor(chainio, key.address, worker.served.model_id, config.registry_refresh_s)
     return DispatchService(chainio, tables, router, watcher, tasks)
+
+
+async def compute_serving(app: web.Application) -> dict:
+    """For /healthz: whether this node can serve jobs now, and if not, why (node/readiness.py)."""
+    service = app.get(APP_SERVICE)
+    if service is None:
+        return {"ready": True, "reasons": [], "role": "local: runs every job itself, no chain checks"}
+    reasons = await service.router.readiness.get_reasons()
+    return {"ready": not reasons, "reasons": reasons, "role": "networked dispatcher and worker"}
 
 
 async def network_dispatcher_context(app: web.Application):

@@ -9,7 +9,9 @@ from click.testing import CliRunner
 
 from verillm.client import AsyncClient, Client, parse_completion, verify_receipt
 from verillm.client_cli import complete
-from verillm.errors import InvalidProof, InvalidSignature, PromptTooLong, UnknownModel, VerillmError
+from eth_utils import to_checksum_address
+
+from verillm.errors import InvalidInput, InvalidProof, InvalidSignature, PromptTooLong, UnknownModel, VerillmError
 from verillm.node.appkeys import APP_CONFIG, APP_DOMAIN, APP_KEY
 from verillm.node.store import open_store
 from verillm.spec.job import compute_job_hash
@@ -24,7 +26,7 @@ def test_sync_complete_and_chat(threaded_node, served_tiny):
     assert completion.job_hash == compute_job_hash(completion.job) == completion.receipt.job_hash
     domain = threaded_node.app[APP_DOMAIN]
     signer = verify_receipt(completion.receipt, domain, manifest=served_tiny.manifest, job=completion.job, output_tokens=completion.tokens)
-    assert signer == threaded_node.app[APP_KEY].address
+    assert signer == to_checksum_address(threaded_node.app[APP_KEY].address)
     same = client.complete(tokens=completion.prompt_tokens, max_tokens=5, temperature=0)
     assert same.tokens == completion.tokens and same.job_hash != completion.job_hash
     chat = client.chat([{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0.7, seed=11, top_k=40)
@@ -49,6 +51,26 @@ def test_receipt_checks_catch_tampering(threaded_node, served_tiny):
     forged = dataclasses.replace(completion.receipt, commitment_root=b"\x00" * 32)
     with pytest.raises(InvalidSignature):
         verify_receipt(forged, domain, **kwargs)
+
+
+def test_sdk_takes_hex_ids_and_returns_printable_hex(threaded_node, served_tiny):
+    client = Client(threaded_node.url)
+    completion = client.complete("Hello", max_tokens=3, temperature=0)
+    domain = threaded_node.app[APP_DOMAIN]
+    model_hex = client.models()[0]["verillm"]["model_id"]  # what /v1/models reports: 0x-hex
+    signer = verify_receipt(completion.receipt, domain, model_id=model_hex, worker=completion.worker,
+                            job=completion.job, output_tokens=completion.tokens)
+    assert isinstance(signer, str) and signer.startswith("0x") and len(signer) == 42
+    assert signer == completion.worker == to_checksum_address(threaded_node.app[APP_KEY].address)
+    assert completion.job_id == "0x" + completion.job_hash.hex()
+    assert verify_receipt(completion.receipt, domain, model_id=model_hex[2:]) == signer  # bare hex too
+    assert client.get_status(completion.job_id)["status"] == "done"
+    with pytest.raises(InvalidProof, match="expected 0x"):
+        verify_receipt(completion.receipt, domain, model_id="0x" + "01" * 32)
+    with pytest.raises(InvalidInput, match="model_id"):
+        verify_receipt(completion.receipt, domain, model_id="0x1234")
+    with pytest.raises(InvalidInput, match="model_id"):
+        verify_receipt(completion.receipt, domain, model_id=12)
 
 
 def test_parse_refuses_a_response_whose_tokens_disagree_with_the_receipt(threaded_node):

@@ -1,15 +1,20 @@
 """Run anvil (from npm `@foundry-rs/anvil`) as a real local chain process.
 
 Used by the JSON-RPC tests and by the devnet. Binds 127.0.0.1 only, on a free port; stopped
-by PID (terminate, then kill). The binary is `contracts/node_modules/.bin/anvil` after
+by PID (terminate, then kill). On Linux anvil also gets SIGTERM from the kernel when the
+process that started it dies, even by SIGKILL (PR_SET_PDEATHSIG), so no chain outlives a
+killed devnet or `verillm chain anvil`. The binary is `contracts/node_modules/.bin/anvil` after
 `npm ci --prefix contracts`, or whatever `VERILLM_ANVIL` or `PATH` names.
 """
 
+import ctypes
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -71,6 +76,16 @@ def is_port_free(port: int) -> bool:
         return True
 
 
+def die_with_parent() -> None:
+    """Runs in a child between fork and exec: ask the kernel to SIGTERM it when its parent dies.
+
+    PR_SET_PDEATHSIG fires when the *thread* that forked exits, so start long-lived children
+    from the main thread (the devnet, the CLI and the test fixtures all do).
+    """
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+
+
 class AnvilProcess:
     """One anvil process. Use as a context manager, or call `start` and `stop`."""
 
@@ -105,7 +120,7 @@ class AnvilProcess:
             raise ChainUnavailable(f"cannot start anvil: 127.0.0.1:{self.port} is already in use")
         self._stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(self.compute_command(), stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=self._stderr)
+                                        stdout=subprocess.DEVNULL, stderr=self._stderr, preexec_fn=die_with_parent)
         try:
             self._wait_until_ready()
         except BaseException:

@@ -1,6 +1,7 @@
 """`verillm chain ...`: deploy the protocol contracts, run a local anvil."""
 
 import json
+import signal
 import time
 
 import click
@@ -51,8 +52,12 @@ def anvil(port, chain_id, block_time):
     """Run a local anvil on 127.0.0.1 until interrupted."""
     from verillm.chain.anvil import AnvilConfig, AnvilProcess
 
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)  # SIGTERM stops anvil as Ctrl-C does (the with block's exit)
     with AnvilProcess(AnvilConfig(port=port, chain_id=chain_id, block_time_s=block_time)) as node:
-        click.echo(f"anvil listening on {node.url} (chain id {chain_id}, pid {node.process.pid}); Ctrl-C stops it")
+        click.echo(f"anvil listening on {node.url} (chain id {chain_id}, pid {node.process.pid}); Ctrl-C or SIGTERM stops it")
         try:
             while node.process.poll() is None:
                 time.sleep(0.5)
@@ -60,3 +65,10 @@ def anvil(port, chain_id, block_time):
             pass
 
 
+def _add_owner_commands() -> None:
+    from verillm.commands.node_admin import add_model  # the deployment owner's `verillm chain add-model`
+
+    chain.add_command(add_model)
+
+
+_add_owner_commands()

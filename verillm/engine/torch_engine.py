@@ -13,7 +13,7 @@ Subclasses change what is computed through four small override points (the attac
 """
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -157,6 +157,7 @@ class TorchEngine:
         ]
         self.projection_stack = torch.stack(self.projections)  # [L, H, dims]
         self._captured: list[torch.Tensor | None] = [None] * len(manifest.committed_layers)
+        self._on_token: Callable[[int, int], None] | None = None  # run()'s streaming callback, per batch
 
     # --- override points ----------------------------------------------------------------
 
@@ -177,15 +178,23 @@ class TorchEngine:
 
     # --- Engine protocol ----------------------------------------------------------------
 
-    def run(self, jobs: Sequence[Job]) -> list[JobTrace]:
-        """Run ``jobs`` in batches of at most max_batch_size; one trace per job, in order."""
+    def run(self, jobs: Sequence[Job], on_token: Callable[[int, int], None] | None = None) -> list[JobTrace]:
+        """Run ``jobs`` in batches of at most max_batch_size; one trace per job, in order.
+
+        ``on_token(i, token)``, when given, is called in this thread as each output token of
+        ``jobs[i]`` is sampled (streaming); it must be quick and must not raise.
+        """
         for job in jobs:
             process_job_admission(job, self.manifest)
         traces = []
         kernels = exact_kernels(self.model) if self.exact else contextlib.nullcontext()
         with self._threads(), kernels, self._hooks(), torch.inference_mode():
             for start in range(0, len(jobs), self.max_batch_size):
-                traces.extend(self._run_batch([self.transform_job(job) for job in jobs[start : start + self.max_batch_size]]))
+                self._on_token = None if on_token is None else (lambda slot, token, start=start: on_token(start + slot, token))
+                try:
+                    traces.extend(self._run_batch([self.transform_job(job) for job in jobs[start : start + self.max_batch_size]]))
+                finally:
+                    self._on_token = None
         return traces
 
     # --- the loop -----------------------------------------------------------------------
@@ -288,6 +297,8 @@ class TorchEngine:
                 row.output_flags.append(self._compute_flags(next_gap, gaps))
         for row, token in zip(rows, tokens):
             row.outputs.append(token)
+            if self._on_token is not None:
+                self._on_token(row.slot, token)
 
     def _emit_position(self, row: _Row) -> int:
         return row.prompt_len - 1 + len(row.outputs)

@@ -1,0 +1,96 @@
+"""Why a node cannot serve: its own on-chain standing, and whether the network can audit its jobs.
+
+A node with the dispatcher role answers every request with 503 `no_workers` until enough
+registered, staked workers declare its model. From the outside that looks like a broken
+node; these reasons say what is missing, in the order an operator fixes them:
+
+- not registered in the Registry (`verillm node register`);
+- deregistered and unbonding;
+- stake below the protocol minimum (`verillm node top-up`), e.g. after a slash;
+- the model it serves not added to the Registry (the deployer's `verillm chain add-model`),
+  or not declared by this node (`verillm node models`);
+- too few active workers for a committee (a job needs a worker plus `committeeSize`).
+
+`compute_serving_reasons` is pure; `read_serving_state` reads the chain (blocking, through
+`verillm.chain.protocol.Protocol`); `ReadinessMonitor` caches the reasons for /healthz and
+the dispatcher's `no_workers` message. `verillm node status` prints the same reasons.
+"""
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from web3 import Web3
+
+from verillm.chain.errors import TransactionReverted
+
+
+@dataclass(frozen=True)
+class ServingState:
+    """What the chain says about one node and one model."""
+
+    address: str
+    registered: bool
+    active: bool
+    stake_wei: int
+    unbonding_end_block: int
+    models: tuple[bytes, ...]
+    model_id: bytes
+    model_added: bool
+    active_workers: int
+    min_stake_wei: int
+    committee_size: int
+
+
+def read_serving_state(protocol, address: str, model_id: bytes) -> ServingState:
+    """Read a node's registration and the model's workers from the contracts (blocking)."""
+    node = protocol.get_node(Web3.to_checksum_address(address))
+    workers, _ = protocol.get_model_nodes(model_id)
+    try:
+        model_added = bool(protocol.registry.call("getModelConfig", model_id)[0])
+    except TransactionReverted as exc:  # the view reverts UnknownModel for a model never added
+        if exc.error != "UnknownModel":
+            raise
+        model_added = False
+    return ServingState(Web3.to_checksum_address(address), node["registered"], node["active"], node["stake_wei"],
+                        node["unbonding_end_block"], tuple(node["models"]), model_id, model_added, len(workers),
+                        protocol.params["minStakeWei"], protocol.params["committeeSize"])
+
+
+def compute_serving_reasons(state: ServingState) -> list[str]:
+    """Return why this node cannot serve (its own standing first, then the network's); [] when it can."""
+    model, reasons = "0x" + state.model_id.hex(), []
+    if not state.registered:
+        reasons.append(f"this node ({state.address}) is not registered in the Registry: run `verillm node register`")
+    elif state.unbonding_end_block:
+        reasons.append(f"this node deregistered and is unbonding until block {state.unbonding_end_block}; it takes no new jobs")
+    elif state.stake_wei < state.min_stake_wei:
+        reasons.append(f"this node's stake {state.stake_wei / 1e18:g} ETH is below the minimum {state.min_stake_wei / 1e18:g} ETH "
+                       "(slashed?): run `verillm node top-up`")
+    if not state.model_added:
+        reasons.append(f"model {model} is not added to the Registry: the deployment's owner runs `verillm chain add-model`")
+    elif state.registered and not state.unbonding_end_block and state.model_id not in state.models:
+        reasons.append(f"this node does not declare model {model}: run `verillm node models --model-id {model}`")
+    needed = state.committee_size + 1
+    if state.active_workers < needed:
+        reasons.append(f"{state.active_workers} active workers serve model {model}; an audited job needs {needed} "
+                       f"(a worker and a committee of {state.committee_size})")
+    return reasons
+
+
+class ReadinessMonitor:
+    """The reasons of one node for its served model, read at most every ``refresh_s``."""
+
+    def __init__(self, chainio, address: bytes, model_id: bytes, refresh_s: float = 5.0):
+        self.chainio, self.address, self.model_id, self.refresh_s = chainio, "0x" + address.hex(), model_id, refresh_s
+        self.reasons: list[str] | None = None
+        self.read_at = 0.0
+        self._lock = asyncio.Lock()
+
+    async def get_reasons(self) -> list[str]:
+        """Return the current reasons (re-read from the chain when older than ``refresh_s``)."""
+        async with self._lock:
+            if self.reasons is None or time.monotonic() - self.read_at >= self.refresh_s:
+                state = await self.chainio.read(read_serving_state, self.chainio.protocol, self.address, self.model_id)
+                self.reasons, self.read_at = compute_serving_reasons(state), time.monotonic()
+        return self.reasons

@@ -1,0 +1,43 @@
+"""`verillm audit chain` reports every audit's state: settled, abandoned (with who was slashed), open."""
+
+from click.testing import CliRunner
+
+from verillm.chain import protocol as chain_protocol
+from verillm.verifier.chain_audit import ChainAuditor
+from verillm.verifier.cli import audit
+from verillm.verifier.report import format_chain_audit
+
+from contract_scenario import PRESET
+
+
+def _abandon(world):
+    run = world.start(world.make_worker(world.nodes[0]), dispatcher=world.nodes[1])
+    first = world.committee(run)[0]  # one member posts: the others are replaced once, then it is abandoned
+    world.protocol.post_committee_receipt(world.outsider, run.audit_id, 0, world.make_member(first).receipt)
+    world.chain.mine(PRESET.COMMIT_WINDOW_BLOCKS + 1)
+    world.protocol.replace_missing(world.outsider, run.audit_id)
+    world.chain.mine(PRESET.COMMIT_WINDOW_BLOCKS + 1)
+    world.protocol.replace_missing(world.outsider, run.audit_id)  # MINIMAL redraws once, then abandons
+    return run
+
+
+def test_an_abandoned_audit_is_reported_with_its_slash_and_an_open_one_with_its_phase(world, tmp_path):
+    abandoned = _abandon(world)
+    open_run = world.start(world.make_worker(world.nodes[2], nonce=5), dispatcher=world.nodes[3])
+    auditor = ChainAuditor(world.chain, world.protocol.deployment)
+    findings = auditor.run()
+    dispatcher = world.nodes[1].address
+    state = auditor.states[abandoned.audit_id]
+    assert state.startswith("abandoned in round 0") and dispatcher in state and "abandoned audit" in state
+    assert auditor.states[open_run.audit_id] == "open: committing in round 0"
+    mine = [f for f in findings if f.subject == f"audit {abandoned.audit_id}" and "abandoned" in f.detail]
+    assert [f.severity for f in mine] == ["ok"]
+    assert not any("not settled yet" in f.detail for f in findings if f.subject == f"audit {abandoned.audit_id}")
+    report = format_chain_audit([], auditor.summary(), auditor.states)
+    assert f"audit {abandoned.audit_id}: abandoned in round 0; slashed {dispatcher}" in report
+    path = tmp_path / "addresses.json"
+    world.protocol.deployment.save(path)
+    result = CliRunner().invoke(audit, ["chain", "--rpc-url", world.chain.url, "--addresses", str(path)])
+    assert f"audit {abandoned.audit_id}: abandoned in round 0" in result.output, result.output
+    assert f"audit {open_run.audit_id}: open: committing" in result.output
+    assert chain_protocol.PHASE_NAMES[world.protocol.get_audit(abandoned.audit_id).phase] == "abandoned"

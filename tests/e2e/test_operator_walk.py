@@ -1,0 +1,101 @@
+"""A new operator's walk with the `verillm` commands, on a chain the test starts separately (an
+anvil process standing in for a public testnet): deploy (the network's owner), a fresh node
+key funded from a faucet, the node daemon with its dispatcher role, add-model (owner), then
+the operator's register → status → stake → models → unbond → withdraw. The node's own
+/healthz and its 503 say why it cannot serve at every step.
+
+The audit part of the walk (a job a separate dispatcher audits) is `test_operator_walk_slow.py`.
+"""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from web3 import Web3
+
+from verillm.chain import RpcChain
+from verillm.chain.anvil import AnvilProcess
+from verillm.chain.backends import compute_anvil_accounts
+from verillm.cli import cli
+from verillm.client import Client
+from verillm.errors import InvalidInput, QueueFull
+from verillm.node.dispatcher.localnet import get_json
+from verillm.node.engines import ServedModel
+from verillm.node.testing import ThreadedNode, make_local_config
+
+pytestmark = pytest.mark.usefixtures("anvil_installed")
+
+
+def run(*args) -> str:
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=True)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture
+def walk(tmp_path, tiny_engine):
+    with AnvilProcess() as anvil:
+        chain = RpcChain(anvil.url)
+        owner_key = "0x" + bytes(compute_anvil_accounts(1)[0].key).hex()
+        book = tmp_path / "addresses.json"
+        run("chain", "deploy", "--rpc-url", anvil.url, "--preset", "minimal", "--key", owner_key, "--out", book)
+        addresses = json.loads(book.read_text())["addresses"]
+        key_file = tmp_path / "node-key.json"
+        address = Web3.to_checksum_address(run("keys", "new", "--out", key_file).split()[0])
+        chain.transfer(chain.dev_accounts[1], address, 2 * 10**18)  # the testnet faucet
+        config = make_local_config(
+            tmp_path / "node",
+            identity={"key_file": key_file},
+            chain={"rpc_url": anvil.url, "chain_id": chain.chain_id, "jobs_address": addresses["Jobs"], "registry_address": addresses["Registry"]},
+            dispatcher={"enabled": "true", "deployment_file": book, "registry_refresh_s": 0.2},
+        )
+        node = ThreadedNode(config, ServedModel("tiny", tiny_engine, tiny_engine.tokenizer))
+        try:
+            yield {"anvil": anvil, "chain": chain, "owner_key": owner_key, "book": book, "key_file": key_file,
+                   "address": address, "node": node}
+        finally:
+            node.stop()
+
+
+def serving_reasons(node) -> list[str]:
+    import urllib.error
+    try:
+        return get_json(f"{node.url}/healthz")["serving"]["reasons"]
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(exc.read()) from None
+
+
+def test_register_stake_models_status_unbond_withdraw(walk):
+    node, chain, address = walk["node"], walk["chain"], walk["address"]
+    operator = ["--rpc-url", walk["anvil"].url, "--addresses", walk["book"], "--key-file", walk["key_file"]]
+    reasons = serving_reasons(node)
+    assert any("not registered" in r for r in reasons) and any("not added to the Registry" in r for r in reasons), reasons
+    with pytest.raises(QueueFull, match="not registered"):  # the 503 says why
+        Client(node.url).complete("Hello", max_tokens=2, temperature=0)
+    assert "cannot serve" in run("node", "status", *operator)
+
+    run("chain", "add-model", "--rpc-url", walk["anvil"].url, "--addresses", walk["book"], "--key", walk["owner_key"], "--node", node.url)
+    out = run("node", "register", *operator, "--endpoint", node.url, "--stake", "0.05")
+    assert f"registered {address}: stake 0.05 ETH" in out
+    status = json.loads(run("node", "status", *operator, "--node", node.url, "--json"))
+    assert status["registered"] and status["active"] and status["stake_wei"] == 5 * 10**16
+    assert status["reasons"] == ["1 active workers serve model " + status["models"][0] + "; an audited job needs 4 (a worker and a committee of 3)"]
+    assert serving_reasons(node) == status["reasons"]
+
+    assert "stake now 0.15 ETH" in run("node", "stake", *operator, "--amount", "0.1")
+    assert "stake now 0.2 ETH" in run("node", "top-up", *operator, "--amount", "0.05")
+    model_id = status["models"][0]
+    assert f"declares {model_id}" in run("node", "models", *operator, "--model-id", model_id)
+
+    assert "deregistered: withdraw from block" in run("node", "unbond", *operator)
+    reasons = serving_reasons(node)
+    assert any("unbonding until block" in r for r in reasons), reasons
+    with pytest.raises(InvalidInput, match="still unbonding"):
+        run("node", "withdraw", *operator)
+    before = chain.get_balance(address)
+    chain.mine(101)  # MINIMAL: 100 unbonding blocks
+    assert "withdrew 0.2 ETH" in run("node", "withdraw", *operator)
+    assert chain.get_balance(address) > before + 19 * 10**16  # the stake, less the gas
+    assert any("not registered" in r for r in serving_reasons(node))
