@@ -129,10 +129,13 @@ def _round(ctx, out, worker, dispatcher, cheated, seed, size, excluded, conteste
     excluded.update(seats)
     out.rounds += 1
     out.seats_drawn += size
-    redraws, missing = 0, []
+    redraws, missing, posted = 0, [], [False] * size
     for attempt in range(ctx.preset.MAX_COMMITTEE_REDRAWS + 1):
         n_adv = sum(bool(pool.adversarial[s]) for s in seats)
-        missing = [i for i, s in enumerate(seats) if not _answers(ctx, s, n_adv, size, dispatcher, contested, rng)]
+        # a seat that posted its receipt stays posted; only new seats decide now
+        for i, s in enumerate(seats):
+            posted[i] = posted[i] or _answers(ctx, s, n_adv, size, dispatcher, contested, rng)
+        missing = [i for i in range(size) if not posted[i]]
         for i in missing:
             out.no_answer_penalised.append(seats[i])
         if not missing or attempt == ctx.preset.MAX_COMMITTEE_REDRAWS:
@@ -238,7 +241,7 @@ def _finish(ctx, out: Outcome, worker, dispatcher, rounds, cheated, escalator=No
     out.escaped = cheated and worker not in out.slashed_wei
     for node, wei in out.slashed_wei.items():
         if not pool.adversarial[node] and not _lazy(ctx, node) and wei > 0 and node not in out.no_answer_penalised:
-            role = "worker" if node == worker else "dispatcher" if node == dispatcher and out.abandoned else "member"
+            role = "dispatcher" if node == dispatcher and out.abandoned else "worker" if node == worker else "member"
             out.honest_slashed.append((role, node, wei))
     return out
 
