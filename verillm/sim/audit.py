@@ -159,8 +159,8 @@ def _answers(ctx, seat, n_adv, size, dispatcher, contested, rng) -> bool:
         if beh.refuse:
             return False
         return not (beh.withhold and contested and 2 * n_adv <= size)
-    if beh.starve and contested and ctx.rules.dispatcher_feeds_seats and pool.adversarial[dispatcher]:
-        return False
+    if beh.starve and contested and ctx.rules.dispatcher_feeds_seats and pool.adversarial[dispatcher] and 2 * n_adv <= size:
+        return False  # starved while the adversary lacks a majority; fed once it has one
     return not (ctx.offline and rng.random() < ctx.offline)
 
 

@@ -66,10 +66,10 @@ class CellResult:
 
 def run_cell(preset: Preset, rules: RuleSet, adversary_share: float, behaviour: Behaviour, audits: int, nodes: int = 1000,
              cheated: bool = True, worker_adversarial: bool = True, dispatcher_adversarial: bool = False,
-             d: float = 1.0, mu: float = 0.0, offline: float = 0.0, seed: int = 0) -> CellResult:
-    """Run ``audits`` independent audits of one job and count the outcomes."""
+             d: float = 1.0, mu: float = 0.0, offline: float = 0.0, seed: int = 0, pool: Pool | None = None) -> CellResult:
+    """Run ``audits`` independent audits of one job and count the outcomes (over ``pool`` when given)."""
     rng = np.random.default_rng(seed)
-    pool = make_pool(nodes, adversary_share, preset.MIN_STAKE_WEI, rng)
+    pool = pool or make_pool(nodes, adversary_share, preset.MIN_STAKE_WEI, rng)
     honest = np.flatnonzero(~pool.adversarial)
     adv = np.flatnonzero(pool.adversarial)
     ctx = AuditContext(preset, rules, pool, behaviour, d, mu, offline)

@@ -26,6 +26,9 @@ class Pool:
     adversarial: np.ndarray
     """bool: the node belongs to the adversary."""
     unit_wei: int = GWEI
+    trace: list | None = None
+    """When a list: every draw is recorded as (seed, attempt, size, weights in wei, chosen), so a
+    test can replay the simulator's draws through the contract's `computeCommittee`."""
 
     def __post_init__(self):
         if self.stake_units.dtype != np.int64 or len(self.stake_units) != len(self.adversarial):
@@ -54,4 +57,9 @@ def draw_committee(pool: Pool, seed: bytes, attempt: int, size: int, excluded, w
         picked = int(np.searchsorted(cum, r_units, side="right"))
         chosen.append(picked)
         w[picked] = 0
+    if pool.trace is not None:
+        start = (pool.stake_units if weights is None else weights).copy()
+        if len(excluded):
+            start[np.fromiter(excluded, dtype=np.int64)] = 0
+        pool.trace.append((seed, attempt, size, [int(x) * pool.unit_wei for x in start], tuple(chosen)))
     return chosen
