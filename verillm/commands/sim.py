@@ -46,10 +46,12 @@ def sim():
 @click.option("--self-dispatch", type=float, default=1.0, show_default=True)
 @click.option("--no-block-gas-limit", is_flag=True, help="let startAudit exceed 30M gas (a cheaper sortition)")
 @click.option("--gas-json", multiple=True, type=click.Path(exists=True, dir_okay=False), help="`verillm bench gas --json` reports")
+@click.option("--set", "preset_sets", multiple=True, help="PARAM=INT: override a preset parameter (e.g. SLASH_REWARD_BPS=0)")
+@click.option("--rule", "rule_sets", multiple=True, help="FLAG=VALUE: override a rule flag (e.g. omission_possible=false)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def run(preset, rules_name, workers, stake, adversary_share, strategy, attack, dtype, bound, jobs_per_s, hours, block_s, offline,
-        lazy_share, job_cost_eth, saved_fraction, batch_size, self_dispatch, no_block_gas_limit, gas_json, seed, json_path):
+        lazy_share, job_cost_eth, saved_fraction, batch_size, self_dispatch, no_block_gas_limit, gas_json, preset_sets, rule_sets, seed, json_path):
     """Simulate one network for --hours of simulated time."""
     from verillm.sim.engine import Scenario, run_scenario
     from verillm.sim.gas import load_gas_json
@@ -58,7 +60,9 @@ def run(preset, rules_name, workers, stake, adversary_share, strategy, attack, d
                         strategy=strategy, attack=attack, dtype=dtype, detection_bound=bound, jobs_per_s=jobs_per_s,
                         duration_s=hours * 3600, block_s=block_s, offline=offline, lazy_share=lazy_share,
                         job_cost_eth=job_cost_eth, saved_fraction=saved_fraction, batch_size=batch_size,
-                        self_dispatch=self_dispatch, enforce_block_gas_limit=not no_block_gas_limit, seed=seed)
+                        self_dispatch=self_dispatch, enforce_block_gas_limit=not no_block_gas_limit,
+                        preset_overrides=tuple(_assignment(a, int) for a in preset_sets),
+                        rule_overrides=tuple(_assignment(a, _rule_value) for a in rule_sets), seed=seed)
     report = run_scenario(scenario, load_gas_json(gas_json) if gas_json else None, progress=True)
     click.echo(format_table(["metric", "value"], [[k, _fmt(report[k])] for k in RUN_ROWS]))
     write_json(json_path, report)
@@ -75,7 +79,7 @@ def table(preset, hours, workers, jobs_per_s, seed, json_path):
     """Each strategy × adversary share (10, 33, 49%) × rule set: cheater EV, honest losses, detection latency."""
     from verillm.sim.tables import strategy_table
 
-    cols = ["rules", "strategy", "q", "adversary_profit_per_identity_eth", "p_audited_cheat_escapes", "honest_slashed_events",
+    cols = ["rules", "strategy", "q", "adversary_profit_per_identity_eth", "excess_per_identity_eth", "p_audited_cheat_escapes", "honest_slashed_events",
             "honest_slashed_eth", "detection_median_s"]
     click.echo("  ".join(cols), err=True)
     rows = strategy_table(preset, hours, workers, jobs_per_s, seed,
@@ -136,6 +140,25 @@ def plots(out_dir, cells_json, hours):
     rows = json.loads(Path(cells_json).read_text())["cheat"] if cells_json else cheat_cells(2000, 1000)
     plot_detection(rows, Path(out_dir) / "sim-detection.png")
     click.echo(f"wrote {out_dir}/sim-profit.png, sim-detection.png, sim-locked.png")
+
+
+def _assignment(text: str, convert) -> tuple:
+    from verillm.errors import ConfigError
+
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise ConfigError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        return name.strip(), convert(value.strip())
+    except ValueError as exc:
+        raise ConfigError(f"bad value in {text!r}: {exc}") from exc
+
+
+def _rule_value(text: str):
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    return int(text)
 
 
 def _fmt(value):

@@ -157,7 +157,7 @@ def _answers(ctx, seat, n_adv, size, dispatcher, contested, rng) -> bool:
     pool, beh = ctx.pool, ctx.behaviour
     if pool.adversarial[seat]:
         if beh.refuse:
-            return False
+            return bool(pool.adversarial[dispatcher])  # refuse only audits an honest dispatcher answers for
         return not (beh.withhold and contested and 2 * n_adv <= size)
     if beh.starve and contested and ctx.rules.dispatcher_feeds_seats and pool.adversarial[dispatcher] and 2 * n_adv <= size:
         return False  # starved while the adversary lacks a majority; fed once it has one

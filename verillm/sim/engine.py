@@ -57,6 +57,10 @@ class Scenario:
     self_dispatch: float = 1.0
     """Share of jobs a worker's own node dispatches (the node default runs every job itself)."""
     enforce_block_gas_limit: bool = True
+    preset_overrides: tuple = ()
+    """(name, value) pairs replacing preset parameters, e.g. (("SLASH_REWARD_BPS", 0),)."""
+    rule_overrides: tuple = ()
+    """(name, value) pairs replacing rule flags, e.g. (("omission_possible", False),)."""
     seed: int = 0
 
     def validate(self) -> None:
@@ -98,7 +102,9 @@ class Simulation:
     def __init__(self, scenario: Scenario, gas: GasModel | None = None, progress: bool = False):
         scenario.validate()
         self.s, self.progress = scenario, progress
-        self.preset, self.rules, self.strategy = get_preset(scenario.preset), get_rules(scenario.rules), get_strategy(scenario.strategy)
+        self.preset = get_preset(scenario.preset).replace(**dict(scenario.preset_overrides))
+        self.rules = _with_rule_overrides(get_rules(scenario.rules), scenario.rule_overrides)
+        self.strategy = get_strategy(scenario.strategy)
         det = load_detection(dtype=scenario.dtype)
         self.d, self.mu = det.d(scenario.attack, scenario.detection_bound), det.mu(scenario.detection_bound)
         self.gas_model = gas or GasModel()
@@ -262,6 +268,13 @@ class Simulation:
 
     def _summary(self, wall_s: float) -> dict:
         return summarize(self, wall_s)
+
+
+def _with_rule_overrides(rules, overrides):
+    unknown = {name for name, _ in overrides} - set(asdict(rules))
+    if unknown:
+        raise ConfigError(f"unknown rule flags: {sorted(unknown)}")
+    return rules.with_changes(**dict(overrides), name=rules.name + "".join(f"+{k}={v}" for k, v in overrides)) if overrides else rules
 
 
 def run_scenario(scenario: Scenario, gas: GasModel | None = None, progress: bool = False) -> dict:

@@ -21,12 +21,16 @@ def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, s
     """Each strategy × adversary share × rule set, one engine run each."""
     rows = []
     for rules_name in rules:
-        for strategy in strategies:
-            for q in shares:
+        for q in shares:
+            baseline = None
+            for strategy in ("honest",) + tuple(strategies):
                 sc = Scenario(preset=preset, rules=rules_name, strategy=strategy, adversary_share=q, workers=workers,
                               jobs_per_s=jobs_per_s, duration_s=hours * 3600, seed=seed, **overrides)
-                r = run_scenario(sc)
-                rows.append(table_row(r))
+                row = table_row(run_scenario(sc))
+                baseline = row["adversary_profit_per_identity_eth"] if baseline is None else baseline
+                # what the strategy earns beyond playing honest with the same identities
+                row["excess_per_identity_eth"] = row["adversary_profit_per_identity_eth"] - baseline
+                rows.append(row)
                 if progress:
                     progress(rows[-1])
     return rows
