@@ -50,16 +50,16 @@ def registry():
         yield Protocol.deploy(chain, MINIMAL, chain.dev_accounts[0]).registry
 
 
-@pytest.mark.parametrize("rules", [FIRST_LANDING, ISSUE9], ids=lambda r: r.name)
-def test_simulated_audits_draw_the_contracts_committees(registry, rules):
-    """A few hundred simulated audits (redraws and escalations included): every committee the
-    simulator drew is what the Registry's `computeCommittee` returns for the same inputs."""
+def test_simulated_audits_draw_the_contracts_committees(registry):
+    """150 simulated audits (75 per rule set, redraws, fresh draws and escalations included): every
+    committee the simulator drew is what the Registry's `computeCommittee` returns for the same inputs."""
     rng = np.random.default_rng(7)
     pool = make_pool(40, 0.3, MAINNET.MIN_STAKE_WEI, rng)
     pool.stake_units += rng.integers(0, 10**6, pool.size)  # unequal stakes
     pool.trace = []
-    run_cell(MAINNET, rules, 0.3, Behaviour(collude=True, withhold=True), 150, dispatcher_adversarial=True, pool=pool)
-    assert len(pool.trace) >= 200, len(pool.trace)
+    for rules in (FIRST_LANDING, ISSUE9):
+        run_cell(MAINNET, rules, 0.3, Behaviour(collude=True, withhold=True), 75, dispatcher_adversarial=True, pool=pool)
+    assert len(pool.trace) >= 180, len(pool.trace)
     addresses = [f"0x{i + 1:040x}" for i in range(pool.size)]
     checksummed = [registry.chain.w3.to_checksum_address(a) for a in addresses]
     for seed, attempt, size, weights, chosen in pool.trace:
