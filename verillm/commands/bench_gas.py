@@ -27,10 +27,19 @@ MODEL_ID = keccak256(b"verillm gas bench model")
 NODES = 11  # a worker, a committee of 3 and a fresh escalation committee of up to 7
 
 
+def _index_bytes(i: int) -> bytes:
+    """One byte below 256 (the historical keys, so figures at 11 nodes are unchanged), 4 above."""
+    return bytes([i]) if i < 256 else i.to_bytes(4, "big")
+
+
+def _vrf_seed(i: int) -> bytes:
+    return bytes([i + 1]) * 32 if i + 1 < 256 else keccak256(b"gas bench vrf" + i.to_bytes(4, "big"))
+
+
 class GasRun:
     """One deployment and the parties of one audit."""
 
-    def __init__(self, chain, preset, layers: tuple[int, ...], prompt: int, output: int):
+    def __init__(self, chain, preset, layers: tuple[int, ...], prompt: int, output: int, nodes: int = NODES):
         self.chain, self.preset, self.layers, self.prompt, self.output = chain, preset, layers, prompt, output
         self.owner = chain.dev_accounts[0]
         self.protocol = Protocol.deploy(chain, preset, self.owner)
@@ -38,13 +47,13 @@ class GasRun:
         self.protocol.add_model(self.owner, model)
         self.domain = SigningDomain(chain.chain_id, bytes.fromhex(self.protocol.jobs.address[2:]))
         self.nodes = []
-        for i in range(NODES):
+        for i in range(nodes):
             account = chain.dev_accounts[1 + i] if i < 9 else self._funded(i)
-            self.nodes.append((account, vrf.derive_secret_key(bytes([i + 1]) * 32)))
+            self.nodes.append((account, vrf.derive_secret_key(_vrf_seed(i))))
         self.gas = {}
 
     def _funded(self, i: int):
-        account = Account.from_key(keccak256(b"gas bench node" + bytes([i])))
+        account = Account.from_key(keccak256(b"gas bench node" + _index_bytes(i)))
         self.chain.transfer(self.owner, account.address, 10 * self.preset.MIN_STAKE_WEI)
         return account
 
@@ -60,7 +69,7 @@ class GasRun:
                          np.full(positions, FLAG_NEXT_WITHIN_MARGIN, dtype=np.uint8))
         commitment = compute_commitment(trace, self.layers)
         account = self.nodes[index][0]
-        receipt = Receipt(keccak256(b"job" + bytes([index])), MODEL_ID, b"\x01" * 32, b"\x02" * 32, SamplingParams(), max_new,
+        receipt = Receipt(keccak256(b"job" + _index_bytes(index)), MODEL_ID, b"\x01" * 32, b"\x02" * 32, SamplingParams(), max_new,
                           commitment.root, positions, bytes.fromhex(account.address[2:]), b"\x00" * 65)
         return trace, commitment, sign_receipt(receipt, account.key, self.domain)
 
@@ -88,11 +97,11 @@ def _cells(run: GasRun, audit_id: int, positions: int):
     return compute_opened_cells(challenge, positions)
 
 
-def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, layers: tuple[int, ...]) -> dict:
+def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, layers: tuple[int, ...], nodes: int = NODES) -> dict:
     """Walk a batch and an audit with a dispute on a fresh anvil; return gas per step."""
     preset = get_preset(preset_name)
     with AnvilProcess() as anvil:
-        run = GasRun(RpcChain(anvil.url), preset, layers, prompt, output)
+        run = GasRun(RpcChain(anvil.url), preset, layers, prompt, output, nodes)
         run.register_all()
         w_trace, w_commit, w_receipt = run.party(0, prompt + output - 1, output, 0)
         batch, gas = _measure_batch(run, batch_size, w_receipt)
@@ -145,7 +154,7 @@ def _report(run: GasRun, preset, batch_size: int, prompt: int, output: int, cell
         "contest": g["contest"], "answer_contest": g["answer_contest"], "escalate": g["escalate"],
         "draw_escalation": g["draw_escalation"], "audited_path_total": audited,
         "preset": preset.name, "committee_size": preset.COMMITTEE_SIZE, "prompt_tokens": prompt, "output_tokens": output,
-        "committed_layers": len(run.layers), "fingerprint_dims": preset.FINGERPRINT_DIMS, "worker_opened_cells": cells,
+        "nodes": len(run.nodes), "committed_layers": len(run.layers), "fingerprint_dims": preset.FINGERPRINT_DIMS, "worker_opened_cells": cells,
     }
 
 
@@ -155,9 +164,10 @@ def _report(run: GasRun, preset, batch_size: int, prompt: int, output: int, cell
 @click.option("--prompt-tokens", type=int, default=64, show_default=True)
 @click.option("--output-tokens", type=int, default=64, show_default=True)
 @click.option("--layers", default="1,4,10,16,22,28,30", show_default=True, help="Committed layers (SmolLM2's set by default).")
+@click.option("--nodes", type=click.IntRange(min=NODES), default=NODES, show_default=True, help="Registered nodes serving the model (sortition gas grows with it).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def gas(preset_name, batch_size, prompt_tokens, output_tokens, layers, json_path):
+def gas(preset_name, batch_size, prompt_tokens, output_tokens, layers, nodes, json_path):
     """Gas of every protocol step on anvil, and the amortized cost per job."""
-    report = measure_gas(preset_name, batch_size, prompt_tokens, output_tokens, tuple(int(x) for x in layers.split(",")))
+    report = measure_gas(preset_name, batch_size, prompt_tokens, output_tokens, tuple(int(x) for x in layers.split(",")), nodes)
     click.echo(format_table(["step", "gas"], [[k, v] for k, v in report.items()]))
     write_json(json_path, report)

@@ -1,0 +1,284 @@
+"""One audit under a rule set: committee draws (spec sortition), redraws, votes, escalation and
+settlement (spec `compute_settlement`), with the engines replaced by measured rates.
+
+An honest member that serves the verification job votes DISAGREE on a cheat with probability
+``d`` (the attack's measured per-audit detection) and DISAGREE on an honest job with probability
+``mu`` (the measured false rejection). The adversary's nodes follow a `Behaviour`.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from verillm.spec.audit import compute_escalation_seed
+from verillm.spec.hashing import keccak256
+from verillm.spec.params import Preset
+from verillm.spec.settlement import AGREE, DISAGREE, FAIL, PASS, TIE, AuditRecord, MemberRecord, RoundRecord, compute_majority, compute_settlement, compute_slash, compute_slash_split
+from verillm.sim.rules import BPS, RuleSet
+from verillm.sim.sortition import Pool, draw_committee
+
+BIG_POOL_WEI = 10**30  # the fee pool never caps a payment in audit-level runs
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """What the adversary's nodes do in an audit."""
+
+    collude: bool = False
+    """Adversarial members copy an adversarial worker's trace and vote AGREE."""
+    withhold: bool = False
+    """Adversarial members never answer while they are a minority of the seats (hoping for a redraw)."""
+    refuse: bool = False
+    """Adversarial members never answer at all (grief: abandon audits)."""
+    grief: bool = False
+    """Adversarial members vote DISAGREE on an honest worker."""
+    starve: bool = False
+    """An adversarial dispatcher never sends the job to honest seats, so they are redrawn."""
+    stake_grind: bool = False
+    """Top up an adversarial node 1 unit at a time until the committee is captured (live stakes only)."""
+    grind_max_trials: int = 5000
+
+
+@dataclass(frozen=True)
+class AuditContext:
+    preset: Preset
+    rules: RuleSet
+    pool: Pool
+    behaviour: Behaviour
+    d: float
+    mu: float
+    offline: float = 0.0
+    lazy: np.ndarray | None = None
+    """bool per node: an honest-looking member that votes AGREE without computing."""
+
+
+@dataclass
+class Outcome:
+    cheated: bool
+    verdict: int = 0
+    abandoned: bool = False
+    lapsed_escalation: bool = False
+    escalated: bool = False
+    escaped: bool = False
+    """A cheat that ends without the worker slashed."""
+    rounds: int = 0
+    seats_drawn: int = 0
+    redraws: int = 0
+    grind_trials: int = 0
+    grind_topup_units: int = 0
+    slashed_wei: dict = field(default_factory=dict)
+    credits_wei: dict = field(default_factory=dict)
+    honest_slashed: list = field(default_factory=list)
+    """(role, node, wei) for every slash of a node that followed the protocol."""
+    no_answer_penalised: list = field(default_factory=list)
+
+
+class _Round:
+    def __init__(self, seats, answered, votes, abandoned, redraws, drawn):
+        self.seats, self.answered, self.votes = seats, answered, votes
+        self.abandoned, self.redraws, self.drawn = abandoned, redraws, drawn
+
+
+def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, seed: bytes, rng: np.random.Generator, audit_id: int = 0) -> Outcome:
+    """Simulate one audit of a job served by ``worker`` and batched by ``dispatcher``."""
+    out = Outcome(cheated=cheated)
+    adv = ctx.pool.adversarial
+    favoured = bool(adv[worker]) and (cheated or not ctx.behaviour.grief)  # the adversary wants this job to PASS
+    hostile = (not adv[worker]) and ctx.behaviour.grief  # the adversary wants it to FAIL
+    excluded = {worker}
+    first = _first_round(ctx, out, worker, dispatcher, cheated, seed, excluded, favoured or hostile, rng)
+    if first is None:
+        return _finish(ctx, out, worker, dispatcher, [], cheated)
+    verdict = _majority(first)
+    rounds = [first]
+    escalator = _escalator(ctx, first, verdict, worker, dispatcher, cheated)
+    if escalator is not None:
+        out.escalated = True
+        esc_seed = compute_escalation_seed(audit_id, keccak256(seed + b"escalation"))
+        second = _round_with_fresh(ctx, out, worker, dispatcher, cheated, esc_seed, ctx.preset.ESCALATION_COMMITTEE_SIZE, excluded, favoured or hostile, rng)
+        if second is None:
+            out.lapsed_escalation = True
+        else:
+            rounds.append(second)
+    return _finish(ctx, out, worker, dispatcher, rounds, cheated, escalator)
+
+
+def _first_round(ctx, out, worker, dispatcher, cheated, seed, excluded, contested, rng):
+    seats = ctx.preset.COMMITTEE_SIZE
+    if ctx.behaviour.stake_grind and ctx.rules.live_stake_draw and contested:
+        weights = _grind(ctx, out, seed, seats, excluded)
+    else:
+        weights = None
+    return _round_with_fresh(ctx, out, worker, dispatcher, cheated, seed, seats, excluded, contested, rng, weights)
+
+
+def _round_with_fresh(ctx, out, worker, dispatcher, cheated, seed, size, excluded, contested, rng, weights=None):
+    """A round, plus the fresh committees the rules allow after an abandoned one."""
+    for fresh in range(ctx.rules.fresh_draws_after_abandon + 1):
+        round_seed = seed if fresh == 0 else keccak256(seed + b"fresh" + bytes([fresh]))
+        r = _round(ctx, out, worker, dispatcher, cheated, round_seed, size, excluded, contested, rng, weights if fresh == 0 else None)
+        if not r.abandoned:
+            return r
+        weights = None
+    return None
+
+
+def _round(ctx, out, worker, dispatcher, cheated, seed, size, excluded, contested, rng, weights):
+    pool, rules, beh = ctx.pool, ctx.rules, ctx.behaviour
+    seats = draw_committee(pool, seed, 0, size, excluded, weights)
+    excluded.update(seats)
+    out.rounds += 1
+    out.seats_drawn += size
+    redraws, missing, posted = 0, [], [False] * size
+    for attempt in range(ctx.preset.MAX_COMMITTEE_REDRAWS + 1):
+        n_adv = sum(bool(pool.adversarial[s]) for s in seats)
+        # a seat that posted its receipt stays posted; only new seats decide now
+        for i, s in enumerate(seats):
+            posted[i] = posted[i] or _answers(ctx, s, n_adv, size, dispatcher, contested, rng)
+        missing = [i for i in range(size) if not posted[i]]
+        for i in missing:
+            out.no_answer_penalised.append(seats[i])
+        if not missing or attempt == ctx.preset.MAX_COMMITTEE_REDRAWS:
+            break
+        fresh = draw_committee(pool, seed, attempt + 1, len(missing), excluded)
+        excluded.update(fresh)
+        for i, s in zip(missing, fresh):
+            seats[i] = s
+        redraws += 1
+        out.seats_drawn += len(missing)
+    out.redraws += redraws
+    if missing:
+        return _Round(seats, None, None, True, redraws, out.seats_drawn)
+    votes = [_vote(ctx, s, worker, cheated, rng) for s in seats]
+    return _Round(seats, [True] * size, votes, False, redraws, out.seats_drawn)
+
+
+def _answers(ctx, seat, n_adv, size, dispatcher, contested, rng) -> bool:
+    pool, beh = ctx.pool, ctx.behaviour
+    if pool.adversarial[seat]:
+        if beh.refuse:
+            return bool(pool.adversarial[dispatcher])  # refuse only audits an honest dispatcher answers for
+        return not (beh.withhold and contested and 2 * n_adv <= size)
+    if beh.starve and contested and ctx.rules.dispatcher_feeds_seats and pool.adversarial[dispatcher] and 2 * n_adv <= size:
+        return False  # starved while the adversary lacks a majority; fed once it has one
+    return not (ctx.offline and rng.random() < ctx.offline)
+
+
+def _vote(ctx, seat, worker, cheated, rng) -> int:
+    adv = ctx.pool.adversarial
+    if adv[seat] and adv[worker] and ctx.behaviour.collude:
+        return AGREE
+    if adv[seat] and not adv[worker] and ctx.behaviour.grief:
+        return DISAGREE
+    if ctx.lazy is not None and ctx.lazy[seat]:
+        return AGREE
+    p_disagree = ctx.d if cheated else ctx.mu
+    return DISAGREE if rng.random() < p_disagree else AGREE
+
+
+def _majority(r: _Round) -> int:
+    return compute_majority(RoundRecord(True, tuple(MemberRecord(f"n{s}", vote=v) for s, v in zip(r.seats, r.votes))))
+
+
+def _escalator(ctx, first: _Round, verdict: int, worker: int, dispatcher: int, cheated: bool):
+    """Return who escalates the first round's verdict, or None."""
+    adv = ctx.pool.adversarial
+    if ctx.rules.escalate_any_party_any_verdict:
+        # any honest party whose own data contradict the verdict
+        if verdict == PASS:
+            for s, v in zip(first.seats, first.votes):
+                if v == DISAGREE and not adv[s] and not _lazy(ctx, s):
+                    return s
+        if verdict in (FAIL, TIE) and not cheated and not adv[worker]:
+            return worker
+        return None
+    # the first landing's node code (node/dispatcher/votes.py is_escalation_warranted): the
+    # dispatcher escalates a FAIL or TIE when some member's data agree with the worker's
+    if verdict in (FAIL, TIE) and not adv[dispatcher] and AGREE in first.votes:
+        return dispatcher
+    return None
+
+
+def _lazy(ctx, s) -> bool:
+    return ctx.lazy is not None and bool(ctx.lazy[s])
+
+
+def _grind(ctx, out, seed, size, excluded) -> np.ndarray | None:
+    """Top up the adversary's first node by 1, 2, … units until ≥ size/2 seats are adversarial."""
+    pool = ctx.pool
+    adv_nodes = np.flatnonzero(pool.adversarial)
+    adv_nodes = [n for n in adv_nodes if n not in excluded]
+    if not adv_nodes:
+        return None
+    target = adv_nodes[0]
+    for delta in range(ctx.behaviour.grind_max_trials):
+        weights = pool.stake_units.copy()
+        weights[target] += delta
+        seats = draw_committee(pool, seed, 0, size, excluded, weights)
+        if 2 * sum(bool(pool.adversarial[s]) for s in seats) > size:
+            out.grind_trials, out.grind_topup_units = delta + 1, delta
+            pool.stake_units[target] += delta  # the top-up is real: it stays in the stake table
+            return None
+    out.grind_trials = ctx.behaviour.grind_max_trials
+    return None
+
+
+def _finish(ctx, out: Outcome, worker, dispatcher, rounds, cheated, escalator=None) -> Outcome:
+    pool, preset, rules = ctx.pool, ctx.preset, ctx.rules
+    if not rounds:
+        out.abandoned = True
+        if rules.abandon_slashes_dispatcher:
+            amount = compute_slash(pool.stake_wei(dispatcher), preset)
+            reward, _ = compute_slash_split(amount, preset)
+            _add(out.slashed_wei, dispatcher, amount)
+            # `replaceMissing`'s caller earns the reward: the adversary when it caused the abandonment
+            caller = _first_adversarial(pool) if (ctx.behaviour.refuse or ctx.behaviour.withhold) else None
+            if caller is not None:
+                _add(out.credits_wei, caller, reward)
+    else:
+        _settle(ctx, out, worker, rounds, escalator)
+    _charge_no_answers(ctx, out)
+    out.escaped = cheated and worker not in out.slashed_wei
+    for node, wei in out.slashed_wei.items():
+        if not pool.adversarial[node] and not _lazy(ctx, node) and wei > 0 and node not in out.no_answer_penalised:
+            role = "dispatcher" if node == dispatcher and out.abandoned else "worker" if node == worker else "member"
+            out.honest_slashed.append((role, node, wei))
+    return out
+
+
+def _settle(ctx, out, worker, rounds, escalator):
+    pool, preset, rules = ctx.pool, ctx.preset, ctx.rules
+    records = tuple(RoundRecord(True, tuple(MemberRecord(f"n{s}", vote=v) for s, v in zip(r.seats, r.votes))) for r in rounds)
+    bond = preset.DISPUTE_BOND_WEI if escalator is not None else 0
+    audit = AuditRecord(f"n{worker}", records, escalator=f"n{escalator}" if escalator is not None else None, escalation_bond_wei=bond)
+    # A member's exposure is the penalty the rules set for a minority vote: the spec slashes
+    # SLASH_FRACTION_BPS of the stake it is given, so a graduated penalty is the spec's
+    # arithmetic over the stake times minority_penalty_bps.
+    stakes = {f"n{s}": pool.stake_wei(s) * rules.minority_penalty_bps // BPS for r in rounds for s in r.seats}
+    stakes[f"n{worker}"] = pool.stake_wei(worker)
+    settlement = compute_settlement(audit, stakes, BIG_POOL_WEI, preset)
+    out.verdict = settlement.verdict
+    for name, wei in settlement.slashed_wei.items():
+        _add(out.slashed_wei, int(name[1:]), wei)
+    for name, wei in settlement.credits_wei.items():
+        _add(out.credits_wei, int(name[1:]), wei)
+    if escalator is not None:
+        _add(out.credits_wei, escalator, -bond)  # the bond was paid when escalating
+
+
+def _charge_no_answers(ctx, out):
+    if ctx.rules.no_answer_penalty_bps == 0:
+        out.no_answer_penalised = []
+        return
+    for node in set(out.no_answer_penalised):
+        _add(out.slashed_wei, node, ctx.pool.stake_wei(node) * ctx.rules.no_answer_penalty_bps // BPS)
+    out.no_answer_penalised = sorted(set(out.no_answer_penalised))
+
+
+def _first_adversarial(pool: Pool):
+    idx = np.flatnonzero(pool.adversarial)
+    return int(idx[0]) if len(idx) else None
+
+
+def _add(d: dict, key, value: int) -> None:
+    d[key] = d.get(key, 0) + value

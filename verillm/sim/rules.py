@@ -1,0 +1,85 @@
+"""The on-chain rule set the simulator enforces, as an explicit, switchable policy.
+
+`FIRST_LANDING` is the contracts of the first landing (main before issue 9): what
+docs/protocol.md §12 describes and ../shared/notes/economics-check.md measured.
+`ISSUE9` is the rule set after the on-chain soundness issue (issue 9); each flag's docstring
+says which rule of that issue it stands for. Both drive the same audit and settlement code,
+so before/after curves come from one code base.
+"""
+
+from dataclasses import dataclass, replace
+
+from verillm.errors import ConfigError
+
+BPS = 10_000
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    name: str
+    live_stake_draw: bool
+    """Committees are drawn from the live stake table after the seed is public: a 1-wei
+    `topUp` re-rolls the draw (stake grinding). False: draws read a stake snapshot."""
+    escalate_any_party_any_verdict: bool
+    """Any party whose own data contradict the verdict escalates, a PASS included. False:
+    only the dispatcher escalates, and only a FAIL or a TIE."""
+    minority_penalty_bps: int
+    """Share of a member's stake taken for a mere minority vote (10_000 = a full slash)."""
+    abandon_slashes_dispatcher: bool
+    """A first round still missing seats after the redraws slashes the dispatcher (the caller of
+    `replaceMissing` earns the slash reward). False: nobody is slashed, the seats are drawn afresh."""
+    no_answer_penalty_bps: int
+    """Share of stake a drawn member loses for never answering (0: redrawn for free)."""
+    fresh_draws_after_abandon: int
+    """Fresh committees drawn after an abandoned first round before the audit lapses."""
+    dispatcher_feeds_seats: bool
+    """Members receive their job from the dispatcher, so a dispatcher can starve honest seats
+    and have them redrawn (re-rolls). False: non-delivery is provable, starving does not redraw."""
+    omission_possible: bool
+    """A dispatcher can leave a signed receipt out of every batch without consequence."""
+    committee_visible: bool
+    """Members learn from chain events that a job is a verification job before they serve it."""
+    windows_in_seconds: bool
+    """Windows are in seconds (False: in blocks, so their length depends on the block time)."""
+
+    def with_changes(self, **changes) -> "RuleSet":
+        return replace(self, **changes)
+
+
+FIRST_LANDING = RuleSet(
+    name="first-landing",
+    live_stake_draw=True,
+    escalate_any_party_any_verdict=False,
+    minority_penalty_bps=BPS,
+    abandon_slashes_dispatcher=True,
+    no_answer_penalty_bps=0,
+    fresh_draws_after_abandon=0,
+    dispatcher_feeds_seats=True,
+    omission_possible=True,
+    committee_visible=True,
+    windows_in_seconds=False,
+)
+
+# Issue 9's required rules. Refined to what the `onchain` branch has committed: see
+# docs/simulation.md "Which rules" for the commit modelled and each flag's source.
+ISSUE9 = RuleSet(
+    name="issue-9",
+    live_stake_draw=False,
+    escalate_any_party_any_verdict=True,
+    minority_penalty_bps=BPS // 100,
+    abandon_slashes_dispatcher=False,
+    no_answer_penalty_bps=BPS // 100,
+    fresh_draws_after_abandon=1,
+    dispatcher_feeds_seats=False,
+    omission_possible=True,
+    committee_visible=True,
+    windows_in_seconds=True,
+)
+
+RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9)}
+
+
+def get_rules(name: str) -> RuleSet:
+    if name not in RULES:
+        raise ConfigError(f"unknown rule set {name!r}; known: {sorted(RULES)}")
+    return RULES[name]

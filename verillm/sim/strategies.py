@@ -1,0 +1,49 @@
+"""The adversary's strategies: how its workers cheat and how its members and dispatchers act."""
+
+from dataclasses import dataclass
+
+from verillm.errors import ConfigError
+from verillm.sim.audit import Behaviour
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    summary: str
+    cheat_rate: float
+    """Share of its jobs an adversarial worker cheats on (the adaptive one starts here)."""
+    behaviour: Behaviour = Behaviour()
+    omit: bool = False
+    """Cheat only on jobs it can keep out of every batch (its own dispatcher), when the rules allow."""
+    adaptive: bool = False
+
+
+STRATEGIES = {s.name: s for s in (
+    Strategy("honest", "every node follows the protocol", 0.0),
+    Strategy("cheat-always", "cheat on every job, no help from members", 1.0),
+    Strategy("cheat-fraction", "cheat on 10% of jobs", 0.1),
+    Strategy("cheat-unwatched", "cheat only on jobs its own dispatcher never batches", 1.0, omit=True),
+    Strategy("collude", "cheat always; adversarial members copy the trace and vote AGREE", 1.0, Behaviour(collude=True)),
+    Strategy("collude-withhold", "collude, and members never answer while a minority", 1.0, Behaviour(collude=True, withhold=True)),
+    Strategy("dispatcher-reroll", "collude; its dispatcher starves honest seats so they are redrawn", 1.0, Behaviour(collude=True, starve=True)),
+    Strategy("stake-grind", "collude; top up 1 gwei at a time until the committee is its own", 1.0, Behaviour(collude=True, stake_grind=True)),
+    Strategy("grief-refuse", "no cheating; members never answer (audits abandoned)", 0.0, Behaviour(refuse=True)),
+    Strategy("grief-disagree", "no cheating; members vote DISAGREE on honest workers", 0.0, Behaviour(grief=True)),
+    Strategy("adaptive", "collude; cheat rate re-chosen every hour to maximise expected profit", 0.05, Behaviour(collude=True), adaptive=True),
+)}
+
+ADAPTIVE_GRID = (0.0, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+def get_strategy(name: str) -> Strategy:
+    if name not in STRATEGIES:
+        raise ConfigError(f"unknown strategy {name!r}; known: {sorted(STRATEGIES)}")
+    return STRATEGIES[name]
+
+
+def choose_adaptive_rate(jobs_per_hour: float, audit_rate: float, slash_given_audit: float, gain_per_cheat_wei: float, stake_wei: float) -> float:
+    """The cheat rate maximising an identity's expected profit over the next hour:
+    f·J·gain − P(slashed within the hour)·stake, P = 1 − (1 − a·f·p)^J."""
+    def value(f):
+        return f * jobs_per_hour * gain_per_cheat_wei - (1 - (1 - audit_rate * f * slash_given_audit) ** jobs_per_hour) * stake_wei
+    return max(ADAPTIVE_GRID, key=value)
