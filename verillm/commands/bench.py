@@ -69,7 +69,7 @@ def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engi
 @click.option("--jobs", "job_count", type=int, default=None, help="Honest jobs; each is audited under every worker x verifier config (default 64 tiny = 1024 audits, 25 smollm2 = 200).")
 @click.option("--attack-jobs", type=int, default=None, help="Jobs per attack (default 32 tiny, 16 smollm2).")
 @click.option("--max-new-tokens", type=int, default=32, show_default=True)
-@click.option("--attacks", "attack_names", default=None, help="Comma-separated subset of attacks (default: all).")
+@click.option("--attacks", "attack_names", default=None, help="Comma-separated subset of attacks (default: all; 'none': honest audits only).")
 @click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False), default=None, help="Tolerance profile (default: the shipped one).")
 @click.option("--seed", "seed_name", default="detect", show_default=True, help="Names the job set; change it for a fresh, independent sample.")
 @click.option("--mode", type=click.Choice(["exact", "tolerance"]), default=None, help="Verification mode (default: exact for bf16, tolerance for fp32).")
@@ -80,7 +80,7 @@ def detect(model_name, dtype, job_count, attack_jobs, max_new_tokens, attack_nam
 
     dtype = DTYPES[dtype]
     tiny = model_name == "tiny"
-    names = attack_names.split(",") if attack_names else None
+    names = None if not attack_names else [] if attack_names == "none" else attack_names.split(",")
     report = run_detection(
         model_name, dtype, job_count or (64 if tiny else 25), attack_jobs or (32 if tiny else 16),
         max_new_tokens, names, profile_path, seed_name, progress=lambda line: click.echo(line, err=True), mode=mode,
