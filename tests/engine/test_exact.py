@@ -19,7 +19,7 @@ from verillm.errors import ConfigError
 from verillm.spec.job import compute_model_id
 from verillm.spec.policy import REASON_FINGERPRINT, REASON_TOKEN, select_profile
 from verillm.spec.types import SamplingParams
-from verifier.local import Party, check_pair, commit_runs, compute_member_jobs
+from verillm.verifier.local import Party, check_pair, commit_runs, compute_member_jobs
 
 SAMPLED = SamplingParams(temperature_milli=900, top_k=40, seed=11)
 WORKER, MEMBER = Party(b"\x57" * 32), Party(b"\x4d" * 32)
