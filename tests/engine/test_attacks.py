@@ -35,7 +35,7 @@ def _max_delta_per_layer(a, b):
 
 
 def test_registry_is_complete_and_typed():
-    expected = {"int8", "int4", "fp8", "other_model", "lowrank", "one_layer", "kv_int8", "kv_evict", "prompt_edit", "token_substitute", "truncate", "wrong_temperature", "wrong_seed"}
+    expected = {"int8", "int4", "fp8", "other_model", "lowrank", "one_layer", "kv_int8", "kv_fp8", "kv_evict", "speculative", "prompt_edit", "token_substitute", "truncate", "wrong_temperature", "wrong_seed"}
     assert set(ATTACKS) == expected
     assert {spec.category for spec in ATTACKS.values()} == {"fingerprint", "token", "truncation"}
     assert all(spec.name == name and spec.description for name, spec in ATTACKS.items())

@@ -14,6 +14,8 @@ from collections import Counter
 
 from verillm.bench.noise import (
     MEMBER_PARTY,
+    EXACT_VERIFIER_CONFIGS_FULL,
+    EXACT_VERIFIER_CONFIGS_SHORT,
     VERIFIER_CONFIGS_FULL,
     VERIFIER_CONFIGS_SHORT,
     WORKER_PARTY,
@@ -121,11 +123,14 @@ def run_detection(model_name, dtype, job_count, attack_job_count, max_new_tokens
     if seed_name == "calibration":
         raise InvalidInput("the detection benchmark must not reuse the calibration jobs")
     honest_jobs = make_jobs(Workload("honest", job_count, max_new_tokens), model_name, manifest, tokenizer, seed_name)
-    verifiers = VERIFIER_CONFIGS_FULL if model_name == "tiny" else VERIFIER_CONFIGS_SHORT
+    if manifest.kernel_class:
+        verifiers = EXACT_VERIFIER_CONFIGS_FULL if model_name == "tiny" else EXACT_VERIFIER_CONFIGS_SHORT
+    else:
+        verifiers = VERIFIER_CONFIGS_FULL if model_name == "tiny" else VERIFIER_CONFIGS_SHORT
     audits = run_honest_matrix(model, tokenizer, manifest, honest_jobs, profile, MAINNET.CHALLENGE_POSITIONS, verifier_configs=verifiers, progress=progress)
     verifier = build_engine(model, tokenizer, manifest, ATTACK_VERIFIER)
     attacks = {}
-    for name in attack_names or list(ATTACKS):
+    for name in list(ATTACKS) if attack_names is None else attack_names:
         workload = Workload(f"attack-{name}", attack_job_count, max_new_tokens, sampled_only=name in SAMPLED_ONLY_ATTACKS)
         jobs = make_jobs(workload, model_name, manifest, tokenizer, f"{seed_name}-attack-{name}")
         attacks[name] = run_attack(name, model, tokenizer, manifest, jobs, profile, verifier)

@@ -6,6 +6,7 @@ thread counts (1 vs 2), batch sizes with left padding (1, 4, 8), prefill vs deco
 and sampled jobs, and repetition (every worker config's runs are independent).
 """
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,10 +23,12 @@ class EngineConfig:
 
     threads: int
     batch: int
+    attention: str = "sdpa"
 
     @property
     def label(self) -> str:
-        return f"threads={self.threads},batch={self.batch}"
+        suffix = "" if self.attention == "sdpa" else f",attention={self.attention}"
+        return f"threads={self.threads},batch={self.batch}{suffix}"
 
 
 WORKER_CONFIGS = (EngineConfig(threads=2, batch=8), EngineConfig(threads=1, batch=1))
@@ -34,6 +37,10 @@ VERIFIER_CONFIGS_FULL = (
     EngineConfig(1, 8), EngineConfig(2, 8), EngineConfig(2, 2), EngineConfig(1, 2),
 )
 VERIFIER_CONFIGS_SHORT = (EngineConfig(1, 1), EngineConfig(2, 1), EngineConfig(2, 8), EngineConfig(1, 4))
+# Exact mode: the same matrix with half the verifiers on eager attention (the kernel class
+# fixes the attention kernel, so the model's own choice must not matter).
+EXACT_VERIFIER_CONFIGS_FULL = tuple(EngineConfig(c.threads, c.batch, "eager" if i % 2 else "sdpa") for i, c in enumerate(VERIFIER_CONFIGS_FULL))
+EXACT_VERIFIER_CONFIGS_SHORT = tuple(EngineConfig(c.threads, c.batch, "eager" if i % 2 else "sdpa") for i, c in enumerate(VERIFIER_CONFIGS_SHORT))
 
 WORKER_PARTY = Party(b"\x57" * 32)
 MEMBER_PARTY = Party(b"\x4d" * 32)
@@ -46,7 +53,11 @@ def compute_permissive_profile(manifest: ModelManifest) -> ToleranceProfile:
 
 
 def build_engine(model, tokenizer, manifest, config: EngineConfig) -> TorchEngine:
-    """Return an engine over shared weights with ``config``'s threads and batch size."""
+    """Return an engine over shared weights with ``config``'s threads, batch size and attention."""
+    if config.attention != model.config._attn_implementation:
+        # A copy: every attention module reads the config it was built with.
+        model = copy.deepcopy(model)
+        model.config._attn_implementation = config.attention
     return TorchEngine(model, tokenizer, manifest, max_batch_size=config.batch, num_threads=config.threads)
 
 

@@ -161,6 +161,33 @@ class KVInt8Engine(TorchEngine):
         return attention_mask
 
 
+def compute_fp8_kv(states: torch.Tensor, scale: float) -> torch.Tensor:
+    """vLLM's ``--kv-cache-dtype fp8``: x / scale stored as float8_e4m3fn, read back as fp8 · scale."""
+    stored = (states.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return (stored.float() * scale).to(states.dtype)
+
+
+class KVFp8Engine(TorchEngine):
+    """Stores the KV cache as float8_e4m3fn with one scale per tensor, as vLLM's fp8 KV cache does.
+
+    ``scale`` defaults to 1.0, vLLM's k_scale/v_scale when the checkpoint ships no calibrated
+    scales; every entry is quantized right after the pass that wrote it, so later steps read
+    dequantized fp8 values.
+    """
+
+    def __init__(self, *args, scale: float = 1.0, **kw):
+        super().__init__(*args, **kw)
+        self.scale = scale
+
+    def transform_kv(self, cache, attention_mask, num_new):
+        for layer in cache.layers:
+            if layer.get_seq_length() == 0:
+                continue
+            layer.keys[..., -num_new:, :] = compute_fp8_kv(layer.keys[..., -num_new:, :], self.scale)
+            layer.values[..., -num_new:, :] = compute_fp8_kv(layer.values[..., -num_new:, :], self.scale)
+        return attention_mask
+
+
 class KVEvictEngine(TorchEngine):
     """StreamingLLM-style eviction: later steps see only ``sinks`` first tokens + the last ``window``.
 
@@ -247,6 +274,44 @@ class WrongSamplingEngine(TorchEngine):
         return dataclasses.replace(job, sampling=sampling)
 
 
+def build_draft_model(model: nn.Module, keep: int | None = None) -> nn.Module:
+    """Return a draft model: ``model`` cut to its first ``keep`` decoder layers (default half), same head.
+
+    Early-exit self-speculation (LayerSkip style); for the tiny model it is a 2-layer member
+    of the same family. The config keeps the layer count (the skipped layers pass through),
+    so the draft runs in the same engine under the same manifest shape.
+    """
+    draft = copy.deepcopy(model)
+    layers = draft.get_decoder().layers
+    keep = len(layers) // 2 if keep is None else keep
+    for index in range(keep, len(layers)):
+        layers[index] = _SkippedLayer()
+    return draft
+
+
+class SpeculativeEngine(TorchEngine):
+    """Unverified speculative decoding: the draft model's tokens are emitted as the output.
+
+    A real speculative decoder runs the target over the draft tokens and keeps only those the
+    target's sampler accepts; this one skips the accept/reject step. The target still runs
+    over the emitted sequence, so the committed hidden states are the target's own over
+    prompt ‖ output: only the token check can catch it.
+    """
+
+    def __init__(self, model, tokenizer, manifest, keep: int | None = None, **kw):
+        super().__init__(model, tokenizer, manifest, **kw)
+        self.draft = TorchEngine(build_draft_model(model, keep), tokenizer, manifest, max_batch_size=self.max_batch_size, num_threads=self.num_threads, capture=False)
+        self._drafted: dict[Job, tuple[int, ...]] = {}
+
+    def run(self, jobs):
+        self._drafted = {job: trace.output_tokens for job, trace in zip(jobs, self.draft.run(jobs), strict=True)}
+        return super().run(jobs)
+
+    def force_token(self, job, output_index, token, logits):
+        drafted = self._drafted.get(job, ())
+        return drafted[output_index] if output_index < len(drafted) else token
+
+
 def _subclass_builder(engine_class, **fixed):
     def build(model, tokenizer, manifest: ModelManifest, **kw) -> Engine:
         return engine_class(model, tokenizer, manifest, **fixed, **kw)
@@ -267,6 +332,8 @@ ATTACKS: dict[str, AttackSpec] = dict(
         _attack("lowrank", "fingerprint", "every Linear W += rank-4 update with ‖ΔW‖ = 1e-3‖W‖", _weights_builder(_lowrank_transform)),
         _attack("one_layer", "fingerprint", "the middle decoder layer's matrices perturbed by 1e-2 relative noise", build_one_layer),
         _attack("kv_int8", "fingerprint", "KV cache stored as int8 (per token and head)", _subclass_builder(KVInt8Engine)),
+        _attack("kv_fp8", "fingerprint", "KV cache stored as float8_e4m3fn with scale 1.0 (vLLM --kv-cache-dtype fp8)", _subclass_builder(KVFp8Engine)),
+        _attack("speculative", "token", "a draft model's tokens (first half of the layers) emitted without target verification", _subclass_builder(SpeculativeEngine)),
         _attack("kv_evict", "fingerprint", "KV eviction: 4 sink tokens + a sliding window of 16", _subclass_builder(KVEvictEngine)),
         _attack("prompt_edit", "fingerprint", "runs with one prompt token changed, reports the original job", _subclass_builder(PromptEditEngine)),
         _attack("token_substitute", "token", "forces one mid-generation output token to another and continues from it", _subclass_builder(TokenSubstituteEngine)),
