@@ -4,7 +4,7 @@ PY := .venv/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-all test-slow test-vllm contracts check-artifacts bench clean
+.PHONY: install demo test test-all test-slow test-fuzz test-vllm contracts check-artifacts bench clean
 
 .venv/.installed: pyproject.toml contracts/package-lock.json
 	test -x $(PY) || python3 -m venv .venv
@@ -30,6 +30,10 @@ test: install
 
 test-slow: install
 	$(PY) -m pytest -q -m slow
+
+## Every fuzz target at 100,000 hypothesis cases (VERILLM_FUZZ_EXAMPLES overrides; hours on 2 cores).
+test-fuzz: install
+	$(PY) -m pytest -q -m fuzz --hypothesis-show-statistics tests/fuzz
 
 test-all: install
 	$(PY) -m pytest -q -m "not gpu and not vllm"

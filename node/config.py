@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verillm.errors import ConfigError
+from verillm.jsonsafe import compute_json_depth
 from verillm.node.dispatcher.config import DispatcherConfig  # the [dispatcher] section (node/dispatcher/)
 
 ENV_PREFIX = "VERILLM_"
+MAX_CONFIG_DEPTH = 16
+"""Deepest nesting of arrays and inline tables a config file may have (every field is flat)."""
 
 
 @dataclass(frozen=True)
@@ -218,9 +221,17 @@ def _apply(config: NodeConfig, section: str, name: str, raw, where: str) -> Node
 def apply_toml(config: NodeConfig, path: str | Path) -> NodeConfig:
     """Return ``config`` updated from the TOML file at ``path``."""
     try:
-        data = tomllib.loads(Path(path).read_text())
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} cannot be read as UTF-8 text: {exc}") from None
+    # tomllib recurses per nesting level, and py_ecc raises the recursion limit to 100,000:
+    # a deeply nested value would overflow the C stack instead of raising (as JSON did).
+    if compute_json_depth(text, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
+        raise ConfigError(f"config file {path} nests arrays or tables deeper than {MAX_CONFIG_DEPTH} levels")
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     for section, values in data.items():

@@ -122,7 +122,7 @@ def _parse_prompt(value: object) -> str | tuple[int, ...]:
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str | list):
         value = value[0]  # a batch of one prompt
     if isinstance(value, str) and value:
-        return value
+        return _require_text(value, "prompt")
     if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
         return tuple(value)
     raise InvalidInput("prompt: expected one non-empty string or one non-empty list of token ids")
@@ -141,10 +141,19 @@ def _parse_messages(value: object) -> tuple[dict, ...]:
 
 def _parse_content(content: object, index: int) -> str:
     if isinstance(content, str):
-        return content
+        return _require_text(content, f"messages[{index}].content")
     if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
-        return "".join(p["text"] for p in content)
+        return _require_text("".join(p["text"] for p in content), f"messages[{index}].content")
     raise InvalidInput(f"messages[{index}].content: expected text (a string or a list of text parts)")
+
+
+def _require_text(value: str, name: str) -> str:
+    """Return ``value`` if it is text; a lone UTF-16 surrogate (JSON "\\ud800") is not, and no tokenizer takes it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{name}: contains a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text") from None
+    return value
 
 
 def _parse_bool(data: dict, name: str, default: bool) -> bool:

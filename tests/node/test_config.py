@@ -85,3 +85,16 @@ def test_node_config_command_prints_loadable_toml(tmp_path):
     config = load_config(path, environ={})
     assert config.server.port == 8123 and config.engine.dtype == "bfloat16"
     assert compute_config_toml(config).strip() == result.output.strip()
+
+
+def test_a_deeply_nested_config_value_is_a_config_error_not_a_crash(tmp_path):
+    """Found by the config fuzzer: tomllib recursed into RecursionError (a segfault once py_ecc raised the limit)."""
+    import verillm.node.app  # noqa: F401  (imports py_ecc, which raises the recursion limit to 100,000)
+
+    path = tmp_path / "node.toml"
+    path.write_text("[server]\nhost = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match="deeper than 16"):
+        load_config(path, environ={})
+    sections = "".join(f"[{name}]\n" for name in SECTIONS) * 1 + "[auth]\nallowed_senders = [" + ", ".join(['"0x' + "11" * 20 + '"'] * 30) + "]\n"
+    path.write_text(sections.replace("[auth]\n", "", 1))
+    assert len(load_config(path, environ={}).auth.allowed_senders) == 30  # many brackets, shallow: accepted
