@@ -14,6 +14,9 @@ export TRANSFORMERS_OFFLINE := 1
 	# npm install, not npm ci: npm 11 rejects a lock without every platform of anvil's optional
 	# binaries; package.json pins every dependency exactly and the lock is respected, not rewritten.
 	npm install --prefix contracts --no-audit --no-fund --no-save --loglevel=error
+	# The explorer's browser test drives Debian's chromium through Playwright (which never downloads a browser here).
+	command -v chromium >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+	  else echo "warning: chromium missing; as root: apt-get install -y chromium (the explorer test needs it)" >&2; fi; }
 	touch $@
 
 install: .venv/.installed

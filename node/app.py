@@ -20,6 +20,7 @@ from verillm.node.config import NodeConfig
 from verillm.node.dispatch import LocalDispatcher
 from verillm.node.dispatcher.service import network_dispatcher_context, setup_dispatcher_routes
 from verillm.node.engines import ServedModel, build_served_model
+from verillm.node.explorer_views import setup_explorer_routes
 from verillm.node.keys import load_node_key
 from verillm.node.metrics import NodeMetrics
 from verillm.node.middlewares import error_middleware
@@ -44,6 +45,7 @@ def create_app(config: NodeConfig, served: ServedModel | None = None) -> web.App
     app.cleanup_ctx.append(dispatcher_context)
     setup_routes(app)
     setup_dispatcher_routes(app)  # GET /v1/verillm/audits/{job_hash} (node/dispatcher/)
+    setup_explorer_routes(app)  # GET /explorer and its JSON (node/explorer_views.py)
     return app
 
 

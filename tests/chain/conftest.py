@@ -25,7 +25,7 @@ def _anvil_available() -> bool:
 def anvil_binary() -> str:
     """The anvil executable; tests that start their own anvil skip without one."""
     if not _anvil_available():
-        pytest.skip("anvil not installed (npm ci --prefix contracts)")
+        pytest.skip("anvil not installed (make install)")
     return find_anvil_binary()
 
 

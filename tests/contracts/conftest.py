@@ -14,7 +14,7 @@ def contracts_anvil():
     try:
         find_anvil_binary()
     except ConfigError:
-        pytest.skip("anvil not installed (npm ci --prefix contracts)")
+        pytest.skip("anvil not installed (make install)")
     with AnvilProcess() as process:
         yield process
 

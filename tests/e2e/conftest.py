@@ -18,4 +18,4 @@ def anvil_installed():
     try:
         find_anvil_binary()
     except ConfigError:
-        pytest.skip("anvil not installed (npm ci --prefix contracts)")
+        pytest.skip("anvil not installed (make install)")

@@ -15,7 +15,7 @@ def protocol():
     try:
         find_anvil_binary()
     except ConfigError:
-        pytest.skip("anvil not installed (npm ci --prefix contracts)")
+        pytest.skip("anvil not installed (make install)")
     with AnvilProcess() as anvil:
         chain = RpcChain(anvil.url)
         yield Protocol.deploy(chain, MINIMAL, chain.dev_accounts[0])

@@ -4,7 +4,7 @@ Used by the JSON-RPC tests and by the devnet. Binds 127.0.0.1 only, on a free po
 by PID (terminate, then kill). On Linux anvil also gets SIGTERM from the kernel when the
 process that started it dies, even by SIGKILL (PR_SET_PDEATHSIG), so no chain outlives a
 killed devnet or `verillm chain anvil`. The binary is `contracts/node_modules/.bin/anvil` after
-`npm ci --prefix contracts`, or whatever `VERILLM_ANVIL` or `PATH` names.
+`make install` (npm install --prefix contracts), or whatever `VERILLM_ANVIL` or `PATH` names.
 """
 
 import ctypes
@@ -56,7 +56,7 @@ def find_anvil_binary() -> str:
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
-    raise ConfigError("anvil not found: run `npm ci --prefix contracts` or set VERILLM_ANVIL to its path")
+    raise ConfigError("anvil not found: run `make install` (npm install --prefix contracts --no-audit --no-fund --no-save) or set VERILLM_ANVIL to its path")
 
 
 def find_free_port() -> int:

@@ -1,0 +1,115 @@
+"""`verillm devnet --keep` as a developer uses it: the command runs its jobs (tiny model, an int8
+cheater among four honest nodes), leaves the network up and writes network.json; then the
+SDK, `verillm audit chain` and the explorer in a real headless browser (Debian's chromium
+driven by Playwright) are pointed at it. SIGTERM stops it, leaving no process behind."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from verillm.client import Client, verify_receipt
+from verillm.spec.receipt import SigningDomain
+
+pytestmark = pytest.mark.usefixtures("anvil_installed")
+VERILLM = str(Path(sys.executable).parent / "verillm")
+CHROMIUM = os.environ.get("VERILLM_CHROMIUM", "/usr/bin/chromium")
+START_TIMEOUT_S = 420
+
+
+def _processes_in(workdir: Path) -> list[int]:
+    lines = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()[1:]
+    return [int(line.split()[0]) for line in lines if str(workdir) in line]
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("kept") / "devnet"
+    log = (workdir.parent / "devnet.log").open("w")
+    process = subprocess.Popen([VERILLM, "devnet", "--model", "tiny", "--cheater", "int8", "--jobs", "5", "--keep", "--workdir", str(workdir)],
+                               stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    network_file = workdir / "network.json"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not network_file.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail("devnet --keep did not come up:\n" + (workdir.parent / "devnet.log").read_text()[-4000:])
+        time.sleep(1.0)
+    info = json.loads(network_file.read_text())
+    yield {**info, "workdir": workdir, "process": process, "log": workdir.parent / "devnet.log"}
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+    log.close()
+    assert process.returncode == 0, (workdir.parent / "devnet.log").read_text()[-3000:]
+    time.sleep(1.0)
+    assert _processes_in(workdir) == [], "processes left behind"
+
+
+def test_the_devnet_prints_endpoints_keys_and_full_job_hashes_once(kept):
+    text = kept["log"].read_text()
+    assert text.count("the network stays up") == 1 and kept["owner"]["private_key"] in text
+    assert all(node["url"] in text and node["address"] in text for node in kept["nodes"])
+    assert text.count("job hash 0x") == 5 and all(len(line.split("job hash ")[1].strip()) == 66 for line in text.splitlines() if "job hash 0x" in line)
+    assert "starting 5 node processes" in text and "node 4 answers on" in text
+
+
+def test_the_sdk_takes_hex_ids_and_every_status_url_works(kept):
+    client = Client(kept["gateway_url"])
+    model_hex = client.models()[0]["verillm"]["model_id"]
+    assert model_hex == kept["model_id"]
+    domain = SigningDomain(kept["chain_id"], bytes.fromhex(kept["addresses"]["Jobs"][2:]))
+    gateway = kept["nodes"][0]["address"]
+    workers = set()
+    for n in range(2):  # round-robin: at least one of them runs on another worker than the gateway
+        completion = client.complete(f"Hello {n}", max_tokens=3, temperature=0)
+        signer = verify_receipt(completion.receipt, domain, model_id=model_hex, job=completion.job, output_tokens=completion.tokens)
+        workers.add(signer)
+        with urllib.request.urlopen(completion.status_url, timeout=10) as response:  # wherever it ran
+            assert json.load(response)["job_hash"] == completion.job_id
+    assert workers - {gateway}, "both jobs ran on the gateway"
+
+
+def test_audit_chain_reports_every_audit_of_the_kept_network(kept):
+    run = subprocess.run([VERILLM, "audit", "chain", "--rpc-url", kept["rpc_url"], "--addresses", kept["addresses_file"]],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    settled = [line for line in run.stdout.splitlines() if line.strip().startswith("audit ") and "settled:" in line]
+    assert len(settled) >= 5 and any("fail" in line for line in settled) and any("pass" in line for line in settled), run.stdout
+
+
+def test_the_explorer_shows_a_verified_and_a_slashed_job_in_a_real_browser(kept, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} missing: `make install` installs Debian's chromium (apt-get install -y chromium)")
+    screenshot = Path(os.environ.get("VERILLM_EXPLORER_SCREENSHOT", tmp_path / "explorer.png"))
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"], headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.goto(kept["explorer_url"])
+            page.wait_for_selector('tr.job[data-status="final"]', timeout=30_000)
+            slashed = page.wait_for_selector('tr.job[data-status="slashed"]', timeout=30_000)
+            assert page.locator("#nodes tbody tr").count() == 5
+            assert "inactive" in page.locator("#nodes").inner_text()  # the cheater, slashed to nothing
+            slashed.click()
+            page.wait_for_selector('#timeline li[data-event="AuditSettled"]', timeout=30_000)
+            timeline = page.locator("#timeline").inner_text()
+            for step in ("batch #", "committee drawn", "opened and voted ✗ disagree", "decided: fail", "slashed node 4", "settled: fail"):
+                assert step in timeline, (step, timeline)
+            evidence = page.locator("#timeline-links a").first.get_attribute("href")
+            assert evidence.endswith("/evidence")
+            with urllib.request.urlopen(kept["gateway_url"] + evidence, timeout=10) as response:
+                assert json.load(response)["audits"], "no proven openings in the evidence"
+            before = page.locator("#refreshed").inner_text()
+            page.wait_for_function(f"document.getElementById('refreshed').textContent !== {json.dumps(before)}", timeout=10_000)  # auto-refresh
+            page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            browser.close()
+    assert screenshot.stat().st_size > 10_000
