@@ -183,7 +183,9 @@ class Simulation:
             self.t.adversary_savings_wei += self.gain_wei
             self.first_cheat_s.setdefault(worker, now)
             if self.strategy.omit and self.rules.omission_possible and self.pool.adversarial[dispatcher]:
+                # never batched: no audit, and the JOB_FEE_WEI levy the client paid for is kept
                 self.t.cheated_omitted += 1
+                self.t.adversary_savings_wei += self.preset.JOB_FEE_WEI
                 return
         if not is_audited(beta, index, self.preset.AUDIT_RATE_BPS):
             self.t.cheated_unaudited += cheat
