@@ -239,7 +239,9 @@ async def measure(served, engine_config: EngineConfig, prompts, concurrency: int
     """Start the daemon, warm both paths up, run the interleaved measurement (then, given ``ttft``, fill it: streaming TTFT)."""
     in_process = InProcessPath(served, max_new_tokens)
     with tempfile.TemporaryDirectory(prefix="verillm-bench-") as directory:
+        click.echo(f"starting a node daemon ({engine_config.model}; loading the model takes a while)…", err=True)
         process, url = await asyncio.to_thread(start_daemon, Path(directory), engine_config, concurrency, batch_wait_ms)
+        click.echo(f"daemon at {url}; {len(prompts)} jobs per path, {concurrency} at a time, then streaming for time to first token…", err=True)
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as session:
                 warm_daemon = DaemonPath(url, engine_config.model, max_new_tokens, session)

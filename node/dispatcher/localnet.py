@@ -116,7 +116,7 @@ class LocalNetwork:
 
     @staticmethod
     def _pick_chain(kind: str) -> str:
-        if kind != "auto":
+        if kind != "auto":  # "anvil", "embedded", or the http(s) URL of a chain started elsewhere
             return kind
         try:
             find_anvil_binary()
@@ -158,6 +158,9 @@ class LocalNetwork:
         self._add_model_and_register()
 
     def _start_chain(self):
+        if self.chain_kind.startswith(("http://", "https://")):  # an existing chain (its first dev account deploys)
+            self.rpc_url = self.chain_kind
+            return RpcChain(self.rpc_url)
         if self.chain_kind == "anvil":
             self.anvil = AnvilProcess(AnvilConfig(block_time_s=self.block_time_s)).start()
             self.rpc_url = self.anvil.url
