@@ -42,6 +42,8 @@ def receipt_to_json(receipt: Receipt) -> dict:
         "max_new_tokens": receipt.max_new_tokens,
         "commitment_root": to_hex(receipt.commitment_root),
         "num_positions": receipt.num_positions,
+        "input_tokens": receipt.input_tokens,
+        "output_tokens": receipt.output_tokens,
         "worker": to_hex(receipt.worker),
         "signature": to_hex(receipt.signature),
         "receipt_hash": to_hex(compute_receipt_hash(receipt)),

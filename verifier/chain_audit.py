@@ -45,7 +45,8 @@ def compute_receipt_from_struct(data: dict, signature: bytes) -> Receipt:
     """Return the `Receipt` of a decoded `ReceiptData` struct."""
     sampling = SamplingParams(data["temperatureMilli"], data["topK"], data["topPPpm"], data["seed"])
     return Receipt(bytes(data["jobHash"]), bytes(data["modelId"]), bytes(data["inputHash"]), bytes(data["outputHash"]), sampling,
-                   data["maxNewTokens"], bytes(data["commitmentRoot"]), data["numPositions"], bytes.fromhex(data["worker"][2:]), bytes(signature))
+                   data["maxNewTokens"], bytes(data["commitmentRoot"]), data["numPositions"], bytes.fromhex(data["worker"][2:]), bytes(signature),
+                   input_tokens=data["inputTokens"], output_tokens=data["outputTokens"])
 
 
 class ChainAuditor:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from verillm.errors import ChainError, InvalidInput, InvalidProof, VerillmError
 from verillm.jsonsafe import load_json
 from verillm.spec.encoding import decode
-from verillm.spec.job import compute_job_hash, compute_model_id, compute_num_positions, compute_tokens_hash
+from verillm.spec.job import compute_job_hash, compute_model_id, compute_num_positions, compute_tokens_hash, compute_transcript_hash
 from verillm.spec.receipt import SigningDomain, process_receipt_signature
 from verillm.spec.types import Job, ModelManifest, Receipt
 
@@ -142,9 +142,10 @@ def process_receipt_contents(receipt: Receipt, job: Job, output_tokens: Sequence
         "job hash": receipt.job_hash == compute_job_hash(job),
         "model id": receipt.model_id == job.model_id,
         "input hash": receipt.input_hash == compute_tokens_hash(job.input_tokens),
-        "output hash": receipt.output_hash == compute_tokens_hash(output_tokens),
+        "output hash": receipt.output_hash == compute_transcript_hash(job.input_tokens, output_tokens),
         "sampling params": receipt.sampling == job.sampling and receipt.max_new_tokens == job.max_new_tokens,
         "number of positions": receipt.num_positions == compute_num_positions(job, len(output_tokens)),
+        "token counts": (receipt.input_tokens, receipt.output_tokens) == (len(job.input_tokens), len(output_tokens)),
     }
     wrong = [name for name, ok in checks.items() if not ok]
     if wrong:

@@ -14,6 +14,8 @@ struct ReceiptData {
     uint32 maxNewTokens;
     bytes32 commitmentRoot;
     uint32 numPositions;
+    uint32 inputTokens; // P
+    uint32 outputTokens; // N; numPositions = P + N − 1
     address worker;
 }
 
@@ -50,7 +52,7 @@ library AuditCodes {
     uint8 internal constant DECIDED = 3; // votes counted; dispute window running
     uint8 internal constant ESCALATING = 4; // bond posted; waiting for the escalation committee draw
     uint8 internal constant SETTLED = 5;
-    uint8 internal constant ABANDONED = 6; // the committee never filled: the dispatcher was slashed
+    uint8 internal constant ABANDONED = 6; // the committee never filled (members missing or pool exhausted): nobody slashed
 
     // votes
     uint8 internal constant NO_VOTE = 0;

@@ -37,6 +37,13 @@ contract Disputes is ReentrancyGuard {
         bytes32[] memberSiblings;
     }
 
+    /// @notice The worker's opening as posted (its keccak256 is on-chain) and, per adjudicated
+    /// cell, the index of the worker's leaf in it.
+    struct PostedOpening {
+        bytes leaves;
+        uint32[] leafIndices;
+    }
+
     /// @dev What a check over cells needs, read once.
     struct Context {
         uint256 numPositions; // the worker's: P + N − 1
@@ -54,6 +61,10 @@ contract Disputes is ReentrancyGuard {
     uint256 public immutable disputeWindowBlocks;
     uint256 public immutable challengePositions;
     uint256 public immutable slashRewardBps;
+
+    /// A contest names at most this many cells: its answer stays far below the block gas limit
+    /// (tests/contracts/test_attacks.py measures it); a party can be contested again.
+    uint256 public constant MAX_CONTEST_CELLS = 16;
 
     Contest[] private contests;
 
@@ -116,12 +127,16 @@ contract Disputes is ReentrancyGuard {
     {
         if (msg.value != disputeBondWei) revert WrongBond(msg.value, disputeBondWei);
         if (positions.length == 0 || positions.length != layers.length) revert BadCells("one layer per position, at least one cell");
+        if (positions.length > MAX_CONTEST_CELLS) revert BadCells("too many cells");
         PartyView memory party = jobs.getParty(auditId, round, slot);
         if (!party.opened) revert NotOpened(slot);
         if (party.slashed) revert AlreadySlashed(slot);
         _checkDisputeWindow(auditId, round);
         Context memory ctx = _context(auditId, round);
         for (uint256 i = 0; i < positions.length; i++) {
+            if (i > 0 && (uint256(positions[i]) << 16 | layers[i]) <= (uint256(positions[i - 1]) << 16 | layers[i - 1])) {
+                revert BadCells("cells must be sorted by (position, layer) without repeats");
+            }
             if (!_isChallenged(ctx, positions[i], layers[i], party.numPositions)) revert NotChallenged(positions[i], layers[i]);
         }
         contestId = contests.length;
@@ -198,24 +213,46 @@ contract Disputes is ReentrancyGuard {
     // --- adjudication ------------------------------------------------------------------------
 
     /// @notice Re-run member `slot`'s comparison with the worker on-chain over `cells` (sorted by
-    /// (position, layer), each challenged, each proven under both roots). A member that voted
-    /// "agree" while a cell fails, or "disagree" while every one of the worker's opened cells
-    /// passes (the full set given), is slashed; the caller gets slashRewardBps of it.
-    function adjudicate(uint256 auditId, uint8 round, uint8 slot, CellPair[] calldata cells) external nonReentrant {
+    /// (position, layer), each challenged, each proven under both roots, the worker's leaf the
+    /// one it posted, at workerLeafIndices[i] of its opening: votes are judged against exactly
+    /// what the members were shown). A member
+    /// that voted "agree" while a cell fails is slashed; the caller gets slashRewardBps of it.
+    /// A "disagree" is never slashed here: it may rest on the stop rule, which needs the output
+    /// tokens the contract does not have (a minority "disagree" is settled by the vote).
+    function adjudicate(
+        uint256 auditId,
+        uint8 round,
+        uint8 slot,
+        CellPair[] calldata cells,
+        PostedOpening calldata posted
+    ) external
+        nonReentrant
+    {
         if (slot == 0) revert BadCells("slot 0 is the worker");
         PartyView memory member = jobs.getParty(auditId, round, slot);
-        PartyView memory worker = jobs.getParty(auditId, round, 0);
         if (!member.opened) revert NotOpened(slot);
         _checkDisputeWindow(auditId, round);
-        Context memory ctx = _context(auditId, round);
-        bool agrees = _compare(ctx, worker, member, cells);
-        bool complete = cells.length == _workerCellCount(ctx);
+        _checkPosted(auditId, round, cells, posted);
+        bool agrees = _compare(_context(auditId, round), jobs.getParty(auditId, round, 0), member, cells);
         emit Adjudicated(auditId, round, slot, member.node, agrees, member.vote);
-        bool lied = (!agrees && member.vote == AuditCodes.AGREE) || (agrees && complete && member.vote == AuditCodes.DISAGREE);
-        if (!lied) revert NoFault();
+        if (agrees || member.vote != AuditCodes.AGREE) revert NoFault();
         jobs.recordFault(auditId, round, slot);
         uint256 slashed = registry.slash(member.node);
         jobs.depositCredit{value: slashed}(msg.sender, slashed * slashRewardBps / Params.BPS);
+    }
+
+    /// @dev Each cell's worker leaf is the one at its index in the worker's posted opening.
+    function _checkPosted(uint256 auditId, uint8 round, CellPair[] calldata cells, PostedOpening calldata posted) private view {
+        PartyView memory worker = jobs.getParty(auditId, round, 0);
+        if (!worker.opened || keccak256(posted.leaves) != worker.openingHash) revert OpeningMismatch();
+        if (posted.leafIndices.length != cells.length) revert BadCells("one worker leaf index per cell");
+        uint256 length = Fingerprint.leafLength(registry.getModelConfig(jobs.getAudit(auditId).modelId).fingerprintDims);
+        for (uint256 i = 0; i < cells.length; i++) {
+            uint256 start = uint256(posted.leafIndices[i]) * length;
+            if (start + length > posted.leaves.length || keccak256(posted.leaves[start:start + length]) != keccak256(cells[i].workerLeaf)) {
+                revert LeafMismatch(i);
+            }
+        }
     }
 
     function _compare(Context memory ctx, PartyView memory worker, PartyView memory member, CellPair[] calldata cells)

@@ -17,7 +17,7 @@ contract Jobs is EIP712, ReentrancyGuard {
     bytes32 public constant RECEIPT_TYPEHASH = keccak256(
         "Receipt(bytes32 jobHash,bytes32 modelId,bytes32 inputHash,bytes32 outputHash,"
         "uint32 temperatureMilli,uint32 topK,uint32 topPPpm,uint64 seed,"
-        "uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,address worker)"
+        "uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,uint32 inputTokens,uint32 outputTokens,address worker)"
     );
 
     struct Batch {
@@ -48,6 +48,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         uint64 readyBlock; // when the last committee receipt arrived
         uint64 verdictBlock;
         uint64 escalationBlock;
+        uint64 epoch; // whose weights the round's draws read
         uint8 attempt;
         uint8 receipts;
         uint8 opens;
@@ -61,6 +62,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         uint32 index;
         uint32 numPositions;
         uint32 outputTokens;
+        uint32 inputTokens;
         uint8 round;
         uint8 verdict;
         uint8 fingerprintDims;
@@ -74,6 +76,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         uint256 escalationBondWei;
         bytes32 modelId;
         bytes32 workerRoot;
+        bytes32 workerOutputHash; // hash of input ‖ output: a member's verification job's input hash
         bytes32 samplingKey;
         address[] drawn; // every member ever drawn: excluded from later draws, unlocked at the end
     }
@@ -88,7 +91,10 @@ contract Jobs is EIP712, ReentrancyGuard {
     mapping(uint256 => Audit) private audits;
     mapping(uint256 => mapping(uint256 => Round)) private rounds;
     mapping(uint256 => mapping(uint256 => uint256)) private handledBits; // batch → index word → started-or-slashed
-    mapping(bytes32 => bool) public receiptUsed; // a receipt enters at most one audit, in one role
+    /// keccak256(receipt hash ‖ scope) → used. A worker's receipt enters at most one audit per
+    /// dispatcher (scope = the batch's dispatcher), a member's one seat (scope = the audit id):
+    /// nobody else holding a receipt can use it up.
+    mapping(bytes32 => bool) public receiptUsed;
     mapping(address => uint256) public credits;
     uint256 public feePoolWei;
 
@@ -102,7 +108,7 @@ contract Jobs is EIP712, ReentrancyGuard {
     event RoundDecided(uint256 indexed auditId, uint8 round, uint8 verdict, uint8 agree, uint8 disagree);
     event EscalationStarted(uint256 indexed auditId, address indexed escalator);
     event EscalationLapsed(uint256 indexed auditId);
-    event AuditAbandoned(uint256 indexed auditId, uint8 round);
+    event AuditAbandoned(uint256 indexed auditId, uint8 round, string reason);
     event AuditSettled(uint256 indexed auditId, uint8 verdict);
     event PartySlashed(uint256 indexed auditId, address indexed node, uint256 amountWei, string reason);
     event DispatcherSlashed(uint256 indexed batchId, address indexed dispatcher, uint256 amountWei, string reason);
@@ -231,18 +237,17 @@ contract Jobs is EIP712, ReentrancyGuard {
 
     // --- 3. starting an audit ----------------------------------------------------------------
 
-    /// @notice Start the audit of job `index` of a drawn batch: the signed receipt, its Merkle
-    /// proof into the batch, and the number of output tokens N (the challenge needs the split
-    /// of numPositions = P + N − 1). A job the draw did not select is audited on request when
-    /// msg.value pays committeeSize × auditFeeWei. The committee is drawn from the VRF output,
-    /// stake-weighted, the worker excluded.
+    /// @notice Start the audit of job `index` of a drawn batch: the signed receipt (it signs P
+    /// and N, numPositions = P + N − 1) and its Merkle proof into the batch. A job the draw did
+    /// not select is audited on request when msg.value pays committeeSize × auditFeeWei. The
+    /// committee is drawn from the VRF output with the weights of the batch's epoch, the worker
+    /// and the dispatcher excluded; a pool too small for it ends the audit, nobody slashed.
     function startAudit(
         uint256 batchId,
         uint32 index,
         ReceiptData calldata receipt,
         bytes calldata signature,
-        bytes32[] calldata siblings,
-        uint32 outputTokens
+        bytes32[] calldata siblings
     ) external payable nonReentrant returns (uint256 auditId) {
         Batch storage b = _batch(batchId);
         bool requested = _checkStartable(b, batchId, index);
@@ -251,17 +256,25 @@ contract Jobs is EIP712, ReentrancyGuard {
             revert InvalidMerkleProof();
         }
         _checkSigner(receiptHash, signature, receipt.worker);
-        _useReceipt(receiptHash);
-        if (outputTokens == 0 || outputTokens > receipt.maxNewTokens || outputTokens > receipt.numPositions) {
-            revert ReceiptMismatch("outputTokens");
-        }
+        _useReceipt(receiptHash, uint256(uint160(b.dispatcher)));
+        _checkLengths(receipt);
         if (!registry.isRegistered(receipt.worker)) revert NotActiveNode(receipt.worker);
         _markHandled(batchId, index);
-        auditId = _createAudit(batchId, index, b.dispatcher, receipt, outputTokens, requested);
-        emit AuditStarted(auditId, batchId, index, receipt.worker, receiptHash, outputTokens, requested);
+        auditId = _createAudit(batchId, index, b.dispatcher, receipt, requested);
+        emit AuditStarted(auditId, batchId, index, receipt.worker, receiptHash, receipt.outputTokens, requested);
         Round storage r = rounds[auditId][0];
         r.seed = keccak256(abi.encodePacked(Domains.COMMITTEE, b.beta, index));
-        _drawMembers(auditId, 0, params.committeeSize);
+        r.epoch = uint64(b.postedBlock / registry.epochBlocks());
+        if (!_drawMembers(auditId, 0, params.committeeSize)) _abandonRound(auditId, audits[auditId], "pool exhausted");
+    }
+
+    /// @dev The signed lengths: at least one output token, no more than allowed, and
+    /// numPositions = P + N − 1.
+    function _checkLengths(ReceiptData calldata receipt) private pure {
+        if (receipt.outputTokens == 0 || receipt.outputTokens > receipt.maxNewTokens || receipt.inputTokens == 0) {
+            revert ReceiptMismatch("outputTokens");
+        }
+        if (uint256(receipt.inputTokens) + receipt.outputTokens - 1 != receipt.numPositions) revert ReceiptMismatch("numPositions");
     }
 
     function _checkStartable(Batch storage b, uint256 batchId, uint32 index) private returns (bool requested) {
@@ -274,7 +287,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         feePoolWei += fee;
     }
 
-    function _createAudit(uint256 batchId, uint32 index, address dispatcher, ReceiptData calldata receipt, uint32 outputTokens, bool requested)
+    function _createAudit(uint256 batchId, uint32 index, address dispatcher, ReceiptData calldata receipt, bool requested)
         private
         returns (uint256 auditId)
     {
@@ -284,7 +297,9 @@ contract Jobs is EIP712, ReentrancyGuard {
         a.batchId = uint64(batchId);
         a.index = index;
         a.numPositions = receipt.numPositions;
-        a.outputTokens = outputTokens;
+        a.outputTokens = receipt.outputTokens;
+        a.inputTokens = receipt.inputTokens;
+        a.workerOutputHash = receipt.outputHash;
         a.fingerprintDims = model.fingerprintDims;
         a.layerCount = uint16(model.committedLayers.length);
         a.requested = requested;
@@ -301,7 +316,8 @@ contract Jobs is EIP712, ReentrancyGuard {
 
     /// @notice Post member `slot`'s signed receipt of its verification job (anyone may relay it:
     /// the member runs it as an ordinary job). It must be for the worker's model and sampling,
-    /// one new token, over P + N positions.
+    /// one new token, over P + N positions, and its input must be the worker's input ‖ output:
+    /// inputHash = the worker's outputHash (a receipt's outputHash hashes input ‖ output).
     function postCommitteeReceipt(uint256 auditId, uint8 slot, ReceiptData calldata receipt, bytes calldata signature) external {
         Audit storage a = _audit(auditId);
         Round storage r = rounds[auditId][a.round];
@@ -314,7 +330,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         _checkVerificationReceipt(a, receipt);
         bytes32 receiptHash = hashReceipt(receipt);
         _checkSigner(receiptHash, signature, m.node);
-        _useReceipt(receiptHash);
+        _useReceipt(receiptHash, auditId);
         m.posted = true;
         m.root = receipt.commitmentRoot;
         r.receipts += 1;
@@ -328,37 +344,46 @@ contract Jobs is EIP712, ReentrancyGuard {
     function _checkVerificationReceipt(Audit storage a, ReceiptData calldata receipt) private view {
         if (receipt.modelId != a.modelId) revert ReceiptMismatch("modelId");
         if (_samplingKey(receipt) != a.samplingKey) revert ReceiptMismatch("sampling");
-        if (receipt.maxNewTokens != 1) revert ReceiptMismatch("maxNewTokens");
+        if (receipt.maxNewTokens != 1 || receipt.outputTokens != 1) revert ReceiptMismatch("maxNewTokens");
+        if (receipt.inputHash != a.workerOutputHash) revert ReceiptMismatch("inputHash");
+        if (receipt.inputTokens != uint256(a.inputTokens) + a.outputTokens) revert ReceiptMismatch("inputTokens");
         if (receipt.numPositions != uint256(a.numPositions) + 1) revert ReceiptMismatch("numPositions");
     }
 
-    /// @notice After the commit window, replace members whose receipt never came (they are not
-    /// slashed: a member is never told it is on a committee, so a missing receipt cannot be
-    /// pinned on it rather than on whoever had to send it the job). After maxCommitteeRedraws
-    /// redraws, round 0 is abandoned and its dispatcher slashed; an escalation round lapses.
+    /// @notice After the commit window, replace members whose receipt never came (nobody is
+    /// slashed: a missing receipt cannot be pinned on the member rather than on whoever had to
+    /// send it the job). After maxCommitteeRedraws redraws, or when the pool has nobody left,
+    /// round 0 is abandoned and an escalation round lapses, nobody slashed.
     function replaceMissing(uint256 auditId) external nonReentrant {
         Audit storage a = _audit(auditId);
         Round storage r = rounds[auditId][a.round];
         if (r.phase != AuditCodes.COMMITTING) revert WrongPhase(r.phase);
         if (block.number <= r.commitDeadline) revert TooEarly(r.commitDeadline + 1);
         if (r.attempt >= params.maxCommitteeRedraws) {
-            _abandonRound(auditId, a);
+            _abandonRound(auditId, a, "members missing");
             return;
         }
         r.attempt += 1;
-        _drawMembers(auditId, a.round, uint8(r.members.length - r.receipts));
+        if (!_drawMembers(auditId, a.round, uint8(r.members.length - r.receipts))) _abandonRound(auditId, a, "pool exhausted");
     }
 
-    /// @dev Draw `count` members into the round's empty (or not-yet-posted) slots.
-    function _drawMembers(uint256 auditId, uint8 roundIndex, uint8 count) private {
+    /// @dev Draw `count` members into the round's empty (or not-yet-posted) slots; false (and
+    /// nothing changed) when the round's epoch has too few candidates or is no longer readable.
+    function _drawMembers(uint256 auditId, uint8 roundIndex, uint8 count) private returns (bool) {
         Audit storage a = audits[auditId];
         Round storage r = rounds[auditId][roundIndex];
-        address[] memory excluded = new address[](a.drawn.length + 1);
+        address[] memory excluded = new address[](a.drawn.length + 2);
         excluded[0] = a.worker;
+        excluded[1] = a.dispatcher;
         for (uint256 i = 0; i < a.drawn.length; i++) {
-            excluded[i + 1] = a.drawn[i];
+            excluded[i + 2] = a.drawn[i];
         }
-        address[] memory chosen = registry.drawCommittee(a.modelId, r.seed, r.attempt, count, excluded);
+        address[] memory chosen;
+        try registry.drawCommittee(a.modelId, r.seed, r.attempt, count, excluded, r.epoch) returns (address[] memory c) {
+            chosen = c;
+        } catch {
+            return false;
+        }
         uint256 next;
         for (uint256 slot = 0; next < count; slot++) {
             if (slot == r.members.length) r.members.push();
@@ -371,18 +396,20 @@ contract Jobs is EIP712, ReentrancyGuard {
         r.commitDeadline = uint64(block.number + params.commitWindowBlocks);
         r.phase = AuditCodes.COMMITTING;
         emit CommitteeDrawn(auditId, roundIndex, r.attempt, _memberNodes(r));
+        return true;
     }
 
-    function _abandonRound(uint256 auditId, Audit storage a) private {
-        emit AuditAbandoned(auditId, a.round);
+    /// @dev A round that cannot fill ends with nobody slashed: round 0 is abandoned (every lock
+    /// released), an escalation lapses back to round 0 with the escalator's bond refunded.
+    function _abandonRound(uint256 auditId, Audit storage a, string memory reason) private {
+        emit AuditAbandoned(auditId, a.round, reason);
         if (a.round > 0) {
+            _credit(a.escalator, a.escalationBondWei);
+            a.escalationBondWei = 0;
             _lapseEscalation(auditId, a);
             return;
         }
         rounds[auditId][0].phase = AuditCodes.ABANDONED;
-        uint256 amount = _slash(auditId, a.dispatcher, "abandoned audit");
-        _credit(msg.sender, _rewardOf(amount));
-        feePoolWei += amount - _rewardOf(amount);
         _unlockAll(a);
     }
 
@@ -406,12 +433,16 @@ contract Jobs is EIP712, ReentrancyGuard {
 
     /// @notice The worker posts its opening: the encoded leaves at the challenged cells, sorted
     /// by (position, layer), without proofs (calldata; the contract keeps their keccak256).
-    /// Proofs go on-chain only if someone contests (Disputes).
+    /// Proofs go on-chain only if someone contests (Disputes). Only in the OPENING phase and
+    /// within the worker's window: a late opening cannot change a verdict.
     function openWorker(uint256 auditId, bytes calldata leaves) external {
         Audit storage a = _audit(auditId);
         if (msg.sender != a.worker) revert NotParty(msg.sender);
-        drawChallenge(auditId);
         Round storage r = rounds[auditId][a.round];
+        if (r.phase != AuditCodes.OPENING) revert WrongPhase(r.phase);
+        uint256 closes = r.readyBlock + params.auditDrawDelayBlocks + params.openWindowBlocks;
+        if (block.number > closes) revert TooLate(closes + 1);
+        drawChallenge(auditId);
         if (r.workerOpened) revert AlreadyOpened();
         _checkOpeningLength(a, leaves.length, 0);
         r.workerOpened = true;
@@ -474,6 +505,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         Round storage r = rounds[auditId][a.round];
         if (r.phase == AuditCodes.ESCALATING) {
             uint256 lapses = r.escalationBlock + params.auditDrawDelayBlocks + params.drawWindowBlocks;
+            // Nobody drew the escalation committee in its window: the bond goes to the pool.
             if (block.number <= lapses) revert TooEarly(lapses + 1);
             _lapseEscalation(auditId, a);
             r = rounds[auditId][0];
@@ -564,6 +596,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         Round storage r0 = rounds[auditId][0];
         if (a.round != 0 || r0.phase != AuditCodes.DECIDED) revert WrongPhase(r0.phase);
         if (!r0.workerOpened || a.workerSlashed) revert WrongPhase(AuditCodes.DECIDED); // nothing to re-judge
+        if (a.escalator != address(0)) revert AlreadyHandled(auditId, 1); // one escalation per audit
         if (block.number > r0.verdictBlock + params.disputeWindowBlocks) revert TooLate(r0.verdictBlock + params.disputeWindowBlocks + 1);
         if (msg.value != params.disputeBondWei) revert WrongFee(msg.value, params.disputeBondWei);
         a.round = 1;
@@ -585,7 +618,8 @@ contract Jobs is EIP712, ReentrancyGuard {
         if (block.number <= seedBlock) revert TooEarly(seedBlock + 1);
         if (block.number > seedBlock + params.drawWindowBlocks) revert TooLate(seedBlock + params.drawWindowBlocks + 1);
         r.seed = keccak256(abi.encodePacked(Domains.ESCALATION, uint64(auditId), blockhash(seedBlock)));
-        _drawMembers(auditId, a.round, params.escalationCommitteeSize);
+        r.epoch = uint64(r.escalationBlock / registry.epochBlocks());
+        if (!_drawMembers(auditId, a.round, params.escalationCommitteeSize)) _abandonRound(auditId, a, "pool exhausted");
     }
 
     function _lapseEscalation(uint256 auditId, Audit storage a) private {
@@ -637,12 +671,11 @@ contract Jobs is EIP712, ReentrancyGuard {
     // --- views -----------------------------------------------------------------------------
 
     function hashReceipt(ReceiptData calldata r) public pure returns (bytes32) {
-        return keccak256(
-            abi.encode(
-                RECEIPT_TYPEHASH, r.jobHash, r.modelId, r.inputHash, r.outputHash, r.temperatureMilli, r.topK, r.topPPpm,
-                r.seed, r.maxNewTokens, r.commitmentRoot, r.numPositions, r.worker
-            )
-        );
+        // abi.encode of static values is their 32-byte words in order: two halves, concatenated,
+        // are the EIP-712 encoding (one call with 15 values is too deep for the stack).
+        bytes memory head = abi.encode(RECEIPT_TYPEHASH, r.jobHash, r.modelId, r.inputHash, r.outputHash, r.temperatureMilli, r.topK, r.topPPpm);
+        bytes memory tail = abi.encode(r.seed, r.maxNewTokens, r.commitmentRoot, r.numPositions, r.inputTokens, r.outputTokens, r.worker);
+        return keccak256(bytes.concat(head, tail));
     }
 
     function domainSeparator() external view returns (bytes32) {
@@ -720,9 +753,10 @@ contract Jobs is EIP712, ReentrancyGuard {
         handledBits[batchId][index >> 8] = word | bit;
     }
 
-    function _useReceipt(bytes32 receiptHash) private {
-        if (receiptUsed[receiptHash]) revert ReceiptReplayed(receiptHash);
-        receiptUsed[receiptHash] = true;
+    function _useReceipt(bytes32 receiptHash, uint256 scope) private {
+        bytes32 key = keccak256(abi.encode(receiptHash, scope));
+        if (receiptUsed[key]) revert ReceiptReplayed(receiptHash);
+        receiptUsed[key] = true;
     }
 
     function _checkSigner(bytes32 receiptHash, bytes calldata signature, address expected) private view {

@@ -25,6 +25,7 @@ struct ProtocolParams {
     uint32 proofWindowBlocks;
     uint32 unbondingBlocks;
     uint32 maxBatchReceipts;
+    uint32 epochBlocks; // stake and membership changes take effect for draws at the next epoch
 }
 
 /// @notice One-byte domain tags prefixed to every hashed preimage (verillm/spec/hashing.py).
@@ -75,5 +76,12 @@ library Params {
         // has been drawn and every audited job in it started (after that, audits lock stake).
         uint256 batchLifetime = uint256(p.auditDrawDelayBlocks) + p.drawWindowBlocks + p.startWindowBlocks;
         if (p.unbondingBlocks < batchLifetime) revert InvalidParams("unbondingBlocks shorter than a batch's draw and start windows");
+        // Draws read the weights of the epoch their seed's batch (or escalation) began in, and
+        // only the current or the previous epoch can be read: every draw a round makes in its
+        // windows must fall within one epoch of its start, and a node that leaves stays
+        // registered until no readable epoch still weighs it.
+        uint256 drawSpan = batchLifetime + (uint256(p.maxCommitteeRedraws) + 1) * p.commitWindowBlocks;
+        if (p.epochBlocks < drawSpan) revert InvalidParams("epochBlocks shorter than a round's draws");
+        if (p.unbondingBlocks < 2 * uint256(p.epochBlocks)) revert InvalidParams("unbondingBlocks shorter than two epochs");
     }
 }

@@ -8,9 +8,11 @@ import {Sortition} from "./Sortition.sol";
 
 /// @notice Nodes (workers and dispatchers alike): stake, keys, endpoint, models served, and the
 /// stake-weighted sortition that draws audit committees. Only the Jobs and Disputes contracts
-/// may slash or lock stake. A node is *active* (drawable, may post batches) while registered,
+/// may slash or lock stake. A node is *active* (may post batches, serves jobs) while registered,
 /// not deregistering and staked at least minStakeWei; a slash below that deactivates it until
-/// it tops up.
+/// it tops up. Draws do not read the live table: every change of a node's weight for a model
+/// (register, topUp, updateModels, deregister, slash) takes effect for draws at the next epoch
+/// (epochBlocks), and a draw reads the weights of a given epoch, fixed before its seed exists.
 contract Registry is ReentrancyGuard {
     struct Node {
         uint256 stakeWei;
@@ -38,12 +40,19 @@ contract Registry is ReentrancyGuard {
     uint256 public immutable minStakeWei;
     uint256 public immutable slashFractionBps;
     uint256 public immutable unbondingBlocks;
+    uint256 public immutable epochBlocks;
     address public jobs;
     address public disputes;
 
     mapping(address => Node) private nodes;
-    mapping(bytes32 => address[]) private modelNodes;
-    mapping(bytes32 => mapping(address => uint256)) private modelSlotPlusOne;
+    /// A weight from an epoch on. A (model, node)'s checkpoints increase in fromEpoch.
+    struct Checkpoint {
+        uint64 fromEpoch;
+        uint192 weightWei;
+    }
+
+    mapping(bytes32 => address[]) private modelNodes; // append-only: every node ever weighted for the model
+    mapping(bytes32 => mapping(address => Checkpoint[])) private checkpoints;
     mapping(bytes32 => ModelConfig) private modelConfigs;
 
     event ModelAdded(bytes32 indexed modelId, uint16[] committedLayers, uint8 fingerprintDims);
@@ -71,6 +80,7 @@ contract Registry is ReentrancyGuard {
     error StillUnbonding(uint256 untilBlock);
     error StakeLocked(uint32 audits);
     error TransferFailed();
+    error EpochNotReadable(uint256 epoch, uint256 currentEpoch);
 
     modifier onlyDeployer() {
         if (msg.sender != deployer) revert NotDeployer();
@@ -88,6 +98,7 @@ contract Registry is ReentrancyGuard {
         minStakeWei = p.minStakeWei;
         slashFractionBps = p.slashFractionBps;
         unbondingBlocks = p.unbondingBlocks;
+        epochBlocks = p.epochBlocks;
     }
 
     // --- deployment ------------------------------------------------------------------------
@@ -142,7 +153,8 @@ contract Registry is ReentrancyGuard {
         node.vrfPublicKey = vrfPublicKey;
         node.endpoint = endpoint;
         node.models = models;
-        _list(msg.sender, node);
+        _list(node);
+        _syncWeights(msg.sender, node);
         emit Registered(msg.sender, msg.value, endpoint, models);
     }
 
@@ -156,9 +168,11 @@ contract Registry is ReentrancyGuard {
         Node storage node = _requireRegistered(msg.sender);
         if (node.unbondingEndBlock != 0) revert Deregistering();
         _checkModels(models);
-        _unlist(msg.sender, node);
+        node.listed = false;
+        _syncWeights(msg.sender, node); // the old models lose the node
         node.models = models;
-        _list(msg.sender, node);
+        _list(node);
+        _syncWeights(msg.sender, node);
         emit ModelsUpdated(msg.sender, models);
     }
 
@@ -167,7 +181,8 @@ contract Registry is ReentrancyGuard {
         Node storage node = _requireRegistered(msg.sender);
         if (node.unbondingEndBlock != 0) revert Deregistering();
         node.stakeWei += msg.value;
-        _list(msg.sender, node);
+        _list(node);
+        _syncWeights(msg.sender, node);
         emit StakeAdded(msg.sender, msg.value, node.stakeWei);
     }
 
@@ -176,7 +191,8 @@ contract Registry is ReentrancyGuard {
         Node storage node = _requireRegistered(msg.sender);
         if (node.unbondingEndBlock != 0) revert Deregistering();
         node.unbondingEndBlock = uint64(block.number + unbondingBlocks);
-        _unlist(msg.sender, node);
+        node.listed = false;
+        _syncWeights(msg.sender, node);
         emit Deregistered(msg.sender, node.unbondingEndBlock);
     }
 
@@ -201,7 +217,8 @@ contract Registry is ReentrancyGuard {
         Node storage node = _requireRegistered(node_);
         amountWei = node.stakeWei * slashFractionBps / Params.BPS;
         node.stakeWei -= amountWei;
-        if (node.stakeWei < minStakeWei) _unlist(node_, node);
+        if (node.stakeWei < minStakeWei) node.listed = false;
+        _syncWeights(node_, node);
         emit Slashed(node_, amountWei, node.stakeWei, msg.sender);
         (bool ok,) = msg.sender.call{value: amountWei}("");
         if (!ok) revert TransferFailed();
@@ -248,29 +265,57 @@ contract Registry is ReentrancyGuard {
         return modelConfigs[modelId];
     }
 
-    /// @notice Active nodes serving `modelId`, in sortition order, with their stakes.
+    function currentEpoch() public view returns (uint256) {
+        return block.number / epochBlocks;
+    }
+
+    function epochOf(uint256 blockNumber) external view returns (uint256) {
+        return blockNumber / epochBlocks;
+    }
+
+    /// @notice `node_`'s weight for `modelId` in draws of `epoch`: its stake if it was active and
+    /// serving the model at the end of the epoch before, else 0.
+    function weightAt(bytes32 modelId, address node_, uint256 epoch) public view returns (uint256) {
+        Checkpoint[] storage cps = checkpoints[modelId][node_];
+        for (uint256 i = cps.length; i > 0; i--) {
+            if (cps[i - 1].fromEpoch <= epoch) return cps[i - 1].weightWei;
+        }
+        return 0;
+    }
+
+    /// @notice Every node ever weighted for `modelId`, in sortition order, with its weight now
+    /// (its current stake while active and serving the model, else 0).
     function getModelNodes(bytes32 modelId) public view returns (address[] memory candidates, uint256[] memory stakesWei) {
+        return getModelWeights(modelId, currentEpoch() + 1);
+    }
+
+    /// @notice The sortition table of `epoch`: candidates in order and their weights.
+    function getModelWeights(bytes32 modelId, uint256 epoch) public view returns (address[] memory candidates, uint256[] memory weightsWei) {
         candidates = modelNodes[modelId];
-        stakesWei = new uint256[](candidates.length);
+        weightsWei = new uint256[](candidates.length);
         for (uint256 i = 0; i < candidates.length; i++) {
-            stakesWei[i] = nodes[candidates[i]].stakeWei;
+            weightsWei[i] = weightAt(modelId, candidates[i], epoch);
         }
     }
 
-    /// @notice Draw `size` distinct active nodes serving `modelId`, none of them in `excluded`,
-    /// with probability proportional to stake (verillm.spec.audit.compute_committee).
-    function drawCommittee(bytes32 modelId, bytes32 seed, uint8 attempt, uint256 size, address[] calldata excluded)
+    /// @notice Draw `size` distinct nodes serving `modelId`, none of them in `excluded`, with
+    /// probability proportional to their weight in `epoch` (verillm.spec.audit.compute_committee).
+    /// Only the current and the previous epoch are readable (a node gone for two epochs may
+    /// have withdrawn); a pool with fewer than `size` candidates reverts NotEnoughCandidates.
+    function drawCommittee(bytes32 modelId, bytes32 seed, uint8 attempt, uint256 size, address[] calldata excluded, uint256 epoch)
         external
         view
         returns (address[] memory)
     {
-        (address[] memory candidates, uint256[] memory weights) = getModelNodes(modelId);
+        uint256 now_ = currentEpoch();
+        if (epoch > now_ || epoch + 1 < now_) revert EpochNotReadable(epoch, now_);
+        (address[] memory candidates, uint256[] memory weightsWei) = getModelWeights(modelId, epoch);
         for (uint256 i = 0; i < candidates.length; i++) {
             for (uint256 j = 0; j < excluded.length; j++) {
-                if (candidates[i] == excluded[j]) weights[i] = 0;
+                if (candidates[i] == excluded[j]) weightsWei[i] = 0;
             }
         }
-        return Sortition.draw(seed, attempt, size, candidates, weights);
+        return Sortition.draw(seed, attempt, size, candidates, weightsWei);
     }
 
     /// @notice The pure sortition, exposed so tests compare it with the Python spec.
@@ -299,28 +344,24 @@ contract Registry is ReentrancyGuard {
         }
     }
 
-    function _list(address node_, Node storage node) private {
+    function _list(Node storage node) private {
         if (node.listed || node.stakeWei < minStakeWei || node.unbondingEndBlock != 0) return;
         node.listed = true;
-        for (uint256 i = 0; i < node.models.length; i++) {
-            bytes32 model = node.models[i];
-            modelNodes[model].push(node_);
-            modelSlotPlusOne[model][node_] = modelNodes[model].length;
-        }
     }
 
-    function _unlist(address node_, Node storage node) private {
-        if (!node.listed) return;
-        node.listed = false;
+    /// @dev Record the node's weight for each of its models, effective next epoch.
+    function _syncWeights(address node_, Node storage node) private {
+        uint256 weight = node.listed ? node.stakeWei : 0;
+        uint64 from = uint64(currentEpoch() + 1);
         for (uint256 i = 0; i < node.models.length; i++) {
             bytes32 model = node.models[i];
-            address[] storage list = modelNodes[model];
-            uint256 slot = modelSlotPlusOne[model][node_] - 1;
-            address last = list[list.length - 1];
-            list[slot] = last;
-            modelSlotPlusOne[model][last] = slot + 1;
-            list.pop();
-            delete modelSlotPlusOne[model][node_];
+            Checkpoint[] storage cps = checkpoints[model][node_];
+            if (cps.length == 0) {
+                if (weight == 0) continue;
+                modelNodes[model].push(node_);
+            }
+            if (cps.length != 0 && cps[cps.length - 1].fromEpoch == from) cps[cps.length - 1].weightWei = uint192(weight);
+            else cps.push(Checkpoint(from, uint192(weight)));
         }
     }
 }

@@ -118,7 +118,7 @@ class BatchScheduler:
         fee = self.chainio.params["committeeSize"] * self.chainio.params["auditFeeWei"] if requested else 0
         try:
             tx = await self.chainio.send("start_audit", batch["batch_id"], job.batch_index, job.receipt, levels,
-                                         len(job.output_tokens), value_wei=fee, batch_id=batch["batch_id"])
+                                         value_wei=fee, batch_id=batch["batch_id"])
             audit_id = tx.value
         except Exception as exc:
             if not is_revert(exc, "AlreadyHandled", "ReceiptReplayed"):

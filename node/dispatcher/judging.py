@@ -180,7 +180,8 @@ class AuditDriver:
         if existing is not None:
             self.tables.record_check(audit_id, round_index, slot, {"proven": False, "problem": problem, "contest": existing})
             return
-        cells = compute_opened_cells(challenge, num_positions)[:CONTESTED_CELLS]
+        # Disputes.contest takes cells sorted by (position, layer), without repeats, at most 16
+        cells = sorted(set(compute_opened_cells(challenge, num_positions)))[:CONTESTED_CELLS]
         log.warning("audit %d: party %d's opening fails (%s); contesting %s", audit_id, slot, problem, cells)
         tx = await self.chainio.send("contest", audit_id, round_index, slot, cells, audit_id=audit_id)
         self.metrics.disputes.labels(outcome="opened").inc()

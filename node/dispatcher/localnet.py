@@ -241,6 +241,8 @@ class LocalNetwork:
             account = Account.from_key(key.private_key)
             tx = self.protocol.register(account, compute_vrf_secret_key(key), node.url, [self.model_id], stake)
             self.log(f"node {node.index}: {node.address} on {node.url} registered, stake {stake / 1e18:g} ETH ({tx.gas_used} gas), {node.spec.label}")
+        epoch = self.protocol.advance_to_next_epoch()  # registrations weigh in draws from the next epoch
+        self.log(f"mined to stake epoch {epoch}: every node is drawable")
 
     def wait_gateway_sees_all(self, timeout_s: float = 60.0) -> None:
         """Wait until node 0's dispatcher lists every node as an active worker."""

@@ -71,7 +71,8 @@ class RegistryView:
     def _fetch(self) -> list[WorkerEntry]:
         protocol = self.chainio.protocol
         addresses, stakes = protocol.get_model_nodes(self.model_id)
-        return [WorkerEntry(bytes.fromhex(a[2:]), protocol.get_node(a)["endpoint"], s) for a, s in zip(addresses, stakes)]
+        # the list keeps every node ever registered for the model; weight 0 = not active now
+        return [WorkerEntry(bytes.fromhex(a[2:]), protocol.get_node(a)["endpoint"], s) for a, s in zip(addresses, stakes) if s > 0]
 
     async def get_endpoint(self, address: bytes) -> str:
         """Return a node's registered endpoint (registered nodes only; active or not)."""

@@ -6,11 +6,11 @@ sampling margin (`is_onchain_agreement`, what `Disputes.adjudicate` re-runs), an
 the contract cannot run because it needs the worker's output length and budget — the output
 did not stop early unless the member's own sampler would stop there too.
 
-A vote is provably a lie (`Disputes.adjudicate` slashes it) when the member voted "agree"
-while the on-chain comparison fails, or "disagree" while the comparison over the worker's
-full opening passes. A dispatcher only adjudicates a "disagree" vote that its own full vote
-(truncation included) contradicts too: an honest member that caught a truncated output votes
-"disagree" although every opened cell passes (see the report's note on this contract gap).
+A vote is provably a lie (`Disputes.adjudicate` slashes it) only when the member voted
+"agree" while the on-chain comparison over the worker's posted leaves fails. A "disagree" is
+never adjudicated: it may rest on the stop rule, which the contract cannot run (an honest
+member that caught a truncated output votes "disagree" although every opened cell passes); a
+false "disagree" is a minority vote, settled by the vote or by escalation.
 """
 
 from collections.abc import Mapping
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from verillm.chain.protocol import OnchainModel
 from verillm.spec.audit import is_onchain_agreement
 from verillm.spec.compare import is_stopped_early
-from verillm.spec.settlement import AGREE, DISAGREE, FAIL, TIE
+from verillm.spec.settlement import AGREE, FAIL, PASS, TIE
 from verillm.spec.types import FLAG_STOP_WITHIN_MARGIN, Leaf
 
 Cells = Mapping[tuple[int, int], Leaf]
@@ -48,17 +48,19 @@ def is_provable_lie(vote: int, onchain_agrees: bool, full_vote_agrees: bool) -> 
     ``onchain_agrees``: the contract's comparison over the worker's full opening;
     ``full_vote_agrees``: `compute_member_vote` over the same leaves (never looser).
     """
-    if vote == AGREE:
-        return not onchain_agrees
-    return vote == DISAGREE and onchain_agrees and full_vote_agrees
+    del full_vote_agrees  # a "disagree" is never adjudicated on-chain (see the module note)
+    return vote == AGREE and not onchain_agrees
 
 
 def is_escalation_warranted(verdict: int, proven_agreements: list[bool]) -> bool:
-    """Return whether a first round that fails (or ties on) a worker should go to a larger committee.
+    """Return whether a first round's verdict should go to a larger committee.
 
     ``proven_agreements``: for each member whose opening was proven against its root, whether
     its data agree with the worker (`compute_member_vote`). A failing verdict while some
     proven member computed the same as the worker means the committee is split on real data:
-    colluding members, or a broken one — a larger committee decides.
+    colluding members, or a broken one — a larger committee decides. A PASS is escalated when
+    most proven members' own data contradict it (a colluding majority outvoted them).
     """
+    if verdict == PASS:
+        return bool(proven_agreements) and 2 * sum(proven_agreements) < len(proven_agreements)
     return verdict in (FAIL, TIE) and any(proven_agreements)

@@ -94,6 +94,7 @@ class World:
         self.nodes = [Node(a, vrf.derive_secret_key(bytes([i + 1]) * 32)) for i, a in enumerate(accounts)]
         for node, stake in zip(self.nodes, NODE_STAKES_WEI + (1,) * extra_nodes):
             self.protocol.register(node.account, node.vrf_key, f"http://127.0.0.1:{9000 + len(node.address) % 7}", [MODEL_ID], stake * preset.MIN_STAKE_WEI)
+        self.protocol.advance_to_next_epoch()  # registrations weigh in draws from the next epoch
         self.domain = SigningDomain(chain_id=chain.chain_id, verifying_contract=bytes.fromhex(self.protocol.jobs.address[2:]))
         self.outsider = chain.dev_accounts[9]
 
@@ -106,12 +107,18 @@ class World:
         return next(n for n in self.nodes if n.address == address)
 
     def make_party(self, node: Node, trace: JobTrace, max_new_tokens: int, nonce: int = 0) -> Party:
+        """A worker's job reads the prompt (hash 0x11…) and outputs OUTPUT_TOKENS (transcript hash
+        0x22…); a member's (max_new_tokens 1) reads that transcript and outputs one token."""
         commitment = compute_commitment(trace, LAYERS)
+        member = max_new_tokens == 1
+        inputs = PROMPT_LEN + OUTPUT_TOKENS if member else PROMPT_LEN
         receipt = Receipt(
             job_hash=keccak256(b"job" + nonce.to_bytes(4, "big") + bytes.fromhex(node.address[2:])), model_id=MODEL_ID,
-            input_hash=b"\x11" * 32, output_hash=b"\x22" * 32, sampling=SamplingParams(), max_new_tokens=max_new_tokens,
+            input_hash=b"\x22" * 32 if member else b"\x11" * 32, output_hash=b"\x33" * 32 if member else b"\x22" * 32,
+            sampling=SamplingParams(), max_new_tokens=max_new_tokens,
             commitment_root=commitment.root, num_positions=trace.num_positions,
             worker=bytes.fromhex(node.address[2:]), signature=b"\x00" * 65,
+            input_tokens=inputs, output_tokens=trace.num_positions + 1 - inputs,
         )
         signed = sign_receipt(receipt, node.account.key, self.domain)
         return Party(node, trace, commitment, signed)
@@ -135,7 +142,7 @@ class World:
         """Batch the worker's receipt alone, draw, start its audit (MINIMAL audits every job)."""
         dispatcher = dispatcher or worker.node
         batch, _, _ = self.post_and_draw(dispatcher, [worker.receipt])
-        tx = self.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels, OUTPUT_TOKENS)
+        tx = self.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels)
         return AuditRun(tx.value, worker)
 
     def committee(self, run: AuditRun, round_index: int = 0) -> list[Node]:

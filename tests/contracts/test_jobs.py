@@ -95,20 +95,18 @@ def test_start_audit_checks_proof_signature_and_replay(world):
     with _reverts("InvalidMerkleProof"):  # a proof for index 1 presented at index 0
         world.chain.transact(world.protocol.jobs, "startAudit", batch.batch_id, 0, compute_receipt_tuple(worker.receipt), worker.receipt.signature,
                              [compute_batch_levels([compute_receipt_hash(worker.receipt), compute_receipt_hash(other.receipt)])[0][0]],
-                             OUTPUT_TOKENS, sender=dispatcher.account)
+                             sender=dispatcher.account)
     forged = dataclasses.replace(worker.receipt, signature=other.receipt.signature)  # someone else's signature
     with _reverts("InvalidSignature"):
-        start(dispatcher.account, batch.batch_id, 0, forged, batch.levels, OUTPUT_TOKENS)
-    with _reverts("ReceiptMismatch"):
-        start(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels, 0)
-    audit_id = start(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels, OUTPUT_TOKENS).value
+        start(dispatcher.account, batch.batch_id, 0, forged, batch.levels)
+    audit_id = start(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels).value
     assert world.protocol.get_audit(audit_id).worker == worker.node.address
     with _reverts("AlreadyHandled|ReceiptReplayed"):
-        start(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels, OUTPUT_TOKENS)
+        start(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels)
     # the same receipt batched again cannot open a second audit
     again = _drawn_batch(world, [worker.receipt], dispatcher)
     with _reverts("ReceiptReplayed"):
-        start(dispatcher.account, again.batch_id, 0, worker.receipt, again.levels, OUTPUT_TOKENS)
+        start(dispatcher.account, again.batch_id, 0, worker.receipt, again.levels)
 
 
 def test_the_committee_is_the_vrf_draw_and_never_holds_the_worker(world):
@@ -134,7 +132,7 @@ def test_start_window_and_missed_start(world):
         world.protocol.slash_missed_start(world.outsider, batch.batch_id, 0)
     world.chain.mine(PRESET.START_WINDOW_BLOCKS + 1)
     with _reverts("TooLate"):
-        world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels, OUTPUT_TOKENS)
+        world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels)
     with _reverts("IndexOutOfBatch"):
         world.protocol.slash_missed_start(world.outsider, batch.batch_id, 1)
     stake = world.protocol.get_node(dispatcher.address)["stake_wei"]
@@ -151,9 +149,9 @@ def test_requested_audit_needs_the_committee_fee(world_base):
     batch = _drawn_batch(world, [worker.receipt], dispatcher)
     assert not world.protocol.is_audited(batch.batch_id, 0)
     with _reverts("WrongFee"):
-        world.protocol.start_audit(world.outsider, batch.batch_id, 0, worker.receipt, batch.levels, OUTPUT_TOKENS)
+        world.protocol.start_audit(world.outsider, batch.batch_id, 0, worker.receipt, batch.levels)
     fee = PRESET.COMMITTEE_SIZE * PRESET.AUDIT_FEE_WEI
-    audit_id = world.protocol.start_audit(world.outsider, batch.batch_id, 0, worker.receipt, batch.levels, OUTPUT_TOKENS, fee).value
+    audit_id = world.protocol.start_audit(world.outsider, batch.batch_id, 0, worker.receipt, batch.levels, fee).value
     assert world.protocol.get_audit(audit_id).requested
     with _reverts("NotAudited"):
         world.protocol.slash_missed_start(world.outsider, batch.batch_id, 0)

@@ -61,7 +61,8 @@ def test_deregister_unbond_withdraw(world):
     node = world.nodes[5]
     world.protocol.deregister(node.account)
     assert not world.protocol.get_node(node.address)["active"]
-    assert node.address not in world.protocol.get_model_nodes(MODEL_ID)[0]
+    nodes, weights = world.protocol.get_model_nodes(MODEL_ID)  # from the next epoch on
+    assert dict(zip(nodes, weights, strict=True))[node.address] == 0
     with _reverts("Deregistering"):
         world.protocol.top_up(node.account, 1)
     with _reverts("StillUnbonding"):
@@ -103,13 +104,16 @@ def test_only_deployer_binds_and_adds_models_and_configs_are_frozen(world):
 
 
 def test_draw_committee_matches_the_spec_and_excludes(world):
-    nodes, stakes = world.protocol.get_model_nodes(MODEL_ID)
+    epoch = world.protocol.registry.call("currentEpoch")
+    nodes, stakes = world.protocol.registry.call("getModelWeights", MODEL_ID, epoch)
     seed = b"\x42" * 32
     for attempt in (0, 1):
         excluded = [nodes[0], nodes[2]]
-        got = world.protocol.registry.call("drawCommittee", MODEL_ID, seed, attempt, 3, excluded)
+        got = world.protocol.registry.call("drawCommittee", MODEL_ID, seed, attempt, 3, excluded, epoch)
         want = compute_committee(seed, attempt, 3, nodes, compute_excluded_weights(nodes, stakes, excluded))
         assert list(got) == list(want)
         assert not set(got) & set(excluded) and len(set(got)) == 3
     with _reverts("NotEnoughCandidates"):
-        world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 5, [nodes[0], nodes[1]])
+        world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 5, [nodes[0], nodes[1]], epoch)
+    with _reverts("EpochNotReadable"):  # only the current and the previous epoch's weights are read
+        world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 3, [], epoch + 1)

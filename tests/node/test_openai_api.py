@@ -6,7 +6,7 @@ from openai import AsyncOpenAI
 from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_MODEL, APP_STORE
 from verillm.node.wire import receipt_from_json
 from verillm.spec.encoding import decode
-from verillm.spec.job import compute_job_hash, compute_tokens_hash
+from verillm.spec.job import compute_job_hash, compute_tokens_hash, compute_transcript_hash
 from verillm.spec.receipt import process_receipt_signature
 from verillm.spec.types import Job
 
@@ -23,7 +23,7 @@ def check_verillm_field(node, verillm: dict, output_tokens: list[int]):
     receipt = receipt_from_json(verillm["receipt"])
     process_receipt_signature(receipt, node.app[APP_DOMAIN])
     assert receipt.worker == node.app[APP_KEY].address
-    assert receipt.output_hash == compute_tokens_hash(output_tokens)
+    assert receipt.output_hash == compute_transcript_hash(verillm["input_tokens"], output_tokens)
     assert receipt.input_hash == compute_tokens_hash(verillm["input_tokens"])
     assert receipt.num_positions == len(verillm["input_tokens"]) + len(output_tokens) - 1
     assert verillm["job_hash"] == "0x" + receipt.job_hash.hex()

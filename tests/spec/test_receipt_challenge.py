@@ -15,7 +15,8 @@ DOMAIN = SigningDomain(chain_id=31337, verifying_contract=bytes.fromhex("5fbdb23
 
 
 def receipt(**changes):
-    base = Receipt(b"\x01" * 32, b"\x02" * 32, b"\x03" * 32, b"\x04" * 32, SamplingParams(700, 40, 900_000, 9), 64, b"\x05" * 32, 99, WORKER, EMPTY_SIGNATURE)
+    base = Receipt(b"\x01" * 32, b"\x02" * 32, b"\x03" * 32, b"\x04" * 32, SamplingParams(700, 40, 900_000, 9), 64, b"\x05" * 32, 99, WORKER, EMPTY_SIGNATURE,
+                   input_tokens=40, output_tokens=60)
     return dataclasses.replace(base, **changes)
 
 
@@ -26,12 +27,12 @@ def test_digest_matches_eth_account_eip712():
             "EIP712Domain": [{"name": "name", "type": "string"}, {"name": "version", "type": "string"}, {"name": "chainId", "type": "uint256"}, {"name": "verifyingContract", "type": "address"}],
             "Receipt": [
                 {"name": n, "type": t}
-                for n, t in [("jobHash", "bytes32"), ("modelId", "bytes32"), ("inputHash", "bytes32"), ("outputHash", "bytes32"), ("temperatureMilli", "uint32"), ("topK", "uint32"), ("topPPpm", "uint32"), ("seed", "uint64"), ("maxNewTokens", "uint32"), ("commitmentRoot", "bytes32"), ("numPositions", "uint32"), ("worker", "address")]
+                for n, t in [("jobHash", "bytes32"), ("modelId", "bytes32"), ("inputHash", "bytes32"), ("outputHash", "bytes32"), ("temperatureMilli", "uint32"), ("topK", "uint32"), ("topPPpm", "uint32"), ("seed", "uint64"), ("maxNewTokens", "uint32"), ("commitmentRoot", "bytes32"), ("numPositions", "uint32"), ("inputTokens", "uint32"), ("outputTokens", "uint32"), ("worker", "address")]
             ],
         },
         "primaryType": "Receipt",
         "domain": {"name": "VeriLLM", "version": "1", "chainId": 31337, "verifyingContract": "0x" + DOMAIN.verifying_contract.hex()},
-        "message": {"jobHash": r.job_hash, "modelId": r.model_id, "inputHash": r.input_hash, "outputHash": r.output_hash, "temperatureMilli": 700, "topK": 40, "topPPpm": 900_000, "seed": 9, "maxNewTokens": 64, "commitmentRoot": r.commitment_root, "numPositions": 99, "worker": Account.from_key(KEY).address},
+        "message": {"jobHash": r.job_hash, "modelId": r.model_id, "inputHash": r.input_hash, "outputHash": r.output_hash, "temperatureMilli": 700, "topK": 40, "topPPpm": 900_000, "seed": 9, "maxNewTokens": 64, "commitmentRoot": r.commitment_root, "numPositions": 99, "inputTokens": 40, "outputTokens": 60, "worker": Account.from_key(KEY).address},
     }
     signed = Account.sign_message(encode_typed_data(full_message=typed), KEY)
     ours = sign_receipt(r, KEY, DOMAIN)

@@ -16,7 +16,7 @@ and `verillm.spec.settlement`; the rules in docs/protocol.md §12.
     protocol.register(node, vrf_secret_key, "http://...", [model_id], stake_wei)
     batch = protocol.post_batch(dispatcher, receipt_hashes).value
     protocol.draw_audit(dispatcher, batch.batch_id, vrf_secret_key)
-    audit_id = protocol.start_audit(dispatcher, batch.batch_id, index, receipt, batch.levels, n_out).value
+    audit_id = protocol.start_audit(dispatcher, batch.batch_id, index, receipt, batch.levels).value
 """
 
 import re
@@ -147,7 +147,7 @@ def compute_receipt_tuple(receipt: Receipt) -> tuple:
     s = receipt.sampling
     return (receipt.job_hash, receipt.model_id, receipt.input_hash, receipt.output_hash, s.temperature_milli, s.top_k,
             s.top_p_ppm, s.seed, receipt.max_new_tokens, receipt.commitment_root, receipt.num_positions,
-            Web3.to_checksum_address(receipt.worker))
+            receipt.input_tokens, receipt.output_tokens, Web3.to_checksum_address(receipt.worker))
 
 
 class Protocol:
@@ -252,11 +252,11 @@ class Protocol:
 
     # --- Jobs: audits --------------------------------------------------------------------------
     def start_audit(self, sender: LocalAccount, batch_id: int, index: int, receipt: Receipt, levels: list,
-                    output_tokens: int, value_wei: int = 0) -> Tx:
-        """Start the audit of a batched receipt; value = the audit id."""
+                    value_wei: int = 0) -> Tx:
+        """Start the audit of a batched receipt (its signed token counts give N); value = the audit id."""
         proof = spec_audit.compute_batch_proof(levels, index)
         return self._send(self.jobs, "startAudit", batch_id, index, compute_receipt_tuple(receipt), receipt.signature,
-                          list(proof.siblings), output_tokens, sender=sender, value=value_wei,
+                          list(proof.siblings), sender=sender, value=value_wei,
                           event="AuditStarted", field="auditId")
 
     def post_committee_receipt(self, sender: LocalAccount, audit_id: int, slot: int, receipt: Receipt) -> Tx:
@@ -334,5 +334,15 @@ class Protocol:
         member_cells = {(i.leaf.position, i.leaf.layer): i for i in member_opening.leaves}
         pairs = [(w.leaf, w.proof, member_cells[(w.leaf.position, w.leaf.layer)]) for w in worker_opening.leaves]
         cells = [(encode(w), list(wp.siblings), encode(m.leaf), list(m.proof.siblings)) for w, wp, m in pairs]
-        return self._send(self.disputes, "adjudicate", audit_id, round_index, slot, cells, sender=sender)
+        # The worker's leaves as it posted them, each cell's leaf at its index there.
+        posted = (spec_audit.encode_opening_leaves(worker_opening), list(range(len(pairs))))
+        return self._send(self.disputes, "adjudicate", audit_id, round_index, slot, cells, posted, sender=sender)
+
+    def advance_to_next_epoch(self) -> int:
+        """Mine to the first block of the next stake epoch (dev chains); return that epoch.
+        Registrations and stake changes weigh in draws from the next epoch on."""
+        epoch_blocks = self.registry.call("epochBlocks")
+        number = self.chain.get_block()["number"]
+        self.chain.mine(epoch_blocks - number % epoch_blocks)
+        return self.registry.call("currentEpoch")
 

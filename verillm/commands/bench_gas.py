@@ -61,16 +61,23 @@ class GasRun:
         for i, (account, key) in enumerate(self.nodes):
             tx = self.protocol.register(account, key, f"https://node{i}.example", [MODEL_ID], 2 * self.preset.MIN_STAKE_WEI)
             self.gas.setdefault("register", tx.gas_used)
+        self.protocol.advance_to_next_epoch()  # registrations weigh in draws from the next epoch
 
-    def party(self, index: int, positions: int, max_new: int, noise_seed: int):
+    def party(self, index: int, positions: int, max_new: int, noise_seed: int, jitter_scale: float = 1e-7):
         base = np.random.default_rng(7).standard_normal((self.prompt + self.output, len(self.layers), self.preset.FINGERPRINT_DIMS))
-        jitter = np.random.default_rng(noise_seed).standard_normal(base.shape) * 1e-7
+        jitter = np.random.default_rng(noise_seed).standard_normal(base.shape) * jitter_scale
         trace = JobTrace(tuple(range(self.output)), (base + jitter)[:positions].astype(np.float32),
                          np.full(positions, FLAG_NEXT_WITHIN_MARGIN, dtype=np.uint8))
         commitment = compute_commitment(trace, self.layers)
         account = self.nodes[index][0]
-        receipt = Receipt(keccak256(b"job" + _index_bytes(index)), MODEL_ID, b"\x01" * 32, b"\x02" * 32, SamplingParams(), max_new,
-                          commitment.root, positions, bytes.fromhex(account.address[2:]), b"\x00" * 65)
+        # the worker's job reads the prompt; a member's reads the worker's prompt ‖ output, so its
+        # input hash is the worker's output hash (a receipt's outputHash covers input ‖ output)
+        worker_job = max_new != 1
+        inputs = self.prompt if worker_job else self.prompt + self.output
+        receipt = Receipt(keccak256(b"job" + _index_bytes(index)), MODEL_ID, b"\x01" * 32 if worker_job else b"\x02" * 32,
+                          b"\x02" * 32 if worker_job else b"\x03" * 32, SamplingParams(), max_new,
+                          commitment.root, positions, bytes.fromhex(account.address[2:]), b"\x00" * 65,
+                          input_tokens=inputs, output_tokens=positions + 1 - inputs)
         return trace, commitment, sign_receipt(receipt, account.key, self.domain)
 
     def mine_past(self, blocks: int) -> None:
@@ -107,11 +114,12 @@ def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, lay
         batch, gas = _measure_batch(run, batch_size, w_receipt)
         run.gas.update(gas)
         fee = 0 if run.protocol.is_audited(batch.batch_id, 0) else preset.COMMITTEE_SIZE * preset.AUDIT_FEE_WEI
-        tx = run.protocol.start_audit(run.nodes[1][0], batch.batch_id, 0, w_receipt, batch.levels, output, fee)
+        tx = run.protocol.start_audit(run.nodes[1][0], batch.batch_id, 0, w_receipt, batch.levels, fee)
         audit_id, run.gas["start_audit"] = tx.value, tx.gas_used
         committee = run.protocol.get_committee(audit_id, 0)
         index_of = {a.address: i for i, (a, _) in enumerate(run.nodes)}
-        members = [run.party(index_of[m], prompt + output, 1, 1 + slot) for slot, m in enumerate(committee)]
+        # member 0's data disagree with the worker's, and it votes agree: the dispute below has a lie to find
+        members = [run.party(index_of[m], prompt + output, 1, 1 + slot, 1.0 if slot == 0 else 1e-7) for slot, m in enumerate(committee)]
         for slot, (_, _, receipt) in enumerate(members):
             run.gas["committee_receipt"] = run.protocol.post_committee_receipt(run.owner, audit_id, slot, receipt).gas_used
         run.mine_past(preset.AUDIT_DRAW_DELAY_BLOCKS)
@@ -122,8 +130,7 @@ def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, lay
         for slot, (trace, commitment, _) in enumerate(members):
             openings.append(compute_opening(trace, commitment, _cells(run, audit_id, prompt + output)))
             account = run.nodes[index_of[committee[slot]]][0]
-            # member 0 votes against its own data, so the dispute below has a fault to find
-            run.gas["open_and_vote"] = run.protocol.open_and_vote(account, audit_id, slot, openings[-1], slot != 0).gas_used
+            run.gas["open_and_vote"] = run.protocol.open_and_vote(account, audit_id, slot, openings[-1], True).gas_used
         run.gas["verdict"] = run.protocol.verdict(run.owner, audit_id).gas_used
         run.gas["dispute"] = run.protocol.adjudicate(run.owner, audit_id, 0, 1, worker_opening, openings[0]).gas_used
         _measure_contest(run, audit_id, worker_opening)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from verillm.errors import InvalidProof
 from verillm.spec.compare import compute_audit_measurement
-from verillm.spec.job import compute_job_hash, compute_num_positions, compute_tokens_hash
+from verillm.spec.job import compute_job_hash, compute_num_positions, compute_tokens_hash, compute_transcript_hash
 from verillm.spec.commitment import process_opening
 from verillm.spec.policy import REASON_CONSISTENCY, REASON_PROOF, CheckResult, Reason, ToleranceProfile, compute_verdict
 from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, Challenge, Job, ModelManifest, Opening, Receipt
@@ -35,8 +35,9 @@ def compute_receipt_binding_reasons(party: str, result: PartyResult) -> list[Rea
         "job hash": (receipt.job_hash, compute_job_hash(job)),
         "model id": (receipt.model_id, job.model_id),
         "input hash": (receipt.input_hash, compute_tokens_hash(job.input_tokens)),
-        "output hash": (receipt.output_hash, compute_tokens_hash(result.output_tokens)),
+        "output hash": (receipt.output_hash, compute_transcript_hash(job.input_tokens, result.output_tokens)),
         "position count": (receipt.num_positions, compute_num_positions(job, len(result.output_tokens))),
+        "token counts": ((receipt.input_tokens, receipt.output_tokens), (len(job.input_tokens), len(result.output_tokens))),
     }
     reasons = [Reason(REASON_CONSISTENCY, f"{party} receipt {name} does not match its job/output") for name, (got, want) in expected.items() if got != want]
     if receipt.sampling != job.sampling or receipt.max_new_tokens != job.max_new_tokens:

@@ -19,6 +19,12 @@ def compute_tokens_hash(tokens: Sequence[int]) -> bytes:
     return blake3_digest(DOMAIN_TOKENS + struct.pack(f">{len(tokens)}I", *tokens))
 
 
+def compute_transcript_hash(input_tokens: Sequence[int], output_tokens: Sequence[int]) -> bytes:
+    """Return a receipt's outputHash: the tokens hash of input ‖ output (a verification job's
+    input, so its receipt's inputHash equals the worker's outputHash)."""
+    return compute_tokens_hash(tuple(input_tokens) + tuple(output_tokens))
+
+
 def compute_job_hash(job: Job) -> bytes:
     """Return the job hash: keccak256 over the job's canonical encoding."""
     return keccak256(DOMAIN_JOB + encode(job))

@@ -58,7 +58,11 @@ class Preset:
     PROOF_WINDOW_BLOCKS: int = 50
     """Blocks a contested party has to prove its opened leaves on-chain."""
     UNBONDING_BLOCKS: int = 1_000
-    """Blocks a deregistered worker waits before withdrawing its stake."""
+    """Blocks a deregistered worker waits before withdrawing its stake (≥ 2 epochs)."""
+    EPOCH_BLOCKS: int = 400
+    """Blocks per stake epoch: a change of stake or models weighs in draws from the next epoch
+    on, and a round's draws read the weights of the epoch its batch (or escalation) began in.
+    At least a round's draw span: draw delay + draw + start windows + (redraws + 1) × commit window."""
     # --- limits ---
     MAX_BATCH_RECEIPTS: int = 1_024
 
@@ -86,7 +90,8 @@ MINIMAL = Preset(
     COMMIT_WINDOW_BLOCKS=20,
     OPEN_WINDOW_BLOCKS=20,
     DISPUTE_WINDOW_BLOCKS=10,
-    UNBONDING_BLOCKS=100,  # ≥ draw delay + draw window + start window (checked by the contracts)
+    UNBONDING_BLOCKS=300,  # ≥ 2 epochs and ≥ draw delay + draw window + start window (checked by the contracts)
+    EPOCH_BLOCKS=150,  # ≥ 1 + 10 + 80 + 2 × 20 = 131, the round's draw span
     MAX_BATCH_RECEIPTS=64,
     DRAW_WINDOW_BLOCKS=10,
     START_WINDOW_BLOCKS=80,  # every job of a batch is audited in MINIMAL: one start tx each

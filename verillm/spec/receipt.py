@@ -4,7 +4,14 @@ The typed struct (what `Jobs.sol` re-hashes when a receipt is proven or conteste
 
     Receipt(bytes32 jobHash,bytes32 modelId,bytes32 inputHash,bytes32 outputHash,
             uint32 temperatureMilli,uint32 topK,uint32 topPPpm,uint64 seed,
-            uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,address worker)
+            uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,uint32 inputTokens,
+            uint32 outputTokens,address worker)
+
+`inputHash` hashes the input tokens and `outputHash` the whole transcript, input ‖ output
+(`compute_tokens_hash` over the concatenation), so a verification job's receipt, whose input is
+the worker's input ‖ output, has inputHash = the worker's outputHash and inputTokens = P + N:
+`Jobs.postCommitteeReceipt` binds a member's job to the worker's with no token data on-chain,
+and every receipt looks the same, so a member cannot tell a verification job from the hashes.
 
 The domain is (name "VeriLLM", version "1", chainId, verifyingContract = the Jobs contract),
 so a receipt signed for one deployment is worthless on another. The receipt hash (the EIP-712
@@ -20,13 +27,13 @@ from eth_keys.exceptions import BadSignature, ValidationError
 
 from verillm.errors import InvalidSignature
 from verillm.spec.hashing import keccak256
-from verillm.spec.job import compute_job_hash, compute_num_positions, compute_tokens_hash
+from verillm.spec.job import compute_job_hash, compute_num_positions, compute_tokens_hash, compute_transcript_hash
 from verillm.spec.types import Job, Receipt
 
 RECEIPT_TYPE = (
     b"Receipt(bytes32 jobHash,bytes32 modelId,bytes32 inputHash,bytes32 outputHash,"
     b"uint32 temperatureMilli,uint32 topK,uint32 topPPpm,uint64 seed,"
-    b"uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,address worker)"
+    b"uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,uint32 inputTokens,uint32 outputTokens,address worker)"
 )
 RECEIPT_TYPEHASH = keccak256(RECEIPT_TYPE)
 DOMAIN_TYPEHASH = keccak256(b"EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)")
@@ -58,7 +65,8 @@ def compute_receipt_hash(receipt: Receipt) -> bytes:
     fields = (
         receipt.job_hash, receipt.model_id, receipt.input_hash, receipt.output_hash,
         s.temperature_milli, s.top_k, s.top_p_ppm, s.seed,
-        receipt.max_new_tokens, receipt.commitment_root, receipt.num_positions, receipt.worker,
+        receipt.max_new_tokens, receipt.commitment_root, receipt.num_positions, receipt.input_tokens, receipt.output_tokens,
+        receipt.worker,
     )
     return keccak256(RECEIPT_TYPEHASH + b"".join(_word(v) for v in fields))
 
@@ -104,11 +112,13 @@ def compute_receipt(job: Job, output_tokens: Sequence[int], commitment_root: byt
         job_hash=compute_job_hash(job),
         model_id=job.model_id,
         input_hash=compute_tokens_hash(job.input_tokens),
-        output_hash=compute_tokens_hash(output_tokens),
+        output_hash=compute_transcript_hash(job.input_tokens, output_tokens),
         sampling=job.sampling,
         max_new_tokens=job.max_new_tokens,
         commitment_root=commitment_root,
         num_positions=compute_num_positions(job, len(output_tokens)),
         worker=worker,
         signature=EMPTY_SIGNATURE,
+        input_tokens=len(job.input_tokens),
+        output_tokens=len(output_tokens),
     )

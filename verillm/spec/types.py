@@ -127,6 +127,10 @@ class Receipt:
     num_positions: U32
     worker: Bytes20
     signature: Bytes65
+    input_tokens: U32 = 0
+    """P, signed: with output_tokens it binds the output length (num_positions = P + N − 1)."""
+    output_tokens: U32 = 0
+    """N, signed. 0 only in receipts built by hand for tests that never reach a contract."""
 
 
 @dataclass(frozen=True)

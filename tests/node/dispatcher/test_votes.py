@@ -45,15 +45,17 @@ def test_an_early_stop_needs_the_members_sampler_to_stop_there():
 
 @pytest.mark.parametrize("vote, onchain, full, lie", [
     (AGREE, True, True, False), (AGREE, False, False, True), (AGREE, True, False, False),
-    (DISAGREE, False, False, False), (DISAGREE, True, True, True), (DISAGREE, True, False, False),
+    # a "disagree" is never adjudicated: it may rest on the stop rule the contract cannot run
+    (DISAGREE, False, False, False), (DISAGREE, True, True, False), (DISAGREE, True, False, False),
 ])
 def test_which_votes_are_provable_lies(vote, onchain, full, lie):
     assert is_provable_lie(vote, onchain, full) is lie
 
 
-def test_escalation_only_when_a_failing_round_has_a_proven_member_on_the_workers_side():
+def test_escalation_when_proven_data_contradict_the_verdict():
     assert is_escalation_warranted(FAIL, [False, True, False])
     assert is_escalation_warranted(TIE, [True, False])
     assert not is_escalation_warranted(FAIL, [False, False, False])
     assert not is_escalation_warranted(PASS, [True, False, True])
+    assert is_escalation_warranted(PASS, [False, False, True])  # a colluding majority outvoted the proven data
     assert not is_escalation_warranted(WORKER_DEFAULT, [True])
