@@ -52,7 +52,7 @@ def test_detect_in_exact_mode_has_zero_tolerance_and_catches_the_new_attacks(tmp
     out = tmp_path / "detect-bf16.json"
     invoke("bench", "detect", "--model", "tiny", "--dtype", "bf16", "--jobs", "1", "--attack-jobs", "2", "--attacks", "kv_fp8,speculative", "--max-new-tokens", "8", "--json", str(out))
     report = json.loads(out.read_text())
-    assert report["kernel_class"].startswith("cpu-torch") and report["dtype"] == "bfloat16"
+    assert report["kernel_class"].startswith("cpu-") and "torch" in report["kernel_class"] and report["dtype"] == "bfloat16"
     assert report["honest"]["audits"] == 2 * 8 and report["honest"]["false_rejections"] == 0
     assert report["honest"]["max_threshold_ratio"] == 0  # every honest leaf bit-identical
     assert any("attention=eager" in config for config in report["honest"]["configurations"])

@@ -33,9 +33,12 @@ from verillm.errors import ConfigError
 from verillm.spec.types import ModelManifest
 
 ATTENTION_NAME = "verillm_exact"
-# The kernel class a manifest names: torch's minor version is part of it (kernels change
-# between releases), so a node with another torch refuses the manifest instead of being slashed.
-CPU_KERNEL_CLASS = f"cpu-torch{'.'.join(torch.__version__.split('+')[0].split('.')[:2])}-rowinv-f64attn-v1"
+# The kernel class a manifest names: the CPU's vector ISA as torch dispatches it (AVX2,
+# AVX512, ...: the bf16 GEMM kernels differ) and torch's minor version (kernels change between
+# releases), so a node of another class refuses the manifest instead of being slashed.
+CPU_KERNEL_CLASS = (
+    f"cpu-{torch.backends.cpu.get_cpu_capability().lower()}-torch{'.'.join(torch.__version__.split('+')[0].split('.')[:2])}-rowinv-f64attn-v1"
+)
 KERNEL_CLASSES = (CPU_KERNEL_CLASS,)
 # Rows of products materialised at once by compute_exact_fingerprints (memory: rows × H × dims × 8 B).
 FINGERPRINT_CHUNK_ROWS = 128
