@@ -65,13 +65,15 @@ def compute_exact_attention(module, query, key, value, attention_mask, scaling, 
     Rows with no allowed key (left-padding queries) get zeros, never NaN: a NaN in a pad
     row's values would poison every real row through 0 × NaN.
     """
+    if attention_mask is None or attention_mask.dtype != torch.bool:
+        # compute_exact_mask always builds one; without it attention would silently be non-causal.
+        raise ConfigError("exact attention needs the boolean mask of compute_exact_mask")
     groups = query.shape[1] // key.shape[1]
     q = query.double()
     k = key.double().repeat_interleave(groups, dim=1)
     v = value.double().repeat_interleave(groups, dim=1)
     scores = (q @ k.transpose(-1, -2)) * scaling
-    if attention_mask is not None:
-        scores = scores.masked_fill(~attention_mask[..., : k.shape[-2]], -math.inf)
+    scores = scores.masked_fill(~attention_mask[..., : k.shape[-2]], -math.inf)
     best = scores.amax(dim=-1, keepdim=True)
     best = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
     weights = torch.exp(scores - best)
