@@ -27,7 +27,7 @@ from verillm.node.devnet_progress import StallWatch, prepare_model
 from verillm.node.dispatcher.localnet import LocalNetwork, NodeSpec, get_json
 
 CHEATERS = {"int8": NodeSpec(attack="int8"), "model": NodeSpec(attack="other_model"),
-            "truncate": NodeSpec(attack="truncate"), "lazy": NodeSpec(lazy=True), "tamper": NodeSpec(tamper_opening=True)}
+            "truncate": NodeSpec(attack="truncate"), "kv_int8": NodeSpec(attack="kv_int8"), "lazy": NodeSpec(lazy=True), "tamper": NodeSpec(tamper_opening=True)}
 PROMPTS = (
     "What is the capital of France?", "How many legs does a spider have?", "Write one sentence about the sea.",
     "Name three prime numbers.", "What colour is the sky on a clear day?", "Give me a word that rhymes with cat.",
@@ -233,6 +233,7 @@ def _raise_interrupt(signum, frame):
               help="tiny: a seeded random 4-layer model (gibberish text, no conversion); a run still takes 75-90 s on 2 cores, "
                    "mostly node start-up and audit windows (smollm2: ~100 s, plus about a minute to convert it the first time).")
 @click.option("--cheater", type=click.Choice(sorted(CHEATERS)), default=None, help="Make the last node dishonest.")
+@click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True, help="bf16: an exact-mode manifest (kernel class, zero tolerance).")
 @click.option("--jobs", "job_count", type=int, default=8, show_default=True, help="Requests to send.")
 @click.option("--max-tokens", type=int, default=16, show_default=True)
 @click.option("--chain", "chain_kind", type=click.Choice(["auto", "anvil", "embedded"]), default="auto", show_default=True)
@@ -242,7 +243,7 @@ def _raise_interrupt(signum, frame):
 @click.option("--keep", is_flag=True, help="Leave the network up after the jobs (until Ctrl-C/SIGTERM); print endpoints, addresses and keys once, "
               "and write them to WORKDIR/network.json.")
 @click.option("--stall", "stall_s", type=float, default=60.0, show_default=True, help="Say why, when no job changes state for this long.")
-def devnet(nodes, model, cheater, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s, keep, stall_s):
+def devnet(nodes, model, cheater, dtype, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s, keep, stall_s):
     """Run a local VeriLLM network end to end: serve, batch, audit, vote, settle, slash."""
     say = Clock()
     specs = _node_specs(nodes, cheater)
@@ -250,8 +251,9 @@ def devnet(nodes, model, cheater, job_count, max_tokens, chain_kind, block_time,
     directory = Path(workdir or tempfile.mkdtemp(prefix="verillm-devnet-"))
     for signum in (signal.SIGINT, signal.SIGTERM):  # also when started with SIGINT ignored (a background job)
         signal.signal(signum, _raise_interrupt)
-    click.echo(f"VeriLLM devnet: {len(specs)} nodes, model {model}, preset minimal, workdir {directory}")
-    net = LocalNetwork(directory, specs, model=model, chain=chain_kind, block_time_s=block_time, log=say)
+    click.echo(f"VeriLLM devnet: {len(specs)} nodes, model {model}, {dtype}, preset minimal, workdir {directory}")
+    dtype = {"fp32": "float32", "bf16": "bfloat16"}[dtype]
+    net = LocalNetwork(directory, specs, model=model, dtype=dtype, chain=chain_kind, block_time_s=block_time, log=say)
     kept = False
     try:
         prepare_model(model, say)

@@ -25,7 +25,7 @@ def audit():
 @click.option("--round", "audit_index", default=-1, type=int, help="Which audit round of the evidence (default: the last).")
 def replay(job_id, node_url, db_path, model, dtype, profile_path, audit_index):
     """Re-run a job's prefill here and compare with the worker's opened hidden states."""
-    from verillm.spec.policy import load_profile
+    from verillm.spec.policy import select_profile
     from verillm.node.wire import from_hex
     from verillm.verifier.replay import fetch_evidence, load_case, load_replay_engine, read_evidence, run_replay
     from verillm.verifier.report import format_replay
@@ -36,7 +36,7 @@ def replay(job_id, node_url, db_path, model, dtype, profile_path, audit_index):
     evidence = fetch_evidence(node_url, job_hash) if node_url else read_evidence(db_path, job_hash)
     case = load_case(evidence, audit_index)
     name, engine = load_replay_engine(case.job.model_id, model, dtype)
-    profile = load_profile(name, dtype, profile_path)
+    profile = select_profile(engine.manifest, name, profile_path)
     result = run_replay(case, name, engine, profile)
     click.echo(format_replay(result))
     sys.exit(0 if result.result.accepted and not result.signature.startswith("INVALID") else 1)

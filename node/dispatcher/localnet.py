@@ -31,7 +31,7 @@ from verillm.chain.protocol import OnchainModel, Protocol
 from verillm.errors import ChainError, ConfigError
 from verillm.spec.encoding import decode
 from verillm.spec.params import Preset, get_preset
-from verillm.spec.policy import load_profile
+from verillm.spec.policy import select_profile
 from verillm.spec.types import ModelManifest
 
 from verillm.node.dispatcher.chainio import compute_vrf_secret_key
@@ -233,7 +233,8 @@ class LocalNetwork:
         info = get_json(f"{self.nodes[0].url}/v1/verillm/info")
         self.manifest = decode(ModelManifest, bytes.fromhex(info["model"]["manifest"][2:]))
         self.model_id = bytes.fromhex(info["model"]["model_id"][2:])
-        profile = load_profile(self.model, self.dtype)
+        # Exact-mode manifests (a kernel class, e.g. bf16) get thresholds of 0: the contract's test becomes exact.
+        profile = select_profile(self.manifest, self.model)
         self.protocol.add_model(self.owner, OnchainModel.from_profile(self.model_id, self.manifest, profile))
         stake = STAKE_MULTIPLE * self.preset.MIN_STAKE_WEI
         for node in self.nodes:

@@ -24,7 +24,8 @@ def calibrate(model_name, dtype, job_count, safety_factor, out_path):
     from verillm.spec.params import MAINNET
 
     dtype = DTYPES[dtype]
-    model, tokenizer, manifest = load_model(model_name, dtype)
+    # Calibration is for tolerance mode; exact-mode manifests have thresholds of 0 by definition.
+    model, tokenizer, manifest = load_model(model_name, dtype, mode="tolerance")
     count = job_count or (48 if model_name == "tiny" else 16)
     jobs = make_jobs(Workload("calibration", count), model_name, manifest, tokenizer, "calibration")
     verifiers = VERIFIER_CONFIGS_FULL if model_name == "tiny" else VERIFIER_CONFIGS_SHORT

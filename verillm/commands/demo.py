@@ -41,7 +41,7 @@ def verify(model_name, dtype, attack, prompt, max_new_tokens):
     from verillm.errors import InvalidInput
     from verillm.spec.job import compute_model_id
     from verillm.spec.params import MAINNET
-    from verillm.spec.policy import load_profile
+    from verillm.spec.policy import select_profile
     from verillm.spec.types import Job, SamplingParams
     from verillm.verifier.local import Party, check_pair, commit_runs, compute_member_jobs
 
@@ -50,7 +50,7 @@ def verify(model_name, dtype, attack, prompt, max_new_tokens):
     dtype = DTYPES[dtype]
     click.echo(f"loading {model_name} ({dtype}) …")
     model, tokenizer, manifest = load_model(model_name, dtype)
-    profile = load_profile(model_name, dtype)
+    profile = select_profile(manifest, model_name)
     ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
     ids = ids["input_ids"] if hasattr(ids, "keys") else ids
     job = Job(compute_model_id(manifest), tuple(int(t) for t in ids), SamplingParams(), max_new_tokens, b"\x00" * 32)

@@ -33,9 +33,12 @@ from verillm.errors import ConfigError
 from verillm.spec.types import ModelManifest
 
 ATTENTION_NAME = "verillm_exact"
-# The kernel class a manifest names: torch's minor version is part of it (kernels change
-# between releases), so a node with another torch refuses the manifest instead of being slashed.
-CPU_KERNEL_CLASS = f"cpu-torch{'.'.join(torch.__version__.split('+')[0].split('.')[:2])}-rowinv-f64attn-v1"
+# The kernel class a manifest names: the CPU's vector ISA as torch dispatches it (AVX2,
+# AVX512, ...: the bf16 GEMM kernels differ) and torch's minor version (kernels change between
+# releases), so a node of another class refuses the manifest instead of being slashed.
+CPU_KERNEL_CLASS = (
+    f"cpu-{torch.backends.cpu.get_cpu_capability().lower()}-torch{'.'.join(torch.__version__.split('+')[0].split('.')[:2])}-rowinv-f64attn-v1"
+)
 KERNEL_CLASSES = (CPU_KERNEL_CLASS,)
 # Rows of products materialised at once by compute_exact_fingerprints (memory: rows × H × dims × 8 B).
 FINGERPRINT_CHUNK_ROWS = 128
@@ -62,13 +65,15 @@ def compute_exact_attention(module, query, key, value, attention_mask, scaling, 
     Rows with no allowed key (left-padding queries) get zeros, never NaN: a NaN in a pad
     row's values would poison every real row through 0 × NaN.
     """
+    if attention_mask is None or attention_mask.dtype != torch.bool:
+        # compute_exact_mask always builds one; without it attention would silently be non-causal.
+        raise ConfigError("exact attention needs the boolean mask of compute_exact_mask")
     groups = query.shape[1] // key.shape[1]
     q = query.double()
     k = key.double().repeat_interleave(groups, dim=1)
     v = value.double().repeat_interleave(groups, dim=1)
     scores = (q @ k.transpose(-1, -2)) * scaling
-    if attention_mask is not None:
-        scores = scores.masked_fill(~attention_mask[..., : k.shape[-2]], -math.inf)
+    scores = scores.masked_fill(~attention_mask[..., : k.shape[-2]], -math.inf)
     best = scores.amax(dim=-1, keepdim=True)
     best = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
     weights = torch.exp(scores - best)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from verillm.engine.exact import compute_exact_fingerprints
 from verillm.engine.torch_engine import compute_fingerprints_torch, compute_greedy_flags
 from verillm.errors import EngineError
 from verillm.spec.commitment import compute_projection
@@ -64,6 +65,7 @@ class CaptureConfig:
     committed_layers: tuple[int, ...]
     stop_tokens: tuple[int, ...]
     margin_logits: float
+    exact_fingerprints: bool = False  # exact mode: float64 fixed-order fingerprints (`engine.exact`)
 
     def compute_projections(self) -> list[np.ndarray]:
         model_id = bytes.fromhex(self.model_id_hex)
@@ -111,6 +113,7 @@ class CaptureState:
         self.config = config
         device = next(runner.model.parameters()).device
         self.projections = [torch.from_numpy(p).to(device) for p in config.compute_projections()]
+        self.fingerprint = compute_exact_fingerprints if config.exact_fingerprints else compute_fingerprints_torch
         self.stop_ids = torch.tensor(config.stop_tokens, dtype=torch.long, device=device)
         self.jobs: dict[str, _JobCapture] = {}
         self.pending: list[torch.Tensor | None] = [None] * len(config.committed_layers)
@@ -169,7 +172,7 @@ class CaptureState:
                 hidden = output[0] if module is self.runner.model.model.norm else output[0] + output[1]
             else:
                 hidden = output
-            self.pending[slot] = compute_fingerprints_torch(hidden, projection)
+            self.pending[slot] = self.fingerprint(hidden, projection)
 
         return hook
 

@@ -86,6 +86,8 @@ class VllmEngine:
         self.model_dir = Path(model_dir)
         self.tokenizer = None  # set by build_vllm_engine; jobs are token ids, vLLM never tokenizes
         self._check_llm_args(llm_args)
+        if manifest.kernel_class:
+            llm_args = self._apply_exact_mode(vllm, manifest, llm_args)
         self.llm = vllm.LLM(
             model=str(model_dir),
             dtype=manifest.dtype,
@@ -110,6 +112,20 @@ class VllmEngine:
         if clash:
             raise ConfigError(f"vLLM arguments {sorted(clash)} are fixed by the VeriLLM engine (capture needs them)")
 
+    @staticmethod
+    def _apply_exact_mode(vllm, manifest: ModelManifest, llm_args: dict) -> dict:
+        """Exact mode (NOT MEASURED, needs a GPU): batch-invariant kernels of the manifest's class."""
+        from verillm.engine.vllm_exact import check_vllm_class_matches, get_exact_vllm_settings
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        environment, exact_args = get_exact_vllm_settings(manifest, device, llm_args)
+        major, minor = torch.cuda.get_device_capability()
+        check_vllm_class_matches(manifest, f"sm{major}{minor}", vllm.__version__)
+        os.environ.update(environment)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        return {**llm_args, **exact_args}
+
     def set_capture(self, enabled: bool) -> None:
         """Install or remove the capture hooks in vLLM's worker."""
         if enabled:
@@ -128,6 +144,7 @@ class VllmEngine:
             committed_layers=tuple(manifest.committed_layers),
             stop_tokens=tuple(manifest.stop_tokens),
             margin_logits=manifest.token_margin_micrologits / 1_000_000,
+            exact_fingerprints=bool(manifest.kernel_class),
         )
         return dataclasses.asdict(config)
 
