@@ -222,7 +222,8 @@ def _raise_interrupt(signum, frame):
 
 @click.command()
 @click.option("--nodes", type=int, default=None, help="Node processes [default: 4, or 5 with --cheater].")
-@click.option("--model", type=click.Choice(["smollm2", "tiny"]), default="smollm2", show_default=True, help="tiny: seconds instead of minutes.")
+@click.option("--model", default="smollm2", show_default=True, help="tiny, smollm2, a Hugging Face directory or a GGUF file (tiny: seconds instead of minutes).")
+@click.option("--profile-dir", default="profiles", show_default=True, help="Where `verillm calibrate --model PATH` wrote the model's tolerance profile.")
 @click.option("--cheater", type=click.Choice(sorted(CHEATERS)), default=None, help="Make the last node dishonest.")
 @click.option("--jobs", "job_count", type=int, default=8, show_default=True, help="Requests to send.")
 @click.option("--max-tokens", type=int, default=16, show_default=True)
@@ -230,7 +231,7 @@ def _raise_interrupt(signum, frame):
 @click.option("--block-time", type=float, default=1.0, show_default=True, help="Seconds per block.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None, help="Keep keys, stores, logs here (default: a temp dir, removed).")
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="Give up following jobs after this long.")
-def devnet(nodes, model, cheater, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s):
+def devnet(nodes, model, profile_dir, cheater, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s):
     """Run a local VeriLLM network end to end: serve, batch, audit, vote, settle, slash."""
     say = Clock()
     specs = _node_specs(nodes, cheater)
@@ -239,7 +240,7 @@ def devnet(nodes, model, cheater, job_count, max_tokens, chain_kind, block_time,
     for signum in (signal.SIGINT, signal.SIGTERM):  # also when started with SIGINT ignored (a background job)
         signal.signal(signum, _raise_interrupt)
     click.echo(f"VeriLLM devnet: {len(specs)} nodes, model {model}, preset minimal, workdir {directory}")
-    net = LocalNetwork(directory, specs, model=model, chain=chain_kind, block_time_s=block_time, log=say)
+    net = LocalNetwork(directory, specs, model=model, chain=chain_kind, block_time_s=block_time, log=say, profile_dir=profile_dir)
     try:
         net.start()
         net.wait_gateway_sees_all()

@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "complete": "verillm.client_cli:complete",
     "audit": "verillm.verifier.cli:audit",
     "devnet": "verillm.node.devnet:devnet",
+    "model": "verillm.commands.model:model",
 }
 
 

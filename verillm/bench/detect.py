@@ -27,7 +27,7 @@ from verillm.errors import InvalidInput
 from verillm.engine.models import load_model
 from verillm.engine.torch_engine import TorchEngine
 from verillm.spec.params import MAINNET
-from verillm.spec.policy import load_profile
+from verillm.engine.profiles import get_model_profile
 from verillm.verifier.local import check_pair, commit_runs, compute_member_jobs
 
 ATTACK_VERIFIER = EngineConfig(threads=2, batch=8)
@@ -109,7 +109,7 @@ def run_attack(name, model, tokenizer, manifest, jobs, profile, verifier) -> dic
 def run_detection(model_name, dtype, job_count, attack_job_count, max_new_tokens, attack_names, profile_path, seed_name, progress) -> dict:
     """Run the whole detection benchmark and return its report."""
     model, tokenizer, manifest = load_model(model_name, dtype)
-    profile = load_profile(model_name, dtype, profile_path)
+    profile = get_model_profile(model_name, manifest, profile_path)
     if seed_name == "calibration":
         raise InvalidInput("the detection benchmark must not reuse the calibration jobs")
     honest_jobs = make_jobs(Workload("honest", job_count, max_new_tokens), model_name, manifest, tokenizer, seed_name)

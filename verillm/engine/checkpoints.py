@@ -4,7 +4,8 @@
 SmolLM2-135M-Instruct directory converted once into the cache), a local Hugging Face
 directory (config.json, safetensors weights, tokenizer.json, a chat template), or a GGUF file.
 Nothing is downloaded: every load passes ``local_files_only`` and a missing file raises
-`ModelFileMissing` naming it before transformers is asked for anything.
+`ModelFileMissing` naming it before transformers is asked for anything. Resolving a source
+imports neither torch nor transformers (the devnet parent and profile lookups use it).
 """
 
 import json
@@ -13,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verillm.errors import ModelFileMissing, UnknownModel
-from verillm.engine.families import get_family, prepare_model
 
 ALIASES = ("tiny", "smollm2")
 SMOLLM2_DIRECTORY_NAME = "smollm2-135m-instruct-fp32"
@@ -101,6 +101,8 @@ def load_hf_directory(directory: Path, torch_dtype):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    from verillm.engine.families import get_family, prepare_model
+
     check_hf_directory(directory)
     get_family(AutoConfig.from_pretrained(directory, local_files_only=True))  # refuse before reading weights
     hf_logging.disable_progress_bar()  # per-tensor bars would flood node and test logs
@@ -113,6 +115,8 @@ def load_gguf(path: Path, torch_dtype):
     """Return (model, tokenizer) from a GGUF file, dequantized into ``torch_dtype``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
+
+    from verillm.engine.families import prepare_model
 
     hf_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
