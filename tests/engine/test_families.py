@@ -3,6 +3,7 @@ directory and loaded by path, must capture the hidden states HF means by each la
 pass an honest audit and fail the int8 attack (~1.5 s per family on one core)."""
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -65,20 +66,25 @@ def test_layer_index_is_the_hf_hidden_state(family, loaded):
 
 
 @pytest.mark.parametrize("family", ["gemma2", "gemma3_text"])
-def test_gemma_logit_soft_capping_is_applied_once(family, loaded, checkpoints):
+def test_gemma_logit_soft_capping_is_applied_once(family, loaded, checkpoints, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    model, tokenizer, _ = loaded[family]
-    assert isinstance(model.get_output_embeddings(), SoftCappedHead)
+    model, tokenizer, manifest = loaded[family]
+    assert isinstance(model.get_output_embeddings(), SoftCappedHead) and model.config.final_logit_softcapping == 30.0
     plain = AutoModelForCausalLM.from_pretrained(checkpoints[family], dtype=torch.float32, local_files_only=True).eval()
-    assert plain.config.final_logit_softcapping == 30.0
     ids = torch.tensor([_prompt_ids(tokenizer, QUESTIONS[2])])
     with torch.no_grad():
-        ours, theirs = model(ids).logits, plain(ids).logits
-        raw = plain.get_output_embeddings()(plain.model(ids).last_hidden_state)
-    assert torch.allclose(ours, theirs, atol=1e-5)
+        hidden = model.get_decoder()(ids).last_hidden_state
+        ours, theirs, raw = model.get_output_embeddings()(hidden), plain(ids).logits, plain.get_output_embeddings()(hidden)
+    assert torch.equal(ours, theirs)
     assert raw.abs().max() > ours.abs().max()  # the cap does something: it is not applied zero times
     assert ours.abs().max() < 30.0
+    # An attacked copy caps its own head; a saved copy (the vLLM weights folder) is the original model.
+    attacked = get_attack("int8").build(model, tokenizer, manifest).model
+    assert not torch.equal(attacked.get_output_embeddings()(hidden), ours)
+    model.save_pretrained(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert saved["final_logit_softcapping"] == 30.0 and saved["architectures"] == [type(plain).__name__]
 
 
 def test_moe_expert_stacks_are_quantized_by_the_int8_attack(loaded):

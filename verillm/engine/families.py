@@ -8,9 +8,8 @@ scaled vector), i = the output of decoder layer i, num_layers = the final norm's
 What a family needs beyond that, and where it is handled:
 - Gemma 2 (and Gemma 3 when configured) soft-caps the final logits, cap·tanh(z/cap), in the
   CausalLM forward. The engines compute logits from `get_output_embeddings()`, so
-  `prepare_model` swaps the head for a `SoftCappedHead` sharing the same weight (the weights
-  digest and tied embeddings are unchanged) and clears the config's cap so HF's own forward
-  does not apply it twice.
+  `prepare_model` makes that return a `SoftCappedHead` view sharing the head's weight (the
+  state dict, the weights digest, tied embeddings and the saved config are unchanged).
 - Phi-3 fuses q/k/v and gate/up into single nn.Linear matrices: a weight attack quantizes
   them per output row, which is the same as quantizing each part.
 - MoE families (Qwen2-MoE, Qwen3-MoE, Mixtral, OLMoE) keep their experts as 3-D parameters
@@ -61,10 +60,9 @@ def get_layer_module(model: nn.Module, hidden_index: int) -> nn.Module:
 
 
 class SoftCappedHead(nn.Linear):
-    """The output head with Gemma's final soft-capping folded in: cap · tanh(W h / cap).
+    """A view of the output head with Gemma's final soft-capping folded in: cap · tanh(W h / cap).
 
-    A subclass of nn.Linear sharing the original weight Parameter, so the state dict (and the
-    weights digest), weight tying and the weight attacks see the same matrix as before.
+    It shares the head's weight Parameter (no copy), so a weight attack on the head shows here.
     """
 
     def __init__(self, head: nn.Linear, cap: float):
@@ -79,13 +77,23 @@ class SoftCappedHead(nn.Linear):
         return torch.tanh(logits / self.cap) * self.cap
 
 
+def _get_soft_capped_output_embeddings(self) -> nn.Module:
+    return SoftCappedHead(self.lm_head, self.config.final_logit_softcapping)
+
+
 def prepare_model(model: nn.Module) -> nn.Module:
-    """Return ``model`` ready for the engines: family checked, logit soft-capping in the head."""
+    """Return ``model`` ready for the engines: family checked, logit soft-capping in `get_output_embeddings`.
+
+    The engines' logits are get_output_embeddings()(final hidden state). For a soft-capping
+    family that must be the capped head, while HF's own forward keeps capping once from the
+    config and save_pretrained (the vLLM weights folder) writes the model unchanged: so the
+    model's class is swapped for a same-named subclass whose get_output_embeddings returns a
+    capped view of the current lm_head (a deep copy — an attacked model — sees its own head).
+    """
     get_family(model.config)
-    cap = getattr(model.config, "final_logit_softcapping", None)
-    if cap:
-        model.set_output_embeddings(SoftCappedHead(model.get_output_embeddings(), cap))
-        model.config.final_logit_softcapping = None  # now applied once, by the head
+    if getattr(model.config, "final_logit_softcapping", None) and not getattr(type(model), "_verillm_soft_capped", False):
+        base = type(model)
+        model.__class__ = type(base.__name__, (base,), {"get_output_embeddings": _get_soft_capped_output_embeddings, "_verillm_soft_capped": True, "__module__": base.__module__})
     return model
 
 
