@@ -122,3 +122,13 @@ def test_aliases_resolve_without_loading():
     assert resolve_model_source("tiny").kind == "tiny"
     smollm2 = resolve_model_source("smollm2")
     assert smollm2.kind == "hf_dir" and smollm2.alias == "smollm2" and smollm2.path.name == "smollm2-135m-instruct-fp32"
+
+
+@pytest.mark.slow
+@pytest.mark.smollm2
+def test_a_gguf_and_the_directory_converted_from_it_have_the_same_model_id():
+    from verillm.engine.models import SMOLLM2_GGUF, get_smollm2_gguf_dir
+
+    gguf = load_model(str(get_smollm2_gguf_dir() / SMOLLM2_GGUF))[2]  # dequantized into fp32 on load
+    assert resolve_model_source(str(get_smollm2_gguf_dir() / SMOLLM2_GGUF)).kind == "gguf"
+    assert gguf == load_model("smollm2")[2]
