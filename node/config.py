@@ -59,13 +59,15 @@ class EngineConfig:
     kind: str = "torch"
     """Engine implementation: "torch" (the reference engine, CPU or GPU)."""
     model: str = "tiny"
-    """Model to serve: "tiny" (seeded test Llama) or "smollm2" (SmolLM2-135M-Instruct)."""
+    """Model to serve: "tiny" (seeded test Llama), "smollm2" (SmolLM2-135M-Instruct), a local Hugging Face directory or a GGUF file."""
     dtype: str = "float32"
     """Compute dtype, part of the model id: "float32" or "bfloat16"."""
     preset: str = "mainnet"
     """Protocol preset the manifest is built with ("mainnet" or "minimal")."""
     threads: int = 0
     """torch intra-op threads for the engine; 0 = torch's default (one per core)."""
+    profile_dir: str = "profiles"
+    """Where `verillm calibrate --model …` writes tolerance profiles (<model id>-<dtype>.json); a tolerance-mode model without one is refused."""
 
 
 @dataclass(frozen=True)

@@ -229,9 +229,11 @@ def _raise_interrupt(signum, frame):
 
 @click.command()
 @click.option("--nodes", type=int, default=None, help="Node processes [default: 4, or 5 with --cheater].")
-@click.option("--model", type=click.Choice(["smollm2", "tiny"]), default="smollm2", show_default=True,
-              help="tiny: a seeded random 4-layer model (gibberish text, no conversion); a run still takes 75-90 s on 2 cores, "
-                   "mostly node start-up and audit windows (smollm2: ~100 s, plus about a minute to convert it the first time).")
+@click.option("--model", default="smollm2", show_default=True,
+              help="tiny (a seeded random 4-layer model: gibberish text, no conversion; a run still takes 75-90 s on 2 cores, "
+                   "mostly node start-up and audit windows), smollm2 (~100 s, plus about a minute to convert it the first time), "
+                   "a Hugging Face directory or a GGUF file.")
+@click.option("--profile-dir", default="profiles", show_default=True, help="Where `verillm calibrate --model PATH` wrote the model's tolerance profile.")
 @click.option("--cheater", type=click.Choice(sorted(CHEATERS)), default=None, help="Make the last node dishonest.")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True, help="bf16: an exact-mode manifest (kernel class, zero tolerance).")
 @click.option("--jobs", "job_count", type=int, default=8, show_default=True, help="Requests to send.")
@@ -243,7 +245,7 @@ def _raise_interrupt(signum, frame):
 @click.option("--keep", is_flag=True, help="Leave the network up after the jobs (until Ctrl-C/SIGTERM); print endpoints, addresses and keys once, "
               "and write them to WORKDIR/network.json.")
 @click.option("--stall", "stall_s", type=float, default=60.0, show_default=True, help="Say why, when no job changes state for this long.")
-def devnet(nodes, model, cheater, dtype, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s, keep, stall_s):
+def devnet(nodes, model, profile_dir, cheater, dtype, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s, keep, stall_s):
     """Run a local VeriLLM network end to end: serve, batch, audit, vote, settle, slash."""
     say = Clock()
     specs = _node_specs(nodes, cheater)
@@ -253,7 +255,7 @@ def devnet(nodes, model, cheater, dtype, job_count, max_tokens, chain_kind, bloc
         signal.signal(signum, _raise_interrupt)
     click.echo(f"VeriLLM devnet: {len(specs)} nodes, model {model}, {dtype}, preset minimal, workdir {directory}")
     dtype = {"fp32": "float32", "bf16": "bfloat16"}[dtype]
-    net = LocalNetwork(directory, specs, model=model, dtype=dtype, chain=chain_kind, block_time_s=block_time, log=say)
+    net = LocalNetwork(directory, specs, model=model, dtype=dtype, chain=chain_kind, block_time_s=block_time, log=say, profile_dir=profile_dir)
     kept = False
     try:
         prepare_model(model, say)

@@ -21,7 +21,7 @@ class ServedModel:
     """One model this node serves."""
 
     alias: str
-    """The short name in the node config ("tiny", "smollm2")."""
+    """The model as the node config names it ("tiny", "smollm2", a directory or GGUF path)."""
     engine: Engine
     tokenizer: Any
     """A Hugging Face tokenizer: encode/decode and apply_chat_template."""
@@ -72,7 +72,11 @@ ENGINE_BUILDERS = {"torch": build_torch_model, "vllm": build_vllm_model}
 
 
 def build_served_model(config: EngineConfig) -> ServedModel:
-    """Build the engine named by ``config.kind`` for ``config.model``."""
+    """Build the engine named by ``config.kind`` for ``config.model``; refuse a model with no tolerance profile."""
+    from verillm.engine.profiles import check_servable
+
     if config.kind not in ENGINE_BUILDERS:
         raise ConfigError(f"engine.kind {config.kind!r} is not available; known: {sorted(ENGINE_BUILDERS)}")
-    return ENGINE_BUILDERS[config.kind](config)
+    served = ENGINE_BUILDERS[config.kind](config)
+    check_servable(config.model, served.manifest, served.model_id, config.profile_dir)
+    return served

@@ -19,13 +19,14 @@ def audit():
 @click.argument("job_id")
 @click.option("--node", "node_url", default=None, help="URL of the node that dispatched the job (its evidence route).")
 @click.option("--db", "db_path", default=None, type=click.Path(dir_okay=False), help="That node's SQLite store, read-only.")
-@click.option("--model", default="auto", show_default=True, help="tiny, smollm2, or auto (match the receipt's model id).")
+@click.option("--model", default="auto", show_default=True, help="tiny, smollm2, a Hugging Face directory or GGUF file, or auto (match the receipt's model id among the aliases).")
 @click.option("--dtype", default="float32", show_default=True)
-@click.option("--profile", "profile_path", default=None, type=click.Path(exists=True, dir_okay=False), help="Tolerance profile (default: the shipped one).")
+@click.option("--profile", "profile_path", default=None, type=click.Path(exists=True, dir_okay=False), help="Tolerance profile (default: the one calibrated for the model id in --profile-dir, else the shipped one).")
+@click.option("--profile-dir", default="profiles", show_default=True, help="Where `verillm calibrate --model PATH` wrote profiles.")
 @click.option("--round", "audit_index", default=-1, type=int, help="Which audit round of the evidence (default: the last).")
-def replay(job_id, node_url, db_path, model, dtype, profile_path, audit_index):
+def replay(job_id, node_url, db_path, model, dtype, profile_path, profile_dir, audit_index):
     """Re-run a job's prefill here and compare with the worker's opened hidden states."""
-    from verillm.spec.policy import select_profile
+    from verillm.engine.profiles import get_model_profile
     from verillm.node.wire import from_hex
     from verillm.verifier.replay import fetch_evidence, load_case, load_replay_engine, read_evidence, run_replay
     from verillm.verifier.report import format_replay
@@ -36,7 +37,7 @@ def replay(job_id, node_url, db_path, model, dtype, profile_path, audit_index):
     evidence = fetch_evidence(node_url, job_hash) if node_url else read_evidence(db_path, job_hash)
     case = load_case(evidence, audit_index)
     name, engine = load_replay_engine(case.job.model_id, model, dtype)
-    profile = select_profile(engine.manifest, name, profile_path)
+    profile = get_model_profile(name, engine.manifest, profile_path, profile_dir)
     result = run_replay(case, name, engine, profile)
     click.echo(format_replay(result))
     sys.exit(0 if result.result.accepted and not result.signature.startswith("INVALID") else 1)

@@ -28,6 +28,7 @@ SUBCOMMANDS = {
     "audit": "verillm.verifier.cli:audit",
     "devnet": "verillm.node.devnet:devnet",
     "sim": "verillm.commands.sim:sim",
+    "model": "verillm.commands.model:model",
 }
 
 

@@ -94,3 +94,21 @@ class EngineError(VerillmError):
 
     code = "engine_error"
     http_status = 500
+
+
+class ModelFileMissing(ConfigError):
+    """A model directory or GGUF lacks a file the manifest needs (nothing is downloaded)."""
+
+    code = "model_file_missing"
+
+
+class UnsupportedModel(ConfigError):
+    """A checkpoint whose architecture the engines do not serve (not a known decoder-only family)."""
+
+    code = "unsupported_model"
+
+
+class ProfileMissing(ConfigError):
+    """A tolerance-mode model has no calibrated profile; the message says which command writes one."""
+
+    code = "profile_missing"

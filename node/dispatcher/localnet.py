@@ -31,7 +31,8 @@ from verillm.chain.protocol import OnchainModel, Protocol
 from verillm.errors import ChainError, ConfigError
 from verillm.spec.encoding import decode
 from verillm.spec.params import Preset, get_preset
-from verillm.spec.policy import select_profile
+from verillm.engine.checkpoints import ALIASES
+from verillm.engine.profiles import DEFAULT_PROFILE_DIR, get_model_profile
 from verillm.spec.types import ModelManifest
 
 from verillm.node.dispatcher.chainio import compute_vrf_secret_key
@@ -100,9 +101,12 @@ class LocalNetwork:
 
     def __init__(self, workdir: str | Path, nodes: list[NodeSpec], model: str = "tiny", dtype: str = "float32",
                  preset: str | Preset = "minimal", chain: str = "auto", block_time_s: float = 1.0,
-                 batch_max_receipts: int = 4, batch_max_wait_s: float = 2.0, log=print):
+                 batch_max_receipts: int = 4, batch_max_wait_s: float = 2.0, log=print, profile_dir: str | Path = DEFAULT_PROFILE_DIR):
         self.workdir = Path(workdir)
-        self.specs, self.model, self.dtype = nodes, model, dtype
+        self.profile_dir = Path(profile_dir).resolve()  # every node reads the same calibrated profiles
+        self.specs, self.dtype = nodes, dtype
+        # Node processes read the TOML from their own directories: a model path must be absolute.
+        self.model = model if model in ALIASES or not Path(model).expanduser().exists() else str(Path(model).expanduser().resolve())
         self.preset = preset if isinstance(preset, Preset) else get_preset(preset)
         self.chain_kind = self._pick_chain(chain)
         self.block_time_s, self.batch_max_receipts, self.batch_max_wait_s = block_time_s, batch_max_receipts, batch_max_wait_s
@@ -188,7 +192,7 @@ class LocalNetwork:
         return "\n".join([
             "[identity]", f'key_file = "{node.key_file}"',
             "[server]", 'host = "127.0.0.1"', f"port = {node.port}",
-            "[engine]", f'model = "{self.model}"', f'dtype = "{self.dtype}"', f'preset = "{self.preset.name}"',
+            "[engine]", f'model = "{self.model}"', f'dtype = "{self.dtype}"', f'preset = "{self.preset.name}"', f'profile_dir = "{self.profile_dir}"',
             "[store]", f'path = "{node.key_file.parent / "node.sqlite"}"',
             "[queue]", "batch_wait_ms = 5.0",
             "[chain]", f'rpc_url = "{self.rpc_url}"', f"chain_id = {chain_id}", f'jobs_address = "{jobs}"', f'registry_address = "{registry}"',
@@ -234,7 +238,7 @@ class LocalNetwork:
         self.manifest = decode(ModelManifest, bytes.fromhex(info["model"]["manifest"][2:]))
         self.model_id = bytes.fromhex(info["model"]["model_id"][2:])
         # Exact-mode manifests (a kernel class, e.g. bf16) get thresholds of 0: the contract's test becomes exact.
-        profile = select_profile(self.manifest, self.model)
+        profile = get_model_profile(self.model, self.manifest, None, self.profile_dir)
         self.protocol.add_model(self.owner, OnchainModel.from_profile(self.model_id, self.manifest, profile))
         stake = STAKE_MULTIPLE * self.preset.MIN_STAKE_WEI
         for node in self.nodes:

@@ -13,7 +13,9 @@ def test_manifest_binds_the_chat_model(smollm2_model):
     model, tokenizer, manifest = smollm2_model
     assert (manifest.num_layers, manifest.hidden_size, manifest.vocab_size) == (30, 576, 49152)
     assert manifest.committed_layers == (1, 15, 30)
-    assert set(manifest.stop_tokens) == {tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")}
+    # Derived from the files: generation_config, config and tokenizer EOS and the template's turn end are all <|im_end|>.
+    assert manifest.stop_tokens == (tokenizer.convert_tokens_to_ids("<|im_end|>"),)
+    assert manifest.name == f"llama-30x576-{manifest.weights_digest[:4].hex()}"
     assert manifest.token_margin_micrologits == 1_000
 
 

@@ -30,7 +30,7 @@ from verillm.errors import InvalidInput
 from verillm.engine.models import load_model
 from verillm.engine.torch_engine import TorchEngine
 from verillm.spec.params import MAINNET
-from verillm.spec.policy import select_profile
+from verillm.engine.profiles import get_model_profile
 from verillm.verifier.local import check_pair, commit_runs, compute_member_jobs
 
 ATTACK_VERIFIER = EngineConfig(threads=2, batch=8)
@@ -119,7 +119,7 @@ def run_attack(name, model, tokenizer, manifest, jobs, profile, verifier) -> dic
 def run_detection(model_name, dtype, job_count, attack_job_count, max_new_tokens, attack_names, profile_path, seed_name, progress, mode=None) -> dict:
     """Run the whole detection benchmark and return its report (``mode``: see `load_model`)."""
     model, tokenizer, manifest = load_model(model_name, dtype, mode=mode)
-    profile = select_profile(manifest, model_name, profile_path)
+    profile = get_model_profile(model_name, manifest, profile_path)
     if seed_name == "calibration":
         raise InvalidInput("the detection benchmark must not reuse the calibration jobs")
     honest_jobs = make_jobs(Workload("honest", job_count, max_new_tokens), model_name, manifest, tokenizer, seed_name)

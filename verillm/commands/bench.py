@@ -23,7 +23,7 @@ def bench():
 
 
 @bench.command()
-@click.option("--model", "model_name", type=click.Choice(["tiny", "smollm2"]), default="tiny", show_default=True)
+@click.option("--model", "model_name", default="tiny", show_default=True, help="tiny, smollm2, a Hugging Face directory or a GGUF file.")
 @click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="fp32", show_default=True)
 @click.option("--prompt-tokens", type=int, default=None, help="Default 512 tiny, 256 smollm2.")
 @click.option("--output-tokens", type=int, default=None, help="Default 512 tiny, 256 smollm2.")
@@ -49,7 +49,7 @@ def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engi
 
     from verillm.bench.cost import measure_cost
     from verillm.engine.models import load_model
-    from verillm.spec.policy import load_profile
+    from verillm.engine.profiles import get_model_profile
 
     if threads:
         torch.set_num_threads(threads)
@@ -68,7 +68,7 @@ def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engi
         write_json(json_path, report)
         return
     report = measure_cost(
-        model, tokenizer, manifest, load_profile(model_name, dtype),
+        model, tokenizer, manifest, get_model_profile(model_name, manifest),
         prompt_tokens or (512 if tiny else 256), output_tokens or (512 if tiny else 256), repeats or (7 if tiny else 3),
     )
     report = {"model": model_name, "dtype": dtype, "engine": "torch", "clock": "process_cpu", "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), **report}
@@ -77,7 +77,7 @@ def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engi
 
 
 @bench.command()
-@click.option("--model", "model_name", type=click.Choice(["tiny", "smollm2"]), default="tiny", show_default=True)
+@click.option("--model", "model_name", default="tiny", show_default=True, help="tiny, smollm2, a Hugging Face directory or a GGUF file.")
 @click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="fp32", show_default=True)
 @click.option("--jobs", "job_count", type=int, default=None, help="Honest jobs; each is audited under every worker x verifier config (default 64 tiny = 1024 audits, 25 smollm2 = 200).")
 @click.option("--attack-jobs", type=int, default=None, help="Jobs per attack (default 32 tiny, 16 smollm2).")

@@ -8,12 +8,13 @@ from verillm.bench.tables import DTYPES, format_table
 
 
 @click.command()
-@click.option("--model", "model_name", type=click.Choice(["tiny", "smollm2"]), default="tiny", show_default=True)
+@click.option("--model", "model_name", default="tiny", show_default=True, help="tiny, smollm2, a Hugging Face directory or a GGUF file.")
 @click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="fp32", show_default=True)
 @click.option("--jobs", "job_count", type=int, default=None, help="Honest jobs (default: 48 tiny, 16 smollm2).")
 @click.option("--safety-factor", type=float, default=None, help="Threshold = factor x honest maximum (default 4 fp32, 2 bf16).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True, help="Where to write the profile JSON.")
-def calibrate(model_name, dtype, job_count, safety_factor, out_path):
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Where to write the profile JSON [default: PROFILE_DIR/<model id>-<dtype>.json, where the node looks].")
+@click.option("--profile-dir", default="profiles", show_default=True, help="The node's engine.profile_dir (used when --out is not given).")
+def calibrate(model_name, dtype, job_count, safety_factor, out_path, profile_dir):
     """Measure honest noise over the engine matrix and write thresholds with a stated margin."""
     from pathlib import Path
 
@@ -21,6 +22,8 @@ def calibrate(model_name, dtype, job_count, safety_factor, out_path):
     from verillm.bench.noise import VERIFIER_CONFIGS_FULL, VERIFIER_CONFIGS_SHORT, compute_permissive_profile, run_honest_matrix
     from verillm.bench.workloads import Workload, make_jobs
     from verillm.engine.models import load_model
+    from verillm.engine.profiles import get_profile_path
+    from verillm.spec.job import compute_model_id
     from verillm.spec.params import MAINNET
 
     dtype = DTYPES[dtype]
@@ -33,7 +36,10 @@ def calibrate(model_name, dtype, job_count, safety_factor, out_path):
     audits = run_honest_matrix(model, tokenizer, manifest, jobs, compute_permissive_profile(manifest), MAINNET.CHALLENGE_POSITIONS, verifier_configs=verifiers, progress=progress)
     factor = safety_factor or DEFAULT_SAFETY_FACTOR[dtype]
     command = " ".join(["verillm calibrate"] + sys.argv[2:])
-    profile = compute_profile(model_name, dtype, [a.result for a in audits], factor, command)
+    profile = compute_profile(model_name if model_name in ("tiny", "smollm2") else manifest.name, dtype, [a.result for a in audits], factor, command)
+    profile.provenance["model_id"] = "0x" + compute_model_id(manifest).hex()
+    out_path = out_path or get_profile_path(profile_dir, compute_model_id(manifest), dtype)
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(profile.to_json())
     rows = [[t.layer, profile.provenance["observed"][str(t.layer)]["max_cell_error"], t.max_cell_error, profile.provenance["observed"][str(t.layer)]["rms_error"], t.rms_error] for t in profile.layers]
     click.echo(format_table(["layer", "honest max cell", "threshold", "honest max RMS", "RMS threshold"], rows))

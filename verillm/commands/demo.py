@@ -26,7 +26,7 @@ def demo():
 
 
 @demo.command()
-@click.option("--model", "model_name", type=click.Choice(["tiny", "smollm2"]), default="smollm2", show_default=True)
+@click.option("--model", "model_name", default="smollm2", show_default=True, help="tiny, smollm2, a Hugging Face directory or a GGUF file.")
 @click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="fp32", show_default=True)
 @click.option("--attack", default="int8", show_default=True, help="Which dishonest engine the cheater runs (see `verillm bench detect`).")
 @click.option("--prompt", default=DEMO_PROMPT, show_default=True)
@@ -41,7 +41,7 @@ def verify(model_name, dtype, attack, prompt, max_new_tokens):
     from verillm.errors import InvalidInput
     from verillm.spec.job import compute_model_id
     from verillm.spec.params import MAINNET
-    from verillm.spec.policy import select_profile
+    from verillm.engine.profiles import get_model_profile
     from verillm.spec.types import Job, SamplingParams
     from verillm.verifier.local import Party, check_pair, commit_runs, compute_member_jobs
 
@@ -50,7 +50,7 @@ def verify(model_name, dtype, attack, prompt, max_new_tokens):
     dtype = DTYPES[dtype]
     click.echo(f"loading {model_name} ({dtype}) …")
     model, tokenizer, manifest = load_model(model_name, dtype)
-    profile = select_profile(manifest, model_name)
+    profile = get_model_profile(model_name, manifest)
     ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
     ids = ids["input_ids"] if hasattr(ids, "keys") else ids
     job = Job(compute_model_id(manifest), tuple(int(t) for t in ids), SamplingParams(), max_new_tokens, b"\x00" * 32)

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from verillm.engine.base import Engine
+from verillm.engine.families import get_expert_weights
 from verillm.engine.models import build_tiny_llama
 from verillm.engine.torch_engine import TorchEngine
 from verillm.errors import ConfigError
@@ -50,7 +51,7 @@ def _split_options(kw: dict) -> tuple[dict, dict]:
 def compute_int8_weights(weight: torch.Tensor) -> torch.Tensor:
     """Symmetric per-output-channel int8 quantization, dequantized back."""
     w = weight.float()
-    scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127
+    scale = w.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 127
     return ((w / scale).round().clamp(-127, 127) * scale).to(weight.dtype)
 
 
@@ -82,12 +83,16 @@ def compute_lowrank_update(weight: torch.Tensor, relative: float, rank: int, gen
 
 
 def _map_linear_weights(model: nn.Module, transform: Callable[[torch.Tensor], torch.Tensor]) -> nn.Module:
-    """Deep-copy ``model`` and replace every nn.Linear weight (in place, so tied weights stay tied)."""
+    """Deep-copy ``model`` and replace every nn.Linear weight and every MoE expert matrix
+    (in place, so tied weights stay tied)."""
     attacked = copy.deepcopy(model)
     with torch.no_grad():
         for module in attacked.modules():
             if isinstance(module, nn.Linear):
                 module.weight.copy_(transform(module.weight))
+        for stack in get_expert_weights(attacked):  # [experts, out, in]: one linear weight per expert
+            for expert in stack:
+                expert.copy_(transform(expert))
     return attacked
 
 

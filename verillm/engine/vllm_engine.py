@@ -277,7 +277,7 @@ def prepare_model_dir(model, tokenizer, target: Path) -> Path:
 
 
 def build_vllm_engine(model_name: str, dtype: str = "float32", preset=None, **kw) -> VllmEngine:
-    """Return a VllmEngine serving ``model_name`` ("tiny" | "smollm2") with the reference manifest.
+    """Return a VllmEngine serving ``model_name`` (an alias, HF directory or GGUF) with the reference manifest.
 
     The reference model is loaded once to derive the manifest (under ``preset``, a
     `verillm.spec.params.Preset`, default MAINNET, as `load_model`) and to write the weights
@@ -288,7 +288,7 @@ def build_vllm_engine(model_name: str, dtype: str = "float32", preset=None, **kw
     from verillm.spec.params import MAINNET
 
     model, tokenizer, manifest = load_model(model_name, dtype, preset or MAINNET)
-    model_dir = prepare_model_dir(model, tokenizer, get_model_dir(model_name, manifest))
+    model_dir = prepare_model_dir(model, tokenizer, get_model_dir(Path(model_name).name, manifest))  # a path names its folder by its last part
     del model
     gc.collect()
     engine = VllmEngine(model_dir, manifest, **kw)
