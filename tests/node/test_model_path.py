@@ -26,7 +26,7 @@ from verillm.node.config import EngineConfig
 from verillm.node.engines import build_served_model
 from verillm.node.keys import new_node_key, write_key_file
 from verillm.node.wire import receipt_from_json
-from verillm.spec.job import compute_tokens_hash
+from verillm.spec.job import compute_transcript_hash
 from verillm.spec.receipt import SigningDomain, process_receipt_signature
 
 VERILLM = str(Path(sys.executable).parent / "verillm")
@@ -97,5 +97,5 @@ def test_calibrate_then_node_run_serves_a_chat_completion_with_a_receipt(operato
     process_receipt_signature(receipt, SigningDomain())
     assert "0x" + receipt.worker.hex() == Account.from_key(key.private_key).address.lower()
     assert receipt.model_id == model_id
-    assert receipt.output_hash == compute_tokens_hash(verillm["output_tokens"])
+    assert receipt.output_hash == compute_transcript_hash(verillm["input_tokens"], verillm["output_tokens"])  # the whole transcript
     assert chat["model"] == name and chat["choices"][0]["message"]["role"] == "assistant"
