@@ -4,7 +4,7 @@ PY := .venv/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-all test-slow test-vllm contracts check-artifacts bench clean
+.PHONY: install demo test test-all test-slow test-fuzz test-vllm contracts check-artifacts bench clean
 
 .venv/.installed: pyproject.toml contracts/package-lock.json
 	test -x $(PY) || python3 -m venv .venv
@@ -30,6 +30,10 @@ test: install
 
 test-slow: install
 	$(PY) -m pytest -q -m slow
+
+# The stateful protocol fuzzer, long run (FUZZ_EXAMPLES runs of up to 30 steps; FUZZ_SEED to replay)
+test-fuzz: install
+	$(PY) -m pytest -q -s -m fuzz tests/contracts/test_fuzz_protocol.py
 
 test-all: install
 	$(PY) -m pytest -q -m "not gpu and not vllm"
