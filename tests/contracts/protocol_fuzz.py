@@ -26,7 +26,9 @@ At the end of every run (teardown), whatever happened:
 Honest-majority: node 5 is the only adversarial member, so a committee of 3 has at most one.
 """
 
+import os
 import random
+import time
 
 import requests
 from types import SimpleNamespace
@@ -385,6 +387,10 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     def teardown(self):
         STATS["paths"].add(tuple(self.path))
+        progress = os.environ.get("FUZZ_PROGRESS")
+        if progress and STATS["runs"] % 20 == 0:  # a long run reports as it goes
+            with open(progress, "a") as f:
+                f.write(f"{time.strftime('%H:%M:%S')} steps {STATS['steps']} runs {STATS['runs']} paths {len(STATS['paths'])}\n")
         for _ in range(TEARDOWN_ROUNDS):
             if all(self.audit(t.run.audit_id).phase in (SETTLED, ABANDONED) for t in self.audits):
                 break
