@@ -45,7 +45,10 @@ from eth_utils import to_checksum_address
 from verillm.chain import TransactionReverted
 from verillm.spec import audit as spec_audit
 
-from contract_scenario import CHEAT_OFFSET, MODEL, OUTPUT_TOKENS, PROMPT_LEN, AuditRun, World
+from verillm.spec.challenge import compute_challenge, compute_opened_cells
+from verillm.spec.commitment import compute_opening
+
+from contract_scenario import CHEAT_OFFSET, LAYERS, MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun, World
 
 COMMITTING, OPENING, DECIDED, ESCALATING, SETTLED, ABANDONED = 1, 2, 3, 4, 5, 6
 HONEST = (0, 1, 3, 4)
@@ -106,7 +109,8 @@ class Tracked:
     worker: int
     dispatcher: int
     mode: str  # "honest" or a cheat mode
-    posted: object = None  # the worker's opening as posted
+    posted: object = None  # the worker's opening as posted in the current round
+    posted_by_round: dict = field(default_factory=dict)
     contested: set = field(default_factory=set)
     answered: set = field(default_factory=set)
 
@@ -185,11 +189,13 @@ class ProtocolMachine(RuleBasedStateMachine):
         worker_party = self.party(audit_id, state.round, 0)
         if not worker_party["opened"] and t.mode in ("honest", "open", "forge"):
             t.posted = self._worker_opening(t, state)
-            self._try(self.p.open, t.run.worker.node.account, audit_id, t.posted)
+            if self._try(self.p.open, t.run.worker.node.account, audit_id, t.posted) is not None:
+                t.posted_by_round[state.round] = t.posted
         worker_party = self.party(audit_id, state.round, 0)
-        if not worker_party["opened"] or t.posted is None:
+        posted = t.posted_by_round.get(state.round)
+        if not worker_party["opened"] or posted is None:
             return
-        shown = {(i.leaf.position, i.leaf.layer): i.leaf for i in t.posted.leaves}
+        shown = {(i.leaf.position, i.leaf.layer): i.leaf for i in posted.leaves}
         for slot, address in enumerate(self.committee(audit_id, state.round)):
             i = self._index(address)
             party = self.party(audit_id, state.round, slot + 1)
@@ -229,20 +235,28 @@ class ProtocolMachine(RuleBasedStateMachine):
             if self._try(self.p.resolve_contest, self.world.outsider, cid) is not None:
                 t.answered.add(cid)
         # A lying "agree" (data that fail against what the worker posted) is adjudicated.
-        if state.phase in (OPENING, DECIDED) and t.posted is not None and t.mode != "forge":
+        posted = t.posted_by_round.get(state.round)
+        if state.phase in (OPENING, DECIDED) and posted is not None and t.mode != "forge":
             for slot, address in enumerate(self.committee(audit_id, state.round)):
                 party = self.party(audit_id, state.round, slot + 1)
                 if self._index(address) == ADVERSARY and party["opened"] and not party["slashed"] and party["vote"] == 1:
                     lazy = self.world.make_member(self._node(ADVERSARY), offset=0.3)
-                    self._try(self.p.adjudicate, self.world.outsider, audit_id, state.round, slot + 1, t.posted, self.world.opening(t.run, lazy))
+                    self._try(self.p.adjudicate, self.world.outsider, audit_id, state.round, slot + 1, posted, self.world.opening(t.run, lazy))
 
     def _party_opening(self, t: Tracked, round_index: int, slot: int):
         """The opening an honest party posted, with proofs; None for the cheater and node 5."""
         if slot == 0:
-            return None if t.mode != "honest" else t.posted
+            return None if t.mode != "honest" else t.posted_by_round.get(round_index)
         address = self.committee(t.run.audit_id, round_index)[slot - 1]
         i = self._index(address)
-        return None if i == ADVERSARY else self.world.opening(t.run, self.world.make_member(self._node(i)))
+        return None if i == ADVERSARY else self._round_opening(t, round_index, self.world.make_member(self._node(i)))
+
+    def _round_opening(self, t: Tracked, round_index: int, party):
+        """``party``'s opening for the challenge of ``round_index`` (a contest may name round 0
+        while round 1 runs)."""
+        seed = bytes(self.jobs("getRound", t.run.audit_id, round_index)[4])
+        challenge = compute_challenge(seed, PROMPT_LEN, OUTPUT_TOKENS, LAYERS, PRESET.CHALLENGE_POSITIONS)
+        return compute_opening(party.trace, party.commitment, compute_opened_cells(challenge, party.trace.num_positions))
 
     def audit(self, audit_id: int) -> SimpleNamespace:
         """Phase, round, challenge seed and numPositions of the audit's current round."""
@@ -294,8 +308,11 @@ class ProtocolMachine(RuleBasedStateMachine):
     @rule(pick=st.integers(0, MAX_AUDITS - 1))
     def late_cheater_opens(self, pick):
         t = self.audits[pick % len(self.audits)]
-        if t.mode in ("late", "skip", "withhold"):
-            self._try(self.p.open, t.run.worker.node.account, t.run.audit_id, self.world.opening(t.run, t.run.worker))
+        if t.mode in ("late", "skip", "withhold") and self.audit(t.run.audit_id).challenge_seed != bytes(32):
+            opening = self.world.opening(t.run, t.run.worker)
+            if self._try(self.p.open, t.run.worker.node.account, t.run.audit_id, opening) is not None:
+                t.posted = opening
+                t.posted_by_round[self.audit(t.run.audit_id).round] = opening
         self._step("late_open")
 
     @precondition(lambda self: self.audits)
