@@ -34,9 +34,12 @@ test: install
 test-slow: install
 	$(PY) -m pytest -q -m slow
 
-## Every fuzz target at 100,000 hypothesis cases (VERILLM_FUZZ_EXAMPLES overrides; hours on 2 cores).
+## Every fuzz target: the parsers at 100,000 hypothesis cases each (VERILLM_FUZZ_EXAMPLES overrides;
+## hours on 2 cores), then the stateful protocol fuzzer over the real contracts (FUZZ_EXAMPLES runs of
+## up to 30 steps; FUZZ_SEED to replay).
 test-fuzz: install
 	$(PY) -m pytest -q -m fuzz --hypothesis-show-statistics tests/fuzz
+	$(PY) -m pytest -q -s -m fuzz tests/contracts/test_fuzz_protocol.py
 
 test-all: install
 	$(PY) -m pytest -q -m "not gpu and not vllm"

@@ -9,6 +9,7 @@ import {BlsVrf} from "./BlsVrf.sol";
 import {MerkleLib} from "./MerkleLib.sol";
 import {Domains, Params, ProtocolParams} from "./Params.sol";
 import {Registry} from "./Registry.sol";
+import {Sortition} from "./Sortition.sol";
 
 /// @notice Receipt batches, the audit draw, committees, openings, votes, verdicts and settlement.
 /// The rules, windows and who is slashed when are in docs/protocol.md §12; the arithmetic is
@@ -142,6 +143,7 @@ contract Jobs is EIP712, ReentrancyGuard {
     error ContestsPending(uint16 count);
     error NothingToClaim();
     error TransferFailed();
+    error DrawFailed();
 
     constructor(Registry registry_, ProtocolParams memory p) EIP712("VeriLLM", "1") {
         Params.validate(p);
@@ -381,7 +383,12 @@ contract Jobs is EIP712, ReentrancyGuard {
         address[] memory chosen;
         try registry.drawCommittee(a.modelId, r.seed, r.attempt, count, excluded, r.epoch) returns (address[] memory c) {
             chosen = c;
-        } catch {
+        } catch (bytes memory reason) {
+            // Only a pool that is really too small (or an epoch no longer readable) ends the
+            // round; anything else (out of gas on a starved call) reverts, so nobody can kill
+            // an audit by starting it with too little gas.
+            bytes4 code = reason.length >= 4 ? bytes4(reason) : bytes4(0);
+            if (code != Sortition.NotEnoughCandidates.selector && code != Registry.EpochNotReadable.selector) revert DrawFailed();
             return false;
         }
         uint256 next;

@@ -117,3 +117,28 @@ def test_draw_committee_matches_the_spec_and_excludes(world):
         world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 5, [nodes[0], nodes[1]], epoch)
     with _reverts("EpochNotReadable"):  # only the current and the previous epoch's weights are read
         world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 3, [], epoch + 1)
+
+
+def test_weights_change_at_the_next_epoch_as_the_spec_computes(world):
+    from verillm.spec.audit import compute_epoch, compute_weight_at
+
+    node = world.nodes[3]
+    epoch_blocks = world.protocol.registry.call("epochBlocks")
+    weight = lambda e: world.protocol.registry.call("weightAt", MODEL_ID, node.address, e)  # noqa: E731
+    start = world.protocol.registry.call("currentEpoch")
+    checkpoints = [(start, weight(start))]  # registered before this epoch
+    stake = world.protocol.get_node(node.address)["stake_wei"]
+    world.protocol.top_up(node.account, 5)
+    now = compute_epoch(world.chain.get_block()["number"], epoch_blocks)
+    checkpoints.append((now + 1, stake + 5))
+    world.protocol.top_up(node.account, 7)  # same epoch: one checkpoint, overwritten
+    checkpoints[-1] = (now + 1, stake + 12)
+    for e in (start, now, now + 1, now + 2):
+        assert weight(e) == compute_weight_at(checkpoints, e)
+    assert weight(now) == stake and weight(now + 1) == stake + 12
+    world.protocol.advance_to_next_epoch()
+    world.protocol.deregister(node.account)
+    now = compute_epoch(world.chain.get_block()["number"], epoch_blocks)
+    checkpoints.append((now + 1, 0))
+    assert weight(now) == stake + 12 and weight(now + 1) == 0 == compute_weight_at(checkpoints, now + 1)
+

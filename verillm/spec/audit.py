@@ -125,6 +125,30 @@ def compute_excluded_weights(candidates: Sequence[bytes], stakes: Sequence[int],
     return [0 if c in banned else s for c, s in zip(candidates, stakes, strict=True)]
 
 
+def compute_epoch(block_number: int, epoch_blocks: int) -> int:
+    """Return the stake epoch of a block (`Registry.epochOf`)."""
+    if epoch_blocks <= 0:
+        raise InvalidInput("epoch_blocks must be positive")
+    return block_number // epoch_blocks
+
+
+def compute_weight_at(checkpoints: Sequence[tuple[int, int]], epoch: int) -> int:
+    """Return a (model, node)'s sortition weight in ``epoch`` (`Registry.weightAt`).
+
+    ``checkpoints``: (from_epoch, weight) in increasing from_epoch, one per epoch in which the
+    node's stake, models or activity changed (each effective from the epoch after the change).
+    """
+    for from_epoch, weight in reversed(checkpoints):
+        if from_epoch <= epoch:
+            return weight
+    return 0
+
+
+def compute_round_exclusions(worker: bytes, dispatcher: bytes, drawn: Sequence[bytes]) -> tuple[bytes, ...]:
+    """Return who a round's draw excludes: the worker, the batch's dispatcher, every member drawn so far."""
+    return (worker, dispatcher, *drawn)
+
+
 # --- openings on-chain ----------------------------------------------------------------------
 
 def compute_prompt_len(num_positions: int, output_tokens: int) -> int:

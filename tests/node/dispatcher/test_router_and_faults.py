@@ -74,3 +74,23 @@ async def test_keyed_tasks_run_once_per_key_and_back_off_after_a_failure():
     assert tasks.spawn("a", lambda: step(False))
     await tasks.wait_idle()
     assert calls == [True, False] and tasks.failures == {}
+
+
+async def test_keyed_tasks_give_up_on_a_final_revert_with_one_error(caplog):
+    from verillm.chain import TransactionReverted
+
+    tasks = KeyedTasks(backoff_s=0.01, give_up_s=0.2)
+
+    async def late():
+        raise TransactionReverted("Jobs.openWorker reverted: TooLate(sinceBlock=9)", error="TooLate", args={"sinceBlock": 9})
+
+    with caplog.at_level("WARNING", logger="verillm.node.dispatcher.tasks"):
+        for _ in range(3):
+            assert tasks.spawn("audit:1", late) or tasks.is_busy("audit:1")
+            await tasks.wait_idle()
+            await asyncio.sleep(0.02)  # past backoff_s, not give_up_s: no retry storm
+            assert tasks.is_busy("audit:1")
+    errors = [r for r in caplog.records if "giving up" in r.getMessage()]
+    assert len(errors) == 1 and not [r for r in caplog.records if "retrying" in r.getMessage()]
+    assert tasks.given_up == {"audit:1": "TooLate"}
+
