@@ -89,6 +89,13 @@ class ConfigError(VerillmError):
     http_status = 500
 
 
+class StorageError(VerillmError):
+    """The node's store cannot take a write (disk full, I/O error): nothing was acknowledged; retry later."""
+
+    code = "storage_error"
+    http_status = 503
+
+
 class EngineError(VerillmError):
     """The engine failed to run a job: the node's fault, not the request's."""
 
