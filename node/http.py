@@ -1,9 +1,11 @@
 """Request-reading helpers shared by the handlers: JSON bodies and signed envelopes."""
 
+import asyncio
 import time
 
 from aiohttp import web
 
+from verillm.errors import RequestTimeout
 from verillm.jsonsafe import load_json
 
 from verillm.node.appkeys import APP_CONFIG, APP_KEY, APP_STORE
@@ -12,8 +14,14 @@ from verillm.node.wire import from_hex
 
 
 async def read_json(request: web.Request) -> object:
-    """Return the parsed JSON body; 413 past the size limit (aiohttp), 400 if not JSON."""
-    return load_json(await request.read(), "body")
+    """Return the parsed JSON body; 413 past the size limit (aiohttp), 408 if it trickles in too slowly, 400 if not JSON."""
+    timeout_s = request.app[APP_CONFIG].limits.body_timeout_s
+    try:
+        async with asyncio.timeout(timeout_s):
+            raw = await request.read()
+    except TimeoutError:
+        raise RequestTimeout(f"body: not received within {timeout_s:g} s") from None
+    return load_json(raw, "body")
 
 
 async def read_signed_envelope(request: web.Request) -> Envelope:
