@@ -8,6 +8,7 @@ from aiohttp import web
 from verillm.errors import RequestTimeout
 from verillm.jsonsafe import load_json
 
+from verillm.node.access import compute_read_token
 from verillm.node.appkeys import APP_CONFIG, APP_KEY, APP_STORE
 from verillm.node.envelope import Envelope, decode_envelope_json, process_envelope_freshness, process_envelope_signature
 from verillm.node.wire import from_hex
@@ -45,6 +46,6 @@ def remember_nonce(request: web.Request, envelope: Envelope) -> None:
 
 
 def get_status_url(request: web.Request, job_hash: bytes) -> str:
-    """Return the URL of a job's status: the configured public URL, else the one the client used."""
+    """Return the URL of a job's status, with the requester's read token: the configured public URL, else the one the client used."""
     base = request.app[APP_CONFIG].server.public_url.rstrip("/") or str(request.url.origin())
-    return f"{base}/v1/verillm/jobs/0x{job_hash.hex()}"
+    return f"{base}/v1/verillm/jobs/0x{job_hash.hex()}?token={compute_read_token(request.app[APP_KEY], job_hash)}"

@@ -204,9 +204,9 @@ class Client(_Api):
         body = compute_chat_request(messages, self._model_name(model), **options)
         return parse_completion(self._request("POST", "/v1/chat/completions", body), chat=True)
 
-    def get_status(self, job_hash: bytes) -> dict:
-        """Return the node's status body for a job (status, receipt once done)."""
-        return self._request("GET", f"/v1/verillm/jobs/0x{job_hash.hex()}")
+    def get_status(self, job: "Completion | bytes") -> dict:
+        """Return the node's status body for a job (status, receipt once done); a Completion carries the read token it needs."""
+        return self._request("GET", get_status_path(job))
 
     def get_audit_status(self, job: "Completion | Receipt | bytes") -> dict:
         """Return the dispatcher's on-chain status of a job it dispatched (batch, audit, verdict)."""
@@ -277,9 +277,9 @@ class AsyncClient(_Api):
         body = compute_chat_request(messages, await self._model_name(model), **options)
         return parse_completion(await self._request("POST", "/v1/chat/completions", body), chat=True)
 
-    async def get_status(self, job_hash: bytes) -> dict:
-        """Return the node's status body for a job (status, receipt once done)."""
-        return await self._request("GET", f"/v1/verillm/jobs/0x{job_hash.hex()}")
+    async def get_status(self, job: "Completion | bytes") -> dict:
+        """Return the node's status body for a job (status, receipt once done); a Completion carries the read token it needs."""
+        return await self._request("GET", get_status_path(job))
 
     async def get_audit_status(self, job: "Completion | Receipt | bytes") -> dict:
         """Return the dispatcher's on-chain status of a job it dispatched (batch, audit, verdict)."""
@@ -295,6 +295,14 @@ class AsyncClient(_Api):
             if time.monotonic() > deadline:
                 raise ChainError(f"job 0x{get_job_hash(job).hex()} is still {body['status']} after {timeout_s:g} s")
             await asyncio.sleep(poll_s)
+
+
+def get_status_path(job: "Completion | bytes") -> str:
+    """Return the path (and read token, node/access.py) of a job's status on the node that answered it."""
+    if isinstance(job, bytes | bytearray):
+        return f"/v1/verillm/jobs/0x{bytes(job).hex()}"
+    path, sep, query = job.status_url.partition("/v1/verillm/jobs/")
+    return f"/v1/verillm/jobs/{query}" if sep else f"/v1/verillm/jobs/0x{job.job_hash.hex()}"
 
 
 def _json_or_none(raw: bytes):
