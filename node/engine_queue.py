@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from verillm.errors import QueueFull, StorageError, VerillmError
+from verillm.errors import QueueFull, StorageError
 from verillm.spec.types import Job
 
 from verillm.node import faults

@@ -6,7 +6,6 @@ Real node, real sockets; every run is bounded in requests and time.
 import asyncio
 import time
 
-import aiohttp
 
 from verillm.node.clients import APP_INFLIGHT
 
