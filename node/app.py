@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections import Counter
 
 from aiohttp import web
 
@@ -23,6 +24,7 @@ from verillm.node.engines import ServedModel, build_served_model
 from verillm.node.explorer_views import setup_explorer_routes
 from verillm.node.keys import load_node_key
 from verillm.node.metrics import NodeMetrics
+from verillm.node.clients import APP_INFLIGHT, client_middleware
 from verillm.node.middlewares import error_middleware
 from verillm.node.routes import setup_routes
 from verillm.node.store import open_store
@@ -34,7 +36,8 @@ log = logging.getLogger(__name__)
 
 def create_app(config: NodeConfig, served: ServedModel | None = None) -> web.Application:
     """Build the node's application from ``config`` (``served``: a preloaded model, for tests)."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=config.limits.max_request_bytes)
+    app = web.Application(middlewares=[error_middleware, client_middleware], client_max_size=config.limits.max_request_bytes)
+    app[APP_INFLIGHT] = Counter()
     app[APP_CONFIG] = config
     app[APP_METRICS] = NodeMetrics()
     app[APP_DOMAIN] = SigningDomain(chain_id=config.chain.chain_id, verifying_contract=from_hex(config.chain.jobs_address, "chain.jobs_address", 20))

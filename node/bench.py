@@ -201,6 +201,7 @@ def start_daemon(directory: Path, engine: EngineConfig, concurrency: int, batch_
         f'[identity]\nkey_file = "{directory / "key.json"}"\n[server]\nport = 0\n[store]\npath = "{directory / "node.sqlite"}"\n'
         f'[engine]\nmodel = "{engine.model}"\ndtype = "{engine.dtype}"\nthreads = {engine.threads}\n'
         f"[queue]\nmax_batch_size = {concurrency}\nbatch_wait_ms = {batch_wait_ms}\nmax_queued_jobs = {max(256, 2 * concurrency)}\n"
+        f"[limits]\nmax_inflight_per_client = {max(16, concurrency)}\n"  # one bench client: its share is the whole run
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     log_path = directory / "node.log"

@@ -120,6 +120,10 @@ class LimitsConfig:
     """Largest HTTP request body, in bytes (413 above it)."""
     max_opened_cells: int = 65536
     """Most (position, layer) cells one opening request may ask for (400 above it)."""
+    max_inflight_per_client: int = 16
+    """Generation requests one OpenAI client (its API key, else its IP address) may have in flight (429 above it)."""
+    body_timeout_s: float = 30.0
+    """Longest a request body may take to arrive, in seconds (408 after it): slow clients cannot hold handlers."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,8 @@ class AuthConfig:
     """Envelopes with a timestamp further than this from the node's clock are stale (409)."""
     allowed_senders: tuple[str, ...] = ()
     """Addresses allowed to submit native jobs; empty = any correctly signed sender."""
+    api_keys: tuple[str, ...] = ()
+    """Bearer keys accepted on the OpenAI routes (Authorization: Bearer <key>); empty = open to anyone who can reach the node."""
 
 
 @dataclass(frozen=True)
@@ -285,6 +291,8 @@ def process_config(config: NodeConfig) -> None:
         "limits.max_request_bytes": config.limits.max_request_bytes,
         "limits.max_opened_cells": config.limits.max_opened_cells,
         "auth.max_clock_skew_s": config.auth.max_clock_skew_s,
+        "limits.max_inflight_per_client": config.limits.max_inflight_per_client,
+        "limits.body_timeout_s": config.limits.body_timeout_s,
     }
     for name, value in positive.items():
         if value < 1:

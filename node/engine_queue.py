@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from verillm.errors import QueueFull, VerillmError
+from verillm.errors import QueueFull, StorageError
 from verillm.spec.types import Job
 
 from verillm.node import faults
@@ -172,7 +172,7 @@ class EngineQueue:
             self.on_batch_end([item.job_hash for item in batch], results)
         except Exception as exc:  # e.g. disk full: nothing unrecorded may be acknowledged
             log.exception("could not record a batch of %d jobs", len(batch))
-            return [VerillmError(f"the node could not record the job's result: {exc}")] * len(batch)
+            return [StorageError(f"the node could not record the job's result: {exc}")] * len(batch)
         return results
 
     async def _compute(self, batch: list[QueuedJob]) -> list[Any]:

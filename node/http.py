@@ -1,19 +1,28 @@
 """Request-reading helpers shared by the handlers: JSON bodies and signed envelopes."""
 
+import asyncio
 import time
 
 from aiohttp import web
 
+from verillm.errors import RequestTimeout
 from verillm.jsonsafe import load_json
 
+from verillm.node.access import compute_read_token
 from verillm.node.appkeys import APP_CONFIG, APP_KEY, APP_STORE
 from verillm.node.envelope import Envelope, decode_envelope_json, process_envelope_freshness, process_envelope_signature
 from verillm.node.wire import from_hex
 
 
 async def read_json(request: web.Request) -> object:
-    """Return the parsed JSON body; 413 past the size limit (aiohttp), 400 if not JSON."""
-    return load_json(await request.read(), "body")
+    """Return the parsed JSON body; 413 past the size limit (aiohttp), 408 if it trickles in too slowly, 400 if not JSON."""
+    timeout_s = request.app[APP_CONFIG].limits.body_timeout_s
+    try:
+        async with asyncio.timeout(timeout_s):
+            raw = await request.read()
+    except TimeoutError:
+        raise RequestTimeout(f"body: not received within {timeout_s:g} s") from None
+    return load_json(raw, "body")
 
 
 async def read_signed_envelope(request: web.Request) -> Envelope:
@@ -37,13 +46,15 @@ def remember_nonce(request: web.Request, envelope: Envelope) -> None:
 
 
 def get_status_url(request: web.Request, job_hash: bytes) -> str:
-    """Return the URL of a job's status: the configured public URL, else the one the client used.
+    """Return the URL of a job's status, with the requester's read token (node/access.py): the
+    configured public URL, else the one the client used.
 
     With the dispatcher role the job may have run on another worker, whose store this node's
     job route cannot see: the URL is then the dispatcher's own record of the job (receipt,
-    batch, audit), which this node answers whichever worker ran it.
+    batch, audit), which this node answers whichever worker ran it. The token rides along so
+    the client can also read the job route of the node that answered.
     """
     config = request.app[APP_CONFIG]
     base = config.server.public_url.rstrip("/") or str(request.url.origin())
     route = "audits" if config.dispatcher.enabled else "jobs"
-    return f"{base}/v1/verillm/{route}/0x{job_hash.hex()}"
+    return f"{base}/v1/verillm/{route}/0x{job_hash.hex()}?token={compute_read_token(request.app[APP_KEY], job_hash)}"

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 
 from sqlite_utils import Database
 
+from verillm.errors import StorageError
 from verillm.node import faults
 
 WORKER_TABLES = """
@@ -94,14 +95,26 @@ def migrate_2_dispatcher_tables(db: Database) -> None:
 
 @contextmanager
 def transaction(db: Database) -> Iterator[None]:
-    """Run the block as one SQLite transaction (the connection is in autocommit mode)."""
-    db.conn.execute("BEGIN IMMEDIATE")
+    """Run the block as one SQLite transaction (the connection is in autocommit mode).
+
+    A full disk or an I/O error becomes `StorageError` (503): the write did not happen, and
+    nothing that depends on it may be acknowledged.
+    """
     try:
-        yield
-    except BaseException:
-        db.conn.execute("ROLLBACK")
+        db.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if db.conn.in_transaction:  # SQLite may already have rolled back (SQLITE_FULL)
+                db.conn.execute("ROLLBACK")
+            raise
+        db.conn.execute("COMMIT")
+    except sqlite3.OperationalError as exc:
+        if db.conn.in_transaction:
+            db.conn.execute("ROLLBACK")
+        if "full" in str(exc) or "disk I/O" in str(exc):
+            raise StorageError(f"the node's store cannot be written: {exc}") from None
         raise
-    db.conn.execute("COMMIT")
 
 
 def _run_script(db: Database, script: str) -> None:

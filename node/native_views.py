@@ -4,6 +4,7 @@
                                                → 200 {job_hash, status, output_tokens, receipt, status_url}
                                                (?wait=0 → 202 once the job is durable and queued)
     GET  /v1/verillm/jobs/{0xjob_hash}         → {job_hash, status, error, attempts, ..., receipt, output_tokens}
+                                               (the requester's ?token= or a signed read by the submitter: node/access.py)
     POST /v1/verillm/jobs/{0xjob_hash}/openings signed envelope, payload = JSON {"cells": [[position, layer], ...]}
                                                or {"challenge": "0x<encode(Challenge)>"} → {job_hash, opening}
     GET  /v1/verillm/info                      → worker address, served model, manifest, signing domain
@@ -25,6 +26,7 @@ from verillm.spec.job import compute_job_hash
 from verillm.spec.types import Challenge, Job
 
 from verillm.node import faults
+from verillm.node.access import process_reader
 from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_STORE, APP_WORKER
 from verillm.node.http import get_status_url, read_signed_envelope, remember_nonce
 from verillm.node.migrations import get_schema_version
@@ -61,6 +63,7 @@ async def get_job(request: web.Request) -> web.Response:
     record = store.get_job(job_hash)
     if record is None:
         raise NotFound(f"no job 0x{job_hash.hex()} on this node")
+    process_reader(request, job_hash, {record.sender} if record.sender else set())
     body = {
         "job_hash": to_hex(job_hash), "status": record.status, "error": record.error, "attempts": record.attempts,
         "model_id": to_hex(record.job.model_id), "received_at": record.received_at, "updated_at": record.updated_at,

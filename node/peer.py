@@ -13,6 +13,7 @@ from verillm.jsonsafe import load_json
 from verillm.spec.encoding import encode
 from verillm.spec.types import Challenge, Job, Opening, Receipt
 
+from verillm.node.access import compute_read_headers
 from verillm.node.envelope import encode_envelope_json, sign_envelope
 from verillm.node.keys import NodeKey
 from verillm.node.wire import challenge_to_json, compute_error_from_body, from_hex, opening_from_json, receipt_from_json, to_hex
@@ -68,7 +69,8 @@ class PeerClient:
 
     async def get_job(self, job_hash: bytes) -> dict:
         """Return the worker's status body for ``job_hash``."""
-        async with self.session.get(f"{self.base_url}{JOBS_PATH}/{to_hex(job_hash)}") as response:
+        path = f"{JOBS_PATH}/{to_hex(job_hash)}"
+        async with self.session.get(f"{self.base_url}{path}", headers=compute_read_headers(path, self.key, await self.get_recipient())) as response:
             data = load_json(await response.read(), "worker response")
             if response.status >= 400:
                 raise compute_error_from_body(response.status, data)

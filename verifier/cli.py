@@ -18,13 +18,14 @@ def audit():
 @audit.command()
 @click.argument("job_id")
 @click.option("--node", "node_url", default=None, help="URL of the node that dispatched the job (its evidence route).")
+@click.option("--token", default=None, help="The requester's read token (the token= of the completion's status_url); parties sign instead.")
 @click.option("--db", "db_path", default=None, type=click.Path(dir_okay=False), help="That node's SQLite store, read-only.")
 @click.option("--model", default="auto", show_default=True, help="tiny, smollm2, a Hugging Face directory or GGUF file, or auto (match the receipt's model id among the aliases).")
 @click.option("--dtype", default="float32", show_default=True)
 @click.option("--profile", "profile_path", default=None, type=click.Path(exists=True, dir_okay=False), help="Tolerance profile (default: the one calibrated for the model id in --profile-dir, else the shipped one).")
 @click.option("--profile-dir", default="profiles", show_default=True, help="Where `verillm calibrate --model PATH` wrote profiles.")
 @click.option("--round", "audit_index", default=-1, type=int, help="Which audit round of the evidence (default: the last).")
-def replay(job_id, node_url, db_path, model, dtype, profile_path, profile_dir, audit_index):
+def replay(job_id, node_url, token, db_path, model, dtype, profile_path, profile_dir, audit_index):
     """Re-run a job's prefill here and compare with the worker's opened hidden states."""
     from verillm.engine.profiles import get_model_profile
     from verillm.node.wire import from_hex
@@ -34,7 +35,7 @@ def replay(job_id, node_url, db_path, model, dtype, profile_path, profile_dir, a
     if (node_url is None) == (db_path is None):
         raise click.UsageError("give exactly one of --node URL or --db PATH")
     job_hash = from_hex(job_id if job_id.startswith("0x") else "0x" + job_id, "JOB_ID", 32)
-    evidence = fetch_evidence(node_url, job_hash) if node_url else read_evidence(db_path, job_hash)
+    evidence = fetch_evidence(node_url, job_hash, token=token) if node_url else read_evidence(db_path, job_hash)
     case = load_case(evidence, audit_index)
     name, engine = load_replay_engine(case.job.model_id, model, dtype)
     profile = get_model_profile(name, engine.manifest, profile_path, profile_dir)

@@ -75,9 +75,9 @@ class Replay:
 
 # --- evidence -------------------------------------------------------------------------------------
 
-def fetch_evidence(node_url: str, job_hash: bytes, timeout_s: float = 30.0) -> dict:
-    """GET the evidence of ``job_hash`` from the node that dispatched it."""
-    url = f"{node_url.rstrip('/')}/v1/verillm/audits/0x{job_hash.hex()}/evidence"
+def fetch_evidence(node_url: str, job_hash: bytes, timeout_s: float = 30.0, token: str | None = None) -> dict:
+    """GET the evidence of ``job_hash`` from the node that dispatched it (``token``: the requester's read token, node/access.py)."""
+    url = f"{node_url.rstrip('/')}/v1/verillm/audits/0x{job_hash.hex()}/evidence" + (f"?token={token}" if token else "")
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return json.load(response)

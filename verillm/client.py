@@ -242,9 +242,9 @@ class Client(_Api):
         body = compute_chat_request(messages, self._model_name(model), **options)
         return parse_completion(self._request("POST", "/v1/chat/completions", body), chat=True)
 
-    def get_status(self, job_hash: "bytes | str") -> dict:
-        """Return the node's status body for a job (status, receipt once done)."""
-        return self._request("GET", f"/v1/verillm/jobs/0x{get_job_hash(job_hash).hex()}")
+    def get_status(self, job: "Completion | bytes | str") -> dict:
+        """Return the node's status body for a job (status, receipt once done); a Completion carries the read token it needs."""
+        return self._request("GET", get_status_path(job))
 
     def get_audit_status(self, job: "Completion | Receipt | bytes | str") -> dict:
         """Return the dispatcher's on-chain status of a job it dispatched (batch, audit, verdict)."""
@@ -315,9 +315,9 @@ class AsyncClient(_Api):
         body = compute_chat_request(messages, await self._model_name(model), **options)
         return parse_completion(await self._request("POST", "/v1/chat/completions", body), chat=True)
 
-    async def get_status(self, job_hash: "bytes | str") -> dict:
-        """Return the node's status body for a job (status, receipt once done)."""
-        return await self._request("GET", f"/v1/verillm/jobs/0x{get_job_hash(job_hash).hex()}")
+    async def get_status(self, job: "Completion | bytes | str") -> dict:
+        """Return the node's status body for a job (status, receipt once done); a Completion carries the read token it needs."""
+        return await self._request("GET", get_status_path(job))
 
     async def get_audit_status(self, job: "Completion | Receipt | bytes | str") -> dict:
         """Return the dispatcher's on-chain status of a job it dispatched (batch, audit, verdict)."""
@@ -333,6 +333,17 @@ class AsyncClient(_Api):
             if time.monotonic() > deadline:
                 raise ChainError(f"job 0x{get_job_hash(job).hex()} is still {body['status']} after {timeout_s:g} s")
             await asyncio.sleep(poll_s)
+
+
+def get_status_path(job: "Completion | bytes | str") -> str:
+    """Return the path (and read token, node/access.py) of a job's status on the node that answered it.
+
+    A completion's status_url carries the token (it may name the dispatcher's audits route; the
+    token is the same for the job route)."""
+    if isinstance(job, bytes | bytearray | str):
+        return f"/v1/verillm/jobs/0x{get_job_hash(job).hex()}"
+    _, sep, query = job.status_url.partition("?")
+    return f"/v1/verillm/jobs/0x{job.job_hash.hex()}" + (f"?{query}" if sep else "")
 
 
 def _json_or_none(raw: bytes):

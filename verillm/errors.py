@@ -89,6 +89,34 @@ class ConfigError(VerillmError):
     http_status = 500
 
 
+class InvalidApiKey(VerillmError):
+    """An OpenAI-route request without one of the node's API keys (when it has any)."""
+
+    code = "invalid_api_key"
+    http_status = 401
+
+
+class TooManyRequests(VerillmError):
+    """One client has as many requests in flight as the node allows it; retry when one ends."""
+
+    code = "rate_limited"
+    http_status = 429
+
+
+class RequestTimeout(InvalidInput):
+    """The request body did not arrive within the node's read timeout (a slow or stalled client)."""
+
+    code = "request_timeout"
+    http_status = 408
+
+
+class StorageError(VerillmError):
+    """The node's store cannot take a write (disk full, I/O error): nothing was acknowledged; retry later."""
+
+    code = "storage_error"
+    http_status = 503
+
+
 class EngineError(VerillmError):
     """The engine failed to run a job: the node's fault, not the request's."""
 

@@ -107,11 +107,17 @@ class BatchScheduler:
                 if j.audit_requested or spec_audit.is_audited(beta, j.batch_index, rate)]
 
     async def advance_drawn(self, batch: dict) -> None:
-        """Start every selected audit not started yet; mark the batch started when all are."""
+        """Start every selected audit not started yet; mark the batch started when all are recorded."""
+        unrecorded = 0
         for job, requested in self.get_selection(batch):
             if self.tables.get_audit_for_leaf(batch["id"], job.batch_index) is None:
                 await self.start_audit(batch, job, requested)
-        self.tables.update_batch(batch["id"], status="started")
+            # A run killed after its startAudit was mined leaves the audit unrecorded here until the
+            # watcher has replayed the AuditStarted event: keep the batch 'drawn' so the next head
+            # retries, instead of marking it started with the audit lost (the job stuck 'committed').
+            unrecorded += self.tables.get_audit_for_leaf(batch["id"], job.batch_index) is None
+        if not unrecorded:
+            self.tables.update_batch(batch["id"], status="started")
 
     async def start_audit(self, batch: dict, job, requested: bool) -> None:
         levels = spec_audit.compute_batch_levels([compute_receipt_hash(j.receipt) for j in self.tables.get_batch_jobs(batch["id"])])

@@ -21,6 +21,7 @@ from verillm.node.dispatcher.chainio import ChainIO, compute_vrf_secret_key
 from verillm.node.dispatcher.duties import PartyDuties, PartyFaults
 from verillm.node.dispatcher.judging import AuditDriver
 from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView
+from verillm.node.access import compute_evidence_parties, process_reader
 from verillm.node.dispatcher.status import compute_evidence, compute_job_status
 from verillm.node.dispatcher.tables import DispatcherTables
 from verillm.node.dispatcher.tasks import KeyedTasks
@@ -115,7 +116,9 @@ async def get_dispatch_evidence(request: web.Request) -> web.Response:
     if service is None:
         raise NotFound("this node runs without the networked dispatcher ([dispatcher] enabled = false)")
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
-    return web.json_response(compute_evidence(service.tables, job_hash, request.app[APP_DOMAIN]))
+    evidence = compute_evidence(service.tables, job_hash, request.app[APP_DOMAIN])
+    process_reader(request, job_hash, compute_evidence_parties(evidence))  # the prompt is the client's: node/access.py
+    return web.json_response(evidence)
 
 
 async def get_dispatcher_info(request: web.Request) -> web.Response:

@@ -31,7 +31,10 @@ def test_sync_complete_and_chat(threaded_node, served_tiny):
     assert same.tokens == completion.tokens and same.job_hash != completion.job_hash
     chat = client.chat([{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0.7, seed=11, top_k=40)
     assert chat.receipt.sampling.seed == 11 and chat.receipt.sampling.top_k == 40
-    status = client.get_status(chat.job_hash)
+    status = client.get_status(chat)  # its status_url carries the requester's read token
+    assert status == client.get_status(chat)
+    with pytest.raises(InvalidSignature):  # anyone else, without the token, is refused
+        client.get_status(chat.job_hash)
     assert status["status"] == "done" and status["output_tokens"] == list(chat.tokens)
 
 

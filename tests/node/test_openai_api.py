@@ -3,6 +3,7 @@
 import pytest
 from openai import AsyncOpenAI
 
+from verillm.node.access import compute_read_token
 from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_MODEL, APP_STORE
 from verillm.node.wire import receipt_from_json
 from verillm.spec.encoding import decode
@@ -27,7 +28,8 @@ def check_verillm_field(node, verillm: dict, output_tokens: list[int]):
     assert receipt.input_hash == compute_tokens_hash(verillm["input_tokens"])
     assert receipt.num_positions == len(verillm["input_tokens"]) + len(output_tokens) - 1
     assert verillm["job_hash"] == "0x" + receipt.job_hash.hex()
-    assert verillm["status_url"] == f"{node.url}/v1/verillm/jobs/{verillm['job_hash']}"
+    token = compute_read_token(node.app[APP_KEY], bytes.fromhex(verillm["job_hash"][2:]))
+    assert verillm["status_url"] == f"{node.url}/v1/verillm/jobs/{verillm['job_hash']}?token={token}"
     job = decode(Job, bytes.fromhex(verillm["job"]["encoded"][2:]))
     assert compute_job_hash(job) == receipt.job_hash
     store = node.app[APP_STORE]

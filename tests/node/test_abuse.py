@@ -1,0 +1,72 @@
+"""Abuse on loopback (issue 11): API keys, one client's flood, slowloris bodies, oversized bodies.
+
+Real node, real sockets; every run is bounded in requests and time.
+"""
+
+import asyncio
+import time
+
+
+from verillm.node.clients import APP_INFLIGHT
+
+BODY = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 2}
+
+
+async def post(http, url, body, headers=None):
+    async with http.post(url, json=body, headers=headers or {}) as response:
+        return response.status, await response.json(content_type=None)
+
+
+async def test_api_keys_guard_the_openai_routes_only(start, http):
+    node = await start(auth={"api_keys": ["k-one", "k-two"]})
+    url = node.url + "/v1/completions"
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "k-one"}, {"Authorization": "Basic k-one"}):
+        status, body = await post(http, url, BODY, headers)
+        assert (status, body["error"]["code"]) == (401, "invalid_api_key"), headers
+    async with http.get(node.url + "/v1/models") as response:
+        assert response.status == 401
+    for key in ("k-one", "k-two"):
+        status, body = await post(http, url, BODY, {"Authorization": f"Bearer {key}"})
+        assert status == 200, body
+    async with http.get(node.url + "/healthz") as response:  # operations and node-to-node routes are not OpenAI's
+        assert response.status == 200
+
+
+async def test_one_client_flooding_cannot_starve_another(start, http):
+    node = await start(limits={"max_inflight_per_client": 3}, auth={"api_keys": ["flood", "polite"]}, queue={"max_queued_jobs": 8})
+    url = node.url + "/v1/completions"
+    flood = {"Authorization": "Bearer flood"}
+    slow = {**BODY, "max_tokens": 60}
+    results = await asyncio.gather(*[post(http, url, slow, flood) for _ in range(12)], post(http, url, BODY, {"Authorization": "Bearer polite"}))
+    statuses = [status for status, _ in results[:-1]]
+    assert statuses.count(200) == 3 and statuses.count(429) == 9, statuses
+    assert all(body["error"]["code"] == "rate_limited" for status, body in results[:-1] if status == 429)
+    assert results[-1][0] == 200, results[-1]  # the other client got in while the flood was capped
+    assert not node.app[APP_INFLIGHT]  # every slot was given back
+
+
+async def test_slowloris_body_gets_408_and_others_are_served(start, http):
+    node = await start(limits={"body_timeout_s": 1.0, "max_inflight_per_client": 32}, auth={"api_keys": ["slow", "honest"]})
+    host, port = node.url.removeprefix("http://").split(":")
+    started = time.monotonic()
+    streams = []
+    for _ in range(20):  # twenty clients that announce a body and send it one byte at a time, slowly
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer slow\r\nContent-Length: 1000\r\n\r\n{")
+        await writer.drain()
+        streams.append((reader, writer))
+    status, body = await post(http, node.url + "/v1/completions", BODY, {"Authorization": "Bearer honest"})  # meanwhile
+    assert status == 200, body
+    for reader, writer in streams:
+        head = await asyncio.wait_for(reader.readline(), 10)
+        assert head.startswith(b"HTTP/1.1 408"), head
+        writer.close()
+    assert time.monotonic() - started < 15
+
+
+async def test_oversized_bodies_are_refused_before_they_are_read(start, http):
+    node = await start(limits={"max_request_bytes": 65536})
+    for path in ("/v1/completions", "/v1/verillm/jobs"):
+        async with http.post(node.url + path, data=b"x" * 10_000_000) as response:
+            assert response.status == 413
+            assert (await response.json())["error"]["code"] == "request_too_large"
