@@ -85,7 +85,7 @@ def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, se
     adv = ctx.pool.adversarial
     favoured = bool(adv[worker]) and (cheated or not ctx.behaviour.grief)  # the adversary wants this job to PASS
     hostile = (not adv[worker]) and ctx.behaviour.grief  # the adversary wants it to FAIL
-    excluded = {worker}
+    excluded = {worker, dispatcher} if ctx.rules.dispatcher_excluded else {worker}
     first = _first_round(ctx, out, worker, dispatcher, cheated, seed, excluded, favoured or hostile, rng)
     if first is None:
         return _finish(ctx, out, worker, dispatcher, [], cheated)
@@ -262,7 +262,7 @@ def _settle(ctx, out, worker, rounds, escalator):
         _add(out.slashed_wei, int(name[1:]), wei)
     for name, wei in settlement.credits_wei.items():
         _add(out.credits_wei, int(name[1:]), wei)
-    if escalator is not None:
+    if escalator is not None and not (out.lapsed_escalation and rules.lapse_refunds_bond):
         _add(out.credits_wei, escalator, -bond)  # the bond was paid when escalating
 
 

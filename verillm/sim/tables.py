@@ -16,7 +16,7 @@ TABLE_STRATEGIES = ("cheat-always", "cheat-fraction", "cheat-unwatched", "collud
                     "dispatcher-reroll", "stake-grind", "grief-refuse", "grief-disagree", "adaptive")
 
 
-def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=tuple(RULES), strategies=TABLE_STRATEGIES,
+def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=("first-landing", "issue-9"), strategies=TABLE_STRATEGIES,
                    shares=TABLE_SHARES, progress=None, **overrides) -> list[dict]:
     """Each strategy × adversary share × rule set, one engine run each."""
     rows = []
