@@ -88,7 +88,8 @@ def grief_cells(audits: int, nodes: int, shares=(0.10, 0.20, 0.33, 0.45), seed: 
     for q in shares:
         for dispatcher_adv in (False, True):
             for rules in RULES.values():
-                res = run_cell(preset, rules, q, Behaviour(grief=True), audits, nodes=nodes, cheated=False,
+                # an adversarial dispatcher also starves honest seats (re-rolls), as economics-check modelled it
+                res = run_cell(preset, rules, q, Behaviour(grief=True, starve=dispatcher_adv), audits, nodes=nodes, cheated=False,
                                worker_adversarial=False, dispatcher_adversarial=dispatcher_adv, seed=seed)
                 rows.append({"q": q, "dispatcher": "adversarial" if dispatcher_adv else "honest", "rules": rules.name,
                              "honest_worker_slashed": res.honest_worker_slashed / audits,
