@@ -147,7 +147,7 @@ def plots(out_dir, cells_json, hours):
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     runs = {}
     for rules in ("first-landing", "issue-9"):
-        for strategy in ("collude", "stake-grind", "cheat-unwatched"):
+        for strategy in ("collude", "stake-grind", "dispatcher-reroll", "cheat-unwatched"):
             sc = Scenario(rules=rules, strategy=strategy, adversary_share=0.2, workers=1000, jobs_per_s=2, duration_s=hours * 3600)
             runs[f"{strategy} / {rules}"] = run_scenario(sc)
     plot_profit(runs, Path(out_dir) / "sim-profit.png")
