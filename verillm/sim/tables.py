@@ -135,6 +135,7 @@ FIXES = (
     ("free re-rolls: provable delivery + fresh draws (issue-9-full)", "dispatcher-reroll", 0.33, "issue-9", {"rules": "issue-9-full"}),
     ("collusion at 49%: larger escalation committee", "collude", 0.49, "issue-9",
      {"preset_overrides": (("ESCALATION_COMMITTEE_SIZE", 31),)}),
+    ("collusion at 49%: graduated minority penalty (issue-9-full)", "collude", 0.49, "issue-9", {"rules": "issue-9-full"}),
 )
 
 
