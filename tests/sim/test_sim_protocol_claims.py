@@ -51,11 +51,11 @@ def test_single_job_ev_changes_sign_at_five_hundredths_of_an_eth():
 def test_cheating_until_caught_gains_more_than_c_over_ad_because_of_settlement_latency():
     """§13 said 'at most c/(a·d)'; a cheater keeps serving until its slash settles, so it cheats on
     ≈ 1/(a·d) + R·T jobs (R its job rate, T the receipt-to-settle time)."""
-    r = run_scenario(Scenario(workers=20, adversary_share=0.05, jobs_per_s=2.0, duration_s=12 * 3600, seed=4))
+    r = run_scenario(Scenario(workers=20, adversary_share=0.05, jobs_per_s=1.0, duration_s=8 * 3600, seed=4))
     per_slash = r["cheated_served"] / max(1, r["detection_time_s"]["n"])
     t_s = audit_latency_blocks(MAINNET, FIRST_LANDING, 12.0, True, 0, 1, False) * 12.0
     assert per_slash > 2 / A  # far above c/(a·d) = 20 jobs
-    assert per_slash == pytest.approx(1 / A + 0.1 * t_s, rel=0.6)
+    assert per_slash == pytest.approx(1 / A + 0.05 * t_s, rel=0.6)  # the cheater serves 1/20 of 1 job/s
 
 
 def test_collusion_escape_first_landing_is_the_first_round_tail_only():
@@ -88,7 +88,7 @@ def test_honest_parties_are_never_slashed_in_an_honest_network(rules):
 
 
 def test_refusing_members_slash_honest_dispatchers_only_under_the_first_landing():
-    kw = dict(strategy="grief-refuse", adversary_share=0.33, workers=100, jobs_per_s=2, duration_s=3 * 3600, seed=3)
+    kw = dict(strategy="grief-refuse", adversary_share=0.33, workers=100, jobs_per_s=2, duration_s=1.5 * 3600, seed=3)
     before = run_scenario(Scenario(rules="first-landing", **kw))
     after = run_scenario(Scenario(rules="issue-9", **kw))
     assert before["honest_slashed"]["dispatcher"] > 0
@@ -106,7 +106,12 @@ def test_simulated_section_numbers_match_the_committed_results():
     path = RESULTS / "sim-cells.json"
     if not path.exists():
         pytest.skip("docs/results/sim-cells.json not generated (verillm sim cells --json ...)")
-    rows = json.loads(Path(path).read_text())["cheat"]
-    for row in rows:
+    cells = json.loads(Path(path).read_text())
+    for row in cells["cheat"]:
         if row["strategy"] == "vote" and row["rules"] == "first-landing":
             assert _close(row["not_slashed"], tail(3, row["q"]), row["audits"]), row
+        if row["strategy"] == "grind" and row["rules"] == "issue-9":
+            assert row["not_slashed"] == 1.0, row  # §13.x: re-rolls pass every audit under issue 9 as committed
+    for row in cells["grief"]:
+        if row["dispatcher"] == "adversarial" and row["rules"] == "issue-9" and row["q"] >= 0.2:
+            assert row["honest_worker_slashed"] > 0.4, row  # §13.x: honest workers still slashed

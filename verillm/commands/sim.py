@@ -89,6 +89,21 @@ def table(preset, hours, workers, jobs_per_s, seed, json_path):
 
 
 @sim.command()
+@click.option("--preset", default="mainnet", show_default=True)
+@click.option("--hours", type=float, default=6.0, show_default=True)
+@click.option("--workers", type=int, default=1000, show_default=True)
+@click.option("--jobs-per-s", type=float, default=2.0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def fixes(preset, hours, workers, jobs_per_s, json_path):
+    """Each positive-EV strategy before and after a proposed parameter or rule change."""
+    from verillm.sim.tables import fix_table
+
+    rows = fix_table(preset, hours, workers, jobs_per_s, progress=lambda r: click.echo(str(r), err=True))
+    click.echo(format_table(list(rows[0]), [[_fmt(v) for v in r.values()] for r in rows]))
+    write_json(json_path, {"preset": preset, "hours": hours, "workers": workers, "jobs_per_s": jobs_per_s, "rows": rows})
+
+
+@sim.command()
 @click.option("--audits", type=int, default=20_000, show_default=True)
 @click.option("--nodes", type=int, default=1000, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
@@ -132,7 +147,7 @@ def plots(out_dir, cells_json, hours):
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     runs = {}
     for rules in ("first-landing", "issue-9"):
-        for strategy in ("collude", "stake-grind", "cheat-unwatched"):
+        for strategy in ("collude", "stake-grind", "dispatcher-reroll", "cheat-unwatched"):
             sc = Scenario(rules=rules, strategy=strategy, adversary_share=0.2, workers=1000, jobs_per_s=2, duration_s=hours * 3600)
             runs[f"{strategy} / {rules}"] = run_scenario(sc)
     plot_profit(runs, Path(out_dir) / "sim-profit.png")

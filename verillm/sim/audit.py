@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from verillm.errors import InvalidInput
 from verillm.spec.audit import compute_escalation_seed
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import Preset
@@ -85,7 +86,7 @@ def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, se
     adv = ctx.pool.adversarial
     favoured = bool(adv[worker]) and (cheated or not ctx.behaviour.grief)  # the adversary wants this job to PASS
     hostile = (not adv[worker]) and ctx.behaviour.grief  # the adversary wants it to FAIL
-    excluded = {worker}
+    excluded = {worker, dispatcher} if ctx.rules.dispatcher_excluded else {worker}
     first = _first_round(ctx, out, worker, dispatcher, cheated, seed, excluded, favoured or hostile, rng)
     if first is None:
         return _finish(ctx, out, worker, dispatcher, [], cheated)
@@ -125,7 +126,10 @@ def _round_with_fresh(ctx, out, worker, dispatcher, cheated, seed, size, exclude
 
 def _round(ctx, out, worker, dispatcher, cheated, seed, size, excluded, contested, rng, weights):
     pool, rules, beh = ctx.pool, ctx.rules, ctx.behaviour
-    seats = draw_committee(pool, seed, 0, size, excluded, weights)
+    try:
+        seats = draw_committee(pool, seed, 0, size, excluded, weights)
+    except InvalidInput:
+        return _Round([], None, None, True, 0, out.seats_drawn)  # pool exhausted: the round cannot fill
     excluded.update(seats)
     out.rounds += 1
     out.seats_drawn += size
@@ -140,7 +144,10 @@ def _round(ctx, out, worker, dispatcher, cheated, seed, size, excluded, conteste
             out.no_answer_penalised.append(seats[i])
         if not missing or attempt == ctx.preset.MAX_COMMITTEE_REDRAWS:
             break
-        fresh = draw_committee(pool, seed, attempt + 1, len(missing), excluded)
+        try:
+            fresh = draw_committee(pool, seed, attempt + 1, len(missing), excluded)
+        except InvalidInput:
+            break  # nobody left to redraw: the seats stay missing
         excluded.update(fresh)
         for i, s in zip(missing, fresh):
             seats[i] = s
@@ -262,7 +269,7 @@ def _settle(ctx, out, worker, rounds, escalator):
         _add(out.slashed_wei, int(name[1:]), wei)
     for name, wei in settlement.credits_wei.items():
         _add(out.credits_wei, int(name[1:]), wei)
-    if escalator is not None:
+    if escalator is not None and not (out.lapsed_escalation and rules.lapse_refunds_bond):
         _add(out.credits_wei, escalator, -bond)  # the bond was paid when escalating
 
 

@@ -19,8 +19,14 @@ from verillm.sim.rules import FIRST_LANDING
 
 
 def tail(m: int, w: float) -> float:
-    """P(Binomial(m, w) > m/2)."""
-    return sum(math.comb(m, k) * w**k * (1 - w) ** (m - k) for k in range(m // 2 + 1, m + 1))
+    """P(Binomial(m, w) > m/2), summed in log space (C(m, k) overflows a float past m ≈ 1,000)."""
+    if w <= 0.0:
+        return 0.0
+    if w >= 1.0:
+        return 1.0
+    lw, lv = math.log(w), math.log1p(-w)
+    return sum(math.exp(math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) + k * lw + (m - k) * lv)
+               for k in range(m // 2 + 1, m + 1))
 
 
 def wrong_vote_probability(r: float, mu: float) -> float:
@@ -43,6 +49,8 @@ def e2_size(r: float, mu: float, xi: float) -> int | None:
 def exact_size(r: float, mu: float, xi: float, limit: int = 2001) -> int | None:
     """The smallest odd m' whose exact binomial tail is below ξ."""
     w = wrong_vote_probability(r, mu)
+    if w >= 0.5:
+        return None  # no committee size amplifies a wrong-vote rate of one half or more
     for m in range(1, limit + 1, 2):
         if tail(m, w) < xi:
             return m

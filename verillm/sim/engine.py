@@ -164,7 +164,7 @@ class Simulation:
         beta = keccak256(b"verillm sim beta" + s.seed.to_bytes(8, "big") + block.to_bytes(8, "big"))
         for k in range(n_adv):
             self._adversary_job(block, beta, k, int(self.rng.choice(adv_active)))
-        n_hon = n - n_adv
+        n_hon = n - n_adv if len(honest_active) else 0  # every honest node slashed out: no honest service
         for k in range(int(self.rng.binomial(n_hon, self.a))):
             worker = int(self.rng.choice(honest_active))
             self._start_audit(block, compute_committee_seed(beta, n_adv + k), worker, self._dispatcher(worker), False)
@@ -234,21 +234,23 @@ class Simulation:
             self.cheat_audit_results[0 if caught else 1] += 1
             if caught and worker in self.first_cheat_s and pool.stake_units[worker] > 0:
                 t.detection_s.append(settle_block * self.s.block_s - self.first_cheat_s[worker])
+        honest_roles = {node: role for role, node, _wei in out.honest_slashed}
         for node, wei in out.slashed_wei.items():
+            # a node slashed by an earlier settlement has less (or nothing) left to take
             units = min(int(pool.stake_units[node]), wei // pool.unit_wei)
             pool.stake_units[node] -= units
             if pool.stake_units[node] * pool.unit_wei < self.preset.MIN_STAKE_WEI:
                 pool.stake_units[node] = 0  # below MIN_STAKE: out of the sortition lists and of service
             if pool.adversarial[node]:
                 t.adversary_slashed_wei += units * pool.unit_wei
+            elif node in honest_roles and units:
+                t.honest_slashed_events[honest_roles[node]] += 1
+                t.honest_slashed_wei += units * pool.unit_wei
         for node, wei in out.credits_wei.items():
             if pool.adversarial[node]:
                 t.adversary_credits_wei += wei
             else:
                 t.honest_credits_wei += wei
-        for role, _node, wei in out.honest_slashed:
-            t.honest_slashed_events[role] += 1
-            t.honest_slashed_wei += wei
         t.honest_no_answer_penalised += sum(1 for n in out.no_answer_penalised if not pool.adversarial[n])
 
     def _adapt(self) -> None:

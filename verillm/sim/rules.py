@@ -41,6 +41,10 @@ class RuleSet:
     """Members learn from chain events that a job is a verification job before they serve it."""
     windows_in_seconds: bool
     """Windows are in seconds (False: in blocks, so their length depends on the block time)."""
+    dispatcher_excluded: bool = False
+    """The dispatcher is never drawn onto its own audit's committee."""
+    lapse_refunds_bond: bool = False
+    """An escalation whose committee cannot fill returns the escalator's bond (False: to the pool)."""
 
     def with_changes(self, **changes) -> "RuleSet":
         return replace(self, **changes)
@@ -60,23 +64,44 @@ FIRST_LANDING = RuleSet(
     windows_in_seconds=False,
 )
 
-# Issue 9's required rules. Refined to what the `onchain` branch has committed: see
-# docs/simulation.md "Which rules" for the commit modelled and each flag's source.
+# The rules of the `onchain` branch (issue 9) as committed at 19cf271 (2026-11-23 20:5x UTC):
+# epoch stake snapshots for draws; the dispatcher excluded from its committee; a round that
+# cannot fill (members missing after the redraws, or the pool exhausted) ends with nobody
+# slashed, round 0 abandoned (the worker is not judged), an escalation lapsed with its bond
+# refunded; anyone may escalate any decided first round, a PASS included. Unchanged from the
+# first landing: a minority vote is a full slash, a missing member is redrawn for free, members
+# get their job from the dispatcher, receipts may be left out of batches, windows in blocks.
 ISSUE9 = RuleSet(
     name="issue-9",
     live_stake_draw=False,
     escalate_any_party_any_verdict=True,
-    minority_penalty_bps=BPS // 100,
+    minority_penalty_bps=BPS,
     abandon_slashes_dispatcher=False,
+    no_answer_penalty_bps=0,
+    fresh_draws_after_abandon=0,
+    dispatcher_feeds_seats=True,
+    omission_possible=True,
+    committee_visible=True,
+    windows_in_seconds=False,
+    dispatcher_excluded=True,
+    lapse_refunds_bond=True,
+)
+
+# What issue 9 asks beyond that commit (its "structural weaknesses"), as a what-if: graduated
+# member penalties (1% of stake for a minority vote or a non-answer), a fresh committee after an
+# abandoned round, provable non-delivery (a dispatcher cannot starve seats), receipts that must be
+# batched (omission is challengeable), windows in seconds.
+ISSUE9_FULL = ISSUE9.with_changes(
+    name="issue-9-full",
+    minority_penalty_bps=BPS // 100,
     no_answer_penalty_bps=BPS // 100,
     fresh_draws_after_abandon=1,
     dispatcher_feeds_seats=False,
-    omission_possible=True,
-    committee_visible=True,
+    omission_possible=False,
     windows_in_seconds=True,
 )
 
-RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9)}
+RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9, ISSUE9_FULL)}
 
 
 def get_rules(name: str) -> RuleSet:

@@ -16,7 +16,7 @@ TABLE_STRATEGIES = ("cheat-always", "cheat-fraction", "cheat-unwatched", "collud
                     "dispatcher-reroll", "stake-grind", "grief-refuse", "grief-disagree", "adaptive")
 
 
-def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=tuple(RULES), strategies=TABLE_STRATEGIES,
+def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=("first-landing", "issue-9"), strategies=TABLE_STRATEGIES,
                    shares=TABLE_SHARES, progress=None, **overrides) -> list[dict]:
     """Each strategy × adversary share × rule set, one engine run each."""
     rows = []
@@ -88,7 +88,8 @@ def grief_cells(audits: int, nodes: int, shares=(0.10, 0.20, 0.33, 0.45), seed: 
     for q in shares:
         for dispatcher_adv in (False, True):
             for rules in RULES.values():
-                res = run_cell(preset, rules, q, Behaviour(grief=True), audits, nodes=nodes, cheated=False,
+                # an adversarial dispatcher also starves honest seats (re-rolls), as economics-check modelled it
+                res = run_cell(preset, rules, q, Behaviour(grief=True, starve=dispatcher_adv), audits, nodes=nodes, cheated=False,
                                worker_adversarial=False, dispatcher_adversarial=dispatcher_adv, seed=seed)
                 rows.append({"q": q, "dispatcher": "adversarial" if dispatcher_adv else "honest", "rules": rules.name,
                              "honest_worker_slashed": res.honest_worker_slashed / audits,
@@ -118,3 +119,40 @@ def liveness_cells(audits: int, nodes: int, seed: int = 0) -> list[dict]:
 
 
 __all__ = ["strategy_table", "cheat_cells", "grief_cells", "liveness_cells", "STRATEGIES"]
+
+
+FIXES = (
+    # (label, strategy, q, rules before, change as Scenario keyword arguments)
+    ("rewards from griefed dispatchers: pay no slash reward", "grief-refuse", 0.33, "first-landing",
+     {"preset_overrides": (("SLASH_REWARD_BPS", 0),)}),
+    ("rewards from griefed dispatchers: the rule fix", "grief-refuse", 0.33, "first-landing", {"rules": "issue-9"}),
+    ("stake grinding: a larger audit rate does not help", "stake-grind", 0.10, "first-landing",
+     {"preset_overrides": (("AUDIT_RATE_BPS", 2000),)}),
+    ("stake grinding: epoch snapshots (issue-9)", "stake-grind", 0.10, "first-landing", {"rules": "issue-9"}),
+    ("omission: batching made enforceable (issue-9-full)", "cheat-unwatched", 0.10, "issue-9", {"rules": "issue-9-full"}),
+    ("free re-rolls: no redraws", "dispatcher-reroll", 0.33, "issue-9",
+     {"preset_overrides": (("MAX_COMMITTEE_REDRAWS", 0),)}),
+    ("free re-rolls: provable delivery + fresh draws (issue-9-full)", "dispatcher-reroll", 0.33, "issue-9", {"rules": "issue-9-full"}),
+    ("collusion at 49%: larger escalation committee", "collude", 0.49, "issue-9",
+     {"preset_overrides": (("ESCALATION_COMMITTEE_SIZE", 31),)}),
+    ("collusion at 49%: graduated minority penalty (issue-9-full)", "collude", 0.49, "issue-9", {"rules": "issue-9-full"}),
+)
+
+
+def fix_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, progress=None) -> list[dict]:
+    """Each positive-EV finding, before and after the proposed change, against honest play."""
+    rows = []
+    for label, strategy, q, rules, change in FIXES:
+        common = dict(preset=preset, adversary_share=q, workers=workers, jobs_per_s=jobs_per_s, duration_s=hours * 3600, seed=seed)
+        after_kw = {"rules": rules, **change}
+        result = {"fix": label, "strategy": strategy, "q": q, "rules_before": rules, "change": repr(change)}
+        for tag, kw in (("before", {"rules": rules}), ("after", after_kw)):
+            honest = table_row(run_scenario(Scenario(strategy="honest", **common, **kw)))
+            row = table_row(run_scenario(Scenario(strategy=strategy, **common, **kw)))
+            result[f"excess_{tag}_eth"] = row["adversary_profit_per_identity_eth"] - honest["adversary_profit_per_identity_eth"]
+            result[f"honest_slashed_{tag}_eth"] = row["honest_slashed_eth"]
+            result[f"p_escape_{tag}"] = row["p_audited_cheat_escapes"]
+        rows.append(result)
+        if progress:
+            progress(result)
+    return rows
