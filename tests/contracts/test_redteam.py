@@ -21,7 +21,7 @@ from eth_account import Account
 from verillm.spec import vrf
 from verillm.spec.hashing import keccak256
 
-from contract_scenario import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun, World, connect
+from contract_scenario import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun
 
 ABANDONED, DECIDED = 6, 3
 
@@ -129,28 +129,30 @@ def test_node_slashed_to_zero_is_still_drawn_in_the_same_epoch(world):
 SYBILS = 100  # nodes serving the model besides the six: a small network (the threshold is ~70–90)
 
 
-@pytest.fixture(scope="module")
-def crowded_world(contracts_anvil):
-    """A deployment whose model is served by 106 nodes (registered fast: one VRF key, funded by
-    anvil_setBalance, transactions not awaited one by one)."""
-    world = World(connect(contracts_anvil))
+def _register_crowd(world, count: int) -> None:
+    """Register ``count`` more nodes for the model, fast: one VRF key (a proof of possession per
+    address), balances from anvil_setBalance, raw transactions sent without waiting one by one."""
     secret = vrf.derive_secret_key(b"redteam crowd key" * 2)
     public = vrf.compute_public_key(secret)
-    last = None
-    for i in range(SYBILS):
+    registry, chain = world.protocol.registry, world.chain
+    fee = 2 * chain.get_block()["baseFeePerGas"] + 10**9
+    hashes = []
+    for i in range(count):
         account = Account.from_key(keccak256(b"redteam crowd" + i.to_bytes(2, "big")))
-        world.chain.w3.provider.make_request("anvil_setBalance", [account.address, hex(10**18)])
+        chain.w3.provider.make_request("anvil_setBalance", [account.address, hex(10**18)])
         x, y, _ = vrf.compute_hash_to_g1(vrf.compute_possession_message(public, bytes.fromhex(account.address[2:])), vrf.DOMAIN_POP)
         possession = vrf.compute_g1_multiple((vrf.bn.FQ(x), vrf.bn.FQ(y), vrf.bn.FQ.one()), secret)
-        last = world.chain.send(world.protocol.registry, "register", vrf.compute_words(public), vrf.compute_words(possession),
-                                "http://127.0.0.1:1", [MODEL_ID], sender=account, value=PRESET.MIN_STAKE_WEI, gas=800_000)
-    world.chain.wait_for_receipt(last)
+        data = registry.web3.encode_abi("register", args=[vrf.compute_words(public), vrf.compute_words(possession), "http://127.0.0.1:1", [MODEL_ID]])
+        tx = {"to": registry.address, "data": data, "value": PRESET.MIN_STAKE_WEI, "gas": 800_000, "nonce": 0,
+              "maxFeePerGas": fee, "maxPriorityFeePerGas": 10**9, "chainId": chain.chain_id}
+        hashes.append(chain.w3.eth.send_raw_transaction(account.sign_transaction(tx).raw_transaction))
+    for tx_hash in hashes:
+        chain.wait_for_receipt(tx_hash)
     world.protocol.advance_to_next_epoch()
-    return world
 
 
 @_works("an out-of-gas inside Registry.drawCommittee is caught as 'pool exhausted': at ~100 nodes every start abandons")
-def test_out_of_gas_in_the_committee_draw_is_taken_for_an_exhausted_pool(crowded_world):
+def test_out_of_gas_in_the_committee_draw_is_taken_for_an_exhausted_pool(world):
     # Jobs._drawMembers wraps registry.drawCommittee in try/catch and treats ANY failure as an
     # exhausted pool: the audit is abandoned, nobody slashed, the job marked handled. The draw
     # costs ~9k gas per node of the model; once it exceeds 63 × what the abandon path needs, a
@@ -158,16 +160,12 @@ def test_out_of_gas_in_the_committee_draw_is_taken_for_an_exhausted_pool(crowded
     # finishes the abandonment. eth_estimateGas finds exactly that cheaper, successful path, so
     # an honest dispatcher's own client (estimate + 20 %) abandons, and a cheat's dispatcher
     # does it on purpose. replaceMissing and drawEscalation (anyone may call them) share it.
-    world = crowded_world
-    snapshot = world.chain.snapshot()
-    try:
-        candidates, weights = world.protocol.get_model_nodes(MODEL_ID)
-        assert sum(1 for w in weights if w) == SYBILS + 6
-        run = world.start(world.make_worker(world.nodes[0], offset=CHEAT_OFFSET), dispatcher=world.nodes[1])
-        # Safe outcome: with 104 candidates for 3 seats, a committee is drawn.
-        assert world.protocol.get_audit(run.audit_id).phase != ABANDONED
-    finally:
-        world.chain.revert(snapshot)
+    _register_crowd(world, SYBILS)  # the fixture rolls the chain back after the test
+    _, weights = world.protocol.get_model_nodes(MODEL_ID)
+    assert sum(1 for w in weights if w) == SYBILS + 6
+    run = world.start(world.make_worker(world.nodes[0], offset=CHEAT_OFFSET), dispatcher=world.nodes[1])
+    # Safe outcome: with 104 candidates for 3 seats, a committee is drawn.
+    assert world.protocol.get_audit(run.audit_id).phase != ABANDONED
 
 
 # --- attacks the contracts withstand (not covered by test_attacks.py) ----------------------------
