@@ -21,7 +21,7 @@ from eth_account import Account
 from verillm.spec import vrf
 from verillm.spec.hashing import keccak256
 
-from contract_scenario import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun
+from contract_scenario import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun, Node
 
 ABANDONED, DECIDED = 6, 3
 
@@ -129,14 +129,14 @@ def test_node_slashed_to_zero_is_still_drawn_in_the_same_epoch(world):
 SYBILS = 100  # nodes serving the model besides the six: a small network (the threshold is ~70–90)
 
 
-def _register_crowd(world, count: int) -> None:
+def _register_crowd(world, count: int) -> list[Node]:
     """Register ``count`` more nodes for the model, fast: one VRF key (a proof of possession per
     address), balances from anvil_setBalance, raw transactions sent without waiting one by one."""
     secret = vrf.derive_secret_key(b"redteam crowd key" * 2)
     public = vrf.compute_public_key(secret)
     registry, chain = world.protocol.registry, world.chain
     fee = 2 * chain.get_block()["baseFeePerGas"] + 10**9
-    hashes = []
+    hashes, crowd = [], []
     for i in range(count):
         account = Account.from_key(keccak256(b"redteam crowd" + i.to_bytes(2, "big")))
         chain.w3.provider.make_request("anvil_setBalance", [account.address, hex(10**18)])
@@ -146,9 +146,11 @@ def _register_crowd(world, count: int) -> None:
         tx = {"to": registry.address, "data": data, "value": PRESET.MIN_STAKE_WEI, "gas": 800_000, "nonce": 0,
               "maxFeePerGas": fee, "maxPriorityFeePerGas": 10**9, "chainId": chain.chain_id}
         hashes.append(chain.w3.eth.send_raw_transaction(account.sign_transaction(tx).raw_transaction))
+        crowd.append(Node(account, secret))
     for tx_hash in hashes:
         chain.wait_for_receipt(tx_hash)
     world.protocol.advance_to_next_epoch()
+    return crowd
 
 
 @_works("an out-of-gas inside Registry.drawCommittee is caught as 'pool exhausted': at ~100 nodes every start abandons")
@@ -166,6 +168,33 @@ def test_out_of_gas_in_the_committee_draw_is_taken_for_an_exhausted_pool(world):
     run = world.start(world.make_worker(world.nodes[0], offset=CHEAT_OFFSET), dispatcher=world.nodes[1])
     # Safe outcome: with 104 candidates for 3 seats, a committee is drawn.
     assert world.protocol.get_audit(run.audit_id).phase != ABANDONED
+
+
+@_works("a convicted worker's own escalation is refunded: WORKER_DEFAULT counts as overturning a FAIL")
+def test_cheat_that_escalates_its_fail_then_defaults_gets_its_bond_back(world):
+    # Escalation is refunded when the larger committee "overturns" the first majority, and
+    # WORKER_DEFAULT != FAIL: a caught cheat escalates, never opens in round 1, and still gets its
+    # bond back, while five more nodes ran verification jobs and were paid from the fee pool.
+    world.nodes.extend(_register_crowd(world, 4))  # 10 nodes: room for an escalation committee
+    try:
+        run = _opened(world, cheat=True)
+        for slot in range(3):
+            world.open_member(run, slot)
+        assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.FAIL
+        cheat = run.worker.node
+        world.protocol.escalate(cheat.account, run.audit_id)
+        world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
+        world.protocol.draw_escalation(world.outsider, run.audit_id)
+        world.post_members(run, [world.make_member(n) for n in world.committee(run, 1)])
+        world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.OPEN_WINDOW_BLOCKS + 1)  # the cheat never opens
+        assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
+        world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
+        credit = world.protocol.get_credit(cheat.address)
+        assert world.protocol.settle(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
+        # Safe outcome: an escalation that convicts the worker again keeps the worker's bond.
+        assert world.protocol.get_credit(cheat.address) == credit
+    finally:
+        del world.nodes[6:]
 
 
 # --- attacks the contracts withstand (not covered by test_attacks.py) ----------------------------
