@@ -1,0 +1,413 @@
+"""Red-team review of the adversary-proofed contracts (issue 9): cheap, rational attacks replayed
+on the real contracts in the attacker's call order.
+
+An attack that still WORKS is an `xfail(strict=True, raises=AssertionError)` test asserting the
+SAFE outcome: it fails today (the assertion), and flips to XPASS, a failure, the moment the
+contracts close it, so whoever fixes it turns it into a plain test. Only an AssertionError counts
+as the expected failure: a revert or a helper error is reported as a real failure. The passing
+tests are attacks the contracts withstand that tests/contracts/test_attacks.py does not cover
+(exact window boundaries, ETH conservation to the wei).
+"""
+
+import pytest
+
+from verillm.chain import TransactionReverted
+from verillm.errors import ChainError
+from verillm.chain.protocol import compute_receipt_tuple
+from verillm.spec import audit as spec_audit
+from verillm.spec import settlement as spec
+
+from eth_account import Account
+
+from verillm.spec import vrf
+from verillm.spec.hashing import keccak256
+
+from contract_scenario import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun, Node
+
+ABANDONED, DECIDED = 6, 3
+
+
+def _reverts(error: str):
+    return pytest.raises(TransactionReverted, match=error)
+
+
+def _works(reason: str):
+    """An attack that works on the current contracts: the test asserts the safe outcome."""
+    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=f"redteam: {reason}")
+
+
+def _land_at(world, block: int) -> None:
+    """Mine so that the next transaction is included in block ``block`` (anvil automines)."""
+    head = world.chain.get_block_number()
+    assert head < block, (head, block)
+    world.chain.mine(block - 1 - head)
+
+
+def _round(world, audit_id: int, round_index: int = 0) -> dict:
+    phase, commit_deadline, ready, verdict_block, seed, opened, members = world.protocol.jobs.call("getRound", audit_id, round_index)
+    return {"phase": phase, "commit_deadline": commit_deadline, "ready": ready, "verdict_block": verdict_block, "members": members}
+
+
+def _started(world, cheat: bool = False, dispatcher: int = 1) -> AuditRun:
+    run = world.start(world.make_worker(world.nodes[0], offset=CHEAT_OFFSET if cheat else 0.0), dispatcher=world.nodes[dispatcher])
+    world.post_members(run, [world.make_member(n) for n in world.committee(run)])
+    return run
+
+
+def _opened(world, cheat: bool = False) -> AuditRun:
+    run = _started(world, cheat)
+    world.open_worker(run)
+    return run
+
+
+# --- attacks that work today -------------------------------------------------------------------
+
+
+@_works("a self-dispatching cheat never sends the verification jobs: the audit is abandoned, nobody slashed")
+def test_self_dispatched_cheat_withholds_the_committee_jobs_and_keeps_its_stake(world):
+    # The worker is its own dispatcher (allowed): it must start the audit its draw selected (or
+    # be slashed for a missed start), but the committee's verification jobs come from it, and it
+    # sends none. No receipt arrives, replaceMissing redraws then abandons: nobody is slashed.
+    cheat = world.nodes[0]
+    before = world.stakes()[cheat.address]
+    run = world.start(world.make_worker(cheat, offset=CHEAT_OFFSET), dispatcher=cheat)
+    for _ in range(PRESET.MAX_COMMITTEE_REDRAWS + 1):
+        if world.protocol.get_audit(run.audit_id).phase == ABANDONED:
+            break
+        world.chain.mine(PRESET.COMMIT_WINDOW_BLOCKS + 1)
+        world.protocol.replace_missing(world.outsider, run.audit_id)
+    assert world.protocol.get_audit(run.audit_id).phase == ABANDONED
+    world.chain.mine(PRESET.START_WINDOW_BLOCKS + 1)
+    with _reverts("AlreadyHandled"):  # the start was made: no missed-start slash either
+        world.protocol.slash_missed_start(world.outsider, world.protocol.get_audit(run.audit_id).batch_id, 0)
+    # Safe outcome: whoever had to deliver the committee's jobs (here the cheat) loses stake.
+    assert world.stakes()[cheat.address] < before
+
+
+@_works("an escalation that cannot be drawn lapses and the colluding round-0 FAIL is enforced")
+def test_unfillable_escalation_enforces_the_colluding_verdict_it_disputes(world):
+    # Two colluders in a committee of three call an honest worker a cheat (a DISAGREE is never
+    # adjudicated). The worker escalates, as docs/protocol.md tells it to, but the pool holds
+    # fewer than escalationCommitteeSize fresh nodes (here 6 nodes: 1 left); the same lapse
+    # follows when a colluding dispatcher withholds the round-1 jobs or a round-1 colluder its
+    # receipt. The lapse refunds the bond and reinstates the disputed verdict.
+    run = _opened(world)
+    for slot, vote in enumerate((True, False, False)):
+        world.open_member(run, slot, vote=vote)
+    assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.FAIL
+    honest = {run.worker.node.address, run.members[0].node.address}
+    before = world.stakes()
+    world.protocol.escalate(run.worker.node.account, run.audit_id)
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
+    world.protocol.draw_escalation(world.outsider, run.audit_id)  # pool exhausted: the escalation lapses
+    assert world.protocol.get_audit(run.audit_id).round == 0
+    world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
+    world.protocol.settle(world.outsider, run.audit_id)
+    after = world.stakes()
+    # Safe outcome: a verdict whose escalation could not be heard slashes no honest party.
+    assert {a: after[a] for a in honest} == {a: before[a] for a in honest}
+
+
+@_works("a node slashed to zero keeps its sortition weight until the next epoch: committee seats with nothing at stake")
+def test_node_slashed_to_zero_is_still_drawn_in_the_same_epoch(world):
+    victim = world.nodes[5]  # 1 × minimum stake; slashed below the minimum, it is inactive
+    batch = world.protocol.post_batch(victim.account, [b"\x01" * 32]).value
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + 1)
+    world.protocol.slash_missed_draw(world.outsider, batch.batch_id)
+    assert world.protocol.get_node(victim.address)["stake_wei"] == 0
+    assert not world.protocol.get_node(victim.address)["active"]
+    epoch = world.protocol.registry.call("currentEpoch")
+    committees = []
+    for nonce in range(4):
+        run = world.start(world.make_worker(world.nodes[0], nonce=nonce), dispatcher=world.nodes[1])
+        committees.append(world.protocol.get_committee(run.audit_id, 0))
+    assert world.protocol.registry.call("currentEpoch") == epoch  # every draw read the stale table
+    # Safe outcome: a node with no stake (inactive) is never drawn. Its votes cost it nothing:
+    # a slash of 0 wei is all that adjudication or a minority vote can take.
+    assert all(victim.address not in committee for committee in committees), committees
+
+
+SYBILS = 100  # nodes serving the model besides the six: a small network (the threshold is ~70–90)
+
+
+def _send_raw(world, account, function: str, *args, nonce: int, value: int = 0) -> bytes:
+    """Sign and send a Registry call without estimating or waiting (many accounts at once)."""
+    registry, chain = world.protocol.registry, world.chain
+    tx = {"to": registry.address, "data": registry.web3.encode_abi(function, args=list(args)), "value": value, "gas": 800_000,
+          "nonce": nonce, "maxFeePerGas": 2 * chain.get_block()["baseFeePerGas"] + 10**9, "maxPriorityFeePerGas": 10**9,
+          "chainId": chain.chain_id}
+    return chain.w3.eth.send_raw_transaction(account.sign_transaction(tx).raw_transaction)
+
+
+def _register_crowd(world, count: int) -> list[Node]:
+    """Register ``count`` more nodes for the model, fast: one VRF key (a proof of possession per
+    address), balances from anvil_setBalance, raw transactions sent without waiting one by one."""
+    secret = vrf.derive_secret_key(b"redteam crowd key" * 2)
+    public = vrf.compute_public_key(secret)
+    chain = world.protocol.chain
+    hashes, crowd = [], []
+    for i in range(count):
+        account = Account.from_key(keccak256(b"redteam crowd" + i.to_bytes(2, "big")))
+        chain.w3.provider.make_request("anvil_setBalance", [account.address, hex(10**18)])
+        x, y, _ = vrf.compute_hash_to_g1(vrf.compute_possession_message(public, bytes.fromhex(account.address[2:])), vrf.DOMAIN_POP)
+        possession = vrf.compute_g1_multiple((vrf.bn.FQ(x), vrf.bn.FQ(y), vrf.bn.FQ.one()), secret)
+        hashes.append(_send_raw(world, account, "register", vrf.compute_words(public), vrf.compute_words(possession),
+                                "http://127.0.0.1:1", [MODEL_ID], nonce=0, value=PRESET.MIN_STAKE_WEI))
+        crowd.append(Node(account, secret))
+    for tx_hash in hashes:
+        chain.wait_for_receipt(tx_hash)
+    world.protocol.advance_to_next_epoch()
+    return crowd
+
+
+@_works("a convicted worker's own escalation is refunded: WORKER_DEFAULT counts as overturning a FAIL")
+def test_cheat_that_escalates_its_fail_then_defaults_gets_its_bond_back(world):
+    # Escalation is refunded when the larger committee "overturns" the first majority, and
+    # WORKER_DEFAULT != FAIL: a caught cheat escalates, never opens in round 1, and still gets its
+    # bond back, while five more nodes ran verification jobs and were paid from the fee pool.
+    world.nodes.extend(_register_crowd(world, 4))  # 10 nodes: room for an escalation committee
+    try:
+        run = _opened(world, cheat=True)
+        for slot in range(3):
+            world.open_member(run, slot)
+        assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.FAIL
+        cheat = run.worker.node
+        world.protocol.escalate(cheat.account, run.audit_id)
+        world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
+        world.protocol.draw_escalation(world.outsider, run.audit_id)
+        world.post_members(run, [world.make_member(n) for n in world.committee(run, 1)])
+        world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.OPEN_WINDOW_BLOCKS + 1)  # the cheat never opens
+        assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
+        world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
+        credit = world.protocol.get_credit(cheat.address)
+        assert world.protocol.settle(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
+        # Safe outcome: an escalation that convicts the worker again keeps the worker's bond.
+        assert world.protocol.get_credit(cheat.address) == credit
+    finally:
+        del world.nodes[6:]
+
+
+def _flood_departed(world, count: int) -> None:
+    """``count`` identities register at minimum stake, deregister and withdraw their stake."""
+    crowd = _register_crowd(world, count)
+    for tx_hash in [_send_raw(world, node.account, "deregister", nonce=1) for node in crowd]:
+        world.chain.wait_for_receipt(tx_hash)
+    world.chain.mine(PRESET.UNBONDING_BLOCKS)
+    for tx_hash in [_send_raw(world, node.account, "withdraw", nonce=2) for node in crowd]:
+        world.chain.wait_for_receipt(tx_hash)
+    assert not any(world.protocol.get_node(n.address)["registered"] for n in crowd)
+
+
+def _draw_gas(world) -> int:
+    """Gas of Registry.drawCommittee for a first committee in the current epoch."""
+    registry = world.protocol.registry
+    call = {"to": registry.address, "data": registry.web3.encode_abi(
+        "drawCommittee", args=[MODEL_ID, b"\x01" * 32, 0, PRESET.COMMITTEE_SIZE, [world.nodes[0].address], registry.call("currentEpoch")])}
+    return world.chain.w3.eth.estimate_gas(call)
+
+
+@_works("a withdrawn node stays in the model's sortition list forever: every draw pays ~8k gas per identity ever registered")
+def test_departed_identities_stay_in_every_draw(world):
+    # Registry.modelNodes is append-only. Sybils register at minimum stake, deregister and
+    # withdraw (the stake comes back, only gas is spent) and every later draw still walks them:
+    # ~3,400 such identities put startAudit past a 30 M block, and a start that cannot fit
+    # reverts (DrawFailed), so every honest dispatcher is then slashed for missed starts.
+    count = 10
+    before = _draw_gas(world)
+    _flood_departed(world, count)
+    world.protocol.advance_to_next_epoch()
+    after = _draw_gas(world)
+    # Safe outcome: identities that left cost a draw nothing (measured: ~+8.9k gas each).
+    assert after - before < count * 1_000, (before, after)
+
+
+@_works("a start that no longer fits a block (departed-identity flood) slashes the honest dispatcher for a missed start")
+def test_identity_flood_makes_starts_unfittable_and_slashes_honest_dispatchers(world):
+    # Scale model of docs/protocol.md §13 "Scale" (30 M gas at ~3,900 identities): the block gas
+    # limit is lowered to just under what startAudit costs after a flood of 10 departed
+    # identities (each ~8k gas), above what it cost before. §13 says such a flood "makes the
+    # model's audits unstartable (they revert), slashing nobody"; the start window then closes
+    # and slashMissedStart takes the honest dispatcher's stake. The flood costs only gas: each
+    # identity withdrew its stake, which the next identity reuses.
+    chain = world.chain
+    worker, dispatcher = world.make_worker(world.nodes[0]), world.nodes[1]
+    _flood_departed(world, 10)
+    world.protocol.advance_to_next_epoch()
+    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
+    proof = spec_audit.compute_batch_proof(batch.levels, 0)
+    data = world.protocol.jobs.web3.encode_abi("startAudit", args=[
+        batch.batch_id, 0, compute_receipt_tuple(worker.receipt), worker.receipt.signature, list(proof.siblings)])
+    needed = chain.w3.eth.estimate_gas({"from": dispatcher.address, "to": world.protocol.jobs.address, "data": data})
+    limit = chain.get_block()["gasLimit"]
+    chain.w3.provider.make_request("anvil_setBlockGasLimit", [hex(needed - 40_000)])
+    try:
+        chain.mine(1)
+        with pytest.raises((TransactionReverted, ChainError)):  # the honest dispatcher tries: no block can hold it
+            chain.transact(world.protocol.jobs, "startAudit", batch.batch_id, 0, compute_receipt_tuple(worker.receipt),
+                           worker.receipt.signature, list(proof.siblings), sender=dispatcher.account, gas=needed - 40_000)
+    finally:
+        chain.w3.provider.make_request("anvil_setBlockGasLimit", [hex(limit)])
+    stake = world.stakes()[dispatcher.address]
+    world.chain.mine(PRESET.START_WINDOW_BLOCKS + 1)
+    try:
+        world.protocol.slash_missed_start(world.outsider, batch.batch_id, 0)
+    except TransactionReverted:
+        pass  # a fix may refuse the slash outright
+    # Safe outcome: a dispatcher that could not start an audit for the pool's size is not slashed.
+    assert world.stakes()[dispatcher.address] == stake
+
+
+@pytest.mark.slow  # 100 registrations: ~10 s
+def test_a_starved_committee_draw_reverts_instead_of_abandoning(world):
+    # Closed since 388ff3a: with 106 nodes the draw costs more than 63 × the abandon path, so a
+    # low gas limit (or eth_estimateGas, which finds the cheapest successful path) used to end
+    # the audit as "pool exhausted", nobody slashed. Now only NotEnoughCandidates abandons.
+    _register_crowd(world, 100)
+    _, weights = world.protocol.get_model_nodes(MODEL_ID)
+    assert sum(1 for w in weights if w) == 106
+    worker, dispatcher = world.make_worker(world.nodes[0], offset=CHEAT_OFFSET), world.nodes[1]
+    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
+    proof = spec_audit.compute_batch_proof(batch.levels, 0)
+    args = (batch.batch_id, 0, compute_receipt_tuple(worker.receipt), worker.receipt.signature, list(proof.siblings))
+    with pytest.raises(TransactionReverted):  # the gas that used to abandon it
+        world.chain.transact(world.protocol.jobs, "startAudit", *args, sender=dispatcher.account, gas=1_116_073)
+    audit_id = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels).value
+    assert world.protocol.get_audit(audit_id).phase == 1  # COMMITTING: a committee was drawn
+
+
+# --- attacks the contracts withstand (not covered by test_attacks.py) ----------------------------
+
+
+def _send_at(world, block: int, handle, function: str, *args, sender, value: int = 0) -> bool:
+    """Land ``function(*args)`` in block ``block`` with a fixed gas limit (an estimate runs one block
+    early on anvil); return whether it succeeded there."""
+    _land_at(world, block)
+    tx_hash = world.chain.send(handle, function, *args, sender=sender, value=value, gas=3_000_000)
+    try:
+        receipt = world.chain.wait_for_receipt(tx_hash)
+    except TransactionReverted:
+        return False
+    assert receipt["blockNumber"] == block
+    return True
+
+
+def _receipt_args(audit_id: int, slot: int, party) -> tuple:
+    return audit_id, slot, compute_receipt_tuple(party.receipt), party.receipt.signature
+
+
+def test_commit_window_boundary_has_no_block_for_both_a_receipt_and_a_redraw(world):
+    jobs = world.protocol.jobs
+    run = world.start(world.make_worker(world.nodes[0]), dispatcher=world.nodes[1])
+    deadline = _round(world, run.audit_id)["commit_deadline"]
+    members = [world.make_member(n) for n in world.committee(run)]
+    world.protocol.post_committee_receipt(world.outsider, run.audit_id, 0, members[0].receipt)
+    # At the deadline block a griefer's redraw fails and the receipt still counts.
+    assert not _send_at(world, deadline, jobs, "replaceMissing", run.audit_id, sender=world.outsider)
+    assert _send_at(world, deadline + 1, jobs, "postCommitteeReceipt", *_receipt_args(run.audit_id, 1, members[1]), sender=world.outsider) is False
+    world.protocol.replace_missing(world.outsider, run.audit_id)  # after it: 1 candidate for 2 seats
+    assert _round(world, run.audit_id)["phase"] == ABANDONED
+
+
+def test_commit_window_last_block_still_takes_a_receipt(world):
+    jobs = world.protocol.jobs
+    run = world.start(world.make_worker(world.nodes[0]), dispatcher=world.nodes[1])
+    deadline = _round(world, run.audit_id)["commit_deadline"]
+    members = [world.make_member(n) for n in world.committee(run)]
+    for slot in (0, 1):
+        world.protocol.post_committee_receipt(world.outsider, run.audit_id, slot, members[slot].receipt)
+    assert _send_at(world, deadline, jobs, "postCommitteeReceipt", *_receipt_args(run.audit_id, 2, members[2]), sender=world.outsider)
+    assert _round(world, run.audit_id)["phase"] == 2  # OPENING: no redraw can follow
+
+
+def test_open_window_boundaries_cannot_be_raced_by_finalize(world):
+    jobs = world.protocol.jobs
+    run = _started(world)
+    ready = _round(world, run.audit_id)["ready"]
+    worker_closes = ready + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.OPEN_WINDOW_BLOCKS
+    members_close = worker_closes + PRESET.OPEN_WINDOW_BLOCKS
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
+    world.protocol.draw_challenge(world.outsider, run.audit_id)
+    leaves = spec_audit.encode_opening_leaves(world.opening(run, run.worker))
+    # A griefer's finalize at the worker's last block fails; the worker's opening there counts.
+    assert not _send_at(world, worker_closes - 1, jobs, "finalize", run.audit_id, sender=world.outsider)
+    assert _send_at(world, worker_closes, jobs, "openWorker", run.audit_id, leaves, sender=run.worker.node.account)
+    world.open_member(run, 0)
+    member_leaves = [spec_audit.encode_opening_leaves(world.opening(run, m)) for m in run.members]
+    votes = [world.honest_vote(run, m) for m in run.members]
+    assert not _send_at(world, members_close - 1, jobs, "finalize", run.audit_id, sender=world.outsider)
+    assert _send_at(world, members_close, jobs, "openAndVote", run.audit_id, 1, member_leaves[1], votes[1], sender=run.members[1].node.account)
+    assert not _send_at(world, members_close + 1, jobs, "openAndVote", run.audit_id, 2, member_leaves[2], votes[2], sender=run.members[2].node.account)
+    assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.PASS
+
+
+def test_dispute_window_boundary_has_no_block_for_both_a_contest_and_settle(world):
+    disputes, jobs = world.protocol.disputes, world.protocol.jobs
+    run = _opened(world)
+    for slot in range(3):
+        world.open_member(run, slot)
+    world.protocol.verdict(world.outsider, run.audit_id)
+    closes = _round(world, run.audit_id)["verdict_block"] + PRESET.DISPUTE_WINDOW_BLOCKS
+    cell = [(leaf.leaf.position, leaf.leaf.layer) for leaf in world.opening(run, run.worker).leaves[:1]]
+    bond = PRESET.DISPUTE_BOND_WEI
+    contest_args = (run.audit_id, 0, 0, [cell[0][0]], [cell[0][1]])
+    # Last block of the window: a contest lands, settle does not; one block later, the reverse.
+    snapshot = world.chain.snapshot()
+    assert _send_at(world, closes, disputes, "contest", *contest_args, sender=world.outsider, value=bond)
+    world.chain.revert(snapshot)
+    assert not _send_at(world, closes, jobs, "settle", run.audit_id, sender=world.outsider)
+    snapshot = world.chain.snapshot()
+    assert _send_at(world, closes + 1, jobs, "settle", run.audit_id, sender=world.outsider)
+    world.chain.revert(snapshot)
+    assert not _send_at(world, closes + 1, disputes, "contest", *contest_args, sender=world.outsider, value=bond)
+    assert not _send_at(world, closes + 2, disputes, "escalate", run.audit_id, sender=world.nodes[5].account, value=bond)
+    assert world.protocol.settle(world.outsider, run.audit_id).value == spec.PASS
+
+
+def _eth_books(world) -> tuple[int, int]:
+    """(contract balances, what they owe): stakes + credits + fee pool + open bonds, in wei."""
+    protocol = world.protocol
+    addresses = {n.address for n in world.nodes} | {world.outsider.address}
+    stakes = sum(protocol.get_node(a)["stake_wei"] for a in addresses)
+    credits = sum(protocol.get_credit(a) for a in addresses)
+    bonds = sum(c[6] for c in (protocol.disputes.call("getContest", i) for i in range(protocol.disputes.call("contestCount"))) if c[3])
+    escalation = 0
+    for audit_id in range(1, protocol.jobs.call("auditCount") + 1):
+        state = protocol.get_audit(audit_id)
+        escalation += PRESET.DISPUTE_BOND_WEI if state.escalator != "0x" + "00" * 20 and state.round == 1 and state.phase != 5 else 0
+    balances = sum(world.chain.get_balance(c.address) for c in (protocol.registry, protocol.jobs, protocol.disputes))
+    return balances, stakes + credits + protocol.jobs.call("feePoolWei") + bonds + escalation
+
+
+def test_eth_is_conserved_to_the_wei_through_slashes_contests_lapses_and_claims(world):
+    assert _eth_books(world)[0] == _eth_books(world)[1]
+    # A cheat fails, one member is contested and cannot answer (slashed, challenger rewarded).
+    run = _opened(world, cheat=True)
+    for slot in range(3):
+        world.open_member(run, slot)
+    member_cell = [(leaf.leaf.position, leaf.leaf.layer) for leaf in world.opening(run, run.members[2]).leaves[:1]]
+    contest_id = world.protocol.contest(world.outsider, run.audit_id, 0, 3, member_cell).value
+    world.protocol.verdict(world.outsider, run.audit_id)
+    books = _eth_books(world)
+    assert books[0] == books[1], books
+    world.chain.mine(PRESET.PROOF_WINDOW_BLOCKS + 1)
+    world.protocol.resolve_contest(world.outsider, contest_id)
+    world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
+    world.protocol.settle(world.outsider, run.audit_id)
+    books = _eth_books(world)
+    assert books[0] == books[1], books
+    # An escalation nobody draws lapses into the pool at settle.
+    run = _opened(world)
+    for slot in range(3):
+        world.open_member(run, slot)
+    world.protocol.verdict(world.outsider, run.audit_id)
+    world.protocol.escalate(world.nodes[5].account, run.audit_id)
+    books = _eth_books(world)
+    assert books[0] == books[1], books
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + PRESET.DISPUTE_WINDOW_BLOCKS + 1)
+    assert world.protocol.settle(world.outsider, run.audit_id).value == spec.PASS
+    for node in world.nodes:
+        if world.protocol.get_credit(node.address):
+            world.protocol.claim(node.account)
+    books = _eth_books(world)
+    assert books[0] == books[1], books
+    assert all(world.protocol.get_node(n.address)["locks"] == 0 for n in world.nodes)
