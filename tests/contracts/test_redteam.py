@@ -5,7 +5,7 @@ An attack that still WORKS is an `xfail(strict=True, raises=AssertionError)` tes
 SAFE outcome: it fails today (the assertion), and flips to XPASS, a failure, the moment the
 contracts close it, so whoever fixes it turns it into a plain test. Only an AssertionError counts
 as the expected failure: a revert or a helper error is reported as a real failure. The passing
-tests are attacks the contracts withstand that tests/contracts/test_attacks.py does not cover
+tests are attacks the contracts withstand that tests/contracts/test_onchain_attacks.py does not cover
 (exact window boundaries, ETH conservation to the wei).
 """
 
@@ -275,7 +275,7 @@ def test_a_starved_committee_draw_reverts_instead_of_abandoning(world):
     assert world.protocol.get_audit(audit_id).phase == 1  # COMMITTING: a committee was drawn
 
 
-# --- attacks the contracts withstand (not covered by test_attacks.py) ----------------------------
+# --- attacks the contracts withstand (not covered by test_onchain_attacks.py) ----------------------------
 
 
 def _send_at(world, block: int, handle, function: str, *args, sender, value: int = 0) -> bool:
