@@ -240,10 +240,10 @@ class ChainAuditor:
         self.states[audit_id] = f"abandoned in round {round_index}; slashed {named}"
         if round_index > 0:  # an escalation that could not be staffed lapses: round 0's verdict stands
             return self._note(subject, f"abandoned: escalation round {round_index} could not be staffed and lapsed; slashed {named}")
-        dispatcher = state.dispatcher.lower()
-        self._add(state.phase == ABANDONED_PHASE and any(e.args["node"].lower() == dispatcher for e in slashes), subject,
-                  f"abandoned: no full committee could be drawn in round 0; slashed {named}",
-                  f"abandoned in round 0 but the dispatcher {state.dispatcher} was not slashed for it (slashed {named})")
+        # docs/protocol.md §12: a round that cannot be staffed ends with nobody slashed (issue 9).
+        self._add(state.phase == ABANDONED_PHASE and not slashes, subject,
+                  "abandoned: no full committee could be drawn in round 0; nobody slashed for it",
+                  f"abandoned in round 0 but parties were slashed for it: {named}")
 
     def check_adjudication(self, event: ChainEvent) -> None:
         audit_id, round_index, slot = event.args["auditId"], event.args["round"], event.args["slot"]

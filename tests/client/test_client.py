@@ -67,7 +67,9 @@ def test_sdk_takes_hex_ids_and_returns_printable_hex(threaded_node, served_tiny)
     assert signer == completion.worker == to_checksum_address(threaded_node.app[APP_KEY].address)
     assert completion.job_id == "0x" + completion.job_hash.hex()
     assert verify_receipt(completion.receipt, domain, model_id=model_hex[2:]) == signer  # bare hex too
-    assert client.get_status(completion.job_id)["status"] == "done"
+    assert client.get_status(completion)["status"] == "done"  # the completion carries the requester's read token
+    with pytest.raises(InvalidSignature, match="requester"):  # a bare job id (hex) is not enough to read the job
+        client.get_status(completion.job_id)
     with pytest.raises(InvalidProof, match="expected 0x"):
         verify_receipt(completion.receipt, domain, model_id="0x" + "01" * 32)
     with pytest.raises(InvalidInput, match="model_id"):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -105,8 +106,11 @@ def test_the_explorer_shows_a_verified_and_a_slashed_job_in_a_real_browser(kept,
                 assert step in timeline, (step, timeline)
             evidence = page.locator("#timeline-links a").first.get_attribute("href")
             assert evidence.endswith("/evidence")
-            with urllib.request.urlopen(kept["gateway_url"] + evidence, timeout=10) as response:
-                assert json.load(response)["audits"], "no proven openings in the evidence"
+            # The evidence holds the job's prompt and output: only the requester (read token) and the
+            # audit's parties (signed reads) may fetch it, so the explorer's anonymous link is refused.
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(kept["gateway_url"] + evidence, timeout=10)
+            assert refused.value.code == 401
             before = page.locator("#refreshed").inner_text()
             page.wait_for_function(f"document.getElementById('refreshed').textContent !== {json.dumps(before)}", timeout=10_000)  # auto-refresh
             page.screenshot(path=str(screenshot), full_page=True)

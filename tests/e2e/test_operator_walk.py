@@ -19,6 +19,7 @@ from verillm.chain.backends import compute_anvil_accounts
 from verillm.cli import cli
 from verillm.client import Client
 from verillm.errors import InvalidInput, QueueFull
+from verillm.spec.params import MINIMAL
 from verillm.node.dispatcher.localnet import get_json
 from verillm.node.engines import ServedModel
 from verillm.node.testing import ThreadedNode, make_local_config
@@ -95,7 +96,7 @@ def test_register_stake_models_status_unbond_withdraw(walk):
     with pytest.raises(InvalidInput, match="still unbonding"):
         run("node", "withdraw", *operator)
     before = chain.get_balance(address)
-    chain.mine(101)  # MINIMAL: 100 unbonding blocks
+    chain.mine(MINIMAL.UNBONDING_BLOCKS + 1)  # the preset's unbonding period
     assert "withdrew 0.2 ETH" in run("node", "withdraw", *operator)
     assert chain.get_balance(address) > before + 19 * 10**16  # the stake, less the gas
     assert any("not registered" in r for r in serving_reasons(node))
