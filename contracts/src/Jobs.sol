@@ -567,9 +567,12 @@ contract Jobs is EIP712, ReentrancyGuard {
         wins = majority || verdict == AuditCodes.TIE ? m.opened : true;
     }
 
+    /// @dev A member's minority vote or missed opening is not a provable lie: it loses
+    /// memberPenaltyBps of its stake, not slashFractionBps.
     function _slashParty(uint256 auditId, Member storage m, string memory reason) private returns (uint256 reward) {
         m.slashed = true;
-        uint256 amount = _slash(auditId, m.node, reason);
+        uint256 amount = registry.penalize(m.node, params.memberPenaltyBps);
+        emit PartySlashed(auditId, m.node, amount, reason);
         reward = _rewardOf(amount);
         feePoolWei += amount - reward;
     }

@@ -26,6 +26,7 @@ struct ProtocolParams {
     uint32 unbondingBlocks;
     uint32 maxBatchReceipts;
     uint32 epochBlocks; // stake and membership changes take effect for draws at the next epoch
+    uint16 memberPenaltyBps; // a member's minority vote or missed opening: not a provable lie, a small share
 }
 
 /// @notice One-byte domain tags prefixed to every hashed preimage (verillm/spec/hashing.py).
@@ -52,6 +53,7 @@ library Params {
     function validate(ProtocolParams memory p) internal pure {
         if (p.minStakeWei == 0) revert InvalidParams("minStakeWei must be positive");
         if (p.auditRateBps > BPS || p.slashFractionBps > BPS || p.slashRewardBps > BPS) revert InvalidParams("a bps value exceeds 10000");
+        if (p.memberPenaltyBps > p.slashFractionBps) revert InvalidParams("memberPenaltyBps exceeds slashFractionBps");
         if (p.committeeSize == 0 || p.committeeSize % 2 == 0) revert InvalidParams("committeeSize must be odd");
         if (p.escalationCommitteeSize <= p.committeeSize || p.escalationCommitteeSize % 2 == 0) {
             revert InvalidParams("escalationCommitteeSize must be odd and larger than committeeSize");

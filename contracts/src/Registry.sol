@@ -214,8 +214,18 @@ contract Registry is ReentrancyGuard {
     /// @notice Slash slashFractionBps of `node`'s stake and send it to the calling contract,
     /// which pays the reward and books the rest.
     function slash(address node_) external onlyProtocol nonReentrant returns (uint256 amountWei) {
+        return _take(node_, slashFractionBps);
+    }
+
+    /// @notice Take `bps` of `node`'s stake (a member's minority vote or missed opening: a
+    /// penalty, not the slash of a provable lie) and send it to the calling contract.
+    function penalize(address node_, uint256 bps) external onlyProtocol nonReentrant returns (uint256 amountWei) {
+        return _take(node_, bps < slashFractionBps ? bps : slashFractionBps);
+    }
+
+    function _take(address node_, uint256 bps) private returns (uint256 amountWei) {
         Node storage node = _requireRegistered(node_);
-        amountWei = node.stakeWei * slashFractionBps / Params.BPS;
+        amountWei = node.stakeWei * bps / Params.BPS;
         node.stakeWei -= amountWei;
         if (node.stakeWei < minStakeWei) node.listed = false;
         _syncWeights(node_, node);

@@ -42,6 +42,9 @@ class Preset:
     """Share of a loser's stake slashed (10_000 = all of it)."""
     SLASH_REWARD_BPS: int = 1_000
     """Share of slashed stake paid to the parties that proved the fault."""
+    MEMBER_PENALTY_BPS: int = 100
+    """Share of a member's stake taken for a minority vote or a missed opening (not a provable
+    lie: a lie proven by adjudication or a contest costs SLASH_FRACTION_BPS)."""
     # --- windows ---
     AUDIT_DRAW_DELAY_BLOCKS: int = 2
     """Blocks between a receipt batch and the block whose hash seeds its audit draw."""

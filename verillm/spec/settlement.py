@@ -121,8 +121,8 @@ def compute_settlement(audit: AuditRecord, stakes_wei: dict[str, int], fee_pool_
     for round_ in audit.rounds:
         for member in round_.members:
             slash_it, wins = compute_member_judgement(round_, member, verdict)
-            if slash_it:
-                pot += _apply_slash(out, stakes, member.node, preset)
+            if slash_it:  # a minority vote or a missed opening: the member penalty
+                pot += _apply_slash(out, stakes, member.node, preset, min(preset.MEMBER_PENALTY_BPS, preset.SLASH_FRACTION_BPS))
             if wins:
                 winners.append(member.node)
     if verdict in (FAIL, WORKER_DEFAULT) and not audit.worker_slashed:
@@ -139,8 +139,8 @@ def compute_settlement(audit: AuditRecord, stakes_wei: dict[str, int], fee_pool_
     return out
 
 
-def _apply_slash(out: Settlement, stakes: dict[str, int], node: str, preset: Preset) -> int:
-    amount = compute_slash(stakes.get(node, 0), preset)
+def _apply_slash(out: Settlement, stakes: dict[str, int], node: str, preset: Preset, bps: int | None = None) -> int:
+    amount = compute_slash(stakes.get(node, 0), preset) if bps is None else stakes.get(node, 0) * bps // BPS
     stakes[node] = stakes.get(node, 0) - amount
     out.slashed_wei[node] = out.slashed_wei.get(node, 0) + amount
     reward, to_pool = compute_slash_split(amount, preset)
