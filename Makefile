@@ -33,7 +33,8 @@ test-slow: install
 
 ## Every fuzz target at 100,000 hypothesis cases (VERILLM_FUZZ_EXAMPLES overrides; hours on 2 cores).
 test-fuzz: install
-	$(PY) -m pytest -q -m fuzz --hypothesis-show-statistics tests/fuzz
+	rm -f fuzz-counts.txt
+	VERILLM_FUZZ_COUNTS=fuzz-counts.txt $(PY) -m pytest -q -m fuzz tests/fuzz; status=$$?; cat fuzz-counts.txt; exit $$status
 
 test-all: install
 	$(PY) -m pytest -q -m "not gpu and not vllm"
