@@ -38,7 +38,8 @@ test-slow: install
 ## hours on 2 cores), then the stateful protocol fuzzer over the real contracts (FUZZ_EXAMPLES runs of
 ## up to 30 steps; FUZZ_SEED to replay).
 test-fuzz: install
-	$(PY) -m pytest -q -m fuzz --hypothesis-show-statistics tests/fuzz
+	rm -f fuzz-counts.txt
+	VERILLM_FUZZ_COUNTS=fuzz-counts.txt $(PY) -m pytest -q -m fuzz tests/fuzz; status=$$?; cat fuzz-counts.txt; exit $$status
 	$(PY) -m pytest -q -s -m fuzz tests/contracts/test_fuzz_protocol.py
 
 test-all: install

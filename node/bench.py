@@ -299,3 +299,33 @@ def node_bench(model, dtype, concurrency, requests, prompt_tokens, max_new_token
         Path(json_path).write_text(json.dumps(report, indent=2) + "\n")
     if bare.errors or daemon.errors:
         raise click.ClickException(f"{bare.errors + daemon.errors} requests failed")
+
+
+@click.command("store-sync")
+@click.option("--commits", type=int, default=200, show_default=True, help="Commits per mode.")
+@click.option("--blob-bytes", type=int, default=40_000, show_default=True, help="Bytes written per commit (a retained trace blob).")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None, help="Where the SQLite files go (the disk to measure); default a temp dir.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def store_sync_bench(commits, blob_bytes, directory, json_path):
+    """What each SQLite synchronous mode costs per commit on this disk (WAL, one blob per commit)."""
+    import sqlite3
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="verillm-sync-", dir=directory) as where:
+        for mode in ("NORMAL", "FULL", "EXTRA"):
+            connection = sqlite3.connect(Path(where) / f"{mode}.sqlite", isolation_level=None)
+            connection.execute("PRAGMA journal_mode = WAL")
+            connection.execute(f"PRAGMA synchronous = {mode}")
+            connection.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, blob BLOB)")
+            blob, started = os.urandom(blob_bytes), time.perf_counter()
+            for i in range(commits):
+                connection.execute("BEGIN IMMEDIATE")
+                connection.execute("INSERT INTO t VALUES (?, ?)", (i, blob))
+                connection.execute("COMMIT")
+            results.append({"synchronous": mode, "ms_per_commit": round(1000 * (time.perf_counter() - started) / commits, 3)})
+            connection.close()
+    click.echo(f"{'synchronous':12} {'ms/commit':>10}")
+    for row in results:
+        click.echo(f"{row['synchronous']:12} {row['ms_per_commit']:>10.3f}")
+    if json_path:
+        Path(json_path).write_text(json.dumps({"commits": commits, "blob_bytes": blob_bytes, "results": results, "loadavg": os.getloadavg()}, indent=2) + "\n")

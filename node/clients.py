@@ -8,7 +8,10 @@
 - one client (its key, else its IP address) may have at most
   ``limits.max_inflight_per_client`` generation requests in flight (429 rate_limited), so a
   client flooding the node fills its own share, not the engine queue: others keep being
-  admitted while ``queue.max_queued_jobs`` exceeds the per-client share.
+  admitted while ``queue.max_queued_jobs`` exceeds the per-client share;
+- all clients together leave ``queue.reserved_for_peers`` queue slots to node-to-node jobs
+  (`process_client_room`), which a worker cannot tell apart from committee jobs and must
+  not refuse for a client flood.
 
 Node-to-node routes (signed envelopes) are not limited here: their senders are nodes,
 checked by signature, and a committee job must never be refused for a client's flood.
@@ -19,9 +22,9 @@ from collections import Counter
 
 from aiohttp import web
 
-from verillm.errors import InvalidApiKey, TooManyRequests
+from verillm.errors import InvalidApiKey, QueueFull, TooManyRequests
 
-from verillm.node.appkeys import APP_CONFIG
+from verillm.node.appkeys import APP_CONFIG, APP_WORKER
 
 OPENAI_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models"})
 GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
@@ -41,6 +44,14 @@ def compute_client_id(request: web.Request, api_keys: tuple[str, ...]) -> str:
     raise InvalidApiKey("this node needs an API key: send Authorization: Bearer <key>")
 
 
+def process_client_room(app: web.Application) -> None:
+    """Check an OpenAI client's job would leave the peers' reserved queue slots free; raise QueueFull (503)."""
+    queue, config = app[APP_WORKER].queue, app[APP_CONFIG].queue
+    room = config.max_queued_jobs - config.reserved_for_peers
+    if queue.depth >= room:
+        raise QueueFull(f"the engine queue holds {queue.depth} jobs; the last {config.reserved_for_peers} slots are kept for other nodes' jobs; retry later")
+
+
 @web.middleware
 async def client_middleware(request: web.Request, handler) -> web.StreamResponse:
     """Check the API key and the client's in-flight share on the OpenAI routes."""
@@ -54,6 +65,7 @@ async def client_middleware(request: web.Request, handler) -> web.StreamResponse
     limit = config.limits.max_inflight_per_client
     if inflight[client] >= limit:
         raise TooManyRequests(f"this client already has {limit} requests in flight (limits.max_inflight_per_client); retry when one ends")
+    process_client_room(request.app)
     inflight[client] += 1
     try:
         return await handler(request)

@@ -76,6 +76,8 @@ class QueueConfig:
 
     max_queued_jobs: int = 256
     """Jobs waiting for the engine before new ones are refused with 503 queue_full."""
+    reserved_for_peers: int = 32
+    """Queue slots only node-to-node (signed) jobs may take: OpenAI clients get 503 queue_full first, so a flood of them cannot crowd out a committee job."""
     batch_wait_ms: float = 2.0
     """How long the batcher waits for more jobs after the first before running a batch."""
     max_batch_size: int = 0
@@ -299,6 +301,8 @@ def process_config(config: NodeConfig) -> None:
             raise ConfigError(f"{name} must be at least 1, got {value}")
     if not 0 <= config.server.port < 65536:
         raise ConfigError(f"server.port must be in 0..65535, got {config.server.port}")
+    if not 0 <= config.queue.reserved_for_peers < config.queue.max_queued_jobs:
+        raise ConfigError(f"queue.reserved_for_peers must be in 0..max_queued_jobs-1, got {config.queue.reserved_for_peers}")
     if config.queue.batch_wait_ms < 0 or config.queue.max_batch_size < 0 or config.engine.threads < 0:
         raise ConfigError("queue.batch_wait_ms, queue.max_batch_size and engine.threads must not be negative")
     for name in ("synchronous", "receipts_synchronous"):

@@ -84,7 +84,8 @@ def test_replay_accepts_an_honest_job_and_rejects_the_cheaters(cheater_network):
     for completion in completions:
         body = by_job["0x" + completion.job_hash.hex()]
         if body["status"] == "slashed" or net.node_of(body["worker"]).index == 0:
-            run = subprocess.run([VERILLM, "audit", "replay", body["job_hash"], "--node", net.gateway_url],
+            token = completion.status_url.partition("?token=")[2]  # the evidence holds the prompt: the requester's read token
+            run = subprocess.run([VERILLM, "audit", "replay", body["job_hash"], "--node", net.gateway_url, "--token", token],
                                  capture_output=True, text=True, timeout=120)
             assert run.returncode == (1 if body["status"] == "slashed" else 0), run.stdout + run.stderr
             assert ("verdict: REJECT" if body["status"] == "slashed" else "verdict: ACCEPT") in run.stdout

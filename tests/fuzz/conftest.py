@@ -6,8 +6,22 @@ hang or a crash. The default suite runs `DEFAULT_EXAMPLES` per target; `make tes
 runs the same targets with `VERILLM_FUZZ_EXAMPLES` (100,000) under the `fuzz` marker.
 """
 
+import os
+
 import pytest
-from fuzzing import DEFAULT_EXAMPLES, FUZZ_EXAMPLES
+from fuzzing import DEFAULT_EXAMPLES, FUZZ_EXAMPLES, take_tally
+
+
+@pytest.fixture(autouse=True)
+def case_count(request):
+    """Count the cases each target ran; append "<test id> <cases>" to $VERILLM_FUZZ_COUNTS if set."""
+    take_tally()
+    yield
+    cases = take_tally()
+    assert cases > 0, "the target ran no case"
+    if os.environ.get("VERILLM_FUZZ_COUNTS"):
+        with open(os.environ["VERILLM_FUZZ_COUNTS"], "a") as out:
+            out.write(f"{request.node.nodeid} {cases}\n")
 
 
 def pytest_generate_tests(metafunc):

@@ -17,3 +17,17 @@ def fuzz_settings(examples: int) -> settings:
         derandomize=examples == DEFAULT_EXAMPLES,  # the default suite is reproducible; long runs explore
         suppress_health_check=list(HealthCheck),
     )
+
+
+_cases = {"count": 0}
+
+
+def tally() -> None:
+    """Count one generated case (called first in every target's body); conftest reports the total per test."""
+    _cases["count"] += 1
+
+
+def take_tally() -> int:
+    """Return the cases counted since the last call, and reset."""
+    count, _cases["count"] = _cases["count"], 0
+    return count

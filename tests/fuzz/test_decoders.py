@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzzing import fuzz_settings
+from fuzzing import fuzz_settings, tally
 from verillm.errors import VerillmError
 from verillm.jsonsafe import load_json
 from verillm.node.commit import compute_job_output, load_trace_blob
@@ -79,6 +79,7 @@ def test_canonical_decoding(samples, examples, kind):
     @fuzz_settings(examples)
     @given(mutated(encode(samples[kind])))
     def check(data):
+        tally()
         record = refused_or_accepted(lambda: decode(cls, data))
         if record is not None:
             assert encode(record) == data
@@ -97,6 +98,7 @@ def test_json_loader(examples):
     @fuzz_settings(examples)
     @given(text)
     def check(raw):
+        tally()
         refused_or_accepted(lambda: load_json(raw))
 
     check()
@@ -113,6 +115,7 @@ def test_envelopes(samples, examples):
     @fuzz_settings(examples)
     @given(body, st.sampled_from([PATH, PATH + "/0x" + "00" * 32 + "/openings"]))
     def check(data, path):
+        tally()
         envelope = refused_or_accepted(lambda: decode_envelope_json(data))
         if envelope is not None:
             refused_or_accepted(lambda: (process_envelope_signature(envelope, path, me), process_envelope_freshness(envelope, time.time(), 60)))
@@ -126,6 +129,7 @@ def test_receipts(samples, examples):
     @fuzz_settings(examples)
     @given(mutated(encode(samples["receipt"])), st.dictionaries(st.sampled_from(sorted(readable)), st.text(max_size=5) | st.integers(), max_size=2))
     def check(encoded, extra):
+        tally()
         receipt = refused_or_accepted(lambda: receipt_from_json({**readable, **extra, "encoded": "0x" + encoded.hex()}))
         if receipt is not None:
             refused_or_accepted(lambda: process_receipt_signature(receipt, DOMAIN))
@@ -139,6 +143,7 @@ def test_openings(samples, examples):
     @fuzz_settings(examples)
     @given(mutated(encode(samples["opening"])))
     def check(encoded):
+        tally()
         opening = refused_or_accepted(lambda: opening_from_json({**opening_to_json(samples["opening"]), "encoded": "0x" + encoded.hex()}))
         if opening is not None:
             refused_or_accepted(lambda: process_opening(opening, receipt.commitment_root, layers, receipt.num_positions))
@@ -150,6 +155,7 @@ def test_trace_blobs(samples, examples):
     @fuzz_settings(examples)
     @given(mutated(samples["blob"]))
     def check(blob):
+        tally()
         refused_or_accepted(lambda: load_trace_blob(blob))
 
     check()
@@ -167,6 +173,7 @@ def test_opening_payloads(samples, examples):
     @fuzz_settings(examples)
     @given(payload)
     def check(data):
+        tally()
         refused_or_accepted(lambda: parse_opening_payload(data))
 
     check()

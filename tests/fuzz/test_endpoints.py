@@ -6,7 +6,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from fuzzing import fuzz_settings
+from fuzzing import fuzz_settings, tally
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -49,6 +49,7 @@ def test_openai_parser_through_tokenization(served, examples):
     @fuzz_settings(examples)
     @given(OPENAI_BODY | ANY_JSON, st.booleans())
     def check(body, chat):
+        tally()
         try:
             request = (parse_chat_request if chat else parse_completion_request)(body)
             compute_request_job(served, request, 1024)
@@ -75,6 +76,7 @@ def test_config_files(tmp_path, examples):
     @fuzz_settings(examples)
     @given(text)
     def check(content):
+        tally()
         try:
             path.write_text(content, encoding="utf-8", errors="surrogatepass")
         except UnicodeEncodeError:
@@ -118,6 +120,7 @@ def test_http_routes(node, served, examples):
     @fuzz_settings(examples)
     @given(st.sampled_from(["GET", "POST", "PUT"]), path, st.sampled_from(["", "?wait=0"]), body)
     def check(method, route, query, data):
+        tally()
         status, raw = request(node.url + route + query, method, data if method != "GET" else None)
         assert status < 500, raw[:500]
         if status >= 400 and route != "/metrics":

@@ -6,7 +6,6 @@ Real node, real sockets; every run is bounded in requests and time.
 import asyncio
 import time
 
-
 from verillm.node.clients import APP_INFLIGHT
 
 BODY = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 2}
@@ -33,7 +32,7 @@ async def test_api_keys_guard_the_openai_routes_only(start, http):
 
 
 async def test_one_client_flooding_cannot_starve_another(start, http):
-    node = await start(limits={"max_inflight_per_client": 3}, auth={"api_keys": ["flood", "polite"]}, queue={"max_queued_jobs": 8})
+    node = await start(limits={"max_inflight_per_client": 3}, auth={"api_keys": ["flood", "polite"]}, queue={"max_queued_jobs": 8, "reserved_for_peers": 2})
     url = node.url + "/v1/completions"
     flood = {"Authorization": "Bearer flood"}
     slow = {**BODY, "max_tokens": 60}
@@ -70,3 +69,28 @@ async def test_oversized_bodies_are_refused_before_they_are_read(start, http):
         async with http.post(node.url + path, data=b"x" * 10_000_000) as response:
             assert response.status == 413
             assert (await response.json())["error"]["code"] == "request_too_large"
+
+
+async def test_client_floods_leave_the_peers_reserved_slots(start, http, served_tiny):
+    """OpenAI clients stop at max_queued_jobs - reserved_for_peers; a node's (e.g. a committee's) job still gets in."""
+    from verillm.node.appkeys import APP_WORKER
+    from verillm.node.keys import new_node_key
+    from verillm.node.peer import PeerClient
+    from verillm.spec.types import Job, SamplingParams
+
+    node = await start(queue={"max_queued_jobs": 4, "reserved_for_peers": 2, "max_batch_size": 1, "batch_wait_ms": 0})
+    peer = PeerClient(node.url, new_node_key(), http)
+    make = lambda i, n: Job(served_tiny.model_id, (5, 6, 7 + i), SamplingParams(), n, bytes([i]) * 32)  # noqa: E731
+    running = await peer.enqueue_job(make(1, 200))
+    for _ in range(500):
+        if (await peer.get_job(running))["status"] == "running":
+            break
+        await asyncio.sleep(0.01)
+    for i in (2, 3):
+        await peer.enqueue_job(make(i, 2))
+    assert node.app[APP_WORKER].queue.depth == 2
+    async with http.post(node.url + "/v1/completions", json=BODY) as response:
+        body = await response.json()
+        assert response.status == 503 and body["error"]["code"] == "queue_full" and "other nodes" in body["error"]["message"]
+    await peer.enqueue_job(make(4, 2))  # a peer's job takes a reserved slot
+    assert node.app[APP_WORKER].queue.depth == 3

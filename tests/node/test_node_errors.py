@@ -128,7 +128,7 @@ async def test_openai_refusals(start, http):
 async def test_queue_full_is_503_and_leaves_no_trace(start, http, served_tiny):
     from verillm.node.peer import PeerClient
 
-    node = await start(queue={"max_queued_jobs": 1, "batch_wait_ms": 0})
+    node = await start(queue={"max_queued_jobs": 1, "batch_wait_ms": 0, "reserved_for_peers": 0})
     peer, ME = PeerClient(node.url, new_node_key(), http), node.app[APP_KEY].address
     running = await peer.enqueue_job(make_job(served_tiny, max_new_tokens=120, nonce=b"\x0a" * 32))
     for _ in range(400):

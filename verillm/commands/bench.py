@@ -14,6 +14,7 @@ from verillm.cli import LazyGroup
 EXTERNAL = {
     "gas": "verillm.commands.bench_gas:gas",
     "node": "verillm.node.bench:node_bench",
+    "store-sync": "verillm.node.bench:store_sync_bench",
 }
 
 
