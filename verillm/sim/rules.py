@@ -71,18 +71,11 @@ FIRST_LANDING = RuleSet(
 # refunded; anyone may escalate any decided first round, a PASS included. Unchanged from the
 # first landing: a minority vote is a full slash, a missing member is redrawn for free, members
 # get their job from the dispatcher, receipts may be left out of batches, windows in blocks.
-ISSUE9 = RuleSet(
+ISSUE9 = FIRST_LANDING.with_changes(
     name="issue-9",
     live_stake_draw=False,
     escalate_any_party_any_verdict=True,
-    minority_penalty_bps=BPS,
     abandon_slashes_dispatcher=False,
-    no_answer_penalty_bps=0,
-    fresh_draws_after_abandon=0,
-    dispatcher_feeds_seats=True,
-    omission_possible=True,
-    committee_visible=True,
-    windows_in_seconds=False,
     dispatcher_excluded=True,
     lapse_refunds_bond=True,
 )
