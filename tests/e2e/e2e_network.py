@@ -3,7 +3,9 @@
 import time
 
 import pytest
+from click.testing import CliRunner
 
+from verillm.cli import cli
 from verillm.client import Client
 from verillm.node.devnet import retry_no_workers
 from verillm.node.dispatcher.localnet import LocalNetwork, NodeSpec, get_json
@@ -40,3 +42,12 @@ def wait_settled(net: LocalNetwork, completions: list, timeout_s: float = SETTLE
             logs = "\n".join(f"--- node {n.index} ({n.spec.label}):\n{net.tail_log(n.index, 25)}" for n in net.nodes)
             pytest.fail(f"audits did not settle in {timeout_s} s: {[(b['status'], (b.get('audit') or {}).get('status')) for b in bodies]}\n{logs}")
         time.sleep(1.0)
+
+
+def run_cli(*args) -> str:
+    """Run `verillm ARGS` in-process; raise its exception or fail on a non-zero exit; return its output."""
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=True)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    assert result.exit_code == 0, result.output
+    return result.output

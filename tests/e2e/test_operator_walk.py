@@ -10,13 +10,11 @@ The audit part of the walk (a job a separate dispatcher audits) is `test_operato
 import json
 
 import pytest
-from click.testing import CliRunner
 from web3 import Web3
 
 from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess
 from verillm.chain.backends import compute_anvil_accounts
-from verillm.cli import cli
 from verillm.client import Client
 from verillm.errors import InvalidInput, QueueFull
 from verillm.spec.params import MINIMAL
@@ -24,15 +22,9 @@ from verillm.node.dispatcher.localnet import get_json
 from verillm.node.engines import ServedModel
 from verillm.node.testing import ThreadedNode, make_local_config
 
+from e2e_network import run_cli
+
 pytestmark = pytest.mark.usefixtures("anvil_installed")
-
-
-def run(*args) -> str:
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=True)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 @pytest.fixture
@@ -41,10 +33,10 @@ def walk(tmp_path, tiny_engine):
         chain = RpcChain(anvil.url)
         owner_key = "0x" + bytes(compute_anvil_accounts(1)[0].key).hex()
         book = tmp_path / "addresses.json"
-        run("chain", "deploy", "--rpc-url", anvil.url, "--preset", "minimal", "--key", owner_key, "--out", book)
+        run_cli("chain", "deploy", "--rpc-url", anvil.url, "--preset", "minimal", "--key", owner_key, "--out", book)
         addresses = json.loads(book.read_text())["addresses"]
         key_file = tmp_path / "node-key.json"
-        address = Web3.to_checksum_address(run("keys", "new", "--out", key_file).split()[0])
+        address = Web3.to_checksum_address(run_cli("keys", "new", "--out", key_file).split()[0])
         chain.transfer(chain.dev_accounts[1], address, 2 * 10**18)  # the testnet faucet
         config = make_local_config(
             tmp_path / "node",
@@ -75,28 +67,28 @@ def test_register_stake_models_status_unbond_withdraw(walk):
     assert any("not registered" in r for r in reasons) and any("not added to the Registry" in r for r in reasons), reasons
     with pytest.raises(QueueFull, match="not registered"):  # the 503 says why
         Client(node.url).complete("Hello", max_tokens=2, temperature=0)
-    assert "cannot serve" in run("node", "status", *operator)
+    assert "cannot serve" in run_cli("node", "status", *operator)
 
-    run("chain", "add-model", "--rpc-url", walk["anvil"].url, "--addresses", walk["book"], "--key", walk["owner_key"], "--node", node.url)
-    out = run("node", "register", *operator, "--endpoint", node.url, "--stake", "0.05")
+    run_cli("chain", "add-model", "--rpc-url", walk["anvil"].url, "--addresses", walk["book"], "--key", walk["owner_key"], "--node", node.url)
+    out = run_cli("node", "register", *operator, "--endpoint", node.url, "--stake", "0.05")
     assert f"registered {address}: stake 0.05 ETH" in out
-    status = json.loads(run("node", "status", *operator, "--node", node.url, "--json"))
+    status = json.loads(run_cli("node", "status", *operator, "--node", node.url, "--json"))
     assert status["registered"] and status["active"] and status["stake_wei"] == 5 * 10**16
     assert status["reasons"] == ["1 active workers serve model " + status["models"][0] + "; an audited job needs 4 (a worker and a committee of 3)"]
     assert serving_reasons(node) == status["reasons"]
 
-    assert "stake now 0.15 ETH" in run("node", "stake", *operator, "--amount", "0.1")
-    assert "stake now 0.2 ETH" in run("node", "top-up", *operator, "--amount", "0.05")
+    assert "stake now 0.15 ETH" in run_cli("node", "stake", *operator, "--amount", "0.1")
+    assert "stake now 0.2 ETH" in run_cli("node", "top-up", *operator, "--amount", "0.05")
     model_id = status["models"][0]
-    assert f"declares {model_id}" in run("node", "models", *operator, "--model-id", model_id)
+    assert f"declares {model_id}" in run_cli("node", "models", *operator, "--model-id", model_id)
 
-    assert "deregistered: withdraw from block" in run("node", "unbond", *operator)
+    assert "deregistered: withdraw from block" in run_cli("node", "unbond", *operator)
     reasons = serving_reasons(node)
     assert any("unbonding until block" in r for r in reasons), reasons
     with pytest.raises(InvalidInput, match="still unbonding"):
-        run("node", "withdraw", *operator)
+        run_cli("node", "withdraw", *operator)
     before = chain.get_balance(address)
     chain.mine(MINIMAL.UNBONDING_BLOCKS + 1)  # the preset's unbonding period
-    assert "withdrew 0.2 ETH" in run("node", "withdraw", *operator)
+    assert "withdrew 0.2 ETH" in run_cli("node", "withdraw", *operator)
     assert chain.get_balance(address) > before + 19 * 10**16  # the stake, less the gas
     assert any("not registered" in r for r in serving_reasons(node))

@@ -14,25 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from web3 import Web3
 
 from verillm.chain.anvil import AnvilConfig, AnvilProcess, find_free_port
-from verillm.cli import cli
 from verillm.client import Client
 from verillm.node.dispatcher.localnet import LocalNetwork, NodeSpec, get_json
 
-from e2e_network import wait_settled
+from e2e_network import run_cli, wait_settled
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("anvil_installed")]
-
-
-def run(*args) -> str:
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=True)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def _wait_http(url: str, process: subprocess.Popen, log: Path, timeout_s: float = 180) -> None:
@@ -55,7 +45,7 @@ def test_a_new_operator_serves_an_audited_job_then_leaves(tmp_path):
         addresses = json.loads(book.read_text())["addresses"]
         key_file = tmp_path / "newcomer" / "key.json"
         key_file.parent.mkdir()
-        address = Web3.to_checksum_address(run("keys", "new", "--out", key_file).split()[0])
+        address = Web3.to_checksum_address(run_cli("keys", "new", "--out", key_file).split()[0])
         net.protocol.chain.transfer(net.protocol.chain.dev_accounts[2], address, 10**18)  # the faucet
         port = find_free_port()
         config = key_file.parent / "node.toml"
@@ -73,11 +63,11 @@ def test_a_new_operator_serves_an_audited_job_then_leaves(tmp_path):
         try:
             _wait_http(f"{url}/healthz", node, log)
             assert any("not registered" in r for r in get_json(f"{url}/healthz")["serving"]["reasons"])
-            run("node", "register", "--config", config, "--endpoint", url, "--stake", "0.02")
-            run("node", "stake", "--config", config, "--amount", "0.03")
+            run_cli("node", "register", "--config", config, "--endpoint", url, "--stake", "0.02")
+            run_cli("node", "stake", "--config", config, "--amount", "0.03")
             model_id = "0x" + net.model_id.hex()
-            run("node", "models", "--config", config, "--model-id", model_id)
-            status = json.loads(run("node", "status", "--config", config, "--json"))
+            run_cli("node", "models", "--config", config, "--model-id", model_id)
+            status = json.loads(run_cli("node", "status", "--config", config, "--json"))
             assert status["ready"] and status["stake_wei"] == 5 * 10**16, status
             deadline = time.monotonic() + 60
             while len(get_json(f"{net.gateway_url}/v1/verillm/dispatcher")["workers"]) < 5:
@@ -92,14 +82,14 @@ def test_a_new_operator_serves_an_audited_job_then_leaves(tmp_path):
             assert body["status"] == "final" and body["audit"]["verdict"] == "pass", body
             assert address.lower() not in {m.lower() for m in body["audit"]["committee"]}
 
-            run("node", "unbond", "--config", config)
+            run_cli("node", "unbond", "--config", config)
             deadline = time.monotonic() + 240  # its own committee seats must settle before the stake unlocks
-            while json.loads(run("node", "status", "--config", config, "--json"))["locks"]:
+            while json.loads(run_cli("node", "status", "--config", config, "--json"))["locks"]:
                 assert time.monotonic() < deadline, "the newcomer's stake stayed locked"
                 time.sleep(2)
             net.protocol.chain.mine(101)  # MINIMAL: 100 unbonding blocks
             before = net.protocol.chain.get_balance(address)
-            assert "withdrew 0.05 ETH" in run("node", "withdraw", "--config", config)
+            assert "withdrew 0.05 ETH" in run_cli("node", "withdraw", "--config", config)
             assert net.protocol.chain.get_balance(address) > before
         finally:
             node.send_signal(signal.SIGTERM)
