@@ -4,7 +4,13 @@ receipt they already signed), receipts posted, openings checked, rounds finalize
 
 The fifth node posts, as a worker, opened leaves nudged by two ulps: inside every tolerance
 band (its committee agrees) but not what it committed to. Only the dispatcher's check of the
-opening against the worker's root catches it: a contest the worker cannot answer slashes it."""
+opening against the worker's root catches it: a contest the worker cannot answer slashes it.
+
+The network runs MINIMAL with windows that absorb a restart. A dispatcher process takes 8–20 s
+to come back (interpreter, model, store, chain catch-up); at one block a second MINIMAL's
+10-block draw window closes on a batch posted just before the kill, and a dispatcher that misses
+a draw is rightly slashable: the protocol cannot tell a restart from a withheld draw. Operators
+size windows in time with the same margin (docs/operators.md, "Restarts")."""
 
 import signal
 import time
@@ -12,15 +18,22 @@ import time
 import pytest
 
 from verillm.node.dispatcher.localnet import NodeSpec
+from verillm.spec.params import MINIMAL
 
 from e2e_network import get_status, send_jobs, start_network, wait_settled
 
 pytestmark = pytest.mark.usefixtures("anvil_installed")
 
+# Draw, commit and open windows of 60 s at one block a second: a restart fits in each. The epoch
+# covers a round's draw span (1 + 60 + 80 + 2 × 45 = 231 blocks), unbonding two epochs.
+RESTART_PRESET = MINIMAL.replace(DRAW_WINDOW_BLOCKS=60, COMMIT_WINDOW_BLOCKS=45, OPEN_WINDOW_BLOCKS=60,
+                                 EPOCH_BLOCKS=240, UNBONDING_BLOCKS=480)
+
 
 @pytest.fixture(scope="module")
 def network(tmp_path_factory, anvil_installed):
-    net = start_network(tmp_path_factory, [NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec(tamper_opening=True)], "restart")
+    net = start_network(tmp_path_factory, [NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec(tamper_opening=True)], "restart",
+                        preset=RESTART_PRESET)
     yield net
     net.stop()
 

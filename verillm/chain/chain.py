@@ -203,7 +203,10 @@ class Chain:
             self.rpc(label, lambda: self.w3.eth.call(replay, block_identifier=receipt["blockNumber"] - 1))
         except TransactionReverted as exc:
             return TransactionReverted(f"{exc} {where}", error=exc.error, args=exc.error_args, data=exc.data)
-        hint = "out of gas" if receipt["gasUsed"] >= tx["gas"] else "its replay on the parent block succeeded"
+        if receipt["gasUsed"] >= tx["gas"]:
+            hint = "out of gas"
+        else:  # the revert depends on the block it landed in
+            hint = "its replay on the parent block succeeded: a window that closed, or a transaction before it in its block"
         return TransactionReverted(f"{label} reverted {where}: reason unavailable ({hint})")
 
     def _default_caller(self) -> str:
