@@ -24,10 +24,11 @@ from e2e_network import get_status, send_jobs, start_network, wait_settled
 
 pytestmark = pytest.mark.usefixtures("anvil_installed")
 
-# Draw, commit and open windows of 60 s at one block a second: a restart fits in each. The epoch
-# covers a round's draw span (1 + 60 + 80 + 2 × 45 = 231 blocks), unbonding two epochs.
-RESTART_PRESET = MINIMAL.replace(DRAW_WINDOW_BLOCKS=60, COMMIT_WINDOW_BLOCKS=45, OPEN_WINDOW_BLOCKS=60,
-                                 EPOCH_BLOCKS=240, UNBONDING_BLOCKS=480)
+# Two-minute windows at one block a second: a restart fits in each even on a loaded machine (42 s
+# measured at load average 35 on 2 cores, where 45-block commit windows closed). The epoch covers
+# a round's draw span (1 + 120 + 160 + 2 × 120 = 521 blocks), unbonding two epochs.
+RESTART_PRESET = MINIMAL.replace(DRAW_WINDOW_BLOCKS=120, START_WINDOW_BLOCKS=160, COMMIT_WINDOW_BLOCKS=120,
+                                 OPEN_WINDOW_BLOCKS=120, EPOCH_BLOCKS=540, UNBONDING_BLOCKS=1080)
 
 
 @pytest.fixture(scope="module")
