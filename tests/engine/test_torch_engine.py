@@ -224,3 +224,23 @@ def test_one_token_prompts_alone_and_in_a_batch(tiny_engine, tiny_prompts, make_
     assert alone.fingerprints.shape == (4, 3, 1) and alone.flags.shape == (4,)
     assert alone.output_tokens == together.output_tokens
     assert np.abs(alone.fingerprints - together.fingerprints).max() < FP32_BAND
+
+
+def test_two_engines_over_one_model_run_from_two_threads_without_mixing_captures(tiny_model, tiny_prompts, make_job):
+    # Nodes in one process (tests, an embedded devnet) can share a loaded model: each run hooks the
+    # model's layers, so two runs at once used to mix hidden states (a 500 "stack expects each
+    # tensor to be equal size" under load). Runs over one model now queue on the model's lock.
+    from concurrent.futures import ThreadPoolExecutor
+
+    model, tokenizer, manifest = tiny_model
+    engines = [TorchEngine(model, tokenizer, manifest, max_batch_size=8) for _ in range(2)]
+    batches = [[make_job(engines[0], p, max_new_tokens=n) for p, n in zip(tiny_prompts, (6, 2, 9))],
+               [make_job(engines[1], p, max_new_tokens=n) for p, n in zip(tiny_prompts[1:], (3, 11))]]
+    alone = [engine.run(jobs) for engine, jobs in zip(engines, batches)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(engines[i % 2].run, batches[i % 2]) for i in range(8)]
+        together = [f.result() for f in futures]
+    for i, traces in enumerate(together):
+        for got, want in zip(traces, alone[i % 2], strict=True):
+            assert got.output_tokens == want.output_tokens
+            assert np.array_equal(got.fingerprints, want.fingerprints) and np.array_equal(got.flags, want.flags)

@@ -13,6 +13,8 @@ Subclasses change what is computed through four small override points (the attac
 """
 
 import contextlib
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -113,11 +115,23 @@ def check_model_matches(model, manifest: ModelManifest) -> None:
         raise ConfigError(f"model has (hidden, vocab, layers) = {have}, manifest {manifest.name} says {want}")
 
 
+_MODEL_LOCKS: "weakref.WeakKeyDictionary[torch.nn.Module, threading.Lock]" = weakref.WeakKeyDictionary()
+_MODEL_LOCKS_GUARD = threading.Lock()
+
+
+def get_model_lock(model: torch.nn.Module) -> threading.Lock:
+    """Return the lock that serialises runs over ``model``: a run registers capture hooks on the
+    model's layers and writes what they capture into its engine, so two runs at once (two nodes
+    or two engines sharing one loaded model in a process) would mix each other's hidden states."""
+    with _MODEL_LOCKS_GUARD:
+        return _MODEL_LOCKS.setdefault(model, threading.Lock())
+
+
 class TorchEngine:
     """Reference Engine over a transformers causal LM (Llama family), CPU or CUDA.
 
-    One `run` at a time per engine (the hooks write into the engine); the node's queue
-    serialises calls. ``capture=False`` runs the same loop without hooks and flags and returns
+    One `run` at a time per loaded model (the hooks write into the engine): `run` holds the
+    model's lock, so engines and nodes that share a model in one process queue behind each other. ``capture=False`` runs the same loop without hooks and flags and returns
     traces with no fingerprints: only for measuring what capture costs.
     """
 
@@ -178,7 +192,7 @@ class TorchEngine:
             process_job_admission(job, self.manifest)
         traces = []
         kernels = exact_kernels(self.model) if self.exact else contextlib.nullcontext()
-        with self._threads(), kernels, self._hooks(), torch.inference_mode():
+        with get_model_lock(self.model), self._threads(), kernels, self._hooks(), torch.inference_mode():
             for start in range(0, len(jobs), self.max_batch_size):
                 self._on_token = None if on_token is None else (lambda slot, token, start=start: on_token(start + slot, token))
                 try:
