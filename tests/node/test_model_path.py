@@ -48,7 +48,7 @@ def _post_json(url: str, body: dict) -> dict:
 
 
 def _wait_healthy(process: subprocess.Popen, url: str, log: Path) -> None:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 240  # a cold start (torch, transformers, the model) on a loaded 2-core machine
     while time.monotonic() < deadline:
         if process.poll() is not None:
             pytest.fail(f"node exited with {process.returncode}:\n{log.read_text()[-3000:]}")
