@@ -13,10 +13,11 @@ from verillm.sim.strategies import STRATEGIES
 TABLE_SHARES = (0.10, 0.33, 0.49)
 GRIND_AUDITS = 1000
 TABLE_STRATEGIES = ("cheat-always", "cheat-fraction", "cheat-unwatched", "collude", "collude-withhold",
-                    "dispatcher-reroll", "stake-grind", "grief-refuse", "grief-disagree", "adaptive")
+                    "dispatcher-reroll", "stake-grind", "lazy", "grief-refuse", "grief-disagree", "grief-contest",
+                    "withhold-openings", "worker-default", "flood-identities", "adaptive")
 
 
-def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=("first-landing", "issue-9"), strategies=TABLE_STRATEGIES,
+def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=("main", "main+pending"), strategies=TABLE_STRATEGIES,
                    shares=TABLE_SHARES, progress=None, **overrides) -> list[dict]:
     """Each strategy × adversary share × rule set, one engine run each."""
     rows = []
@@ -47,7 +48,8 @@ def table_row(r: dict) -> dict:
         "cheated_served": r["cheated_served"], "cheated_unslashed": r["cheated_unslashed"],
         "honest_slashed_events": sum(r["honest_slashed"].values()), "honest_slashed_eth": r["honest_slashed_eth"],
         "honest_no_answer_penalties": r["honest_no_answer_penalties"],
-        "abandoned": r["abandoned"],
+        "abandoned": r["abandoned"], "audits_unstartable": r["audits_unstartable"],
+        "flood_identities": r["flood_identities"],
         "detection_median_s": det["median"] if det else None,
         "audits": r["audits"],
     }
