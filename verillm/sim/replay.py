@@ -91,8 +91,9 @@ class Replayer:
         adversarial = np.zeros(n, dtype=bool)
         adversarial[np.random.default_rng(seed).choice(n, size=int(round(adversary_share * n)), replace=False)] = True
         self.adversarial = adversarial
-        self.base = chain.snapshot()
         self.chain = chain
+        self.start_balances = self.world.balances()  # every case starts from these (reverted after each)
+        self.base = chain.snapshot()
 
     def simulate(self, case: ReplayCase, seed: bytes, audit_id: int, escalation_seed=None):
         ctx = AuditContext(self.preset, self.rules, self.world.pool(self.adversarial), case.behaviour, self.d, self.mu, case.offline)
@@ -109,7 +110,7 @@ class Replayer:
     def _replay(self, case: ReplayCase) -> ReplayResult:
         w, p, pre = self.world, self.world.protocol, self.preset
         res = ReplayResult(case)
-        stakes0, credits0 = w.balances()
+        stakes0, credits0 = self.start_balances
         worker, dispatcher = w.nodes[case.worker], w.nodes[case.dispatcher]
         wtrace = w.worker_trace(case.cheated)
         wreceipt, wcommit = w.receipt(worker, wtrace, member=False, nonce=case.index)
