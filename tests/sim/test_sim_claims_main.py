@@ -110,3 +110,14 @@ def test_identity_flood_makes_audits_unstartable_and_slashes_nobody_until_sortit
 def test_honest_network_slashes_nobody(rules):
     r = run_scenario(Scenario(rules=rules, strategy="honest", adversary_share=0.0, workers=50, jobs_per_s=2, duration_s=3600))
     assert r["audits"] > 100 and r["honest_slashed_eth"] == 0
+
+
+def test_collusion_factor_at_r09_is_the_all_adversarial_committee_not_the_both_column():
+    """§13: 'at r = 0.9 and with escalation, c < 0.05 × (1 − 7.6·10⁻⁵)'. Under main a committee
+    with no honest member has no honest witness to escalate: the factor is q³ + 3q²(1−q)·tail(7, q)."""
+    q = 0.1
+    both = tail(3, q) * tail(7, q)
+    main = q**3 + 3 * q * q * (1 - q) * tail(7, q)
+    assert both == pytest.approx(7.6e-5, rel=0.02) and main == pytest.approx(1.07e-3, rel=0.01)
+    res = run_cell(MAINNET, MAIN, q, Behaviour(collude=True), 3000, nodes=400, dispatcher_adversarial=True, seed=24)
+    assert res.escaped / res.audits <= main + 4 * math.sqrt(main / res.audits) + 1 / res.audits
