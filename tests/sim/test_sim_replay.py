@@ -7,7 +7,7 @@ import pytest
 from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess, find_anvil_binary
 from verillm.errors import ConfigError
-from verillm.sim.replay import CASE_KINDS, Replayer, agreement_table, sample_cases
+from verillm.sim.replay import CASE_KINDS, Replayer, agreement_table, run_replay, sample_cases
 from verillm.sim.rules import ISSUE9, MAIN
 
 
@@ -42,3 +42,11 @@ def test_a_simulator_with_other_rules_is_caught_by_the_replay(replayer):
     finally:
         replayer.rules = MAIN
     assert any("slashed" in m for m in result.mismatches), result.mismatches
+
+
+@pytest.mark.slow
+def test_three_hundred_simulated_audits_agree_with_the_contracts(replayer):
+    """`verillm sim replay --audits 300` as a test (make test-slow)."""
+    results, rows = run_replay(replayer.chain, 300, seed=1)
+    assert [r.case.index for r in results if r.mismatches] == []
+    assert sum(row["escalated"] for row in rows) > 20 and sum(row["lapsed"] for row in rows) > 0
