@@ -34,3 +34,18 @@ def test_bench_gas_node_keys_are_distinct_past_255():
     seeds = {_vrf_seed(i) for i in range(2100)}
     assert len(keys) == len(seeds) == 2100
     assert _index_bytes(7) == bytes([7]) and _vrf_seed(7) == bytes([8]) * 32  # the first 255 keep their historical keys
+
+
+def test_sim_replay_command_reports_the_agreement_table(tmp_path):
+    from verillm.chain.anvil import find_anvil_binary
+
+    try:
+        find_anvil_binary()
+    except ConfigError:
+        pytest.skip("anvil not installed (npm ci --prefix contracts)")
+    out = tmp_path / "replay.json"
+    result = CliRunner().invoke(cli, ["sim", "replay", "--audits", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "1/1 audits agree" in result.output
+    report = json.loads(out.read_text())
+    assert report["rules"] == "main" and report["mismatched"] == [] and report["rows"][0]["audits"] == 1

@@ -5,6 +5,7 @@
     verillm sim cells --json c.json          # economics-check §2c/§2e cells, before and after
     verillm sim bounds --json b.json         # the §13 table and the paper's bounds, closed form vs simulated
     verillm sim plots --out docs/img         # the three plots
+    verillm sim replay --audits 300          # simulated audits through the contracts on anvil
 """
 
 import json
@@ -27,7 +28,8 @@ def sim():
 
 @sim.command()
 @click.option("--preset", default="mainnet", show_default=True)
-@click.option("--rules", "rules_name", default="first-landing", show_default=True, help="first-landing | issue-9")
+@click.option("--rules", "rules_name", default="main", show_default=True,
+              help="first-landing | issue-9 | main | main+pending | issue-9-full (docs/simulation.md)")
 @click.option("--workers", type=int, default=1000, show_default=True)
 @click.option("--stake", type=click.Choice(["equal", "lognormal"]), default="equal", show_default=True)
 @click.option("--adversary-share", type=float, default=0.1, show_default=True)
@@ -74,18 +76,21 @@ def run(preset, rules_name, workers, stake, adversary_share, strategy, attack, d
 @click.option("--workers", type=int, default=1000, show_default=True)
 @click.option("--jobs-per-s", type=float, default=2.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--rules", "rules_names", multiple=True, default=("main", "main+pending"), show_default=True)
+@click.option("--offline", type=float, default=0.0, show_default=True, help="honest members' (and contested workers') downtime")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def table(preset, hours, workers, jobs_per_s, seed, json_path):
+def table(preset, hours, workers, jobs_per_s, seed, rules_names, offline, json_path):
     """Each strategy × adversary share (10, 33, 49%) × rule set: cheater EV, honest losses, detection latency."""
     from verillm.sim.tables import strategy_table
 
     cols = ["rules", "strategy", "q", "adversary_profit_per_identity_eth", "excess_per_identity_eth", "p_audited_cheat_escapes", "honest_slashed_events",
             "honest_slashed_eth", "detection_median_s"]
     click.echo("  ".join(cols), err=True)
-    rows = strategy_table(preset, hours, workers, jobs_per_s, seed,
+    rows = strategy_table(preset, hours, workers, jobs_per_s, seed, rules=rules_names, offline=offline,
                           progress=lambda r: click.echo("  ".join(_fmt(r[c]) for c in cols), err=True))
     click.echo(format_table(cols, [[_fmt(r[c]) for c in cols] for r in rows]))
-    write_json(json_path, {"preset": preset, "hours": hours, "workers": workers, "jobs_per_s": jobs_per_s, "rows": rows})
+    write_json(json_path, {"preset": preset, "hours": hours, "workers": workers, "jobs_per_s": jobs_per_s, "offline": offline,
+                           "rules": list(rules_names), "rows": rows})
 
 
 @sim.command()
@@ -155,6 +160,31 @@ def plots(out_dir, cells_json, hours):
     rows = json.loads(Path(cells_json).read_text())["cheat"] if cells_json else cheat_cells(2000, 1000)
     plot_detection(rows, Path(out_dir) / "sim-detection.png")
     click.echo(f"wrote {out_dir}/sim-profit.png, sim-detection.png, sim-locked.png")
+
+
+@sim.command()
+@click.option("--audits", type=int, default=300, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def replay(audits, seed, json_path):
+    """Replay simulated audits (rules: main, preset: minimal) through the contracts on anvil and
+    compare committees, verdicts, slashes and credits; exits 1 on any mismatch."""
+    from verillm.chain import RpcChain
+    from verillm.chain.anvil import AnvilProcess
+    from verillm.sim.replay import run_replay
+
+    def progress(r):
+        if r.mismatches or (r.case.index + 1) % 25 == 0:
+            click.echo(f"  audit {r.case.index + 1}/{audits} ({r.case.kind}): {'; '.join(r.mismatches) or 'agree'}", err=True)
+
+    with AnvilProcess() as anvil:
+        results, rows = run_replay(RpcChain(anvil.url), audits, seed, progress)
+    click.echo(format_table(list(rows[0]), [[_fmt(v) for v in r.values()] for r in rows]))
+    mismatched = [{"case": r.case.index, "kind": r.case.kind, "mismatches": r.mismatches} for r in results if r.mismatches]
+    click.echo(f"{len(results) - len(mismatched)}/{len(results)} audits agree; {sum(r.committees for r in results)} committees compared")
+    write_json(json_path, {"audits": audits, "seed": seed, "rules": "main", "preset": "minimal", "rows": rows, "mismatched": mismatched})
+    if mismatched:
+        raise SystemExit(1)
 
 
 def _assignment(text: str, convert) -> tuple:

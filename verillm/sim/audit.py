@@ -14,7 +14,7 @@ from verillm.errors import InvalidInput
 from verillm.spec.audit import compute_escalation_seed
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import Preset
-from verillm.spec.settlement import AGREE, DISAGREE, FAIL, PASS, TIE, AuditRecord, MemberRecord, RoundRecord, compute_majority, compute_settlement, compute_slash, compute_slash_split
+from verillm.spec.settlement import AGREE, DISAGREE, FAIL, PASS, TIE, WORKER_DEFAULT, AuditRecord, MemberRecord, RoundRecord, compute_settlement, compute_slash, compute_slash_split, compute_verdict
 from verillm.sim.rules import BPS, RuleSet
 from verillm.sim.sortition import Pool, draw_committee
 
@@ -35,6 +35,12 @@ class Behaviour:
     """Adversarial members vote DISAGREE on an honest worker."""
     starve: bool = False
     """An adversarial dispatcher never sends the job to honest seats, so they are redrawn."""
+    lazy: bool = False
+    """Adversarial members vote AGREE on every job without computing it (saving the prefill)."""
+    withhold_openings: bool = False
+    """Adversarial members post their receipt but never open (grief: hold the round to its window)."""
+    worker_defaults: bool = False
+    """An adversarial worker that cheated never opens (hoping nobody finalizes)."""
     stake_grind: bool = False
     """Top up an adversarial node 1 unit at a time until the committee is captured (live stakes only)."""
     grind_max_trials: int = 5000
@@ -72,16 +78,29 @@ class Outcome:
     honest_slashed: list = field(default_factory=list)
     """(role, node, wei) for every slash of a node that followed the protocol."""
     no_answer_penalised: list = field(default_factory=list)
+    escalator: int | None = None
+    trace: list = field(default_factory=list)
+    """One dict per round (as the contracts would see it): its seed, each draw attempt's seats
+    and which of them posted a receipt, then who opened and how it voted (`verillm.sim.replay`)."""
 
 
 class _Round:
-    def __init__(self, seats, answered, votes, abandoned, redraws, drawn):
+    def __init__(self, seats, answered, votes, abandoned, redraws, drawn, opened=None, worker_opened=True):
         self.seats, self.answered, self.votes = seats, answered, votes
         self.abandoned, self.redraws, self.drawn = abandoned, redraws, drawn
+        self.opened, self.worker_opened = opened, worker_opened
+
+    def record(self) -> RoundRecord:
+        opened = self.opened or [True] * len(self.seats)
+        return RoundRecord(self.worker_opened, tuple(MemberRecord(f"n{s}", opened=o, vote=v if o else 0)
+                                                     for s, v, o in zip(self.seats, self.votes, opened)))
 
 
-def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, seed: bytes, rng: np.random.Generator, audit_id: int = 0) -> Outcome:
-    """Simulate one audit of a job served by ``worker`` and batched by ``dispatcher``."""
+def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, seed: bytes, rng: np.random.Generator, audit_id: int = 0,
+              escalation_seed: bytes | None = None) -> Outcome:
+    """Simulate one audit of a job served by ``worker`` and batched by ``dispatcher``.
+    ``escalation_seed``: the escalation committee's seed (default: derived from ``seed``; a
+    replay on the contracts passes the one the chain drew)."""
     out = Outcome(cheated=cheated)
     adv = ctx.pool.adversarial
     favoured = bool(adv[worker]) and (cheated or not ctx.behaviour.grief)  # the adversary wants this job to PASS
@@ -90,12 +109,12 @@ def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, se
     first = _first_round(ctx, out, worker, dispatcher, cheated, seed, excluded, favoured or hostile, rng)
     if first is None:
         return _finish(ctx, out, worker, dispatcher, [], cheated)
-    verdict = _majority(first)
+    verdict = compute_verdict(AuditRecord(f"n{worker}", ()), first.record())
     rounds = [first]
     escalator = _escalator(ctx, first, verdict, worker, dispatcher, cheated)
     if escalator is not None:
-        out.escalated = True
-        esc_seed = compute_escalation_seed(audit_id, keccak256(seed + b"escalation"))
+        out.escalated, out.escalator = True, escalator
+        esc_seed = escalation_seed or compute_escalation_seed(audit_id, keccak256(seed + b"escalation"))
         second = _round_with_fresh(ctx, out, worker, dispatcher, cheated, esc_seed, ctx.preset.ESCALATION_COMMITTEE_SIZE, excluded, favoured or hostile, rng)
         if second is None:
             out.lapsed_escalation = True
@@ -129,16 +148,20 @@ def _round(ctx, out, worker, dispatcher, cheated, seed, size, excluded, conteste
     try:
         seats = draw_committee(pool, seed, 0, size, excluded, weights)
     except InvalidInput:
+        out.trace.append({"seed": seed, "attempts": [], "abandoned": True, "pool_exhausted": True})
         return _Round([], None, None, True, 0, out.seats_drawn)  # pool exhausted: the round cannot fill
     excluded.update(seats)
     out.rounds += 1
     out.seats_drawn += size
+    trace = {"seed": seed, "attempts": [], "abandoned": False}
+    out.trace.append(trace)
     redraws, missing, posted = 0, [], [False] * size
     for attempt in range(ctx.preset.MAX_COMMITTEE_REDRAWS + 1):
         n_adv = sum(bool(pool.adversarial[s]) for s in seats)
         # a seat that posted its receipt stays posted; only new seats decide now
         for i, s in enumerate(seats):
             posted[i] = posted[i] or _answers(ctx, s, n_adv, size, dispatcher, contested, rng)
+        trace["attempts"].append({"seats": list(seats), "posted": list(posted)})
         missing = [i for i in range(size) if not posted[i]]
         for i in missing:
             out.no_answer_penalised.append(seats[i])
@@ -147,6 +170,7 @@ def _round(ctx, out, worker, dispatcher, cheated, seed, size, excluded, conteste
         try:
             fresh = draw_committee(pool, seed, attempt + 1, len(missing), excluded)
         except InvalidInput:
+            trace["pool_exhausted"] = True
             break  # nobody left to redraw: the seats stay missing
         excluded.update(fresh)
         for i, s in zip(missing, fresh):
@@ -155,9 +179,14 @@ def _round(ctx, out, worker, dispatcher, cheated, seed, size, excluded, conteste
         out.seats_drawn += len(missing)
     out.redraws += redraws
     if missing:
+        trace["abandoned"] = True
         return _Round(seats, None, None, True, redraws, out.seats_drawn)
     votes = [_vote(ctx, s, worker, cheated, rng) for s in seats]
-    return _Round(seats, [True] * size, votes, False, redraws, out.seats_drawn)
+    worker_opened = not (cheated and beh.worker_defaults and pool.adversarial[worker])
+    # a member opens only after the worker has (openAndVote requires it)
+    opened = [worker_opened and not (beh.withhold_openings and pool.adversarial[s]) for s in seats]
+    trace.update(seats=list(seats), votes=list(votes), opened=opened, worker_opened=worker_opened)
+    return _Round(seats, [True] * size, votes, False, redraws, out.seats_drawn, opened, worker_opened)
 
 
 def _answers(ctx, seat, n_adv, size, dispatcher, contested, rng) -> bool:
@@ -177,24 +206,22 @@ def _vote(ctx, seat, worker, cheated, rng) -> int:
         return AGREE
     if adv[seat] and not adv[worker] and ctx.behaviour.grief:
         return DISAGREE
-    if ctx.lazy is not None and ctx.lazy[seat]:
+    if ctx.lazy is not None and ctx.lazy[seat] or adv[seat] and ctx.behaviour.lazy:
         return AGREE
     p_disagree = ctx.d if cheated else ctx.mu
     return DISAGREE if rng.random() < p_disagree else AGREE
 
 
-def _majority(r: _Round) -> int:
-    return compute_majority(RoundRecord(True, tuple(MemberRecord(f"n{s}", vote=v) for s, v in zip(r.seats, r.votes))))
-
-
 def _escalator(ctx, first: _Round, verdict: int, worker: int, dispatcher: int, cheated: bool):
     """Return who escalates the first round's verdict, or None."""
     adv = ctx.pool.adversarial
+    if verdict == WORKER_DEFAULT:
+        return None  # nothing to re-judge: `startEscalation` refuses a round the worker did not open
     if ctx.rules.escalate_any_party_any_verdict:
         # any honest party whose own data contradict the verdict
         if verdict == PASS:
-            for s, v in zip(first.seats, first.votes):
-                if v == DISAGREE and not adv[s] and not _lazy(ctx, s):
+            for s, v, o in zip(first.seats, first.votes, first.opened or [True] * len(first.seats)):
+                if o and v == DISAGREE and not adv[s] and not _lazy(ctx, s):
                     return s
         if verdict in (FAIL, TIE) and not cheated and not adv[worker]:
             return worker
@@ -207,7 +234,7 @@ def _escalator(ctx, first: _Round, verdict: int, worker: int, dispatcher: int, c
 
 
 def _lazy(ctx, s) -> bool:
-    return ctx.lazy is not None and bool(ctx.lazy[s])
+    return ctx.lazy is not None and bool(ctx.lazy[s]) or bool(ctx.pool.adversarial[s]) and ctx.behaviour.lazy
 
 
 def _grind(ctx, out, seed, size, excluded) -> np.ndarray | None:
@@ -243,7 +270,7 @@ def _finish(ctx, out: Outcome, worker, dispatcher, rounds, cheated, escalator=No
             if caller is not None:
                 _add(out.credits_wei, caller, reward)
     else:
-        _settle(ctx, out, worker, rounds, escalator)
+        _settle(ctx, out, worker, rounds, escalator if out.escalated else None)
     _charge_no_answers(ctx, out)
     out.escaped = cheated and worker not in out.slashed_wei
     for node, wei in out.slashed_wei.items():
@@ -255,13 +282,15 @@ def _finish(ctx, out: Outcome, worker, dispatcher, rounds, cheated, escalator=No
 
 def _settle(ctx, out, worker, rounds, escalator):
     pool, preset, rules = ctx.pool, ctx.preset, ctx.rules
-    records = tuple(RoundRecord(True, tuple(MemberRecord(f"n{s}", vote=v) for s, v in zip(r.seats, r.votes))) for r in rounds)
+    records = tuple(r.record() for r in rounds)
     bond = preset.DISPUTE_BOND_WEI if escalator is not None else 0
     audit = AuditRecord(f"n{worker}", records, escalator=f"n{escalator}" if escalator is not None else None, escalation_bond_wei=bond)
-    # A member's exposure is the penalty the rules set for a minority vote: the spec slashes
-    # SLASH_FRACTION_BPS of the stake it is given, so a graduated penalty is the spec's
-    # arithmetic over the stake times minority_penalty_bps.
-    stakes = {f"n{s}": pool.stake_wei(s) * rules.minority_penalty_bps // BPS for r in rounds for s in r.seats}
+    if rules.minority_penalty_bps is not None:  # a rule set older than MEMBER_PENALTY_BPS
+        preset = preset.replace(MEMBER_PENALTY_BPS=min(rules.minority_penalty_bps, preset.SLASH_FRACTION_BPS))
+    stakes = {f"n{s}": pool.stake_wei(s) for r in rounds for s in r.seats}
+    if out.lapsed_escalation and not rules.lapse_penalises_first_minority:
+        for s in rounds[0].seats:  # the lapse spares the first round's minority: nothing to take
+            stakes[f"n{s}"] = 0
     stakes[f"n{worker}"] = pool.stake_wei(worker)
     settlement = compute_settlement(audit, stakes, BIG_POOL_WEI, preset)
     out.verdict = settlement.verdict

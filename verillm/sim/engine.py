@@ -23,7 +23,8 @@ from verillm.spec.hashing import keccak256
 from verillm.spec.params import get_preset
 from verillm.sim.audit import AuditContext, run_audit
 from verillm.sim.gas import BLOCK_GAS_LIMIT, GasModel
-from verillm.sim.inputs import load_detection
+from verillm.sim.grief import apply_contest
+from verillm.sim.inputs import PAPER_GPU_VERIFY_OVER_GENERATE, load_detection
 from verillm.sim.latency import audit_latency_blocks
 from verillm.sim.montecarlo import make_pool
 from verillm.sim.rules import get_rules
@@ -36,7 +37,7 @@ WEI = 10**18
 @dataclass(frozen=True)
 class Scenario:
     preset: str = "mainnet"
-    rules: str = "first-landing"
+    rules: str = "main"
     workers: int = 1000
     stake: str = "equal"
     adversary_share: float = 0.1
@@ -121,8 +122,17 @@ class Simulation:
         self.t = Tally()
         self.series = {"time_s": [], "locked_eth": [], "cheater_profit_eth": [], "active_adversaries": [], "calls_per_block": []}
         self.cheat_audit_results = [0, 0]  # (slashed, escaped) of audited cheats, pooled knowledge for the adaptive adversary
-        self.startable = not scenario.enforce_block_gas_limit or (
-            self.gas_model.start_audit_gas(scenario.workers) <= BLOCK_GAS_LIMIT)
+        self.flood_identities = self._flood_identities()
+        candidates = scenario.workers + self.flood_identities
+        self.startable = not scenario.enforce_block_gas_limit or self.rules.sortition_log_n or (
+            self.gas_model.start_audit_gas(candidates) <= BLOCK_GAS_LIMIT)
+        self.verify_gain_wei = int(scenario.job_cost_eth * PAPER_GPU_VERIFY_OVER_GENERATE * WEI)
+
+    def _flood_identities(self) -> int:
+        """Identities the flooding adversary adds so that `startAudit` passes the block gas limit."""
+        if not self.strategy.flood or self.rules.sortition_log_n:
+            return 0
+        return max(0, self.gas_model.largest_startable() + 1 - self.s.workers)
 
     # --- the loop -------------------------------------------------------------------------
     def run(self) -> dict:
@@ -200,6 +210,12 @@ class Simulation:
         self.t.audits += 1
         self.t.cheated_audited += cheated
         out = run_audit(self.ctx, worker, dispatcher, cheated, seed, self.rng, audit_id=self.t.audits)
+        if self.strategy.contest and not self.pool.adversarial[worker] and not out.abandoned:
+            apply_contest(self.ctx, out, worker, self.rng)
+            self.t.tx_count += 2
+        if self.strategy.behaviour.lazy:  # each lazy seat skipped a verification job's prefill
+            self.t.adversary_savings_wei += self.verify_gain_wei * sum(
+                1 for r in out.trace for s in r.get("seats", ()) if self.pool.adversarial[s])
         stalling = bool(self.pool.adversarial[dispatcher]) and cheated
         latency = audit_latency_blocks(self.preset, self.rules, self.s.block_s, stalling, out.redraws, out.rounds, out.escalated)
         parties = {worker, dispatcher} | set(out.slashed_wei) | set(out.credits_wei)

@@ -53,6 +53,13 @@ class GasModel:
         return (s["escalate"] + self.draw_escalation_gas(nodes) + committee * (s["committee_receipt"] + s["open_and_vote"])
                 + s["draw_challenge"] + s["open"] + s["verdict"])
 
+    def largest_startable(self) -> int:
+        """The largest N whose `startAudit` fits one block (O(n) sortition)."""
+        n = 11
+        while self.start_audit_gas(n + 1) <= BLOCK_GAS_LIMIT:
+            n += max(1, (BLOCK_GAS_LIMIT - self.start_audit_gas(n)) // 20_000)
+        return n
+
     def largest_nodes(self) -> int:
         """The largest N whose `startAudit` and `drawEscalation` fit one block."""
         n = 11

@@ -1,10 +1,12 @@
 """The on-chain rule set the simulator enforces, as an explicit, switchable policy.
 
 `FIRST_LANDING` is the contracts of the first landing (main before issue 9): what
-docs/protocol.md §12 describes and ../shared/notes/economics-check.md measured.
-`ISSUE9` is the rule set after the on-chain soundness issue (issue 9); each flag's docstring
-says which rule of that issue it stands for. Both drive the same audit and settlement code,
-so before/after curves come from one code base.
+../shared/notes/economics-check.md measured. `ISSUE9` is the `onchain` branch at 19cf271;
+`MAIN` is what main's contracts enforce today (issue 9 plus the graduated member penalty of
+97c39e4, `MEMBER_PENALTY_BPS`). `PENDING` names the contract changes under way, each one
+`with_changes(...)` away from `MAIN`. Every rule set drives the same audit and settlement
+code, so before/after curves come from one code base; `verillm sim replay` checks `MAIN`
+against the contracts audit by audit.
 """
 
 from dataclasses import dataclass, replace
@@ -23,8 +25,9 @@ class RuleSet:
     escalate_any_party_any_verdict: bool
     """Any party whose own data contradict the verdict escalates, a PASS included. False:
     only the dispatcher escalates, and only a FAIL or a TIE."""
-    minority_penalty_bps: int
-    """Share of a member's stake taken for a mere minority vote (10_000 = a full slash)."""
+    minority_penalty_bps: int | None
+    """Share of a member's stake taken for a minority vote or a missed opening (10_000 = a full
+    slash). None: the preset's MEMBER_PENALTY_BPS, as `Registry.penalize` takes it today."""
     abandon_slashes_dispatcher: bool
     """A first round still missing seats after the redraws slashes the dispatcher (the caller of
     `replaceMissing` earns the slash reward). False: nobody is slashed, the seats are drawn afresh."""
@@ -45,6 +48,12 @@ class RuleSet:
     """The dispatcher is never drawn onto its own audit's committee."""
     lapse_refunds_bond: bool = False
     """An escalation whose committee cannot fill returns the escalator's bond (False: to the pool)."""
+    lapse_penalises_first_minority: bool = True
+    """An escalation that lapses (its committee cannot fill) settles the first round as decided:
+    its minority, the honest dissenter that escalated included, takes the member penalty."""
+    sortition_log_n: bool = False
+    """Sortition costs O(log n) gas (a stake sum tree pruned of departed identities): `startAudit`
+    fits a block at any N. False: O(n), the measured curve of `verillm.sim.gas`."""
 
     def with_changes(self, **changes) -> "RuleSet":
         return replace(self, **changes)
@@ -80,13 +89,30 @@ ISSUE9 = FIRST_LANDING.with_changes(
     lapse_refunds_bond=True,
 )
 
-# What issue 9 asks beyond that commit (its "structural weaknesses"), as a what-if: graduated
-# member penalties (1% of stake for a minority vote or a non-answer), a fresh committee after an
+# main today: issue 9 and the graduated member penalty (97c39e4): a minority vote or a missed
+# opening takes MEMBER_PENALTY_BPS of the member's stake; full slashes only for provable lies.
+MAIN = ISSUE9.with_changes(name="main", minority_penalty_bps=None)
+
+# Contract changes under way (other branches), each one change away from MAIN. Not yet on main,
+# so not in MAIN; `main+pending` applies them all.
+PENDING = {
+    # the escalation bond comes back only when the escalating side wins (a lapse keeps it)
+    "bond-refund-on-win-only": {"lapse_refunds_bond": False},
+    # an escalation that cannot be staffed slashes no honest party (the dissenter keeps its stake)
+    "unstaffable-escalation-spares-honest": {"lapse_penalises_first_minority": False},
+    # O(log n) sortition pruning departed identities: startAudit fits a block at any N
+    "log-n-sortition": {"sortition_log_n": True},
+    # a job-delivery challenge: withholding committee jobs is provable, starving does not redraw
+    "job-delivery-challenge": {"dispatcher_feeds_seats": False},
+}
+MAIN_PENDING = MAIN.with_changes(name="main+pending", **{k: v for change in PENDING.values() for k, v in change.items()})
+
+# What issue 9 asks beyond that (its "structural weaknesses"), as a what-if over main+pending:
+# a non-answer penalty (1% of stake), a fresh committee after an
 # abandoned round, provable non-delivery (a dispatcher cannot starve seats), receipts that must be
 # batched (omission is challengeable), windows in seconds.
-ISSUE9_FULL = ISSUE9.with_changes(
+ISSUE9_FULL = MAIN_PENDING.with_changes(
     name="issue-9-full",
-    minority_penalty_bps=BPS // 100,
     no_answer_penalty_bps=BPS // 100,
     fresh_draws_after_abandon=1,
     dispatcher_feeds_seats=False,
@@ -94,7 +120,7 @@ ISSUE9_FULL = ISSUE9.with_changes(
     windows_in_seconds=True,
 )
 
-RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9, ISSUE9_FULL)}
+RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9, MAIN, MAIN_PENDING, ISSUE9_FULL)}
 
 
 def get_rules(name: str) -> RuleSet:

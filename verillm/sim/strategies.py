@@ -16,6 +16,11 @@ class Strategy:
     omit: bool = False
     """Cheat only on jobs it can keep out of every batch (its own dispatcher), when the rules allow."""
     adaptive: bool = False
+    contest: bool = False
+    """Contest the worker of every audit it does not serve (a bond each; answered, it is lost)."""
+    flood: bool = False
+    """Register extra minimum-stake identities (serving nothing) until `startAudit` no longer fits
+    a block under O(n) sortition: no audit starts. The stake stays the adversary's, locked."""
 
 
 STRATEGIES = {s.name: s for s in (
@@ -29,6 +34,11 @@ STRATEGIES = {s.name: s for s in (
     Strategy("stake-grind", "collude; top up 1 gwei at a time until the committee is its own", 1.0, Behaviour(collude=True, stake_grind=True)),
     Strategy("grief-refuse", "no cheating; members never answer (audits abandoned)", 0.0, Behaviour(refuse=True)),
     Strategy("grief-disagree", "no cheating; members vote DISAGREE on honest workers", 0.0, Behaviour(grief=True)),
+    Strategy("lazy", "no cheating; members vote AGREE without running the verification job", 0.0, Behaviour(lazy=True)),
+    Strategy("withhold-openings", "cheat always; members post receipts but never open", 1.0, Behaviour(withhold_openings=True)),
+    Strategy("worker-default", "cheat always; the worker never opens an audited job", 1.0, Behaviour(worker_defaults=True)),
+    Strategy("grief-contest", "no cheating; contest the worker of every audit (bond each)", 0.0, contest=True),
+    Strategy("flood-identities", "cheat always; flood the model with identities until audits cannot start", 1.0, flood=True),
     Strategy("adaptive", "collude; cheat rate re-chosen every hour to maximise expected profit", 0.05, Behaviour(collude=True), adaptive=True),
 )}
 

@@ -24,6 +24,7 @@ def summarize(sim, wall_s: float) -> dict:
         "rules": asdict(sim.rules),
         "detection_d": sim.d, "false_vote_mu": sim.mu,
         "jobs": t.jobs, "audits": t.audits, "audits_unstartable": t.audits_unstartable,
+        "flood_identities": sim.flood_identities,
         "cheated_served": t.cheated_served,
         "cheated_unslashed": t.cheated_served - t.cheated_audits_caught,
         "cheated_omitted_from_batches": t.cheated_omitted,

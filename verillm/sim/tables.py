@@ -13,10 +13,11 @@ from verillm.sim.strategies import STRATEGIES
 TABLE_SHARES = (0.10, 0.33, 0.49)
 GRIND_AUDITS = 1000
 TABLE_STRATEGIES = ("cheat-always", "cheat-fraction", "cheat-unwatched", "collude", "collude-withhold",
-                    "dispatcher-reroll", "stake-grind", "grief-refuse", "grief-disagree", "adaptive")
+                    "dispatcher-reroll", "stake-grind", "lazy", "grief-refuse", "grief-disagree", "grief-contest",
+                    "withhold-openings", "worker-default", "flood-identities", "adaptive")
 
 
-def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=("first-landing", "issue-9"), strategies=TABLE_STRATEGIES,
+def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=("main", "main+pending"), strategies=TABLE_STRATEGIES,
                    shares=TABLE_SHARES, progress=None, **overrides) -> list[dict]:
     """Each strategy × adversary share × rule set, one engine run each."""
     rows = []
@@ -47,7 +48,8 @@ def table_row(r: dict) -> dict:
         "cheated_served": r["cheated_served"], "cheated_unslashed": r["cheated_unslashed"],
         "honest_slashed_events": sum(r["honest_slashed"].values()), "honest_slashed_eth": r["honest_slashed_eth"],
         "honest_no_answer_penalties": r["honest_no_answer_penalties"],
-        "abandoned": r["abandoned"],
+        "abandoned": r["abandoned"], "audits_unstartable": r["audits_unstartable"],
+        "flood_identities": r["flood_identities"],
         "detection_median_s": det["median"] if det else None,
         "audits": r["audits"],
     }
@@ -122,20 +124,20 @@ __all__ = ["strategy_table", "cheat_cells", "grief_cells", "liveness_cells", "ST
 
 
 FIXES = (
-    # (label, strategy, q, rules before, change as Scenario keyword arguments)
-    ("rewards from griefed dispatchers: pay no slash reward", "grief-refuse", 0.33, "first-landing",
-     {"preset_overrides": (("SLASH_REWARD_BPS", 0),)}),
-    ("rewards from griefed dispatchers: the rule fix", "grief-refuse", 0.33, "first-landing", {"rules": "issue-9"}),
-    ("stake grinding: a larger audit rate does not help", "stake-grind", 0.10, "first-landing",
+    # (label, strategy, q, rules before, change as Scenario keyword arguments): main's findings
+    ("omission: a 4x audit rate does not help", "cheat-unwatched", 0.10, "main",
      {"preset_overrides": (("AUDIT_RATE_BPS", 2000),)}),
-    ("stake grinding: epoch snapshots (issue-9)", "stake-grind", 0.10, "first-landing", {"rules": "issue-9"}),
-    ("omission: batching made enforceable (issue-9-full)", "cheat-unwatched", 0.10, "issue-9", {"rules": "issue-9-full"}),
-    ("free re-rolls: no redraws", "dispatcher-reroll", 0.33, "issue-9",
-     {"preset_overrides": (("MAX_COMMITTEE_REDRAWS", 0),)}),
-    ("free re-rolls: provable delivery + fresh draws (issue-9-full)", "dispatcher-reroll", 0.33, "issue-9", {"rules": "issue-9-full"}),
-    ("collusion at 49%: larger escalation committee", "collude", 0.49, "issue-9",
-     {"preset_overrides": (("ESCALATION_COMMITTEE_SIZE", 31),)}),
-    ("collusion at 49%: graduated minority penalty (issue-9-full)", "collude", 0.49, "issue-9", {"rules": "issue-9-full"}),
+    ("omission: batching made enforceable (batchBy + non-inclusion challenge)", "cheat-unwatched", 0.10, "main",
+     {"rule_overrides": (("omission_possible", False),)}),
+    ("re-rolls: no redraws", "dispatcher-reroll", 0.33, "main", {"preset_overrides": (("MAX_COMMITTEE_REDRAWS", 0),)}),
+    ("re-rolls: job-delivery challenge (pending)", "dispatcher-reroll", 0.33, "main",
+     {"rule_overrides": (("dispatcher_feeds_seats", False),)}),
+    ("re-rolls: delivery challenge + fresh draw after abandon (issue-9-full)", "dispatcher-reroll", 0.33, "main", {"rules": "issue-9-full"}),
+    ("grief-disagree at 33%: escalation committee 15", "grief-disagree", 0.33, "main",
+     {"preset_overrides": (("ESCALATION_COMMITTEE_SIZE", 15),)}),
+    ("collude-withhold at 33%: every pending change (main+pending)", "collude-withhold", 0.33, "main", {"rules": "main+pending"}),
+    ("identity flood: O(log n) sortition (pending)", "flood-identities", 0.10, "main",
+     {"rule_overrides": (("sortition_log_n", True),)}),
 )
 
 
@@ -152,6 +154,7 @@ def fix_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: 
             result[f"excess_{tag}_eth"] = row["adversary_profit_per_identity_eth"] - honest["adversary_profit_per_identity_eth"]
             result[f"honest_slashed_{tag}_eth"] = row["honest_slashed_eth"]
             result[f"p_escape_{tag}"] = row["p_audited_cheat_escapes"]
+            result[f"unslashed_cheats_{tag}"] = row["cheated_unslashed"]
         rows.append(result)
         if progress:
             progress(result)

@@ -1,0 +1,234 @@
+"""Replay simulated audits through the real contracts and compare them outcome by outcome.
+
+Each case is one audit as `verillm.sim.audit.run_audit` plays it under the `main` rule set:
+a worker (honest or cheating), a dispatcher, and members that are honest, offline, colluding,
+lazy, griefing, withholding their receipt or their opening. The replay batches the worker's
+receipt on anvil, lets the contracts draw the committee, and runs the simulator with the
+chain's seeds (the first round's from β, the escalation's from the blockhash after
+`escalate`), so both draw the same committees. It then plays the simulator's decisions step
+by step — receipts, `replaceMissing`, openings and votes, `finalize`, `escalate`,
+`drawEscalation`, the second round, `settle` — and compares: every committee drawn, abandoned
+or not, escalation lapsed or not, the verdict, each node's stake change and credit (wei).
+Every chain action is reverted after its case, so every case starts from the same stakes.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from verillm.spec.audit import compute_committee_seed, compute_escalation_seed
+from verillm.spec.params import MINIMAL, Preset
+from verillm.spec.settlement import AGREE, VERDICT_NAMES
+from verillm.sim.audit import AuditContext, Behaviour, run_audit
+from verillm.sim.replay_chain import ReplayWorld, compute_receipt_hash
+from verillm.sim.rules import MAIN, RuleSet
+
+PHASE_ABANDONED = 6
+REPLAY_STAKES_MIN = (3, 2, 2, 1, 1, 1, 2, 1, 1, 3, 1, 1)
+"""Twelve nodes: enough for a committee, a redraw and an escalation, few enough that an
+escalation after redraws sometimes finds the pool exhausted (and lapses)."""
+
+# (name, behaviour, worker adversarial, cheated, honest offline probability)
+CASE_KINDS = (
+    ("honest", Behaviour(), False, False, 0.0),
+    ("honest-offline", Behaviour(), False, False, 0.35),
+    ("members-mostly-offline", Behaviour(), False, False, 0.75),
+    ("cheat", Behaviour(), True, True, 0.0),
+    ("cheat-offline", Behaviour(), True, True, 0.3),
+    ("collude", Behaviour(collude=True), True, True, 0.0),
+    ("collude-withhold", Behaviour(collude=True, withhold=True), True, True, 0.1),
+    ("grief-disagree", Behaviour(grief=True), False, False, 0.0),
+    ("grief-refuse", Behaviour(refuse=True), False, False, 0.0),
+    ("lazy-on-cheat", Behaviour(lazy=True), True, True, 0.0),
+    ("withhold-openings", Behaviour(withhold_openings=True), True, True, 0.0),
+    ("worker-default", Behaviour(worker_defaults=True), True, True, 0.0),
+)
+
+
+@dataclass
+class ReplayCase:
+    index: int
+    kind: str
+    behaviour: Behaviour
+    worker: int
+    dispatcher: int
+    cheated: bool
+    offline: float
+    rng_seed: int
+
+
+@dataclass
+class ReplayResult:
+    case: ReplayCase
+    abandoned: bool = False
+    escalated: bool = False
+    lapsed: bool = False
+    verdict: int = 0
+    committees: int = 0
+    mismatches: list = field(default_factory=list)
+
+
+def sample_cases(count: int, adversarial: np.ndarray, seed: int = 0) -> list[ReplayCase]:
+    """``count`` audits, cycling through the case kinds, with random workers and dispatchers."""
+    rng = np.random.default_rng(seed)
+    adv, honest = np.flatnonzero(adversarial), np.flatnonzero(~adversarial)
+    cases = []
+    for i in range(count):
+        kind, beh, worker_adv, cheated, offline = CASE_KINDS[i % len(CASE_KINDS)]
+        worker = int(rng.choice(adv if worker_adv else honest))
+        # the worker's own node dispatches half the time; otherwise any other node
+        dispatcher = worker if rng.random() < 0.5 else int(rng.choice([n for n in range(len(adversarial)) if n != worker]))
+        cases.append(ReplayCase(i, kind, beh, worker, dispatcher, cheated, offline, int(rng.integers(2**31))))
+    return cases
+
+
+class Replayer:
+    def __init__(self, chain, preset: Preset = MINIMAL, rules: RuleSet = MAIN, adversary_share: float = 0.4,
+                 mu: float = 0.1, d: float = 1.0, seed: int = 0):
+        self.world = ReplayWorld(chain, preset, REPLAY_STAKES_MIN)
+        self.preset, self.rules, self.mu, self.d = preset, rules, mu, d
+        n = len(REPLAY_STAKES_MIN)
+        adversarial = np.zeros(n, dtype=bool)
+        adversarial[np.random.default_rng(seed).choice(n, size=int(round(adversary_share * n)), replace=False)] = True
+        self.adversarial = adversarial
+        self.chain = chain
+        self.start_balances = self.world.balances()  # every case starts from these (reverted after each)
+        self.base = chain.snapshot()
+
+    def simulate(self, case: ReplayCase, seed: bytes, audit_id: int, escalation_seed=None):
+        ctx = AuditContext(self.preset, self.rules, self.world.pool(self.adversarial), case.behaviour, self.d, self.mu, case.offline)
+        return run_audit(ctx, case.worker, case.dispatcher, case.cheated, seed, np.random.default_rng(case.rng_seed),
+                         audit_id=audit_id, escalation_seed=escalation_seed)
+
+    def replay(self, case: ReplayCase) -> ReplayResult:
+        try:
+            return self._replay(case)
+        finally:
+            self.chain.revert(self.base)
+            self.base = self.chain.snapshot()
+
+    def _replay(self, case: ReplayCase) -> ReplayResult:
+        w, p, pre = self.world, self.world.protocol, self.preset
+        res = ReplayResult(case)
+        stakes0, credits0 = self.start_balances
+        worker, dispatcher = w.nodes[case.worker], w.nodes[case.dispatcher]
+        wtrace = w.worker_trace(case.cheated)
+        wreceipt, wcommit = w.receipt(worker, wtrace, member=False, nonce=case.index)
+        posted = p.post_batch(dispatcher.account, [compute_receipt_hash(wreceipt)]).value
+        self.chain.mine(pre.AUDIT_DRAW_DELAY_BLOCKS + 1)
+        beta = p.draw_audit(dispatcher.account, posted.batch_id, dispatcher.vrf_key).value
+        audit_id = p.start_audit(dispatcher.account, posted.batch_id, 0, wreceipt, posted.levels).value
+        out = self.simulate(case, compute_committee_seed(bytes(beta), 0), audit_id)
+        res.abandoned, res.escalated = out.abandoned, out.escalated
+        first = out.trace[0]
+        self._drive_round(res, audit_id, 0, first, wtrace, wcommit)
+        if first["abandoned"]:
+            if w.round_phase(audit_id, 0) != PHASE_ABANDONED:
+                res.mismatches.append("simulator abandoned round 0, the contracts did not")
+            return self._compare(res, out, stakes0, credits0, bond=0)
+        if out.escalated:
+            escalator = w.nodes[out.escalator]
+            tx = p.escalate(escalator.account, audit_id)
+            esc_block = tx.receipt["blockNumber"]
+            self.chain.mine(pre.AUDIT_DRAW_DELAY_BLOCKS + 1)
+            p.draw_escalation(self.world.outsider, audit_id)
+            esc_seed = compute_escalation_seed(audit_id, p.get_blockhash(esc_block + pre.AUDIT_DRAW_DELAY_BLOCKS))
+            out = self.simulate(case, compute_committee_seed(bytes(beta), 0), audit_id, escalation_seed=esc_seed)
+            if out.trace[0] != first:
+                res.mismatches.append("the simulator's first round changed with the escalation seed")
+            res.lapsed = out.lapsed_escalation
+            self._drive_round(res, audit_id, 1, out.trace[1], wtrace, wcommit)
+            chain_lapsed = p.get_audit(audit_id).round == 0
+            if chain_lapsed != out.lapsed_escalation:
+                res.mismatches.append(f"escalation lapsed: simulator {out.lapsed_escalation}, contracts {chain_lapsed}")
+        self.chain.mine(pre.DISPUTE_WINDOW_BLOCKS + 1)
+        verdict = p.settle(self.world.outsider, audit_id).value
+        res.verdict = out.verdict
+        if verdict != out.verdict:
+            res.mismatches.append(f"verdict: simulator {VERDICT_NAMES.get(out.verdict)}, contracts {VERDICT_NAMES.get(verdict)}")
+        return self._compare(res, out, stakes0, credits0, bond=pre.DISPUTE_BOND_WEI if out.escalated else 0)
+
+    def _drive_round(self, res, audit_id, ri, trace, wtrace, wcommit) -> None:
+        """Play one round's receipts, redraws, openings, votes and `finalize` as the simulator did."""
+        w, p, pre = self.world, self.world.protocol, self.preset
+        if not trace["attempts"]:  # no candidates at the first draw: checked by the caller (abandoned / lapsed)
+            return
+        done = [False] * len(trace["attempts"][0]["seats"])
+        members = {}
+        for k, attempt in enumerate(trace["attempts"]):
+            res.committees += 1
+            chain_seats = w.committee(audit_id, ri)
+            if chain_seats != attempt["seats"]:
+                res.mismatches.append(f"round {ri} attempt {k}: committee simulator {attempt['seats']}, contracts {chain_seats}")
+                return
+            for slot, (node, posted) in enumerate(zip(attempt["seats"], attempt["posted"])):
+                if posted and not done[slot]:
+                    mtrace = w.member_trace()
+                    receipt, commit = w.receipt(w.nodes[node], mtrace, member=True, nonce=10_000 + audit_id)
+                    p.post_committee_receipt(w.outsider, audit_id, slot, receipt)
+                    members[slot] = (w.nodes[node], mtrace, commit)
+                    done[slot] = True
+            if all(done):
+                break
+            self.chain.mine(pre.COMMIT_WINDOW_BLOCKS + 1)
+            p.replace_missing(w.outsider, audit_id)
+        if trace["abandoned"]:
+            return
+        self._open_and_vote(audit_id, trace, members, wtrace, wcommit)
+
+    def _open_and_vote(self, audit_id, trace, members, wtrace, wcommit) -> None:
+        w, p, pre = self.world, self.world.protocol, self.preset
+        self.chain.mine(pre.AUDIT_DRAW_DELAY_BLOCKS + 1)
+        p.draw_challenge(w.outsider, audit_id)
+        if trace["worker_opened"]:
+            p.open(w.nodes[self._worker_of(audit_id)].account, audit_id, w.opening(audit_id, wtrace, wcommit))
+        for slot, (opened, vote) in enumerate(zip(trace["opened"], trace["votes"])):
+            if opened:
+                node, mtrace, commit = members[slot]
+                p.open_and_vote(node.account, audit_id, slot, w.opening(audit_id, mtrace, commit), vote == AGREE)
+        if not trace["worker_opened"] or not all(trace["opened"]):
+            self.chain.mine(2 * pre.OPEN_WINDOW_BLOCKS + 1)  # finalize waits out the open windows
+        p.verdict(w.outsider, audit_id)
+
+    def _worker_of(self, audit_id: int) -> int:
+        return self.world.index[self.world.protocol.get_audit(audit_id).worker.lower()]
+
+    def _compare(self, res: ReplayResult, out, stakes0, credits0, bond: int) -> ReplayResult:
+        stakes1, credits1 = self.world.balances()
+        for i in range(len(stakes0)):
+            slashed = stakes0[i] - stakes1[i]
+            credit = credits1[i] - credits0[i] - (bond if i == out.escalator else 0)
+            if slashed != out.slashed_wei.get(i, 0):
+                res.mismatches.append(f"node {i} slashed: simulator {out.slashed_wei.get(i, 0)}, contracts {slashed} wei")
+            if credit != out.credits_wei.get(i, 0):
+                res.mismatches.append(f"node {i} credit: simulator {out.credits_wei.get(i, 0)}, contracts {credit} wei")
+        return res
+
+
+def agreement_table(results: list[ReplayResult]) -> list[dict]:
+    """One row per case kind: audits, committees compared, escalations, lapses, mismatches."""
+    rows = {}
+    for r in results:
+        row = rows.setdefault(r.case.kind, {"kind": r.case.kind, "audits": 0, "committees": 0, "abandoned": 0, "escalated": 0,
+                                            "lapsed": 0, "verdicts": {}, "agree": 0, "mismatches": 0})
+        row["audits"] += 1
+        row["committees"] += r.committees
+        row["abandoned"] += r.abandoned
+        row["escalated"] += r.escalated
+        row["lapsed"] += r.lapsed
+        if not r.abandoned:
+            name = VERDICT_NAMES.get(r.verdict, "-")
+            row["verdicts"][name] = row["verdicts"].get(name, 0) + 1
+        row["agree"] += not r.mismatches
+        row["mismatches"] += bool(r.mismatches)
+    return list(rows.values())
+
+
+def run_replay(chain, audits: int, seed: int = 0, progress=None) -> tuple[list[ReplayResult], list[dict]]:
+    replayer = Replayer(chain, seed=seed)
+    results = []
+    for case in sample_cases(audits, replayer.adversarial, seed):
+        results.append(replayer.replay(case))
+        if progress:
+            progress(results[-1])
+    return results, agreement_table(results)
