@@ -77,6 +77,9 @@ def test_blake3_in_solidity_is_the_spec_tokens_hash(world):
 def test_claim_then_publish_restarts_the_window_and_the_audit_settles(world):
     run = _start(world)
     members = _members(world, run)
+    output_hash, sampling_key, count = world.protocol.jobs.call("transcriptOf", run.audit_id)
+    assert (bytes(output_hash), bytes(sampling_key), count) == (
+        run.worker.receipt.output_hash, spec_delivery.compute_sampling_key(SamplingParams()), PROMPT_LEN + OUTPUT_TOKENS)
     deadline = _commit_deadline(world, run)
     claim = world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0)
     claim_block = claim.receipt["blockNumber"]
