@@ -19,6 +19,7 @@ import logging
 
 from verillm.spec import delivery as spec_delivery
 from verillm.spec.hashing import keccak256
+from verillm.spec.job import compute_tokens_hash
 from verillm.spec.types import Job, SamplingParams
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
@@ -115,7 +116,21 @@ class DeliveryDuties:
         if published:
             await self._run_published(audit_id, round_index, slot, published[0]["args"])
         elif head >= compute_claim_block(draw_block, self.chainio.params["commitWindowBlocks"]):
+            if await self._job_arrived(audit_id):
+                return  # it is running (or its receipt is on its way): a claim would only cost gas
             await self._claim(audit_id, round_index, slot, head)
+
+    async def _job_arrived(self, audit_id: int) -> bool:
+        """Whether this node holds a one-token job over the audit's transcript (its verification
+        job came: the member cannot tell it from any scoring request, but its input hashes to
+        the worker's signed outputHash)."""
+        output_hash, _, count = await self.chainio.read(self.chainio.protocol.jobs.call, "transcriptOf", audit_id)
+        rows = self.store.db.query("SELECT job_hash FROM jobs WHERE num_input_tokens = ? ORDER BY received_at DESC LIMIT 64", [count])
+        for row in rows:
+            job = self.store.get_job(bytes.fromhex(row["job_hash"])).job
+            if job.max_new_tokens == 1 and compute_tokens_hash(job.input_tokens) == bytes(output_hash):
+                return True
+        return False
 
     async def _claim(self, audit_id: int, round_index: int, slot: int, head: int) -> None:
         claimant = await self.chainio.read(self.chainio.protocol.disputes.call, "claimants", audit_id, (round_index << 8) | slot)
