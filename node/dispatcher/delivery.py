@@ -47,6 +47,14 @@ def compute_verification_nonce(audit_id: int, round_index: int, slot: int, membe
     return keccak256(b"undelivered" + audit_id.to_bytes(8, "big") + bytes([round_index, slot]) + member)
 
 
+def compute_self_run_job(model_id: bytes, tokens, sampling: SamplingParams, audit_id: int, round_index: int, slot: int,
+                         member: bytes) -> Job:
+    """The verification job a member runs from a published transcript (member slot 0-based);
+    the audit's dispatcher rebuilds it to find the member's job hash."""
+    return Job(model_id=model_id, input_tokens=tuple(tokens), sampling=sampling, max_new_tokens=1,
+               nonce=compute_verification_nonce(audit_id, round_index, slot, member))
+
+
 class DeliveryDuties:
     """Claims for this node's undelivered member jobs, and publications for its worker seats."""
 
@@ -162,9 +170,9 @@ class DeliveryDuties:
         tokens = spec_delivery.decode_transcript_tokens(bytes.fromhex(args["tokens"].removeprefix("0x")))
         state = await self.chainio.read(self.chainio.protocol.get_audit, audit_id)
         sampling = SamplingParams(args["temperatureMilli"], args["topK"], args["topPPpm"], args["seed"])
-        job = Job(model_id=state.model_id, input_tokens=tokens, sampling=sampling, max_new_tokens=1,
-                  nonce=compute_verification_nonce(audit_id, round_index, slot, self.chainio.address))
-        result = await self.worker.process_job(job)
+        job = compute_self_run_job(state.model_id, tokens, sampling, audit_id, round_index, slot, self.chainio.address)
+        # Submitted in the dispatcher's name: it asks for this job's openings as for one it sent.
+        result = await self.worker.process_job(job, sender=bytes.fromhex(state.dispatcher[2:]))
         try:
             await self.chainio.send("post_committee_receipt", audit_id, slot, result.receipt, audit_id=audit_id)
         except Exception as exc:
