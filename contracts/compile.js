@@ -16,7 +16,8 @@ const SETTINGS = {
 
 function importResolver(srcDir) {
   return (importPath) => {
-    for (const base of [srcDir, path.join(__dirname, "node_modules")]) {
+    // The repository root last: test contracts import the protocol's ("contracts/src/X.sol").
+    for (const base of [srcDir, path.join(__dirname, "node_modules"), path.join(__dirname, "..")]) {
       const candidate = path.join(base, importPath);
       if (fs.existsSync(candidate)) return { contents: fs.readFileSync(candidate, "utf8") };
     }

@@ -3,6 +3,7 @@ pragma solidity ^0.8.24;
 
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
 import {AuditCodes, AuditView, PartyView} from "./AuditTypes.sol";
+import {Delivery} from "./Delivery.sol";
 import {Fingerprint} from "./Fingerprint.sol";
 import {Jobs} from "./Jobs.sol";
 import {MerkleLib} from "./MerkleLib.sol";
@@ -17,7 +18,8 @@ import {Registry} from "./Registry.sol";
 ///   the token check for one member; a member whose vote contradicts its own committed data
 ///   is slashed.
 /// - `escalate`: a bonded call for a fresh, larger committee (handled by Jobs).
-contract Disputes is ReentrancyGuard {
+/// - undelivered committee jobs: claim, publish, or the worker's default (`Delivery`).
+contract Disputes is ReentrancyGuard, Delivery {
     struct Contest {
         uint64 auditId;
         uint8 round;
@@ -91,7 +93,7 @@ contract Disputes is ReentrancyGuard {
     error AlreadySlashed(uint8 slot);
     error NotRegistry();
 
-    constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) {
+    constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) Delivery(jobs_, registry_, p) {
         Params.validate(p);
         jobs = jobs_;
         registry = registry_;

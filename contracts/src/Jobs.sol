@@ -656,6 +656,28 @@ contract Jobs is EIP712, ReentrancyGuard {
         return m.node;
     }
 
+    /// @notice Delivery (Disputes) moves the current round's commit deadline out to `until` (a
+    /// claimed job's publication window, then a commit window), or with 0 decides the round as
+    /// the worker's default: it never published the job a member claimed (docs/protocol.md §12).
+    function onDelivery(uint256 auditId, uint64 until) external onlyDisputes {
+        Audit storage a = _audit(auditId);
+        Round storage r = rounds[auditId][a.round];
+        if (r.phase != AuditCodes.COMMITTING) revert WrongPhase(r.phase);
+        if (until == 0) {
+            r.phase = AuditCodes.DECIDED;
+            r.verdictBlock = uint64(block.number);
+        } else if (until > r.commitDeadline) {
+            r.commitDeadline = until;
+        }
+    }
+
+    /// @notice What a published job must hash to: the worker's outputHash (input ‖ output), its
+    /// sampling key and its token count P + N.
+    function transcriptOf(uint256 auditId) external view returns (bytes32 outputHash, bytes32 samplingKey, uint256 tokens) {
+        Audit storage a = _audit(auditId);
+        return (a.workerOutputHash, a.samplingKey, uint256(a.inputTokens) + a.outputTokens);
+    }
+
     function addPendingContest(uint256 auditId, int8 delta) external onlyDisputes {
         Audit storage a = _audit(auditId);
         a.pendingContests = uint16(int16(a.pendingContests) + delta);

@@ -31,6 +31,7 @@ class CommitteeDriver:
 
     def __init__(self, chainio: ChainIO, tables: DispatcherTables, router: NetworkDispatcher, view: RegistryView, tasks: KeyedTasks):
         self.chainio, self.tables, self.router, self.view, self.tasks = chainio, tables, router, view, tasks
+        self.withhold_jobs = False  # PartyFaults.committee_jobs == "withhold": a dishonest dispatcher (tests only)
 
     async def advance(self, audit_id: int, round_index: int, info: RoundInfo, head: int) -> None:
         """Send, collect and post every seat of the round still without a receipt on-chain."""
@@ -40,6 +41,8 @@ class CommitteeDriver:
             if party["root"] != EMPTY_ROOT:
                 continue
             open_slots.append(slot)
+            if self.withhold_jobs:
+                continue
             committee_job = self._get_or_create(audit_id, round_index, slot, member)
             key = f"seat:{audit_id}:{round_index}:{slot}:{member.hex()}"
             self.tasks.spawn(key, lambda cj=committee_job: self._fill_seat(cj))

@@ -11,6 +11,8 @@ run` because some of them must cheat, and a production daemon has no switch for 
                     running the model, and its votes always agree with the worker
     --tamper-opening  as a worker, posts opened leaves nudged by two ulps: inside every band,
                     but not what it committed to (only a contest catches it)
+    --withhold-jobs   as a dispatcher, never sends the committees their verification jobs (the
+                    members claim them and the workers publish, docs/protocol.md §12)
 
 Everything else is the real daemon (`create_app`), configured from the TOML file like any node.
 """
@@ -72,7 +74,7 @@ def build_dishonest_model(config: EngineConfig, attack: str | None, lazy: bool) 
     return ServedModel(config.model, LazyEngine(engine) if lazy else engine, tokenizer)
 
 
-async def serve(config: NodeConfig, attack: str | None, lazy: bool, tamper_opening: bool = False) -> None:
+async def serve(config: NodeConfig, attack: str | None, lazy: bool, tamper_opening: bool = False, withhold_jobs: bool = False) -> None:
     """Run one node until SIGTERM or SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -80,8 +82,9 @@ async def serve(config: NodeConfig, attack: str | None, lazy: bool, tamper_openi
         loop.add_signal_handler(signum, stop.set)
     served = await asyncio.to_thread(build_dishonest_model, config.engine, attack, lazy)
     app = create_app(config, served)
-    if lazy or tamper_opening:
-        app[APP_FAULTS] = PartyFaults(member_vote="always_agree" if lazy else "honest", worker_opening="tampered" if tamper_opening else "honest")
+    if lazy or tamper_opening or withhold_jobs:
+        app[APP_FAULTS] = PartyFaults(member_vote="always_agree" if lazy else "honest", worker_opening="tampered" if tamper_opening else "honest",
+                                      committee_jobs="withhold" if withhold_jobs else "deliver")
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, config.server.host, config.server.port).start()
@@ -97,12 +100,13 @@ async def serve(config: NodeConfig, attack: str | None, lazy: bool, tamper_openi
 @click.option("--attack", default=None, help="Run this dishonest engine (verillm.engine.attacks).")
 @click.option("--lazy", is_flag=True, help="Be a lazy committee member (made-up commitments, always agree).")
 @click.option("--tamper-opening", is_flag=True, help="As a worker, post leaves that do not match the committed root.")
+@click.option("--withhold-jobs", is_flag=True, help="As a dispatcher, never send committee members their verification jobs.")
 @click.option("--log-level", default="INFO")
-def main(config_path: str, attack: str | None, lazy: bool, tamper_opening: bool, log_level: str) -> None:
+def main(config_path: str, attack: str | None, lazy: bool, tamper_opening: bool, withhold_jobs: bool, log_level: str) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = load_config(config_path)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(config, attack, lazy, tamper_opening))
+        asyncio.run(serve(config, attack, lazy, tamper_opening, withhold_jobs))
 
 
 if __name__ == "__main__":

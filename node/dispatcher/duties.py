@@ -44,6 +44,9 @@ class PartyFaults:
     worker_opening: str = "honest"
     """"honest", or "tampered": the worker posts leaves nudged by two ulps (inside every band, so
     members still agree) that no longer match its committed root — caught only by a contest."""
+    committee_jobs: str = "deliver"
+    """"deliver", or "withhold": as dispatcher, never send the committee their verification jobs
+    (their claims then make the worker publish its transcript, docs/protocol.md §12)."""
 
 
 def compute_tampered_opening(opening):

@@ -20,11 +20,13 @@ import aiohttp
 from verillm.errors import InvalidProof, VerillmError
 from verillm.spec.audit import compute_opening_hash, is_onchain_agreement
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
+from verillm.spec.job import compute_job_hash
 from verillm.spec.commitment import process_opening
 from verillm.spec.settlement import FAIL, PASS, WORKER_DEFAULT
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
 from verillm.node.dispatcher.committee import CommitteeDriver
+from verillm.node.dispatcher.delivery import compute_self_run_job
 from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView
 from verillm.node.dispatcher.tables import DispatcherTables
 from verillm.node.dispatcher.status import compute_audit_summary
@@ -153,9 +155,14 @@ class AuditDriver:
             return job.worker, job.worker_url, job.job_hash
         address = bytes.fromhex(node[2:])
         seat = self.tables.get_committee_job(row["audit_id"], round_index, slot - 1, address)
-        if seat is None:
-            raise VerillmError(f"audit {row['audit_id']}: no committee job of this dispatcher fills slot {slot}")
-        return address, await self.view.get_endpoint(address), seat.job_hash
+        if seat is not None:
+            return address, await self.view.get_endpoint(address), seat.job_hash
+        # Not sent by this dispatcher: the member claimed it and ran the published transcript
+        # (docs/protocol.md §12 "Undelivered jobs"), a job it submitted in this dispatcher's name.
+        dispatched = self.tables.get_dispatched_job(bytes.fromhex(row["job_hash"]))
+        job = compute_self_run_job(dispatched.job.model_id, tuple(dispatched.job.input_tokens) + tuple(dispatched.output_tokens),
+                                   dispatched.job.sampling, row["audit_id"], round_index, slot - 1, address)
+        return address, await self.view.get_endpoint(address), compute_job_hash(job)
 
     def _prove(self, opening, party: dict, model) -> str | None:
         """Return why ``opening`` is not what the party posted under its root, or None."""
@@ -195,7 +202,10 @@ class AuditDriver:
         seat = self.tables.get_committee_job(audit_id, round_index, slot - 1, bytes.fromhex(party["node"][2:]))
         stop_tokens = tuple(self.router.worker.served.manifest.stop_tokens)
         onchain = is_onchain_agreement(worker_cells, member_cells, model, prompt_len, state.output_tokens)
-        full = compute_member_vote(worker_cells, member_cells, model, prompt_len, job.output_tokens, job.job.max_new_tokens, stop_tokens, seat.output_tokens or ())
+        # A member that ran the published transcript itself (no seat row) never told this
+        # dispatcher its sampled token: the stop check then rests on its committed flags alone.
+        member_output = (seat.output_tokens or ()) if seat is not None else ()
+        full = compute_member_vote(worker_cells, member_cells, model, prompt_len, job.output_tokens, job.job.max_new_tokens, stop_tokens, member_output)
         outcome = {"proven": True, "agrees": full, "vote": party["vote"]}
         if is_provable_lie(party["vote"], onchain, full) and not party["slashed"]:  # slashed once per audit
             log.warning("audit %d: member slot %d voted %d against its own proven data; adjudicating", audit_id, slot, party["vote"])

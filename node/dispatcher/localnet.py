@@ -51,6 +51,9 @@ class NodeSpec:
     attack: str | None = None
     lazy: bool = False
     tamper_opening: bool = False
+    withhold_jobs: bool = False
+    """As a dispatcher, never send the committees their verification jobs (not slashable: its
+    members claim, the workers publish, docs/protocol.md §13; `is_honest` as a worker)."""
 
     @property
     def is_honest(self) -> bool:
@@ -65,6 +68,8 @@ class NodeSpec:
     def label(self) -> str:
         if self.is_honest:
             return "honest"
+        if self.withhold_jobs and self.attack is None and not self.lazy and not self.tamper_opening:
+            return "withholding dispatcher"
         return "lazy member" if self.lazy else ("tampered opening" if self.tamper_opening else f"cheater ({self.attack})")
 
 
@@ -208,6 +213,7 @@ class LocalNetwork:
         argv += ["--attack", node.spec.attack] if node.spec.attack else []
         argv += ["--lazy"] if node.spec.lazy else []
         argv += ["--tamper-opening"] if node.spec.tamper_opening else []
+        argv += ["--withhold-jobs"] if node.spec.withhold_jobs else []
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         log_handle = open(node.log_file, "ab")  # noqa: SIM115 (the child keeps it)
         node.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_handle, stderr=subprocess.STDOUT,

@@ -18,6 +18,7 @@ from verillm.errors import ConfigError, NotFound
 from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_KEY, APP_METRICS, APP_DOMAIN, APP_STORE, APP_WORKER
 from verillm.node.dispatcher.batches import BatchScheduler
 from verillm.node.dispatcher.chainio import ChainIO, compute_vrf_secret_key
+from verillm.node.dispatcher.delivery import DeliveryDuties
 from verillm.node.dispatcher.duties import PartyDuties, PartyFaults
 from verillm.node.dispatcher.judging import AuditDriver
 from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView
@@ -64,8 +65,12 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     router = NetworkDispatcher(worker, app[APP_STORE], tables, view, key, app[APP_DOMAIN], session, chainio.params["committeeSize"])
     batches = BatchScheduler(chainio, tables, metrics, compute_vrf_secret_key(key), config.batch_max_receipts, config.batch_max_wait_s)
     audits = AuditDriver(chainio, tables, router, view, tasks, metrics, config.escalate)
-    duties = PartyDuties(chainio, tables, app[APP_STORE], worker, app.get(APP_FAULTS, PartyFaults()))
-    watcher = ChainWatcher(chainio, tables, view, batches, audits, duties, tasks, metrics, config.poll_interval_s, config.confirmations)
+    faults = app.get(APP_FAULTS, PartyFaults())
+    duties = PartyDuties(chainio, tables, app[APP_STORE], worker, faults)
+    audits.committee.withhold_jobs = faults.committee_jobs == "withhold"
+    delivery = DeliveryDuties(chainio, tables, app[APP_STORE], worker)
+    watcher = ChainWatcher(chainio, tables, view, batches, audits, duties, tasks, metrics, config.poll_interval_s, config.confirmations,
+                           delivery)
     router.readiness = ReadinessMonitor(chainio, key.address, worker.served.model_id, config.registry_refresh_s)
     return DispatchService(chainio, tables, router, watcher, tasks)
 

@@ -16,6 +16,7 @@ from verillm.chain.events import ChainEvent, EventPoller
 
 from verillm.node.dispatcher.batches import BatchScheduler
 from verillm.node.dispatcher.chainio import ChainIO
+from verillm.node.dispatcher.delivery import DeliveryDuties
 from verillm.node.dispatcher.duties import PartyDuties
 from verillm.node.dispatcher.judging import AuditDriver
 from verillm.node.dispatcher.router import RegistryView
@@ -52,8 +53,9 @@ class ChainWatcher:
 
     def __init__(self, chainio: ChainIO, tables: DispatcherTables, view: RegistryView, batches: BatchScheduler,
                  audits: AuditDriver, duties: PartyDuties, tasks: KeyedTasks, metrics: NodeMetrics,
-                 poll_interval_s: float, confirmations: int):
+                 poll_interval_s: float, confirmations: int, delivery: DeliveryDuties | None = None):
         self.chainio, self.tables, self.view = chainio, tables, view
+        self.delivery = delivery
         self.batches, self.audits, self.duties, self.tasks, self.metrics = batches, audits, duties, tasks, metrics
         self.poll_interval_s = poll_interval_s
         protocol = chainio.protocol
@@ -88,6 +90,8 @@ class ChainWatcher:
             self.tasks.spawn(f"audit:{row['audit_id']}", lambda r=row: self.audits.advance(r, self.head))
         for duty in self.tables.get_duties():
             self.tasks.spawn(f"duty:{duty.audit_id}:{duty.round}:{duty.slot}", lambda d=duty: self.duties.advance(d, self.head))
+        if self.delivery is not None:
+            self.tasks.spawn("delivery", lambda: self.delivery.advance(self.head))
         if self.ticks % 20 == 0:
             self.tasks.spawn("stake", self._update_stake)
         self.ticks += 1

@@ -63,23 +63,27 @@ def _opened(world, cheat: bool = False) -> AuditRun:
 # --- attacks that work today -------------------------------------------------------------------
 
 
-@_works("a self-dispatching cheat never sends the verification jobs: the audit is abandoned, nobody slashed")
+# Stopped by docs/protocol.md §12 "Undelivered jobs" (contracts/src/Delivery.sol): a member
+# without its job claims it, and the worker, who can always publish its own transcript, must
+# post it on-chain within a commit window or be slashed as a worker default.
 def test_self_dispatched_cheat_withholds_the_committee_jobs_and_keeps_its_stake(world):
     # The worker is its own dispatcher (allowed): it must start the audit its draw selected (or
     # be slashed for a missed start), but the committee's verification jobs come from it, and it
-    # sends none. No receipt arrives, replaceMissing redraws then abandons: nobody is slashed.
+    # sends none. Before the rule, no receipt arrived, replaceMissing redrew then abandoned the
+    # audit: nobody slashed. Now the honest members claim their jobs; the cheat does not publish.
     cheat = world.nodes[0]
     before = world.stakes()[cheat.address]
     run = world.start(world.make_worker(cheat, offset=CHEAT_OFFSET), dispatcher=cheat)
-    for _ in range(PRESET.MAX_COMMITTEE_REDRAWS + 1):
-        if world.protocol.get_audit(run.audit_id).phase == ABANDONED:
-            break
-        world.chain.mine(PRESET.COMMIT_WINDOW_BLOCKS + 1)
+    deadline = 0
+    for slot, member in enumerate(world.committee(run)):
+        deadline = world.protocol.claim_undelivered(member.account, run.audit_id, slot).value
+    world.chain.mine(deadline - world.chain.get_block_number() + 1)
+    with _reverts("TooEarly"):  # the claims hold the round open: no redraw, no abandonment
         world.protocol.replace_missing(world.outsider, run.audit_id)
-    assert world.protocol.get_audit(run.audit_id).phase == ABANDONED
-    world.chain.mine(PRESET.START_WINDOW_BLOCKS + 1)
-    with _reverts("AlreadyHandled"):  # the start was made: no missed-start slash either
-        world.protocol.slash_missed_start(world.outsider, world.protocol.get_audit(run.audit_id).batch_id, 0)
+    world.protocol.slash_undelivered(world.outsider, run.audit_id, 0)
+    assert world.protocol.get_audit(run.audit_id).phase != ABANDONED
+    world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
+    assert world.protocol.settle(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
     # Safe outcome: whoever had to deliver the committee's jobs (here the cheat) loses stake.
     assert world.stakes()[cheat.address] < before
 

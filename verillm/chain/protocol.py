@@ -32,11 +32,12 @@ from verillm.chain.chain import Chain, ContractHandle
 from verillm.chain.deploy import CallStep, DeployContext, Deployment, DeployStep, deploy_plan
 from verillm.errors import ChainError, ConfigError, InvalidInput
 from verillm.spec import audit as spec_audit
+from verillm.spec import delivery as spec_delivery
 from verillm.spec import vrf
 from verillm.spec.encoding import encode
 from verillm.spec.params import Preset
 from verillm.spec.policy import ToleranceProfile
-from verillm.spec.types import ModelManifest, Opening, Receipt
+from verillm.spec.types import ModelManifest, Opening, Receipt, SamplingParams
 
 
 def compute_preset_name(field: str) -> str:
@@ -337,6 +338,36 @@ class Protocol:
         # The worker's leaves as it posted them, each cell's leaf at its index there.
         posted = (spec_audit.encode_opening_leaves(worker_opening), list(range(len(pairs))))
         return self._send(self.disputes, "adjudicate", audit_id, round_index, slot, cells, posted, sender=sender)
+
+    # --- undelivered committee jobs (Disputes' Delivery; verillm.spec.delivery) ----------------
+    def claim_undelivered(self, member: LocalAccount, audit_id: int, slot: int) -> Tx:
+        """Member ``slot`` says its verification job never came; value = the publish deadline."""
+        return self._send(self.disputes, "claimUndelivered", audit_id, slot, sender=member,
+                          event="DeliveryClaimed", field="publishDeadline")
+
+    def publish_transcript(self, sender: LocalAccount, audit_id: int, tokens: list[int], sampling) -> Tx:
+        """Publish a claimed job: the worker's input ‖ output tokens and its receipt's sampling."""
+        return self._send(self.disputes, "publishTranscript", audit_id, spec_delivery.encode_transcript_tokens(tokens),
+                          sampling.temperature_milli, sampling.top_k, sampling.top_p_ppm, sampling.seed, sender=sender)
+
+    def slash_undelivered(self, sender: LocalAccount, audit_id: int, slot: int) -> Tx:
+        """After an unanswered publication window: slash the worker; value = the slashed wei."""
+        return self._send(self.disputes, "slashUndelivered", audit_id, slot, sender=sender,
+                          event="DeliveryDefaulted", field="slashedWei")
+
+    def get_availability(self, audit_id: int) -> dict:
+        deadline, round_index, published = self.disputes.call("availability", audit_id)
+        return {"publish_deadline": deadline, "round": round_index, "published": published}
+
+    def get_published_transcript(self, audit_id: int, from_block: int = 0) -> spec_delivery.Transcript | None:
+        """The transcript published for ``audit_id`` (from its event), or None."""
+        logs = self.disputes.web3.events.TranscriptPublished().get_logs(
+            from_block=from_block, argument_filters={"auditId": audit_id})
+        if not logs:
+            return None
+        args = logs[0]["args"]
+        sampling = SamplingParams(args["temperatureMilli"], args["topK"], args["topPPpm"], args["seed"])
+        return spec_delivery.Transcript(spec_delivery.decode_transcript_tokens(bytes(args["tokens"])), sampling)
 
     def advance_to_next_epoch(self) -> int:
         """Mine to the first block of the next stake epoch (dev chains); return that epoch.

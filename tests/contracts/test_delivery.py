@@ -1,0 +1,239 @@
+"""Undelivered committee jobs (contracts/src/Delivery.sol, docs/protocol.md §12 "Undelivered
+jobs"): a member claims, the worker publishes its transcript or is slashed. Real anvil, the
+real deployment of contract_scenario; every path of the state machine and its gas bound."""
+
+import dataclasses
+import random
+
+import pytest
+
+from verillm.chain import TransactionReverted
+from verillm.spec import delivery as spec_delivery
+from verillm.spec import settlement as spec
+from verillm.spec.hashing import blake3_digest
+from verillm.spec.job import compute_tokens_hash, compute_transcript_hash
+from verillm.spec.receipt import sign_receipt
+from verillm.spec.types import Receipt, SamplingParams
+
+from contract_scenario import MODEL_ID, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun, Party
+
+INPUT = tuple(range(1000, 1000 + PROMPT_LEN))
+COMMITTING, OPENING, DECIDED = 1, 2, 3
+
+
+def _reverts(error: str):
+    return pytest.raises(TransactionReverted, match=error)
+
+
+def _resign(world, party: Party, **fields) -> Party:
+    receipt = dataclasses.replace(party.receipt, signature=b"\x00" * 65, **fields)
+    return dataclasses.replace(party, receipt=sign_receipt(receipt, party.node.account.key, world.domain))
+
+
+def _transcript(party: Party) -> list[int]:
+    return list(INPUT) + list(party.trace.output_tokens)
+
+
+def _start(world, dispatcher: int = 1) -> AuditRun:
+    """An audit of node 0's job whose receipt signs its real transcript (input ‖ output)."""
+    worker = world.make_worker(world.nodes[0])
+    worker = _resign(world, worker, input_hash=compute_tokens_hash(INPUT),
+                     output_hash=compute_transcript_hash(INPUT, worker.trace.output_tokens))
+    return world.start(worker, dispatcher=world.nodes[dispatcher])
+
+
+def _members(world, run: AuditRun) -> list[Party]:
+    return [_resign(world, world.make_member(n), input_hash=run.worker.receipt.output_hash) for n in world.committee(run)]
+
+
+def _commit_deadline(world, run: AuditRun) -> int:
+    return world.protocol.jobs.call("getRound", run.audit_id, 0)[1]
+
+
+def _balances(world) -> int:
+    p = world.protocol
+    return sum(world.chain.w3.eth.get_balance(h.address) for h in (p.registry, p.jobs, p.disputes))
+
+
+def _settle_honestly(world, run: AuditRun, members: list[Party]) -> int:
+    for slot, member in enumerate(members):
+        world.protocol.post_committee_receipt(world.outsider, run.audit_id, slot, member.receipt)
+    run.members = members
+    world.open_worker(run)
+    for slot in range(len(members)):
+        world.open_member(run, slot)
+    return world.finish(run)
+
+
+def test_blake3_in_solidity_is_the_spec_tokens_hash(world):
+    harness = world.chain.deploy("Blake3Harness", sender=world.owner)
+    rng = random.Random(3)
+    # Every tree shape up to 5 chunks: empty, partial blocks, block, chunk and tree edges.
+    for length in (0, 1, 63, 64, 65, 1023, 1024, 1025, 2048, 2049, 3072, 3073, 4097, 5000):
+        data = bytes(rng.getrandbits(8) for _ in range(length))
+        assert bytes(harness.call("hash", data)) == blake3_digest(data), length
+
+
+def test_claim_then_publish_restarts_the_window_and_the_audit_settles(world):
+    run = _start(world)
+    members = _members(world, run)
+    output_hash, sampling_key, count = world.protocol.jobs.call("transcriptOf", run.audit_id)
+    assert (bytes(output_hash), bytes(sampling_key), count) == (
+        run.worker.receipt.output_hash, spec_delivery.compute_sampling_key(SamplingParams()), PROMPT_LEN + OUTPUT_TOKENS)
+    deadline = _commit_deadline(world, run)
+    claim = world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0)
+    claim_block = claim.receipt["blockNumber"]
+    assert claim.value == spec_delivery.compute_publish_deadline(claim_block, PRESET.COMMIT_WINDOW_BLOCKS)
+    assert _commit_deadline(world, run) == spec_delivery.compute_commit_deadline_after_claim(deadline, claim_block, PRESET.COMMIT_WINDOW_BLOCKS)
+    world.chain.mine(PRESET.COMMIT_WINDOW_BLOCKS - 2)
+    published = world.protocol.publish_transcript(run.worker.node.account, run.audit_id, _transcript(run.worker), SamplingParams())
+    publish_block = published.receipt["blockNumber"]
+    assert _commit_deadline(world, run) >= publish_block + PRESET.COMMIT_WINDOW_BLOCKS
+    # The member reads its job from the event: the worker's input ‖ output and its sampling.
+    transcript = world.protocol.get_published_transcript(run.audit_id)
+    assert transcript.tokens == tuple(_transcript(run.worker)) and transcript.sampling == SamplingParams()
+    spec_delivery.check_transcript(transcript.tokens, PROMPT_LEN, OUTPUT_TOKENS, run.worker.receipt.output_hash)
+    with _reverts("AlreadyPublished"):  # one publication per audit serves every member
+        world.protocol.claim_undelivered(members[1].node.account, run.audit_id, 1)
+    world.chain.mine(max(0, deadline - world.chain.get_block_number()) + 1)  # past the first deadline
+    before = world.stakes()
+    assert _settle_honestly(world, run, members) == spec.PASS
+    assert world.stakes() == before  # nobody slashed: a claim answered is a normal audit
+
+
+def test_claim_unanswered_slashes_the_worker_and_decides_its_default(world):
+    run = _start(world)
+    members = _members(world, run)
+    worker = run.worker.node.address
+    stake, total = world.stakes()[worker], _balances(world)
+    publish_deadline = world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0).value
+    with _reverts("PublishOpen"):
+        world.protocol.slash_undelivered(world.outsider, run.audit_id, 0)
+    world.chain.mine(publish_deadline - world.chain.get_block_number() + 1)
+    credit = world.protocol.get_credit(world.outsider.address)
+    slashed = world.protocol.slash_undelivered(world.outsider, run.audit_id, 0).value
+    assert slashed == stake * PRESET.SLASH_FRACTION_BPS // 10_000 > 0
+    assert world.stakes()[worker] == stake - slashed
+    assert world.protocol.get_credit(world.outsider.address) - credit == slashed * PRESET.SLASH_REWARD_BPS // 10_000
+    assert world.protocol.get_audit(run.audit_id).phase == DECIDED
+    assert _balances(world) == total  # the slashed stake moved to credits and the pool, to the wei
+    with _reverts("WrongPhase"):  # decided: no receipt, no second slash, no late publication changes it
+        world.protocol.post_committee_receipt(world.outsider, run.audit_id, 1, members[1].receipt)
+    with _reverts("AlreadyHandled|WrongPhase"):
+        world.protocol.slash_undelivered(world.outsider, run.audit_id, 0)
+    with _reverts("PublishClosed"):
+        world.protocol.publish_transcript(run.worker.node.account, run.audit_id, _transcript(run.worker), SamplingParams())
+    world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
+    assert world.protocol.settle(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
+    assert world.stakes()[worker] == stake - slashed  # slashed once
+    assert _balances(world) == total
+    assert all(world.protocol.get_node(n.address)["locks"] == 0 for n in world.nodes)
+
+
+def test_colluding_dispatcher_cannot_cost_an_honest_worker_its_stake(world):
+    # The dispatcher (node 1) withholds every job; the honest worker publishes when claimed.
+    run = _start(world, dispatcher=1)
+    members = _members(world, run)
+    for slot, member in enumerate(members):
+        world.protocol.claim_undelivered(member.node.account, run.audit_id, slot)
+    before = world.stakes()
+    world.protocol.publish_transcript(run.worker.node.account, run.audit_id, _transcript(run.worker), SamplingParams())
+    assert _settle_honestly(world, run, members) == spec.PASS
+    assert world.stakes() == before
+
+
+def test_lying_member_costs_the_worker_one_publication_and_nothing_else(world):
+    # Member 0 has its job (it will post its receipt) but claims anyway: the worker publishes
+    # (gas below) and the audit goes on. The liar keeps its stake: a claim cannot be told from
+    # a true one, but it can be made once per seat and answered once per audit.
+    run = _start(world)
+    members = _members(world, run)
+    world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0)
+    with _reverts("AlreadyClaimed"):
+        world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0)
+    gas = world.protocol.publish_transcript(run.worker.node.account, run.audit_id, _transcript(run.worker), SamplingParams()).gas_used
+    assert gas < 200_000, gas  # 16 tokens
+    before = world.stakes()
+    assert _settle_honestly(world, run, members) == spec.PASS
+    assert world.stakes() == before
+
+
+def test_claim_rules(world):
+    run = _start(world)
+    members = _members(world, run)
+    outsider_member = next(n for n in world.nodes if n.address not in {m.node.address for m in members})
+    with _reverts("NoClaim"):
+        world.protocol.publish_transcript(run.worker.node.account, run.audit_id, _transcript(run.worker), SamplingParams())
+    with _reverts("NotCommitteeMember"):
+        world.protocol.claim_undelivered(outsider_member.account, run.audit_id, 0)
+    with _reverts("NotCommitteeMember"):
+        world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 7)
+    world.protocol.post_committee_receipt(world.outsider, run.audit_id, 0, members[0].receipt)
+    with _reverts("JobDelivered"):  # a member with a posted receipt had its job
+        world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0)
+    world.chain.mine(_commit_deadline(world, run) - world.chain.get_block_number() + 1)
+    with _reverts("ClaimClosed"):
+        world.protocol.claim_undelivered(members[1].node.account, run.audit_id, 1)
+
+
+def test_late_and_wrong_publications_are_rejected(world):
+    run = _start(world)
+    members = _members(world, run)
+    publish_deadline = world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0).value
+    tokens = _transcript(run.worker)
+    account = run.worker.node.account
+    with _reverts("TranscriptMismatch.*outputHash"):
+        world.protocol.publish_transcript(account, run.audit_id, tokens[:-1] + [tokens[-1] + 1], SamplingParams())
+    with _reverts("TranscriptMismatch.*length"):
+        world.protocol.publish_transcript(account, run.audit_id, tokens[:-1], SamplingParams())
+    with _reverts("TranscriptMismatch.*sampling"):
+        world.protocol.publish_transcript(account, run.audit_id, tokens, SamplingParams(temperature_milli=700))
+    world.chain.mine(publish_deadline - world.chain.get_block_number() + 1)
+    with _reverts("PublishClosed"):
+        world.protocol.publish_transcript(account, run.audit_id, tokens, SamplingParams())
+
+
+def test_claim_is_moot_once_the_claimant_has_its_receipt_posted(world):
+    # The dispatcher delivers after the claim: the claimant posts, so the unanswered window
+    # slashes nobody; once every member has posted the round is opening and no slash applies.
+    run = _start(world)
+    members = _members(world, run)
+    publish_deadline = world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0).value
+    world.protocol.post_committee_receipt(world.outsider, run.audit_id, 0, members[0].receipt)
+    world.chain.mine(publish_deadline - world.chain.get_block_number() + 1)
+    with _reverts("JobDelivered"):
+        world.protocol.slash_undelivered(world.outsider, run.audit_id, 0)
+    with _reverts("NoClaim"):
+        world.protocol.slash_undelivered(world.outsider, run.audit_id, 1)
+    for slot in (1, 2):
+        world.protocol.post_committee_receipt(world.outsider, run.audit_id, slot, members[slot].receipt)
+    with _reverts("WrongPhase"):
+        world.protocol.slash_undelivered(world.outsider, run.audit_id, 0)
+
+
+def _long_worker(world, input_tokens: int, output_tokens: int) -> tuple[Party, list[int]]:
+    """A worker receipt over a transcript of input_tokens + output_tokens random token ids."""
+    rng = random.Random(input_tokens * 7 + output_tokens)
+    tokens = [rng.randrange(49_152) for _ in range(input_tokens + output_tokens)]
+    node = world.nodes[0]
+    receipt = Receipt(job_hash=bytes(rng.getrandbits(8) for _ in range(32)), model_id=MODEL_ID,
+                      input_hash=compute_tokens_hash(tokens[:input_tokens]),
+                      output_hash=compute_transcript_hash(tokens[:input_tokens], tokens[input_tokens:]),
+                      sampling=SamplingParams(), max_new_tokens=output_tokens, commitment_root=b"\x44" * 32,
+                      num_positions=input_tokens + output_tokens - 1, worker=bytes.fromhex(node.address[2:]),
+                      signature=b"\x00" * 65, input_tokens=input_tokens, output_tokens=output_tokens)
+    party = Party(node, None, None, sign_receipt(receipt, node.account.key, world.domain))
+    return party, tokens
+
+
+@pytest.mark.parametrize(("input_tokens", "output_tokens", "bound"), [(256, 256, 900_000), (4096, 4096, 11_000_000)])
+def test_publication_gas_is_bounded_by_the_signed_token_count(world, input_tokens, output_tokens, bound):
+    # What a worker pays to answer a claim (once per audit at most): calldata, the event and
+    # BLAKE3 over 4 bytes per token. Measured: see docs/protocol.md §12 "Undelivered jobs".
+    party, tokens = _long_worker(world, input_tokens, output_tokens)
+    run = world.start(party, dispatcher=world.nodes[1])
+    members = world.committee(run)
+    world.protocol.claim_undelivered(members[0].account, run.audit_id, 0)
+    gas = world.protocol.publish_transcript(party.node.account, run.audit_id, tokens, SamplingParams()).gas_used
+    print(f"publishTranscript {input_tokens} + {output_tokens} tokens: {gas} gas")
+    assert gas < bound, gas

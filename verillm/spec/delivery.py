@@ -1,0 +1,80 @@
+"""Undelivered committee jobs: the claim, the publication and the worker's default, as
+`contracts/src/Delivery.sol` (part of Disputes) runs them. The rule is in docs/protocol.md §12,
+"Undelivered jobs".
+
+    claim       a drawn member without a posted receipt, round committing, block ≤ commit deadline,
+                transcript not yet published. The first claim of a round (or the first after an
+                unanswered window) opens a window:  publish deadline = block + COMMIT_WINDOW_BLOCKS,
+                commit deadline ← max(commit deadline, publish deadline + COMMIT_WINDOW_BLOCKS)
+    publish     anyone, block ≤ publish deadline, once per audit:  len(tokens) = P + N and
+                compute_tokens_hash(tokens) = the worker's outputHash and the sampling = the
+                receipt's;  commit deadline ← max(commit deadline, block + COMMIT_WINDOW_BLOCKS)
+    default     anyone, block > publish deadline, unpublished, the round still committing and a
+                claimant without a receipt:  the worker is slashed (SLASH_FRACTION_BPS, the
+                caller gets SLASH_REWARD_BPS of it) and the round is decided WORKER_DEFAULT
+
+The contract checks the tokens hash with its own BLAKE3 (`contracts/src/Blake3.sol`), so what
+is published is exactly the transcript the worker signed.
+"""
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from verillm.errors import InvalidInput
+from verillm.spec.hashing import keccak256
+from verillm.spec.job import compute_transcript_hash
+from verillm.spec.types import SamplingParams
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """A published job: the worker's input ‖ output tokens and the sampling its receipt signed."""
+
+    tokens: tuple[int, ...]
+    sampling: SamplingParams
+
+
+def encode_transcript_tokens(tokens: Sequence[int]) -> bytes:
+    """Return the tokens as published: u32 big-endian each (compute_tokens_hash's preimage
+    without its domain byte)."""
+    if any(t < 0 or t >= 1 << 32 for t in tokens):
+        raise InvalidInput("a token id does not fit in a u32")
+    return struct.pack(f">{len(tokens)}I", *tokens)
+
+
+def decode_transcript_tokens(data: bytes) -> tuple[int, ...]:
+    """Return the token ids of published transcript bytes."""
+    if len(data) % 4:
+        raise InvalidInput(f"published transcript of {len(data)} bytes is not whole u32 tokens")
+    return struct.unpack(f">{len(data) // 4}I", data)
+
+
+def compute_sampling_key(sampling: SamplingParams) -> bytes:
+    """Return Jobs' samplingKey: keccak256(abi.encode(temperatureMilli, topK, topPPpm, seed))."""
+    words = (sampling.temperature_milli, sampling.top_k, sampling.top_p_ppm, sampling.seed)
+    return keccak256(b"".join(w.to_bytes(32, "big") for w in words))
+
+
+def check_transcript(tokens: Sequence[int], input_tokens: int, output_tokens: int, output_hash: bytes) -> None:
+    """Raise unless ``tokens`` are the transcript a receipt with these counts and outputHash signed."""
+    if len(tokens) != input_tokens + output_tokens:
+        raise InvalidInput(f"transcript has {len(tokens)} tokens, the receipt signed {input_tokens} + {output_tokens}")
+    if compute_transcript_hash(tokens[:input_tokens], tokens[input_tokens:]) != output_hash:
+        raise InvalidInput("transcript does not hash to the receipt's outputHash")
+
+
+def compute_publish_deadline(claim_block: int, commit_window_blocks: int) -> int:
+    """Return the last block a claim opened at ``claim_block`` may be answered in."""
+    return claim_block + commit_window_blocks
+
+
+def compute_commit_deadline_after_claim(commit_deadline: int, claim_block: int, commit_window_blocks: int) -> int:
+    """Return the round's commit deadline once a claim opened a publication window."""
+    return max(commit_deadline, compute_publish_deadline(claim_block, commit_window_blocks) + commit_window_blocks)
+
+
+def compute_commit_deadline_after_publish(commit_deadline: int, publish_block: int, commit_window_blocks: int) -> int:
+    """Return the round's commit deadline once the transcript is published: a fresh window."""
+    return max(commit_deadline, publish_block + commit_window_blocks)
+
