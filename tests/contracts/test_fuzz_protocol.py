@@ -14,7 +14,8 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from fuzz_rpc import CachedReads, FastSender, RawRpc
 from contract_scenario import World, connect
-from protocol_fuzz import EXTRA_NODES, STATS, ProtocolMachine
+from fuzz_honest import EXTRA_NODES
+from protocol_fuzz import STATS, ProtocolMachine
 
 STEPS_PER_RUN = 30
 
