@@ -63,7 +63,7 @@ _ROUND_BLOCKS = ((PRESET.MAX_COMMITTEE_REDRAWS + 1) * PRESET.COMMIT_WINDOW_BLOCK
 BOUND_BLOCKS = 2 * _ROUND_BLOCKS + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS  # round 0, escalation, round 1
 SLACK_BLOCKS = 60  # the teardown mines 4 blocks a round, and each of its transactions mines one
 
-STATS = {"steps": 0, "runs": 0, "paths": set(), "lifecycles": set()}
+STATS = {"steps": 0, "runs": 0, "paths": set(), "lifecycles": set(), "failures": 0, "reported": set()}
 
 
 class ProtocolMachine(HonestParties, RuleBasedStateMachine):
@@ -267,6 +267,13 @@ class ProtocolMachine(HonestParties, RuleBasedStateMachine):
     @invariant()
     def invariants_hold(self):
         """ETH conservation to the wei, and honest parties never lose (one batched read)."""
+        try:
+            self._check_invariants()
+        except AssertionError:
+            STATS["failures"] += 1
+            raise
+
+    def _check_invariants(self) -> None:
         p = self.p
         nodes = [n.address for n in self.world.nodes]
         creditors = self._addresses() + [self.world.owner.address]
@@ -295,10 +302,28 @@ class ProtocolMachine(HonestParties, RuleBasedStateMachine):
 
     def teardown(self):
         STATS["paths"].add(tuple(self.path))
+        try:
+            self._drive_to_the_end()
+        except AssertionError:
+            STATS["failures"] += 1
+            raise
+        finally:
+            self._report_progress()
+
+    def _report_progress(self) -> None:
+        """A long run reports after every run (cumulative), so a chunk cut by its time limit
+        still counts: steps, runs, failures so far, and the lifecycles it saw (one per line)."""
         progress = os.environ.get("FUZZ_PROGRESS")
-        if progress and STATS["runs"] % 20 == 0:  # a long run reports as it goes
-            with open(progress, "a") as f:
-                f.write(f"{time.strftime('%H:%M:%S')} steps {STATS['steps']} runs {STATS['runs']} paths {len(STATS['paths'])}\n")
+        if not progress:
+            return
+        with open(progress, "a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} steps {STATS['steps']} runs {STATS['runs']} paths {len(STATS['paths'])} "
+                    f"lifecycles {len(STATS['lifecycles'])} failures {STATS['failures']}\n")
+        with open(progress + ".lifecycles", "a") as f:
+            f.writelines(repr(x) + "\n" for x in STATS["lifecycles"] - STATS["reported"])
+        STATS["reported"] |= STATS["lifecycles"]
+
+    def _drive_to_the_end(self) -> None:
         ended = self.reads.head()
         for _ in range(TEARDOWN_ROUNDS):
             self._honest()
@@ -311,7 +336,7 @@ class ProtocolMachine(HonestParties, RuleBasedStateMachine):
             for t in self.audits:
                 for call in ("replaceMissing", "finalize", "settle"):
                     self._send(call, t.run.audit_id)
-            self.invariants_hold()
+            self._check_invariants()
         for t in self.audits:
             state = self.audit(t.run.audit_id)
             assert state.phase in (SETTLED, ABANDONED), f"audit {t.run.audit_id} stuck in phase {state.phase}"

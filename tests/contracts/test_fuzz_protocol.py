@@ -67,5 +67,5 @@ def test_protocol_fuzz_short(fuzz_world):
 @pytest.mark.fuzz
 @pytest.mark.slow
 def test_protocol_fuzz_long(fuzz_world):
-    _run(fuzz_world, int(os.environ.get("FUZZ_EXAMPLES", "1000")), int(os.environ.get("FUZZ_SEED", random.randrange(2**32))),
+    _run(fuzz_world, int(os.environ.get("FUZZ_EXAMPLES", "1200")), int(os.environ.get("FUZZ_SEED", random.randrange(2**32))),
          int(os.environ.get("FUZZ_STEPS_PER_RUN", "100")))
