@@ -163,8 +163,11 @@ class ProtocolMachine(HonestParties, RuleBasedStateMachine):
         if self._active() >= MAX_ACTIVE:
             self._step("new_audit:busy")
             return
-        self.nonce += 1
         cheat = worker == CHEATER
+        if cheat and not self.registry("getNode", self._node(CHEATER).address)[4]:
+            self._step("new_audit:cheater-gone")  # slashed below the minimum stake: it can neither serve nor dispatch
+            return
+        self.nonce += 1
         party = self._worker(worker, cheat, self.nonce)
         dispatcher = CHEATER if cheat and mode == "withhold" else dispatcher  # it dispatches its own job
         run = self.world.start(party, dispatcher=self._node(dispatcher))
