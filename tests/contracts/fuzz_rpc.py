@@ -143,7 +143,8 @@ class FastSender:
         return Tx(gas_used=int(receipt["gasUsed"], 16), value=decoded, receipt=receipt)
 
     def _receipt(self, tx_hash: str) -> dict:
-        for _ in range(200):  # anvil automines: the receipt is there at once
+        deadline = time.monotonic() + 60  # anvil automines at once, but a loaded machine can take seconds
+        while time.monotonic() < deadline:
             receipt = self.rpc.call("eth_getTransactionReceipt", [tx_hash])
             if receipt is not None:
                 return receipt

@@ -234,10 +234,11 @@ class ProtocolMachine(HonestParties, RuleBasedStateMachine):
         t = self.audits[pick % len(self.audits)]
         state = self.audit(t.run.audit_id)
         committee = self.committee(t.run.audit_id, state.round)
-        if t.posted is not None and slot <= len(committee) and state.challenge_seed != bytes(32):
+        posted = t.posted_by_round.get(state.round)  # the opening of this round's challenge (found: round 0's against round 1's)
+        if posted is not None and slot <= len(committee) and state.challenge_seed != bytes(32):
             i = self._index(committee[slot - 1])
             member = self._opening(t, self._member(i, lazy=i == ADVERSARY))
-            self._try(self.p.adjudicate, self.world.outsider, t.run.audit_id, state.round, slot, t.posted, member)
+            self._try(self.p.adjudicate, self.world.outsider, t.run.audit_id, state.round, slot, posted, member)
         self._step("grief_adjudicate")
 
     @precondition(lambda self: self.audits)
@@ -272,8 +273,8 @@ class ProtocolMachine(HonestParties, RuleBasedStateMachine):
         """ETH conservation to the wei, and honest parties never lose (one batched read)."""
         try:
             self._check_invariants()
-        except AssertionError:
-            STATS["failures"] += 1
+        except AssertionError as exc:
+            self._record_failure(exc)
             raise
 
     def _check_invariants(self) -> None:
@@ -307,11 +308,20 @@ class ProtocolMachine(HonestParties, RuleBasedStateMachine):
         STATS["paths"].add(tuple(self.path))
         try:
             self._drive_to_the_end()
-        except AssertionError:
-            STATS["failures"] += 1
+        except AssertionError as exc:
+            self._record_failure(exc)
             raise
         finally:
             self._report_progress()
+
+    def _record_failure(self, exc: AssertionError) -> None:
+        """Count it, and log it with the run's rule sequence: a chunk cut by its time limit while
+        hypothesis shrinks still leaves what failed."""
+        STATS["failures"] += 1
+        progress = os.environ.get("FUZZ_PROGRESS")
+        if progress:
+            with open(progress + ".failures", "a") as f:
+                f.write(f"{time.strftime('%H:%M:%S')} {exc!r} after {' '.join(self.path)}\n")
 
     def _report_progress(self) -> None:
         """A long run reports after every run (cumulative), so a chunk cut by its time limit
