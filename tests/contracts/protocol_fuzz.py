@@ -45,7 +45,11 @@ import time
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from eth_abi import decode as abi_decode
+from eth_utils import to_checksum_address
+
 from verillm.chain import TransactionReverted
+from verillm.spec.hashing import keccak256
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import compute_opening
 
@@ -321,7 +325,22 @@ class ProtocolMachine(HonestParties, RuleBasedStateMachine):
         progress = os.environ.get("FUZZ_PROGRESS")
         if progress:
             with open(progress + ".failures", "a") as f:
-                f.write(f"{time.strftime('%H:%M:%S')} {exc!r} after {' '.join(self.path)}\n")
+                f.write(f"{time.strftime('%H:%M:%S')} {exc!r} after {' '.join(self.path)}\n  slashes: {self._slash_log()}\n")
+
+    def _slash_log(self) -> list:
+        """Every PartySlashed / ContestLost of this run (the chain was reverted before it), for
+        a failure's record: who lost stake in which audit, and why."""
+        topics = {"0x" + keccak256(b"PartySlashed(uint256,address,uint256,string)").hex(): "PartySlashed",
+                  "0x" + keccak256(b"ContestLost(uint256,address,uint256)").hex(): "ContestLost"}
+        logs = self.rpc.call("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": [self.p.jobs.address, self.p.disputes.address]}])
+        out = []
+        for log in logs:
+            name = topics.get(log["topics"][0])
+            if name:
+                who = self._index(to_checksum_address("0x" + log["topics"][2][-40:]))
+                detail = abi_decode(["uint256", "string"], bytes.fromhex(log["data"][2:]))[1] if name == "PartySlashed" else "contest lost"
+                out.append((name, int(log["topics"][1], 16), who, detail))
+        return out
 
     def _report_progress(self) -> None:
         """A long run reports after every run (cumulative), so a chunk cut by its time limit
