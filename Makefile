@@ -36,7 +36,8 @@ test-slow: install
 
 ## Every fuzz target: the parsers at 100,000 hypothesis cases each (VERILLM_FUZZ_EXAMPLES overrides;
 ## hours on 2 cores), then the stateful protocol fuzzer over the real contracts (FUZZ_EXAMPLES runs of
-## up to 30 steps; FUZZ_SEED to replay).
+## FUZZ_STEPS_PER_RUN steps: 1000 × 100 = 100,000 by default; FUZZ_SEED to replay; FUZZ_REPORT=file
+## appends a JSON line of steps, paths and lifecycles).
 test-fuzz: install
 	rm -f fuzz-counts.txt
 	VERILLM_FUZZ_COUNTS=fuzz-counts.txt $(PY) -m pytest -q -m fuzz tests/fuzz; status=$$?; cat fuzz-counts.txt; exit $$status

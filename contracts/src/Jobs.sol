@@ -267,7 +267,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         Round storage r = rounds[auditId][0];
         r.seed = keccak256(abi.encodePacked(Domains.COMMITTEE, b.beta, index));
         r.epoch = uint64(b.postedBlock / registry.epochBlocks());
-        if (!_drawMembers(auditId, 0, params.committeeSize)) _abandonRound(auditId, audits[auditId], "pool exhausted");
+        if (!_drawMembers(auditId, 0, params.committeeSize)) _abandonRound(auditId, audits[auditId], "pool exhausted", false);
     }
 
     /// @dev The signed lengths: at least one output token, no more than allowed, and
@@ -355,18 +355,18 @@ contract Jobs is EIP712, ReentrancyGuard {
     /// @notice After the commit window, replace members whose receipt never came (nobody is
     /// slashed: a missing receipt cannot be pinned on the member rather than on whoever had to
     /// send it the job). After maxCommitteeRedraws redraws, or when the pool has nobody left,
-    /// round 0 is abandoned and an escalation round lapses, nobody slashed.
+    /// the audit is abandoned, nobody slashed (an unheard escalation: see _abandonRound).
     function replaceMissing(uint256 auditId) external nonReentrant {
         Audit storage a = _audit(auditId);
         Round storage r = rounds[auditId][a.round];
         if (r.phase != AuditCodes.COMMITTING) revert WrongPhase(r.phase);
         if (block.number <= r.commitDeadline) revert TooEarly(r.commitDeadline + 1);
         if (r.attempt >= params.maxCommitteeRedraws) {
-            _abandonRound(auditId, a, "members missing");
+            _abandonRound(auditId, a, "members missing", true);
             return;
         }
         r.attempt += 1;
-        if (!_drawMembers(auditId, a.round, uint8(r.members.length - r.receipts))) _abandonRound(auditId, a, "pool exhausted");
+        if (!_drawMembers(auditId, a.round, uint8(r.members.length - r.receipts))) _abandonRound(auditId, a, "pool exhausted", true);
     }
 
     /// @dev Draw `count` members into the round's empty (or not-yet-posted) slots; false (and
@@ -406,17 +406,20 @@ contract Jobs is EIP712, ReentrancyGuard {
         return true;
     }
 
-    /// @dev A round that cannot fill ends with nobody slashed: round 0 is abandoned (every lock
-    /// released), an escalation lapses back to round 0 with the escalator's bond refunded.
-    function _abandonRound(uint256 auditId, Audit storage a, string memory reason) private {
+    /// @dev A round that cannot fill ends the audit, nobody slashed, every lock released. An
+    /// escalation that cannot be heard does not reinstate the verdict it disputes (a colluding
+    /// FAIL would slash the honest worker): the audit is abandoned, the job's fees stay in the
+    /// pool. The bond is refunded, unless the escalator is the dispatcher and the round lapsed
+    /// for missing receipts: it had to send the round's jobs (docs/protocol.md §13).
+    function _abandonRound(uint256 auditId, Audit storage a, string memory reason, bool withheld) private {
         emit AuditAbandoned(auditId, a.round, reason);
+        rounds[auditId][a.round].phase = AuditCodes.ABANDONED;
         if (a.round > 0) {
-            _credit(a.escalator, a.escalationBondWei);
+            uint256 bond = a.escalationBondWei;
             a.escalationBondWei = 0;
-            _lapseEscalation(auditId, a);
-            return;
+            if (withheld && a.escalator == a.dispatcher) feePoolWei += bond;
+            else _credit(a.escalator, bond);
         }
-        rounds[auditId][0].phase = AuditCodes.ABANDONED;
         _unlockAll(a);
     }
 
@@ -593,8 +596,14 @@ contract Jobs is EIP712, ReentrancyGuard {
         if (a.round == 0 || a.escalationBondWei == 0) return;
         uint256 bond = a.escalationBondWei;
         a.escalationBondWei = 0;
-        // The escalator wins when the larger committee overturns the first round's majority.
-        if (verdict != firstMajority) _credit(a.escalator, bond);
+        // The escalator wins only when the larger committee decides the other way: a PASS
+        // becomes a conviction (FAIL or default), a FAIL a PASS, a TIE anything decisive. A
+        // worker that escalates its FAIL and then defaults is convicted again: bond kept.
+        bool convicted = verdict == AuditCodes.FAIL || verdict == AuditCodes.WORKER_DEFAULT;
+        bool overturned = firstMajority == AuditCodes.PASS ? convicted
+            : firstMajority == AuditCodes.FAIL ? verdict == AuditCodes.PASS
+            : verdict != AuditCodes.TIE;
+        if (overturned) _credit(a.escalator, bond);
         else feePoolWei += bond;
     }
 
@@ -629,7 +638,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         if (block.number > seedBlock + params.drawWindowBlocks) revert TooLate(seedBlock + params.drawWindowBlocks + 1);
         r.seed = keccak256(abi.encodePacked(Domains.ESCALATION, uint64(auditId), blockhash(seedBlock)));
         r.epoch = uint64(r.escalationBlock / registry.epochBlocks());
-        if (!_drawMembers(auditId, a.round, params.escalationCommitteeSize)) _abandonRound(auditId, a, "pool exhausted");
+        if (!_drawMembers(auditId, a.round, params.escalationCommitteeSize)) _abandonRound(auditId, a, "pool exhausted", false);
     }
 
     function _lapseEscalation(uint256 auditId, Audit storage a) private {

@@ -242,8 +242,9 @@ class AuditDriver:
             return
         available = len(await self.view.refresh(force=True)) - 1 - len(proven)
         if available < self.params["escalationCommitteeSize"]:
-            log.warning("audit %d: escalation warranted but only %d candidates remain", row["audit_id"], available)
-            return
+            # Escalate anyway: an escalation the pool cannot staff abandons the audit, nobody
+            # slashed and the bond refunded, instead of enforcing a verdict proven data contradict.
+            log.warning("audit %d: escalation warranted with only %d candidates: it will be unheard", row["audit_id"], available)
         await self.chainio.send("escalate", row["audit_id"], audit_id=row["audit_id"])
         self.metrics.disputes.labels(outcome="opened").inc()
         log.warning("audit %d: escalated (verdict %d while proven members agree with the worker)", row["audit_id"], verdict)

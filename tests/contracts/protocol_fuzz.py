@@ -2,11 +2,13 @@
 a cheating worker, a lazy/colluding member, and a griefer calling public functions with
 adversarial arguments in any order at any block (docs/protocol.md §13, "The fuzzer").
 
-Cast (the six nodes of `contract_scenario.World`):
+Cast (the ten nodes of `contract_scenario.World(extra_nodes=4)`: enough for an escalation
+committee of 5 besides the worker, the dispatcher and a first committee of 3):
     nodes 0, 1      honest; workers and dispatchers
-    node 2          cheats whenever it is a worker (four ways: see `CHEAT_MODES`) and then
-                    dispatches its own job too, withholding its committee's jobs; an honest member
-    nodes 3, 4      honest members
+    node 2          cheats whenever it is a worker (five ways: see `CHEAT_MODES`; "withhold": it
+                    dispatches its own job and withholds its committee's jobs), escalates its own
+                    FAIL and draws the escalation; an honest member
+    nodes 3, 4, 6–9 honest members
     node 5          adversarial member: a lazy receipt (data it never computed), any vote
     outsider        griefer: finalize, settle, replaceMissing, drawChallenge, drawEscalation,
                     escalate, contest, adjudicate, claim, at any time with any arguments
@@ -19,116 +21,75 @@ Invariants, after every step:
                   credits + fee pool + escalation bonds held; Disputes: open contest bonds)
     honest        an honest node's stake and credit never decrease
 At the end of every run (teardown), whatever happened:
-    termination   every audit reaches SETTLED or ABANDONED within a bounded number of blocks
-                  of permissionless calls, and every stake lock is back to 0
-    cheater       a cheating worker whose audit was not abandoned is slashed (abandonment —
-                  its own dispatcher withholding the committee's jobs — is the §13 condition)
+    termination   every audit reaches SETTLED or ABANDONED by block start + `BOUND_BLOCKS`
+                  (docs/protocol.md §12, "Bounded termination") of permissionless calls, or
+                  within the slack of the teardown's own pokes when the run ended later; every
+                  stake lock is back to 0
+    cheater       a cheating worker is slashed unless its audit was abandoned under a §13
+                  condition: its own dispatching withheld the committee's jobs (round 0 or 1),
+                  or its escalation was unheard (round 1 unstaffed)
 Honest-majority: node 5 is the only adversarial member, so a committee of 3 has at most one.
+
+Not asserted: "every receipt a client holds is batched by its deadline, or someone is slashed":
+receipts carry no batching deadline in these contracts (docs/protocol.md §13, residual risks),
+so there is nothing on-chain to check it against.
+
+Paths: the rule sequence of each run, and each audit's lifecycle (the (round, phase) states the
+honest parties saw, then how it ended): `STATS["paths"]` and `STATS["lifecycles"]`.
 """
 
 import os
 import random
 import time
 
-import requests
-from types import SimpleNamespace
-from dataclasses import dataclass, field
-
-from eth_abi import decode as abi_decode
-from eth_abi import encode as abi_encode
-from eth_utils import function_abi_to_4byte_selector
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from eth_abi import decode as abi_decode
 from eth_utils import to_checksum_address
 
 from verillm.chain import TransactionReverted
-from verillm.spec import audit as spec_audit
-
+from verillm.spec.hashing import keccak256
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import compute_opening
 
-from contract_scenario import CHEAT_OFFSET, LAYERS, MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun, World
+from contract_scenario import CHEAT_OFFSET, LAYERS, OUTPUT_TOKENS, PRESET, PROMPT_LEN, World
+from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, COMMITTING, HONEST, OPENING, SETTLED, HonestParties, Tracked
+from fuzz_rpc import CachedReader, CachedReads, FastReader, FastSender, RawRpc, read_batch
 
-COMMITTING, OPENING, DECIDED, ESCALATING, SETTLED, ABANDONED = 1, 2, 3, 4, 5, 6
-HONEST = (0, 1, 3, 4)
-CHEATER, ADVERSARY = 2, 5
 # open its cheat / never open / post uncommitted leaves / open only when the griefer rule says / dispatch itself, withhold the jobs
 CHEAT_MODES = ("open", "skip", "forge", "late", "withhold")
-MAX_AUDITS = 3
-TEARDOWN_ROUNDS = 60
+MAX_ACTIVE = 3  # audits in flight at once
+MAX_AUDITS = 8  # audits per run
+TEARDOWN_ROUNDS = 80
+_ROUND_BLOCKS = ((PRESET.MAX_COMMITTEE_REDRAWS + 1) * PRESET.COMMIT_WINDOW_BLOCKS + PRESET.AUDIT_DRAW_DELAY_BLOCKS
+                 + 2 * PRESET.OPEN_WINDOW_BLOCKS + PRESET.DISPUTE_WINDOW_BLOCKS + PRESET.PROOF_WINDOW_BLOCKS)
+BOUND_BLOCKS = 2 * _ROUND_BLOCKS + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS  # round 0, escalation, round 1
+SLACK_BLOCKS = 60  # the teardown mines 4 blocks a round, and each of its transactions mines one
 
-STATS = {"steps": 0, "runs": 0, "paths": set()}
-
-
-class FastReader:
-    """Raw eth_call with selectors and types computed once: web3's per-call ABI matching costs
-    ~80 ms a read, which would make the invariants (dozens of reads a step) the whole run."""
-
-    def __init__(self, w3, handle):
-        self.w3, self.address, self.functions = w3, handle.address, {}
-        for item in handle.web3.abi:
-            if item.get("type") == "function" and item["stateMutability"] in ("view", "pure"):
-                self.functions.setdefault(item["name"], (function_abi_to_4byte_selector(item),
-                                                         [_abi_type(i) for i in item["inputs"]], [_abi_type(o) for o in item["outputs"]]))
-
-    def __call__(self, name: str, *args):
-        return self.decode(name, bytes(self.w3.eth.call(self.request(name, *args))))
-
-    def request(self, name: str, *args) -> dict:
-        selector, inputs, _ = self.functions[name]
-        return {"to": self.address, "data": "0x" + (selector + abi_encode(inputs, list(args))).hex()}
-
-    def decode(self, name: str, raw: bytes):
-        values = abi_decode(self.functions[name][2], raw)
-        return values[0] if len(values) == 1 else values
+STATS = {"steps": 0, "runs": 0, "paths": set(), "lifecycles": set(), "failures": 0, "reported": set()}
 
 
-def read_batch(url: str, calls: list) -> list:
-    """Many reads in one JSON-RPC batch: (reader, name, args) → eth_call, or an address string
-    → eth_getBalance. One round trip instead of dozens on a loaded machine."""
-    payload = []
-    for i, call in enumerate(calls):
-        if isinstance(call, str):
-            payload.append({"jsonrpc": "2.0", "id": i, "method": "eth_getBalance", "params": [call, "latest"]})
-        else:
-            payload.append({"jsonrpc": "2.0", "id": i, "method": "eth_call", "params": [call[0].request(call[1], *call[2]), "latest"]})
-    answers = {a["id"]: a["result"] for a in requests.post(url, json=payload, timeout=30).json()}
-    return [int(answers[i], 16) if isinstance(c, str) else c[0].decode(c[1], bytes.fromhex(answers[i][2:])) for i, c in enumerate(calls)]
-
-
-def _abi_type(item: dict) -> str:
-    if item["type"].startswith("tuple"):
-        return "(" + ",".join(_abi_type(c) for c in item["components"]) + ")" + item["type"][5:]
-    return item["type"]
-
-
-@dataclass
-class Tracked:
-    run: AuditRun
-    worker: int
-    dispatcher: int
-    mode: str  # "honest" or a cheat mode
-    posted: object = None  # the worker's opening as posted in the current round
-    posted_by_round: dict = field(default_factory=dict)
-    contested: set = field(default_factory=set)
-    answered: set = field(default_factory=set)
-
-
-class ProtocolMachine(RuleBasedStateMachine):
+class ProtocolMachine(HonestParties, RuleBasedStateMachine):
     """One deployment, reverted to its registered state before every run."""
 
     world: World = None
+    rpc: RawRpc = None
+    sender: FastSender = None
+    reads: CachedReads = None
     base = [None]
+    parties: dict = {}  # (kind, node, offset, nonce) → Party: deterministic, so computed once per deployment
+    openings: dict = {}  # (party key, challenge seed) → Opening
 
     def __init__(self):
         super().__init__()
         chain = self.world.chain
         chain.revert(self.base[0])
         self.base[0] = chain.snapshot()
-        self.jobs = FastReader(chain.w3, self.p.jobs)
-        self.registry = FastReader(chain.w3, self.p.registry)
-        self.disputes = FastReader(chain.w3, self.p.disputes)
+        self.reads.clear()
+        self.jobs = CachedReader(FastReader(self.rpc, self.p.jobs), self.reads)
+        self.registry = CachedReader(FastReader(self.rpc, self.p.registry), self.reads)
+        self.disputes = CachedReader(FastReader(self.rpc, self.p.disputes), self.reads)
         self.audits: list[Tracked] = []
         self.nonce = 0
         self.cells: dict[int, list] = {}  # contest id → its cells
@@ -150,6 +111,40 @@ class ProtocolMachine(RuleBasedStateMachine):
         except TransactionReverted:
             return None
 
+    def _worker(self, i: int, cheat: bool = False, nonce: int = 0):
+        key = ("worker", i, cheat, nonce)
+        if key not in self.parties:
+            self.parties[key] = self.world.make_worker(self._node(i), offset=CHEAT_OFFSET if cheat else 0.0, nonce=nonce)
+            self.parties[key].key = key
+        return self.parties[key]
+
+    def _member(self, i: int, lazy: bool = False):
+        key = ("member", i, lazy, 0)
+        if key not in self.parties:
+            self.parties[key] = self.world.make_member(self._node(i), offset=0.3 if lazy else 0.0)
+            self.parties[key].key = key
+        return self.parties[key]
+
+    def _opening(self, t: "Tracked", party, round_index: int | None = None):
+        """``party``'s opening for the challenge of ``round_index`` (default: the current round;
+        a contest may name round 0 while round 1 runs)."""
+        if round_index is None:
+            round_index = self.audit(t.run.audit_id).round
+        seed = bytes(self.jobs("getRound", t.run.audit_id, round_index)[4])
+        key = (party.key, seed)
+        if key not in self.openings:
+            challenge = compute_challenge(seed, PROMPT_LEN, OUTPUT_TOKENS, LAYERS, PRESET.CHALLENGE_POSITIONS)
+            self.openings[key] = compute_opening(party.trace, party.commitment, compute_opened_cells(challenge, party.trace.num_positions))
+        return self.openings[key]
+
+    def _mine(self, blocks: int) -> None:
+        self.world.chain.mine(blocks)
+        self.reads.clear()  # the cached head (and reads of it) moved on
+
+    def _send(self, call: str, audit_id: int):
+        """A permissionless Jobs call by the griefer."""
+        return self._try(self.p._send, self.p.jobs, call, audit_id, sender=self.world.outsider)
+
     def _step(self, name: str) -> None:
         STATS["steps"] += 1
         self.path.append(name)
@@ -158,150 +153,41 @@ class ProtocolMachine(RuleBasedStateMachine):
     def _addresses(self):
         return [n.address for n in self.world.nodes] + [self.world.outsider.address]
 
-    # --- the honest parties ----------------------------------------------------------------
-    def _honest(self) -> None:
-        for t in self.audits:
-            state = self.audit(t.run.audit_id)
-            if state.phase in (SETTLED, ABANDONED):
-                continue
-            if state.phase == COMMITTING:
-                self._honest_receipts(t, state)
-            elif state.phase == OPENING:
-                self._honest_opening(t, state)
-            self._honest_disputes(t, state)
-
-    def _honest_receipts(self, t: Tracked, state) -> None:
-        if t.dispatcher == CHEATER:
-            return  # the cheater's dispatcher never sends its committee their jobs
-        for slot, address in enumerate(self.committee(t.run.audit_id, state.round)):
-            i = self._index(address)
-            if i == ADVERSARY or self.party(t.run.audit_id, state.round, slot + 1)["root"] != bytes(32):
-                continue
-            member = self.world.make_member(self._node(i))
-            self._try(self.p.post_committee_receipt, self.world.outsider, t.run.audit_id, slot, member.receipt)
-
-    def _honest_opening(self, t: Tracked, state) -> None:
-        audit_id = t.run.audit_id
-        if state.challenge_seed == bytes(32):
-            if self._try(self.p.draw_challenge, self.world.outsider, audit_id) is None:
-                return
-            state = self.audit(audit_id)
-        worker_party = self.party(audit_id, state.round, 0)
-        if not worker_party["opened"] and t.mode in ("honest", "open", "forge"):
-            t.posted = self._worker_opening(t, state)
-            if self._try(self.p.open, t.run.worker.node.account, audit_id, t.posted) is not None:
-                t.posted_by_round[state.round] = t.posted
-        worker_party = self.party(audit_id, state.round, 0)
-        posted = t.posted_by_round.get(state.round)
-        if not worker_party["opened"] or posted is None:
-            return
-        shown = {(i.leaf.position, i.leaf.layer): i.leaf for i in posted.leaves}
-        for slot, address in enumerate(self.committee(audit_id, state.round)):
-            i = self._index(address)
-            party = self.party(audit_id, state.round, slot + 1)
-            if i == ADVERSARY or party["opened"] or party["root"] == bytes(32):
-                continue
-            member = self.world.make_member(self._node(i))
-            opening = self.world.opening(t.run, member)
-            mine = {(x.leaf.position, x.leaf.layer): x.leaf for x in opening.leaves}
-            agree = spec_audit.is_onchain_agreement(shown, mine, MODEL, PROMPT_LEN, OUTPUT_TOKENS)
-            self._try(self.p.open_and_vote, self._node(i).account, audit_id, slot, opening, agree)
-
-    def _worker_opening(self, t: Tracked, state):
-        if t.mode == "forge":  # leaves of the honest trace: they look right but its root does not commit them
-            return self.world.opening(t.run, self.world.make_worker(t.run.worker.node))
-        return self.world.opening(t.run, t.run.worker)
-
-    def _honest_disputes(self, t: Tracked, state) -> None:
-        audit_id = t.run.audit_id
-        # An honest party checks the worker's posted opening against its root: a forged one is contested.
-        if t.mode == "forge" and t.posted is not None and 0 not in t.contested and self.party(audit_id, 0, 0)["opened"]:
-            first = t.posted.leaves[0].leaf
-            cells = [(first.position, first.layer)]
-            tx = self._try(self.p.contest, self._node(3).account, audit_id, 0, 0, cells)
-            if tx is not None:
-                t.contested.add(0)
-                self.cells[tx.value] = cells
-        # Honest parties answer every contest against them.
-        for cid in range(self.disputes("contestCount")):
-            c = self.disputes("getContest", cid)
-            if not c[3] or c[0] != audit_id or cid in t.answered:
-                continue
-            opening = self._party_opening(t, c[1], c[2])
-            if opening is not None:
-                cells = self.cells[cid]
-                if self._try(self.p.answer_contest, self.world.outsider, cid, cells, opening) is not None:
-                    t.answered.add(cid)
-            if self._try(self.p.resolve_contest, self.world.outsider, cid) is not None:
-                t.answered.add(cid)
-        # A lying "agree" (data that fail against what the worker posted) is adjudicated.
-        posted = t.posted_by_round.get(state.round)
-        if state.phase in (OPENING, DECIDED) and posted is not None and t.mode != "forge":
-            for slot, address in enumerate(self.committee(audit_id, state.round)):
-                party = self.party(audit_id, state.round, slot + 1)
-                if self._index(address) == ADVERSARY and party["opened"] and not party["slashed"] and party["vote"] == 1:
-                    lazy = self.world.make_member(self._node(ADVERSARY), offset=0.3)
-                    self._try(self.p.adjudicate, self.world.outsider, audit_id, state.round, slot + 1, posted, self.world.opening(t.run, lazy))
-
-    def _party_opening(self, t: Tracked, round_index: int, slot: int):
-        """The opening an honest party posted, with proofs; None for the cheater and node 5."""
-        if slot == 0:
-            return None if t.mode != "honest" else t.posted_by_round.get(round_index)
-        address = self.committee(t.run.audit_id, round_index)[slot - 1]
-        i = self._index(address)
-        return None if i == ADVERSARY else self._round_opening(t, round_index, self.world.make_member(self._node(i)))
-
-    def _round_opening(self, t: Tracked, round_index: int, party):
-        """``party``'s opening for the challenge of ``round_index`` (a contest may name round 0
-        while round 1 runs)."""
-        seed = bytes(self.jobs("getRound", t.run.audit_id, round_index)[4])
-        challenge = compute_challenge(seed, PROMPT_LEN, OUTPUT_TOKENS, LAYERS, PRESET.CHALLENGE_POSITIONS)
-        return compute_opening(party.trace, party.commitment, compute_opened_cells(challenge, party.trace.num_positions))
-
-    def audit(self, audit_id: int) -> SimpleNamespace:
-        """Phase, round, challenge seed and numPositions of the audit's current round."""
-        v = self.jobs("getAudit", audit_id)
-        return SimpleNamespace(phase=v[5], round=v[4], challenge_seed=bytes(v[7]), num_positions=v[2])
-
-    def party(self, audit_id: int, round_index: int, slot: int) -> dict:
-        node, root, _, _, opened, vote, slashed = self.jobs("getParty", audit_id, round_index, slot)
-        return {"root": bytes(root), "opened": opened, "vote": vote, "slashed": slashed}
-
-    def committee(self, audit_id: int, round_index: int) -> list[str]:
-        return [to_checksum_address(a) for a in self.jobs("getRound", audit_id, round_index)[6]]
-
-    def stake(self, address: str) -> int:
-        return self.registry("getNode", address)[0]
-
-    def _index(self, address: str) -> int:
-        return next(i for i, n in enumerate(self.world.nodes) if n.address == address)
-
     # --- rules -----------------------------------------------------------------------------
     @initialize()
     def record_floor(self):
         self.floor = {i: (self.stake(self._node(i).address), self.jobs("credits", self._node(i).address)) for i in HONEST}
 
-    @precondition(lambda self: len(self.audits) < MAX_AUDITS)
+    def _active(self) -> int:
+        return sum(1 for t in self.audits if self.audit(t.run.audit_id).phase not in (SETTLED, ABANDONED))
+
+    @precondition(lambda self: len(self.audits) < MAX_AUDITS)  # the chain's state is not read here: replays stay consistent
     @rule(worker=st.sampled_from([0, 1, CHEATER]), dispatcher=st.sampled_from([0, 1]), mode=st.sampled_from(CHEAT_MODES))
     def new_audit(self, worker, dispatcher, mode):
-        self.nonce += 1
+        if self._active() >= MAX_ACTIVE:
+            self._step("new_audit:busy")
+            return
         cheat = worker == CHEATER
-        party = self.world.make_worker(self._node(worker), offset=CHEAT_OFFSET if cheat else 0.0, nonce=self.nonce)
+        if cheat and not self.registry("getNode", self._node(CHEATER).address)[4]:
+            self._step("new_audit:cheater-gone")  # slashed below the minimum stake: it can neither serve nor dispatch
+            return
+        self.nonce += 1
+        party = self._worker(worker, cheat, self.nonce)
         dispatcher = CHEATER if cheat and mode == "withhold" else dispatcher  # it dispatches its own job
         run = self.world.start(party, dispatcher=self._node(dispatcher))
-        self.audits.append(Tracked(run, worker, dispatcher, mode if cheat else "honest"))
+        self.audits.append(Tracked(run, worker, dispatcher, mode if cheat else "honest", start_block=self.reads.head()))
         self._step("new_audit")
 
-    @rule(blocks=st.integers(1, 4))
+    @rule(blocks=st.integers(1, 4))  # < PROOF_WINDOW_BLOCKS: an honest party acts within every window
     def mine(self, blocks):
-        self.world.chain.mine(blocks)
+        self._mine(blocks)
         self._step("mine")
 
     @precondition(lambda self: self.audits)
     @rule(pick=st.integers(0, MAX_AUDITS - 1), call=st.sampled_from(["finalize", "settle", "replaceMissing", "drawChallenge", "drawEscalation"]))
     def poke(self, pick, call):
         t = self.audits[pick % len(self.audits)]
-        self._try(self.world.chain.transact, self.p.jobs, call, t.run.audit_id, sender=self.world.outsider)
+        self._send(call, t.run.audit_id)
         self._step(f"poke:{call}")
 
     @precondition(lambda self: self.audits)
@@ -309,7 +195,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def late_cheater_opens(self, pick):
         t = self.audits[pick % len(self.audits)]
         if t.mode in ("late", "skip", "withhold") and self.audit(t.run.audit_id).challenge_seed != bytes(32):
-            opening = self.world.opening(t.run, t.run.worker)
+            opening = self._opening(t, t.run.worker)
             if self._try(self.p.open, t.run.worker.node.account, t.run.audit_id, opening) is not None:
                 t.posted = opening
                 t.posted_by_round[self.audit(t.run.audit_id).round] = opening
@@ -321,13 +207,24 @@ class ProtocolMachine(RuleBasedStateMachine):
         t = self.audits[pick % len(self.audits)]
         state = self.audit(t.run.audit_id)
         if state.challenge_seed != bytes(32):
-            cells = sorted(set(self.world.challenge_cells(t.run, state.num_positions + (1 if slot else 0))))[:count]
+            challenge = compute_challenge(state.challenge_seed, PROMPT_LEN, OUTPUT_TOKENS, LAYERS, PRESET.CHALLENGE_POSITIONS)
+            cells = sorted(set(compute_opened_cells(challenge, state.num_positions + (1 if slot else 0))))[:count]
             if shuffle:
                 random.Random(count).shuffle(cells)
             tx = self._try(self.p.contest, self.world.outsider, t.run.audit_id, state.round, slot, cells)
             if tx is not None:
                 self.cells[tx.value] = cells
         self._step("grief_contest")
+
+    @precondition(lambda self: self.audits)
+    @rule(pick=st.integers(0, MAX_AUDITS - 1))
+    def cheat_escalates(self, pick):
+        """The cheating worker escalates its own audit (a FAIL it hopes to escape) and draws the
+        escalation committee itself: an unstaffable pool makes the escalation unheard (§13)."""
+        t = self.audits[pick % len(self.audits)]
+        if t.worker == CHEATER and self._try(self.p.escalate, self._node(CHEATER).account, t.run.audit_id) is None:
+            self._try(self.p.draw_escalation, self._node(CHEATER).account, t.run.audit_id)
+        self._step("cheat_escalates")
 
     @precondition(lambda self: self.audits)
     @rule(pick=st.integers(0, MAX_AUDITS - 1))
@@ -341,10 +238,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         t = self.audits[pick % len(self.audits)]
         state = self.audit(t.run.audit_id)
         committee = self.committee(t.run.audit_id, state.round)
-        if t.posted is not None and slot <= len(committee) and state.challenge_seed != bytes(32):
+        posted = t.posted_by_round.get(state.round)  # the opening of this round's challenge (found: round 0's against round 1's)
+        if posted is not None and slot <= len(committee) and state.challenge_seed != bytes(32):
             i = self._index(committee[slot - 1])
-            member = self.world.make_member(self._node(i), offset=0.3 if i == ADVERSARY else 0.0)
-            self._try(self.p.adjudicate, self.world.outsider, t.run.audit_id, state.round, slot, t.posted, self.world.opening(t.run, member))
+            member = self._opening(t, self._member(i, lazy=i == ADVERSARY))
+            self._try(self.p.adjudicate, self.world.outsider, t.run.audit_id, state.round, slot, posted, member)
         self._step("grief_adjudicate")
 
     @precondition(lambda self: self.audits)
@@ -356,11 +254,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         committee = self.committee(t.run.audit_id, state.round)
         if self._node(ADVERSARY).address in committee:
             slot = committee.index(self._node(ADVERSARY).address)
-            lazy = self.world.make_member(self._node(ADVERSARY), offset=0.3)
+            lazy = self._member(ADVERSARY, lazy=True)
             if state.phase == COMMITTING:
                 self._try(self.p.post_committee_receipt, self.world.outsider, t.run.audit_id, slot, lazy.receipt)
             elif state.phase == OPENING and state.challenge_seed != bytes(32):
-                self._try(self.p.open_and_vote, self._node(ADVERSARY).account, t.run.audit_id, slot, self.world.opening(t.run, lazy), agree)
+                self._try(self.p.open_and_vote, self._node(ADVERSARY).account, t.run.audit_id, slot, self._opening(t, lazy), agree)
         self._step("adversary_member")
 
     @rule(amount=st.integers(1, 10**6))
@@ -377,16 +275,24 @@ class ProtocolMachine(RuleBasedStateMachine):
     @invariant()
     def invariants_hold(self):
         """ETH conservation to the wei, and honest parties never lose (one batched read)."""
-        p, url = self.p, self.world.chain.url
+        try:
+            self._check_invariants()
+        except AssertionError as exc:
+            self._record_failure(exc)
+            raise
+
+    def _check_invariants(self) -> None:
+        p = self.p
         nodes = [n.address for n in self.world.nodes]
         creditors = self._addresses() + [self.world.owner.address]
         count = self.disputes("contestCount")
-        calls = [p.registry.address, p.jobs.address, p.disputes.address, (self.jobs, "feePoolWei", ())]
-        calls += [(self.registry, "getNode", (a,)) for a in nodes] + [(self.jobs, "credits", (a,)) for a in creditors]
-        calls += [(self.disputes, "getContest", (i,)) for i in range(count)]
-        calls += [(self.jobs, "getAuditExtra", (t.run.audit_id,)) for t in self.audits]
-        calls += [(self.jobs, "getAudit", (t.run.audit_id,)) for t in self.audits]
-        got = read_batch(url, calls)
+        jobs, registry, disputes = self.jobs.raw, self.registry.raw, self.disputes.raw
+        calls = [p.registry.address, p.jobs.address, p.disputes.address, (jobs, "feePoolWei", ())]
+        calls += [(registry, "getNode", (a,)) for a in nodes] + [(jobs, "credits", (a,)) for a in creditors]
+        calls += [(disputes, "getContest", (i,)) for i in range(count)]
+        calls += [(jobs, "getAuditExtra", (t.run.audit_id,)) for t in self.audits]
+        calls += [(jobs, "getAudit", (t.run.audit_id,)) for t in self.audits]
+        got = read_batch(self.rpc, calls)
         registry_wei, jobs_wei, disputes_wei, pool = got[:4]
         at = 4
         node_rows, at = got[at:at + len(nodes)], at + len(nodes)
@@ -394,7 +300,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         contests, at = got[at:at + count], at + count
         extras, views = got[at:at + len(self.audits)], got[at + len(self.audits):]
         bonds = sum(p.params["disputeBondWei"] for e, v in zip(extras, views, strict=True)
-                    if int(e[3], 16) != 0 and v[4] == 1 and v[5] != SETTLED)
+                    if int(e[3], 16) != 0 and v[4] == 1 and v[5] not in (SETTLED, ABANDONED))
         assert registry_wei == sum(row[0] for row in node_rows), "Registry balance != stakes"
         assert jobs_wei == sum(credits) + pool + bonds, "Jobs balance != credits + pool + escalation bonds"
         assert disputes_wei == sum(c[6] for c in contests if c[3]), "Disputes balance != open contest bonds"
@@ -404,22 +310,73 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     def teardown(self):
         STATS["paths"].add(tuple(self.path))
+        try:
+            self._drive_to_the_end()
+        except AssertionError as exc:
+            self._record_failure(exc)
+            raise
+        finally:
+            self._report_progress()
+
+    def _record_failure(self, exc: AssertionError) -> None:
+        """Count it, and log it with the run's rule sequence: a chunk cut by its time limit while
+        hypothesis shrinks still leaves what failed."""
+        STATS["failures"] += 1
         progress = os.environ.get("FUZZ_PROGRESS")
-        if progress and STATS["runs"] % 20 == 0:  # a long run reports as it goes
-            with open(progress, "a") as f:
-                f.write(f"{time.strftime('%H:%M:%S')} steps {STATS['steps']} runs {STATS['runs']} paths {len(STATS['paths'])}\n")
+        if progress:
+            with open(progress + ".failures", "a") as f:
+                f.write(f"{time.strftime('%H:%M:%S')} {exc!r} after {' '.join(self.path)}\n  slashes: {self._slash_log()}\n")
+
+    def _slash_log(self) -> list:
+        """Every PartySlashed / ContestLost of this run (the chain was reverted before it), for
+        a failure's record: who lost stake in which audit, and why."""
+        topics = {"0x" + keccak256(b"PartySlashed(uint256,address,uint256,string)").hex(): "PartySlashed",
+                  "0x" + keccak256(b"ContestLost(uint256,address,uint256)").hex(): "ContestLost"}
+        logs = self.rpc.call("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": [self.p.jobs.address, self.p.disputes.address]}])
+        out = []
+        for log in logs:
+            name = topics.get(log["topics"][0])
+            if name:
+                who = self._index(to_checksum_address("0x" + log["topics"][2][-40:]))
+                detail = abi_decode(["uint256", "string"], bytes.fromhex(log["data"][2:]))[1] if name == "PartySlashed" else "contest lost"
+                out.append((name, int(log["topics"][1], 16), who, detail))
+        return out
+
+    def _report_progress(self) -> None:
+        """A long run reports after every run (cumulative), so a chunk cut by its time limit
+        still counts: steps, runs, failures so far, and the lifecycles it saw (one per line)."""
+        progress = os.environ.get("FUZZ_PROGRESS")
+        if not progress:
+            return
+        with open(progress, "a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} steps {STATS['steps']} runs {STATS['runs']} paths {len(STATS['paths'])} "
+                    f"lifecycles {len(STATS['lifecycles'])} failures {STATS['failures']}\n")
+        with open(progress + ".lifecycles", "a") as f:
+            f.writelines(repr(x) + "\n" for x in STATS["lifecycles"] - STATS["reported"])
+        STATS["reported"] |= STATS["lifecycles"]
+
+    def _drive_to_the_end(self) -> None:
+        ended = self.reads.head()
         for _ in range(TEARDOWN_ROUNDS):
+            self._honest()
             if all(self.audit(t.run.audit_id).phase in (SETTLED, ABANDONED) for t in self.audits):
                 break
-            self.world.chain.mine(4)
-            self._honest()
+            for t in self.audits:
+                limit = max(t.start_block + BOUND_BLOCKS, ended) + SLACK_BLOCKS
+                assert self.reads.head() <= limit, f"audit {t.run.audit_id} ({t.mode}) not terminal by block {limit}: {t.seen}"
+            self._mine(4)
             for t in self.audits:
                 for call in ("replaceMissing", "finalize", "settle"):
-                    self._try(self.world.chain.transact, self.p.jobs, call, t.run.audit_id, sender=self.world.outsider)
-            self.invariants_hold()
+                    self._send(call, t.run.audit_id)
+            self._check_invariants()
         for t in self.audits:
             state = self.audit(t.run.audit_id)
             assert state.phase in (SETTLED, ABANDONED), f"audit {t.run.audit_id} stuck in phase {state.phase}"
+            slashed = self.party(t.run.audit_id, 0, 0)["slashed"]
+            STATS["lifecycles"].add((t.mode != "honest", tuple(t.seen), slashed))
             if t.mode != "honest" and state.phase == SETTLED:
-                assert self.party(t.run.audit_id, 0, 0)["slashed"], f"cheater ({t.mode}) kept its stake"
+                assert slashed, f"cheater ({t.mode}) kept its stake: {t.seen}"
+            if t.mode != "honest" and state.phase == ABANDONED and not slashed:
+                # §13: its own dispatching withheld the committee's jobs, or its escalation was unheard.
+                assert t.dispatcher == CHEATER or state.round == 1, f"cheater ({t.mode}) escaped by an abandonment: {t.seen}"
         assert all(self.registry("getNode", n.address)[2] == 0 for n in self.world.nodes), "a lock outlived its audits"

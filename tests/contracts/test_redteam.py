@@ -88,28 +88,85 @@ def test_self_dispatched_cheat_withholds_the_committee_jobs_and_keeps_its_stake(
     assert world.stakes()[cheat.address] < before
 
 
-@_works("an escalation that cannot be drawn lapses and the colluding round-0 FAIL is enforced")
 def test_unfillable_escalation_enforces_the_colluding_verdict_it_disputes(world):
     # Two colluders in a committee of three call an honest worker a cheat (a DISAGREE is never
     # adjudicated). The worker escalates, as docs/protocol.md tells it to, but the pool holds
-    # fewer than escalationCommitteeSize fresh nodes (here 6 nodes: 1 left); the same lapse
-    # follows when a colluding dispatcher withholds the round-1 jobs or a round-1 colluder its
-    # receipt. The lapse refunds the bond and reinstates the disputed verdict.
+    # fewer than escalationCommitteeSize fresh nodes (here 6 nodes: 1 left). Rule (§12, §13): an
+    # escalation that cannot be heard does not reinstate the verdict it disputes; the audit is
+    # abandoned, nobody slashed on either side of the disputed votes, the bond refunded.
     run = _opened(world)
     for slot, vote in enumerate((True, False, False)):
         world.open_member(run, slot, vote=vote)
     assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.FAIL
     honest = {run.worker.node.address, run.members[0].node.address}
-    before = world.stakes()
+    before, pool = world.stakes(), world.protocol.jobs.call("feePoolWei")
+    credit = world.protocol.get_credit(run.worker.node.address)
     world.protocol.escalate(run.worker.node.account, run.audit_id)
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
-    world.protocol.draw_escalation(world.outsider, run.audit_id)  # pool exhausted: the escalation lapses
-    assert world.protocol.get_audit(run.audit_id).round == 0
+    world.protocol.draw_escalation(world.outsider, run.audit_id)  # pool exhausted: the escalation is unheard
+    assert world.protocol.get_audit(run.audit_id).phase == ABANDONED
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
-    world.protocol.settle(world.outsider, run.audit_id)
+    with _reverts("WrongPhase"):  # nothing left to settle: the disputed FAIL is never enforced
+        world.protocol.settle(world.outsider, run.audit_id)
     after = world.stakes()
     # Safe outcome: a verdict whose escalation could not be heard slashes no honest party.
     assert {a: after[a] for a in honest} == {a: before[a] for a in honest}
+    assert after == before  # nobody at all: the colluders' FAIL is not a provable lie either
+    assert world.protocol.get_credit(run.worker.node.address) == credit + PRESET.DISPUTE_BOND_WEI
+    assert world.protocol.jobs.call("feePoolWei") == pool  # the job's fee stays in the pool, unpaid
+    assert all(world.protocol.get_node(n.address)["locks"] == 0 for n in world.nodes)
+
+
+def _escalated_to_round_one(world, escalator) -> AuditRun:
+    """A colluding FAIL on an honest worker, escalated by ``escalator``, round 1 drawn (10 nodes)."""
+    run = _opened(world)
+    for slot, vote in enumerate((True, False, False)):
+        world.open_member(run, slot, vote=vote)
+    assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.FAIL
+    world.protocol.escalate(escalator, run.audit_id)
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
+    world.protocol.draw_escalation(world.outsider, run.audit_id)
+    assert world.protocol.get_audit(run.audit_id).round == 1
+    return run
+
+
+def _withhold_round_one(world, run: AuditRun) -> None:
+    """Nobody sends the round-1 jobs: every redraw's commit window passes without a receipt."""
+    while world.protocol.get_audit(run.audit_id).phase == 1:  # COMMITTING
+        world.chain.mine(PRESET.COMMIT_WINDOW_BLOCKS + 1)
+        world.protocol.replace_missing(world.outsider, run.audit_id)
+    assert world.protocol.get_audit(run.audit_id).phase == ABANDONED
+
+
+def test_escalation_whose_round_one_jobs_never_arrive_is_unheard_and_slashes_nobody(world):
+    # A colluding dispatcher (or round-1 colluders) withholds the escalation committee's jobs: the
+    # round lapses for missing receipts. The worker escalated, not the dispatcher that had to
+    # send the jobs: nobody slashed, the worker's bond refunded.
+    world.nodes.extend(_register_crowd(world, 4))
+    try:
+        run = _escalated_to_round_one(world, world.nodes[0].account)
+        before, credit = world.stakes(), world.protocol.get_credit(world.nodes[0].address)
+        _withhold_round_one(world, run)
+        assert world.stakes() == before
+        assert world.protocol.get_credit(world.nodes[0].address) == credit + PRESET.DISPUTE_BOND_WEI
+        assert all(world.protocol.get_node(n.address)["locks"] == 0 for n in world.nodes)
+    finally:
+        del world.nodes[6:]
+
+
+def test_dispatcher_that_escalates_then_withholds_the_round_one_jobs_loses_its_bond(world):
+    # The dispatcher sends the round's jobs: an escalation it bonded and then starved of receipts
+    # is unheard (nobody slashed) but its bond goes to the pool: escaping this way is not free.
+    world.nodes.extend(_register_crowd(world, 4))
+    try:
+        dispatcher = world.nodes[1]
+        run = _escalated_to_round_one(world, dispatcher.account)
+        pool, credit = world.protocol.jobs.call("feePoolWei"), world.protocol.get_credit(dispatcher.address)
+        _withhold_round_one(world, run)
+        assert world.protocol.get_credit(dispatcher.address) == credit
+        assert world.protocol.jobs.call("feePoolWei") == pool + PRESET.DISPUTE_BOND_WEI
+    finally:
+        del world.nodes[6:]
 
 
 @_works("a node slashed to zero keeps its sortition weight until the next epoch: committee seats with nothing at stake")
@@ -164,11 +221,11 @@ def _register_crowd(world, count: int) -> list[Node]:
     return crowd
 
 
-@_works("a convicted worker's own escalation is refunded: WORKER_DEFAULT counts as overturning a FAIL")
 def test_cheat_that_escalates_its_fail_then_defaults_gets_its_bond_back(world):
-    # Escalation is refunded when the larger committee "overturns" the first majority, and
-    # WORKER_DEFAULT != FAIL: a caught cheat escalates, never opens in round 1, and still gets its
-    # bond back, while five more nodes ran verification jobs and were paid from the fee pool.
+    # A caught cheat escalates, never opens in round 1 (WORKER_DEFAULT), while five more nodes ran
+    # verification jobs paid from the fee pool. Rule (§12): the bond is refunded only when the
+    # larger committee decides the other way (a FAIL becomes a PASS); a default after a FAIL is
+    # a conviction again, the bond goes to the pool.
     world.nodes.extend(_register_crowd(world, 4))  # 10 nodes: room for an escalation committee
     try:
         run = _opened(world, cheat=True)

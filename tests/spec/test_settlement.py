@@ -77,6 +77,31 @@ def test_escalation_bond_refunded_only_when_the_verdict_is_overturned():
         assert (out.credits_wei.get("c", 0) >= PRESET.DISPUTE_BOND_WEI) is refunded
 
 
+def test_escalation_bond_refunded_only_when_the_escalators_side_wins():
+    # (first majority, final verdict) → refunded; a default after a FAIL is a conviction again.
+    cases = {(s.FAIL, s.PASS): True, (s.FAIL, s.WORKER_DEFAULT): False, (s.FAIL, s.TIE): False, (s.FAIL, s.FAIL): False,
+             (s.PASS, s.FAIL): True, (s.PASS, s.WORKER_DEFAULT): True, (s.PASS, s.TIE): False, (s.PASS, s.PASS): False,
+             (s.TIE, s.PASS): True, (s.TIE, s.WORKER_DEFAULT): True, (s.TIE, s.TIE): False}
+    assert {case: s.is_overturned(*case) for case in cases} == cases
+    first = s.RoundRecord(True, tuple(s.MemberRecord(m, vote=s.DISAGREE) for m in "abc"))
+    defaulted = s.RoundRecord(False, tuple(s.MemberRecord(f"x{i}", opened=False, vote=s.NO_VOTE) for i in range(5)))
+    audit = s.AuditRecord("w", (first, defaulted), escalator="w", escalation_bond_wei=PRESET.DISPUTE_BOND_WEI)
+    out = s.compute_settlement(audit, {"w": STAKE}, 10**18, PRESET)
+    assert out.verdict == s.WORKER_DEFAULT and "w" not in out.credits_wei
+
+
+def test_unheard_escalation_slashes_nobody_and_refunds_unless_the_dispatcher_withheld():
+    first = s.RoundRecord(True, (s.MemberRecord("a"), s.MemberRecord("b", vote=s.DISAGREE), s.MemberRecord("c", vote=s.DISAGREE)))
+    audit = s.AuditRecord("w", (first,), escalator="w", escalation_bond_wei=PRESET.DISPUTE_BOND_WEI)
+    for withheld in (False, True):
+        out = s.compute_unheard_escalation(audit, "d", 5, withheld)
+        assert out.slashed_wei == {} and out.credits_wei == {"w": PRESET.DISPUTE_BOND_WEI} and out.fee_pool_wei == 5
+    by_dispatcher = s.AuditRecord("w", (first,), escalator="d", escalation_bond_wei=PRESET.DISPUTE_BOND_WEI)
+    assert s.compute_unheard_escalation(by_dispatcher, "d", 5, False).credits_wei == {"d": PRESET.DISPUTE_BOND_WEI}
+    forfeited = s.compute_unheard_escalation(by_dispatcher, "d", 5, True)
+    assert forfeited.credits_wei == {} and forfeited.fee_pool_wei == 5 + PRESET.DISPUTE_BOND_WEI
+
+
 def test_pool_payments_are_capped_by_the_pool():
     members = tuple(s.MemberRecord(f"m{i}") for i in range(3))
     out = s.compute_settlement(s.AuditRecord("w", (s.RoundRecord(True, members),)), {}, PRESET.AUDIT_FEE_WEI + 1, PRESET)

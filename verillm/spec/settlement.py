@@ -154,11 +154,37 @@ def _pay_from_pool(out: Settlement, to: str, amount_wei: int) -> None:
     out.credit(to, paid)
 
 
+def is_overturned(first_majority: int, verdict: int) -> bool:
+    """Return whether the escalation round decided the other way: a PASS became a conviction
+    (FAIL or worker default), a FAIL a PASS, a TIE anything decisive. A worker that escalates
+    its FAIL and then defaults is convicted again: not overturned."""
+    if first_majority == PASS:
+        return verdict in (FAIL, WORKER_DEFAULT)
+    if first_majority == FAIL:
+        return verdict == PASS
+    return verdict != TIE
+
+
 def _settle_bond(out: Settlement, audit: AuditRecord, verdict: int) -> None:
     if len(audit.rounds) < 2 or audit.escalation_bond_wei == 0:
         return
-    # The escalator wins when the larger committee overturns the first round's majority.
-    if verdict != compute_majority(audit.rounds[0]):
+    # The escalator's bond comes back only when its side won.
+    if is_overturned(compute_majority(audit.rounds[0]), verdict):
         out.credit(audit.escalator, audit.escalation_bond_wei)
     else:
         out.fee_pool_wei += audit.escalation_bond_wei
+
+
+def compute_unheard_escalation(audit: AuditRecord, dispatcher: str, fee_pool_wei: int, withheld: bool) -> Settlement:
+    """Return what `Jobs` does when an escalation round cannot be staffed (pool exhausted, or
+    its receipts missing after every redraw): the audit is abandoned, nobody is slashed on either
+    side of the disputed votes (the first round's verdict is not enforced), no fee is paid (the
+    job's fees stay in the pool). The bond is refunded, unless the round lapsed for missing
+    receipts (``withheld``) and the escalator is the dispatcher, who had to send its jobs.
+    ``verdict`` is NO_VOTE: there is none."""
+    out = Settlement(verdict=NO_VOTE, fee_pool_wei=fee_pool_wei)
+    if audit.escalation_bond_wei and withheld and audit.escalator == dispatcher:
+        out.fee_pool_wei += audit.escalation_bond_wei
+    elif audit.escalation_bond_wei:
+        out.credit(audit.escalator, audit.escalation_bond_wei)
+    return out

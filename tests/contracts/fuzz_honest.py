@@ -1,0 +1,189 @@
+"""The honest parties of the protocol fuzzer (`protocol_fuzz.py`): after every step each does
+what docs/protocol.md says is due — post its receipt when its dispatcher sent it the job, draw
+the challenge, open, vote on what the worker posted, answer contests, contest an opening that
+does not prove, adjudicate a lying "agree", finalize, settle, draw an escalation — and never
+anything a window forbids. A mixin of `ProtocolMachine`, which provides the chain handles
+(`p`, `world`, `jobs`, `registry`, `disputes`, `reads`) and the helpers `_try`, `_send`,
+`_member`, `_worker`, `_opening`, `_node`. New honest behaviour goes here; new adversarial moves
+are rules in `protocol_fuzz.py`.
+"""
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from eth_utils import to_checksum_address
+
+from verillm.spec import audit as spec_audit
+
+from contract_scenario import MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun
+
+COMMITTING, OPENING, DECIDED, ESCALATING, SETTLED, ABANDONED = 1, 2, 3, 4, 5, 6
+HONEST = (0, 1, 3, 4, 6, 7, 8, 9)
+EXTRA_NODES = 4
+CHEATER, ADVERSARY = 2, 5
+
+
+@dataclass
+class Tracked:
+    run: AuditRun
+    worker: int
+    dispatcher: int
+    mode: str  # "honest" or a cheat mode
+    start_block: int = 0
+    seen: list = field(default_factory=list)  # (round, phase) states, in order
+    posted: object = None  # the worker's opening as posted in the current round
+    posted_by_round: dict = field(default_factory=dict)
+    contested: set = field(default_factory=set)
+    answered: set = field(default_factory=set)
+    tried: set = field(default_factory=set)  # contests an honest party tried to answer
+    adjudicated: set = field(default_factory=set)  # (round, slot) of lying votes already taken to adjudication
+
+
+class HonestParties:
+    """What every honest party does on every step (see the module note)."""
+
+    def _prefetch(self) -> None:
+        """Every read the honest parties are about to make, in two batches."""
+        jobs, disputes = self.jobs.raw, self.disputes.raw
+        self.reads.prefetch([(jobs, "getAudit", (t.run.audit_id,)) for t in self.audits] + [(disputes, "contestCount", ()), "head"])
+        calls = [(disputes, "getContest", (i,)) for i in range(self.disputes("contestCount"))]
+        for t in self.audits:
+            view = self.jobs("getAudit", t.run.audit_id)
+            if view[5] in (SETTLED, ABANDONED):
+                continue
+            calls += [(jobs, "getRound", (t.run.audit_id, r)) for r in range(view[4] + 1)]
+            calls += [(jobs, "getParty", (t.run.audit_id, view[4], slot)) for slot in range(view[8] + 1)]
+        self.reads.prefetch(calls)
+
+    def _honest(self) -> None:
+        self._prefetch()
+        for t in self.audits:
+            state = self.audit(t.run.audit_id)
+            if not t.seen or t.seen[-1] != (state.round, state.phase):
+                t.seen.append((state.round, state.phase))
+            if state.phase in (SETTLED, ABANDONED):
+                continue
+            if state.phase == COMMITTING:
+                self._honest_receipts(t, state)
+            elif state.phase == OPENING:
+                self._honest_opening(t, state)
+            self._honest_disputes(t, state)
+            self._honest_progress(t, state)
+
+    def _honest_progress(self, t: Tracked, state) -> None:
+        """What an honest dispatcher does once it is due: finalize a round whose windows closed,
+        settle after the dispute window, draw an escalation once its seed block is mined."""
+        state = self.audit(t.run.audit_id)
+        _, _, ready, verdict_block, _, _, _ = self.jobs("getRound", t.run.audit_id, state.round)
+        head = self.reads.head()
+        if state.phase == OPENING and head >= ready + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.OPEN_WINDOW_BLOCKS:
+            self._send("finalize", t.run.audit_id)
+        elif state.phase == DECIDED and head >= verdict_block + PRESET.DISPUTE_WINDOW_BLOCKS:
+            self._send("settle", t.run.audit_id)
+        elif state.phase == ESCALATING and t.dispatcher != CHEATER:
+            self._send("drawEscalation", t.run.audit_id)
+
+    def _honest_receipts(self, t: Tracked, state) -> None:
+        if t.dispatcher == CHEATER:
+            return  # the cheater's dispatcher never sends its committee their jobs
+        if self.reads.head() >= self.jobs("getRound", t.run.audit_id, state.round)[1]:
+            return  # past the commit deadline: a receipt would revert (TooLate)
+        for slot, address in enumerate(self.committee(t.run.audit_id, state.round)):
+            i = self._index(address)
+            if i == ADVERSARY or self.party(t.run.audit_id, state.round, slot + 1)["root"] != bytes(32):
+                continue
+            member = self._member(i)
+            self._try(self.p.post_committee_receipt, self.world.outsider, t.run.audit_id, slot, member.receipt)
+
+    def _honest_opening(self, t: Tracked, state) -> None:
+        audit_id = t.run.audit_id
+        if state.challenge_seed == bytes(32):
+            if self.reads.head() < self.jobs("getRound", audit_id, state.round)[2] + PRESET.AUDIT_DRAW_DELAY_BLOCKS:
+                return  # the challenge's seed block is not mined yet (TooEarly)
+            if self._try(self.p.draw_challenge, self.world.outsider, audit_id) is None:
+                return
+            state = self.audit(audit_id)
+        worker_party = self.party(audit_id, state.round, 0)
+        if not worker_party["opened"] and t.mode in ("honest", "open", "forge"):
+            t.posted = self._worker_opening(t, state)
+            if self._try(self.p.open, t.run.worker.node.account, audit_id, t.posted) is not None:
+                t.posted_by_round[state.round] = t.posted
+        worker_party = self.party(audit_id, state.round, 0)
+        posted = t.posted_by_round.get(state.round)
+        if not worker_party["opened"] or posted is None:
+            return
+        shown = {(i.leaf.position, i.leaf.layer): i.leaf for i in posted.leaves}
+        for slot, address in enumerate(self.committee(audit_id, state.round)):
+            i = self._index(address)
+            party = self.party(audit_id, state.round, slot + 1)
+            if i == ADVERSARY or party["opened"] or party["root"] == bytes(32):
+                continue
+            opening = self._opening(t, self._member(i))
+            mine = {(x.leaf.position, x.leaf.layer): x.leaf for x in opening.leaves}
+            agree = spec_audit.is_onchain_agreement(shown, mine, MODEL, PROMPT_LEN, OUTPUT_TOKENS)
+            self._try(self.p.open_and_vote, self._node(i).account, audit_id, slot, opening, agree)
+
+    def _worker_opening(self, t: Tracked, state):
+        if t.mode == "forge":  # leaves of the honest trace: they look right but its root does not commit them
+            return self._opening(t, self._worker(t.worker))
+        return self._opening(t, t.run.worker)
+
+    def _honest_disputes(self, t: Tracked, state) -> None:
+        audit_id = t.run.audit_id
+        # An honest party checks the worker's posted opening against its root: a forged one is contested.
+        if t.mode == "forge" and t.posted is not None and 0 not in t.contested and self.party(audit_id, 0, 0)["opened"]:
+            first = t.posted.leaves[0].leaf
+            cells = [(first.position, first.layer)]
+            tx = self._try(self.p.contest, self._node(3).account, audit_id, 0, 0, cells)
+            if tx is not None:
+                t.contested.add(0)
+                self.cells[tx.value] = cells
+        # Honest parties answer every contest against them.
+        for cid in range(self.disputes("contestCount")):
+            c = self.disputes("getContest", cid)
+            if not c[3] or c[0] != audit_id or cid in t.answered:
+                continue
+            opening = self._party_opening(t, c[1], c[2])
+            if opening is not None and cid not in t.tried:
+                t.tried.add(cid)  # an honest party answers when it sees the contest; a refused answer stays refused
+                if self._try(self.p.answer_contest, self.world.outsider, cid, self.cells[cid], opening) is not None:
+                    t.answered.add(cid)
+                    continue
+            if self.reads.head() >= c[5] and self._try(self.p.resolve_contest, self.world.outsider, cid) is not None:
+                t.answered.add(cid)
+        # A lying "agree" (data that fail against what the worker posted) is adjudicated.
+        posted = t.posted_by_round.get(state.round)
+        if state.phase in (OPENING, DECIDED) and posted is not None and t.mode != "forge":
+            for slot, address in enumerate(self.committee(audit_id, state.round)):
+                party = self.party(audit_id, state.round, slot + 1)
+                key = (state.round, slot)
+                if self._index(address) == ADVERSARY and party["opened"] and not party["slashed"] and party["vote"] == 1 and key not in t.adjudicated:
+                    t.adjudicated.add(key)  # once: a refused adjudication (NoFault) stays refused
+                    lazy = self._opening(t, self._member(ADVERSARY, lazy=True))
+                    self._try(self.p.adjudicate, self.world.outsider, audit_id, state.round, slot + 1, posted, lazy)
+
+    def _party_opening(self, t: Tracked, round_index: int, slot: int):
+        """The opening an honest party posted, with proofs; None for the cheater and node 5."""
+        if slot == 0:
+            return None if t.mode != "honest" else t.posted_by_round.get(round_index)
+        address = self.committee(t.run.audit_id, round_index)[slot - 1]
+        i = self._index(address)
+        return None if i == ADVERSARY else self._opening(t, self._member(i), round_index)
+
+    def audit(self, audit_id: int) -> SimpleNamespace:
+        """Phase, round, challenge seed and numPositions of the audit's current round."""
+        v = self.jobs("getAudit", audit_id)
+        return SimpleNamespace(phase=v[5], round=v[4], challenge_seed=bytes(v[7]), num_positions=v[2])
+
+    def party(self, audit_id: int, round_index: int, slot: int) -> dict:
+        node, root, _, _, opened, vote, slashed = self.jobs("getParty", audit_id, round_index, slot)
+        return {"root": bytes(root), "opened": opened, "vote": vote, "slashed": slashed}
+
+    def committee(self, audit_id: int, round_index: int) -> list[str]:
+        return [to_checksum_address(a) for a in self.jobs("getRound", audit_id, round_index)[6]]
+
+    def stake(self, address: str) -> int:
+        return self.registry("getNode", address)[0]
+
+    def _index(self, address: str) -> int:
+        return next(i for i, n in enumerate(self.world.nodes) if n.address == address)
