@@ -16,11 +16,13 @@ import {Sortition} from "./Sortition.sol";
 /// node left two epochs ago) is reused by the next node that needs one, so departed identities
 /// cost a draw nothing; the tree's depth is log2 of the most slots ever held at once.
 library StakeTree {
+    /// One storage word holds what a draw reads in the steady state (the epoch and the values
+    /// from it on); `previous` is read only in the epoch after a write.
     struct Versioned {
-        uint64 epoch; // of the last write
-        uint128 next; // effective from epoch + 1 on
-        uint128 current; // effective in epoch
-        uint128 previous; // effective in epoch − 1
+        uint32 epoch; // of the last write
+        uint112 next; // effective from epoch + 1 on
+        uint112 current; // effective in epoch
+        uint112 previous; // effective in epoch − 1
     }
 
     struct Tree {
@@ -140,15 +142,16 @@ library StakeTree {
     /// @notice Set `node`'s weight from the next epoch on to `weight`, and cap its weight in the
     /// current and the previous epoch at `cap` (type(uint256).max: leave them).
     function set(Tree storage t, address node, uint256 weight, uint256 cap, uint256 epoch) internal {
+        if (epoch > type(uint32).max) revert WeightOverflow();
         uint256 slot = t.slotOf[node];
         if (slot == 0) {
             if (weight == 0) return;
             slot = _allocate(t, node, epoch);
         }
         Versioned memory before = _rolled(t.leaves[slot], epoch);
-        Versioned memory after_ = Versioned(uint64(epoch), _u128(weight), before.current, before.previous);
-        if (cap < after_.current) after_.current = uint128(cap);
-        if (cap < after_.previous) after_.previous = uint128(cap);
+        Versioned memory after_ = Versioned(uint32(epoch), _u112(weight), before.current, before.previous);
+        if (cap < after_.current) after_.current = uint112(cap);
+        if (cap < after_.previous) after_.previous = uint112(cap);
         t.leaves[slot] = after_;
         _addPath(t, slot, epoch, before, after_);
         if (weight == 0 && before.next != 0) t.freeQueue[t.freeTail++] = slot;
@@ -158,9 +161,9 @@ library StakeTree {
     function _addPath(Tree storage t, uint256 slot, uint256 epoch, Versioned memory before, Versioned memory after_) private {
         for (uint256 i = slot; i <= t.capacity; i += i & (~i + 1)) {
             Versioned memory c = _rolled(t.sums[i], epoch);
-            c.next = _u128(uint256(c.next) + after_.next - before.next);
-            c.current = _u128(uint256(c.current) + after_.current - before.current);
-            c.previous = _u128(uint256(c.previous) + after_.previous - before.previous);
+            c.next = _u112(uint256(c.next) + after_.next - before.next);
+            c.current = _u112(uint256(c.current) + after_.current - before.current);
+            c.previous = _u112(uint256(c.previous) + after_.previous - before.previous);
             t.sums[i] = c;
         }
     }
@@ -198,12 +201,12 @@ library StakeTree {
         if (v.epoch == epoch) return v;
         if (v.epoch + 1 == epoch) (v.previous, v.current) = (v.current, v.next);
         else (v.previous, v.current) = (v.next, v.next);
-        v.epoch = uint64(epoch);
+        v.epoch = uint32(epoch);
         return v;
     }
 
-    function _u128(uint256 x) private pure returns (uint128) {
-        if (x > type(uint128).max) revert WeightOverflow();
-        return uint128(x);
+    function _u112(uint256 x) private pure returns (uint112) {
+        if (x > type(uint112).max) revert WeightOverflow();
+        return uint112(x);
     }
 }

@@ -4,14 +4,54 @@ draw over its slot table, caps slashed weights at once and reuses the slots of d
 import random
 
 import pytest
+from eth_account import Account
 
+from verillm.spec import vrf
 from verillm.spec.audit import compute_committee, compute_excluded_weights
+from verillm.spec.hashing import keccak256
 from verillm.spec.stake_tree import Versioned, compute_read, compute_write
 
 from contract_scenario import MODEL_ID, PRESET
-from test_redteam import _flood_departed, _register_crowd, _send_raw
+from test_redteam import _flood_departed, _send_raw
 
 SEEDS = [bytes([s]) * 32 for s in range(1, 7)]
+
+
+def _register_crowd(world, count: int, first: int = 0, chunk: int = 1_000) -> list:
+    """Register ``count`` minimum-stake nodes fast (the crowd of test_redteam, its keys from
+    ``first`` on): automining off, raw transactions signed with one fee, blocks mined until
+    every one is in; then advance to the next epoch (the crowd weighs from there)."""
+    from contract_scenario import Node
+
+    secret = vrf.derive_secret_key(b"redteam crowd key" * 2)
+    public_key = vrf.compute_public_key(secret)
+    public = vrf.compute_words(public_key)
+    chain, registry = world.chain, world.protocol.registry
+    fee = 2 * chain.get_block()["baseFeePerGas"] + 10**9
+    crowd = []
+    for start in range(first, first + count, chunk):
+        chain.set_automine(False)
+        try:
+            hashes = []
+            for i in range(start, min(start + chunk, first + count)):
+                account = Account.from_key(keccak256(b"redteam crowd" + i.to_bytes(2, "big")))
+                chain.w3.provider.make_request("anvil_setBalance", [account.address, hex(10**18)])
+                message = vrf.compute_possession_message(public_key, bytes.fromhex(account.address[2:]))
+                x, y, _ = vrf.compute_hash_to_g1(message, vrf.DOMAIN_POP)
+                possession = vrf.compute_words(vrf.compute_g1_multiple((vrf.bn.FQ(x), vrf.bn.FQ(y), vrf.bn.FQ.one()), secret))
+                data = registry.web3.encode_abi("register", args=[public, possession, "http://127.0.0.1:1", [MODEL_ID]])
+                tx = {"to": registry.address, "data": data, "value": PRESET.MIN_STAKE_WEI, "gas": 800_000, "nonce": 0,
+                      "maxFeePerGas": fee, "maxPriorityFeePerGas": 10**9, "chainId": chain.chain_id}
+                hashes.append(chain.w3.eth.send_raw_transaction(account.sign_transaction(tx).raw_transaction))
+                crowd.append(Node(account, secret))
+            while chain.w3.eth.get_transaction_count(crowd[-1].address) == 0:
+                chain.mine(1)
+        finally:
+            chain.set_automine(True)
+        for tx_hash in hashes:
+            assert chain.wait_for_receipt(tx_hash)["status"] == 1
+    world.protocol.advance_to_next_epoch()
+    return crowd
 
 
 def _draw_gas(world, seed: bytes, size: int = PRESET.COMMITTEE_SIZE, excluded=()) -> int:
@@ -39,7 +79,7 @@ def test_draw_gas_grows_with_the_log_of_the_registered_nodes(world):
     assert _tree_size(world) == (256, 256)
     at_256 = _mean_draw_gas(world)
     print(f"\ndrawCommittee (3 of N, 2 excluded), mean of {len(SEEDS)} seeds: N = 128: {at_128} gas, N = 256: {at_256} gas")
-    assert 0 < at_256 - at_128 < 12_000, (at_128, at_256)
+    assert 0 < at_256 - at_128 < 15_000, (at_128, at_256)  # one more level: ~3 cold tree reads per seat
     assert at_256 < 150_000
 
 
@@ -74,7 +114,7 @@ def test_contract_draws_equal_the_spec_over_the_slot_table_through_changes(world
     readable epochs is the spec's compute_committee over getModelWeights, and the weights are the
     spec's three-version values."""
     rng = random.Random(9)
-    crowd = _register_crowd(world, 40)
+    crowd = _register_crowd(world, 24)
     _assert_draws_equal_the_spec(world, rng)
     chain = world.chain
     for node in crowd[:8]:  # leave
@@ -83,7 +123,7 @@ def test_contract_draws_equal_the_spec_over_the_slot_table_through_changes(world
         chain.wait_for_receipt(_send_raw(world, node.account, "topUp", nonce=1, value=(i + 1) * PRESET.MIN_STAKE_WEI))
     _assert_draws_equal_the_spec(world, rng)
     world.protocol.advance_to_next_epoch()
-    _register_crowd(world, 20, first=40)  # joins (advances one more epoch)
+    _register_crowd(world, 8, first=24)  # joins (advances one more epoch)
     victim = world.nodes[5]
     epoch = world.protocol.registry.call("currentEpoch")
     weight = world.protocol.registry.call("weightAt", MODEL_ID, victim.address, epoch)
@@ -102,7 +142,7 @@ def test_draw_and_start_gas_with_10000_registered_nodes(world):
     rows = [(len(world.nodes), _mean_draw_gas(world), None)]
     registered = 0
     for target in (1_000, 10_000):
-        _register_many_from(world, registered, target - len(world.nodes) - registered)
+        _register_crowd(world, target - len(world.nodes) - registered, first=registered)
         registered = target - len(world.nodes)
         rows.append((target, _mean_draw_gas(world), None))
     worker, dispatcher = world.make_worker(world.nodes[0]), world.nodes[1]
@@ -114,8 +154,3 @@ def test_draw_and_start_gas_with_10000_registered_nodes(world):
         print(f"{nodes:>6}  {draw:>28}  {start_gas or '':>10}")
     assert _tree_size(world) == (10_000, 16_384)
     assert rows[-1][1] < 200_000 and start.gas_used < 600_000
-
-
-def _register_many_from(world, first: int, count: int, chunk: int = 500) -> None:
-    for offset in range(0, count, chunk):
-        _register_crowd(world, min(chunk, count - offset), first=first + offset)
