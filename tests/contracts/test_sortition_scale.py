@@ -154,3 +154,29 @@ def test_draw_and_start_gas_with_10000_registered_nodes(world):
         print(f"{nodes:>6}  {draw:>28}  {start_gas or '':>10}")
     assert _tree_size(world) == (10_000, 16_384)
     assert rows[-1][1] < 200_000 and start.gas_used < 600_000
+
+
+@pytest.mark.slow  # ~100 transactions of 20 M gas: a few minutes on a loaded 2-core machine
+def test_draw_gas_with_10000_slots_in_the_stake_tree(world):
+    """The Registry's StakeTree library alone (StakeTreeHarness: the same code, no BLS proof per
+    node), filled to 10,000 weighted slots: drawCommittee's tree walk at the issue's scale."""
+    chain = world.chain
+    harness = chain.deploy("StakeTreeHarness", sender=world.owner)
+    excluded = ["0x" + (1).to_bytes(20, "big").hex(), "0x" + (2).to_bytes(20, "big").hex()]
+    rows, filled = [], 0
+    for target in (16, 128, 1_024, 10_000):
+        while filled < target:
+            count = min(100, target - filled)
+            chain.transact(harness, "setMany", 1 + filled, count, PRESET.MIN_STAKE_WEI, 0, sender=world.owner, gas=29_000_000)
+            filled += count
+        gas = [chain.w3.eth.estimate_gas({"to": harness.address, "data": harness.web3.encode_abi(
+            "draw", args=[seed, 0, PRESET.COMMITTEE_SIZE, excluded, 1])}) for seed in SEEDS]
+        rows.append((target, sum(gas) // len(gas), max(gas)))
+    print("\nslots  draw(3 of N, 2 excluded) mean  max")
+    for slots, mean, top in rows:
+        print(f"{slots:>6}  {mean:>30}  {top:>6}")
+    assert tuple(harness.call("size")) == (10_000, 16_384)
+    nodes, weights = harness.call("table", 1)
+    want = compute_committee(SEEDS[0], 0, 3, nodes, compute_excluded_weights(nodes, weights, excluded))
+    assert [a.lower() for a in harness.call("draw", SEEDS[0], 0, 3, excluded, 1)] == [a.lower() for a in want]
+    assert rows[-1][1] < 200_000
