@@ -165,10 +165,11 @@ contract Registry is ReentrancyGuard {
         Node storage node = _requireRegistered(msg.sender);
         if (node.unbondingEndBlock != 0) revert Deregistering();
         _checkModels(models);
-        node.listed = false;
-        _syncWeights(msg.sender, node); // the old models lose the node
+        uint256 epoch = currentEpoch();
+        for (uint256 i = 0; i < node.models.length; i++) {
+            if (!_listed(models, node.models[i])) trees[node.models[i]].set(msg.sender, 0, type(uint256).max, epoch); // dropped
+        }
         node.models = models;
-        _list(node);
         _syncWeights(msg.sender, node);
         emit ModelsUpdated(msg.sender, models);
     }
@@ -347,6 +348,13 @@ contract Registry is ReentrancyGuard {
                 if (models[j] == models[i]) revert BadModelList("a model is listed twice");
             }
         }
+    }
+
+    function _listed(bytes32[] calldata models, bytes32 model) private pure returns (bool) {
+        for (uint256 i = 0; i < models.length; i++) {
+            if (models[i] == model) return true;
+        }
+        return false;
     }
 
     function _list(Node storage node) private {

@@ -172,11 +172,12 @@ def test_draw_gas_with_10000_slots_in_the_stake_tree(world):
         gas = [chain.w3.eth.estimate_gas({"to": harness.address, "data": harness.web3.encode_abi(
             "draw", args=[seed, 0, PRESET.COMMITTEE_SIZE, excluded, 1])}) for seed in SEEDS]
         rows.append((target, sum(gas) // len(gas), max(gas)))
+        if target == 1_024:  # the whole table is too large for one eth_call at 10,000
+            nodes, weights = harness.call("table", 1)
+            want = compute_committee(SEEDS[0], 0, 3, nodes, compute_excluded_weights(nodes, weights, excluded))
+            assert [a.lower() for a in harness.call("draw", SEEDS[0], 0, 3, excluded, 1)] == [a.lower() for a in want]
     print("\nslots  draw(3 of N, 2 excluded) mean  max")
     for slots, mean, top in rows:
         print(f"{slots:>6}  {mean:>30}  {top:>6}")
     assert tuple(harness.call("size")) == (10_000, 16_384)
-    nodes, weights = harness.call("table", 1)
-    want = compute_committee(SEEDS[0], 0, 3, nodes, compute_excluded_weights(nodes, weights, excluded))
-    assert [a.lower() for a in harness.call("draw", SEEDS[0], 0, 3, excluded, 1)] == [a.lower() for a in want]
-    assert rows[-1][1] < 200_000
+    assert rows[-1][1] < 200_000 and all(b[1] - a[1] < 4 * 12_000 for a, b in zip(rows, rows[1:]))  # ≤ 12k per doubling
