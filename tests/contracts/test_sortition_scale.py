@@ -40,7 +40,7 @@ def _register_crowd(world, count: int, first: int = 0, chunk: int = 1_000) -> li
                 x, y, _ = vrf.compute_hash_to_g1(message, vrf.DOMAIN_POP)
                 possession = vrf.compute_words(vrf.compute_g1_multiple((vrf.bn.FQ(x), vrf.bn.FQ(y), vrf.bn.FQ.one()), secret))
                 data = registry.web3.encode_abi("register", args=[public, possession, "http://127.0.0.1:1", [MODEL_ID]])
-                tx = {"to": registry.address, "data": data, "value": PRESET.MIN_STAKE_WEI, "gas": 800_000, "nonce": 0,
+                tx = {"to": registry.address, "data": data, "value": PRESET.MIN_STAKE_WEI, "gas": 1_500_000, "nonce": 0,
                       "maxFeePerGas": fee, "maxPriorityFeePerGas": 10**9, "chainId": chain.chain_id}
                 hashes.append(chain.w3.eth.send_raw_transaction(account.sign_transaction(tx).raw_transaction))
                 crowd.append(Node(account, secret))
