@@ -5,6 +5,7 @@ import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol
 import {BlsVrf} from "./BlsVrf.sol";
 import {Params, ProtocolParams} from "./Params.sol";
 import {Sortition} from "./Sortition.sol";
+import {StakeTree} from "./StakeTree.sol";
 
 /// @notice Nodes (workers and dispatchers alike): stake, keys, endpoint, models served, and the
 /// stake-weighted sortition that draws audit committees. Only the Jobs and Disputes contracts
@@ -12,7 +13,8 @@ import {Sortition} from "./Sortition.sol";
 /// not deregistering and staked at least minStakeWei; a slash below that deactivates it until
 /// it tops up. Draws do not read the live table: every change of a node's weight for a model
 /// (register, topUp, updateModels, deregister, slash) takes effect for draws at the next epoch
-/// (epochBlocks), and a draw reads the weights of a given epoch, fixed before its seed exists.
+/// (epochBlocks), and a draw reads the weights of a given epoch, fixed before its seed exists;
+/// a stake drop (a slash) also lowers them at once (StakeTree: O(log n) draws and writes).
 contract Registry is ReentrancyGuard {
     struct Node {
         uint256 stakeWei;
@@ -45,14 +47,9 @@ contract Registry is ReentrancyGuard {
     address public disputes;
 
     mapping(address => Node) private nodes;
-    /// A weight from an epoch on. A (model, node)'s checkpoints increase in fromEpoch.
-    struct Checkpoint {
-        uint64 fromEpoch;
-        uint192 weightWei;
-    }
+    using StakeTree for StakeTree.Tree;
 
-    mapping(bytes32 => address[]) private modelNodes; // append-only: every node ever weighted for the model
-    mapping(bytes32 => mapping(address => Checkpoint[])) private checkpoints;
+    mapping(bytes32 => StakeTree.Tree) private trees; // per model: the sortition weights
     mapping(bytes32 => ModelConfig) private modelConfigs;
 
     event ModelAdded(bytes32 indexed modelId, uint16[] committedLayers, uint8 fingerprintDims);
@@ -168,10 +165,11 @@ contract Registry is ReentrancyGuard {
         Node storage node = _requireRegistered(msg.sender);
         if (node.unbondingEndBlock != 0) revert Deregistering();
         _checkModels(models);
-        node.listed = false;
-        _syncWeights(msg.sender, node); // the old models lose the node
+        uint256 epoch = currentEpoch();
+        for (uint256 i = 0; i < node.models.length; i++) {
+            if (!_listed(models, node.models[i])) trees[node.models[i]].set(msg.sender, 0, type(uint256).max, epoch); // dropped
+        }
         node.models = models;
-        _list(node);
         _syncWeights(msg.sender, node);
         emit ModelsUpdated(msg.sender, models);
     }
@@ -228,7 +226,9 @@ contract Registry is ReentrancyGuard {
         amountWei = node.stakeWei * bps / Params.BPS;
         node.stakeWei -= amountWei;
         if (node.stakeWei < minStakeWei) node.listed = false;
-        _syncWeights(node_, node);
+        // A stake drop weighs at once, in the epochs draws read too: min(snapshot, stake now),
+        // 0 below the minimum (nothing left at stake, never drawn).
+        _setWeights(node_, node, node.stakeWei < minStakeWei ? 0 : node.stakeWei);
         emit Slashed(node_, amountWei, node.stakeWei, msg.sender);
         (bool ok,) = msg.sender.call{value: amountWei}("");
         if (!ok) revert TransferFailed();
@@ -284,48 +284,44 @@ contract Registry is ReentrancyGuard {
     }
 
     /// @notice `node_`'s weight for `modelId` in draws of `epoch`: its stake if it was active and
-    /// serving the model at the end of the epoch before, else 0.
+    /// serving the model at the end of the epoch before, capped at its lowest stake since (0 once
+    /// below the minimum). Readable: the previous, the current and any later epoch.
     function weightAt(bytes32 modelId, address node_, uint256 epoch) public view returns (uint256) {
-        Checkpoint[] storage cps = checkpoints[modelId][node_];
-        for (uint256 i = cps.length; i > 0; i--) {
-            if (cps[i - 1].fromEpoch <= epoch) return cps[i - 1].weightWei;
-        }
-        return 0;
+        _requireReadable(epoch, true);
+        return trees[modelId].weightOf(node_, epoch);
     }
 
-    /// @notice Every node ever weighted for `modelId`, in sortition order, with its weight now
-    /// (its current stake while active and serving the model, else 0).
+    /// @notice The model's sortition slots, in order, with their weights now (a node's current
+    /// stake while active and serving the model, else 0); address(0) for an unused slot.
     function getModelNodes(bytes32 modelId) public view returns (address[] memory candidates, uint256[] memory stakesWei) {
         return getModelWeights(modelId, currentEpoch() + 1);
     }
 
-    /// @notice The sortition table of `epoch`: candidates in order and their weights.
+    /// @notice The sortition table of `epoch`: slot owners in order and their weights (a slot
+    /// reused by a new node weighed 0 in every readable epoch before it).
     function getModelWeights(bytes32 modelId, uint256 epoch) public view returns (address[] memory candidates, uint256[] memory weightsWei) {
-        candidates = modelNodes[modelId];
-        weightsWei = new uint256[](candidates.length);
-        for (uint256 i = 0; i < candidates.length; i++) {
-            weightsWei[i] = weightAt(modelId, candidates[i], epoch);
-        }
+        _requireReadable(epoch, true);
+        return trees[modelId].table(epoch);
+    }
+
+    /// @notice Slots handed out for `modelId` and the Fenwick range (a power of two): a draw
+    /// descends log2(capacity) levels.
+    function getTreeSize(bytes32 modelId) external view returns (uint256 slots, uint256 capacity) {
+        return (trees[modelId].slots, trees[modelId].capacity);
     }
 
     /// @notice Draw `size` distinct nodes serving `modelId`, none of them in `excluded`, with
-    /// probability proportional to their weight in `epoch` (verillm.spec.audit.compute_committee).
-    /// Only the current and the previous epoch are readable (a node gone for two epochs may
-    /// have withdrawn); a pool with fewer than `size` candidates reverts NotEnoughCandidates.
+    /// probability proportional to their weight in `epoch` (verillm.spec.audit.compute_committee
+    /// over getModelWeights). Only the current and the previous epoch are readable (a node gone
+    /// for two epochs may have withdrawn); a pool with fewer than `size` candidates reverts
+    /// NotEnoughCandidates. O(size × log2(slots)) reads (StakeTree.draw).
     function drawCommittee(bytes32 modelId, bytes32 seed, uint8 attempt, uint256 size, address[] calldata excluded, uint256 epoch)
         external
         view
         returns (address[] memory)
     {
-        uint256 now_ = currentEpoch();
-        if (epoch > now_ || epoch + 1 < now_) revert EpochNotReadable(epoch, now_);
-        (address[] memory candidates, uint256[] memory weightsWei) = getModelWeights(modelId, epoch);
-        for (uint256 i = 0; i < candidates.length; i++) {
-            for (uint256 j = 0; j < excluded.length; j++) {
-                if (candidates[i] == excluded[j]) weightsWei[i] = 0;
-            }
-        }
-        return Sortition.draw(seed, attempt, size, candidates, weightsWei);
+        _requireReadable(epoch, false);
+        return trees[modelId].draw(seed, attempt, size, excluded, epoch);
     }
 
     /// @notice The pure sortition, exposed so tests compare it with the Python spec.
@@ -354,24 +350,34 @@ contract Registry is ReentrancyGuard {
         }
     }
 
+    function _listed(bytes32[] calldata models, bytes32 model) private pure returns (bool) {
+        for (uint256 i = 0; i < models.length; i++) {
+            if (models[i] == model) return true;
+        }
+        return false;
+    }
+
     function _list(Node storage node) private {
         if (node.listed || node.stakeWei < minStakeWei || node.unbondingEndBlock != 0) return;
         node.listed = true;
     }
 
+    function _requireReadable(uint256 epoch, bool laterToo) private view {
+        uint256 now_ = currentEpoch();
+        if ((epoch > now_ && !laterToo) || epoch + 1 < now_) revert EpochNotReadable(epoch, now_);
+    }
+
     /// @dev Record the node's weight for each of its models, effective next epoch.
     function _syncWeights(address node_, Node storage node) private {
+        _setWeights(node_, node, type(uint256).max);
+    }
+
+    /// @dev ... and cap its weight in the readable epochs at `cap`.
+    function _setWeights(address node_, Node storage node, uint256 cap) private {
         uint256 weight = node.listed ? node.stakeWei : 0;
-        uint64 from = uint64(currentEpoch() + 1);
+        uint256 epoch = currentEpoch();
         for (uint256 i = 0; i < node.models.length; i++) {
-            bytes32 model = node.models[i];
-            Checkpoint[] storage cps = checkpoints[model][node_];
-            if (cps.length == 0) {
-                if (weight == 0) continue;
-                modelNodes[model].push(node_);
-            }
-            if (cps.length != 0 && cps[cps.length - 1].fromEpoch == from) cps[cps.length - 1].weightWei = uint192(weight);
-            else cps.push(Checkpoint(from, uint192(weight)));
+            trees[node.models[i]].set(node_, weight, cap, epoch);
         }
     }
 }

@@ -71,7 +71,7 @@ class RegistryView:
     def _fetch(self) -> list[WorkerEntry]:
         protocol = self.chainio.protocol
         addresses, stakes = protocol.get_model_nodes(self.model_id)
-        # the list keeps every node ever registered for the model; weight 0 = not active now
+        # the model's sortition slots (a departed node's slot is reused); weight 0 = not active now
         return [WorkerEntry(bytes.fromhex(a[2:]), protocol.get_node(a)["endpoint"], s) for a, s in zip(addresses, stakes) if s > 0]
 
     async def get_endpoint(self, address: bytes) -> str:

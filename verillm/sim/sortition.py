@@ -1,6 +1,7 @@
 """Committee sortition at network scale, equal draw for draw to `verillm.spec.audit.compute_committee`.
 
-The spec walks the candidate list in Python (O(n) per draw, as the contract does). Here the
+The spec walks the candidate list in Python (O(n) per draw; the contract descends a Fenwick
+stake tree to the same slot, `verillm.spec.stake_tree`). Here the
 same draw values (`compute_draw_value`, keccak) pick through a numpy cumulative sum. Stakes
 are held in integer units of ``unit_wei`` (1 gwei by default); with stakes that are multiples
 of the unit, r_wei < cum·unit ⟺ ⌊r_wei / unit⌋ < cum, so the pick is the spec's exactly

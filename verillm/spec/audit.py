@@ -137,6 +137,8 @@ def compute_weight_at(checkpoints: Sequence[tuple[int, int]], epoch: int) -> int
 
     ``checkpoints``: (from_epoch, weight) in increasing from_epoch, one per epoch in which the
     node's stake, models or activity changed (each effective from the epoch after the change).
+    Increases only: a stake drop also caps the readable epochs at once, as
+    `verillm.spec.stake_tree.compute_write` (the contract's three versions) computes.
     """
     for from_epoch, weight in reversed(checkpoints):
         if from_epoch <= epoch:
