@@ -24,7 +24,9 @@ import click
 
 from verillm.node.devnet_keep import compute_network_info, print_network, wait_until_interrupted, write_network_file
 from verillm.node.devnet_progress import StallWatch, prepare_model
+from verillm.node.devnet_windows import compute_timed_preset
 from verillm.node.dispatcher.localnet import LocalNetwork, NodeSpec, get_json
+from verillm.spec.params import MINIMAL
 
 CHEATERS = {"int8": NodeSpec(attack="int8"), "model": NodeSpec(attack="other_model"),
             "truncate": NodeSpec(attack="truncate"), "kv_int8": NodeSpec(attack="kv_int8"), "lazy": NodeSpec(lazy=True), "tamper": NodeSpec(tamper_opening=True)}
@@ -245,12 +247,15 @@ def _raise_interrupt(signum, frame):
 @click.option("--keep", is_flag=True, help="Leave the network up after the jobs (until Ctrl-C/SIGTERM); print endpoints, addresses and keys once, "
               "and write them to WORKDIR/network.json.")
 @click.option("--stall", "stall_s", type=float, default=60.0, show_default=True, help="Say why, when no job changes state for this long.")
+@click.option("--window-s", "window_s", type=float, default=60.0, show_default=True,
+              help="Protocol deadlines in seconds (a committee's receipts, openings, proofs; the draw and start windows twice that), "
+                   "converted to blocks at --block-time (node/devnet_windows.py): MINIMAL's 10-20 blocks are missed on a loaded machine.")
 @click.option("--soak", is_flag=True, help="Instead of --jobs: steady load for --minutes, RSS and open fds of every node sampled (node/devnet_soak.py).")
 @click.option("--minutes", "soak_minutes", type=float, default=30.0, show_default=True, help="--soak: how long to send requests.")
 @click.option("--soak-interval", "soak_interval_s", type=float, default=10.0, show_default=True, help="--soak: seconds between requests.")
 @click.option("--soak-json", "soak_json", type=click.Path(dir_okay=False), default=None, help="--soak: write the report (and every sample) here.")
 def devnet(nodes, model, profile_dir, cheater, dtype, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s, keep, stall_s,
-           soak, soak_minutes, soak_interval_s, soak_json):
+           window_s, soak, soak_minutes, soak_interval_s, soak_json):
     """Run a local VeriLLM network end to end: serve, batch, audit, vote, settle, slash."""
     say = Clock()
     specs = _node_specs(nodes, cheater)
@@ -260,7 +265,10 @@ def devnet(nodes, model, profile_dir, cheater, dtype, job_count, max_tokens, cha
         signal.signal(signum, _raise_interrupt)
     click.echo(f"VeriLLM devnet: {len(specs)} nodes, model {model}, {dtype}, preset minimal, workdir {directory}")
     dtype = {"fp32": "float32", "bf16": "bfloat16"}[dtype]
-    net = LocalNetwork(directory, specs, model=model, dtype=dtype, chain=chain_kind, block_time_s=block_time, log=say, profile_dir=profile_dir)
+    preset = compute_timed_preset(MINIMAL, block_time, window_s)
+    click.echo(f"windows: commit/open {preset.COMMIT_WINDOW_BLOCKS}, draw {preset.DRAW_WINDOW_BLOCKS}, start {preset.START_WINDOW_BLOCKS} blocks "
+               f"({window_s:g} s at {block_time:g} s a block)")
+    net = LocalNetwork(directory, specs, model=model, dtype=dtype, preset=preset, chain=chain_kind, block_time_s=block_time, log=say, profile_dir=profile_dir)
     kept = False
     try:
         prepare_model(model, say)

@@ -92,15 +92,19 @@ def summarize_run(net, tracker, problems: list[str], wall_s: float, timed_out: b
             "log": count_log_markers(net), "problems": problems, "network_at_end": explain}
 
 
-def run_once(index: int, model: str, cheater: str, job_count: int, extra: int, hogs: int, max_tokens: int, timeout_s: float, keep_dir: Path | None) -> dict:
+def run_once(index: int, model: str, cheater: str, job_count: int, extra: int, hogs: int, max_tokens: int, timeout_s: float, keep_dir: Path | None,
+             window_s: float) -> dict:
     """One fresh network under load; return its summary."""
     from verillm.node.devnet import Clock, JobTracker, _node_specs, compute_gas_table, follow, print_summary
     from verillm.node.devnet_progress import StallWatch, prepare_model
+    from verillm.node.devnet_windows import compute_timed_preset
     from verillm.node.dispatcher.localnet import LocalNetwork
+    from verillm.spec.params import MINIMAL
 
     say = Clock()
     directory = keep_dir / f"run{index}" if keep_dir else Path(tempfile.mkdtemp(prefix="verillm-devnet-load-"))
-    net = LocalNetwork(directory, _node_specs(None, cheater), model=model, log=say)
+    preset = compute_timed_preset(MINIMAL, 1.0, window_s) if window_s else MINIMAL
+    net = LocalNetwork(directory, _node_specs(None, cheater), model=model, preset=preset, block_time_s=1.0, log=say)
     hog_processes: list[subprocess.Popen] = []
     try:
         prepare_model(model, say)
@@ -133,8 +137,9 @@ def run_once(index: int, model: str, cheater: str, job_count: int, extra: int, h
 @click.option("--max-tokens", type=int, default=16, show_default=True)
 @click.option("--timeout", "timeout_s", type=float, default=900.0, show_default=True, help="Per run: give up following jobs after this long.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None, help="Keep each run's stores and logs under WORKDIR/runN.")
+@click.option("--window-s", "window_s", type=float, default=60.0, show_default=True, help="As `verillm devnet --window-s` (1 s blocks); 0: MINIMAL's block windows.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def devnet_load_bench(runs, model, cheater, job_count, extra, hogs, max_tokens, timeout_s, workdir, json_path):
+def devnet_load_bench(runs, model, cheater, job_count, extra, hogs, max_tokens, timeout_s, workdir, window_s, json_path):
     """Devnet with a cheater, extra requests and CPU hogs, RUNS times: every honest job verified, the cheater slashed, no honest node slashed."""
     from verillm.node.devnet import _raise_interrupt
 
@@ -142,9 +147,9 @@ def devnet_load_bench(runs, model, cheater, job_count, extra, hogs, max_tokens, 
         signal.signal(signum, _raise_interrupt)
     results = []
     for index in range(1, runs + 1):
-        click.echo(f"\n=== run {index}/{runs}: devnet --cheater {cheater} --jobs {job_count} --model {model}, +{extra} requests, {hogs} hog(s)")
-        results.append(run_once(index, model, cheater, job_count, extra, hogs, max_tokens, timeout_s, Path(workdir) if workdir else None))
-        write_json(json_path, {"runs": results, "model": model, "cheater": cheater, "jobs": job_count, "extra": extra, "hogs": hogs})
+        click.echo(f"\n=== run {index}/{runs}: devnet --cheater {cheater} --jobs {job_count} --model {model} --window-s {window_s:g}, +{extra} requests, {hogs} hog(s)")
+        results.append(run_once(index, model, cheater, job_count, extra, hogs, max_tokens, timeout_s, Path(workdir) if workdir else None, window_s))
+        write_json(json_path, {"runs": results, "model": model, "cheater": cheater, "jobs": job_count, "extra": extra, "hogs": hogs, "window_s": window_s})
     headers = ["run", "result", "wall s", "jobs", "verified", "cheater jobs", "cheater slashed", "honest slashes", "unsettled", "TooLate lines", "ERROR lines"]
     rows = [[i, r["result"], f"{r['wall_s']:.0f}", r["jobs"], r["verified"], r["cheater_jobs"], r["cheater_slashed"], r["honest_slashes"],
              r["unsettled"], r["log"]["too_late"], r["log"]["errors"]] for i, r in enumerate(results, 1)]
