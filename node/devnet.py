@@ -18,6 +18,7 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.error
 from pathlib import Path
 
 import click
@@ -65,6 +66,7 @@ class JobTracker:
     def __init__(self, net: LocalNetwork, say: Clock):
         self.net, self.say = net, say
         self.jobs: list[dict] = []  # {"n", "completion", "status", "body"}
+        self.slow_polls = 0  # status requests the gateway did not answer within get_json's timeout
 
     def name(self, address: str) -> str:
         node = self.net.node_of(address)
@@ -79,7 +81,12 @@ class JobTracker:
 
     def poll(self) -> None:
         for job in self.jobs:
-            body = get_json(f"{self.net.gateway_url}/v1/verillm/audits/0x{job['completion'].job_hash.hex()}")
+            try:
+                body = get_json(f"{self.net.gateway_url}/v1/verillm/audits/0x{job['completion'].job_hash.hex()}")
+            except (TimeoutError, urllib.error.URLError) as exc:  # a loaded machine: say so, poll again next time
+                self.slow_polls += 1
+                self.say(f"the gateway did not answer a status request in time ({exc}); {self.slow_polls} so far")
+                return
             self._report(job, body)
 
     def _report(self, job: dict, body: dict) -> None:

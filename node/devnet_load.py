@@ -89,7 +89,7 @@ def summarize_run(net, tracker, problems: list[str], wall_s: float, timed_out: b
     return {"result": result, "wall_s": round(wall_s, 1), "jobs": len(tracker.jobs), "verified": verified,
             "cheater_jobs": sum(1 for j in tracker.jobs if (j["body"].get("worker") or "").lower() in cheaters),
             "cheater_slashed": cheater_slashed, "honest_slashes": honest_slashed, "unsettled": unsettled,
-            "log": count_log_markers(net), "problems": problems, "network_at_end": explain}
+            "slow_status_polls": tracker.slow_polls, "log": count_log_markers(net), "problems": problems, "network_at_end": explain}
 
 
 def run_once(index: int, model: str, cheater: str, job_count: int, extra: int, hogs: int, max_tokens: int, timeout_s: float, keep_dir: Path | None,
@@ -150,9 +150,10 @@ def devnet_load_bench(runs, model, cheater, job_count, extra, hogs, max_tokens, 
         click.echo(f"\n=== run {index}/{runs}: devnet --cheater {cheater} --jobs {job_count} --model {model} --window-s {window_s:g}, +{extra} requests, {hogs} hog(s)")
         results.append(run_once(index, model, cheater, job_count, extra, hogs, max_tokens, timeout_s, Path(workdir) if workdir else None, window_s))
         write_json(json_path, {"runs": results, "model": model, "cheater": cheater, "jobs": job_count, "extra": extra, "hogs": hogs, "window_s": window_s})
-    headers = ["run", "result", "wall s", "jobs", "verified", "cheater jobs", "cheater slashed", "honest slashes", "unsettled", "TooLate lines", "ERROR lines"]
+    headers = ["run", "result", "wall s", "jobs", "verified", "cheater jobs", "cheater slashed", "honest slashes", "unsettled", "TooLate lines",
+               "ERROR lines", "slow polls"]
     rows = [[i, r["result"], f"{r['wall_s']:.0f}", r["jobs"], r["verified"], r["cheater_jobs"], r["cheater_slashed"], r["honest_slashes"],
-             r["unsettled"], r["log"]["too_late"], r["log"]["errors"]] for i, r in enumerate(results, 1)]
+             r["unsettled"], r["log"]["too_late"], r["log"]["errors"], r["slow_status_polls"]] for i, r in enumerate(results, 1)]
     click.echo("\n" + format_table(headers, rows))
     for i, r in enumerate(results, 1):
         for problem in r["problems"]:

@@ -17,6 +17,7 @@ import json
 import os
 import threading
 import time
+import urllib.error
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,7 +170,13 @@ def poll_unsettled(tracker) -> None:
 
     for job in tracker.jobs:
         if not job["settled"]:
-            tracker._report(job, get_json(f"{tracker.net.gateway_url}/v1/verillm/audits/0x{job['completion'].job_hash.hex()}"))
+            try:
+                body = get_json(f"{tracker.net.gateway_url}/v1/verillm/audits/0x{job['completion'].job_hash.hex()}")
+            except (TimeoutError, urllib.error.URLError) as exc:  # counted and reported: slowness, not a lost job
+                tracker.slow_polls += 1
+                tracker.say(f"the gateway did not answer a status request in time ({exc}); {tracker.slow_polls} so far")
+                return
+            tracker._report(job, body)
 
 
 def follow_unsettled(tracker, timeout_s: float) -> None:
@@ -196,7 +203,7 @@ def run_soak(net, tracker, minutes: float, interval_s: float, concurrency: int, 
     unsettled = [job["n"] for job in tracker.jobs if not job["settled"]]
     report = {"minutes": minutes, "interval_s": interval_s, "concurrency": concurrency, "max_tokens": max_tokens,
               "model": net.model, "jobs": len(tracker.jobs), "settled": len(tracker.jobs) - len(unsettled),
-              "request_errors": errors, "dead_nodes": dead, "log_error_lines": log_problems,
+              "request_errors": errors, "slow_status_polls": tracker.slow_polls, "dead_nodes": dead, "log_error_lines": log_problems,
               "wall_s": round(time.monotonic() - started, 1), "processes": processes,
               "series": {s.label: [[x.t_s, x.rss_kib, x.fds] for x in s.samples] for s in sampler.series}}
     print_soak_table(report)
