@@ -127,9 +127,7 @@ class LimitsConfig:
     body_timeout_s: float = 30.0
     """Longest a request body may take to arrive, in seconds (408 after it): slow clients cannot hold handlers."""
     header_timeout_s: float = 30.0
-    """Longest from a connection's start (or its previous response) to a complete request line and headers, in
-    seconds; the connection is closed after it (slowloris). Also how long an idle keep-alive connection stays open
-    (keep it above clients' own idle timeout, aiohttp's 15 s, so they drop an idle connection first)."""
+    """Seconds from a connection's start (or previous response) to complete headers, then closed (slowloris); also the idle keep-alive time (keep above clients' 15 s)."""
 
 
 @dataclass(frozen=True)
