@@ -254,7 +254,7 @@ def _raise_interrupt(signum, frame):
 @click.option("--keep", is_flag=True, help="Leave the network up after the jobs (until Ctrl-C/SIGTERM); print endpoints, addresses and keys once, "
               "and write them to WORKDIR/network.json.")
 @click.option("--stall", "stall_s", type=float, default=60.0, show_default=True, help="Say why, when no job changes state for this long.")
-@click.option("--window-s", "window_s", type=float, default=60.0, show_default=True,
+@click.option("--window-s", "window_s", type=float, default=120.0, show_default=True,
               help="Protocol deadlines in seconds (a committee's receipts, openings, proofs; the draw and start windows twice that), "
                    "converted to blocks at --block-time (node/devnet_windows.py): MINIMAL's 10-20 blocks are missed on a loaded machine.")
 @click.option("--soak", is_flag=True, help="Instead of --jobs: steady load for --minutes, RSS and open fds of every node sampled (node/devnet_soak.py).")

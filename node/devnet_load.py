@@ -137,7 +137,7 @@ def run_once(index: int, model: str, cheater: str, job_count: int, extra: int, h
 @click.option("--max-tokens", type=int, default=16, show_default=True)
 @click.option("--timeout", "timeout_s", type=float, default=900.0, show_default=True, help="Per run: give up following jobs after this long.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None, help="Keep each run's stores and logs under WORKDIR/runN.")
-@click.option("--window-s", "window_s", type=float, default=60.0, show_default=True, help="As `verillm devnet --window-s` (1 s blocks); 0: MINIMAL's block windows.")
+@click.option("--window-s", "window_s", type=float, default=120.0, show_default=True, help="As `verillm devnet --window-s` (1 s blocks); 0: MINIMAL's block windows.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def devnet_load_bench(runs, model, cheater, job_count, extra, hogs, max_tokens, timeout_s, workdir, window_s, json_path):
     """Devnet with a cheater, extra requests and CPU hogs, RUNS times: every honest job verified, the cheater slashed, no honest node slashed."""

@@ -5,6 +5,9 @@ contested proof 5): at one block a second they are 10-20 s, which an honest node
 2-core machine misses (measured: `verillm bench devnet-load`, 6 node processes, a CPU hog,
 32 jobs: drawAudit and postCommitteeReceipt reverted `TooLate`, batches missed, honest
 audits abandoned), and which a dispatcher restart (25-70 s of start-up there) cannot fit.
+60 s deadlines passed three runs of four and failed one: node 0 (gateway, dispatcher and the
+job's worker, the busiest process) opened ~85 s after its challenge and was slashed; the
+devnet's default is 120 s.
 `compute_timed_preset` keeps every MINIMAL rule and converts deadlines given in seconds into
 blocks at the devnet's block time. Only deadlines grow: the happy path waits for none of them
 (a round finalizes as soon as everyone has opened), so a devnet run is not slower; only an
