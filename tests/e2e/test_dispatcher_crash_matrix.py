@@ -125,7 +125,11 @@ def check_chain_actions(net, completions: list, from_block: int, unrecorded_allo
         if settle:
             assert body["status"] == "final" and audit["status"] == "settled" and audit["verdict"] == "pass", body
     w3, address = net.protocol.chain.w3, net.nodes[0].address
-    assert w3.eth.get_transaction_count(address, "pending") == w3.eth.get_transaction_count(address, "latest")
+    counts = lambda: (w3.eth.get_transaction_count(address, "pending"), w3.eth.get_transaction_count(address, "latest"))  # noqa: E731
+    deadline = time.monotonic() + 30  # node 0 may be sending right now (its audits just started): nothing may stay pending
+    while (pending := counts())[0] != pending[1] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert pending[0] == pending[1], f"node 0's transactions stuck pending: nonces pending/mined {pending}"
     txs = node0_transactions(net, from_block)
     assert all(receipt["status"] == 1 for _, _, receipt in txs), [f for f, _, r in txs if r["status"] != 1]
     for function, key in JOBS_FUNCTIONS_ONCE.items():
