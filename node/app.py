@@ -103,7 +103,9 @@ async def dispatcher_context(app: web.Application):
 
 async def start_node(config: NodeConfig, served: ServedModel | None = None) -> tuple[web.AppRunner, int]:
     """Start the node on config.server.host:port; return the runner and the bound port."""
-    runner = web.AppRunner(create_app(config, served), access_log=None)
+    # aiohttp's keep-alive timer is the only clock on a connection whose headers never finish (its
+    # default is an hour): limits.header_timeout_s closes a slowloris client instead.
+    runner = web.AppRunner(create_app(config, served), access_log=None, keepalive_timeout=config.limits.header_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, config.server.host, config.server.port)
     await site.start()

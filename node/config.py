@@ -126,6 +126,8 @@ class LimitsConfig:
     """Generation requests one OpenAI client (its API key, else its IP address) may have in flight (429 above it)."""
     body_timeout_s: float = 30.0
     """Longest a request body may take to arrive, in seconds (408 after it): slow clients cannot hold handlers."""
+    header_timeout_s: float = 30.0
+    """Seconds from a connection's start (or previous response) to complete headers, then closed (slowloris); also the idle keep-alive time (keep above clients' 15 s)."""
 
 
 @dataclass(frozen=True)
@@ -295,6 +297,7 @@ def process_config(config: NodeConfig) -> None:
         "auth.max_clock_skew_s": config.auth.max_clock_skew_s,
         "limits.max_inflight_per_client": config.limits.max_inflight_per_client,
         "limits.body_timeout_s": config.limits.body_timeout_s,
+        "limits.header_timeout_s": config.limits.header_timeout_s,
     }
     for name, value in positive.items():
         if value < 1:

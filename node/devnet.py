@@ -18,13 +18,16 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.error
 from pathlib import Path
 
 import click
 
 from verillm.node.devnet_keep import compute_network_info, print_network, wait_until_interrupted, write_network_file
 from verillm.node.devnet_progress import StallWatch, prepare_model
+from verillm.node.devnet_windows import compute_timed_preset
 from verillm.node.dispatcher.localnet import LocalNetwork, NodeSpec, get_json
+from verillm.spec.params import MINIMAL
 
 CHEATERS = {"int8": NodeSpec(attack="int8"), "model": NodeSpec(attack="other_model"),
             "truncate": NodeSpec(attack="truncate"), "kv_int8": NodeSpec(attack="kv_int8"), "lazy": NodeSpec(lazy=True), "tamper": NodeSpec(tamper_opening=True)}
@@ -63,6 +66,7 @@ class JobTracker:
     def __init__(self, net: LocalNetwork, say: Clock):
         self.net, self.say = net, say
         self.jobs: list[dict] = []  # {"n", "completion", "status", "body"}
+        self.slow_polls = 0  # status requests the gateway did not answer within get_json's timeout
 
     def name(self, address: str) -> str:
         node = self.net.node_of(address)
@@ -77,7 +81,12 @@ class JobTracker:
 
     def poll(self) -> None:
         for job in self.jobs:
-            body = get_json(f"{self.net.gateway_url}/v1/verillm/audits/0x{job['completion'].job_hash.hex()}")
+            try:
+                body = get_json(f"{self.net.gateway_url}/v1/verillm/audits/0x{job['completion'].job_hash.hex()}")
+            except (TimeoutError, urllib.error.URLError) as exc:  # a loaded machine: say so, poll again next time
+                self.slow_polls += 1
+                self.say(f"the gateway did not answer a status request in time ({exc}); {self.slow_polls} so far")
+                return
             self._report(job, body)
 
     def _report(self, job: dict, body: dict) -> None:
@@ -228,7 +237,7 @@ def _raise_interrupt(signum, frame):
 
 
 @click.command()
-@click.option("--nodes", type=int, default=None, help="Node processes [default: 4, or 5 with --cheater].")
+@click.option("--nodes", type=int, default=None, help="Node processes [default: 5, or 6 with --cheater].")
 @click.option("--model", default="smollm2", show_default=True,
               help="tiny (a seeded random 4-layer model: gibberish text, no conversion; a run still takes 75-90 s on 2 cores, "
                    "mostly node start-up and audit windows), smollm2 (~100 s, plus about a minute to convert it the first time), "
@@ -245,7 +254,15 @@ def _raise_interrupt(signum, frame):
 @click.option("--keep", is_flag=True, help="Leave the network up after the jobs (until Ctrl-C/SIGTERM); print endpoints, addresses and keys once, "
               "and write them to WORKDIR/network.json.")
 @click.option("--stall", "stall_s", type=float, default=60.0, show_default=True, help="Say why, when no job changes state for this long.")
-def devnet(nodes, model, profile_dir, cheater, dtype, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s, keep, stall_s):
+@click.option("--window-s", "window_s", type=float, default=120.0, show_default=True,
+              help="Protocol deadlines in seconds (a committee's receipts, openings, proofs; the draw and start windows twice that), "
+                   "converted to blocks at --block-time (node/devnet_windows.py): MINIMAL's 10-20 blocks are missed on a loaded machine.")
+@click.option("--soak", is_flag=True, help="Instead of --jobs: steady load for --minutes, RSS and open fds of every node sampled (node/devnet_soak.py).")
+@click.option("--minutes", "soak_minutes", type=float, default=30.0, show_default=True, help="--soak: how long to send requests.")
+@click.option("--soak-interval", "soak_interval_s", type=float, default=10.0, show_default=True, help="--soak: seconds between requests.")
+@click.option("--soak-json", "soak_json", type=click.Path(dir_okay=False), default=None, help="--soak: write the report (and every sample) here.")
+def devnet(nodes, model, profile_dir, cheater, dtype, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s, keep, stall_s,
+           window_s, soak, soak_minutes, soak_interval_s, soak_json):
     """Run a local VeriLLM network end to end: serve, batch, audit, vote, settle, slash."""
     say = Clock()
     specs = _node_specs(nodes, cheater)
@@ -255,7 +272,10 @@ def devnet(nodes, model, profile_dir, cheater, dtype, job_count, max_tokens, cha
         signal.signal(signum, _raise_interrupt)
     click.echo(f"VeriLLM devnet: {len(specs)} nodes, model {model}, {dtype}, preset minimal, workdir {directory}")
     dtype = {"fp32": "float32", "bf16": "bfloat16"}[dtype]
-    net = LocalNetwork(directory, specs, model=model, dtype=dtype, chain=chain_kind, block_time_s=block_time, log=say, profile_dir=profile_dir)
+    preset = compute_timed_preset(MINIMAL, block_time, window_s)
+    click.echo(f"windows: commit/open {preset.COMMIT_WINDOW_BLOCKS}, draw {preset.DRAW_WINDOW_BLOCKS}, start {preset.START_WINDOW_BLOCKS} blocks "
+               f"({window_s:g} s at {block_time:g} s a block)")
+    net = LocalNetwork(directory, specs, model=model, dtype=dtype, preset=preset, chain=chain_kind, block_time_s=block_time, log=say, profile_dir=profile_dir)
     kept = False
     try:
         prepare_model(model, say)
@@ -264,9 +284,15 @@ def devnet(nodes, model, profile_dir, cheater, dtype, job_count, max_tokens, cha
         first_block = net.protocol.deployment.start_block
         say(f"all {len(specs)} nodes serve; sending {job_count} requests through node 0 ({net.gateway_url})")
         tracker = JobTracker(net, say)
-        send_jobs(net, tracker, job_count, max_tokens)
-        follow(tracker, timeout_s, stall_s)
-        problems = print_summary(net, tracker, compute_gas_table(net, first_block), say.elapsed())
+        soak_problems = []
+        if soak:
+            from verillm.node.devnet_soak import run_soak
+
+            _, soak_problems = run_soak(net, tracker, soak_minutes, soak_interval_s, 2, max_tokens, timeout_s, 10.0, soak_json, PROMPTS, retry_no_workers)
+        else:
+            send_jobs(net, tracker, job_count, max_tokens)
+            follow(tracker, timeout_s, stall_s)
+        problems = print_summary(net, tracker, compute_gas_table(net, first_block), say.elapsed()) + soak_problems
         if keep:
             _report(problems)
             print_network(compute_network_info(net), write_network_file(net))
@@ -295,11 +321,14 @@ def _report(problems: list[str]) -> bool:
 
 
 def _node_specs(nodes: int | None, cheater: str | None) -> list[NodeSpec]:
-    # With a cheater, 5 nodes: once it is slashed, 4 remain — a worker and a committee of 3.
-    count = nodes or (5 if cheater else 4)
-    minimum = 5 if cheater else 4
+    # A committee of 3 is drawn without the worker and without the dispatcher (node 0, the gateway:
+    # Jobs._drawMembers excludes both), so a job served by node k > 0 needs 5 active nodes; with a
+    # cheater, 6: once it is slashed, 5 remain. Fewer, and such audits end abandoned (pool too small).
+    count = nodes or (6 if cheater else 5)
+    minimum = 6 if cheater else 5
     if count < minimum:
-        raise click.UsageError(f"--nodes {count}: need at least {minimum} (a worker and a committee of 3{', after the cheater is slashed' if cheater else ''})")
+        raise click.UsageError(f"--nodes {count}: need at least {minimum} (a worker, the dispatcher and a committee of 3 "
+                               f"drawn from the others{', after the cheater is slashed' if cheater else ''})")
     specs = [NodeSpec() for _ in range(count)]
     if cheater:
         specs[-1] = CHEATERS[cheater]

@@ -7,7 +7,10 @@ sends is recorded with its gas (`chain_txs`). Also here: reading what a transact
 """
 
 import asyncio
+import functools
 import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from eth_account import Account
@@ -22,11 +25,17 @@ from verillm.spec.encoding import decode
 from verillm.spec.hashing import keccak256
 from verillm.spec.types import Leaf
 
+from verillm.node import faults
 from verillm.node.dispatcher.tables import DispatcherTables
 from verillm.node.keys import NodeKey
 
 log = logging.getLogger(__name__)
 
+# Each transaction holds a thread until its block is mined (a block time or more): with the event
+# loop's default pool (cpu_count + 4 threads: 6 on 2 cores) a burst of audits queued every chain
+# action, and aiohttp's host lookups behind them, until 20-block windows passed (issue 11). A pool
+# of its own, sized for the transactions a busy dispatcher has in flight, keeps them concurrent.
+CHAIN_THREADS = 48
 LEAF_FIXED_BYTES = 11  # encode(Leaf): u32 position, u16 layer, u32 count, u8 flags; + 4 bytes per dim
 
 
@@ -65,6 +74,7 @@ class ChainIO:
         if not rpc_url:
             raise ConfigError("dispatcher.enabled needs chain.rpc_url")
         self.chain = connect(rpc_url)
+        self.chain.after_send = reach_sent
         self.protocol = Protocol(self.chain, deployment)
         self.deployment = deployment
         self.account: LocalAccount = Account.from_key(key.private_key)
@@ -72,18 +82,25 @@ class ChainIO:
         self.tables = tables
         self.params = self.protocol.params
         self._models: dict[bytes, OnchainModel] = {}
+        self._executor = ThreadPoolExecutor(max_workers=CHAIN_THREADS, thread_name_prefix="verillm-chain")
+
+    async def _run(self, function, *args, **kwargs):
+        """Run a blocking chain call in this ChainIO's own threads."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(function, *args, **kwargs))
 
     async def read(self, function, *args):
         """Run a blocking read (any callable) in a thread."""
-        return await asyncio.to_thread(function, *args)
+        return await self._run(function, *args)
 
     async def send(self, name: str, *args, audit_id: int | None = None, batch_id: int | None = None, **kwargs) -> Tx:
         """Run ``Protocol.<name>(self.account, *args)`` in a thread and record its gas."""
         method = getattr(self.protocol, name)
-        tx = await asyncio.to_thread(method, self.account, *args, **kwargs)
+        tx = await self._run(method, self.account, *args, **kwargs)
         receipt = tx.receipt
         function = f"{name}"
+        faults.reach(f"tx_mined_{name}")
         self.tables.record_tx(bytes(receipt["transactionHash"]), function, tx.gas_used, receipt["blockNumber"], audit_id, batch_id)
+        faults.reach(f"tx_recorded_{name}")
         log.info("%s sent %s (audit %s, batch %s): %d gas", self.account.address, name, audit_id, batch_id, tx.gas_used)
         return tx
 
@@ -93,25 +110,48 @@ class ChainIO:
         Too early, or the round has moved on: nothing to do (worker and dispatcher both try).
         """
         try:
-            receipt = await asyncio.to_thread(self.chain.transact, self.protocol.jobs, "drawChallenge", audit_id, sender=self.account)
+            receipt = await self._run(self.chain.transact, self.protocol.jobs, "drawChallenge", audit_id, sender=self.account)
         except Exception as exc:
             if not is_revert(exc, "WrongPhase", "TooEarly"):
                 raise
             return
+        faults.reach("tx_mined_draw_challenge")
         self.tables.record_tx(bytes(receipt["transactionHash"]), "draw_challenge", receipt["gasUsed"], receipt["blockNumber"], audit_id)
+        faults.reach("tx_recorded_draw_challenge")
+
+    async def wait_own_pending_mined(self, timeout_s: float = 60.0) -> None:
+        """Wait until no transaction of this account is pending (a run killed right after sending).
+
+        A restart redoes a step whose effect it does not find on chain (a batch still 'posting'
+        looks for its BatchPosted event): with the killed run's transaction still in the pool,
+        the event is not there yet and the step would be done twice (the same root posted as
+        two batches). Waiting here, once, before the first tick, closes that window.
+        """
+        address = self.account.address
+        count = lambda tag: self.chain.w3.eth.get_transaction_count(address, tag)  # noqa: E731
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            pending, mined = await self._run(count, "pending"), await self._run(count, "latest")
+            if pending <= mined:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                log.error("%d transaction(s) of %s still pending after %.0f s; going on", pending - mined, address, timeout_s)
+                return
+            log.info("waiting for %d transaction(s) a previous run sent to be mined", pending - mined)
+            await asyncio.sleep(0.5)
 
     async def block_number(self) -> int:
-        return await asyncio.to_thread(self.chain.get_block_number)
+        return await self._run(self.chain.get_block_number)
 
     async def get_round(self, audit_id: int, round_index: int) -> RoundInfo:
-        raw = await asyncio.to_thread(self.protocol.jobs.call, "getRound", audit_id, round_index)
+        raw = await self._run(self.protocol.jobs.call, "getRound", audit_id, round_index)
         phase, deadline, ready, verdict_block, seed, opened, members = raw
         return RoundInfo(phase, deadline, ready, verdict_block, bytes(seed), opened, tuple(bytes.fromhex(m[2:]) for m in members))
 
     async def get_model(self, model_id: bytes) -> OnchainModel:
         """Return a model's on-chain adjudication config (cached: it never changes)."""
         if model_id not in self._models:
-            known, dims, min_cells, layers, max_cell, rms = await asyncio.to_thread(self.protocol.registry.call, "getModelConfig", model_id)
+            known, dims, min_cells, layers, max_cell, rms = await self._run(self.protocol.registry.call, "getModelConfig", model_id)
             self._models[model_id] = OnchainModel(model_id, tuple(layers), dims, tuple(max_cell), tuple(rms), min_cells)
         return self._models[model_id]
 
@@ -122,7 +162,12 @@ class ChainIO:
             _, args = self.protocol.jobs.web3.decode_function_input(tx["input"])
             return dict(args)
 
-        return await asyncio.to_thread(fetch)
+        return await self._run(fetch)
+
+
+def reach_sent(label: str) -> None:
+    """The crash matrix's `tx_sent_<function>` point: "Jobs.postBatch" submitted, not yet mined."""
+    faults.reach("tx_sent_" + re.sub(r"(?<!^)(?=[A-Z])", "_", label.rpartition(".")[2]).lower())
 
 
 def is_revert(exc: Exception, *names: str) -> bool:

@@ -92,6 +92,7 @@ async def network_dispatcher_context(app: web.Application):
     chainio = await asyncio.to_thread(ChainIO, config.chain.rpc_url, deployment, app[APP_KEY], tables)
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=config.dispatcher.request_timeout_s))
     service = build_service(app, session, chainio, tables)
+    await chainio.wait_own_pending_mined()  # a previous run's last transaction lands before its step is redone
     await service.watcher.tick()  # catch up with the chain (and the Registry) before serving
     app[APP_DISPATCHER] = service.router
     app[APP_SERVICE] = service

@@ -1,4 +1,4 @@
-"""Abuse on loopback (issue 11): API keys, one client's flood, slowloris bodies, oversized bodies.
+"""Abuse on loopback (issue 11): API keys, one client's flood, slowloris headers and bodies, oversized bodies.
 
 Real node, real sockets; every run is bounded in requests and time.
 """
@@ -61,6 +61,42 @@ async def test_slowloris_body_gets_408_and_others_are_served(start, http):
         assert head.startswith(b"HTTP/1.1 408"), head
         writer.close()
     assert time.monotonic() - started < 15
+
+
+async def test_slowloris_headers_are_cut_off_and_others_are_served(start, http):
+    """Clients that send their headers a line at a time, never finishing, are disconnected after
+    limits.header_timeout_s; an honest client is served meanwhile, and after."""
+    node = await start(limits={"header_timeout_s": 1.0})
+    host, port = node.url.removeprefix("http://").split(":")
+    started = time.monotonic()
+    streams = []
+    for _ in range(20):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        await writer.drain()
+        streams.append((reader, writer))
+
+    async def trickle(writer):  # one more header line every 0.3 s: never the blank line that ends them
+        for n in range(30):
+            await asyncio.sleep(0.3)
+            try:
+                writer.write(b"X-Slow-%d: y\r\n" % n)
+                await writer.drain()
+            except ConnectionError:
+                return
+
+    trickling = [asyncio.create_task(trickle(writer)) for _, writer in streams]
+    status, body = await post(http, node.url + "/v1/completions", BODY)  # meanwhile
+    assert status == 200, body
+    for reader, writer in streams:
+        assert await asyncio.wait_for(reader.read(), 10) == b"", "a slow header stream got an answer instead of being closed"
+        writer.close()
+    elapsed = time.monotonic() - started
+    assert 0.9 < elapsed < 6, elapsed  # cut at the timeout, not at the end of the trickle (9 s)
+    for task in trickling:
+        task.cancel()
+    status, body = await post(http, node.url + "/v1/completions", BODY)  # and after
+    assert status == 200, body
 
 
 async def test_oversized_bodies_are_refused_before_they_are_read(start, http):

@@ -7,6 +7,8 @@ dev helpers: mine blocks, move time, snapshot and revert, switch automining.
 import threading
 from functools import lru_cache
 
+import requests
+import requests.adapters
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from eth_tester import EthereumTester, PyEVMBackend
@@ -77,6 +79,18 @@ class EthTesterChain(Chain):
             (self.tester.enable_auto_mine_transactions if enabled else self.tester.disable_auto_mine_transactions)()
 
 
+RPC_POOL_CONNECTIONS = 64  # a node's dispatcher runs up to 48 chain calls at once (node/dispatcher/chainio.py)
+
+
+def _make_session() -> requests.Session:
+    """A requests session whose pool keeps a connection for every concurrent call (the default keeps 10)."""
+    session = requests.Session()
+    adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=RPC_POOL_CONNECTIONS)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
 class RpcChain(Chain):
     """A chain behind a JSON-RPC URL. The dev helpers use anvil/hardhat `evm_*` methods."""
 
@@ -85,7 +99,7 @@ class RpcChain(Chain):
             raise ConfigError(f"RPC URL must be http(s)://..., got {url!r}")
         config = config or ChainConfig()
         self.url = url
-        super().__init__(Web3(HTTPProvider(url, request_kwargs={"timeout": config.rpc_timeout_s})), artifacts=artifacts, config=config)
+        super().__init__(Web3(HTTPProvider(url, request_kwargs={"timeout": config.rpc_timeout_s}, session=_make_session())), artifacts=artifacts, config=config)
         self.dev_accounts = compute_anvil_accounts() if self.chain_id == ANVIL_CHAIN_ID else []
 
     def _request(self, method: str, params: list):

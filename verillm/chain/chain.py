@@ -81,6 +81,9 @@ class Chain:
         self.artifacts = artifacts or ArtifactStore()
         self.error_decoder = self.artifacts.error_decoder()
         self.nonces = NonceManager(self._get_pending_nonce)
+        # Called with "Contract.function" once a transaction is submitted, before waiting for its
+        # block: the node's crash matrix kills itself there (node/faults.py); None everywhere else.
+        self.after_send: Callable[[str], None] | None = None
         self.chain_id: int = self.rpc("eth_chainId", lambda: w3.eth.chain_id)
         self.dev_accounts = []
 
@@ -138,6 +141,8 @@ class Chain:
                  gas: int | None = None, timeout_s: float | None = None) -> dict:
         """Send ``function(*args)`` and return its receipt; raise TransactionReverted if it failed."""
         tx_hash = self.send(contract, function, *args, sender=sender, value=value, gas=gas)
+        if self.after_send is not None:
+            self.after_send(f"{contract.name}.{function}")
         return self.wait_for_receipt(tx_hash, timeout_s=timeout_s, label=f"{contract.name}.{function}")
 
     def transfer(self, sender: LocalAccount, to: str, value_wei: int) -> dict:

@@ -15,6 +15,7 @@ EXTERNAL = {
     "gas": "verillm.commands.bench_gas:gas",
     "node": "verillm.node.bench:node_bench",
     "store-sync": "verillm.node.bench:store_sync_bench",
+    "devnet-load": "verillm.node.devnet_load:devnet_load_bench",
 }
 
 

@@ -1,0 +1,43 @@
+"""The devnet's protocol windows, sized in seconds rather than blocks (issue 11).
+
+MINIMAL's deadlines are 10-20 blocks (the draw 10, a committee's receipts 20, openings 20, a
+contested proof 5): at one block a second they are 10-20 s, which an honest node on a loaded
+2-core machine misses (measured: `verillm bench devnet-load`, 6 node processes, a CPU hog,
+32 jobs: drawAudit and postCommitteeReceipt reverted `TooLate`, batches missed, honest
+audits abandoned), and which a dispatcher restart (25-70 s of start-up there) cannot fit.
+60 s deadlines passed three runs of four and failed one: node 0 (gateway, dispatcher and the
+job's worker, the busiest process) opened ~85 s after its challenge and was slashed; the
+devnet's default is 120 s.
+`compute_timed_preset` keeps every MINIMAL rule and converts deadlines given in seconds into
+blocks at the devnet's block time. Only deadlines grow: the happy path waits for none of them
+(a round finalizes as soon as everyone has opened), so a devnet run is not slower; only an
+absent party is waited for longer. The waiting periods (draw delay, dispute window) stay.
+"""
+
+import math
+
+from verillm.spec.params import Preset
+
+BLOCKHASH_RANGE = 256  # drawWindowBlocks and openWindowBlocks must be below it (Params.sol)
+
+
+def compute_timed_preset(base: Preset, block_time_s: float, window_s: float) -> Preset:
+    """``base`` with commit, open and proof windows of ``window_s`` seconds at ``block_time_s``
+    per block, draw and start windows twice that (a dispatcher restart must fit in them), and
+    the epoch and unbonding period grown as the contracts require (Params._validateWindows)."""
+    if block_time_s <= 0 or window_s <= 0:
+        raise ValueError(f"block time and window must be positive, got {block_time_s} s and {window_s} s")
+    blocks = math.ceil(window_s / block_time_s)
+    commit = max(base.COMMIT_WINDOW_BLOCKS, blocks)
+    opening = min(BLOCKHASH_RANGE - 1, max(base.OPEN_WINDOW_BLOCKS, blocks))
+    draw = min(BLOCKHASH_RANGE - 1, max(base.DRAW_WINDOW_BLOCKS, 2 * blocks))
+    start = max(base.START_WINDOW_BLOCKS, 2 * blocks)
+    lifetime = base.AUDIT_DRAW_DELAY_BLOCKS + draw + start
+    epoch = max(base.EPOCH_BLOCKS, _round_up(lifetime + (base.MAX_COMMITTEE_REDRAWS + 1) * commit, 50))
+    return base.replace(COMMIT_WINDOW_BLOCKS=commit, OPEN_WINDOW_BLOCKS=opening, PROOF_WINDOW_BLOCKS=max(base.PROOF_WINDOW_BLOCKS, blocks),
+                        DRAW_WINDOW_BLOCKS=draw, START_WINDOW_BLOCKS=start, EPOCH_BLOCKS=epoch,
+                        UNBONDING_BLOCKS=max(base.UNBONDING_BLOCKS, 2 * epoch, lifetime))
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
