@@ -54,3 +54,29 @@ def test_chain_anvil_leaves_no_anvil_behind(anvil_binary, sig):
             process.kill()
         if _pid_alive(anvil_pid):
             os.kill(anvil_pid, signal.SIGKILL)
+
+
+def test_anvil_writes_no_state_files_however_long_the_chain(tmp_path):
+    # anvil persists states past its in-memory window under $HOME/.foundry/anvil/tmp and leaves
+    # them behind when it is killed (75 GB after a day of test runs here, a full disk). The
+    # project's anvil keeps recent states in memory and writes none.
+    from verillm.chain.anvil import AnvilConfig, AnvilProcess
+    from web3 import Web3
+
+    env_home = os.environ.get("HOME")
+    os.environ["HOME"] = str(tmp_path)  # anvil's state cache lives under $HOME
+    try:
+        anvil = AnvilProcess(AnvilConfig()).start()
+    finally:
+        os.environ["HOME"] = env_home
+    try:
+        w3 = Web3(Web3.HTTPProvider(anvil.url))
+        sender, receiver = w3.eth.accounts[:2]
+        for _ in range(600):  # a state change in every block: anvil persists past ~500 (measured)
+            w3.eth.send_transaction({"from": sender, "to": receiver, "value": 1})
+        assert w3.eth.get_block_number() >= 600
+        assert w3.eth.call({"to": receiver, "data": "0x"}, block_identifier=w3.eth.get_block_number() - 1) == b""
+        written = [p for p in tmp_path.rglob("*") if p.is_file()]  # while it runs: a SIGKILL removes nothing
+    finally:
+        anvil.stop()
+    assert written == [], written[:5]

@@ -104,7 +104,12 @@ class AnvilProcess:
         """Return the argv that starts this anvil."""
         c = self.config
         argv = [find_anvil_binary(), "--host", "127.0.0.1", "--port", str(self.port), "--silent",
-                "--chain-id", str(c.chain_id), "--accounts", str(c.accounts), "--balance", str(c.balance_ether)]
+                "--chain-id", str(c.chain_id), "--accounts", str(c.accounts), "--balance", str(c.balance_ether),
+                # Old states past anvil's in-memory window would otherwise be written under
+                # ~/.foundry/anvil/tmp and never removed when anvil is killed: 75 GB in one day of
+                # test runs here, which filled the disk. Recent states (replays of a failed
+                # transaction on its parent block) stay in memory.
+                "--max-persisted-states", "0", ]
         if c.block_time_s is not None:
             argv += ["--block-time", str(c.block_time_s)]
         if c.hardfork is not None:
