@@ -1,5 +1,5 @@
 """`verillm devnet --keep` as a developer uses it: the command runs its jobs (tiny model, an int8
-cheater among four honest nodes), leaves the network up and writes network.json; then the
+cheater among five honest nodes: a committee excludes the worker and the dispatcher), leaves the network up and writes network.json; then the
 SDK, `verillm audit chain` and the explorer in a real headless browser (Debian's chromium
 driven by Playwright) are pointed at it. SIGTERM stops it, leaving no process behind."""
 
@@ -33,7 +33,7 @@ def _processes_in(workdir: Path) -> list[int]:
 def kept(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("kept") / "devnet"
     log = (workdir.parent / "devnet.log").open("w")
-    process = subprocess.Popen([VERILLM, "devnet", "--model", "tiny", "--cheater", "int8", "--jobs", "5", "--keep", "--workdir", str(workdir)],
+    process = subprocess.Popen([VERILLM, "devnet", "--model", "tiny", "--cheater", "int8", "--jobs", "6", "--keep", "--workdir", str(workdir)],
                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     network_file = workdir / "network.json"
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -56,8 +56,8 @@ def test_the_devnet_prints_endpoints_keys_and_full_job_hashes_once(kept):
     text = kept["log"].read_text()
     assert text.count("the network stays up") == 1 and kept["owner"]["private_key"] in text
     assert all(node["url"] in text and node["address"] in text for node in kept["nodes"])
-    assert text.count("job hash 0x") == 5 and all(len(line.split("job hash ")[1].strip()) == 66 for line in text.splitlines() if "job hash 0x" in line)
-    assert "starting 5 node processes" in text and "node 4 answers on" in text
+    assert text.count("job hash 0x") == 6 and all(len(line.split("job hash ")[1].strip()) == 66 for line in text.splitlines() if "job hash 0x" in line)
+    assert "starting 6 node processes" in text and "node 5 answers on" in text
 
 
 def test_the_sdk_takes_hex_ids_and_every_status_url_works(kept):
@@ -81,7 +81,7 @@ def test_audit_chain_reports_every_audit_of_the_kept_network(kept):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     settled = [line for line in run.stdout.splitlines() if line.strip().startswith("audit ") and "settled:" in line]
-    assert len(settled) >= 5 and any("fail" in line for line in settled) and any("pass" in line for line in settled), run.stdout
+    assert len(settled) >= 6 and any("fail" in line for line in settled) and any("pass" in line for line in settled), run.stdout
 
 
 def test_the_explorer_shows_a_verified_and_a_slashed_job_in_a_real_browser(kept, tmp_path):
@@ -97,12 +97,12 @@ def test_the_explorer_shows_a_verified_and_a_slashed_job_in_a_real_browser(kept,
             page.goto(kept["explorer_url"])
             page.wait_for_selector('tr.job[data-status="final"]', timeout=30_000)
             slashed = page.wait_for_selector('tr.job[data-status="slashed"]', timeout=30_000)
-            assert page.locator("#nodes tbody tr").count() == 5
+            assert page.locator("#nodes tbody tr").count() == 6
             assert "inactive" in page.locator("#nodes").inner_text()  # the cheater, slashed to nothing
             slashed.click()
             page.wait_for_selector('#timeline li[data-event="AuditSettled"]', timeout=30_000)
             timeline = page.locator("#timeline").inner_text()
-            for step in ("batch #", "committee drawn", "opened and voted ✗ disagree", "decided: fail", "slashed node 4", "settled: fail"):
+            for step in ("batch #", "committee drawn", "opened and voted ✗ disagree", "decided: fail", "slashed node 5", "settled: fail"):
                 assert step in timeline, (step, timeline)
             evidence = page.locator("#timeline-links a").first.get_attribute("href")
             assert evidence.endswith("/evidence")
