@@ -33,6 +33,22 @@ def test_anvil_with_block_time_mines_on_its_own(anvil_binary):
         assert chain.get_block_number() >= first + 2
 
 
+def test_anvil_with_a_genesis_timestamp_replays_its_block_hashes(anvil_binary):
+    """A fixed genesis timestamp and a fixed interval: the same blocks in two processes (the
+    protocol fuzzer's seeds replay across runs); the wall clock gives other hashes."""
+    def mine_three(config):
+        with AnvilProcess(config) as node:
+            chain = RpcChain(node.url)
+            chain.w3.provider.make_request("anvil_setBlockTimestampInterval", [1])
+            chain.mine(3)
+            return chain.get_block(3)["hash"], chain.get_block(0)["timestamp"]
+    fixed = AnvilConfig(genesis_timestamp_s=1_700_000_000)
+    first, genesis = mine_three(fixed)
+    assert genesis == 1_700_000_000
+    assert mine_three(fixed)[0] == first
+    assert mine_three(AnvilConfig())[0] != first
+
+
 def test_anvil_on_a_taken_port_fails_with_its_message(anvil_process):
     with pytest.raises(VerillmError, match="anvil"):
         AnvilProcess(AnvilConfig(port=anvil_process.port, start_timeout_s=3)).start()

@@ -57,6 +57,15 @@ class HonestParties:
 
     def _honest(self) -> None:
         self._prefetch()
+        # Answers first, for every audit: anvil mines one block per transaction, so each honest
+        # transaction sent before an answer (receipts, openings and votes of a 5-seat escalation
+        # round, other audits' turns) is a block of the contest's proofWindowBlocks (5 on
+        # MINIMAL) gone. Answering after them let a contest's window close on an honest party
+        # that had seen it at once: it was slashed (ContestLost), the fuzzer's "honest node lost
+        # stake" (issue 9). On a real chain those transactions share blocks.
+        for t in self.audits:
+            if self.audit(t.run.audit_id).phase not in (SETTLED, ABANDONED):
+                self._honest_answers(t)
         for t in self.audits:
             state = self.audit(t.run.audit_id)
             if not t.seen or t.seen[-1] != (state.round, state.phase):
@@ -138,7 +147,14 @@ class HonestParties:
             if tx is not None:
                 t.contested.add(0)
                 self.cells[tx.value] = cells
-        # Honest parties answer every contest against them.
+        self._honest_answers(t)  # and answer what came in since this step's first pass
+        # A lying "agree" (data that fail against what the worker posted) is adjudicated.
+        self._honest_adjudications(t, state)
+
+    def _honest_answers(self, t: Tracked) -> None:
+        """Honest parties answer every contest against them; an unanswered one (the cheater's,
+        node 5's) is resolved once its proof window has passed."""
+        audit_id = t.run.audit_id
         for cid in range(self.disputes("contestCount")):
             c = self.disputes("getContest", cid)
             if not c[3] or c[0] != audit_id or cid in t.answered:
@@ -151,7 +167,9 @@ class HonestParties:
                     continue
             if self.reads.head() >= c[5] and self._try(self.p.resolve_contest, self.world.outsider, cid) is not None:
                 t.answered.add(cid)
-        # A lying "agree" (data that fail against what the worker posted) is adjudicated.
+
+    def _honest_adjudications(self, t: Tracked, state) -> None:
+        audit_id = t.run.audit_id
         posted = t.posted_by_round.get(state.round)
         if state.phase in (OPENING, DECIDED) and posted is not None and t.mode != "forge":
             for slot, address in enumerate(self.committee(audit_id, state.round)):

@@ -36,6 +36,9 @@ class AnvilConfig:
     chain_id: int = 31337
     block_time_s: float | None = None
     """Seconds between blocks; None mines one block per transaction (automine)."""
+    genesis_timestamp_s: int | None = None
+    """The genesis block's timestamp (unix seconds); None is the wall clock. Fixed, with
+    `anvil_setBlockTimestampInterval`, every block hash replays across processes."""
     hardfork: str | None = None
     """EVM rules, e.g. "prague"; None is anvil's default (the latest it knows)."""
     accounts: int = 10
@@ -112,6 +115,8 @@ class AnvilProcess:
                 "--max-persisted-states", "0", ]
         if c.block_time_s is not None:
             argv += ["--block-time", str(c.block_time_s)]
+        if c.genesis_timestamp_s is not None:
+            argv += ["--timestamp", str(c.genesis_timestamp_s)]
         if c.hardfork is not None:
             argv += ["--hardfork", c.hardfork]
         return argv
