@@ -112,7 +112,7 @@ class AnvilProcess:
                 # ~/.foundry/anvil/tmp and never removed when anvil is killed: 75 GB in one day of
                 # test runs here, which filled the disk. Recent states (replays of a failed
                 # transaction on its parent block) stay in memory.
-                "--max-persisted-states", "0", ]
+                "--max-persisted-states", "0"]
         if c.block_time_s is not None:
             argv += ["--block-time", str(c.block_time_s)]
         if c.genesis_timestamp_s is not None:
