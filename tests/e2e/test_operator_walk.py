@@ -8,6 +8,7 @@ The audit part of the walk (a job a separate dispatcher audits) is `test_operato
 """
 
 import json
+import time
 
 import pytest
 from web3 import Web3
@@ -60,6 +61,17 @@ def serving_reasons(node) -> list[str]:
         raise AssertionError(exc.read()) from None
 
 
+def wait_reasons(node, predicate, timeout_s: float = 20.0) -> list[str]:
+    """Poll /healthz until ``predicate(reasons)``: the node re-reads the chain every few seconds
+    (`ReadinessMonitor.refresh_s`), so a change just mined shows up within one refresh."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate(reasons := serving_reasons(node)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the node's reasons did not change in {timeout_s} s: {reasons}")
+        time.sleep(0.5)
+    return reasons
+
+
 def test_register_stake_models_status_unbond_withdraw(walk):
     node, chain, address = walk["node"], walk["chain"], walk["address"]
     operator = ["--rpc-url", walk["anvil"].url, "--addresses", walk["book"], "--key-file", walk["key_file"]]
@@ -75,7 +87,7 @@ def test_register_stake_models_status_unbond_withdraw(walk):
     status = json.loads(run_cli("node", "status", *operator, "--node", node.url, "--json"))
     assert status["registered"] and status["active"] and status["stake_wei"] == 5 * 10**16
     assert status["reasons"] == ["1 active workers serve model " + status["models"][0] + "; an audited job needs 4 (a worker and a committee of 3)"]
-    assert serving_reasons(node) == status["reasons"]
+    wait_reasons(node, lambda reasons: reasons == status["reasons"])
 
     assert "stake now 0.15 ETH" in run_cli("node", "stake", *operator, "--amount", "0.1")
     assert "stake now 0.2 ETH" in run_cli("node", "top-up", *operator, "--amount", "0.05")
@@ -83,12 +95,11 @@ def test_register_stake_models_status_unbond_withdraw(walk):
     assert f"declares {model_id}" in run_cli("node", "models", *operator, "--model-id", model_id)
 
     assert "deregistered: withdraw from block" in run_cli("node", "unbond", *operator)
-    reasons = serving_reasons(node)
-    assert any("unbonding until block" in r for r in reasons), reasons
+    wait_reasons(node, lambda reasons: any("unbonding until block" in r for r in reasons))
     with pytest.raises(InvalidInput, match="still unbonding"):
         run_cli("node", "withdraw", *operator)
     before = chain.get_balance(address)
     chain.mine(MINIMAL.UNBONDING_BLOCKS + 1)  # the preset's unbonding period
     assert "withdrew 0.2 ETH" in run_cli("node", "withdraw", *operator)
     assert chain.get_balance(address) > before + 19 * 10**16  # the stake, less the gas
-    assert any("not registered" in r for r in serving_reasons(node))
+    wait_reasons(node, lambda reasons: any("not registered" in r for r in reasons))
