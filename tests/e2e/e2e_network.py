@@ -13,6 +13,15 @@ from verillm.node.dispatcher.localnet import LocalNetwork, NodeSpec, get_json
 SETTLE_TIMEOUT_S = 240.0
 
 
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` until it holds; fail the test naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.3)
+
+
 def start_network(tmp_path_factory, specs: list[NodeSpec], name: str, preset="minimal") -> LocalNetwork:
     net = LocalNetwork(tmp_path_factory.mktemp(name), specs, model="tiny", preset=preset, chain="anvil", block_time_s=1.0, log=lambda line: None)
     net.__enter__()

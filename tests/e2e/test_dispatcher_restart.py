@@ -20,7 +20,7 @@ import pytest
 from verillm.node.dispatcher.localnet import NodeSpec
 from verillm.spec.params import MINIMAL
 
-from e2e_network import get_status, send_jobs, start_network, wait_settled
+from e2e_network import get_status, send_jobs, start_network, wait_for, wait_settled
 
 pytestmark = pytest.mark.usefixtures("anvil_installed")
 
@@ -39,17 +39,9 @@ def network(tmp_path_factory, anvil_installed):
     net.stop()
 
 
-def _wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.3)
-
-
 def test_a_dispatcher_killed_mid_audit_resumes_and_settles(network):
     completions = send_jobs(network, 5)  # round-robin: one job per node
-    _wait_for(lambda: any(get_status(network, c)["status"] == "audited" for c in completions), 90, "an audit to start")
+    wait_for(lambda: any(get_status(network, c)["status"] == "audited" for c in completions), 90, "an audit to start")
     before = [get_status(network, c) for c in completions]
     assert not all((b.get("audit") or {}).get("status") == "settled" for b in before)
 

@@ -8,7 +8,6 @@ The audit part of the walk (a job a separate dispatcher audits) is `test_operato
 """
 
 import json
-import time
 
 import pytest
 from web3 import Web3
@@ -23,7 +22,7 @@ from verillm.node.dispatcher.localnet import get_json
 from verillm.node.engines import ServedModel
 from verillm.node.testing import ThreadedNode, make_local_config
 
-from e2e_network import run_cli
+from e2e_network import run_cli, wait_for
 
 pytestmark = pytest.mark.usefixtures("anvil_installed")
 
@@ -61,15 +60,10 @@ def serving_reasons(node) -> list[str]:
         raise AssertionError(exc.read()) from None
 
 
-def wait_reasons(node, predicate, timeout_s: float = 20.0) -> list[str]:
-    """Poll /healthz until ``predicate(reasons)``: the node re-reads the chain every few seconds
+def wait_reasons(node, predicate, timeout_s: float = 20.0) -> None:
+    """Wait until ``predicate(reasons)``: the node re-reads the chain every few seconds
     (`ReadinessMonitor.refresh_s`), so a change just mined shows up within one refresh."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate(reasons := serving_reasons(node)):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the node's reasons did not change in {timeout_s} s: {reasons}")
-        time.sleep(0.5)
-    return reasons
+    wait_for(lambda: predicate(serving_reasons(node)), timeout_s, "the node's /healthz reasons to show the change just mined")
 
 
 def test_register_stake_models_status_unbond_withdraw(walk):
