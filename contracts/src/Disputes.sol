@@ -92,6 +92,7 @@ contract Disputes is ReentrancyGuard, Delivery {
     error NoFault();
     error AlreadySlashed(uint8 slot);
     error NotRegistry();
+    error NotCoverage();
 
     constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) Delivery(jobs_, registry_, p) {
         Params.validate(p);
@@ -106,6 +107,13 @@ contract Disputes is ReentrancyGuard, Delivery {
 
     receive() external payable {
         if (msg.sender != address(registry)) revert NotRegistry();
+    }
+
+    /// @notice The omission challenge (Registry.coverage) books bonds and slashed stake as every
+    /// other slash is booked: `creditWei` to `to`'s credit in Jobs, the rest to the audit fee pool.
+    function relayCredit(address to, uint256 creditWei) external payable {
+        if (msg.sender != registry.coverage()) revert NotCoverage();
+        jobs.depositCredit{value: msg.value}(to, creditWei);
     }
 
     // --- escalation ------------------------------------------------------------------------

@@ -29,6 +29,14 @@ struct ProtocolParams {
     uint16 memberPenaltyBps; // a member's minority vote or missed opening: not a provable lie, a small share
 }
 
+/// @notice The omission challenge's parameters (contracts/src/Coverage.sol), a struct of their own
+/// so that Jobs, which stores ProtocolParams, keeps its code size. Same preset, same naming.
+struct CoverageParams {
+    uint32 batchByBlocks; // a dispatcher promises to batch a job's receipt within this many blocks
+    uint32 omissionClaimWindowBlocks; // after the promised block, how long its holder may claim
+    uint256 omissionClaimBondWei; // a claim's bond: the dispatcher's if it proves inclusion
+}
+
 /// @notice One-byte domain tags prefixed to every hashed preimage (verillm/spec/hashing.py).
 library Domains {
     bytes1 internal constant MERKLE_LEAF = 0x00;
@@ -65,6 +73,19 @@ library Params {
             revert InvalidParams("jobFeeWei does not cover the expected audit fees");
         }
         _validateWindows(p);
+    }
+
+    /// @dev A promise made while active is claimable before its dispatcher can withdraw: a
+    /// deregistering node posts no batch, so it waits unbondingBlocks, longer than a promise's
+    /// batching and claim windows together; a claim locks the stake until it is resolved.
+    function validateCoverage(ProtocolParams memory p, CoverageParams memory c) internal pure {
+        validate(p);
+        if (c.batchByBlocks == 0 || c.omissionClaimWindowBlocks == 0 || c.omissionClaimBondWei == 0) {
+            revert InvalidParams("batchByBlocks, omissionClaimWindowBlocks and omissionClaimBondWei must be positive");
+        }
+        if (uint256(c.batchByBlocks) + c.omissionClaimWindowBlocks >= p.unbondingBlocks) {
+            revert InvalidParams("batchByBlocks + omissionClaimWindowBlocks must be shorter than unbondingBlocks");
+        }
     }
 
     function _validateWindows(ProtocolParams memory p) private pure {

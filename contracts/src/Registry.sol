@@ -8,7 +8,7 @@ import {Sortition} from "./Sortition.sol";
 import {StakeTree} from "./StakeTree.sol";
 
 /// @notice Nodes (workers and dispatchers alike): stake, keys, endpoint, models served, and the
-/// stake-weighted sortition that draws audit committees. Only the Jobs and Disputes contracts
+/// stake-weighted sortition that draws audit committees. Only the Jobs, Disputes and Coverage contracts
 /// may slash or lock stake. A node is *active* (may post batches, serves jobs) while registered,
 /// not deregistering and staked at least minStakeWei; a slash below that deactivates it until
 /// it tops up. Draws do not read the live table: every change of a node's weight for a model
@@ -45,6 +45,7 @@ contract Registry is ReentrancyGuard {
     uint256 public immutable epochBlocks;
     address public jobs;
     address public disputes;
+    address public coverage; // the omission challenge (Coverage.sol): slashes and locks too
 
     mapping(address => Node) private nodes;
     using StakeTree for StakeTree.Tree;
@@ -85,7 +86,7 @@ contract Registry is ReentrancyGuard {
     }
 
     modifier onlyProtocol() {
-        if (msg.sender != jobs && msg.sender != disputes) revert NotProtocol();
+        if (msg.sender != jobs && msg.sender != disputes && msg.sender != coverage) revert NotProtocol();
         _;
     }
 
@@ -105,6 +106,12 @@ contract Registry is ReentrancyGuard {
         if (jobs != address(0)) revert AlreadyBound();
         jobs = jobs_;
         disputes = disputes_;
+    }
+
+    /// @notice Name the omission challenge contract, which may slash and lock too (once, by the deployer).
+    function bindCoverage(address coverage_) external onlyDeployer {
+        if (coverage != address(0)) revert AlreadyBound();
+        coverage = coverage_;
     }
 
     /// @notice Add a model and its on-chain tolerance thresholds. A model's config never changes:
@@ -207,7 +214,7 @@ contract Registry is ReentrancyGuard {
         if (!ok) revert TransferFailed();
     }
 
-    // --- protocol hooks (Jobs, Disputes) ---------------------------------------------------
+    // --- protocol hooks (Jobs, Disputes, Coverage) ---------------------------------------------------
 
     /// @notice Slash slashFractionBps of `node`'s stake and send it to the calling contract,
     /// which pays the reward and books the rest.

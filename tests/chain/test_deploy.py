@@ -96,8 +96,9 @@ def test_protocol_params_follow_the_struct_in_the_abi(artifacts):
 def test_protocol_plan_deploys_and_wires_the_contracts(anvil_chain):
     preset = _preset_for_contracts()
     deployment = deploy_plan(anvil_chain, preset, anvil_chain.dev_accounts[0], protocol.PROTOCOL_STEPS)
-    assert set(deployment.addresses) == {"Registry", "Jobs", "Disputes"}
+    assert set(deployment.addresses) == {"Registry", "Jobs", "Disputes", "Coverage"}
     registry = deployment.get(anvil_chain, "Registry")
     assert registry.call("jobs") == deployment.addresses["Jobs"]
     assert registry.call("disputes") == deployment.addresses["Disputes"]
+    assert registry.call("coverage") == deployment.addresses["Coverage"]
     assert deployment.get(anvil_chain, "Jobs").call("disputes") == deployment.addresses["Disputes"]

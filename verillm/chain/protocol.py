@@ -37,6 +37,7 @@ from verillm.spec import vrf
 from verillm.spec.encoding import encode
 from verillm.spec.params import Preset
 from verillm.spec.policy import ToleranceProfile
+from verillm.spec.receipt import SigningDomain
 from verillm.spec.types import ModelManifest, Opening, Receipt, SamplingParams
 
 
@@ -45,18 +46,19 @@ def compute_preset_name(field: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", field).upper()
 
 
-def get_params_components(artifacts: ArtifactStore, contract: str = "Registry") -> list[dict]:
-    """Return the ABI components of the ProtocolParams argument of ``contract``'s constructor."""
+def get_params_components(artifacts: ArtifactStore, contract: str = "Registry", struct: str = "ProtocolParams") -> list[dict]:
+    """Return the ABI components of the ``struct`` argument of ``contract``'s constructor."""
     constructor = next((e for e in artifacts.get(contract).abi if e.get("type") == "constructor"), None)
-    params = [i for i in (constructor or {}).get("inputs", []) if i.get("internalType") == "struct ProtocolParams"]
+    params = [i for i in (constructor or {}).get("inputs", []) if i.get("internalType") == f"struct {struct}"]
     if not params:
-        raise ConfigError(f"{contract}'s constructor takes no ProtocolParams struct")
+        raise ConfigError(f"{contract}'s constructor takes no {struct} struct")
     return params[0]["components"]
 
 
-def compute_protocol_params(preset, artifacts: ArtifactStore) -> tuple:
-    """Return the ProtocolParams tuple for ``preset``, in the struct's field order."""
-    components = get_params_components(artifacts)
+def compute_protocol_params(preset, artifacts: ArtifactStore, contract: str = "Registry", struct: str = "ProtocolParams") -> tuple:
+    """Return the ``struct`` tuple (ProtocolParams, or Coverage's CoverageParams) for ``preset``,
+    in the struct's field order."""
+    components = get_params_components(artifacts, contract, struct)
     missing = [compute_preset_name(c["name"]) for c in components if not hasattr(preset, compute_preset_name(c["name"]))]
     if missing:
         raise ConfigError(f"preset {preset.name!r} lacks {missing}, which the contracts' ProtocolParams needs")
@@ -67,11 +69,18 @@ def _params(ctx: DeployContext) -> tuple:
     return compute_protocol_params(ctx.preset, ctx.artifacts)
 
 
+def _coverage_args(ctx: DeployContext) -> tuple:
+    coverage = compute_protocol_params(ctx.preset, ctx.artifacts, "Coverage", "CoverageParams")
+    return ctx.addresses["Jobs"], ctx.addresses["Registry"], ctx.addresses["Disputes"], _params(ctx), coverage
+
+
 PROTOCOL_STEPS = (
     DeployStep("Registry", lambda ctx: (_params(ctx),)),
     DeployStep("Jobs", lambda ctx: (ctx.addresses["Registry"], _params(ctx))),
     DeployStep("Disputes", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Registry"], _params(ctx))),
+    DeployStep("Coverage", _coverage_args),
     CallStep("Registry", "bindProtocol", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Disputes"])),
+    CallStep("Registry", "bindCoverage", lambda ctx: (ctx.addresses["Coverage"],)),
     CallStep("Jobs", "bindDisputes", lambda ctx: (ctx.addresses["Disputes"],)),
 )
 
@@ -160,8 +169,11 @@ class Protocol:
         self.registry: ContractHandle = deployment.get(chain, "Registry")
         self.jobs: ContractHandle = deployment.get(chain, "Jobs")
         self.disputes: ContractHandle = deployment.get(chain, "Disputes")
+        self.coverage: ContractHandle = deployment.get(chain, "Coverage")
         names = [c["name"] for c in get_params_components(chain.artifacts, "Jobs")]
         self.params = dict(zip(names, self.jobs.call("params"), strict=True))
+        self.params.update(batchByBlocks=self.coverage.call("batchByBlocks"), omissionClaimWindowBlocks=self.coverage.call("claimWindowBlocks"),
+                           omissionClaimBondWei=self.coverage.call("claimBondWei"))
 
     @classmethod
     def deploy(cls, chain: Chain, preset: Preset, sender: LocalAccount) -> "Protocol":
@@ -368,6 +380,31 @@ class Protocol:
         args = logs[0]["args"]
         sampling = SamplingParams(args["temperatureMilli"], args["topK"], args["topPPpm"], args["seed"])
         return spec_delivery.Transcript(spec_delivery.decode_transcript_tokens(bytes(args["tokens"])), sampling)
+
+    # --- batching promises (Coverage; verillm.spec.coverage) -----------------------------------
+    def get_promise_domain(self):
+        """Return the EIP-712 domain promises are signed for: this chain and the Coverage contract."""
+        return SigningDomain(chain_id=self.chain.chain_id, verifying_contract=bytes.fromhex(self.coverage.address[2:]))
+
+    def claim_omitted(self, sender: LocalAccount, signed) -> Tx:
+        """Claim a signed promise's receipt was not batched in time, with the bond; value = the claim id."""
+        p = signed.promise
+        promise = (p.receipt_hash, Web3.to_checksum_address(p.dispatcher), p.batch_by_block)
+        return self._send(self.coverage, "claimOmitted", promise, signed.signature, sender=sender,
+                          value=self.params["omissionClaimBondWei"], event="OmissionClaimed", field="claimId")
+
+    def prove_included(self, sender: LocalAccount, claim_id: int, batch_id: int, proof) -> Tx:
+        """Answer claim ``claim_id`` with a MerkleProof of its receipt hash in batch ``batch_id``."""
+        return self._send(self.coverage, "proveIncluded", claim_id, batch_id, proof.index, list(proof.siblings), sender=sender)
+
+    def slash_omission(self, sender: LocalAccount, claim_id: int) -> Tx:
+        """After an unanswered proof window: slash the dispatcher; value = the slashed wei."""
+        return self._send(self.coverage, "slashOmission", claim_id, sender=sender, event="OmissionSlashed", field="slashedWei")
+
+    def get_omission_claim(self, claim_id: int) -> dict:
+        receipt_hash, dispatcher, batch_by, claimant, deadline, state = self.coverage.call("getClaim", claim_id)
+        return {"receipt_hash": bytes(receipt_hash), "dispatcher": dispatcher, "batch_by_block": batch_by,
+                "claimant": claimant, "prove_deadline": deadline, "state": state}
 
     def advance_to_next_epoch(self) -> int:
         """Mine to the first block of the next stake epoch (dev chains); return that epoch.

@@ -66,6 +66,18 @@ class Preset:
     """Blocks per stake epoch: a change of stake or models weighs in draws from the next epoch
     on, and a round's draws read the weights of the epoch its batch (or escalation) began in.
     At least a round's draw span: draw delay + draw + start windows + (redraws + 1) × commit window."""
+    # --- batching promises (docs/protocol.md §12, "Batching promises") ---
+    BATCH_BY_BLOCKS: int = 300
+    """Blocks a dispatcher promises, with every job, to post the batch holding its receipt in
+    (an hour at 12 s blocks: a batcher posts every few seconds, so this covers a congested
+    mempool and a restart; its batch posting turns deadline-driven well before)."""
+    OMISSION_CLAIM_WINDOW_BLOCKS: int = 600
+    """Blocks after a promise's batchByBlock in which its holder may claim the omission
+    (BATCH_BY_BLOCKS + this < UNBONDING_BLOCKS: a promise is claimable before its dispatcher can
+    withdraw)."""
+    OMISSION_CLAIM_BOND_WEI: int = 10**16
+    """An omission claim's bond, the dispatcher's when it proves inclusion (≈ 100k gas at 100 gwei:
+    a griefer pays for the answer it forces)."""
     # --- limits ---
     MAX_BATCH_RECEIPTS: int = 1_024
 
@@ -100,6 +112,9 @@ MINIMAL = Preset(
     START_WINDOW_BLOCKS=80,  # every job of a batch is audited in MINIMAL: one start tx each
     PROOF_WINDOW_BLOCKS=5,
     MAX_COMMITTEE_REDRAWS=1,
+    BATCH_BY_BLOCKS=30,  # the node posts every ≤ 3 s and at the latest BATCH_POST_MARGIN before this
+    OMISSION_CLAIM_WINDOW_BLOCKS=100,  # 30 + 100 < UNBONDING_BLOCKS = 300
+    OMISSION_CLAIM_BOND_WEI=10**14,
 )
 
 PRESETS = {p.name: p for p in (MAINNET, MINIMAL)}

@@ -1,0 +1,86 @@
+"""verillm.spec.coverage: the batching promise, its signature, and the claim / answer / slash
+rules as pure functions (the contract side is tests/contracts/test_coverage.py)."""
+
+import dataclasses
+
+import pytest
+from eth_keys import keys
+
+from verillm.errors import InvalidInput, InvalidProof, InvalidSignature
+from verillm.spec import coverage as spec
+from verillm.spec.audit import compute_batch_levels
+from verillm.spec.params import MAINNET, MINIMAL
+from verillm.spec.receipt import SigningDomain
+
+KEY = bytes([7]) * 32
+DISPATCHER = keys.PrivateKey(KEY).public_key.to_canonical_address()
+DOMAIN = SigningDomain(chain_id=31337, verifying_contract=b"\x0c" * 20)
+HASHES = [bytes([i]) * 32 for i in range(1, 6)]
+
+
+def _promise(batch_by: int = 130, receipt_hash: bytes = HASHES[2]) -> spec.BatchPromise:
+    return spec.BatchPromise(receipt_hash, DISPATCHER, batch_by)
+
+
+def test_signed_promise_recovers_its_dispatcher_and_nothing_else():
+    signed = spec.sign_promise(_promise(), KEY, DOMAIN)
+    spec.process_promise_signature(signed, DOMAIN)
+    for changed in (dataclasses.replace(signed.promise, batch_by_block=131), dataclasses.replace(signed.promise, receipt_hash=HASHES[0])):
+        with pytest.raises(InvalidSignature):
+            spec.process_promise_signature(dataclasses.replace(signed, promise=changed), DOMAIN)
+    with pytest.raises(InvalidSignature):  # another deployment's Coverage contract
+        spec.process_promise_signature(signed, dataclasses.replace(DOMAIN, verifying_contract=b"\x0d" * 20))
+    with pytest.raises(InvalidSignature):
+        spec.process_promise_signature(dataclasses.replace(signed, signature=signed.signature[:64] + b"\x00"), DOMAIN)
+    with pytest.raises(InvalidSignature):
+        spec.sign_promise(_promise(), bytes([8]) * 32, DOMAIN)  # not the dispatcher's key
+
+
+def test_promise_hash_is_the_eip712_struct_hash_and_rejects_bad_fields():
+    assert spec.PROMISE_TYPEHASH == spec.keccak256(b"BatchPromise(bytes32 receiptHash,address dispatcher,uint64 batchByBlock)")
+    assert spec.compute_promise_hash(_promise()) != spec.compute_promise_hash(_promise(batch_by=131))
+    with pytest.raises(InvalidInput):
+        spec.compute_promise_hash(spec.BatchPromise(b"\x01" * 31, DISPATCHER, 1))
+    with pytest.raises(InvalidInput):
+        spec.compute_promise_hash(_promise(batch_by=1 << 64))
+
+
+def test_client_rejects_a_promise_for_another_receipt_or_a_far_deadline():
+    spec.check_promise_terms(_promise(batch_by=130), HASHES[2], head_block=100, batch_by_blocks=30)
+    with pytest.raises(InvalidProof, match="another receipt"):
+        spec.check_promise_terms(_promise(), HASHES[0], head_block=100, batch_by_blocks=30)
+    with pytest.raises(InvalidProof, match="later than"):  # a deadline never reached is never claimable
+        spec.check_promise_terms(_promise(batch_by=131), HASHES[2], head_block=100, batch_by_blocks=30)
+
+
+def test_claim_window_is_after_the_promised_block_and_bounded():
+    spec.check_claim(_promise(batch_by=130), 131, claim_window_blocks=100)
+    spec.check_claim(_promise(batch_by=130), 230, claim_window_blocks=100)
+    with pytest.raises(InvalidInput, match="claims open at 131"):
+        spec.check_claim(_promise(batch_by=130), 130, claim_window_blocks=100)
+    with pytest.raises(InvalidInput, match="closed at block 231"):
+        spec.check_claim(_promise(batch_by=130), 231, claim_window_blocks=100)
+    assert spec.compute_prove_deadline(131, 5) == 136
+    assert spec.compute_batch_by_block(100, MINIMAL.BATCH_BY_BLOCKS) == 130
+
+
+def test_inclusion_answers_only_from_the_dispatchers_own_batch_in_time():
+    proof = spec.compute_inclusion_proof(HASHES, HASHES[2])
+    root = compute_batch_levels(HASHES)[-1][0]
+    batch = spec.BatchRecord(root, DISPATCHER, len(HASHES), posted_block=130)
+    assert spec.is_inclusion_proof(_promise(), batch, proof)
+    assert not spec.is_inclusion_proof(_promise(), dataclasses.replace(batch, posted_block=131), proof)  # one block late
+    assert not spec.is_inclusion_proof(_promise(), dataclasses.replace(batch, dispatcher=b"\x09" * 20), proof)  # someone else's
+    assert not spec.is_inclusion_proof(_promise(receipt_hash=HASHES[1]), batch, proof)  # another leaf
+    with pytest.raises(InvalidInput):
+        spec.compute_inclusion_proof(HASHES, b"\xee" * 32)
+
+
+def test_omission_payout_refunds_the_bond_and_pays_the_reward():
+    assert spec.compute_omission_payout(10**16, 10**14, 1_000) == (10**14 + 10**15, 9 * 10**15)
+
+
+@pytest.mark.parametrize("preset", [MAINNET, MINIMAL], ids=lambda p: p.name)
+def test_presets_keep_a_promise_claimable_before_its_dispatcher_can_leave(preset):
+    assert preset.BATCH_BY_BLOCKS + preset.OMISSION_CLAIM_WINDOW_BLOCKS < preset.UNBONDING_BLOCKS
+    assert preset.OMISSION_CLAIM_BOND_WEI > 0
