@@ -24,7 +24,8 @@ BLOCKHASH_RANGE = 256  # drawWindowBlocks and openWindowBlocks must be below it 
 def compute_timed_preset(base: Preset, block_time_s: float, window_s: float) -> Preset:
     """``base`` with commit, open and proof windows of ``window_s`` seconds at ``block_time_s``
     per block, draw and start windows twice that (a dispatcher restart must fit in them), and
-    the epoch and unbonding period grown as the contracts require (Params._validateWindows)."""
+    the epoch and unbonding period grown as the contracts require (Params._validateWindows);
+    batching promises and their claim window at least a window each."""
     if block_time_s <= 0 or window_s <= 0:
         raise ValueError(f"block time and window must be positive, got {block_time_s} s and {window_s} s")
     blocks = math.ceil(window_s / block_time_s)
@@ -34,9 +35,14 @@ def compute_timed_preset(base: Preset, block_time_s: float, window_s: float) -> 
     start = max(base.START_WINDOW_BLOCKS, 2 * blocks)
     lifetime = base.AUDIT_DRAW_DELAY_BLOCKS + draw + start
     epoch = max(base.EPOCH_BLOCKS, _round_up(lifetime + (base.MAX_COMMITTEE_REDRAWS + 1) * commit, 50))
+    # A batching promise covers a restart too (a window), and its claims a window more; both
+    # must close before a node that leaves can withdraw (Params.validateCoverage).
+    batch_by = max(base.BATCH_BY_BLOCKS, blocks)
+    claims = max(base.OMISSION_CLAIM_WINDOW_BLOCKS, blocks)
     return base.replace(COMMIT_WINDOW_BLOCKS=commit, OPEN_WINDOW_BLOCKS=opening, PROOF_WINDOW_BLOCKS=max(base.PROOF_WINDOW_BLOCKS, blocks),
                         DRAW_WINDOW_BLOCKS=draw, START_WINDOW_BLOCKS=start, EPOCH_BLOCKS=epoch,
-                        UNBONDING_BLOCKS=max(base.UNBONDING_BLOCKS, 2 * epoch, lifetime))
+                        BATCH_BY_BLOCKS=batch_by, OMISSION_CLAIM_WINDOW_BLOCKS=claims,
+                        UNBONDING_BLOCKS=max(base.UNBONDING_BLOCKS, 2 * epoch, lifetime, batch_by + claims + 1))
 
 
 def _round_up(value: int, step: int) -> int:

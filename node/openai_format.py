@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from verillm.errors import InvalidInput
 from verillm.spec.types import SamplingParams
 
-from verillm.node.wire import job_to_json, receipt_to_json, to_hex
+from verillm.node.wire import job_to_json, promise_to_json, receipt_to_json, to_hex
 
 U64_MAX = 2**64 - 1
 # option -> the value that means "off"; anything else is refused with a 400 naming it.
@@ -210,7 +210,7 @@ def compute_verillm_field(result, status_url: str, model_id: bytes) -> dict:
         "job": job_to_json(result.job),
         "input_tokens": list(result.job.input_tokens),
         "output_tokens": list(result.output_tokens),
-    }
+    } | ({"batch_promise": promise_to_json(result.promise)} if result.promise is not None else {})
 
 
 def compute_response_id(chat: bool, job_hash: bytes) -> str:

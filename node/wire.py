@@ -7,6 +7,7 @@ Imports nothing heavy: the SDK uses this module without torch or aiohttp's serve
 """
 
 from verillm.errors import EncodingError, InvalidInput, NotFound, VerillmError
+from verillm.spec.coverage import BatchPromise, SignedPromise
 from verillm.spec.encoding import decode, encode
 from verillm.spec.receipt import compute_receipt_hash
 from verillm.spec.types import Challenge, Job, Opening, Receipt
@@ -61,6 +62,25 @@ def receipt_from_json(data: object) -> Receipt:
         if name in readable and readable[name] != value:
             raise EncodingError(f"receipt.{name} disagrees with the receipt's encoding")
     return receipt
+
+
+def promise_to_json(signed: SignedPromise) -> dict:
+    """A dispatcher's signed batching promise (verillm.spec.coverage), 0x-hex."""
+    p = signed.promise
+    return {"receipt_hash": to_hex(p.receipt_hash), "dispatcher": to_hex(p.dispatcher),
+            "batch_by_block": p.batch_by_block, "signature": to_hex(signed.signature)}
+
+
+def promise_from_json(data: object) -> SignedPromise:
+    """Parse `promise_to_json`'s output; raise InvalidInput on a malformed promise."""
+    if not isinstance(data, dict):
+        raise InvalidInput("batch_promise: expected an object")
+    by = data.get("batch_by_block")
+    if not isinstance(by, int) or isinstance(by, bool) or not 0 <= by < 1 << 64:
+        raise InvalidInput("batch_promise.batch_by_block: expected a uint64")
+    promise = BatchPromise(from_hex(data.get("receipt_hash"), "batch_promise.receipt_hash", 32),
+                           from_hex(data.get("dispatcher"), "batch_promise.dispatcher", 20), by)
+    return SignedPromise(promise, from_hex(data.get("signature"), "batch_promise.signature", 65))
 
 
 def job_to_json(job: Job) -> dict:

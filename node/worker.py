@@ -43,6 +43,9 @@ class JobResult:
     job: Job
     receipt: Receipt
     output_tokens: tuple[int, ...]
+    promise: object = None
+    """The dispatcher's signed batching promise (verillm.spec.coverage.SignedPromise), when
+    this node dispatched the job with a chain; None on a worker-only or local node."""
 
 
 class Worker:

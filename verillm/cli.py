@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "node": "verillm.node.cli:node",
     "keys": "verillm.node.cli:keys",
     "complete": "verillm.client_cli:complete",
+    "promise": "verillm.coverage_cli:promise",
     "audit": "verillm.verifier.cli:audit",
     "devnet": "verillm.node.devnet:devnet",
     "sim": "verillm.commands.sim:sim",

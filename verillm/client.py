@@ -25,6 +25,11 @@ On-chain status comes from the node that dispatched the job (its dispatcher role
 it until it settles — verified, final, slashed, tie or abandoned. The body names the batch
 and audit ids, so the claim can be checked against the contracts directly
 (`verillm.chain.protocol.Protocol.get_audit`).
+
+With every job the dispatcher also signs a batching promise (`Completion.promise`,
+`verify_promise`): the receipt will be in one of its batches by a block. If it is not, the
+holder claims the omission on-chain and the dispatcher is slashed (`verillm claim-omission`,
+`Protocol.claim_omitted`; docs/protocol.md §12 "Batching promises").
 """
 
 import asyncio
@@ -39,10 +44,11 @@ from verillm.errors import ChainError, InvalidInput, InvalidProof, VerillmError
 from verillm.jsonsafe import load_json
 from verillm.spec.encoding import decode
 from verillm.spec.job import compute_job_hash, compute_model_id, compute_num_positions, compute_tokens_hash, compute_transcript_hash
-from verillm.spec.receipt import SigningDomain, process_receipt_signature
+from verillm.spec.coverage import SignedPromise, check_promise_terms, process_promise_signature
+from verillm.spec.receipt import SigningDomain, compute_receipt_hash, process_receipt_signature
 from verillm.spec.types import Job, ModelManifest, Receipt
 
-from verillm.node.wire import compute_error_from_body, from_hex, receipt_from_json
+from verillm.node.wire import compute_error_from_body, from_hex, promise_from_json, receipt_from_json
 
 
 # Where an audit can end (node/dispatcher/status.py): passed, window closed, failed, split, never filled.
@@ -63,6 +69,9 @@ class Completion:
     receipt: Receipt
     job_hash: bytes
     status_url: str
+    promise: SignedPromise | None = None
+    """The dispatcher's signed promise to batch the receipt by a block (docs/protocol.md §12
+    "Batching promises"); None from a node without a chain. Check it with `verify_promise`."""
 
     @property
     def job_id(self) -> str:
@@ -123,6 +132,9 @@ def parse_completion(body: dict, chat: bool) -> Completion:
     receipt = receipt_from_json(extra["receipt"])
     tokens = tuple(extra["output_tokens"])
     process_receipt_contents(receipt, job, tokens)
+    promise = promise_from_json(extra["batch_promise"]) if "batch_promise" in extra else None
+    if promise is not None and promise.promise.receipt_hash != compute_receipt_hash(receipt):
+        raise InvalidProof("the batching promise is about another receipt")
     return Completion(
         text=choice["message"]["content"] if chat else choice["text"],
         tokens=tokens,
@@ -133,6 +145,7 @@ def parse_completion(body: dict, chat: bool) -> Completion:
         receipt=receipt,
         job_hash=receipt.job_hash,
         status_url=extra["status_url"],
+        promise=promise,
     )
 
 
@@ -182,6 +195,31 @@ def verify_receipt(
     if job is not None:
         process_receipt_contents(receipt, job, output_tokens if output_tokens is not None else ())
     return compute_address_hex(receipt.worker)
+
+
+def verify_promise(
+    promise: "Completion | SignedPromise",
+    domain: SigningDomain,
+    dispatcher: "bytes | str | None" = None,
+    head_block: int | None = None,
+    batch_by_blocks: int | None = None,
+) -> str:
+    """Check a batching promise offline; return the checksummed 0x address of the dispatcher
+    that signed it. ``domain`` is (chain id, the Coverage contract). With ``head_block`` and
+    ``batch_by_blocks`` (the deployment's BATCH_BY_BLOCKS), also refuse a promise due later
+    than the deployment allows: it could be claimed only after its dispatcher could leave.
+    Raises InvalidSignature or InvalidProof saying what is wrong."""
+    signed = promise.promise if isinstance(promise, Completion) else promise
+    if signed is None:
+        raise InvalidProof("the completion carries no batching promise (a node without a chain)")
+    process_promise_signature(signed, domain)
+    if isinstance(promise, Completion) and signed.promise.receipt_hash != compute_receipt_hash(promise.receipt):
+        raise InvalidProof("the batching promise is about another receipt")
+    if dispatcher is not None and signed.promise.dispatcher != compute_id_bytes(dispatcher, "dispatcher", 20):
+        raise InvalidProof(f"the promise is from {compute_address_hex(signed.promise.dispatcher)}, expected {dispatcher}")
+    if head_block is not None and batch_by_blocks is not None:
+        check_promise_terms(signed.promise, signed.promise.receipt_hash, head_block, batch_by_blocks)
+    return compute_address_hex(signed.promise.dispatcher)
 
 
 def get_job_hash(job: "Completion | Receipt | bytes | str") -> bytes:

@@ -7,7 +7,7 @@ import click
 from verillm.spec.receipt import SigningDomain
 
 from verillm.client import Client, verify_receipt
-from verillm.node.wire import from_hex, receipt_to_json, to_hex
+from verillm.node.wire import from_hex, promise_to_json, receipt_to_json, to_hex
 
 
 @click.command()
@@ -39,6 +39,8 @@ def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, se
     if as_json:
         body = {"text": completion.text, "tokens": list(completion.tokens), "finish_reason": completion.finish_reason,
                 "job_hash": to_hex(completion.job_hash), "status_url": completion.status_url, "receipt": receipt_to_json(completion.receipt)}
+        if completion.promise is not None:  # what `verillm promise claim` takes if the receipt is never batched
+            body["batch_promise"] = promise_to_json(completion.promise)
         click.echo(json.dumps(body, indent=2))
         return
     click.echo(completion.text)

@@ -8,8 +8,8 @@
              draws the committee from the VRF output
     started  every selected job has its audit id (`dispatch_audits`)
 
-A batch is posted when `batch_max_receipts` receipts wait or the oldest has waited
-`batch_max_wait_s`. A restart finds a batch still 'posting' and looks for its BatchPosted
+A batch is posted when `batch_max_receipts` receipts wait, the oldest has waited
+`batch_max_wait_s`, or a receipt's batching promise is near its deadline (node/dispatcher/coverage.py). A restart finds a batch still 'posting' and looks for its BatchPosted
 event before posting again, so a root is never posted twice.
 """
 
@@ -35,14 +35,18 @@ class BatchScheduler:
         self.vrf_secret_key = vrf_secret_key
         self.max_receipts = min(max_receipts, chainio.params["maxBatchReceipts"])
         self.max_wait_s = max_wait_s
+        self.promises = None  # node/dispatcher/coverage.py's Promises: their deadlines make a batch due
 
     # --- posting ------------------------------------------------------------------------------
 
-    def is_batch_due(self) -> bool:
-        """Return whether waiting receipts should be posted now."""
+    def is_batch_due(self, head: int | None = None) -> bool:
+        """Return whether waiting receipts should be posted now: full, waited long enough, or a
+        batching promise near its deadline (at chain head ``head``)."""
         oldest = self.tables.get_oldest_unbatched_at()
         if oldest is None:
             return False
+        if head is not None and self.promises is not None and self.promises.is_post_due(head):
+            return True
         waiting = len(self.tables.get_unbatched_jobs(self.max_receipts))
         return waiting >= self.max_receipts or time.time() - oldest >= self.max_wait_s
 

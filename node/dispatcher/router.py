@@ -103,6 +103,7 @@ class NetworkDispatcher:
         self.committee_size = committee_size
         self._next = 0
         self.readiness = None  # node/readiness.py's ReadinessMonitor (set by the service): why no_workers
+        self.promises = None  # node/dispatcher/coverage.py's Promises (set by the service): a batching promise per job
 
     def process_admission(self, job: Job) -> None:
         """Check the job fits the model and limits, and enough workers exist to audit it."""
@@ -123,7 +124,9 @@ class NetworkDispatcher:
         job_hash = compute_job_hash(job)
         known = self.tables.get_dispatched_job(job_hash)
         if known is not None:
-            return JobResult(job_hash, known.job, known.receipt, known.output_tokens)
+            return JobResult(job_hash, known.job, known.receipt, known.output_tokens, await self._promise(job_hash, known.receipt))
+        if self.promises is not None:  # never take a job whose receipt this node could not batch in time
+            await self.promises.process_capacity()
         failures = []
         for entry in self._rotation():
             try:
@@ -133,8 +136,11 @@ class NetworkDispatcher:
                 failures.append(f"0x{entry.address.hex()}: {exc}")
                 continue
             self._keep(job_hash, job, entry, output_tokens, receipt, audit_requested)
-            return JobResult(job_hash, job, receipt, output_tokens)
+            return JobResult(job_hash, job, receipt, output_tokens, await self._promise(job_hash, receipt))
         raise EngineError(f"no worker completed job 0x{job_hash.hex()}: " + "; ".join(failures))
+
+    async def _promise(self, job_hash: bytes, receipt: Receipt):
+        return await self.promises.make(job_hash, receipt) if self.promises is not None else None
 
     def _rotation(self) -> list[WorkerEntry]:
         workers = list(self.view.workers)

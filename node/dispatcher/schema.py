@@ -136,3 +136,19 @@ def migrate_3_dispatcher_audit_tables(db: Database) -> None:
         if sqlite3.complete_statement(statement):
             db.conn.execute(statement)
             statement = ""
+
+
+BATCH_PROMISES_TABLE = """
+CREATE TABLE batch_promises (
+    job_hash TEXT PRIMARY KEY,            -- a dispatch_jobs row this node promised to batch
+    receipt_hash TEXT NOT NULL,           -- the promised batch leaf
+    batch_by_block INTEGER NOT NULL,      -- the last block its batch may be posted in
+    signature TEXT NOT NULL,              -- this node's EIP-712 signature (verillm.spec.coverage)
+    created_at REAL NOT NULL
+)
+"""
+
+
+def migrate_4_batch_promises(db: Database) -> None:
+    """Batching promises returned with client jobs (docs/protocol.md §12 "Batching promises")."""
+    db.conn.execute(BATCH_PROMISES_TABLE)

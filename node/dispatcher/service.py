@@ -18,6 +18,7 @@ from verillm.errors import ConfigError, NotFound
 from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_KEY, APP_METRICS, APP_DOMAIN, APP_STORE, APP_WORKER
 from verillm.node.dispatcher.batches import BatchScheduler
 from verillm.node.dispatcher.chainio import ChainIO, compute_vrf_secret_key
+from verillm.node.dispatcher.coverage import OmissionAnswers, Promises
 from verillm.node.dispatcher.delivery import DeliveryDuties
 from verillm.node.dispatcher.duties import PartyDuties, PartyFaults
 from verillm.node.dispatcher.judging import AuditDriver
@@ -69,8 +70,9 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     duties = PartyDuties(chainio, tables, app[APP_STORE], worker, faults)
     audits.committee.withhold_jobs = faults.committee_jobs == "withhold"
     delivery = DeliveryDuties(chainio, tables, app[APP_STORE], worker)
+    router.promises = batches.promises = Promises(chainio, tables, key)
     watcher = ChainWatcher(chainio, tables, view, batches, audits, duties, tasks, metrics, config.poll_interval_s, config.confirmations,
-                           delivery)
+                           delivery, OmissionAnswers(chainio, tables))
     router.readiness = ReadinessMonitor(chainio, key.address, worker.served.model_id, config.registry_refresh_s)
     return DispatchService(chainio, tables, router, watcher, tasks)
 
@@ -136,6 +138,8 @@ async def get_dispatcher_info(request: web.Request) -> web.Response:
     return web.json_response({
         "address": "0x" + service.chainio.address.hex(),
         "head": service.watcher.head,
+        "promise_domain": {"chain_id": service.chainio.chain.chain_id, "verifying_contract": service.chainio.protocol.coverage.address,
+                           "batch_by_blocks": service.chainio.params["batchByBlocks"]},
         "workers": [{"address": "0x" + w.address.hex(), "url": w.url, "stake_wei": w.stake_wei} for w in service.router.view.workers],
         "batches": {s: len(tables.get_batches((s,))) for s in ("posting", "posted", "drawn", "started", "missed")},
         "audits": {s: len(tables.get_audit_rows(s)) for s in ("open", "settled", "abandoned")},

@@ -109,6 +109,26 @@ class DispatcherTables:
     def get_batch_jobs(self, batch_row: int) -> list[DispatchedJob]:
         return [_job_row(r) for r in self._rows("SELECT * FROM dispatch_jobs WHERE batch_row = ? ORDER BY batch_index", [batch_row])]
 
+    # --- batching promises (verillm.spec.coverage) --------------------------------------------
+
+    def insert_promise(self, job_hash: bytes, receipt_hash: bytes, batch_by_block: int, signature: bytes) -> None:
+        self._write("INSERT OR IGNORE INTO batch_promises (job_hash, receipt_hash, batch_by_block, signature, created_at) VALUES (?, ?, ?, ?, ?)",
+                    (job_hash.hex(), receipt_hash.hex(), batch_by_block, signature.hex(), time.time()))
+
+    def get_promise(self, job_hash: bytes) -> tuple[int, bytes] | None:
+        """Return (batch_by_block, signature) of the promise made with ``job_hash``."""
+        rows = self._rows("SELECT batch_by_block, signature FROM batch_promises WHERE job_hash = ?", [job_hash.hex()])
+        return (rows[0]["batch_by_block"], bytes.fromhex(rows[0]["signature"])) if rows else None
+
+    def get_earliest_unbatched_promise(self) -> int | None:
+        """Return the earliest batch_by_block among promised jobs not batched yet."""
+        return self.db.execute("SELECT MIN(p.batch_by_block) FROM batch_promises p JOIN dispatch_jobs j ON j.job_hash = p.job_hash"
+                               " WHERE j.batch_row IS NULL").fetchone()[0]
+
+    def get_job_by_receipt_hash(self, receipt_hash: bytes) -> DispatchedJob | None:
+        rows = self._rows("SELECT * FROM dispatch_jobs WHERE receipt_hash = ?", [receipt_hash.hex()])
+        return _job_row(rows[0]) if rows else None
+
     # --- batches ------------------------------------------------------------------------------
 
     def insert_batch(self, root: bytes, job_hashes: list[bytes]) -> int:

@@ -1,6 +1,6 @@
 """The chain watcher: one loop that follows the contracts and advances every pending item.
 
-Each tick: read the head; record the new protocol events (Jobs, Disputes, Registry) in
+Each tick: read the head; record the new protocol events (Jobs, Disputes, Registry, Coverage) in
 `chain_events` and move the cursor, in one transaction, after handing the events that name
 this node a seat to `PartyDuties` (idempotent, so a crash in between repeats nothing); then
 give every pending item — batches, this dispatcher's audits, this node's seats — its next
@@ -16,6 +16,7 @@ from verillm.chain.events import ChainEvent, EventPoller
 
 from verillm.node.dispatcher.batches import BatchScheduler
 from verillm.node.dispatcher.chainio import ChainIO
+from verillm.node.dispatcher.coverage import OmissionAnswers
 from verillm.node.dispatcher.delivery import DeliveryDuties
 from verillm.node.dispatcher.duties import PartyDuties
 from verillm.node.dispatcher.judging import AuditDriver
@@ -53,14 +54,15 @@ class ChainWatcher:
 
     def __init__(self, chainio: ChainIO, tables: DispatcherTables, view: RegistryView, batches: BatchScheduler,
                  audits: AuditDriver, duties: PartyDuties, tasks: KeyedTasks, metrics: NodeMetrics,
-                 poll_interval_s: float, confirmations: int, delivery: DeliveryDuties | None = None):
+                 poll_interval_s: float, confirmations: int, delivery: DeliveryDuties | None = None,
+                 omissions: OmissionAnswers | None = None):
         self.chainio, self.tables, self.view = chainio, tables, view
-        self.delivery = delivery
+        self.delivery, self.omissions = delivery, omissions
         self.batches, self.audits, self.duties, self.tasks, self.metrics = batches, audits, duties, tasks, metrics
         self.poll_interval_s = poll_interval_s
         protocol = chainio.protocol
         start = tables.get_cursor(CURSOR, chainio.deployment.start_block)
-        self.poller = EventPoller(chainio.chain, [protocol.jobs, protocol.disputes, protocol.registry], start, confirmations)
+        self.poller = EventPoller(chainio.chain, [protocol.jobs, protocol.disputes, protocol.registry, protocol.coverage], start, confirmations)
         self.head = 0
         self.ticks = 0
 
@@ -92,13 +94,15 @@ class ChainWatcher:
             self.tasks.spawn(f"duty:{duty.audit_id}:{duty.round}:{duty.slot}", lambda d=duty: self.duties.advance(d, self.head))
         if self.delivery is not None:
             self.tasks.spawn("delivery", lambda: self.delivery.advance(self.head))
+        if self.omissions is not None:
+            self.tasks.spawn("omissions", lambda: self.omissions.advance(self.head))
         if self.ticks % 20 == 0:
             self.tasks.spawn("stake", self._update_stake)
         self.ticks += 1
 
     def _advance_batches(self) -> None:
         posting = self.tables.get_batches(("posting",))
-        if not posting and self.batches.is_batch_due():
+        if not posting and self.batches.is_batch_due(self.head):
             posting = [self.tables.get_batch(self.batches.create_batch())]
         for batch in posting:
             self.tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.post_batch(b["id"]))

@@ -258,3 +258,17 @@ def test_coverage_params_must_keep_a_claim_inside_the_unbonding_period(world):
             compute_protocol_params(bad, world.chain.artifacts, "Coverage", "CoverageParams"))
     with pytest.raises(Exception, match="shorter than unbondingBlocks|InvalidParams|revert"):
         world.chain.deploy("Coverage", *args, sender=world.owner)
+
+
+def test_answer_into_a_full_batch_stays_cheap(world, client):
+    """The deepest proof MINIMAL allows (MAX_BATCH_RECEIPTS leaves): each tree level adds a
+    sha256 precompile call and a calldata word."""
+    dispatcher = world.nodes[1]
+    hashes = [bytes([i % 256, i // 256]) * 16 for i in range(PRESET.MAX_BATCH_RECEIPTS)]
+    signed = _promise(world, dispatcher, hashes[-1])
+    posted = world.protocol.post_batch(dispatcher.account, hashes).value
+    _mine_to(world, signed.promise.batch_by_block + 1)
+    claim = world.protocol.claim_omitted(client, signed).value
+    answer = world.protocol.prove_included(dispatcher.account, claim, posted.batch_id, spec.compute_inclusion_proof(hashes, hashes[-1]))
+    print(f"gas: proveIncluded {answer.gas_used} ({PRESET.MAX_BATCH_RECEIPTS}-leaf batch)")
+    assert answer.gas_used < GAS_BOUND

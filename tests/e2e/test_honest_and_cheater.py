@@ -5,13 +5,16 @@ audit tools then agree with the chain from public data alone."""
 
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from verillm.chain.protocol import Protocol
+from verillm.client import verify_promise
 from verillm.node.dispatcher.localnet import NodeSpec
+from verillm.spec import coverage
 from verillm.spec.settlement import FAIL, PASS
 
 from e2e_network import send_jobs, start_network, wait_settled
@@ -97,3 +100,26 @@ def test_chain_audit_finds_every_audit_consistent(cheater_network):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"{len(bodies)} audits" in run.stdout and "inconsistencies: 0" in run.stdout
+
+
+def test_every_job_came_with_a_batching_promise_the_gateway_kept_and_defends(cheater_network):
+    """docs/protocol.md §12 "Batching promises": node 0 (the gateway) signed a promise with every
+    job and batched each receipt by its promised block; a griefer's claim on one is answered by
+    the gateway's watcher with an inclusion proof, and the bond is the gateway's."""
+    net, completions, bodies = cheater_network
+    protocol = Protocol(net.protocol.chain, net.protocol.deployment)
+    gateway = net.nodes[0].address
+    for completion, body in zip(completions, bodies, strict=True):
+        assert verify_promise(completion, protocol.get_promise_domain(), dispatcher=gateway).lower() == gateway.lower()
+        assert body["batch"]["posted_block"] <= completion.promise.promise.batch_by_block, body
+    signed = completions[0].promise
+    griefer = protocol.chain.dev_accounts[9]
+    while protocol.chain.get_block_number() <= signed.promise.batch_by_block:
+        time.sleep(0.5)
+    credit = protocol.jobs.call("credits", gateway)
+    claim_id = protocol.claim_omitted(griefer, signed).value
+    deadline = protocol.get_omission_claim(claim_id)["prove_deadline"]
+    while protocol.get_omission_claim(claim_id)["state"] == coverage.OPEN and protocol.chain.get_block_number() <= deadline + 1:
+        time.sleep(0.5)
+    assert protocol.get_omission_claim(claim_id)["state"] == coverage.ANSWERED
+    assert protocol.jobs.call("credits", gateway) == credit + protocol.params["omissionClaimBondWei"]

@@ -1,0 +1,105 @@
+"""The dispatcher's batching promises (node/dispatcher/coverage.py) on a real anvil with the real
+tables (SQLite on disk): a kept job gets a signed promise (the same one when repeated), the
+batcher posts before the promise falls due, an inactive node promises nothing, and a griefer's
+claim on a batched receipt is answered by the node's watcher step, which takes the bond."""
+
+import pytest
+
+from verillm.chain import RpcChain
+from verillm.chain.anvil import AnvilProcess, find_anvil_binary
+from verillm.chain.events import get_events
+from verillm.chain.protocol import OnchainModel, Protocol
+from verillm.errors import ConfigError
+from verillm.spec import coverage as spec
+from verillm.spec import vrf
+from verillm.spec.hashing import keccak256
+from verillm.spec.params import MINIMAL
+from verillm.spec.receipt import SigningDomain, compute_receipt, compute_receipt_hash, sign_receipt
+from verillm.spec.types import Job, SamplingParams
+
+from verillm.node.dispatcher.batches import BatchScheduler
+from verillm.node.dispatcher.chainio import ChainIO
+from verillm.node.dispatcher.coverage import CannotPromise, OmissionAnswers, Promises, compute_post_margin
+from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.dispatcher.watcher import compute_event_row
+from verillm.node.keys import compute_node_key
+from verillm.node.metrics import NodeMetrics
+from verillm.node.store import open_store
+
+MODEL_ID = keccak256(b"promise test model")
+
+
+@pytest.fixture(scope="module")
+def deployed():
+    try:
+        find_anvil_binary()
+    except ConfigError:
+        pytest.skip("anvil not installed (make install)")
+    with AnvilProcess() as anvil:
+        chain = RpcChain(anvil.url)
+        owner, node, client = chain.dev_accounts[0], chain.dev_accounts[1], chain.dev_accounts[8]
+        protocol = Protocol.deploy(chain, MINIMAL, owner)
+        protocol.add_model(owner, OnchainModel(MODEL_ID, (1,), 1, (50_000,), (30_000,), 4))
+        protocol.register(node, vrf.derive_secret_key(b"\x01" * 32), "http://127.0.0.1:9", [MODEL_ID], MINIMAL.MIN_STAKE_WEI)
+        yield anvil, protocol, node, client
+
+
+def _job_and_receipt(i: int, key, domain: SigningDomain):
+    job = Job(MODEL_ID, (1, 2, 3), SamplingParams(), 4, i.to_bytes(32, "big"))
+    return job, sign_receipt(compute_receipt(job, (5, 6), b"\x09" * 32, key.address), key.private_key, domain)
+
+
+def _node(deployed, tmp_path):
+    anvil, protocol, node, _ = deployed
+    key = compute_node_key(bytes(node.key))
+    tables = DispatcherTables(open_store(tmp_path / "node.sqlite").db)
+    chainio = ChainIO(anvil.url, protocol.deployment, key, tables)
+    domain = SigningDomain(protocol.chain.chain_id, bytes.fromhex(protocol.jobs.address[2:]))
+    return key, tables, chainio, domain
+
+
+async def test_a_kept_job_gets_a_promise_the_batcher_keeps_and_a_claim_is_answered(deployed, tmp_path):
+    _, protocol, node, client = deployed
+    key, tables, chainio, domain = _node(deployed, tmp_path)
+    promises = Promises(chainio, tables, key)
+    batches = BatchScheduler(chainio, tables, NodeMetrics(), vrf.derive_secret_key(b"\x01" * 32), 8, max_wait_s=10_000)
+    batches.promises = promises
+    await promises.process_capacity()
+    job, receipt = _job_and_receipt(1, key, domain)
+    tables.insert_dispatched_job(b"\x01" * 32, job, key.address, "", (5, 6), receipt, False)
+    head = protocol.chain.get_block_number()
+    signed = await promises.make(b"\x01" * 32, receipt)
+    spec.process_promise_signature(signed, protocol.get_promise_domain())
+    assert signed.promise == spec.BatchPromise(compute_receipt_hash(receipt), key.address, head + MINIMAL.BATCH_BY_BLOCKS)
+    assert await promises.make(b"\x01" * 32, receipt) == signed  # a repeated job gets the same promise
+    # Neither full nor old: only the promise's deadline makes the batch due, a margin before it.
+    due_at = signed.promise.batch_by_block - compute_post_margin(MINIMAL.BATCH_BY_BLOCKS)
+    assert not batches.is_batch_due(due_at - 1) and batches.is_batch_due(due_at)
+    protocol.chain.mine(due_at - protocol.chain.get_block_number())
+    await batches.post_batch(batches.create_batch())
+    posted = protocol.jobs.call("getBatch", tables.get_batch(1)["batch_id"])
+    assert posted[3] <= signed.promise.batch_by_block
+    # A griefer claims anyway; the node's watcher step answers from its own tables.
+    protocol.chain.mine(signed.promise.batch_by_block + 1 - protocol.chain.get_block_number())
+    claim_id = protocol.claim_omitted(client, signed).value
+    rows = [compute_event_row(e) for e in get_events(protocol.chain, [protocol.coverage], 0)]
+    tables.record_events("protocol", rows, protocol.chain.get_block_number() + 1)
+    await OmissionAnswers(chainio, tables).advance(protocol.chain.get_block_number())
+    assert protocol.get_omission_claim(claim_id)["state"] == spec.ANSWERED
+    assert protocol.jobs.call("credits", node.address) == MINIMAL.OMISSION_CLAIM_BOND_WEI
+    assert not await OmissionAnswers(chainio, tables).answer(claim_id, signed.promise.receipt_hash)  # resolved: nothing sent
+
+
+async def test_a_node_behind_on_its_promises_or_inactive_takes_no_job(deployed, tmp_path):
+    _, protocol, node, _ = deployed
+    key, tables, chainio, domain = _node(deployed, tmp_path)
+    promises = Promises(chainio, tables, key)
+    job, receipt = _job_and_receipt(2, key, domain)
+    tables.insert_dispatched_job(b"\x02" * 32, job, key.address, "", (5, 6), receipt, False)
+    signed = await promises.make(b"\x02" * 32, receipt)
+    protocol.chain.mine(signed.promise.batch_by_block + 1 - protocol.chain.get_block_number())
+    with pytest.raises(CannotPromise, match="behind"):
+        await promises.process_capacity()
+    stranger = compute_node_key(bytes(protocol.chain.dev_accounts[7].key))  # never registered: could post no batch
+    with pytest.raises(CannotPromise, match="not active"):
+        await Promises(ChainIO(deployed[0].url, protocol.deployment, stranger, tables), tables, stranger).process_capacity()
