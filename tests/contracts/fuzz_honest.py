@@ -72,11 +72,12 @@ class HonestParties:
                 self._honest_answers(t)
         for t in self.audits:
             state = self.audit(t.run.audit_id)
+            if state.phase not in (SETTLED, ABANDONED):
+                self._delivery_marks(t)  # claims and publications since the last pass, before its phase
             if [x for x in t.seen if isinstance(x[0], int)][-1:] != [(state.round, state.phase)]:
                 t.seen.append((state.round, state.phase))  # (round, phase), between fuzz_delivery's marks
             if state.phase in (SETTLED, ABANDONED):
                 continue
-            self._delivery_marks(t)
             if state.phase == COMMITTING:
                 self._honest_delivery(t, state)  # slash an unanswered claim, or publish (fuzz_delivery)
                 self._honest_receipts(t, self.audit(t.run.audit_id))

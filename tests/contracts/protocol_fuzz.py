@@ -178,18 +178,21 @@ class ProtocolMachine(DeliveryParties, HonestParties, RuleBasedStateMachine):
         return sum(1 for t in self.audits if self.audit(t.run.audit_id).phase not in (SETTLED, ABANDONED))
 
     @precondition(lambda self: len(self.audits) < MAX_AUDITS)  # the chain's state is not read here: replays stay consistent
-    @rule(worker=st.sampled_from([0, 1, CHEATER]), dispatcher=st.sampled_from([0, 1]), mode=st.sampled_from(CHEAT_MODES))
+    @rule(worker=st.sampled_from([0, 1, CHEATER]), dispatcher=st.sampled_from([0, 1, CHEATER]), mode=st.sampled_from(CHEAT_MODES))
     def new_audit(self, worker, dispatcher, mode):
+        """A job audited. Node 2 as the dispatcher withholds the committee's jobs: of its own job
+        (mode "withhold", or any mode it dispatches), or of an honest worker's (which publishes
+        when the members claim)."""
         if self._active() >= MAX_ACTIVE:
             self._step("new_audit:busy")
             return
         cheat = worker == CHEATER
-        if cheat and not self.registry("getNode", self._node(CHEATER).address)[4]:
+        dispatcher = CHEATER if cheat and mode == "withhold" else dispatcher  # it dispatches its own job
+        if CHEATER in (worker, dispatcher) and not self.registry("getNode", self._node(CHEATER).address)[4]:
             self._step("new_audit:cheater-gone")  # slashed below the minimum stake: it can neither serve nor dispatch
             return
         self.nonce += 1
         party = self._worker(worker, cheat, self.nonce)
-        dispatcher = CHEATER if cheat and mode == "withhold" else dispatcher  # it dispatches its own job
         run = self.world.start(party, dispatcher=self._node(dispatcher))
         self.audits.append(Tracked(run, worker, dispatcher, mode if cheat else "honest", start_block=self.reads.head()))
         self._step("new_audit")
