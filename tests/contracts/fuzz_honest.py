@@ -37,6 +37,9 @@ class Tracked:
     answered: set = field(default_factory=set)
     tried: set = field(default_factory=set)  # contests an honest party tried to answer
     adjudicated: set = field(default_factory=set)  # (round, slot) of lying votes already taken to adjudication
+    windows: set = field(default_factory=set)  # publish deadlines of the claim windows seen (fuzz_delivery)
+    published: bool = False  # its transcript was published (fuzz_delivery)
+    drawn_at: dict = field(default_factory=dict)  # (round, slot, member) → the block an honest member saw its seat
 
 
 class HonestParties:
@@ -52,6 +55,7 @@ class HonestParties:
             if view[5] in (SETTLED, ABANDONED):
                 continue
             calls += [(jobs, "getRound", (t.run.audit_id, r)) for r in range(view[4] + 1)]
+            calls.append((disputes, "availability", (t.run.audit_id,)))
             calls += [(jobs, "getParty", (t.run.audit_id, view[4], slot)) for slot in range(view[8] + 1)]
         self.reads.prefetch(calls)
 
@@ -68,12 +72,17 @@ class HonestParties:
                 self._honest_answers(t)
         for t in self.audits:
             state = self.audit(t.run.audit_id)
-            if not t.seen or t.seen[-1] != (state.round, state.phase):
-                t.seen.append((state.round, state.phase))
+            if state.phase not in (SETTLED, ABANDONED):
+                self._delivery_marks(t)  # claims and publications since the last pass, before its phase
+            if [x for x in t.seen if isinstance(x[0], int)][-1:] != [(state.round, state.phase)]:
+                t.seen.append((state.round, state.phase))  # (round, phase), between fuzz_delivery's marks
             if state.phase in (SETTLED, ABANDONED):
                 continue
             if state.phase == COMMITTING:
-                self._honest_receipts(t, state)
+                self._honest_delivery(t, state)  # slash an unanswered claim, or publish (fuzz_delivery)
+                self._honest_receipts(t, self.audit(t.run.audit_id))
+                if self.audit(t.run.audit_id).phase == COMMITTING:
+                    self._honest_claims(t, self.audit(t.run.audit_id))
             elif state.phase == OPENING:
                 self._honest_opening(t, state)
             self._honest_disputes(t, state)
@@ -93,8 +102,10 @@ class HonestParties:
             self._send("drawEscalation", t.run.audit_id)
 
     def _honest_receipts(self, t: Tracked, state) -> None:
-        if t.dispatcher == CHEATER:
-            return  # the cheater's dispatcher never sends its committee their jobs
+        if state.phase != COMMITTING:
+            return  # a slashUndelivered just decided the round
+        if t.dispatcher == CHEATER and not self.availability(t.run.audit_id)["published"]:
+            return  # the cheater's dispatcher never sends its committee their jobs: they wait for the event
         if self.reads.head() >= self.jobs("getRound", t.run.audit_id, state.round)[1]:
             return  # past the commit deadline: a receipt would revert (TooLate)
         for slot, address in enumerate(self.committee(t.run.audit_id, state.round)):

@@ -6,28 +6,37 @@ Cast (the ten nodes of `contract_scenario.World(extra_nodes=4)`: enough for an e
 committee of 5 besides the worker, the dispatcher and a first committee of 3):
     nodes 0, 1      honest; workers and dispatchers
     node 2          cheats whenever it is a worker (five ways: see `CHEAT_MODES`; "withhold": it
-                    dispatches its own job and withholds its committee's jobs), escalates its own
-                    FAIL and draws the escalation; an honest member
+                    dispatches its own job and withholds its committee's jobs), publishes its
+                    transcript when claimed or not (any step, late included), escalates its own
+                    FAIL and draws the escalation, tops its stake back up once slashed out; an
+                    honest member
     nodes 3, 4, 6–9 honest members
-    node 5          adversarial member: a lazy receipt (data it never computed), any vote
+    node 5          adversarial member: a lazy receipt (data it never computed), any vote, a
+                    claim of its job whether or not it had it
     outsider        griefer: finalize, settle, replaceMissing, drawChallenge, drawEscalation,
-                    escalate, contest, adjudicate, claim, at any time with any arguments
+                    escalate, contest, adjudicate, Jobs.claim, slashUndelivered (any slot),
+                    publishTranscript (wrong token, length or sampling, or the right one),
+                    claimUndelivered, at any time with any arguments
 Honest parties follow docs/protocol.md: after every step each does what is due (post its
-receipt when its dispatcher sends it the job, open, vote on what the worker posted, answer
-contests, contest an opening that does not prove, adjudicate a lying "agree").
+receipt when its dispatcher sends it the job or the transcript is published, claim a job that
+never came, publish its transcript when claimed, slash an unanswered claim, open, vote on what
+the worker posted, answer contests, contest an opening that does not prove, adjudicate a lying
+"agree"). The job-delivery challenge: `fuzz_delivery.py`.
 
 Invariants, after every step:
     conservation  each contract's balance = what it owes, to the wei (Registry: stakes; Jobs:
                   credits + fee pool + escalation bonds held; Disputes: open contest bonds)
     honest        an honest node's stake and credit never decrease
 At the end of every run (teardown), whatever happened:
-    termination   every audit reaches SETTLED or ABANDONED by block start + `BOUND_BLOCKS`
-                  (docs/protocol.md §12, "Bounded termination") of permissionless calls, or
-                  within the slack of the teardown's own pokes when the run ended later; every
-                  stake lock is back to 0
+    termination   every audit reaches SETTLED or ABANDONED by block start + `BOUND_BLOCKS` +
+                  2 commit windows per claim window opened on it (docs/protocol.md §12,
+                  "Bounded termination"; at most one window per seat drawn) of permissionless
+                  calls, or within the slack of the teardown's own pokes when the run ended
+                  later; every stake lock is back to 0
     cheater       a cheating worker is slashed unless its audit was abandoned under a §13
-                  condition: its own dispatching withheld the committee's jobs (round 0 or 1),
-                  or its escalation was unheard (round 1 unstaffed)
+                  condition: its escalation was unheard (round 1 unstaffed or starved). Its own
+                  dispatching withholding the committee's jobs is no longer one: an honest
+                  member claims, and it publishes (and is judged) or is slashed
 Honest-majority: node 5 is the only adversarial member, so a committee of 3 has at most one.
 
 Not asserted: "every receipt a client holds is batched by its deadline, or someone is slashed":
@@ -35,7 +44,7 @@ receipts carry no batching deadline in these contracts (docs/protocol.md §13, r
 so there is nothing on-chain to check it against.
 
 Paths: the rule sequence of each run, and each audit's lifecycle (the (round, phase) states the
-honest parties saw, then how it ended): `STATS["paths"]` and `STATS["lifecycles"]`.
+honest parties saw, with ("claim", round) and ("publish", round) marks, then how it ended): `STATS["paths"]` and `STATS["lifecycles"]`.
 """
 
 import os
@@ -54,6 +63,7 @@ from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import compute_opening
 
 from contract_scenario import CHEAT_OFFSET, LAYERS, OUTPUT_TOKENS, PRESET, PROMPT_LEN, World
+from fuzz_delivery import DeliveryParties, signed_member, signed_worker
 from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, COMMITTING, HONEST, OPENING, SETTLED, HonestParties, Tracked
 from fuzz_rpc import CachedReader, CachedReads, FastReader, FastSender, RawRpc, read_batch
 
@@ -65,12 +75,17 @@ TEARDOWN_ROUNDS = 80
 _ROUND_BLOCKS = ((PRESET.MAX_COMMITTEE_REDRAWS + 1) * PRESET.COMMIT_WINDOW_BLOCKS + PRESET.AUDIT_DRAW_DELAY_BLOCKS
                  + 2 * PRESET.OPEN_WINDOW_BLOCKS + PRESET.DISPUTE_WINDOW_BLOCKS + PRESET.PROOF_WINDOW_BLOCKS)
 BOUND_BLOCKS = 2 * _ROUND_BLOCKS + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS  # round 0, escalation, round 1
+# A claim window extends its round's commit deadline by at most 2 commit windows (publish deadline =
+# claim + commit, commit deadline ≥ publish deadline + commit; a publication within the window adds
+# nothing beyond it): docs/protocol.md §12 "Bounded termination". Counted per window opened.
+CLAIM_WINDOW_BLOCKS = 2 * PRESET.COMMIT_WINDOW_BLOCKS
 SLACK_BLOCKS = 60  # the teardown mines 4 blocks a round, and each of its transactions mines one
 
-STATS = {"steps": 0, "runs": 0, "paths": set(), "lifecycles": set(), "failures": 0, "reported": set()}
+STATS = {"steps": 0, "runs": 0, "paths": set(), "lifecycles": set(), "failures": 0, "reported": set(),
+         "delivery": {"audits": 0, "claimed": 0, "published": 0, "slashed_undelivered": 0}}
 
 
-class ProtocolMachine(HonestParties, RuleBasedStateMachine):
+class ProtocolMachine(DeliveryParties, HonestParties, RuleBasedStateMachine):
     """One deployment, reverted to its registered state before every run."""
 
     world: World = None
@@ -114,14 +129,15 @@ class ProtocolMachine(HonestParties, RuleBasedStateMachine):
     def _worker(self, i: int, cheat: bool = False, nonce: int = 0):
         key = ("worker", i, cheat, nonce)
         if key not in self.parties:
-            self.parties[key] = self.world.make_worker(self._node(i), offset=CHEAT_OFFSET if cheat else 0.0, nonce=nonce)
+            party = self.world.make_worker(self._node(i), offset=CHEAT_OFFSET if cheat else 0.0, nonce=nonce)
+            self.parties[key] = signed_worker(self.world, party)  # over a real transcript: publishable
             self.parties[key].key = key
         return self.parties[key]
 
     def _member(self, i: int, lazy: bool = False):
         key = ("member", i, lazy, 0)
         if key not in self.parties:
-            self.parties[key] = self.world.make_member(self._node(i), offset=0.3 if lazy else 0.0)
+            self.parties[key] = signed_member(self.world, self.world.make_member(self._node(i), offset=0.3 if lazy else 0.0))
             self.parties[key].key = key
         return self.parties[key]
 
@@ -162,18 +178,21 @@ class ProtocolMachine(HonestParties, RuleBasedStateMachine):
         return sum(1 for t in self.audits if self.audit(t.run.audit_id).phase not in (SETTLED, ABANDONED))
 
     @precondition(lambda self: len(self.audits) < MAX_AUDITS)  # the chain's state is not read here: replays stay consistent
-    @rule(worker=st.sampled_from([0, 1, CHEATER]), dispatcher=st.sampled_from([0, 1]), mode=st.sampled_from(CHEAT_MODES))
+    @rule(worker=st.sampled_from([0, 1, CHEATER]), dispatcher=st.sampled_from([0, 1, CHEATER]), mode=st.sampled_from(CHEAT_MODES))
     def new_audit(self, worker, dispatcher, mode):
+        """A job audited. Node 2 as the dispatcher withholds the committee's jobs: of its own job
+        (mode "withhold", or any mode it dispatches), or of an honest worker's (which publishes
+        when the members claim)."""
         if self._active() >= MAX_ACTIVE:
             self._step("new_audit:busy")
             return
         cheat = worker == CHEATER
-        if cheat and not self.registry("getNode", self._node(CHEATER).address)[4]:
+        dispatcher = CHEATER if cheat and mode == "withhold" else dispatcher  # it dispatches its own job
+        if CHEATER in (worker, dispatcher) and not self.registry("getNode", self._node(CHEATER).address)[4]:
             self._step("new_audit:cheater-gone")  # slashed below the minimum stake: it can neither serve nor dispatch
             return
         self.nonce += 1
         party = self._worker(worker, cheat, self.nonce)
-        dispatcher = CHEATER if cheat and mode == "withhold" else dispatcher  # it dispatches its own job
         run = self.world.start(party, dispatcher=self._node(dispatcher))
         self.audits.append(Tracked(run, worker, dispatcher, mode if cheat else "honest", start_block=self.reads.head()))
         self._step("new_audit")
@@ -267,6 +286,14 @@ class ProtocolMachine(HonestParties, RuleBasedStateMachine):
         self._step("top_up")
 
     @rule()
+    def cheater_restakes(self):
+        """Node 2, slashed below the minimum, tops its stake back up and cheats again (a full slash
+        otherwise ends its audits for the rest of the run)."""
+        if not self.registry("getNode", self._node(CHEATER).address)[4]:
+            self._try(self.p.top_up, self._node(CHEATER).account, PRESET.MIN_STAKE_WEI)
+        self._step("cheater_restakes")
+
+    @rule()
     def grief_claim(self):
         self._try(self.p.claim, self.world.outsider)
         self._step("claim")
@@ -355,14 +382,28 @@ class ProtocolMachine(HonestParties, RuleBasedStateMachine):
             f.writelines(repr(x) + "\n" for x in STATS["lifecycles"] - STATS["reported"])
         STATS["reported"] |= STATS["lifecycles"]
 
+    @staticmethod
+    def _count_delivery(t: Tracked) -> None:
+        """Audits that saw a claim window, a publication, a slashUndelivered (COMMITTING → DECIDED)."""
+        counts = STATS["delivery"]
+        counts["audits"] += 1
+        counts["claimed"] += any(x[0] == "claim" for x in t.seen)
+        counts["published"] += t.published
+        states = [x for x in t.seen if isinstance(x[0], int)]
+        counts["slashed_undelivered"] += any(a[1] == COMMITTING and b == (a[0], 3) for a, b in zip(states, states[1:]))
+
     def _drive_to_the_end(self) -> None:
         ended = self.reads.head()
         for _ in range(TEARDOWN_ROUNDS):
             self._honest()
             if all(self.audit(t.run.audit_id).phase in (SETTLED, ABANDONED) for t in self.audits):
                 break
+            windows = self.claim_windows()
             for t in self.audits:
-                limit = max(t.start_block + BOUND_BLOCKS, ended) + SLACK_BLOCKS
+                if self.audit(t.run.audit_id).phase in (SETTLED, ABANDONED):
+                    continue
+                bound = BOUND_BLOCKS + CLAIM_WINDOW_BLOCKS * len(windows.get(t.run.audit_id, ()))
+                limit = max(t.start_block + bound, ended) + SLACK_BLOCKS
                 assert self.reads.head() <= limit, f"audit {t.run.audit_id} ({t.mode}) not terminal by block {limit}: {t.seen}"
             self._mine(4)
             for t in self.audits:
@@ -373,10 +414,14 @@ class ProtocolMachine(HonestParties, RuleBasedStateMachine):
             state = self.audit(t.run.audit_id)
             assert state.phase in (SETTLED, ABANDONED), f"audit {t.run.audit_id} stuck in phase {state.phase}"
             slashed = self.party(t.run.audit_id, 0, 0)["slashed"]
+            if [x for x in t.seen if isinstance(x[0], int)][-1:] != [(state.round, state.phase)]:
+                t.seen.append((state.round, state.phase))  # ended by the teardown's last honest pass
             STATS["lifecycles"].add((t.mode != "honest", tuple(t.seen), slashed))
+            self._count_delivery(t)
             if t.mode != "honest" and state.phase == SETTLED:
                 assert slashed, f"cheater ({t.mode}) kept its stake: {t.seen}"
             if t.mode != "honest" and state.phase == ABANDONED and not slashed:
-                # §13: its own dispatching withheld the committee's jobs, or its escalation was unheard.
-                assert t.dispatcher == CHEATER or state.round == 1, f"cheater ({t.mode}) escaped by an abandonment: {t.seen}"
+                # §13: its escalation was unheard. Withholding its committee's jobs is no longer a way
+                # out: an honest member claims, and it publishes (then it is judged) or is slashed.
+                assert state.round == 1, f"cheater ({t.mode}) escaped by an abandonment: {t.seen}"
         assert all(self.registry("getNode", n.address)[2] == 0 for n in self.world.nodes), "a lock outlived its audits"

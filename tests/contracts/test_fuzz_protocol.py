@@ -16,7 +16,7 @@ from verillm.chain.anvil import AnvilConfig, AnvilProcess, find_anvil_binary
 from verillm.errors import ConfigError
 
 from fuzz_rpc import CachedReads, FastSender, RawRpc
-from contract_scenario import World, connect
+from contract_scenario import PRESET, World, connect
 from fuzz_honest import CHEATER, COMMITTING, DECIDED, ESCALATING, EXTRA_NODES, HONEST, OPENING
 from protocol_fuzz import STATS, ProtocolMachine
 
@@ -48,6 +48,7 @@ def fuzz_world(fuzz_anvil):
     chain.w3.provider.make_request("anvil_setBlockTimestampInterval", [1])
     world = World(chain, extra_nodes=EXTRA_NODES)
     world.chain.w3.provider.make_request("anvil_autoImpersonateAccount", [True])
+    world.fresh = [chain.snapshot()]  # the registered state, for tests that need the same committees whatever ran before
     return world
 
 
@@ -57,6 +58,7 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     ProtocolMachine.rpc = RawRpc(world.chain.url)
     ProtocolMachine.base[0] = world.chain.snapshot()
     before = STATS["steps"], STATS["runs"], len(STATS["paths"]), len(STATS["lifecycles"])
+    delivery_before = dict(STATS["delivery"])
     started = time.monotonic()
     ProtocolMachine.sender = FastSender(world.chain, ProtocolMachine.rpc)
     ProtocolMachine.reads = CachedReads(ProtocolMachine.rpc, ProtocolMachine.sender)
@@ -69,13 +71,15 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
         del world.protocol._send
     steps, runs, paths = STATS["steps"] - before[0], STATS["runs"] - before[1], len(STATS["paths"]) - before[2]
     lifecycles, wall_s = len(STATS["lifecycles"]) - before[3], time.monotonic() - started
+    delivery = {k: v - delivery_before[k] for k, v in STATS["delivery"].items()}
     print(f"\nprotocol fuzz: {steps} steps in {runs} runs, {paths} distinct paths, {lifecycles} distinct audit"
-          f" lifecycles, seed {fuzz_seed}, {wall_s:.0f} s ({steps / wall_s:.1f} steps/s)")
+          f" lifecycles, seed {fuzz_seed}, {wall_s:.0f} s ({steps / wall_s:.1f} steps/s); delivery {delivery}")
     report = os.environ.get("FUZZ_REPORT")
     if report:  # a long run in chunks: one JSON line per chunk, totals summed by whoever reads them
         with open(report, "a") as f:
             f.write(json.dumps({"seed": fuzz_seed, "steps": steps, "runs": runs, "paths": paths, "lifecycles": lifecycles,
-                                "lifecycle_set": sorted(repr(x) for x in STATS["lifecycles"]), "wall_s": round(wall_s, 1)}) + "\n")
+                                "lifecycle_set": sorted(repr(x) for x in STATS["lifecycles"]), "wall_s": round(wall_s, 1),
+                                "failures": STATS["failures"], "delivery": delivery}) + "\n")
     assert steps > 0
 
 
@@ -100,8 +104,12 @@ def test_protocol_fuzz_replays_seed_5(fuzz_world):
     _run(fuzz_world, 4, 5, 100)
 
 
-def _machine(world) -> ProtocolMachine:
-    """A ProtocolMachine driven by hand (rules called in a fixed order), on the module's chain."""
+def _machine(world, fresh: bool = False) -> ProtocolMachine:
+    """A ProtocolMachine driven by hand (rules called in a fixed order), on the module's chain
+    (``fresh``: from the registered state, so its committees do not depend on the tests before)."""
+    if fresh:
+        world.chain.revert(world.fresh[0])
+        world.fresh[0] = world.chain.snapshot()
     ProtocolMachine.world = world
     ProtocolMachine.rpc = RawRpc(world.chain.url)
     ProtocolMachine.base[0] = world.chain.snapshot()
@@ -148,3 +156,47 @@ def test_contest_answered_while_an_escalation_round_is_staffed(fuzz_world):
         m.teardown()  # drives both audits to the end, checking that no honest node lost stake
     finally:
         del fuzz_world.protocol._send
+
+
+def test_fuzzer_delivery_paths_claim_publish_and_slash_undelivered(fuzz_world):
+    """The job-delivery challenge as the fuzzer plays it (docs/protocol.md §12 "Undelivered jobs"),
+    in a fixed order from the registered state (committees [7, 9, 6], [7, 4, 5], [5, 0, 9]):
+    A  the cheater dispatches itself and withholds; honest members claim; it publishes, then
+       defaults (it never opens) and is slashed at settlement;
+    B  an honest worker; node 5 claims its job falsely; the worker publishes in the same step;
+    C  the cheater withholds and never publishes; the griefer's wrong publications, early slash
+       and outsider claim all revert; an honest claimant slashes it after the window, and the
+       round is decided (COMMITTING → DECIDED, no opening)."""
+    m = _machine(fuzz_world, fresh=True)
+    try:
+        m.record_floor()
+        m.new_audit(worker=CHEATER, dispatcher=0, mode="withhold")
+        m.new_audit(worker=1, dispatcher=0, mode="open")
+        m.new_audit(worker=CHEATER, dispatcher=1, mode="withhold")
+        a, b, c = m.audits
+        assert [m._index(x) for x in m.committee(b.run.audit_id, 0)] == [7, 4, 5], "the registered state changed: re-pick the order"
+        m.grief_delivery(pick=2, slot=0, move="slash")  # nothing claimed yet: NoClaim
+        m.grief_delivery(pick=2, slot=0, move="publish-right")
+        assert m.availability(c.run.audit_id)["deadline"] == 0
+        m.adversary_claims(pick=1)  # B: node 5's false claim, answered at once by the honest worker
+        assert m.availability(b.run.audit_id)["published"], m.availability(b.run.audit_id)
+        for _ in range(PRESET.COMMIT_WINDOW_BLOCKS):  # honest members claim with half a commit window left
+            if all(m.availability(t.run.audit_id)["deadline"] for t in (a, c)):
+                break
+            m.mine(blocks=1)
+        assert all(m.availability(t.run.audit_id)["deadline"] for t in (a, c)), "no honest member claimed its withheld job"
+        for move in ("publish-token", "publish-length", "publish-sampling", "claim", "slash"):
+            for slot in (0, 1):
+                m.grief_delivery(pick=2, slot=slot, move=move)
+        assert not m.availability(c.run.audit_id)["published"] and m.audit(c.run.audit_id).phase == COMMITTING
+        m.cheat_publishes(pick=0)  # A publishes; C never does
+        assert m.availability(a.run.audit_id)["published"]
+        _until(m, lambda: m.audit(c.run.audit_id).phase == DECIDED and m.audit(b.run.audit_id).phase != COMMITTING)
+        m.teardown()  # every invariant, every audit terminal within its bound, the cheater slashed
+        assert [("claim", 0), ("publish", 0), (0, 2)] == [x for x in a.seen if x in (("claim", 0), ("publish", 0), (0, 2))]
+        assert ("claim", 0) in b.seen and ("publish", 0) in b.seen and not m.party(b.run.audit_id, 0, 0)["slashed"]
+        assert c.seen[:3] == [(0, 1), ("claim", 0), (0, 3)] and not c.published, c.seen
+        assert all(m.party(t.run.audit_id, 0, 0)["slashed"] for t in (a, c))
+    finally:
+        del fuzz_world.protocol._send
+
