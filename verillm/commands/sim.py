@@ -29,7 +29,7 @@ def sim():
 @sim.command()
 @click.option("--preset", default="mainnet", show_default=True)
 @click.option("--rules", "rules_name", default="main", show_default=True,
-              help="first-landing | issue-9 | main | main+pending | issue-9-full (docs/simulation.md)")
+              help="first-landing | issue-9 | member-penalty | main | main+coverage | issue-9-full (docs/simulation.md)")
 @click.option("--workers", type=int, default=1000, show_default=True)
 @click.option("--stake", type=click.Choice(["equal", "lognormal"]), default="equal", show_default=True)
 @click.option("--adversary-share", type=float, default=0.1, show_default=True)
@@ -76,7 +76,7 @@ def run(preset, rules_name, workers, stake, adversary_share, strategy, attack, d
 @click.option("--workers", type=int, default=1000, show_default=True)
 @click.option("--jobs-per-s", type=float, default=2.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--rules", "rules_names", multiple=True, default=("main", "main+pending"), show_default=True)
+@click.option("--rules", "rules_names", multiple=True, default=("main", "main+coverage"), show_default=True)
 @click.option("--offline", type=float, default=0.0, show_default=True, help="honest members' (and contested workers') downtime")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def table(preset, hours, workers, jobs_per_s, seed, rules_names, offline, json_path):

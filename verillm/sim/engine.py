@@ -108,7 +108,7 @@ class Simulation:
         self.strategy = get_strategy(scenario.strategy)
         det = load_detection(dtype=scenario.dtype)
         self.d, self.mu = det.d(scenario.attack, scenario.detection_bound), det.mu(scenario.detection_bound)
-        self.gas_model = gas or GasModel()
+        self.gas_model = gas or GasModel.for_rules(self.rules)
         self.rng = np.random.default_rng(scenario.seed)
         self.pool = make_pool(scenario.workers, scenario.adversary_share, self.preset.MIN_STAKE_WEI, self.rng, scenario.stake)
         lazy = (~self.pool.adversarial) & (self.rng.random(scenario.workers) < scenario.lazy_share) if scenario.lazy_share else None
@@ -130,9 +130,10 @@ class Simulation:
 
     def _flood_identities(self) -> int:
         """Identities the flooding adversary adds so that `startAudit` passes the block gas limit."""
-        if not self.strategy.flood or self.rules.sortition_log_n:
+        limit = self.gas_model.largest_startable()
+        if not self.strategy.flood or self.rules.sortition_log_n or limit is None:
             return 0
-        return max(0, self.gas_model.largest_startable() + 1 - self.s.workers)
+        return max(0, limit + 1 - self.s.workers)
 
     # --- the loop -------------------------------------------------------------------------
     def run(self) -> dict:

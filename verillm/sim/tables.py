@@ -13,11 +13,11 @@ from verillm.sim.strategies import STRATEGIES
 TABLE_SHARES = (0.10, 0.33, 0.49)
 GRIND_AUDITS = 1000
 TABLE_STRATEGIES = ("cheat-always", "cheat-fraction", "cheat-unwatched", "collude", "collude-withhold",
-                    "dispatcher-reroll", "stake-grind", "lazy", "grief-refuse", "grief-disagree", "grief-contest",
+                    "dispatcher-reroll", "withhold-jobs", "escalate-unheard", "stake-grind", "lazy", "grief-refuse", "grief-disagree", "grief-contest",
                     "withhold-openings", "worker-default", "flood-identities", "adaptive")
 
 
-def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=("main", "main+pending"), strategies=TABLE_STRATEGIES,
+def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=("main", "main+coverage"), strategies=TABLE_STRATEGIES,
                    shares=TABLE_SHARES, progress=None, **overrides) -> list[dict]:
     """Each strategy × adversary share × rule set, one engine run each."""
     rows = []
