@@ -41,6 +41,7 @@ def sim():
 @click.option("--hours", type=float, default=24.0, show_default=True)
 @click.option("--block-s", type=float, default=12.0, show_default=True)
 @click.option("--offline", type=float, default=0.0, show_default=True)
+@click.option("--outage-s", type=float, default=0.0, show_default=True, help="mean honest outage (s); 0: a contest is missed with --offline")
 @click.option("--lazy-share", type=float, default=0.0, show_default=True)
 @click.option("--job-cost-eth", type=float, default=1.7e-6, show_default=True)
 @click.option("--saved-fraction", type=float, default=0.4, show_default=True)
@@ -53,14 +54,14 @@ def sim():
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def run(preset, rules_name, workers, stake, adversary_share, strategy, attack, dtype, bound, jobs_per_s, hours, block_s, offline,
-        lazy_share, job_cost_eth, saved_fraction, batch_size, self_dispatch, no_block_gas_limit, gas_json, preset_sets, rule_sets, seed, json_path):
+        outage_s, lazy_share, job_cost_eth, saved_fraction, batch_size, self_dispatch, no_block_gas_limit, gas_json, preset_sets, rule_sets, seed, json_path):
     """Simulate one network for --hours of simulated time."""
     from verillm.sim.engine import Scenario, run_scenario
     from verillm.sim.gas import load_gas_json
 
     scenario = Scenario(preset=preset, rules=rules_name, workers=workers, stake=stake, adversary_share=adversary_share,
                         strategy=strategy, attack=attack, dtype=dtype, detection_bound=bound, jobs_per_s=jobs_per_s,
-                        duration_s=hours * 3600, block_s=block_s, offline=offline, lazy_share=lazy_share,
+                        duration_s=hours * 3600, block_s=block_s, offline=offline, outage_s=outage_s, lazy_share=lazy_share,
                         job_cost_eth=job_cost_eth, saved_fraction=saved_fraction, batch_size=batch_size,
                         self_dispatch=self_dispatch, enforce_block_gas_limit=not no_block_gas_limit,
                         preset_overrides=tuple(_assignment(a, int) for a in preset_sets),

@@ -49,6 +49,10 @@ class Scenario:
     duration_s: float = 86_400.0
     block_s: float = 12.0
     offline: float = 0.0
+    outage_s: float = 0.0
+    """Mean length of an honest node's outage (exponential). 0: a contested worker misses the proof
+    window with probability ``offline``; > 0: with offline × exp(−PROOF_WINDOW_BLOCKS·block_s / outage_s)
+    (it must be down when the contest lands and stay down through the window)."""
     lazy_share: float = 0.0
     job_cost_eth: float = 1.7e-6
     """Inference cost of one job (70B, 4k tokens at $5e-3 and $3,000/ETH: economics-check)."""
@@ -212,7 +216,7 @@ class Simulation:
         self.t.cheated_audited += cheated
         out = run_audit(self.ctx, worker, dispatcher, cheated, seed, self.rng, audit_id=self.t.audits)
         if self.strategy.contest and not self.pool.adversarial[worker] and not out.abandoned:
-            apply_contest(self.ctx, out, worker, self.rng)
+            apply_contest(self.ctx, out, worker, self.rng, self._p_miss_proof())
             self.t.tx_count += 2
         if self.strategy.behaviour.lazy:  # each lazy seat skipped a verification job's prefill
             self.t.adversary_savings_wei += self.verify_gain_wei * sum(
@@ -225,6 +229,12 @@ class Simulation:
         self._count_chain(out)
         heapq.heappush(self.events, (block + latency, self.t.audits, out, locked, worker))
         self.t.latencies_s.append(latency * self.s.block_s)
+
+    def _p_miss_proof(self) -> float:
+        s = self.s
+        if not s.outage_s:
+            return s.offline
+        return s.offline * math.exp(-self.preset.PROOF_WINDOW_BLOCKS * s.block_s / s.outage_s)
 
     def _count_chain(self, out) -> None:
         g, m = self.gas_model, self.preset.COMMITTEE_SIZE

@@ -10,12 +10,14 @@ import numpy as np
 from verillm.spec.settlement import compute_slash, compute_slash_split
 
 
-def apply_contest(ctx, out, worker: int, rng: np.random.Generator) -> None:
-    """Add one contest of ``worker`` by the adversary to the audit's outcome."""
+def apply_contest(ctx, out, worker: int, rng: np.random.Generator, p_miss: float | None = None) -> None:
+    """Add one contest of ``worker`` by the adversary to the audit's outcome; ``p_miss``: the
+    probability that the worker misses the proof window (default: its offline probability)."""
     pool, preset = ctx.pool, ctx.preset
     adversary = int(np.flatnonzero(pool.adversarial)[0])
     bond = preset.DISPUTE_BOND_WEI
-    if ctx.offline and rng.random() < ctx.offline:  # missed the proof window
+    p_miss = ctx.offline if p_miss is None else p_miss
+    if p_miss and rng.random() < p_miss:  # missed the proof window
         amount = compute_slash(pool.stake_wei(worker), preset)
         reward, _ = compute_slash_split(amount, preset)
         out.slashed_wei[worker] = out.slashed_wei.get(worker, 0) + amount

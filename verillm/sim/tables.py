@@ -124,30 +124,31 @@ __all__ = ["strategy_table", "cheat_cells", "grief_cells", "liveness_cells", "ST
 
 
 FIXES = (
-    # (label, strategy, q, rules before, change as Scenario keyword arguments): main's findings
+    # (label, strategy, q, rules before, change, scenario keyword arguments for both runs): main's findings
     ("omission: a 4x audit rate does not help", "cheat-unwatched", 0.10, "main",
-     {"preset_overrides": (("AUDIT_RATE_BPS", 2000),)}),
-    ("omission: batching made enforceable (batchBy + non-inclusion challenge)", "cheat-unwatched", 0.10, "main",
-     {"rule_overrides": (("omission_possible", False),)}),
-    ("re-rolls: no redraws", "dispatcher-reroll", 0.33, "main", {"preset_overrides": (("MAX_COMMITTEE_REDRAWS", 0),)}),
-    ("re-rolls: job-delivery challenge (pending)", "dispatcher-reroll", 0.33, "main",
-     {"rule_overrides": (("dispatcher_feeds_seats", False),)}),
-    ("re-rolls: delivery challenge + fresh draw after abandon (issue-9-full)", "dispatcher-reroll", 0.33, "main", {"rules": "issue-9-full"}),
+     {"preset_overrides": (("AUDIT_RATE_BPS", 2000),)}, {}),
+    ("omission: batchBy promise + non-inclusion challenge (main+coverage, branch omission)", "cheat-unwatched", 0.10, "main",
+     {"rules": "main+coverage"}, {}),
+    ("grief-disagree at 49%: escalation committee 31", "grief-disagree", 0.49, "main",
+     {"preset_overrides": (("ESCALATION_COMMITTEE_SIZE", 31),)}, {}),
     ("grief-disagree at 33%: escalation committee 15", "grief-disagree", 0.33, "main",
-     {"preset_overrides": (("ESCALATION_COMMITTEE_SIZE", 15),)}),
-    ("collude-withhold at 33%: every pending change (main+pending)", "collude-withhold", 0.33, "main", {"rules": "main+pending"}),
-    ("identity flood: O(log n) sortition (pending)", "flood-identities", 0.10, "main",
-     {"rule_overrides": (("sortition_log_n", True),)}),
+     {"preset_overrides": (("ESCALATION_COMMITTEE_SIZE", 15),)}, {}),
+    ("escalate-unheard at 33%: four redraws", "escalate-unheard", 0.33, "main",
+     {"preset_overrides": (("MAX_COMMITTEE_REDRAWS", 4),)}, {}),
+    ("escalate-unheard at 33%: a fresh committee after an unheard round", "escalate-unheard", 0.33, "main",
+     {"rule_overrides": (("fresh_draws_after_abandon", 1),)}, {}),
+    ("grief-contest, 5% downtime in 600 s outages: proof window 300 blocks (1 h)", "grief-contest", 0.10, "main",
+     {"preset_overrides": (("PROOF_WINDOW_BLOCKS", 300),)}, {"offline": 0.05, "outage_s": 600.0}),
 )
 
 
 def fix_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, progress=None) -> list[dict]:
     """Each positive-EV finding, before and after the proposed change, against honest play."""
     rows = []
-    for label, strategy, q, rules, change in FIXES:
-        common = dict(preset=preset, adversary_share=q, workers=workers, jobs_per_s=jobs_per_s, duration_s=hours * 3600, seed=seed)
+    for label, strategy, q, rules, change, base in FIXES:
+        common = dict(preset=preset, adversary_share=q, workers=workers, jobs_per_s=jobs_per_s, duration_s=hours * 3600, seed=seed, **base)
         after_kw = {"rules": rules, **change}
-        result = {"fix": label, "strategy": strategy, "q": q, "rules_before": rules, "change": repr(change)}
+        result = {"fix": label, "strategy": strategy, "q": q, "rules_before": rules, "change": repr(change), "scenario": repr(base)}
         for tag, kw in (("before", {"rules": rules}), ("after", after_kw)):
             honest = table_row(run_scenario(Scenario(strategy="honest", **common, **kw)))
             row = table_row(run_scenario(Scenario(strategy=strategy, **common, **kw)))
@@ -155,6 +156,7 @@ def fix_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: 
             result[f"honest_slashed_{tag}_eth"] = row["honest_slashed_eth"]
             result[f"p_escape_{tag}"] = row["p_audited_cheat_escapes"]
             result[f"unslashed_cheats_{tag}"] = row["cheated_unslashed"]
+            result[f"honest_slashed_events_{tag}"] = row["honest_slashed_events"]
         rows.append(result)
         if progress:
             progress(result)
