@@ -21,27 +21,37 @@ def replayer():
         yield Replayer(RpcChain(anvil.url), seed=0)
 
 
-UNHEARD_CASE, UNPUBLISHED_CASE = 22, 29
-"""Cases of `sample_cases(32, seed=0)` (kinds collude-withhold and withheld-unpublished) whose
-escalation is unheard and whose worker never publishes a claimed job (round 1): the two paths
-the first case of each kind does not reach with this seed."""
+def _first_showing(replayer, cases, kinds, shows, tries=8):
+    """Replay cases of ``kinds`` until one ``shows`` a path (anvil's block hashes, so committees,
+    differ from run to run: no fixed case reaches a given path every time)."""
+    results = []
+    for case in [c for c in cases if c.kind in kinds][:tries]:
+        results.append(replayer.replay(case))
+        if shows(results[-1]):
+            break
+    return results
 
 
 def test_one_audit_of_every_kind_agrees_with_the_contracts(replayer):
-    sampled = sample_cases(2 * len(CASE_KINDS), replayer.adversarial, seed=0)
-    cases = sampled[:len(CASE_KINDS)] + [sampled[UNHEARD_CASE], sampled[UNPUBLISHED_CASE]]
-    results = [replayer.replay(case) for case in cases]
-    assert [r.mismatches for r in results] == [[]] * len(cases)
+    sampled = sample_cases(6 * len(CASE_KINDS), replayer.adversarial, seed=0)
+    results = [replayer.replay(case) for case in sampled[:len(CASE_KINDS)]]
+    rest = sampled[len(CASE_KINDS):]
+    # the landed paths: claims answered by a publication, a claim left unpublished (the worker slashed by `slashUndelivered`), an
+    # escalation unheard (the audit abandoned, nobody slashed)
+    unpublished = _first_showing(replayer, rest, {"withheld-unpublished"}, lambda r: r.undelivered)
+    unheard = _first_showing(replayer, rest, {"escalate-unheard", "collude-withhold"}, lambda r: r.lapsed)
+    published = [] if any(r.claims and r.published for r in results) else _first_showing(
+        replayer, rest, {"withheld-published", "honest-worker-withheld"}, lambda r: r.claims and r.published)
+    results += unpublished + unheard + published
+    assert [r.mismatches for r in results] == [[]] * len(results)
     rows = agreement_table(results)
     assert {row["kind"] for row in rows} == {k[0] for k in CASE_KINDS}
-    assert sum(r.committees for r in results) > len(cases)  # redraws and escalation committees compared too
+    assert sum(r.committees for r in results) > len(results)  # redraws and escalation committees compared too
     assert any(r.escalated and not r.lapsed for r in results)
     assert {r.verdict for r in results if not r.abandoned} >= {1, 2, 4}  # pass, fail, worker default
-    # the landed paths: claims answered by a publication, a claim left unpublished (the worker
-    # slashed by `slashUndelivered`), an escalation unheard (the audit abandoned, nobody slashed)
-    assert any(r.claims and r.published for r in results)
-    assert results[-1].undelivered and results[-1].claims and not results[-1].published
-    assert results[-2].escalated and results[-2].lapsed
+    assert any(r.claims and r.published for r in results)  # claims answered by a publication
+    assert unpublished[-1].undelivered and unpublished[-1].claims and not unpublished[-1].published
+    assert unheard[-1].escalated and unheard[-1].lapsed
 
 
 def test_a_simulator_with_other_rules_is_caught_by_the_replay(replayer):
