@@ -152,13 +152,15 @@ def plots(out_dir, cells_json, hours):
 
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     runs = {}
-    for rules in ("first-landing", "issue-9"):
-        for strategy in ("collude", "stake-grind", "dispatcher-reroll", "cheat-unwatched"):
+    for rules, strategies in PLOT_RUNS:
+        for strategy in strategies:
             sc = Scenario(rules=rules, strategy=strategy, adversary_share=0.2, workers=1000, jobs_per_s=2, duration_s=hours * 3600)
             runs[f"{strategy} / {rules}"] = run_scenario(sc)
     plot_profit(runs, Path(out_dir) / "sim-profit.png")
     plot_locked({k: v for k, v in runs.items() if k.startswith("collude")}, Path(out_dir) / "sim-locked.png")
+    # the cells JSON (older rule sets) plus main's cells, computed here
     rows = json.loads(Path(cells_json).read_text())["cheat"] if cells_json else cheat_cells(2000, 1000)
+    rows = [r for r in rows if r["rules"] != "main"] + (cheat_cells(2000, 1000, rules=("main",)) if cells_json else [])
     plot_detection(rows, Path(out_dir) / "sim-detection.png")
     click.echo(f"wrote {out_dir}/sim-profit.png, sim-detection.png, sim-locked.png")
 
@@ -186,6 +188,14 @@ def replay(audits, seed, json_path):
     write_json(json_path, {"audits": audits, "seed": seed, "rules": "main", "preset": "minimal", "rows": rows, "mismatched": mismatched})
     if mismatched:
         raise SystemExit(1)
+
+
+PLOT_RUNS = (
+    ("first-landing", ("collude", "stake-grind", "dispatcher-reroll", "cheat-unwatched")),
+    ("issue-9", ("collude", "dispatcher-reroll", "cheat-unwatched")),
+    ("main", ("collude", "dispatcher-reroll", "cheat-unwatched", "escalate-unheard")),
+    ("main+coverage", ("cheat-unwatched",)),
+)
 
 
 def _assignment(text: str, convert) -> tuple:

@@ -60,17 +60,20 @@ CELL_BEHAVIOURS = {
     "withhold": Behaviour(collude=True, withhold=True),
     "grind": Behaviour(collude=True, starve=True),
     "stake-grind": Behaviour(collude=True, stake_grind=True),
+    "escalate-unheard": Behaviour(collude=True, withhold=True, escalate_own_fail=True),
 }
 
 
-def cheat_cells(audits: int, nodes: int, shares=(0.10, 0.20, 0.33, 0.45), seed: int = 0) -> list[dict]:
+def cheat_cells(audits: int, nodes: int, shares=(0.10, 0.20, 0.33, 0.45), seed: int = 0, rules=None) -> list[dict]:
     """economics-check §2c, cheating worker (its own node dispatches): P(an audited cheat is not
-    slashed), of which abandoned; E[honest members slashed] per audit; per rule set."""
+    slashed), of which abandoned; E[honest members slashed] per audit; per rule set (``rules``:
+    names, default all)."""
     rows = []
     preset = get_preset("mainnet")
+    rule_sets = [RULES[n] for n in rules] if rules else list(RULES.values())
     for q in shares:
         for name, beh in CELL_BEHAVIOURS.items():
-            for rules in RULES.values():
+            for rules in rule_sets:
                 n = min(audits, GRIND_AUDITS) if beh.stake_grind else audits  # each grinds up to thousands of draws
                 res = run_cell(preset, rules, q, beh, n, nodes=nodes, dispatcher_adversarial=True, seed=seed)
                 rows.append({"q": q, "strategy": name, "rules": rules.name, "audits": n,
