@@ -158,3 +158,32 @@ def test_a_caught_cheat_escalating_into_an_unheard_round_escapes_more_than_collu
     redraws = run_cell(MAINNET.replace(MAX_COMMITTEE_REDRAWS=4), MAIN, q, Behaviour(collude=True, withhold=True, escalate_own_fail=True), 800, **kw)
     assert unheard.escaped > 1.8 * withhold.escaped
     assert redraws.escaped < 0.75 * unheard.escaped
+
+
+def test_receipt_coverage_turns_the_unwatched_cheat_into_cheat_always():
+    """§13 'Audit coverage is voluntary' (main) and its fix (main+coverage, branch `omission`):
+    under main every self-dispatched cheat stays out of the batches; with a `batchBy` promise
+    and a non-inclusion challenge the same adversary is audited and slashed."""
+    kw = dict(strategy="cheat-unwatched", adversary_share=0.1, workers=100, jobs_per_s=2, duration_s=1800, seed=4)
+    fixed = run_scenario(Scenario(rules="main+coverage", **kw))
+    assert fixed["cheated_omitted_from_batches"] == 0 and fixed["audits"] > 0 and fixed["adversary_slashed_eth"] > 0
+
+
+def test_a_larger_escalation_committee_protects_honest_workers_from_grief_at_q33():
+    """docs/simulation.md fixes: an honest worker framed by colluders voting DISAGREE is slashed
+    only when both rounds are captured, ≈ tail(3, q)·tail(m′, q): ESCALATION_COMMITTEE_SIZE 7 → 15
+    cuts it about 3× at q = 33%."""
+    q, kw = 0.33, dict(audits=1000, nodes=400, cheated=False, worker_adversarial=False, seed=27)
+    for size in (7, 15):
+        res = run_cell(MAINNET.replace(ESCALATION_COMMITTEE_SIZE=size), MAIN, q, Behaviour(grief=True), **kw)
+        assert _close(res.honest_worker_slashed / res.audits, tail(3, q) * tail(size, q), res.audits), size
+
+
+def test_a_proof_window_longer_than_honest_outages_spares_contested_workers():
+    """docs/simulation.md fixes, grief-contest: with 5% downtime in outages of mean 600 s, the
+    600 s MAINNET proof window lets contests slash honest workers; 300 blocks (1 h) does not."""
+    kw = dict(rules="main", strategy="grief-contest", adversary_share=0.1, workers=100, jobs_per_s=2, duration_s=3600,
+              offline=0.05, outage_s=600.0, seed=6)
+    short = run_scenario(Scenario(**kw))
+    long = run_scenario(Scenario(preset_overrides=(("PROOF_WINDOW_BLOCKS", 300),), **kw))
+    assert short["honest_slashed"]["worker"] > 0 and long["honest_slashed_eth"] == 0
