@@ -15,11 +15,10 @@ from verillm.spec.audit import compute_escalation_seed
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import Preset
 from verillm.spec.settlement import (AGREE, DISAGREE, FAIL, PASS, TIE, WORKER_DEFAULT, AuditRecord, MemberRecord, RoundRecord, compute_settlement,
-                                     compute_slash, compute_slash_split, compute_unheard_escalation, compute_verdict)
+                                     compute_slash, compute_slash_split, compute_verdict)
 from verillm.sim.rules import BPS, RuleSet
+from verillm.sim.settle_paths import BIG_POOL_WEI, Contest, apply_contest, settle_undelivered, settle_unheard
 from verillm.sim.sortition import Pool, draw_committee
-
-BIG_POOL_WEI = 10**30  # the fee pool never caps a payment in audit-level runs
 
 
 @dataclass(frozen=True)
@@ -93,6 +92,9 @@ class Outcome:
     undelivered: bool = False
     """A starved seat claimed its job and the worker never published it: slashed as a default."""
     delivery_claims: int = 0
+    contest: Contest | None = None
+    contested: bool = False
+    """The contest was made (the audit was settled normally and its worker had opened)."""
     trace: list = field(default_factory=list)
     """One dict per round (as the contracts would see it): its seed, each draw attempt's seats
     and which of them posted a receipt, then who opened and how it voted (`verillm.sim.replay`)."""
@@ -115,11 +117,12 @@ class _Round:
 
 
 def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, seed: bytes, rng: np.random.Generator, audit_id: int = 0,
-              escalation_seed: bytes | None = None) -> Outcome:
+              escalation_seed: bytes | None = None, contest: Contest | None = None) -> Outcome:
     """Simulate one audit of a job served by ``worker`` and batched by ``dispatcher``.
     ``escalation_seed``: the escalation committee's seed (default: derived from ``seed``; a
-    replay on the contracts passes the one the chain drew)."""
-    out = Outcome(cheated=cheated)
+    replay on the contracts passes the one the chain drew). ``contest``: the worker's opening is
+    contested in the final round's dispute window (grief-contest)."""
+    out = Outcome(cheated=cheated, contest=contest)
     adv = ctx.pool.adversarial
     favoured = bool(adv[worker]) and (cheated or not ctx.behaviour.grief)  # the adversary wants this job to PASS
     hostile = (not adv[worker]) and ctx.behaviour.grief  # the adversary wants it to FAIL
@@ -311,9 +314,9 @@ def _finish(ctx, out: Outcome, worker, dispatcher, rounds, cheated, escalator=No
             if caller is not None:
                 _add(out.credits_wei, caller, reward)
     elif out.undelivered:
-        _settle_undelivered(ctx, out, worker, rounds, escalator if out.escalated else None)
+        settle_undelivered(ctx, out, worker, rounds, escalator if out.escalated else None)
     elif out.unheard_escalation:
-        _settle_unheard(ctx, out, dispatcher, escalator)
+        settle_unheard(ctx, out, dispatcher, escalator)
     else:
         _settle(ctx, out, worker, rounds, escalator if out.escalated else None)
     _charge_no_answers(ctx, out)
@@ -329,7 +332,10 @@ def _settle(ctx, out, worker, rounds, escalator):
     pool, preset, rules = ctx.pool, ctx.preset, ctx.rules
     records = tuple(r.record() for r in rounds)
     bond = preset.DISPUTE_BOND_WEI if escalator is not None else 0
-    audit = AuditRecord(f"n{worker}", records, escalator=f"n{escalator}" if escalator is not None else None, escalation_bond_wei=bond)
+    contest = out.contest if out.contest is not None and rounds[-1].worker_opened else None
+    out.contested = contest is not None
+    audit = AuditRecord(f"n{worker}", records, worker_slashed=bool(contest and not contest.answered),
+                        escalator=f"n{escalator}" if escalator is not None else None, escalation_bond_wei=bond)
     if rules.minority_penalty_bps is not None:  # a rule set older than MEMBER_PENALTY_BPS
         preset = preset.replace(MEMBER_PENALTY_BPS=min(rules.minority_penalty_bps, preset.SLASH_FRACTION_BPS))
     stakes = {f"n{s}": pool.stake_wei(s) for r in rounds for s in r.seats}
@@ -342,36 +348,8 @@ def _settle(ctx, out, worker, rounds, escalator):
         _add(out.credits_wei, int(name[1:]), wei)
     if escalator is not None and not (out.lapsed_escalation and rules.lapse_refunds_bond):
         _add(out.credits_wei, escalator, -bond)  # the bond was paid when escalating
-
-
-def _settle_undelivered(ctx, out, worker, rounds, escalator):
-    """`slashUndelivered` (the claimant calls it, for the reward), then `settle` of the round it
-    decided as the worker's default: members that posted (and, in round 0 of an escalated audit,
-    opened) earn their fee; an escalator of a PASS gets its bond back (a default convicts)."""
-    amount = compute_slash(ctx.pool.stake_wei(worker), ctx.preset)
-    reward, _ = compute_slash_split(amount, ctx.preset)
-    _add(out.slashed_wei, worker, amount)
-    _add(out.credits_wei, out.trace[-1]["claimant"], reward)
-    bond = ctx.preset.DISPUTE_BOND_WEI if escalator is not None else 0
-    audit = AuditRecord(f"n{worker}", tuple(r.record() for r in rounds), worker_slashed=True,
-                        escalator=f"n{escalator}" if escalator is not None else None, escalation_bond_wei=bond)
-    settlement = compute_settlement(audit, {}, BIG_POOL_WEI, ctx.preset)
-    out.verdict = settlement.verdict
-    for name, wei in settlement.credits_wei.items():
-        _add(out.credits_wei, int(name[1:]), wei)
-    if escalator is not None:
-        _add(out.credits_wei, escalator, -bond)
-
-
-def _settle_unheard(ctx, out, dispatcher, escalator):
-    """An unheard escalation (`Jobs._abandonRound`, round 1): nobody slashed, no fee; the bond back
-    unless the dispatcher escalated and its round lacked receipts (the pool was not exhausted at
-    the first draw)."""
-    withheld = bool(out.trace[-1]["attempts"])
-    audit = AuditRecord("w", (), escalator=f"n{escalator}", escalation_bond_wei=ctx.preset.DISPUTE_BOND_WEI)
-    settlement = compute_unheard_escalation(audit, f"n{dispatcher}", BIG_POOL_WEI, withheld)
-    _add(out.credits_wei, escalator, settlement.credits_wei.get(f"n{escalator}", 0) - ctx.preset.DISPUTE_BOND_WEI)
-    out.verdict = settlement.verdict
+    if contest is not None:
+        apply_contest(ctx, out, worker, contest)
 
 
 def _charge_no_answers(ctx, out):

@@ -23,7 +23,7 @@ from verillm.spec.hashing import keccak256
 from verillm.spec.params import get_preset
 from verillm.sim.audit import AuditContext, run_audit
 from verillm.sim.gas import BLOCK_GAS_LIMIT, GasModel
-from verillm.sim.grief import apply_contest
+from verillm.sim.grief import draw_contest
 from verillm.sim.inputs import PAPER_GPU_VERIFY_OVER_GENERATE, load_detection
 from verillm.sim.latency import audit_latency_blocks
 from verillm.sim.montecarlo import make_pool
@@ -214,10 +214,11 @@ class Simulation:
             return
         self.t.audits += 1
         self.t.cheated_audited += cheated
-        out = run_audit(self.ctx, worker, dispatcher, cheated, seed, self.rng, audit_id=self.t.audits)
-        if self.strategy.contest and not self.pool.adversarial[worker] and not out.abandoned:
-            apply_contest(self.ctx, out, worker, self.rng, self._p_miss_proof())
-            self.t.tx_count += 2
+        contest = None
+        if self.strategy.contest and not self.pool.adversarial[worker]:
+            contest = draw_contest(self.pool, self.rng, self._p_miss_proof())
+        out = run_audit(self.ctx, worker, dispatcher, cheated, seed, self.rng, audit_id=self.t.audits, contest=contest)
+        self.t.tx_count += 2 * out.contested
         if self.strategy.behaviour.lazy:  # each lazy seat skipped a verification job's prefill
             self.t.adversary_savings_wei += self.verify_gain_wei * sum(
                 1 for r in out.trace for s in r.get("seats", ()) if self.pool.adversarial[s])

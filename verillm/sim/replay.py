@@ -24,6 +24,7 @@ from verillm.spec.settlement import AGREE, VERDICT_NAMES
 from verillm.sim.audit import AuditContext, Behaviour, run_audit
 from verillm.spec.types import SamplingParams
 from verillm.sim.replay_chain import TRANSCRIPT, ReplayWorld, compute_receipt_hash
+from verillm.sim.settle_paths import Contest
 from verillm.sim.rules import MAIN, RuleSet
 
 PHASE_ABANDONED = 6
@@ -49,7 +50,12 @@ CASE_KINDS = (
     ("withheld-unpublished", Behaviour(collude=True, starve=True, withhold_transcript=True), True, True, 0.0),
     ("honest-worker-withheld", Behaviour(grief=True, starve=True), False, False, 0.0),
     ("escalate-unheard", Behaviour(collude=True, withhold=True, escalate_own_fail=True), True, True, 0.1),
+    ("contest-answered", Behaviour(), False, False, 0.0),
+    ("contest-unanswered", Behaviour(), False, False, 0.0),
 )
+CONTEST_KINDS = {"contest-answered": True, "contest-unanswered": False}
+"""The adversary contests the honest worker's opening in the final round's dispute window; the
+worker answers (`answerContest`) or misses the proof window (`resolveContest` slashes it)."""
 ADVERSARIAL_DISPATCHER_KINDS = {"withheld-published", "withheld-unpublished", "honest-worker-withheld"}
 """Kinds whose dispatcher must be the adversary's (it withholds the committee's jobs)."""
 
@@ -77,6 +83,7 @@ class ReplayResult:
     claims: int = 0
     published: bool = False
     undelivered: bool = False
+    contested: bool = False
     mismatches: list = field(default_factory=list)
 
 
@@ -111,8 +118,12 @@ class Replayer:
 
     def simulate(self, case: ReplayCase, seed: bytes, audit_id: int, escalation_seed=None):
         ctx = AuditContext(self.preset, self.rules, self.world.pool(self.adversarial), case.behaviour, self.d, self.mu, case.offline)
+        contest = None
+        if case.kind in CONTEST_KINDS:
+            challenger = next(int(i) for i in np.flatnonzero(self.adversarial) if i != case.worker)
+            contest = Contest(challenger, CONTEST_KINDS[case.kind])
         return run_audit(ctx, case.worker, case.dispatcher, case.cheated, seed, np.random.default_rng(case.rng_seed),
-                         audit_id=audit_id, escalation_seed=escalation_seed)
+                         audit_id=audit_id, escalation_seed=escalation_seed, contest=contest)
 
     def replay(self, case: ReplayCase) -> ReplayResult:
         try:
@@ -158,12 +169,27 @@ class Replayer:
                 res.mismatches.append(f"escalation unheard: simulator {out.unheard_escalation}, contracts {chain_unheard}")
             if out.unheard_escalation:  # the audit is abandoned: nothing to settle
                 return self._compare(res, out, stakes0, credits0, bond=pre.DISPUTE_BOND_WEI)
+        res.contested = out.contested
+        if out.contested:
+            self._contest(audit_id, out.contest, 1 if out.escalated else 0, wtrace, wcommit)
         self.chain.mine(pre.DISPUTE_WINDOW_BLOCKS + 1)
         verdict = p.settle(self.world.outsider, audit_id).value
         res.verdict = out.verdict
         if verdict != out.verdict:
             res.mismatches.append(f"verdict: simulator {VERDICT_NAMES.get(out.verdict)}, contracts {VERDICT_NAMES.get(verdict)}")
         return self._compare(res, out, stakes0, credits0, bond=pre.DISPUTE_BOND_WEI if out.escalated else 0)
+
+    def _contest(self, audit_id, contest, round_index, wtrace, wcommit) -> None:
+        """Contest one challenged cell of the worker's opening; answer it, or let the window pass."""
+        w, p = self.world, self.world.protocol
+        opening = w.opening(audit_id, wtrace, wcommit)
+        cells = [(opening.leaves[0].leaf.position, opening.leaves[0].leaf.layer)]
+        contest_id = p.contest(w.nodes[contest.challenger].account, audit_id, round_index, 0, cells).value
+        if contest.answered:
+            p.answer_contest(w.nodes[self._worker_of(audit_id)].account, contest_id, cells, opening)
+        else:
+            self.chain.mine(self.preset.PROOF_WINDOW_BLOCKS + 1)
+            p.resolve_contest(w.outsider, contest_id)
 
     def _drive_round(self, res, audit_id, ri, trace, wtrace, wcommit) -> None:
         """Play one round's receipts, redraws, openings, votes and `finalize` as the simulator did."""
@@ -237,6 +263,8 @@ class Replayer:
         for i in range(len(stakes0)):
             slashed = stakes0[i] - stakes1[i]
             credit = credits1[i] - credits0[i] - (bond if i == out.escalator else 0)
+            if out.contested and i == out.contest.challenger:  # its bond was paid in ETH, not from credit
+                credit -= self.preset.DISPUTE_BOND_WEI
             if slashed != out.slashed_wei.get(i, 0):
                 res.mismatches.append(f"node {i} slashed: simulator {out.slashed_wei.get(i, 0)}, contracts {slashed} wei")
             if credit != out.credits_wei.get(i, 0):
@@ -249,7 +277,7 @@ def agreement_table(results: list[ReplayResult]) -> list[dict]:
     rows = {}
     for r in results:
         row = rows.setdefault(r.case.kind, {"kind": r.case.kind, "audits": 0, "committees": 0, "abandoned": 0, "escalated": 0,
-                                            "lapsed": 0, "claims": 0, "published": 0, "undelivered": 0, "verdicts": {},
+                                            "lapsed": 0, "claims": 0, "published": 0, "undelivered": 0, "contested": 0, "verdicts": {},
                                             "agree": 0, "mismatches": 0})
         row["audits"] += 1
         row["committees"] += r.committees
@@ -259,6 +287,7 @@ def agreement_table(results: list[ReplayResult]) -> list[dict]:
         row["claims"] += r.claims
         row["published"] += r.published
         row["undelivered"] += r.undelivered
+        row["contested"] += r.contested
         if not r.abandoned:
             name = VERDICT_NAMES.get(r.verdict, "-")
             row["verdicts"][name] = row["verdicts"].get(name, 0) + 1
