@@ -52,6 +52,9 @@ def test_one_audit_of_every_kind_agrees_with_the_contracts(replayer):
     assert any(r.claims and r.published for r in results)  # claims answered by a publication
     assert unpublished[-1].undelivered and unpublished[-1].claims and not unpublished[-1].published
     assert unheard[-1].escalated and unheard[-1].lapsed
+    # contests: answered (the worker takes the bond), unanswered (slashed, settled as its default)
+    assert {r.verdict for r in results if r.contested and r.case.kind == "contest-unanswered"} == {4}
+    assert any(r.contested for r in results if r.case.kind == "contest-answered")
 
 
 def test_a_simulator_with_other_rules_is_caught_by_the_replay(replayer):
