@@ -1,5 +1,6 @@
-"""docs/protocol.md §13 under the rules main enforces today (`MAIN`: issue 9 plus the graduated
-member penalty), each claim recomputed from the simulator so the section cannot drift."""
+"""docs/protocol.md §13 under the rules main enforces today (`MAIN`: issue 9, the graduated member
+penalty, unheard escalations that abandon the audit, the stake tree and the job-delivery
+challenge), each claim recomputed from the simulator so the section cannot drift."""
 
 import math
 
@@ -13,18 +14,19 @@ from verillm.sim.bounds import tail
 from verillm.sim.engine import Scenario, run_scenario
 from verillm.sim.gas import GasModel
 from verillm.sim.montecarlo import make_pool, run_cell
-from verillm.sim.rules import MAIN, MAIN_PENDING, PENDING
+from verillm.sim.rules import LANDED, MAIN, MAIN_COVERAGE, MEMBER_PENALTY, NOT_LANDED
 
 
 def _close(value, expected, n):
     return abs(value - expected) <= 4 * math.sqrt(max(expected * (1 - expected), 1e-9) / n) + 1 / n
 
 
-def test_pending_changes_are_one_change_each_and_main_plus_pending_is_all_of_them():
-    for name, change in PENDING.items():
-        changed = MAIN.with_changes(**change)
-        assert changed != MAIN and len(change) == 1, name
-        assert all(getattr(MAIN_PENDING, k) == v for k, v in change.items())
+def test_landed_changes_are_one_change_each_and_main_is_all_of_them():
+    for name, change in LANDED.items():
+        assert MEMBER_PENALTY.with_changes(**change) != MEMBER_PENALTY and len(change) == 1, name
+        assert all(getattr(MAIN, k) == v for k, v in change.items())
+    assert MAIN.with_changes(**NOT_LANDED["receipt-coverage"]) == MAIN_COVERAGE.with_changes(name="main")
+    assert MAIN.omission_possible and not MAIN_COVERAGE.omission_possible
 
 
 def test_collusion_escape_under_main_needs_both_rounds():
@@ -82,31 +84,42 @@ def test_omitted_receipts_escape_at_zero_cost():
     assert r["adversary_slashed_eth"] == 0
 
 
-def test_dispatcher_rerolls_pass_every_audit_until_delivery_is_provable():
-    """§13 'seat withholding': under main a dispatcher starving honest seats passes every audit
-    (captured, or abandoned unjudged); the pending job-delivery challenge brings it back to collusion."""
+def test_dispatcher_rerolls_passed_every_audit_until_the_job_delivery_challenge():
+    """§13 'seat withholding': before the challenge a dispatcher starving honest seats passed every
+    audit (captured, or abandoned unjudged); under main the starved seats claim, the worker
+    publishes (then: collusion's escape) or is slashed as a default (withhold-jobs: the same escape,
+    every claim a slash)."""
     beh = Behaviour(collude=True, starve=True)
-    before = run_cell(MAINNET, MAIN, 0.2, beh, 600, nodes=300, dispatcher_adversarial=True, seed=23)
-    after = run_cell(MAINNET, MAIN.with_changes(**PENDING["job-delivery-challenge"]), 0.2, beh, 600, nodes=300, dispatcher_adversarial=True, seed=23)
+    before = run_cell(MAINNET, MEMBER_PENALTY, 0.2, beh, 600, nodes=300, dispatcher_adversarial=True, seed=23)
+    after = run_cell(MAINNET, MAIN, 0.2, beh, 600, nodes=300, dispatcher_adversarial=True, seed=23)
+    unpublished = run_cell(MAINNET, MAIN, 0.2, Behaviour(collude=True, starve=True, withhold_transcript=True), 600, nodes=300,
+                           dispatcher_adversarial=True, seed=23)
     assert before.escaped == before.audits
-    assert _close(after.escaped / after.audits, 0.2**3 + 3 * 0.04 * 0.8 * tail(7, 0.2), after.audits)
+    collusion = 0.2**3 + 3 * 0.04 * 0.8 * tail(7, 0.2)
+    assert _close(after.escaped / after.audits, collusion, after.audits)
+    assert _close(unpublished.escaped / unpublished.audits, collusion, unpublished.audits)
+    assert after.honest_worker_slashed == unpublished.honest_worker_slashed == 0
 
 
-def test_identity_flood_makes_audits_unstartable_and_slashes_nobody_until_sortition_is_log_n():
-    """§13 'Scale': past the node count whose `startAudit` fills a block, no audit starts (nobody
-    slashed, every cheat unaudited); a flood costs MIN_STAKE_WEI per identity, locked."""
+def test_identity_flood_stopped_audits_until_the_stake_tree():
+    """§13 'Scale': with O(n) sortition, past the node count whose `startAudit` fills a block no
+    audit started (nobody slashed, every cheat unaudited); under main (the stake tree) `startAudit`
+    costs 775,370 gas at 10,000 nodes and fits a block at any N, so the flood is plain cheating."""
     gas = GasModel()
     limit = gas.largest_startable()
     assert gas.start_audit_gas(limit) <= 30_000_000 < gas.start_audit_gas(limit + 1)
+    tree = GasModel.for_rules(MAIN)
+    assert tree.start_audit_gas(10_000) == 775_370 and tree.largest_startable() is None and tree.largest_nodes() is None
+    assert tree.start_audit_gas(10**6) < 1_000_000 and tree.draw_escalation_gas(10**6) < 2_000_000
     kw = dict(strategy="flood-identities", adversary_share=0.1, workers=200, jobs_per_s=1, duration_s=1800)
-    flood = run_scenario(Scenario(rules="main", **kw))
+    flood = run_scenario(Scenario(rules="member-penalty", **kw))
     assert flood["flood_identities"] == limit + 1 - 200 and flood["audits"] == 0 and flood["honest_slashed_eth"] == 0
     assert flood["cheated_unslashed"] == flood["cheated_served"] > 0
-    fixed = run_scenario(Scenario(rules="main", rule_overrides=tuple(PENDING["log-n-sortition"].items()), **kw))
+    fixed = run_scenario(Scenario(rules="main", **kw))
     assert fixed["flood_identities"] == 0 and fixed["audits"] > 0 and fixed["adversary_slashed_eth"] > 0
 
 
-@pytest.mark.parametrize("rules", ["main", "main+pending"])
+@pytest.mark.parametrize("rules", ["main", "main+coverage"])
 def test_honest_network_slashes_nobody(rules):
     r = run_scenario(Scenario(rules=rules, strategy="honest", adversary_share=0.0, workers=50, jobs_per_s=2, duration_s=3600))
     assert r["audits"] > 100 and r["honest_slashed_eth"] == 0
@@ -121,3 +134,56 @@ def test_collusion_factor_at_r09_is_the_all_adversarial_committee_not_the_both_c
     assert both == pytest.approx(7.6e-5, rel=0.02) and main == pytest.approx(1.07e-3, rel=0.01)
     res = run_cell(MAINNET, MAIN, q, Behaviour(collude=True), 3000, nodes=400, dispatcher_adversarial=True, seed=24)
     assert res.escaped / res.audits <= main + 4 * math.sqrt(main / res.audits) + 1 / res.audits
+
+
+def test_an_unheard_escalation_slashes_no_honest_worker():
+    """§13 threat table: an escalation the colluders cannot let be heard abandons the audit, so
+    an honest worker framed by a colluding FAIL keeps its stake unless both rounds are captured;
+    before (member-penalty rules) the FAIL it disputed was enforced when the escalation lapsed."""
+    beh = Behaviour(grief=True, withhold=True)
+    kw = dict(audits=800, nodes=300, cheated=False, worker_adversarial=False, seed=25)
+    before = run_cell(MAINNET, MEMBER_PENALTY, 0.33, beh, **kw)
+    after = run_cell(MAINNET, MAIN, 0.33, beh, **kw)
+    assert after.honest_worker_slashed < before.honest_worker_slashed
+
+
+def test_a_caught_cheat_escalating_into_an_unheard_round_escapes_more_than_collusion():
+    """§13 residual risk 'Escaping by an unheard escalation', simulated: colluders that withhold
+    their seats while a minority, and escalate their own FAIL, escape far more often than
+    collusion alone at q = 33% (each withheld seat re-rolls; a seat still withheld after the
+    redraws makes the escalation unheard); `MAX_COMMITTEE_REDRAWS = 4` cuts it."""
+    q, kw = 0.33, dict(nodes=300, dispatcher_adversarial=True, seed=26)
+    withhold = run_cell(MAINNET, MAIN, q, Behaviour(collude=True, withhold=True), 800, **kw)
+    unheard = run_cell(MAINNET, MAIN, q, Behaviour(collude=True, withhold=True, escalate_own_fail=True), 800, **kw)
+    redraws = run_cell(MAINNET.replace(MAX_COMMITTEE_REDRAWS=4), MAIN, q, Behaviour(collude=True, withhold=True, escalate_own_fail=True), 800, **kw)
+    assert unheard.escaped > 1.8 * withhold.escaped
+    assert redraws.escaped < 0.75 * unheard.escaped
+
+
+def test_receipt_coverage_turns_the_unwatched_cheat_into_cheat_always():
+    """§13 'Audit coverage is voluntary' (main) and its fix (main+coverage, branch `omission`):
+    under main every self-dispatched cheat stays out of the batches; with a `batchBy` promise
+    and a non-inclusion challenge the same adversary is audited and slashed."""
+    kw = dict(strategy="cheat-unwatched", adversary_share=0.1, workers=100, jobs_per_s=2, duration_s=1800, seed=4)
+    fixed = run_scenario(Scenario(rules="main+coverage", **kw))
+    assert fixed["cheated_omitted_from_batches"] == 0 and fixed["audits"] > 0 and fixed["adversary_slashed_eth"] > 0
+
+
+def test_a_larger_escalation_committee_protects_honest_workers_from_grief_at_q33():
+    """docs/simulation.md fixes: an honest worker framed by colluders voting DISAGREE is slashed
+    only when both rounds are captured, ≈ tail(3, q)·tail(m′, q): ESCALATION_COMMITTEE_SIZE 7 → 15
+    cuts it about 3× at q = 33%."""
+    q, kw = 0.33, dict(audits=1000, nodes=400, cheated=False, worker_adversarial=False, seed=27)
+    for size in (7, 15):
+        res = run_cell(MAINNET.replace(ESCALATION_COMMITTEE_SIZE=size), MAIN, q, Behaviour(grief=True), **kw)
+        assert _close(res.honest_worker_slashed / res.audits, tail(3, q) * tail(size, q), res.audits), size
+
+
+def test_a_proof_window_longer_than_honest_outages_spares_contested_workers():
+    """docs/simulation.md fixes, grief-contest: with 5% downtime in outages of mean 600 s, the
+    600 s MAINNET proof window lets contests slash honest workers; 300 blocks (1 h) does not."""
+    kw = dict(rules="main", strategy="grief-contest", adversary_share=0.1, workers=100, jobs_per_s=2, duration_s=3600,
+              offline=0.05, outage_s=600.0, seed=6)
+    short = run_scenario(Scenario(**kw))
+    long = run_scenario(Scenario(preset_overrides=(("PROOF_WINDOW_BLOCKS", 300),), **kw))
+    assert short["honest_slashed"]["worker"] > 0 and long["honest_slashed_eth"] == 0

@@ -29,7 +29,7 @@ def sim():
 @sim.command()
 @click.option("--preset", default="mainnet", show_default=True)
 @click.option("--rules", "rules_name", default="main", show_default=True,
-              help="first-landing | issue-9 | main | main+pending | issue-9-full (docs/simulation.md)")
+              help="first-landing | issue-9 | member-penalty | main | main+coverage | issue-9-full (docs/simulation.md)")
 @click.option("--workers", type=int, default=1000, show_default=True)
 @click.option("--stake", type=click.Choice(["equal", "lognormal"]), default="equal", show_default=True)
 @click.option("--adversary-share", type=float, default=0.1, show_default=True)
@@ -41,6 +41,7 @@ def sim():
 @click.option("--hours", type=float, default=24.0, show_default=True)
 @click.option("--block-s", type=float, default=12.0, show_default=True)
 @click.option("--offline", type=float, default=0.0, show_default=True)
+@click.option("--outage-s", type=float, default=0.0, show_default=True, help="mean honest outage (s); 0: a contest is missed with --offline")
 @click.option("--lazy-share", type=float, default=0.0, show_default=True)
 @click.option("--job-cost-eth", type=float, default=1.7e-6, show_default=True)
 @click.option("--saved-fraction", type=float, default=0.4, show_default=True)
@@ -53,14 +54,14 @@ def sim():
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def run(preset, rules_name, workers, stake, adversary_share, strategy, attack, dtype, bound, jobs_per_s, hours, block_s, offline,
-        lazy_share, job_cost_eth, saved_fraction, batch_size, self_dispatch, no_block_gas_limit, gas_json, preset_sets, rule_sets, seed, json_path):
+        outage_s, lazy_share, job_cost_eth, saved_fraction, batch_size, self_dispatch, no_block_gas_limit, gas_json, preset_sets, rule_sets, seed, json_path):
     """Simulate one network for --hours of simulated time."""
     from verillm.sim.engine import Scenario, run_scenario
     from verillm.sim.gas import load_gas_json
 
     scenario = Scenario(preset=preset, rules=rules_name, workers=workers, stake=stake, adversary_share=adversary_share,
                         strategy=strategy, attack=attack, dtype=dtype, detection_bound=bound, jobs_per_s=jobs_per_s,
-                        duration_s=hours * 3600, block_s=block_s, offline=offline, lazy_share=lazy_share,
+                        duration_s=hours * 3600, block_s=block_s, offline=offline, outage_s=outage_s, lazy_share=lazy_share,
                         job_cost_eth=job_cost_eth, saved_fraction=saved_fraction, batch_size=batch_size,
                         self_dispatch=self_dispatch, enforce_block_gas_limit=not no_block_gas_limit,
                         preset_overrides=tuple(_assignment(a, int) for a in preset_sets),
@@ -76,7 +77,7 @@ def run(preset, rules_name, workers, stake, adversary_share, strategy, attack, d
 @click.option("--workers", type=int, default=1000, show_default=True)
 @click.option("--jobs-per-s", type=float, default=2.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--rules", "rules_names", multiple=True, default=("main", "main+pending"), show_default=True)
+@click.option("--rules", "rules_names", multiple=True, default=("main", "main+coverage"), show_default=True)
 @click.option("--offline", type=float, default=0.0, show_default=True, help="honest members' (and contested workers') downtime")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def table(preset, hours, workers, jobs_per_s, seed, rules_names, offline, json_path):
@@ -151,13 +152,15 @@ def plots(out_dir, cells_json, hours):
 
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     runs = {}
-    for rules in ("first-landing", "issue-9"):
-        for strategy in ("collude", "stake-grind", "dispatcher-reroll", "cheat-unwatched"):
+    for rules, strategies in PLOT_RUNS:
+        for strategy in strategies:
             sc = Scenario(rules=rules, strategy=strategy, adversary_share=0.2, workers=1000, jobs_per_s=2, duration_s=hours * 3600)
             runs[f"{strategy} / {rules}"] = run_scenario(sc)
     plot_profit(runs, Path(out_dir) / "sim-profit.png")
     plot_locked({k: v for k, v in runs.items() if k.startswith("collude")}, Path(out_dir) / "sim-locked.png")
+    # the cells JSON (older rule sets) plus main's cells, computed here
     rows = json.loads(Path(cells_json).read_text())["cheat"] if cells_json else cheat_cells(2000, 1000)
+    rows = [r for r in rows if r["rules"] != "main"] + (cheat_cells(2000, 1000, rules=("main",)) if cells_json else [])
     plot_detection(rows, Path(out_dir) / "sim-detection.png")
     click.echo(f"wrote {out_dir}/sim-profit.png, sim-detection.png, sim-locked.png")
 
@@ -185,6 +188,14 @@ def replay(audits, seed, json_path):
     write_json(json_path, {"audits": audits, "seed": seed, "rules": "main", "preset": "minimal", "rows": rows, "mismatched": mismatched})
     if mismatched:
         raise SystemExit(1)
+
+
+PLOT_RUNS = (
+    ("first-landing", ("collude", "stake-grind", "dispatcher-reroll", "cheat-unwatched")),
+    ("issue-9", ("collude", "dispatcher-reroll", "cheat-unwatched")),
+    ("main", ("collude", "dispatcher-reroll", "cheat-unwatched", "escalate-unheard")),
+    ("main+coverage", ("cheat-unwatched",)),
+)
 
 
 def _assignment(text: str, convert) -> tuple:

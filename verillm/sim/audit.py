@@ -14,11 +14,11 @@ from verillm.errors import InvalidInput
 from verillm.spec.audit import compute_escalation_seed
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import Preset
-from verillm.spec.settlement import AGREE, DISAGREE, FAIL, PASS, TIE, WORKER_DEFAULT, AuditRecord, MemberRecord, RoundRecord, compute_settlement, compute_slash, compute_slash_split, compute_verdict
+from verillm.spec.settlement import (AGREE, DISAGREE, FAIL, PASS, TIE, WORKER_DEFAULT, AuditRecord, MemberRecord, RoundRecord, compute_settlement,
+                                     compute_slash, compute_slash_split, compute_verdict)
 from verillm.sim.rules import BPS, RuleSet
+from verillm.sim.settle_paths import BIG_POOL_WEI, Contest, apply_contest, settle_undelivered, settle_unheard
 from verillm.sim.sortition import Pool, draw_committee
-
-BIG_POOL_WEI = 10**30  # the fee pool never caps a payment in audit-level runs
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,15 @@ class Behaviour:
     grief: bool = False
     """Adversarial members vote DISAGREE on an honest worker."""
     starve: bool = False
-    """An adversarial dispatcher never sends the job to honest seats, so they are redrawn."""
+    """An adversarial dispatcher never sends the job to honest seats while the adversary lacks a
+    majority of them: redrawn when the dispatcher feeds the seats; claimed under the job-delivery
+    challenge (the worker then publishes its transcript, or is slashed: `withhold_transcript`)."""
+    withhold_transcript: bool = False
+    """An adversarial worker whose starved seats claimed their jobs never publishes its transcript:
+    `slashUndelivered` slashes it as a worker default (the claimant earns the slash reward)."""
+    escalate_own_fail: bool = False
+    """A cheat's FAIL (or TIE) is escalated by another adversarial identity (not the dispatcher, so
+    an unheard escalation refunds its bond), hoping the escalation is unheard or captured."""
     lazy: bool = False
     """Adversarial members vote AGREE on every job without computing it (saving the prefill)."""
     withhold_openings: bool = False
@@ -79,29 +87,42 @@ class Outcome:
     """(role, node, wei) for every slash of a node that followed the protocol."""
     no_answer_penalised: list = field(default_factory=list)
     escalator: int | None = None
+    unheard_escalation: bool = False
+    """The escalation could not be staffed and the rules abandon the audit for it (nobody slashed)."""
+    undelivered: bool = False
+    """A starved seat claimed its job and the worker never published it: slashed as a default."""
+    delivery_claims: int = 0
+    contest: Contest | None = None
+    contested: bool = False
+    """The contest was made (the audit was settled normally and its worker had opened)."""
     trace: list = field(default_factory=list)
     """One dict per round (as the contracts would see it): its seed, each draw attempt's seats
     and which of them posted a receipt, then who opened and how it voted (`verillm.sim.replay`)."""
 
 
 class _Round:
-    def __init__(self, seats, answered, votes, abandoned, redraws, drawn, opened=None, worker_opened=True):
+    def __init__(self, seats, answered, votes, abandoned, redraws, drawn, opened=None, worker_opened=True, posted=None):
         self.seats, self.answered, self.votes = seats, answered, votes
         self.abandoned, self.redraws, self.drawn = abandoned, redraws, drawn
         self.opened, self.worker_opened = opened, worker_opened
+        self.posted = posted
+        """Set only for a round decided by `slashUndelivered`: which seats had posted."""
 
     def record(self) -> RoundRecord:
+        if self.posted is not None:  # decided as the worker's default while still committing
+            return RoundRecord(False, tuple(MemberRecord(f"n{s}", posted=p, opened=False, vote=0) for s, p in zip(self.seats, self.posted)))
         opened = self.opened or [True] * len(self.seats)
         return RoundRecord(self.worker_opened, tuple(MemberRecord(f"n{s}", opened=o, vote=v if o else 0)
                                                      for s, v, o in zip(self.seats, self.votes, opened)))
 
 
 def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, seed: bytes, rng: np.random.Generator, audit_id: int = 0,
-              escalation_seed: bytes | None = None) -> Outcome:
+              escalation_seed: bytes | None = None, contest: Contest | None = None) -> Outcome:
     """Simulate one audit of a job served by ``worker`` and batched by ``dispatcher``.
     ``escalation_seed``: the escalation committee's seed (default: derived from ``seed``; a
-    replay on the contracts passes the one the chain drew)."""
-    out = Outcome(cheated=cheated)
+    replay on the contracts passes the one the chain drew). ``contest``: the worker's opening is
+    contested in the final round's dispute window (grief-contest)."""
+    out = Outcome(cheated=cheated, contest=contest)
     adv = ctx.pool.adversarial
     favoured = bool(adv[worker]) and (cheated or not ctx.behaviour.grief)  # the adversary wants this job to PASS
     hostile = (not adv[worker]) and ctx.behaviour.grief  # the adversary wants it to FAIL
@@ -109,6 +130,8 @@ def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, se
     first = _first_round(ctx, out, worker, dispatcher, cheated, seed, excluded, favoured or hostile, rng)
     if first is None:
         return _finish(ctx, out, worker, dispatcher, [], cheated)
+    if first.posted is not None:  # the worker never published a claimed job: slashed, no escalation
+        return _finish(ctx, out, worker, dispatcher, [first], cheated)
     verdict = compute_verdict(AuditRecord(f"n{worker}", ()), first.record())
     rounds = [first]
     escalator = _escalator(ctx, first, verdict, worker, dispatcher, cheated)
@@ -118,6 +141,7 @@ def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, se
         second = _round_with_fresh(ctx, out, worker, dispatcher, cheated, esc_seed, ctx.preset.ESCALATION_COMMITTEE_SIZE, excluded, favoured or hostile, rng)
         if second is None:
             out.lapsed_escalation = True
+            out.unheard_escalation = ctx.rules.unheard_escalation_abandons
         else:
             rounds.append(second)
     return _finish(ctx, out, worker, dispatcher, rounds, cheated, escalator)
@@ -159,9 +183,21 @@ def _round(ctx, out, worker, dispatcher, cheated, seed, size, excluded, conteste
     for attempt in range(ctx.preset.MAX_COMMITTEE_REDRAWS + 1):
         n_adv = sum(bool(pool.adversarial[s]) for s in seats)
         # a seat that posted its receipt stays posted; only new seats decide now
+        claims = [i for i, s in enumerate(seats) if not posted[i] and _starved(ctx, s, n_adv, size, dispatcher, contested)
+                  and not rules.dispatcher_feeds_seats]
         for i, s in enumerate(seats):
-            posted[i] = posted[i] or _answers(ctx, s, n_adv, size, dispatcher, contested, rng)
-        trace["attempts"].append({"seats": list(seats), "posted": list(posted)})
+            # a claimed seat reads its job from the published transcript (or the round ends below)
+            posted[i] = posted[i] or i in claims or _answers(ctx, s, n_adv, size, dispatcher, contested, rng)
+        trace["attempts"].append({"seats": list(seats), "posted": list(posted), "claims": claims})
+        out.delivery_claims += len(claims)
+        if claims and beh.withhold_transcript and pool.adversarial[worker]:
+            # nothing published: after the publication window the claimant slashes the worker
+            unposted = [i in claims or not p for i, p in enumerate(posted)]
+            trace.update(undelivered=True, claimant=seats[claims[0]], seats=list(seats),
+                         posted=[not u for u in unposted])
+            out.undelivered = True
+            out.redraws += redraws
+            return _Round(seats, None, None, False, redraws, out.seats_drawn, posted=[not u for u in unposted])
         missing = [i for i in range(size) if not posted[i]]
         for i in missing:
             out.no_answer_penalised.append(seats[i])
@@ -195,9 +231,15 @@ def _answers(ctx, seat, n_adv, size, dispatcher, contested, rng) -> bool:
         if beh.refuse:
             return bool(pool.adversarial[dispatcher])  # refuse only audits an honest dispatcher answers for
         return not (beh.withhold and contested and 2 * n_adv <= size)
-    if beh.starve and contested and ctx.rules.dispatcher_feeds_seats and pool.adversarial[dispatcher] and 2 * n_adv <= size:
+    if _starved(ctx, seat, n_adv, size, dispatcher, contested) and ctx.rules.dispatcher_feeds_seats:
         return False  # starved while the adversary lacks a majority; fed once it has one
     return not (ctx.offline and rng.random() < ctx.offline)
+
+
+def _starved(ctx, seat, n_adv, size, dispatcher, contested) -> bool:
+    """An honest seat whose job an adversarial dispatcher withholds (while it lacks a majority)."""
+    pool = ctx.pool
+    return bool(ctx.behaviour.starve and contested and not pool.adversarial[seat] and pool.adversarial[dispatcher] and 2 * n_adv <= size)
 
 
 def _vote(ctx, seat, worker, cheated, rng) -> int:
@@ -217,6 +259,8 @@ def _escalator(ctx, first: _Round, verdict: int, worker: int, dispatcher: int, c
     adv = ctx.pool.adversarial
     if verdict == WORKER_DEFAULT:
         return None  # nothing to re-judge: `startEscalation` refuses a round the worker did not open
+    if ctx.rules.escalate_any_party_any_verdict and ctx.behaviour.escalate_own_fail and cheated and adv[worker] and verdict in (FAIL, TIE):
+        return _first_adversarial(ctx.pool, exclude={worker, dispatcher})
     if ctx.rules.escalate_any_party_any_verdict:
         # any honest party whose own data contradict the verdict
         if verdict == PASS:
@@ -269,6 +313,10 @@ def _finish(ctx, out: Outcome, worker, dispatcher, rounds, cheated, escalator=No
             caller = _first_adversarial(pool) if (ctx.behaviour.refuse or ctx.behaviour.withhold) else None
             if caller is not None:
                 _add(out.credits_wei, caller, reward)
+    elif out.undelivered:
+        settle_undelivered(ctx, out, worker, rounds, escalator if out.escalated else None)
+    elif out.unheard_escalation:
+        settle_unheard(ctx, out, dispatcher, escalator)
     else:
         _settle(ctx, out, worker, rounds, escalator if out.escalated else None)
     _charge_no_answers(ctx, out)
@@ -284,13 +332,13 @@ def _settle(ctx, out, worker, rounds, escalator):
     pool, preset, rules = ctx.pool, ctx.preset, ctx.rules
     records = tuple(r.record() for r in rounds)
     bond = preset.DISPUTE_BOND_WEI if escalator is not None else 0
-    audit = AuditRecord(f"n{worker}", records, escalator=f"n{escalator}" if escalator is not None else None, escalation_bond_wei=bond)
+    contest = out.contest if out.contest is not None and rounds[-1].worker_opened else None
+    out.contested = contest is not None
+    audit = AuditRecord(f"n{worker}", records, worker_slashed=bool(contest and not contest.answered),
+                        escalator=f"n{escalator}" if escalator is not None else None, escalation_bond_wei=bond)
     if rules.minority_penalty_bps is not None:  # a rule set older than MEMBER_PENALTY_BPS
         preset = preset.replace(MEMBER_PENALTY_BPS=min(rules.minority_penalty_bps, preset.SLASH_FRACTION_BPS))
     stakes = {f"n{s}": pool.stake_wei(s) for r in rounds for s in r.seats}
-    if out.lapsed_escalation and not rules.lapse_penalises_first_minority:
-        for s in rounds[0].seats:  # the lapse spares the first round's minority: nothing to take
-            stakes[f"n{s}"] = 0
     stakes[f"n{worker}"] = pool.stake_wei(worker)
     settlement = compute_settlement(audit, stakes, BIG_POOL_WEI, preset)
     out.verdict = settlement.verdict
@@ -300,6 +348,8 @@ def _settle(ctx, out, worker, rounds, escalator):
         _add(out.credits_wei, int(name[1:]), wei)
     if escalator is not None and not (out.lapsed_escalation and rules.lapse_refunds_bond):
         _add(out.credits_wei, escalator, -bond)  # the bond was paid when escalating
+    if contest is not None:
+        apply_contest(ctx, out, worker, contest)
 
 
 def _charge_no_answers(ctx, out):
@@ -311,9 +361,9 @@ def _charge_no_answers(ctx, out):
     out.no_answer_penalised = sorted(set(out.no_answer_penalised))
 
 
-def _first_adversarial(pool: Pool):
-    idx = np.flatnonzero(pool.adversarial)
-    return int(idx[0]) if len(idx) else None
+def _first_adversarial(pool: Pool, exclude=()):
+    idx = [int(i) for i in np.flatnonzero(pool.adversarial) if int(i) not in exclude]
+    return idx[0] if idx else None
 
 
 def _add(d: dict, key, value: int) -> None:

@@ -23,7 +23,7 @@ from verillm.spec.hashing import keccak256
 from verillm.spec.params import get_preset
 from verillm.sim.audit import AuditContext, run_audit
 from verillm.sim.gas import BLOCK_GAS_LIMIT, GasModel
-from verillm.sim.grief import apply_contest
+from verillm.sim.grief import draw_contest
 from verillm.sim.inputs import PAPER_GPU_VERIFY_OVER_GENERATE, load_detection
 from verillm.sim.latency import audit_latency_blocks
 from verillm.sim.montecarlo import make_pool
@@ -49,6 +49,10 @@ class Scenario:
     duration_s: float = 86_400.0
     block_s: float = 12.0
     offline: float = 0.0
+    outage_s: float = 0.0
+    """Mean length of an honest node's outage (exponential). 0: a contested worker misses the proof
+    window with probability ``offline``; > 0: with offline × exp(−PROOF_WINDOW_BLOCKS·block_s / outage_s)
+    (it must be down when the contest lands and stay down through the window)."""
     lazy_share: float = 0.0
     job_cost_eth: float = 1.7e-6
     """Inference cost of one job (70B, 4k tokens at $5e-3 and $3,000/ETH: economics-check)."""
@@ -108,7 +112,7 @@ class Simulation:
         self.strategy = get_strategy(scenario.strategy)
         det = load_detection(dtype=scenario.dtype)
         self.d, self.mu = det.d(scenario.attack, scenario.detection_bound), det.mu(scenario.detection_bound)
-        self.gas_model = gas or GasModel()
+        self.gas_model = gas or GasModel.for_rules(self.rules)
         self.rng = np.random.default_rng(scenario.seed)
         self.pool = make_pool(scenario.workers, scenario.adversary_share, self.preset.MIN_STAKE_WEI, self.rng, scenario.stake)
         lazy = (~self.pool.adversarial) & (self.rng.random(scenario.workers) < scenario.lazy_share) if scenario.lazy_share else None
@@ -130,9 +134,10 @@ class Simulation:
 
     def _flood_identities(self) -> int:
         """Identities the flooding adversary adds so that `startAudit` passes the block gas limit."""
-        if not self.strategy.flood or self.rules.sortition_log_n:
+        limit = self.gas_model.largest_startable()
+        if not self.strategy.flood or self.rules.sortition_log_n or limit is None:
             return 0
-        return max(0, self.gas_model.largest_startable() + 1 - self.s.workers)
+        return max(0, limit + 1 - self.s.workers)
 
     # --- the loop -------------------------------------------------------------------------
     def run(self) -> dict:
@@ -209,10 +214,11 @@ class Simulation:
             return
         self.t.audits += 1
         self.t.cheated_audited += cheated
-        out = run_audit(self.ctx, worker, dispatcher, cheated, seed, self.rng, audit_id=self.t.audits)
-        if self.strategy.contest and not self.pool.adversarial[worker] and not out.abandoned:
-            apply_contest(self.ctx, out, worker, self.rng)
-            self.t.tx_count += 2
+        contest = None
+        if self.strategy.contest and not self.pool.adversarial[worker]:
+            contest = draw_contest(self.pool, self.rng, self._p_miss_proof())
+        out = run_audit(self.ctx, worker, dispatcher, cheated, seed, self.rng, audit_id=self.t.audits, contest=contest)
+        self.t.tx_count += 2 * out.contested
         if self.strategy.behaviour.lazy:  # each lazy seat skipped a verification job's prefill
             self.t.adversary_savings_wei += self.verify_gain_wei * sum(
                 1 for r in out.trace for s in r.get("seats", ()) if self.pool.adversarial[s])
@@ -224,6 +230,12 @@ class Simulation:
         self._count_chain(out)
         heapq.heappush(self.events, (block + latency, self.t.audits, out, locked, worker))
         self.t.latencies_s.append(latency * self.s.block_s)
+
+    def _p_miss_proof(self) -> float:
+        s = self.s
+        if not s.outage_s:
+            return s.offline
+        return s.offline * math.exp(-self.preset.PROOF_WINDOW_BLOCKS * s.block_s / s.outage_s)
 
     def _count_chain(self, out) -> None:
         g, m = self.gas_model, self.preset.COMMITTEE_SIZE

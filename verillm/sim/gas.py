@@ -5,6 +5,12 @@ curve measured with `verillm bench gas --nodes N` at 11, 201, 1,001 and 2,001 no
 (../shared/notes/economics-check.md §2g). `load_gas_json` replaces them with one or more
 `verillm bench gas --json` reports (each names its node count). Past the last measured N the
 curve is extended with its last slope (sortition is O(N)).
+
+`GasModel.log_n()` is the stake tree's (main since de774f2): `drawCommittee` of 3 measured on anvil
+at 6, 128, 256, 1,000 and 10,000 registered nodes (docs/protocol.md §13 "Scale"), `startAudit`
+= 775,370 gas at 10,000 nodes (measured) − the draw there + the draw at N; interpolated and
+extended in log2(N) (~10k gas per doubling), so `startAudit` never reaches a block. Not measured:
+`drawEscalation` under the tree, modelled as the 11-node measurement + 2.5 × the draw's growth.
 """
 
 import json
@@ -25,6 +31,11 @@ STEPS_11 = {
 START_AUDIT_BY_NODES = {11: 681_931, 201: 1_710_000, 1001: 6_000_000, 2001: 11_840_000}
 DRAW_ESCALATION_BY_NODES = {11: 602_924, 201: 1_850_000, 1001: 7_170_000, 2001: 14_060_000}
 
+# the stake tree (O(log n)): drawCommittee of 3 (2 excluded) by registered nodes, and startAudit
+DRAW_LOG_N = {6: 80_000, 128: 116_000, 256: 126_000, 1000: 143_000, 10_000: 175_149}
+START_AUDIT_10K_LOG_N = 775_370
+ESCALATION_DRAW_FACTOR = 2.5  # a 7-member drawEscalation ≈ 2.5× a 3-member draw (protocol.md §13)
+
 
 @dataclass
 class GasModel:
@@ -32,12 +43,25 @@ class GasModel:
     start_audit: dict = field(default_factory=lambda: dict(START_AUDIT_BY_NODES))
     draw_escalation: dict = field(default_factory=lambda: dict(DRAW_ESCALATION_BY_NODES))
     source: str = "docs/gas.md + economics-check §2g"
+    log_n: bool = False
+    """The curves are in log2(N) (the stake tree): interpolated and extended in log2(N)."""
+
+    @classmethod
+    def log_n_tree(cls) -> "GasModel":
+        draw11 = _curve(DRAW_LOG_N, 11, log=True)
+        start = {n: START_AUDIT_10K_LOG_N - DRAW_LOG_N[10_000] + g for n, g in DRAW_LOG_N.items()}
+        esc = {n: DRAW_ESCALATION_BY_NODES[11] + int(ESCALATION_DRAW_FACTOR * (g - draw11)) for n, g in DRAW_LOG_N.items()}
+        return cls(start_audit=start, draw_escalation=esc, source="docs/gas.md + the stake tree (protocol.md §13 Scale)", log_n=True)
+
+    @classmethod
+    def for_rules(cls, rules) -> "GasModel":
+        return cls.log_n_tree() if rules.sortition_log_n else cls()
 
     def start_audit_gas(self, nodes: int) -> int:
-        return _curve(self.start_audit, nodes)
+        return _curve(self.start_audit, nodes, self.log_n)
 
     def draw_escalation_gas(self, nodes: int) -> int:
-        return _curve(self.draw_escalation, nodes)
+        return _curve(self.draw_escalation, nodes, self.log_n)
 
     def per_job_happy(self, batch_size: int) -> float:
         return (self.steps["post_batch"] + self.steps["audit_draw"]) / batch_size
@@ -53,24 +77,30 @@ class GasModel:
         return (s["escalate"] + self.draw_escalation_gas(nodes) + committee * (s["committee_receipt"] + s["open_and_vote"])
                 + s["draw_challenge"] + s["open"] + s["verdict"])
 
-    def largest_startable(self) -> int:
-        """The largest N whose `startAudit` fits one block (O(n) sortition)."""
+    def largest_startable(self) -> int | None:
+        """The largest N whose `startAudit` fits one block (O(n) sortition); None: every N (log n)."""
+        if self.log_n:
+            return None
         n = 11
         while self.start_audit_gas(n + 1) <= BLOCK_GAS_LIMIT:
             n += max(1, (BLOCK_GAS_LIMIT - self.start_audit_gas(n)) // 20_000)
         return n
 
-    def largest_nodes(self) -> int:
-        """The largest N whose `startAudit` and `drawEscalation` fit one block."""
+    def largest_nodes(self) -> int | None:
+        """The largest N whose `startAudit` and `drawEscalation` fit one block; None: every N."""
+        if self.log_n:
+            return None
         n = 11
         while self.start_audit_gas(n) <= BLOCK_GAS_LIMIT and self.draw_escalation_gas(n) <= BLOCK_GAS_LIMIT:
             n += 10
         return n - 10
 
 
-def _curve(points: dict, nodes: int) -> int:
+def _curve(points: dict, nodes: int, log: bool = False) -> int:
     xs = np.array(sorted(points), dtype=float)
     ys = np.array([points[int(x)] for x in xs], dtype=float)
+    if log:  # gas grows with the tree's depth: linear in log2(N)
+        xs, nodes = np.log2(xs), float(np.log2(max(nodes, 1)))
     if nodes <= xs[-1] or len(xs) == 1:
         return int(np.interp(nodes, xs, ys))
     slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])

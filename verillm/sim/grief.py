@@ -2,25 +2,16 @@
 prove its opened leaves (`Disputes.contest`). An honest worker that answers within
 PROOF_WINDOW_BLOCKS gets the bond (`answerContest`); one that is offline then is slashed in
 full and the challenger earns SLASH_REWARD_BPS of the stake plus its bond back
-(`resolveContest`). So the honest loss is the worker's downtime times its stake.
+(`resolveContest`), and the audit settles as the worker's default. So the honest loss is the
+worker's chance of missing the window times its stake (`verillm.sim.settle_paths`).
 """
 
 import numpy as np
 
-from verillm.spec.settlement import compute_slash, compute_slash_split
+from verillm.sim.settle_paths import Contest
 
 
-def apply_contest(ctx, out, worker: int, rng: np.random.Generator) -> None:
-    """Add one contest of ``worker`` by the adversary to the audit's outcome."""
-    pool, preset = ctx.pool, ctx.preset
-    adversary = int(np.flatnonzero(pool.adversarial)[0])
-    bond = preset.DISPUTE_BOND_WEI
-    if ctx.offline and rng.random() < ctx.offline:  # missed the proof window
-        amount = compute_slash(pool.stake_wei(worker), preset)
-        reward, _ = compute_slash_split(amount, preset)
-        out.slashed_wei[worker] = out.slashed_wei.get(worker, 0) + amount
-        out.credits_wei[adversary] = out.credits_wei.get(adversary, 0) + reward
-        out.honest_slashed.append(("worker", worker, amount))
-        return
-    out.credits_wei[adversary] = out.credits_wei.get(adversary, 0) - bond
-    out.credits_wei[worker] = out.credits_wei.get(worker, 0) + bond
+def draw_contest(pool, rng: np.random.Generator, p_miss: float) -> Contest:
+    """The adversary's contest of an honest worker's audit: missed with probability ``p_miss``."""
+    challenger = int(np.flatnonzero(pool.adversarial)[0])
+    return Contest(challenger, answered=not (p_miss and rng.random() < p_miss))

@@ -8,11 +8,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 from verillm.sim.bounds import tail  # noqa: E402
 
 DPI = 80
+LINE_STYLES = {"first-landing": "-", "main": ":"}
+"""Detection plot: solid first landing, dotted main, dashed the other rule sets."""
 
 
 def plot_profit(runs: dict, path) -> None:
     """Cheater profit (ETH, all identities) over simulated time, one line per run."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)  # more lines than the default 10 colours
     for label, r in runs.items():
         ax.plot([t / 3600 for t in r["series"]["time_s"]], r["series"]["cheater_profit_eth"], label=label)
     ax.axhline(0, color="grey", lw=0.8)
@@ -28,11 +31,12 @@ def plot_detection(rows: list[dict], path) -> None:
     """P(an audited cheat is not slashed) against adversary stake share, per strategy and rule set,
     with the closed-form binomial tail of the §13 table (m = 3)."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)
     keys = sorted({(r["strategy"], r["rules"]) for r in rows})
     for strategy, rules in keys:
         pts = sorted((r["q"], r["not_slashed"]) for r in rows if r["strategy"] == strategy and r["rules"] == rules)
         ax.plot([p[0] for p in pts], [max(p[1], 1e-5) for p in pts], marker="o", ms=3,
-                ls="-" if rules == "first-landing" else "--", label=f"{strategy} / {rules}")
+                ls=LINE_STYLES.get(rules, "--"), label=f"{strategy} / {rules}")
     qs = [i / 100 for i in range(1, 50)]
     ax.plot(qs, [tail(3, q) for q in qs], color="black", lw=1, label="closed form, m = 3")
     ax.set_yscale("log")

@@ -6,9 +6,11 @@ lazy, griefing, withholding their receipt or their opening. The replay batches t
 receipt on anvil, lets the contracts draw the committee, and runs the simulator with the
 chain's seeds (the first round's from β, the escalation's from the blockhash after
 `escalate`), so both draw the same committees. It then plays the simulator's decisions step
-by step — receipts, `replaceMissing`, openings and votes, `finalize`, `escalate`,
-`drawEscalation`, the second round, `settle` — and compares: every committee drawn, abandoned
-or not, escalation lapsed or not, the verdict, each node's stake change and credit (wei).
+by step — receipts, delivery claims (`claimUndelivered`) with the worker's `publishTranscript` or,
+unpublished, `slashUndelivered`, `replaceMissing`, openings and votes, `finalize`, `escalate`,
+`drawEscalation`, the second round (an unheard one abandons the audit), `settle` — and compares:
+every committee drawn, abandoned or not, escalation unheard or not, the verdict, each node's stake
+change and credit (wei).
 Every chain action is reverted after its case, so every case starts from the same stakes.
 """
 
@@ -20,7 +22,9 @@ from verillm.spec.audit import compute_committee_seed, compute_escalation_seed
 from verillm.spec.params import MINIMAL, Preset
 from verillm.spec.settlement import AGREE, VERDICT_NAMES
 from verillm.sim.audit import AuditContext, Behaviour, run_audit
-from verillm.sim.replay_chain import ReplayWorld, compute_receipt_hash
+from verillm.spec.types import SamplingParams
+from verillm.sim.replay_chain import TRANSCRIPT, ReplayWorld, compute_receipt_hash
+from verillm.sim.settle_paths import Contest
 from verillm.sim.rules import MAIN, RuleSet
 
 PHASE_ABANDONED = 6
@@ -42,7 +46,18 @@ CASE_KINDS = (
     ("lazy-on-cheat", Behaviour(lazy=True), True, True, 0.0),
     ("withhold-openings", Behaviour(withhold_openings=True), True, True, 0.0),
     ("worker-default", Behaviour(worker_defaults=True), True, True, 0.0),
+    ("withheld-published", Behaviour(collude=True, starve=True), True, True, 0.0),
+    ("withheld-unpublished", Behaviour(collude=True, starve=True, withhold_transcript=True), True, True, 0.0),
+    ("honest-worker-withheld", Behaviour(grief=True, starve=True), False, False, 0.0),
+    ("escalate-unheard", Behaviour(collude=True, withhold=True, escalate_own_fail=True), True, True, 0.1),
+    ("contest-answered", Behaviour(), False, False, 0.0),
+    ("contest-unanswered", Behaviour(), False, False, 0.0),
 )
+CONTEST_KINDS = {"contest-answered": True, "contest-unanswered": False}
+"""The adversary contests the honest worker's opening in the final round's dispute window; the
+worker answers (`answerContest`) or misses the proof window (`resolveContest` slashes it)."""
+ADVERSARIAL_DISPATCHER_KINDS = {"withheld-published", "withheld-unpublished", "honest-worker-withheld"}
+"""Kinds whose dispatcher must be the adversary's (it withholds the committee's jobs)."""
 
 
 @dataclass
@@ -65,6 +80,10 @@ class ReplayResult:
     lapsed: bool = False
     verdict: int = 0
     committees: int = 0
+    claims: int = 0
+    published: bool = False
+    undelivered: bool = False
+    contested: bool = False
     mismatches: list = field(default_factory=list)
 
 
@@ -78,6 +97,8 @@ def sample_cases(count: int, adversarial: np.ndarray, seed: int = 0) -> list[Rep
         worker = int(rng.choice(adv if worker_adv else honest))
         # the worker's own node dispatches half the time; otherwise any other node
         dispatcher = worker if rng.random() < 0.5 else int(rng.choice([n for n in range(len(adversarial)) if n != worker]))
+        if kind in ADVERSARIAL_DISPATCHER_KINDS and not adversarial[dispatcher]:
+            dispatcher = int(rng.choice([n for n in adv if n != worker]))
         cases.append(ReplayCase(i, kind, beh, worker, dispatcher, cheated, offline, int(rng.integers(2**31))))
     return cases
 
@@ -97,8 +118,12 @@ class Replayer:
 
     def simulate(self, case: ReplayCase, seed: bytes, audit_id: int, escalation_seed=None):
         ctx = AuditContext(self.preset, self.rules, self.world.pool(self.adversarial), case.behaviour, self.d, self.mu, case.offline)
+        contest = None
+        if case.kind in CONTEST_KINDS:
+            challenger = next(int(i) for i in np.flatnonzero(self.adversarial) if i != case.worker)
+            contest = Contest(challenger, CONTEST_KINDS[case.kind])
         return run_audit(ctx, case.worker, case.dispatcher, case.cheated, seed, np.random.default_rng(case.rng_seed),
-                         audit_id=audit_id, escalation_seed=escalation_seed)
+                         audit_id=audit_id, escalation_seed=escalation_seed, contest=contest)
 
     def replay(self, case: ReplayCase) -> ReplayResult:
         try:
@@ -121,6 +146,7 @@ class Replayer:
         out = self.simulate(case, compute_committee_seed(bytes(beta), 0), audit_id)
         res.abandoned, res.escalated = out.abandoned, out.escalated
         first = out.trace[0]
+        res.undelivered = out.undelivered
         self._drive_round(res, audit_id, 0, first, wtrace, wcommit)
         if first["abandoned"]:
             if w.round_phase(audit_id, 0) != PHASE_ABANDONED:
@@ -136,17 +162,34 @@ class Replayer:
             out = self.simulate(case, compute_committee_seed(bytes(beta), 0), audit_id, escalation_seed=esc_seed)
             if out.trace[0] != first:
                 res.mismatches.append("the simulator's first round changed with the escalation seed")
-            res.lapsed = out.lapsed_escalation
+            res.lapsed, res.undelivered = out.lapsed_escalation, out.undelivered
             self._drive_round(res, audit_id, 1, out.trace[1], wtrace, wcommit)
-            chain_lapsed = p.get_audit(audit_id).round == 0
-            if chain_lapsed != out.lapsed_escalation:
-                res.mismatches.append(f"escalation lapsed: simulator {out.lapsed_escalation}, contracts {chain_lapsed}")
+            chain_unheard = w.round_phase(audit_id, 1) == PHASE_ABANDONED
+            if chain_unheard != out.unheard_escalation:
+                res.mismatches.append(f"escalation unheard: simulator {out.unheard_escalation}, contracts {chain_unheard}")
+            if out.unheard_escalation:  # the audit is abandoned: nothing to settle
+                return self._compare(res, out, stakes0, credits0, bond=pre.DISPUTE_BOND_WEI)
+        res.contested = out.contested
+        if out.contested:
+            self._contest(audit_id, out.contest, 1 if out.escalated else 0, wtrace, wcommit)
         self.chain.mine(pre.DISPUTE_WINDOW_BLOCKS + 1)
         verdict = p.settle(self.world.outsider, audit_id).value
         res.verdict = out.verdict
         if verdict != out.verdict:
             res.mismatches.append(f"verdict: simulator {VERDICT_NAMES.get(out.verdict)}, contracts {VERDICT_NAMES.get(verdict)}")
         return self._compare(res, out, stakes0, credits0, bond=pre.DISPUTE_BOND_WEI if out.escalated else 0)
+
+    def _contest(self, audit_id, contest, round_index, wtrace, wcommit) -> None:
+        """Contest one challenged cell of the worker's opening; answer it, or let the window pass."""
+        w, p = self.world, self.world.protocol
+        opening = w.opening(audit_id, wtrace, wcommit)
+        cells = [(opening.leaves[0].leaf.position, opening.leaves[0].leaf.layer)]
+        contest_id = p.contest(w.nodes[contest.challenger].account, audit_id, round_index, 0, cells).value
+        if contest.answered:
+            p.answer_contest(w.nodes[self._worker_of(audit_id)].account, contest_id, cells, opening)
+        else:
+            self.chain.mine(self.preset.PROOF_WINDOW_BLOCKS + 1)
+            p.resolve_contest(w.outsider, contest_id)
 
     def _drive_round(self, res, audit_id, ri, trace, wtrace, wcommit) -> None:
         """Play one round's receipts, redraws, openings, votes and `finalize` as the simulator did."""
@@ -155,26 +198,48 @@ class Replayer:
             return
         done = [False] * len(trace["attempts"][0]["seats"])
         members = {}
+        undelivered = trace.get("undelivered", False)
         for k, attempt in enumerate(trace["attempts"]):
             res.committees += 1
             chain_seats = w.committee(audit_id, ri)
             if chain_seats != attempt["seats"]:
                 res.mismatches.append(f"round {ri} attempt {k}: committee simulator {attempt['seats']}, contracts {chain_seats}")
                 return
+            claims = attempt.get("claims", [])
+            self._claim(res, audit_id, attempt, claims, undelivered)
             for slot, (node, posted) in enumerate(zip(attempt["seats"], attempt["posted"])):
-                if posted and not done[slot]:
+                if posted and not done[slot] and not (undelivered and slot in claims):
                     mtrace = w.member_trace()
                     receipt, commit = w.receipt(w.nodes[node], mtrace, member=True, nonce=10_000 + audit_id)
                     p.post_committee_receipt(w.outsider, audit_id, slot, receipt)
                     members[slot] = (w.nodes[node], mtrace, commit)
                     done[slot] = True
+            if undelivered:
+                # nobody publishes: after the publication window the claimant slashes the worker
+                self.chain.mine(pre.COMMIT_WINDOW_BLOCKS + 1)
+                p.slash_undelivered(w.nodes[trace["claimant"]].account, audit_id, claims[0])
+                return
             if all(done):
                 break
-            self.chain.mine(pre.COMMIT_WINDOW_BLOCKS + 1)
+            deadline = self.world.protocol.jobs.call("getRound", audit_id, ri)[1]  # claims move it
+            self.chain.mine(max(0, deadline - self.chain.get_block_number()) + 1)
             p.replace_missing(w.outsider, audit_id)
         if trace["abandoned"]:
             return
         self._open_and_vote(audit_id, trace, members, wtrace, wcommit)
+
+    def _claim(self, res, audit_id, attempt, claims, undelivered) -> None:
+        """Starved seats claim their jobs; the worker publishes its transcript unless the case
+        withholds it. Once published (any round), members read the job from the event."""
+        w, p = self.world, self.world.protocol
+        if not claims or res.published:
+            return
+        for slot in claims:
+            p.claim_undelivered(w.nodes[attempt["seats"][slot]].account, audit_id, slot)
+            res.claims += 1
+        if not undelivered:
+            p.publish_transcript(w.nodes[self._worker_of(audit_id)].account, audit_id, list(TRANSCRIPT), SamplingParams())
+            res.published = True
 
     def _open_and_vote(self, audit_id, trace, members, wtrace, wcommit) -> None:
         w, p, pre = self.world, self.world.protocol, self.preset
@@ -198,6 +263,8 @@ class Replayer:
         for i in range(len(stakes0)):
             slashed = stakes0[i] - stakes1[i]
             credit = credits1[i] - credits0[i] - (bond if i == out.escalator else 0)
+            if out.contested and i == out.contest.challenger:  # its bond was paid in ETH, not from credit
+                credit -= self.preset.DISPUTE_BOND_WEI
             if slashed != out.slashed_wei.get(i, 0):
                 res.mismatches.append(f"node {i} slashed: simulator {out.slashed_wei.get(i, 0)}, contracts {slashed} wei")
             if credit != out.credits_wei.get(i, 0):
@@ -210,12 +277,17 @@ def agreement_table(results: list[ReplayResult]) -> list[dict]:
     rows = {}
     for r in results:
         row = rows.setdefault(r.case.kind, {"kind": r.case.kind, "audits": 0, "committees": 0, "abandoned": 0, "escalated": 0,
-                                            "lapsed": 0, "verdicts": {}, "agree": 0, "mismatches": 0})
+                                            "lapsed": 0, "claims": 0, "published": 0, "undelivered": 0, "contested": 0, "verdicts": {},
+                                            "agree": 0, "mismatches": 0})
         row["audits"] += 1
         row["committees"] += r.committees
         row["abandoned"] += r.abandoned
         row["escalated"] += r.escalated
         row["lapsed"] += r.lapsed
+        row["claims"] += r.claims
+        row["published"] += r.published
+        row["undelivered"] += r.undelivered
+        row["contested"] += r.contested
         if not r.abandoned:
             name = VERDICT_NAMES.get(r.verdict, "-")
             row["verdicts"][name] = row["verdicts"].get(name, 0) + 1

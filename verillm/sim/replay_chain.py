@@ -19,6 +19,7 @@ from verillm.spec import vrf
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import JobTrace, compute_commitment, compute_opening
 from verillm.spec.hashing import keccak256
+from verillm.spec.job import compute_tokens_hash, compute_transcript_hash
 from verillm.spec.params import Preset
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, sign_receipt
 from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, Receipt, SamplingParams
@@ -29,6 +30,11 @@ LAYERS = (1, 3)
 DIMS = 2
 MODEL = OnchainModel(MODEL_ID, LAYERS, DIMS, max_cell_error_ppb=(50_000, 50_000), rms_error_ppb=(30_000, 30_000), min_cells_for_rms=4)
 PROMPT_LEN, OUTPUT_TOKENS = 6, 10
+PROMPT_TOKENS = tuple(range(100, 100 + PROMPT_LEN))
+TRANSCRIPT = PROMPT_TOKENS + tuple(range(OUTPUT_TOKENS))
+"""The worker's input ‖ output: its receipt's outputHash hashes it, so it can be published when a
+member claims its job (`Delivery.publishTranscript`), and every member's inputHash is that hash."""
+WORKER_OUTPUT_HASH = compute_transcript_hash(PROMPT_TOKENS, TRANSCRIPT[PROMPT_LEN:])
 CHEAT_OFFSET = 1e-2
 FEE_POOL_RECEIPTS = 64
 """Dummy receipts batched once, so the levy fills the fee pool and no payment is capped (the
@@ -88,7 +94,8 @@ class ReplayWorld:
         inputs = PROMPT_LEN + OUTPUT_TOKENS if member else PROMPT_LEN
         receipt = Receipt(
             job_hash=keccak256(b"job" + nonce.to_bytes(8, "big") + bytes.fromhex(node.address[2:])), model_id=MODEL_ID,
-            input_hash=b"\x22" * 32 if member else b"\x11" * 32, output_hash=b"\x33" * 32 if member else b"\x22" * 32,
+            input_hash=WORKER_OUTPUT_HASH if member else compute_tokens_hash(PROMPT_TOKENS),
+            output_hash=b"\x33" * 32 if member else WORKER_OUTPUT_HASH,
             sampling=SamplingParams(), max_new_tokens=1 if member else 16,
             commitment_root=commitment.root, num_positions=trace.num_positions,
             worker=bytes.fromhex(node.address[2:]), signature=b"\x00" * 65,

@@ -2,11 +2,14 @@
 
 `FIRST_LANDING` is the contracts of the first landing (main before issue 9): what
 ../shared/notes/economics-check.md measured. `ISSUE9` is the `onchain` branch at 19cf271;
-`MAIN` is what main's contracts enforce today (issue 9 plus the graduated member penalty of
-97c39e4, `MEMBER_PENALTY_BPS`). `PENDING` names the contract changes under way, each one
-`with_changes(...)` away from `MAIN`. Every rule set drives the same audit and settlement
-code, so before/after curves come from one code base; `verillm sim replay` checks `MAIN`
-against the contracts audit by audit.
+`MEMBER_PENALTY` adds the graduated member penalty of 97c39e4 (`MEMBER_PENALTY_BPS`). `MAIN` is
+what main's contracts enforce today: that, plus the four changes that landed since (`LANDED`:
+bond refunded only to a winning escalator, an unheard escalation abandons the audit, the O(log n)
+stake tree, the job-delivery challenge). `NOT_LANDED` names the change still on a branch (the
+receipt-omission fix), and `main+coverage` applies it. Every rule set drives the same audit and
+settlement code (the spec's, as it is today: the escalation bond of every rule set follows the
+landed refund-on-win rule), so before/after curves come from one code base; `verillm sim replay`
+checks `MAIN` against the contracts audit by audit.
 """
 
 from dataclasses import dataclass, replace
@@ -48,9 +51,12 @@ class RuleSet:
     """The dispatcher is never drawn onto its own audit's committee."""
     lapse_refunds_bond: bool = False
     """An escalation whose committee cannot fill returns the escalator's bond (False: to the pool)."""
-    lapse_penalises_first_minority: bool = True
-    """An escalation that lapses (its committee cannot fill) settles the first round as decided:
-    its minority, the honest dissenter that escalated included, takes the member penalty."""
+    unheard_escalation_abandons: bool = False
+    """An escalation round that cannot be staffed (members missing after the redraws, or the pool
+    exhausted) abandons the whole audit: nobody slashed on either side, no fee paid, the bond
+    refunded (to the pool when the escalator is the dispatcher and the round lacked receipts:
+    `spec.settlement.compute_unheard_escalation`). False: the first round settles as decided, its
+    minority (the honest dissenter that escalated included) penalised; `lapse_refunds_bond`."""
     sortition_log_n: bool = False
     """Sortition costs O(log n) gas (a stake sum tree pruned of departed identities): `startAudit`
     fits a block at any N. False: O(n), the measured curve of `verillm.sim.gas`."""
@@ -89,38 +95,40 @@ ISSUE9 = FIRST_LANDING.with_changes(
     lapse_refunds_bond=True,
 )
 
-# main today: issue 9 and the graduated member penalty (97c39e4): a minority vote or a missed
-# opening takes MEMBER_PENALTY_BPS of the member's stake; full slashes only for provable lies.
-MAIN = ISSUE9.with_changes(name="main", minority_penalty_bps=None)
+# issue 9 and the graduated member penalty (97c39e4): a minority vote or a missed opening takes
+# MEMBER_PENALTY_BPS of the member's stake; full slashes only for provable lies. This was `main`
+# until the four changes of LANDED merged (2026-11-24).
+MEMBER_PENALTY = ISSUE9.with_changes(name="member-penalty", minority_penalty_bps=None)
 
-# Contract changes under way (other branches), each one change away from MAIN. Not yet on main,
-# so not in MAIN; `main+pending` applies them all.
-PENDING = {
-    # the escalation bond comes back only when the escalating side wins (a lapse keeps it)
-    "bond-refund-on-win-only": {"lapse_refunds_bond": False},
-    # an escalation that cannot be staffed slashes no honest party (the dissenter keeps its stake)
-    "unstaffable-escalation-spares-honest": {"lapse_penalises_first_minority": False},
-    # O(log n) sortition pruning departed identities: startAudit fits a block at any N
+# Contract changes that landed on main after MEMBER_PENALTY, each one change away from it (b9d35a6:
+# escalation + job-delivery challenge; de774f2: the stake tree).
+LANDED = {
+    # Jobs._settleBond: the bond comes back only when the escalating side wins (spec is_overturned);
+    # the spec's settlement does this for every rule set, so this entry records it, flag-free.
+    # Jobs._abandonRound (round 1): an unheard escalation abandons the audit, nobody slashed
+    "unheard-escalation-abandons": {"unheard_escalation_abandons": True},
+    # StakeTree.sol: a draw reads log2(slots) cells per seat (175k gas at 10,000 nodes)
     "log-n-sortition": {"sortition_log_n": True},
-    # a job-delivery challenge: withholding committee jobs is provable, starving does not redraw
+    # Delivery.sol: a member without its job claims; the worker publishes or is slashed (default)
     "job-delivery-challenge": {"dispatcher_feeds_seats": False},
 }
-MAIN_PENDING = MAIN.with_changes(name="main+pending", **{k: v for change in PENDING.values() for k, v in change.items()})
+MAIN = MEMBER_PENALTY.with_changes(name="main", **{k: v for change in LANDED.values() for k, v in change.items()})
 
-# What issue 9 asks beyond that (its "structural weaknesses"), as a what-if over main+pending:
-# a non-answer penalty (1% of stake), a fresh committee after an
-# abandoned round, provable non-delivery (a dispatcher cannot starve seats), receipts that must be
-# batched (omission is challengeable), windows in seconds.
-ISSUE9_FULL = MAIN_PENDING.with_changes(
+# Not landed (branch `omission`): a dispatcher-signed `batchBy` promise in the receipt and an
+# on-chain non-inclusion challenge; a dispatcher that omits a promised receipt is slashed.
+NOT_LANDED = {"receipt-coverage": {"omission_possible": False}}
+MAIN_COVERAGE = MAIN.with_changes(name="main+coverage", **NOT_LANDED["receipt-coverage"])
+
+# What issue 9 asks beyond that (its "structural weaknesses"), as a what-if over main+coverage:
+# a non-answer penalty (1% of stake), a fresh committee after an abandoned round, windows in seconds.
+ISSUE9_FULL = MAIN_COVERAGE.with_changes(
     name="issue-9-full",
     no_answer_penalty_bps=BPS // 100,
     fresh_draws_after_abandon=1,
-    dispatcher_feeds_seats=False,
-    omission_possible=False,
     windows_in_seconds=True,
 )
 
-RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9, MAIN, MAIN_PENDING, ISSUE9_FULL)}
+RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9, MEMBER_PENALTY, MAIN, MAIN_COVERAGE, ISSUE9_FULL)}
 
 
 def get_rules(name: str) -> RuleSet:

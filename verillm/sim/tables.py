@@ -13,11 +13,11 @@ from verillm.sim.strategies import STRATEGIES
 TABLE_SHARES = (0.10, 0.33, 0.49)
 GRIND_AUDITS = 1000
 TABLE_STRATEGIES = ("cheat-always", "cheat-fraction", "cheat-unwatched", "collude", "collude-withhold",
-                    "dispatcher-reroll", "stake-grind", "lazy", "grief-refuse", "grief-disagree", "grief-contest",
+                    "dispatcher-reroll", "withhold-jobs", "escalate-unheard", "stake-grind", "lazy", "grief-refuse", "grief-disagree", "grief-contest",
                     "withhold-openings", "worker-default", "flood-identities", "adaptive")
 
 
-def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=("main", "main+pending"), strategies=TABLE_STRATEGIES,
+def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=("main", "main+coverage"), strategies=TABLE_STRATEGIES,
                    shares=TABLE_SHARES, progress=None, **overrides) -> list[dict]:
     """Each strategy × adversary share × rule set, one engine run each."""
     rows = []
@@ -60,17 +60,20 @@ CELL_BEHAVIOURS = {
     "withhold": Behaviour(collude=True, withhold=True),
     "grind": Behaviour(collude=True, starve=True),
     "stake-grind": Behaviour(collude=True, stake_grind=True),
+    "escalate-unheard": Behaviour(collude=True, withhold=True, escalate_own_fail=True),
 }
 
 
-def cheat_cells(audits: int, nodes: int, shares=(0.10, 0.20, 0.33, 0.45), seed: int = 0) -> list[dict]:
+def cheat_cells(audits: int, nodes: int, shares=(0.10, 0.20, 0.33, 0.45), seed: int = 0, rules=None) -> list[dict]:
     """economics-check §2c, cheating worker (its own node dispatches): P(an audited cheat is not
-    slashed), of which abandoned; E[honest members slashed] per audit; per rule set."""
+    slashed), of which abandoned; E[honest members slashed] per audit; per rule set (``rules``:
+    names, default all)."""
     rows = []
     preset = get_preset("mainnet")
+    rule_sets = [RULES[n] for n in rules] if rules else list(RULES.values())
     for q in shares:
         for name, beh in CELL_BEHAVIOURS.items():
-            for rules in RULES.values():
+            for rules in rule_sets:
                 n = min(audits, GRIND_AUDITS) if beh.stake_grind else audits  # each grinds up to thousands of draws
                 res = run_cell(preset, rules, q, beh, n, nodes=nodes, dispatcher_adversarial=True, seed=seed)
                 rows.append({"q": q, "strategy": name, "rules": rules.name, "audits": n,
@@ -124,30 +127,31 @@ __all__ = ["strategy_table", "cheat_cells", "grief_cells", "liveness_cells", "ST
 
 
 FIXES = (
-    # (label, strategy, q, rules before, change as Scenario keyword arguments): main's findings
+    # (label, strategy, q, rules before, change, scenario keyword arguments for both runs): main's findings
     ("omission: a 4x audit rate does not help", "cheat-unwatched", 0.10, "main",
-     {"preset_overrides": (("AUDIT_RATE_BPS", 2000),)}),
-    ("omission: batching made enforceable (batchBy + non-inclusion challenge)", "cheat-unwatched", 0.10, "main",
-     {"rule_overrides": (("omission_possible", False),)}),
-    ("re-rolls: no redraws", "dispatcher-reroll", 0.33, "main", {"preset_overrides": (("MAX_COMMITTEE_REDRAWS", 0),)}),
-    ("re-rolls: job-delivery challenge (pending)", "dispatcher-reroll", 0.33, "main",
-     {"rule_overrides": (("dispatcher_feeds_seats", False),)}),
-    ("re-rolls: delivery challenge + fresh draw after abandon (issue-9-full)", "dispatcher-reroll", 0.33, "main", {"rules": "issue-9-full"}),
+     {"preset_overrides": (("AUDIT_RATE_BPS", 2000),)}, {}),
+    ("omission: batchBy promise + non-inclusion challenge (main+coverage, branch omission)", "cheat-unwatched", 0.10, "main",
+     {"rules": "main+coverage"}, {}),
+    ("grief-disagree at 49%: escalation committee 31", "grief-disagree", 0.49, "main",
+     {"preset_overrides": (("ESCALATION_COMMITTEE_SIZE", 31),)}, {}),
     ("grief-disagree at 33%: escalation committee 15", "grief-disagree", 0.33, "main",
-     {"preset_overrides": (("ESCALATION_COMMITTEE_SIZE", 15),)}),
-    ("collude-withhold at 33%: every pending change (main+pending)", "collude-withhold", 0.33, "main", {"rules": "main+pending"}),
-    ("identity flood: O(log n) sortition (pending)", "flood-identities", 0.10, "main",
-     {"rule_overrides": (("sortition_log_n", True),)}),
+     {"preset_overrides": (("ESCALATION_COMMITTEE_SIZE", 15),)}, {}),
+    ("escalate-unheard at 33%: four redraws", "escalate-unheard", 0.33, "main",
+     {"preset_overrides": (("MAX_COMMITTEE_REDRAWS", 4),)}, {}),
+    ("escalate-unheard at 33%: a fresh committee after an unheard round", "escalate-unheard", 0.33, "main",
+     {"rule_overrides": (("fresh_draws_after_abandon", 1),)}, {}),
+    ("grief-contest, 5% downtime in 600 s outages: proof window 300 blocks (1 h)", "grief-contest", 0.10, "main",
+     {"preset_overrides": (("PROOF_WINDOW_BLOCKS", 300),)}, {"offline": 0.05, "outage_s": 600.0}),
 )
 
 
 def fix_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, progress=None) -> list[dict]:
     """Each positive-EV finding, before and after the proposed change, against honest play."""
     rows = []
-    for label, strategy, q, rules, change in FIXES:
-        common = dict(preset=preset, adversary_share=q, workers=workers, jobs_per_s=jobs_per_s, duration_s=hours * 3600, seed=seed)
+    for label, strategy, q, rules, change, base in FIXES:
+        common = dict(preset=preset, adversary_share=q, workers=workers, jobs_per_s=jobs_per_s, duration_s=hours * 3600, seed=seed, **base)
         after_kw = {"rules": rules, **change}
-        result = {"fix": label, "strategy": strategy, "q": q, "rules_before": rules, "change": repr(change)}
+        result = {"fix": label, "strategy": strategy, "q": q, "rules_before": rules, "change": repr(change), "scenario": repr(base)}
         for tag, kw in (("before", {"rules": rules}), ("after", after_kw)):
             honest = table_row(run_scenario(Scenario(strategy="honest", **common, **kw)))
             row = table_row(run_scenario(Scenario(strategy=strategy, **common, **kw)))
@@ -155,6 +159,7 @@ def fix_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: 
             result[f"honest_slashed_{tag}_eth"] = row["honest_slashed_eth"]
             result[f"p_escape_{tag}"] = row["p_audited_cheat_escapes"]
             result[f"unslashed_cheats_{tag}"] = row["cheated_unslashed"]
+            result[f"honest_slashed_events_{tag}"] = row["honest_slashed_events"]
         rows.append(result)
         if progress:
             progress(result)
