@@ -28,6 +28,8 @@ from verillm.spec.merkle import MerkleProof
 from verillm.node.wire import from_hex
 
 INCLUDED, NOT_DUE, MISSING, INVALID = "included", "not_due", "missing", "invalid"
+MAX_BODY_BYTES = 64 * 1024
+"""A proof has at most 64 siblings of 32 bytes: a longer body is cut (and then fails to parse)."""
 
 
 @dataclass(frozen=True)
@@ -56,12 +58,14 @@ def get_inclusion_path(receipt_hash: bytes) -> str:
 
 def fetch_inclusion(node_url: str, receipt_hash: bytes, timeout_s: float) -> tuple[dict | None, str]:
     """Return (the node's proof body, "") or (None, why it showed none)."""
+    if not node_url.startswith(("http://", "https://")):  # a registered endpoint is the dispatcher's word: no file:// reads
+        return None, f"the dispatcher's URL {node_url!r} is not http(s)"
     url = node_url.rstrip("/") + get_inclusion_path(receipt_hash)
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return json.loads(response.read()), ""
+            return json.loads(response.read(MAX_BODY_BYTES)), ""
     except urllib.error.HTTPError as exc:
-        body = exc.read().decode(errors="replace")
+        body = exc.read(MAX_BODY_BYTES).decode(errors="replace")
         try:
             body = json.loads(body)["error"]["message"]
         except (ValueError, KeyError, TypeError):

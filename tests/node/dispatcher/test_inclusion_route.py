@@ -18,7 +18,7 @@ from verillm.chain.anvil import AnvilProcess, find_anvil_binary
 from verillm.chain.protocol import OnchainModel, Protocol
 from verillm.coverage_cli import promise as promise_cli
 from verillm.errors import ConfigError, InvalidInput, InvalidProof
-from verillm.inclusion import INCLUDED, INVALID, MISSING, NOT_DUE, check_inclusion
+from verillm.inclusion import INCLUDED, INVALID, MISSING, NOT_DUE, check_inclusion, fetch_inclusion
 from verillm.spec import coverage as spec
 from verillm.spec import vrf
 from verillm.spec.audit import compute_batch_levels
@@ -194,3 +194,9 @@ def test_a_proof_that_fails_any_condition_is_refused():
                        (spec.BatchRecord(b"\x00" * 32, dispatcher, 3, 100), "Merkle proof")):
         with pytest.raises(InvalidProof, match=why):
             spec.check_inclusion_proof(promise, batch, proof)
+
+
+def test_a_registered_endpoint_that_is_not_http_is_not_read():
+    """The endpoint comes from the dispatcher's registration: the client reads no local file for it."""
+    body, why = fetch_inclusion("file:///etc/hostname", b"\x01" * 32, 1.0)
+    assert body is None and "not http(s)" in why
