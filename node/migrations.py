@@ -130,9 +130,10 @@ def _run_script(db: Database, script: str) -> None:
 
 
 # Migration 3 belongs to the dispatcher role's audit scheduler and chain watcher (node/dispatcher/schema.py).
-from verillm.node.dispatcher.schema import migrate_3_dispatcher_audit_tables, migrate_4_batch_promises  # noqa: E402
+from verillm.node.dispatcher.schema import migrate_3_dispatcher_audit_tables, migrate_4_batch_promises, migrate_5_receipt_hash_index  # noqa: E402
 
-MIGRATIONS = (migrate_1_worker_tables, migrate_2_dispatcher_tables, migrate_3_dispatcher_audit_tables, migrate_4_batch_promises)
+MIGRATIONS = (migrate_1_worker_tables, migrate_2_dispatcher_tables, migrate_3_dispatcher_audit_tables, migrate_4_batch_promises,
+              migrate_5_receipt_hash_index)
 
 
 def get_schema_version(db: Database) -> int:

@@ -27,9 +27,11 @@ and audit ids, so the claim can be checked against the contracts directly
 (`verillm.chain.protocol.Protocol.get_audit`).
 
 With every job the dispatcher also signs a batching promise (`Completion.promise`,
-`verify_promise`): the receipt will be in one of its batches by a block. If it is not, the
-holder claims the omission on-chain and the dispatcher is slashed (`verillm claim-omission`,
-`Protocol.claim_omitted`; docs/protocol.md §12 "Batching promises").
+`verify_promise`): the receipt will be in one of its batches by a block. `check_inclusion`
+(verillm/inclusion.py) fetches the dispatcher's inclusion proof and verifies it on-chain; only
+when none holds after that block does the holder claim the omission, and then the dispatcher is
+slashed (`verillm promise check` / `claim`, `Protocol.claim_omitted`; docs/protocol.md §12
+"Batching promises").
 """
 
 import asyncio
@@ -49,6 +51,7 @@ from verillm.spec.receipt import SigningDomain, compute_receipt_hash, process_re
 from verillm.spec.types import Job, ModelManifest, Receipt
 
 from verillm.node.wire import compute_error_from_body, from_hex, promise_from_json, receipt_from_json
+from verillm.inclusion import InclusionCheck, check_inclusion  # noqa: F401  (re-exported: the SDK's promise check)
 
 
 # Where an audit can end (node/dispatcher/status.py): passed, window closed, failed, split, never filled.

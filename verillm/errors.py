@@ -75,6 +75,12 @@ class NotFound(VerillmError):
     http_status = 404
 
 
+class NotBatched(NotFound):
+    """A promised receipt is in no posted batch of this dispatcher yet."""
+
+    code = "not_batched"
+
+
 class ChainError(VerillmError):
     """A transaction reverted or the chain could not be reached."""
 

@@ -10,15 +10,19 @@ contracts/src/Coverage.sol; the rules in verillm.spec.coverage).
     answer   every `OmissionClaimed` naming this node is answered with the inclusion proof of the
              receipt in the batch that holds it (`proveIncluded`): a claim on an included receipt
              costs the claimant its bond; one on a receipt never batched cannot be answered.
+    show     the same proof is served off-chain to anyone who asks
+             (`GET /v1/verillm/receipts/{hash}/inclusion`), so a client checks before it claims.
 
 Stateless between ticks: each tick re-reads recorded claims and the chain; a repeated answer
 reverts ClaimResolved and is ignored.
 """
 
 import logging
+from dataclasses import dataclass
 
 from verillm.errors import QueueFull
 from verillm.spec import coverage as spec_coverage
+from verillm.spec.merkle import MerkleProof
 from verillm.spec.receipt import compute_receipt_hash
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
@@ -95,21 +99,41 @@ class OmissionAnswers:
 
     async def answer(self, claim_id: int, receipt_hash: bytes) -> bool:
         """Prove the claimed receipt's inclusion; return whether an answer was sent."""
-        job = self.tables.get_job_by_receipt_hash(receipt_hash)
-        if job is None or job.batch_row is None:
-            log.error("omission claim %d: receipt 0x%s is not in any batch of this node; the stake is at risk", claim_id, receipt_hash.hex())
+        found = find_stored_inclusion(self.tables, receipt_hash)
+        if found is None:
+            log.error("omission claim %d: receipt 0x%s is not in any posted batch of this node; the stake is at risk", claim_id, receipt_hash.hex())
             return False
-        batch = self.tables.get_batch(job.batch_row)
-        if batch["batch_id"] is None:
-            log.error("omission claim %d: the batch holding receipt 0x%s is not posted", claim_id, receipt_hash.hex())
-            return False
-        hashes = [compute_receipt_hash(j.receipt) for j in self.tables.get_batch_jobs(job.batch_row)]
-        proof = spec_coverage.compute_inclusion_proof(hashes, receipt_hash)
         try:
-            await self.chainio.send("prove_included", claim_id, batch["batch_id"], proof)
+            await self.chainio.send("prove_included", claim_id, found.batch_id, found.proof)
         except Exception as exc:
             if not is_revert(exc, "ClaimResolved"):
                 raise
             return False
-        log.info("omission claim %d answered: receipt 0x%s is leaf %d of batch %d", claim_id, receipt_hash.hex(), proof.index, batch["batch_id"])
+        log.info("omission claim %d answered: receipt 0x%s is leaf %d of batch %d", claim_id, receipt_hash.hex(), found.proof.index, found.batch_id)
         return True
+
+
+@dataclass(frozen=True)
+class StoredInclusion:
+    """Where this node batched a receipt, as it stored the batch when posting it."""
+
+    batch_id: int
+    posted_block: int
+    root: bytes
+    proof: MerkleProof
+
+
+def find_stored_inclusion(tables: DispatcherTables, receipt_hash: bytes) -> StoredInclusion | None:
+    """Return the inclusion proof of ``receipt_hash`` in the posted batch that holds it, rebuilt from
+    the receipts this node stored for that batch; None while it is in no posted batch. The omission
+    answer and the public inclusion route both use it, so a client sees the proof the node would
+    answer a claim with."""
+    job = tables.get_job_by_receipt_hash(receipt_hash)
+    if job is None or job.batch_row is None:
+        return None
+    batch = tables.get_batch(job.batch_row)
+    if batch["batch_id"] is None:
+        return None
+    hashes = [compute_receipt_hash(j.receipt) for j in tables.get_batch_jobs(job.batch_row)]
+    proof = spec_coverage.compute_inclusion_proof(hashes, receipt_hash)
+    return StoredInclusion(batch["batch_id"], batch["posted_block"], bytes.fromhex(batch["root"]), proof)

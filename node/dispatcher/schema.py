@@ -152,3 +152,9 @@ CREATE TABLE batch_promises (
 def migrate_4_batch_promises(db: Database) -> None:
     """Batching promises returned with client jobs (docs/protocol.md §12 "Batching promises")."""
     db.conn.execute(BATCH_PROMISES_TABLE)
+
+
+def migrate_5_receipt_hash_index(db: Database) -> None:
+    """Receipts looked up by hash: the public inclusion route (`GET /v1/verillm/receipts/{hash}/inclusion`)
+    and omission answers must not scan every job this node ever dispatched."""
+    db.conn.execute("CREATE INDEX dispatch_jobs_by_receipt_hash ON dispatch_jobs (receipt_hash)")

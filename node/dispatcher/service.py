@@ -13,12 +13,12 @@ import aiohttp
 from aiohttp import web
 
 from verillm.chain.deploy import Deployment
-from verillm.errors import ConfigError, NotFound
+from verillm.errors import ConfigError, NotBatched, NotFound
 
 from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_KEY, APP_METRICS, APP_DOMAIN, APP_STORE, APP_WORKER
 from verillm.node.dispatcher.batches import BatchScheduler
 from verillm.node.dispatcher.chainio import ChainIO, compute_vrf_secret_key
-from verillm.node.dispatcher.coverage import OmissionAnswers, Promises
+from verillm.node.dispatcher.coverage import OmissionAnswers, Promises, find_stored_inclusion
 from verillm.node.dispatcher.delivery import DeliveryDuties
 from verillm.node.dispatcher.duties import PartyDuties, PartyFaults
 from verillm.node.dispatcher.judging import AuditDriver
@@ -29,7 +29,7 @@ from verillm.node.dispatcher.tables import DispatcherTables
 from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.node.dispatcher.watcher import ChainWatcher
 from verillm.node.readiness import ReadinessMonitor
-from verillm.node.wire import from_hex
+from verillm.node.wire import from_hex, to_hex
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +148,31 @@ async def get_dispatcher_info(request: web.Request) -> web.Response:
     })
 
 
+async def get_receipt_inclusion(request: web.Request) -> web.Response:
+    """The proof that a receipt this node promised is in one of its posted batches (docs/protocol.md
+    §12 "Batching promises"). Public like the audit status: a receipt hash is no secret, and the
+    proof is what the node would answer an omission claim with (`find_stored_inclusion`)."""
+    service = request.app.get(APP_SERVICE)
+    if service is None:
+        raise NotFound("this node runs without the networked dispatcher ([dispatcher] enabled = false)")
+    receipt_hash = from_hex(request.match_info["receipt_hash"], "receipt_hash", 32)
+    batch_by_block = service.tables.get_promise_by_receipt_hash(receipt_hash)
+    if batch_by_block is None:
+        raise NotFound(f"unknown receipt 0x{receipt_hash.hex()}: this dispatcher never promised to batch it")
+    found = find_stored_inclusion(service.tables, receipt_hash)
+    if found is None:
+        raise NotBatched(f"receipt 0x{receipt_hash.hex()} is not batched yet; due by block {batch_by_block}")
+    proof = found.proof
+    return web.json_response({
+        "receipt_hash": to_hex(receipt_hash), "dispatcher": to_hex(service.chainio.address), "batch_by_block": batch_by_block,
+        "batch_id": found.batch_id, "posted_block": found.posted_block, "root": to_hex(found.root),
+        "leaf_index": proof.index, "leaf_count": proof.leaf_count, "siblings": [to_hex(s) for s in proof.siblings],
+    })
+
+
 def setup_dispatcher_routes(app: web.Application) -> None:
     """Register the dispatcher role's routes."""
     app.router.add_get("/v1/verillm/audits/{job_hash}", get_dispatch_status)
     app.router.add_get("/v1/verillm/audits/{job_hash}/evidence", get_dispatch_evidence)
     app.router.add_get("/v1/verillm/dispatcher", get_dispatcher_info)
+    app.router.add_get("/v1/verillm/receipts/{receipt_hash}/inclusion", get_receipt_inclusion)

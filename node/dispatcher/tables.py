@@ -125,6 +125,12 @@ class DispatcherTables:
         return self.db.execute("SELECT MIN(p.batch_by_block) FROM batch_promises p JOIN dispatch_jobs j ON j.job_hash = p.job_hash"
                                " WHERE j.batch_row IS NULL").fetchone()[0]
 
+    def get_promise_by_receipt_hash(self, receipt_hash: bytes) -> int | None:
+        """Return the batch_by_block this node promised for ``receipt_hash``, None if it never did."""
+        rows = self._rows("SELECT p.batch_by_block FROM batch_promises p JOIN dispatch_jobs j ON j.job_hash = p.job_hash"
+                          " WHERE j.receipt_hash = ? ORDER BY p.batch_by_block LIMIT 1", [receipt_hash.hex()])
+        return rows[0]["batch_by_block"] if rows else None
+
     def get_job_by_receipt_hash(self, receipt_hash: bytes) -> DispatchedJob | None:
         rows = self._rows("SELECT * FROM dispatch_jobs WHERE receipt_hash = ?", [receipt_hash.hex()])
         return _job_row(rows[0]) if rows else None

@@ -144,6 +144,19 @@ def is_inclusion_proof(promise: BatchPromise, batch: BatchRecord, proof: MerkleP
             and is_valid_merkle_proof(compute_leaf_hash(promise.receipt_hash), proof, batch.root))
 
 
+def check_inclusion_proof(promise: BatchPromise, batch: BatchRecord, proof: MerkleProof) -> None:
+    """Raise InvalidProof, naming the first failed condition, unless `is_inclusion_proof` holds: what
+    a client runs on a proof the dispatcher shows off-chain before it decides to claim."""
+    if batch.dispatcher != promise.dispatcher:
+        raise InvalidProof(f"batch is 0x{batch.dispatcher.hex()}'s, not the promise's dispatcher 0x{promise.dispatcher.hex()}")
+    if batch.posted_block > promise.batch_by_block:
+        raise InvalidProof(f"batch posted at block {batch.posted_block}, after the promised block {promise.batch_by_block}")
+    if proof.leaf_count != batch.count:
+        raise InvalidProof(f"proof over {proof.leaf_count} leaves, the batch has {batch.count}")
+    if not is_valid_merkle_proof(compute_leaf_hash(promise.receipt_hash), proof, batch.root):
+        raise InvalidProof("the Merkle proof does not lead from the receipt hash to the batch root")
+
+
 def compute_inclusion_proof(receipt_hashes: list[bytes], receipt_hash: bytes) -> MerkleProof:
     """Return the proof of ``receipt_hash`` in the batch over ``receipt_hashes``."""
     if receipt_hash not in receipt_hashes:
