@@ -1,6 +1,6 @@
 """docs/protocol.md §13 under the rules main enforces today (`MAIN`: issue 9, the graduated member
-penalty, unheard escalations that abandon the audit, the stake tree and the job-delivery
-challenge), each claim recomputed from the simulator so the section cannot drift."""
+penalty, unheard escalations that abandon the audit, the stake tree, the job-delivery challenge
+and receipt coverage), each claim recomputed from the simulator so the section cannot drift."""
 
 import math
 
@@ -14,7 +14,7 @@ from verillm.sim.bounds import tail
 from verillm.sim.engine import Scenario, run_scenario
 from verillm.sim.gas import GasModel
 from verillm.sim.montecarlo import make_pool, run_cell
-from verillm.sim.rules import LANDED, MAIN, MAIN_COVERAGE, MEMBER_PENALTY, NOT_LANDED
+from verillm.sim.rules import BEFORE_COVERAGE, LANDED, MAIN, MEMBER_PENALTY, RULES
 
 
 def _close(value, expected, n):
@@ -25,8 +25,11 @@ def test_landed_changes_are_one_change_each_and_main_is_all_of_them():
     for name, change in LANDED.items():
         assert MEMBER_PENALTY.with_changes(**change) != MEMBER_PENALTY and len(change) == 1, name
         assert all(getattr(MAIN, k) == v for k, v in change.items())
-    assert MAIN.with_changes(**NOT_LANDED["receipt-coverage"]) == MAIN_COVERAGE.with_changes(name="main")
-    assert MAIN.omission_possible and not MAIN_COVERAGE.omission_possible
+    assert "receipt-coverage" in LANDED and not MAIN.omission_possible
+    # before-coverage is main less Coverage.sol, kept for the before/after columns
+    assert BEFORE_COVERAGE.omission_possible and BEFORE_COVERAGE.with_changes(**LANDED["receipt-coverage"]) == MAIN.with_changes(
+        name="before-coverage")
+    assert RULES["main"] is MAIN and "main+coverage" not in RULES
 
 
 def test_collusion_escape_under_main_needs_both_rounds():
@@ -77,9 +80,10 @@ def test_abandonment_slashes_nobody_and_refusing_members_earn_nothing():
     assert r["abandoned"] > 0 and r["honest_slashed_eth"] == 0 and r["adversary_fees_and_rewards_eth"] >= 0
 
 
-def test_omitted_receipts_escape_at_zero_cost():
-    """§13 residual risk: a self-dispatching node never batches the jobs it cheats on."""
-    r = run_scenario(Scenario(rules="main", strategy="cheat-unwatched", adversary_share=0.1, workers=100, jobs_per_s=2, duration_s=1800))
+def test_omitted_receipts_escaped_at_zero_cost_before_coverage():
+    """§13 'receipt omission' before Coverage.sol: a self-dispatching node never batched the jobs
+    it cheated on."""
+    r = run_scenario(Scenario(rules="before-coverage", strategy="cheat-unwatched", adversary_share=0.1, workers=100, jobs_per_s=2, duration_s=1800))
     assert r["cheated_served"] > 100 and r["cheated_omitted_from_batches"] == r["cheated_served"] == r["cheated_unslashed"]
     assert r["adversary_slashed_eth"] == 0
 
@@ -119,7 +123,7 @@ def test_identity_flood_stopped_audits_until_the_stake_tree():
     assert fixed["flood_identities"] == 0 and fixed["audits"] > 0 and fixed["adversary_slashed_eth"] > 0
 
 
-@pytest.mark.parametrize("rules", ["main", "main+coverage"])
+@pytest.mark.parametrize("rules", ["before-coverage", "main"])
 def test_honest_network_slashes_nobody(rules):
     r = run_scenario(Scenario(rules=rules, strategy="honest", adversary_share=0.0, workers=50, jobs_per_s=2, duration_s=3600))
     assert r["audits"] > 100 and r["honest_slashed_eth"] == 0
@@ -161,12 +165,17 @@ def test_a_caught_cheat_escalating_into_an_unheard_round_escapes_more_than_collu
 
 
 def test_receipt_coverage_turns_the_unwatched_cheat_into_cheat_always():
-    """§13 'Audit coverage is voluntary' (main) and its fix (main+coverage, branch `omission`):
-    under main every self-dispatched cheat stays out of the batches; with a `batchBy` promise
-    and a non-inclusion challenge the same adversary is audited and slashed."""
+    """§13 'receipt omission' and its fix, landed (Coverage.sol): before it every self-dispatched
+    cheat stayed out of the batches and the strategy paid; under main the `batchBy` promise and
+    the non-inclusion challenge get the same adversary audited and slashed, at a loss."""
     kw = dict(strategy="cheat-unwatched", adversary_share=0.1, workers=100, jobs_per_s=2, duration_s=1800, seed=4)
-    fixed = run_scenario(Scenario(rules="main+coverage", **kw))
+    fixed = run_scenario(Scenario(rules="main", **kw))
     assert fixed["cheated_omitted_from_batches"] == 0 and fixed["audits"] > 0 and fixed["adversary_slashed_eth"] > 0
+    honest = {name: run_scenario(Scenario(rules=name, **{**kw, "strategy": "honest"})) for name in ("before-coverage", "main")}
+    before = run_scenario(Scenario(rules="before-coverage", **kw))
+    excess = {name: r["adversary_profit_per_identity_eth"] - honest[name]["adversary_profit_per_identity_eth"]
+              for name, r in (("before-coverage", before), ("main", fixed))}
+    assert excess["before-coverage"] > 0 > excess["main"]
 
 
 def test_a_larger_escalation_committee_protects_honest_workers_from_grief_at_q33():

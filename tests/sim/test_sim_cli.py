@@ -44,8 +44,8 @@ def test_sim_replay_command_reports_the_agreement_table(tmp_path):
     except ConfigError:
         pytest.skip("anvil not installed (npm ci --prefix contracts)")
     out = tmp_path / "replay.json"
-    result = CliRunner().invoke(cli, ["sim", "replay", "--audits", "1", "--json", str(out)])
+    result = CliRunner().invoke(cli, ["sim", "replay", "--audits", "1", "--omissions", "2", "--json", str(out)])
     assert result.exit_code == 0, result.output
-    assert "1/1 audits agree" in result.output
+    assert "1/1 audits agree" in result.output and "2/2 omission claims agree (1 dispatchers slashed" in result.output
     report = json.loads(out.read_text())
     assert report["rules"] == "main" and report["mismatched"] == [] and report["rows"][0]["audits"] == 1

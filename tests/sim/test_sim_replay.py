@@ -1,4 +1,4 @@
-"""The simulator pinned to the contracts: simulated audits (rules `main`) replayed on anvil
+"""The simulator pinned to the contracts: simulated audits and omission claims (rules `main`) replayed on anvil
 agree with the contracts committee by committee and wei by wei (`verillm sim replay` runs
 hundreds; this runs one audit of every kind)."""
 
@@ -8,7 +8,8 @@ from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess, find_anvil_binary
 from verillm.errors import ConfigError
 from verillm.sim.replay import CASE_KINDS, Replayer, agreement_table, run_replay, sample_cases
-from verillm.sim.rules import ISSUE9, MAIN
+from verillm.sim.replay_omission import OMISSION_KINDS, replay_omission, sample_omission_cases
+from verillm.sim.rules import BEFORE_COVERAGE, ISSUE9, MAIN
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,25 @@ def test_a_simulator_with_other_rules_is_caught_by_the_replay(replayer):
     finally:
         replayer.rules = MAIN
     assert any("slashed" in m for m in result.mismatches), result.mismatches
+
+
+def test_omission_claims_agree_with_the_coverage_contract(replayer):
+    """Receipt coverage (landed, `Coverage.sol`): a self-dispatched cheat that never batches its
+    promised receipt is slashed by `slashOmission` as the simulator's arithmetic says (stake,
+    claimant credit, fee pool, to the wei); a claim on a batched receipt is answered by
+    `proveIncluded` and its bond credited to the dispatcher. The rules before coverage predict
+    no slash: the replay reports it."""
+    cases = sample_omission_cases(2, replayer.adversarial, first_index=1000, seed=0)
+    assert [c.kind for c in cases] == list(OMISSION_KINDS) and replayer.adversarial[cases[0].dispatcher]
+    slashed, answered = (replay_omission(replayer, c) for c in cases)
+    assert slashed.mismatches == [] and answered.mismatches == []
+    assert slashed.omission_slashed and not answered.omission_slashed
+    try:
+        replayer.rules = BEFORE_COVERAGE
+        before = replay_omission(replayer, cases[0])
+    finally:
+        replayer.rules = MAIN
+    assert any(f"node {cases[0].dispatcher} slashed" in m for m in before.mismatches), before.mismatches
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ def sim():
 @sim.command()
 @click.option("--preset", default="mainnet", show_default=True)
 @click.option("--rules", "rules_name", default="main", show_default=True,
-              help="first-landing | issue-9 | member-penalty | main | main+coverage | issue-9-full (docs/simulation.md)")
+              help="first-landing | issue-9 | member-penalty | before-coverage | main | issue-9-full (docs/simulation.md)")
 @click.option("--workers", type=int, default=1000, show_default=True)
 @click.option("--stake", type=click.Choice(["equal", "lognormal"]), default="equal", show_default=True)
 @click.option("--adversary-share", type=float, default=0.1, show_default=True)
@@ -77,7 +77,7 @@ def run(preset, rules_name, workers, stake, adversary_share, strategy, attack, d
 @click.option("--workers", type=int, default=1000, show_default=True)
 @click.option("--jobs-per-s", type=float, default=2.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--rules", "rules_names", multiple=True, default=("main", "main+coverage"), show_default=True)
+@click.option("--rules", "rules_names", multiple=True, default=("before-coverage", "main"), show_default=True)
 @click.option("--offline", type=float, default=0.0, show_default=True, help="honest members' (and contested workers') downtime")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def table(preset, hours, workers, jobs_per_s, seed, rules_names, offline, json_path):
@@ -167,25 +167,32 @@ def plots(out_dir, cells_json, hours):
 
 @sim.command()
 @click.option("--audits", type=int, default=300, show_default=True)
+@click.option("--omissions", type=int, default=20, show_default=True,
+              help="omission claims after the audits (Coverage: claimOmitted, then slashOmission or proveIncluded)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def replay(audits, seed, json_path):
-    """Replay simulated audits (rules: main, preset: minimal) through the contracts on anvil and
-    compare committees, verdicts, slashes and credits; exits 1 on any mismatch."""
+def replay(audits, omissions, seed, json_path):
+    """Replay simulated audits and omission claims (rules: main, preset: minimal) through the
+    contracts on anvil and compare committees, verdicts, slashes and credits; exits 1 on any mismatch."""
     from verillm.chain import RpcChain
     from verillm.chain.anvil import AnvilProcess
     from verillm.sim.replay import run_replay
 
     def progress(r):
         if r.mismatches or (r.case.index + 1) % 25 == 0:
-            click.echo(f"  audit {r.case.index + 1}/{audits} ({r.case.kind}): {'; '.join(r.mismatches) or 'agree'}", err=True)
+            click.echo(f"  case {r.case.index + 1}/{audits + omissions} ({r.case.kind}): {'; '.join(r.mismatches) or 'agree'}", err=True)
 
     with AnvilProcess() as anvil:
-        results, rows = run_replay(RpcChain(anvil.url), audits, seed, progress)
+        results, rows = run_replay(RpcChain(anvil.url), audits, seed, progress, omissions=omissions)
     click.echo(format_table(list(rows[0]), [[_fmt(v) for v in r.values()] for r in rows]))
     mismatched = [{"case": r.case.index, "kind": r.case.kind, "mismatches": r.mismatches} for r in results if r.mismatches]
-    click.echo(f"{len(results) - len(mismatched)}/{len(results)} audits agree; {sum(r.committees for r in results)} committees compared")
-    write_json(json_path, {"audits": audits, "seed": seed, "rules": "main", "preset": "minimal", "rows": rows, "mismatched": mismatched})
+    claims = [r for r in results if r.case.kind.startswith("omission-")]
+    audited = [r for r in results if not r.case.kind.startswith("omission-")]
+    click.echo(f"{sum(not r.mismatches for r in audited)}/{len(audited)} audits agree; {sum(r.committees for r in audited)} committees compared")
+    click.echo(f"{sum(not r.mismatches for r in claims)}/{len(claims)} omission claims agree "
+               f"({sum(r.omission_slashed for r in claims)} dispatchers slashed by slashOmission)")
+    write_json(json_path, {"audits": audits, "omissions": omissions, "seed": seed, "rules": "main", "preset": "minimal", "rows": rows,
+                           "mismatched": mismatched})
     if mismatched:
         raise SystemExit(1)
 
@@ -193,8 +200,8 @@ def replay(audits, seed, json_path):
 PLOT_RUNS = (
     ("first-landing", ("collude", "stake-grind", "dispatcher-reroll", "cheat-unwatched")),
     ("issue-9", ("collude", "dispatcher-reroll", "cheat-unwatched")),
+    ("before-coverage", ("cheat-unwatched",)),
     ("main", ("collude", "dispatcher-reroll", "cheat-unwatched", "escalate-unheard")),
-    ("main+coverage", ("cheat-unwatched",)),
 )
 
 

@@ -84,6 +84,7 @@ class ReplayResult:
     published: bool = False
     undelivered: bool = False
     contested: bool = False
+    omission_slashed: bool = False
     mismatches: list = field(default_factory=list)
 
 
@@ -277,7 +278,7 @@ def agreement_table(results: list[ReplayResult]) -> list[dict]:
     rows = {}
     for r in results:
         row = rows.setdefault(r.case.kind, {"kind": r.case.kind, "audits": 0, "committees": 0, "abandoned": 0, "escalated": 0,
-                                            "lapsed": 0, "claims": 0, "published": 0, "undelivered": 0, "contested": 0, "verdicts": {},
+                                            "lapsed": 0, "claims": 0, "published": 0, "undelivered": 0, "contested": 0, "omission_slashed": 0, "verdicts": {},
                                             "agree": 0, "mismatches": 0})
         row["audits"] += 1
         row["committees"] += r.committees
@@ -288,7 +289,8 @@ def agreement_table(results: list[ReplayResult]) -> list[dict]:
         row["published"] += r.published
         row["undelivered"] += r.undelivered
         row["contested"] += r.contested
-        if not r.abandoned:
+        row["omission_slashed"] += r.omission_slashed
+        if not r.abandoned and not r.case.kind.startswith("omission-"):  # a claim has no verdict
             name = VERDICT_NAMES.get(r.verdict, "-")
             row["verdicts"][name] = row["verdicts"].get(name, 0) + 1
         row["agree"] += not r.mismatches
@@ -296,11 +298,18 @@ def agreement_table(results: list[ReplayResult]) -> list[dict]:
     return list(rows.values())
 
 
-def run_replay(chain, audits: int, seed: int = 0, progress=None) -> tuple[list[ReplayResult], list[dict]]:
+def run_replay(chain, audits: int, seed: int = 0, progress=None, omissions: int = 0) -> tuple[list[ReplayResult], list[dict]]:
+    """``audits`` sampled audits, then ``omissions`` omission claims (`verillm.sim.replay_omission`)."""
+    from verillm.sim.replay_omission import replay_omission, sample_omission_cases  # it imports this module
+
     replayer = Replayer(chain, seed=seed)
     results = []
     for case in sample_cases(audits, replayer.adversarial, seed):
         results.append(replayer.replay(case))
+        if progress:
+            progress(results[-1])
+    for case in sample_omission_cases(omissions, replayer.adversarial, audits, seed):
+        results.append(replay_omission(replayer, case))
         if progress:
             progress(results[-1])
     return results, agreement_table(results)

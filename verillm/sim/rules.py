@@ -2,11 +2,12 @@
 
 `FIRST_LANDING` is the contracts of the first landing (main before issue 9): what
 ../shared/notes/economics-check.md measured. `ISSUE9` is the `onchain` branch at 19cf271;
-`MEMBER_PENALTY` adds the graduated member penalty of 97c39e4 (`MEMBER_PENALTY_BPS`). `MAIN` is
-what main's contracts enforce today: that, plus the four changes that landed since (`LANDED`:
-bond refunded only to a winning escalator, an unheard escalation abandons the audit, the O(log n)
-stake tree, the job-delivery challenge). `NOT_LANDED` names the change still on a branch (the
-receipt-omission fix), and `main+coverage` applies it. Every rule set drives the same audit and
+`MEMBER_PENALTY` adds the graduated member penalty of 97c39e4 (`MEMBER_PENALTY_BPS`).
+`BEFORE_COVERAGE` is main before the receipt-omission fix merged: that, plus four changes (bond
+refunded only to a winning escalator, an unheard escalation abandons the audit, the O(log n) stake
+tree, the job-delivery challenge). `MAIN` is what main's contracts enforce today: all of `LANDED`,
+the receipt-coverage change included (contracts/src/Coverage.sol: a dispatcher-signed batching
+promise and an on-chain non-inclusion challenge). Every rule set drives the same audit and
 settlement code (the spec's, as it is today: the escalation bond of every rule set follows the
 landed refund-on-win rule), so before/after curves come from one code base; `verillm sim replay`
 checks `MAIN` against the contracts audit by audit.
@@ -97,11 +98,11 @@ ISSUE9 = FIRST_LANDING.with_changes(
 
 # issue 9 and the graduated member penalty (97c39e4): a minority vote or a missed opening takes
 # MEMBER_PENALTY_BPS of the member's stake; full slashes only for provable lies. This was `main`
-# until the four changes of LANDED merged (2026-11-24).
+# until the changes of LANDED merged (2026-11-24).
 MEMBER_PENALTY = ISSUE9.with_changes(name="member-penalty", minority_penalty_bps=None)
 
 # Contract changes that landed on main after MEMBER_PENALTY, each one change away from it (b9d35a6:
-# escalation + job-delivery challenge; de774f2: the stake tree).
+# escalation + job-delivery challenge; de774f2: the stake tree; then Coverage.sol).
 LANDED = {
     # Jobs._settleBond: the bond comes back only when the escalating side wins (spec is_overturned);
     # the spec's settlement does this for every rule set, so this entry records it, flag-free.
@@ -111,24 +112,26 @@ LANDED = {
     "log-n-sortition": {"sortition_log_n": True},
     # Delivery.sol: a member without its job claims; the worker publishes or is slashed (default)
     "job-delivery-challenge": {"dispatcher_feeds_seats": False},
+    # Coverage.sol: the dispatcher signs a `batchBy` promise with every job; its holder claims
+    # non-inclusion after it (claimOmitted), only a Merkle proof into the dispatcher's own batch
+    # answers (proveIncluded), unanswered the dispatcher is slashed (slashOmission)
+    "receipt-coverage": {"omission_possible": False},
 }
+# main before Coverage.sol merged (2026-11-24): every change of LANDED but receipt coverage.
+BEFORE_COVERAGE = MEMBER_PENALTY.with_changes(
+    name="before-coverage", **{k: v for name, change in LANDED.items() if name != "receipt-coverage" for k, v in change.items()})
 MAIN = MEMBER_PENALTY.with_changes(name="main", **{k: v for change in LANDED.values() for k, v in change.items()})
 
-# Not landed (branch `omission`): a dispatcher-signed `batchBy` promise in the receipt and an
-# on-chain non-inclusion challenge; a dispatcher that omits a promised receipt is slashed.
-NOT_LANDED = {"receipt-coverage": {"omission_possible": False}}
-MAIN_COVERAGE = MAIN.with_changes(name="main+coverage", **NOT_LANDED["receipt-coverage"])
-
-# What issue 9 asks beyond that (its "structural weaknesses"), as a what-if over main+coverage:
+# What issue 9 asks beyond that (its "structural weaknesses"), as a what-if over main:
 # a non-answer penalty (1% of stake), a fresh committee after an abandoned round, windows in seconds.
-ISSUE9_FULL = MAIN_COVERAGE.with_changes(
+ISSUE9_FULL = MAIN.with_changes(
     name="issue-9-full",
     no_answer_penalty_bps=BPS // 100,
     fresh_draws_after_abandon=1,
     windows_in_seconds=True,
 )
 
-RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9, MEMBER_PENALTY, MAIN, MAIN_COVERAGE, ISSUE9_FULL)}
+RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9, MEMBER_PENALTY, BEFORE_COVERAGE, MAIN, ISSUE9_FULL)}
 
 
 def get_rules(name: str) -> RuleSet:

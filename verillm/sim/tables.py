@@ -17,7 +17,7 @@ TABLE_STRATEGIES = ("cheat-always", "cheat-fraction", "cheat-unwatched", "collud
                     "withhold-openings", "worker-default", "flood-identities", "adaptive")
 
 
-def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=("main", "main+coverage"), strategies=TABLE_STRATEGIES,
+def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=("before-coverage", "main"), strategies=TABLE_STRATEGIES,
                    shares=TABLE_SHARES, progress=None, **overrides) -> list[dict]:
     """Each strategy × adversary share × rule set, one engine run each."""
     rows = []
@@ -128,10 +128,10 @@ __all__ = ["strategy_table", "cheat_cells", "grief_cells", "liveness_cells", "ST
 
 FIXES = (
     # (label, strategy, q, rules before, change, scenario keyword arguments for both runs): main's findings
-    ("omission: a 4x audit rate does not help", "cheat-unwatched", 0.10, "main",
+    ("omission: a 4x audit rate does not help", "cheat-unwatched", 0.10, "before-coverage",
      {"preset_overrides": (("AUDIT_RATE_BPS", 2000),)}, {}),
-    ("omission: batchBy promise + non-inclusion challenge (main+coverage, branch omission)", "cheat-unwatched", 0.10, "main",
-     {"rules": "main+coverage"}, {}),
+    ("omission: batchBy promise + non-inclusion challenge (Coverage.sol, landed: main)", "cheat-unwatched", 0.10, "before-coverage",
+     {"rules": "main"}, {}),
     ("grief-disagree at 49%: escalation committee 31", "grief-disagree", 0.49, "main",
      {"preset_overrides": (("ESCALATION_COMMITTEE_SIZE", 31),)}, {}),
     ("grief-disagree at 33%: escalation committee 15", "grief-disagree", 0.33, "main",
