@@ -70,6 +70,9 @@ class HonestParties:
         for t in self.audits:
             if self.audit(t.run.audit_id).phase not in (SETTLED, ABANDONED):
                 self._honest_answers(t)
+        # Batching promises next (fuzz_coverage): an answer to an omission claim has the same
+        # 5-block proof window; then the client's claims and slashes.
+        self._honest_coverage()
         for t in self.audits:
             state = self.audit(t.run.audit_id)
             if state.phase not in (SETTLED, ABANDONED):
