@@ -11,7 +11,8 @@ the job was served + BATCH_BY_BLOCKS. The promise's fate (`Promised.fate`):
             after the deadline, or never), then draws and starts its audit
     wrong   the cheater batches a different leaf in time (the receipt it audits is not the one it
             promised)
-Honest parties (`CoverageParties._honest_coverage`, on every step, before the audits' turns):
+Honest parties (on every step: the dispatchers' answers before the audits' turns,
+`_honest_coverage_answers`; the client after them, `_honest_client`):
     client      the holder of every promise: once `batchByBlock` is mined it looks for the leaf in
                 the dispatcher's batches posted ≤ `batchByBlock` (on-chain root, dispatcher and
                 posted block, `spec.is_inclusion_proof`) and claims with the bond whenever it
@@ -116,10 +117,16 @@ class CoverageParties:
         return c[5], c[4]
 
     # --- honest parties ---------------------------------------------------------------------------
-    def _honest_coverage(self) -> None:
+    def _honest_coverage_answers(self) -> None:
+        """Every open claim on a promise its dispatcher kept is answered at once (5-block window)."""
+        self._answer_or_slash(slash=False)
+
+    def _honest_client(self) -> None:
+        """The client: slash unanswered claims, claim what it cannot see batched (no hurry:
+        the claim window is OMISSION_CLAIM_WINDOW_BLOCKS, a slash may come any time after)."""
         if not self.promises:
             return
-        self._answer_or_slash()
+        self._answer_or_slash(slash=True)
         head = self.reads.head()
         for pr in self.promises:
             if pr.seen_included or pr.claims or head < pr.batch_by or head >= pr.batch_by + PRESET.OMISSION_CLAIM_WINDOW_BLOCKS:
@@ -132,9 +139,9 @@ class CoverageParties:
                 pr.claims.append((tx.value, "client"))
                 self.claim_of[tx.value] = pr
 
-    def _answer_or_slash(self) -> None:
-        """Every open claim: its dispatcher answers if it kept the promise; past the proof window,
-        the client slashes."""
+    def _answer_or_slash(self, slash: bool) -> None:
+        """Every open claim: its dispatcher answers if it kept the promise; past the proof window
+        (``slash``), the client slashes."""
         for claim_id, pr in list(self.claim_of.items()):
             if claim_id in self.resolved:
                 continue
@@ -148,7 +155,7 @@ class CoverageParties:
                 if self._try(self.p.prove_included, self._node(pr.dispatcher).account, claim_id, pr.batch_id, proof) is not None:
                     self.resolved.add(claim_id)
                     continue
-            if self.reads.head() >= deadline and self._try(self.p.slash_omission, self.client, claim_id) is not None:
+            if slash and self.reads.head() >= deadline and self._try(self.p.slash_omission, self.client, claim_id) is not None:
                 self.resolved.add(claim_id)
 
     # --- adversarial rules --------------------------------------------------------------------
