@@ -67,9 +67,19 @@ class HonestParties:
         # MINIMAL) gone. Answering after them let a contest's window close on an honest party
         # that had seen it at once: it was slashed (ContestLost), the fuzzer's "honest node lost
         # stake" (issue 9). On a real chain those transactions share blocks.
+        # The same holds for a worker's publication when its job is claimed (fuzz_delivery): a
+        # pass whose other audits sent ~15 transactions before this audit's turn let the
+        # publication window (one commit window) close on an honest worker claimed at the end of
+        # the previous pass: slashUndelivered, "honest node 1 lost stake" (seed 3002, harness).
         for t in self.audits:
-            if self.audit(t.run.audit_id).phase not in (SETTLED, ABANDONED):
+            state = self.audit(t.run.audit_id)
+            if state.phase not in (SETTLED, ABANDONED):
                 self._honest_answers(t)
+                if state.phase == COMMITTING:
+                    self._honest_delivery(t, state)
+        # Batching promises (fuzz_coverage): an answer to an omission claim has the same 5-block
+        # proof window. The client's claims and slashes wait for the end of the pass.
+        self._honest_coverage_answers()
         for t in self.audits:
             state = self.audit(t.run.audit_id)
             if state.phase not in (SETTLED, ABANDONED):
@@ -87,6 +97,7 @@ class HonestParties:
                 self._honest_opening(t, state)
             self._honest_disputes(t, state)
             self._honest_progress(t, state)
+        self._honest_client()
 
     def _honest_progress(self, t: Tracked, state) -> None:
         """What an honest dispatcher does once it is due: finalize a round whose windows closed,

@@ -6,7 +6,9 @@ Cast (the ten nodes of `contract_scenario.World(extra_nodes=4)`: enough for an e
 committee of 5 besides the worker, the dispatcher and a first committee of 3):
     nodes 0, 1      honest; workers and dispatchers
     node 2          cheats whenever it is a worker (five ways: see `CHEAT_MODES`; "withhold": it
-                    dispatches its own job and withholds its committee's jobs), publishes its
+                    dispatches its own job and withholds its committee's jobs); as a dispatcher it
+                    keeps its batching promise or omits the receipt (never batched, batched late,
+                    a different leaf batched: `fuzz_coverage.BATCHING`); publishes its
                     transcript when claimed or not (any step, late included), escalates its own
                     FAIL and draws the escalation, tops its stake back up once slashed out; an
                     honest member
@@ -16,35 +18,44 @@ committee of 5 besides the worker, the dispatcher and a first committee of 3):
     outsider        griefer: finalize, settle, replaceMissing, drawChallenge, drawEscalation,
                     escalate, contest, adjudicate, Jobs.claim, slashUndelivered (any slot),
                     publishTranscript (wrong token, length or sampling, or the right one),
-                    claimUndelivered, at any time with any arguments
+                    claimUndelivered, and the omission challenge (claimOmitted on any promise at
+                    any block, a wrong bond, forged or altered signatures, proveIncluded into a
+                    foreign batch, slashOmission of any claim id), at any time with any arguments
+    client          holds every batching promise; claims whenever it cannot see the receipt
+                    batched in time, and slashes unanswered claims (fuzz_coverage)
 Honest parties follow docs/protocol.md: after every step each does what is due (post its
 receipt when its dispatcher sends it the job or the transcript is published, claim a job that
-never came, publish its transcript when claimed, slash an unanswered claim, open, vote on what
+never came, publish its transcript when claimed, slash an unanswered claim, batch every promised
+receipt at once and answer every omission claim on it, open, vote on what
 the worker posted, answer contests, contest an opening that does not prove, adjudicate a lying
 "agree"). The job-delivery challenge: `fuzz_delivery.py`.
 
 Invariants, after every step:
     conservation  each contract's balance = what it owes, to the wei (Registry: stakes; Jobs:
-                  credits + fee pool + escalation bonds held; Disputes: open contest bonds)
-    honest        an honest node's stake and credit never decrease
+                  credits + fee pool + escalation bonds held, relayed omission credits included;
+                  Disputes: open contest bonds; Coverage: the bonds of open omission claims)
+    honest        an honest node's stake and credit never decrease, nor the client's credit
 At the end of every run (teardown), whatever happened:
     termination   every audit reaches SETTLED or ABANDONED by block start + `BOUND_BLOCKS` +
                   2 commit windows per claim window opened on it (docs/protocol.md §12,
                   "Bounded termination"; at most one window per seat drawn) of permissionless
                   calls, or within the slack of the teardown's own pokes when the run ended
-                  later; every stake lock is back to 0
+                  later; every omission claim resolved within its proof window (+ the slack);
+                  every stake lock (audits and omission claims) is back to 0
     cheater       a cheating worker is slashed unless its audit was abandoned under a §13
                   condition: its escalation was unheard (round 1 unstaffed or starved). Its own
                   dispatching withholding the committee's jobs is no longer one: an honest
                   member claims, and it publishes (and is judged) or is slashed
+    batching      every promise issued in the run is kept (its receipt hash is a leaf of a batch
+                  its dispatcher posted ≤ batchByBlock) or its dispatcher was slashed by
+                  slashOmission for it (the client claims whenever it cannot see the leaf, so no
+                  promise is left unclaimed); an honest dispatcher's promises are all kept and
+                  every claim on them answered
 Honest-majority: node 5 is the only adversarial member, so a committee of 3 has at most one.
 
-Not asserted: "every receipt a client holds is batched by its deadline, or someone is slashed":
-receipts carry no batching deadline in these contracts (docs/protocol.md §13, residual risks),
-so there is nothing on-chain to check it against.
-
 Paths: the rule sequence of each run, and each audit's lifecycle (the (round, phase) states the
-honest parties saw, with ("claim", round) and ("publish", round) marks, then how it ended): `STATS["paths"]` and `STATS["lifecycles"]`.
+honest parties saw, with ("claim", round) and ("publish", round) marks, then how it ended): `STATS["paths"]` and `STATS["lifecycles"]`;
+each promise's path (fate, honest dispatcher, kept, (claimant, final claim state)): `STATS["omission_paths"]`.
 """
 
 import os
@@ -63,6 +74,7 @@ from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import compute_opening
 
 from contract_scenario import CHEAT_OFFSET, LAYERS, OUTPUT_TOKENS, PRESET, PROMPT_LEN, World
+from fuzz_coverage import BATCHING, MAX_PROMISES, CoverageParties
 from fuzz_delivery import DeliveryParties, signed_member, signed_worker
 from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, COMMITTING, HONEST, OPENING, SETTLED, HonestParties, Tracked
 from fuzz_rpc import CachedReader, CachedReads, FastReader, FastSender, RawRpc, read_batch
@@ -82,11 +94,17 @@ CLAIM_WINDOW_BLOCKS = 2 * PRESET.COMMIT_WINDOW_BLOCKS
 SLACK_BLOCKS = 60  # the teardown mines 4 blocks a round, and each of its transactions mines one
 
 STATS = {"steps": 0, "runs": 0, "paths": set(), "lifecycles": set(), "failures": 0, "reported": set(),
-         "delivery": {"audits": 0, "claimed": 0, "published": 0, "slashed_undelivered": 0}}
+         "delivery": {"audits": 0, "claimed": 0, "published": 0, "slashed_undelivered": 0},
+         "omission": {"promises": 0, "keep": 0, "never": 0, "late": 0, "wrong": 0, "claims": 0, "client_claims": 0,
+                      "griefer_claims": 0, "answered": 0, "slashed": 0},
+         "omission_paths": set()}
 
 
-class ProtocolMachine(DeliveryParties, HonestParties, RuleBasedStateMachine):
+class ProtocolMachine(CoverageParties, DeliveryParties, HonestParties, RuleBasedStateMachine):
     """One deployment, reverted to its registered state before every run."""
+
+    stats = STATS
+    max_audits, max_active = MAX_AUDITS, MAX_ACTIVE
 
     world: World = None
     rpc: RawRpc = None
@@ -105,6 +123,12 @@ class ProtocolMachine(DeliveryParties, HonestParties, RuleBasedStateMachine):
         self.jobs = CachedReader(FastReader(self.rpc, self.p.jobs), self.reads)
         self.registry = CachedReader(FastReader(self.rpc, self.p.registry), self.reads)
         self.disputes = CachedReader(FastReader(self.rpc, self.p.disputes), self.reads)
+        self.coverage = CachedReader(FastReader(self.rpc, self.p.coverage), self.reads)
+        self.promise_domain = self.p.get_promise_domain()
+        self.client = self.world.chain.dev_accounts[8]  # holds every promise (fuzz_coverage)
+        self.promises = []  # fuzz_coverage.Promised, one per job served
+        self.claim_of = {}  # omission claim id → its Promised
+        self.resolved = set()  # omission claims answered or slashed
         self.audits: list[Tracked] = []
         self.nonce = 0
         self.cells: dict[int, list] = {}  # contest id → its cells
@@ -167,22 +191,27 @@ class ProtocolMachine(DeliveryParties, HonestParties, RuleBasedStateMachine):
         self._honest()
 
     def _addresses(self):
-        return [n.address for n in self.world.nodes] + [self.world.outsider.address]
+        return [n.address for n in self.world.nodes] + [self.world.outsider.address, self.client.address]
 
     # --- rules -----------------------------------------------------------------------------
     @initialize()
     def record_floor(self):
         self.floor = {i: (self.stake(self._node(i).address), self.jobs("credits", self._node(i).address)) for i in HONEST}
+        self.client_floor = self.jobs("credits", self.client.address)
 
     def _active(self) -> int:
         return sum(1 for t in self.audits if self.audit(t.run.audit_id).phase not in (SETTLED, ABANDONED))
 
-    @precondition(lambda self: len(self.audits) < MAX_AUDITS)  # the chain's state is not read here: replays stay consistent
-    @rule(worker=st.sampled_from([0, 1, CHEATER]), dispatcher=st.sampled_from([0, 1, CHEATER]), mode=st.sampled_from(CHEAT_MODES))
-    def new_audit(self, worker, dispatcher, mode):
-        """A job audited. Node 2 as the dispatcher withholds the committee's jobs: of its own job
-        (mode "withhold", or any mode it dispatches), or of an honest worker's (which publishes
-        when the members claim)."""
+    # the chain's state is not read here: replays stay consistent
+    @precondition(lambda self: len(self.audits) < MAX_AUDITS and len(self.promises) < MAX_PROMISES)
+    @rule(worker=st.sampled_from([0, 1, CHEATER]), dispatcher=st.sampled_from([0, 1, CHEATER]), mode=st.sampled_from(CHEAT_MODES),
+          batching=st.sampled_from(BATCHING))
+    def new_audit(self, worker, dispatcher, mode, batching="keep"):
+        """A job served, with its dispatcher's batching promise, and audited. Node 2 as the
+        dispatcher withholds the committee's jobs: of its own job (mode "withhold", or any mode it
+        dispatches), or of an honest worker's (which publishes when the members claim); and
+        batches the receipt as ``batching`` says (fuzz_coverage: keep, never, late, a wrong leaf).
+        An honest dispatcher batches it at once."""
         if self._active() >= MAX_ACTIVE:
             self._step("new_audit:busy")
             return
@@ -193,9 +222,16 @@ class ProtocolMachine(DeliveryParties, HonestParties, RuleBasedStateMachine):
             return
         self.nonce += 1
         party = self._worker(worker, cheat, self.nonce)
-        run = self.world.start(party, dispatcher=self._node(dispatcher))
-        self.audits.append(Tracked(run, worker, dispatcher, mode if cheat else "honest", start_block=self.reads.head()))
-        self._step("new_audit")
+        promise = self._promise(dispatcher, worker, party, mode if cheat else "honest", batching if dispatcher == CHEATER else "keep")
+        if promise.fate in ("never", "late"):  # not batched now: no audit (a late batch starts one, cheat_batches_late)
+            self._step(f"new_audit:{promise.fate}")
+            return
+        run, promise.batch_id = self._start_batched(party, dispatcher)
+        self._track(run, worker, dispatcher, promise.mode)
+        self._step("new_audit" if promise.fate == "keep" else f"new_audit:{promise.fate}")
+
+    def _track(self, run, worker: int, dispatcher: int, mode: str) -> None:
+        self.audits.append(Tracked(run, worker, dispatcher, mode, start_block=self.reads.head()))
 
     @rule(blocks=st.integers(1, 4))  # < PROOF_WINDOW_BLOCKS: an honest party acts within every window
     def mine(self, blocks):
@@ -314,23 +350,29 @@ class ProtocolMachine(DeliveryParties, HonestParties, RuleBasedStateMachine):
         creditors = self._addresses() + [self.world.owner.address]
         count = self.disputes("contestCount")
         jobs, registry, disputes = self.jobs.raw, self.registry.raw, self.disputes.raw
-        calls = [p.registry.address, p.jobs.address, p.disputes.address, (jobs, "feePoolWei", ())]
+        claims = self.coverage("claimCount")
+        calls = [p.registry.address, p.jobs.address, p.disputes.address, p.coverage.address, (jobs, "feePoolWei", ())]
         calls += [(registry, "getNode", (a,)) for a in nodes] + [(jobs, "credits", (a,)) for a in creditors]
         calls += [(disputes, "getContest", (i,)) for i in range(count)]
         calls += [(jobs, "getAuditExtra", (t.run.audit_id,)) for t in self.audits]
         calls += [(jobs, "getAudit", (t.run.audit_id,)) for t in self.audits]
+        calls += [(self.coverage.raw, "getClaim", (i,)) for i in range(1, claims + 1)]
         got = read_batch(self.rpc, calls)
-        registry_wei, jobs_wei, disputes_wei, pool = got[:4]
-        at = 4
+        registry_wei, jobs_wei, disputes_wei, coverage_wei, pool = got[:5]
+        at = 5
         node_rows, at = got[at:at + len(nodes)], at + len(nodes)
         credits, at = got[at:at + len(creditors)], at + len(creditors)
         contests, at = got[at:at + count], at + count
-        extras, views = got[at:at + len(self.audits)], got[at + len(self.audits):]
+        extras, at = got[at:at + len(self.audits)], at + len(self.audits)
+        views, omission_claims = got[at:at + len(self.audits)], got[at + len(self.audits):]
         bonds = sum(p.params["disputeBondWei"] for e, v in zip(extras, views, strict=True)
                     if int(e[3], 16) != 0 and v[4] == 1 and v[5] not in (SETTLED, ABANDONED))
         assert registry_wei == sum(row[0] for row in node_rows), "Registry balance != stakes"
         assert jobs_wei == sum(credits) + pool + bonds, "Jobs balance != credits + pool + escalation bonds"
         assert disputes_wei == sum(c[6] for c in contests if c[3]), "Disputes balance != open contest bonds"
+        open_claims = sum(1 for c in omission_claims if c[5] == 1)
+        assert coverage_wei == open_claims * p.params["omissionClaimBondWei"], "Coverage balance != open omission claim bonds"
+        assert credits[len(nodes) + 1] >= self.client_floor, "the honest client lost credit"
         for i, (stake, credit) in self.floor.items():
             assert node_rows[i][0] >= stake, f"honest node {i} lost stake"
             assert credits[i] >= credit, f"honest node {i} lost credit"
@@ -396,8 +438,9 @@ class ProtocolMachine(DeliveryParties, HonestParties, RuleBasedStateMachine):
         ended = self.reads.head()
         for _ in range(TEARDOWN_ROUNDS):
             self._honest()
-            if all(self.audit(t.run.audit_id).phase in (SETTLED, ABANDONED) for t in self.audits):
+            if all(self.audit(t.run.audit_id).phase in (SETTLED, ABANDONED) for t in self.audits) and self._promises_done():
                 break
+            self._check_claims_terminate(SLACK_BLOCKS)
             windows = self.claim_windows()
             for t in self.audits:
                 if self.audit(t.run.audit_id).phase in (SETTLED, ABANDONED):
@@ -424,4 +467,5 @@ class ProtocolMachine(DeliveryParties, HonestParties, RuleBasedStateMachine):
                 # §13: its escalation was unheard. Withholding its committee's jobs is no longer a way
                 # out: an honest member claims, and it publishes (then it is judged) or is slashed.
                 assert state.round == 1, f"cheater ({t.mode}) escaped by an abandonment: {t.seen}"
-        assert all(self.registry("getNode", n.address)[2] == 0 for n in self.world.nodes), "a lock outlived its audits"
+        self._check_promises()
+        assert all(self.registry("getNode", n.address)[2] == 0 for n in self.world.nodes), "a lock outlived its audits and claims"

@@ -11,6 +11,7 @@ from web3 import Web3
 
 from verillm.chain import TransactionReverted
 from verillm.chain.protocol import compute_protocol_params
+from verillm.errors import InvalidProof
 from verillm.spec import coverage as spec
 from verillm.spec.receipt import compute_domain_separator, compute_receipt_hash
 
@@ -272,3 +273,21 @@ def test_answer_into_a_full_batch_stays_cheap(world, client):
     answer = world.protocol.prove_included(dispatcher.account, claim, posted.batch_id, spec.compute_inclusion_proof(hashes, hashes[-1]))
     print(f"gas: proveIncluded {answer.gas_used} ({PRESET.MAX_BATCH_RECEIPTS}-leaf batch)")
     assert answer.gas_used < GAS_BOUND
+
+
+def test_backdated_promise_cannot_be_claimed_so_the_client_refuses_it(world, client):
+    """Found while adding promises to the protocol fuzzer (issue 9): the contract cannot know when
+    a job was served, so a dispatcher that signs its promise with a batchByBlock already past its
+    claim window escapes the omission challenge (claimOmitted reverts ClaimClosed, forever). Only
+    the client can refuse it, on receipt: the promise check (spec.check_promise_terms, used by
+    verillm.client.verify_promise) accepted it, since it bounded the deadline from above only."""
+    cheat = world.nodes[0]
+    cheated = compute_receipt_hash(world.make_worker(cheat, offset=CHEAT_OFFSET, nonce=78).receipt)
+    _mine_to(world, PRESET.OMISSION_CLAIM_WINDOW_BLOCKS + 2)
+    head = world.chain.get_block_number()
+    backdated = _promise(world, cheat, cheated, batch_by=head - PRESET.OMISSION_CLAIM_WINDOW_BLOCKS - 1)
+    with _reverts("ClaimClosed"):
+        world.protocol.claim_omitted(client, backdated)  # never claimable: the omission is free
+    with pytest.raises(InvalidProof, match="backdated"):
+        spec.check_promise_terms(backdated.promise, cheated, head, PRESET.BATCH_BY_BLOCKS)
+    spec.check_promise_terms(_promise(world, cheat, cheated).promise, cheated, head, PRESET.BATCH_BY_BLOCKS)  # an honest one passes

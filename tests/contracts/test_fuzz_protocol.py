@@ -13,11 +13,14 @@ from hypothesis import HealthCheck, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from verillm.chain.anvil import AnvilConfig, AnvilProcess, find_anvil_binary
+from verillm.chain import TransactionReverted
 from verillm.errors import ConfigError
+from verillm.spec import coverage as spec_coverage
+from verillm.spec.hashing import keccak256
 
 from fuzz_rpc import CachedReads, FastSender, RawRpc
 from contract_scenario import PRESET, World, connect
-from fuzz_honest import CHEATER, COMMITTING, DECIDED, ESCALATING, EXTRA_NODES, HONEST, OPENING
+from fuzz_honest import ADVERSARY, CHEATER, COMMITTING, DECIDED, ESCALATING, EXTRA_NODES, HONEST, OPENING
 from protocol_fuzz import STATS, ProtocolMachine
 
 STEPS_PER_RUN = 30
@@ -58,7 +61,8 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     ProtocolMachine.rpc = RawRpc(world.chain.url)
     ProtocolMachine.base[0] = world.chain.snapshot()
     before = STATS["steps"], STATS["runs"], len(STATS["paths"]), len(STATS["lifecycles"])
-    delivery_before = dict(STATS["delivery"])
+    delivery_before, omission_before = dict(STATS["delivery"]), dict(STATS["omission"])
+    omission_paths_before = len(STATS["omission_paths"])
     started = time.monotonic()
     ProtocolMachine.sender = FastSender(world.chain, ProtocolMachine.rpc)
     ProtocolMachine.reads = CachedReads(ProtocolMachine.rpc, ProtocolMachine.sender)
@@ -72,14 +76,17 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     steps, runs, paths = STATS["steps"] - before[0], STATS["runs"] - before[1], len(STATS["paths"]) - before[2]
     lifecycles, wall_s = len(STATS["lifecycles"]) - before[3], time.monotonic() - started
     delivery = {k: v - delivery_before[k] for k, v in STATS["delivery"].items()}
+    omission = {k: v - omission_before[k] for k, v in STATS["omission"].items()}
+    omission["paths"] = len(STATS["omission_paths"]) - omission_paths_before
     print(f"\nprotocol fuzz: {steps} steps in {runs} runs, {paths} distinct paths, {lifecycles} distinct audit"
-          f" lifecycles, seed {fuzz_seed}, {wall_s:.0f} s ({steps / wall_s:.1f} steps/s); delivery {delivery}")
+          f" lifecycles, seed {fuzz_seed}, {wall_s:.0f} s ({steps / wall_s:.1f} steps/s); delivery {delivery}; omission {omission}")
     report = os.environ.get("FUZZ_REPORT")
     if report:  # a long run in chunks: one JSON line per chunk, totals summed by whoever reads them
         with open(report, "a") as f:
             f.write(json.dumps({"seed": fuzz_seed, "steps": steps, "runs": runs, "paths": paths, "lifecycles": lifecycles,
                                 "lifecycle_set": sorted(repr(x) for x in STATS["lifecycles"]), "wall_s": round(wall_s, 1),
-                                "failures": STATS["failures"], "delivery": delivery}) + "\n")
+                                "failures": STATS["failures"], "delivery": delivery, "omission": omission,
+                                "omission_path_set": sorted(repr(x) for x in STATS["omission_paths"])}) + "\n")
     assert steps > 0
 
 
@@ -135,7 +142,7 @@ def test_contest_answered_while_an_escalation_round_is_staffed(fuzz_world):
     opens. Honest parties used to answer in C's turn, after A's transactions, each a block on
     anvil: past the 5-block proof window, so the contest resolved against the honest member
     ("honest node lost stake"). They now answer first."""
-    m = _machine(fuzz_world)
+    m = _machine(fuzz_world, fresh=True)  # not the last fuzz run's state (its cheater may be slashed out)
     try:
         m.record_floor()
         m.new_audit(worker=CHEATER, dispatcher=0, mode="open")  # A: its cheat fails round 0
@@ -158,23 +165,36 @@ def test_contest_answered_while_an_escalation_round_is_staffed(fuzz_world):
         del fuzz_world.protocol._send
 
 
+def _delivery_audits(world, tries: int = 12):
+    """The three audits of the delivery test, from the registered state after ``k`` empty blocks,
+    for the first k where node 5 sits on B's committee (it makes the false claim): the committees
+    are drawn from block hashes, so this holds whatever transactions the deployment has."""
+    for k in range(tries):
+        m = _machine(world, fresh=True)
+        m.record_floor()
+        m._mine(k)
+        m.new_audit(worker=CHEATER, dispatcher=0, mode="withhold")
+        m.new_audit(worker=1, dispatcher=0, mode="open")
+        m.new_audit(worker=CHEATER, dispatcher=1, mode="withhold")
+        if len(m.audits) == 3 and m._node(ADVERSARY).address in m.committee(m.audits[1].run.audit_id, 0):
+            return m
+        del world.protocol._send
+    raise AssertionError(f"node 5 on no committee B in {tries} tries")
+
+
 def test_fuzzer_delivery_paths_claim_publish_and_slash_undelivered(fuzz_world):
     """The job-delivery challenge as the fuzzer plays it (docs/protocol.md §12 "Undelivered jobs"),
-    in a fixed order from the registered state (committees [7, 9, 6], [7, 4, 5], [5, 0, 9]):
+    in a fixed order from the registered state (`_delivery_audits` picks the first offset at which
+    node 5 sits on B's committee):
     A  the cheater dispatches itself and withholds; honest members claim; it publishes, then
        defaults (it never opens) and is slashed at settlement;
     B  an honest worker; node 5 claims its job falsely; the worker publishes in the same step;
     C  the cheater withholds and never publishes; the griefer's wrong publications, early slash
        and outsider claim all revert; an honest claimant slashes it after the window, and the
        round is decided (COMMITTING → DECIDED, no opening)."""
-    m = _machine(fuzz_world, fresh=True)
+    m = _delivery_audits(fuzz_world)
     try:
-        m.record_floor()
-        m.new_audit(worker=CHEATER, dispatcher=0, mode="withhold")
-        m.new_audit(worker=1, dispatcher=0, mode="open")
-        m.new_audit(worker=CHEATER, dispatcher=1, mode="withhold")
         a, b, c = m.audits
-        assert [m._index(x) for x in m.committee(b.run.audit_id, 0)] == [7, 4, 5], "the registered state changed: re-pick the order"
         m.grief_delivery(pick=2, slot=0, move="slash")  # nothing claimed yet: NoClaim
         m.grief_delivery(pick=2, slot=0, move="publish-right")
         assert m.availability(c.run.audit_id)["deadline"] == 0
@@ -200,3 +220,73 @@ def test_fuzzer_delivery_paths_claim_publish_and_slash_undelivered(fuzz_world):
     finally:
         del fuzz_world.protocol._send
 
+
+
+def _reverts(error: bytes):
+    """The fuzzer's raw sender reports a custom error by its selector."""
+    return pytest.raises(TransactionReverted, match=keccak256(error)[:4].hex())
+
+
+def _claim_index(m: ProtocolMachine, promise) -> int:
+    """The `pick` that names ``promise``'s claim in the rules over claims (sorted claim ids)."""
+    claim_id = promise.claims[0][0]
+    return sorted(m.claim_of).index(claim_id)
+
+
+def test_fuzzer_omission_paths_claim_answer_and_slash(fuzz_world):
+    """Batching promises as the fuzzer plays them (docs/protocol.md §12 "Batching promises"), in a
+    fixed order from the registered state:
+    P3  the cheater promises an honest worker's job and batches it one block after the deadline;
+    P1  the cheater promises its own cheated job and never batches it;
+    P2  the cheater batches a different leaf in time;
+    P0  honest dispatcher 1 batches at once; the griefer's early, forged, altered and wrong-bond
+        claims revert; its claim once due is answered by the dispatcher, which gains the bond;
+    the client claims P1–P3 (it cannot see them); the cheater's proofs into its wrong-leaf and late
+    batches and a proof into a foreign batch revert; unanswered, the client slashes each claim;
+    every promise ends kept or slashed, every lock at 0, Coverage's balance 0."""
+    m = _machine(fuzz_world, fresh=True)
+    p = m.p
+    try:
+        m.record_floor()
+        m.new_audit(worker=1, dispatcher=CHEATER, mode="open", batching="late")
+        m.new_audit(worker=CHEATER, dispatcher=CHEATER, mode="open", batching="never")
+        m.new_audit(worker=CHEATER, dispatcher=CHEATER, mode="open", batching="wrong")
+        m.new_audit(worker=0, dispatcher=1, mode="open")
+        p3, p1, p2, p0 = m.promises
+        assert [x.fate for x in m.promises] == ["late", "never", "wrong", "keep"] and len(m.audits) == 2
+        for move in ("claim", "bond", "forge", "alter", "slash"):
+            for other in (0, 1):
+                m.grief_coverage(pick=3, other=other, move=move)  # P0 not due yet: TooEarly; the rest bad signatures
+        assert m.coverage("claimCount") == 0
+        while m.reads.head() < p3.batch_by - 1:
+            m.mine(blocks=1)
+        m._mine(p3.batch_by - m.reads.head())  # head = P3's batchByBlock: a batch now lands one block late
+        m.cheat_batches_late(pick=0)  # then the client, seeing no batch in time, claims P1, P2, P3
+        assert p3.batch_id is not None and len(m.audits) == 3
+        assert m.jobs("getBatch", p3.batch_id)[3] == p3.batch_by + 1
+        assert all(x.claims and x.claims[0][1] == "client" for x in (p1, p2, p3)) and not p0.claims
+        cheater = m._node(CHEATER).account
+        with _reverts(b"BatchTooLate(uint256,uint256)"):
+            p.prove_included(cheater, p3.claims[0][0], p3.batch_id, spec_coverage.compute_inclusion_proof([p3.leaf], p3.leaf))
+        with _reverts(b"InvalidMerkleProof()"):
+            p.prove_included(cheater, p2.claims[0][0], p2.batch_id, spec_coverage.compute_inclusion_proof([p2.leaf], p2.leaf))
+        with _reverts(b"ForeignBatch(uint256,address)"):
+            p.prove_included(fuzz_world.outsider, p2.claims[0][0], p0.batch_id, spec_coverage.compute_inclusion_proof([p2.leaf], p2.leaf))
+        with _reverts(b"ProofWindowOpen(uint256)"):
+            p.slash_omission(fuzz_world.outsider, p2.claims[0][0])
+        for x in (p2, p3):  # the same moves as rules (each a step: the honest parties act after it)
+            m.cheat_proves(pick=_claim_index(m, x))
+            m.grief_coverage(pick=_claim_index(m, x), other=3, move="prove-foreign")
+        while m.reads.head() < p0.batch_by:
+            m.mine(blocks=1)
+        credit = m.jobs("credits", m._node(1).address)
+        m.grief_coverage(pick=3, other=0, move="claim")  # a kept promise: answered in the same step
+        assert p0.claims[0][1] == "griefer" and m._claim_state(p0.claims[0][0])[0] == spec_coverage.ANSWERED
+        assert m.jobs("credits", m._node(1).address) == credit + PRESET.OMISSION_CLAIM_BOND_WEI
+        _until(m, lambda: all(m._claim_state(x.claims[0][0])[0] == spec_coverage.SLASHED for x in (p1, p2, p3)), steps=60)
+        assert m.stake(m._node(CHEATER).address) == 0  # the first slash took it all (MINIMAL: 100%)
+        m.teardown()  # every invariant; every promise kept or slashed; every lock 0
+        assert fuzz_world.chain.w3.eth.get_balance(p.coverage.address) == 0
+        assert m.jobs("credits", m.client.address) >= 3 * PRESET.OMISSION_CLAIM_BOND_WEI
+    finally:
+        del fuzz_world.protocol._send

@@ -51,6 +51,9 @@ def test_client_rejects_a_promise_for_another_receipt_or_a_far_deadline():
         spec.check_promise_terms(_promise(), HASHES[0], head_block=100, batch_by_blocks=30)
     with pytest.raises(InvalidProof, match="later than"):  # a deadline never reached is never claimable
         spec.check_promise_terms(_promise(batch_by=131), HASHES[2], head_block=100, batch_by_blocks=30)
+    spec.check_promise_terms(_promise(batch_by=100), HASHES[2], head_block=100, batch_by_blocks=30)
+    with pytest.raises(InvalidProof, match="backdated"):  # its claim window may be closed already
+        spec.check_promise_terms(_promise(batch_by=99), HASHES[2], head_block=100, batch_by_blocks=30)
 
 
 def test_claim_window_is_after_the_promised_block_and_bounded():

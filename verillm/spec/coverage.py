@@ -115,10 +115,14 @@ def process_promise_signature(signed: SignedPromise, domain: SigningDomain) -> N
 
 
 def check_promise_terms(promise: BatchPromise, receipt_hash: bytes, head_block: int, batch_by_blocks: int) -> None:
-    """Raise InvalidProof unless a promise just received is about ``receipt_hash`` and due no later
-    than the deployment allows: a dispatcher that promised a far block could never be claimed."""
+    """Raise InvalidProof unless a promise just received is about ``receipt_hash`` and due between
+    the head and head + BATCH_BY_BLOCKS: a dispatcher that promised a far block could never be
+    claimed before it could leave, and one that backdated its promise (due before the job was
+    served) may have let its claim window close already: nobody could ever claim it."""
     if promise.receipt_hash != receipt_hash:
         raise InvalidProof("the promise is about another receipt")
+    if promise.batch_by_block < head_block:
+        raise InvalidProof(f"the promise is due at block {promise.batch_by_block}, before head {head_block}: backdated")
     if promise.batch_by_block > head_block + batch_by_blocks:
         raise InvalidProof(f"the promise is due at block {promise.batch_by_block}, later than head {head_block} + BATCH_BY_BLOCKS {batch_by_blocks}")
 
