@@ -2,8 +2,8 @@
 promises"). `verillm complete --json` prints a job's promise; `check` asks the dispatcher for the
 receipt's inclusion proof and verifies it on-chain (verillm/inclusion.py); once its batchByBlock
 has passed and the dispatcher cannot show the receipt in one of its batches, `claim` bonds a
-claim (it runs `check` first and refuses when inclusion is proven: that claim would lose its
-bond) and, after the proof window, `slash` slashes the dispatcher (the bond comes back with a
+claim (it runs `check` first and refuses when inclusion is proven: that claim would pay the
+answer's gas out of its bond) and, after the proof window, `slash` slashes the dispatcher (the bond comes back with a
 reward, as credit in Jobs: `Jobs.claim`)."""
 
 import json
@@ -94,7 +94,7 @@ def check(promise_file, rpc_url, deployment_file, node_url, timeout_s):
 @promise.command()
 @click.argument("promise_file", type=click.Path(exists=True, dir_okay=False))
 @_with(_options + _check_options)
-@click.option("--force", is_flag=True, help="claim even when the dispatcher proves inclusion (the bond is then lost)")
+@click.option("--force", is_flag=True, help="claim even when the dispatcher proves inclusion (the answer's gas is then paid out of the bond)")
 def claim(promise_file, rpc_url, deployment_file, key, node_url, timeout_s, force):
     """Claim that PROMISE_FILE's receipt was not batched by its block (bonds OMISSION_CLAIM_BOND_WEI).
     Runs `check` first and refuses when inclusion is proven, unless --force."""
@@ -110,7 +110,7 @@ def claim(promise_file, rpc_url, deployment_file, key, node_url, timeout_s, forc
     checked = check_inclusion(signed, protocol, node_url, timeout_s)
     if checked.status == INCLUDED and not force:
         raise InvalidInput(f"refusing to claim: the receipt is batched ({checked.detail}); the dispatcher would answer the claim "
-                           f"with this proof and take the {protocol.params['omissionClaimBondWei']} wei bond (--force claims anyway)")
+                           f"with this proof and be paid its gas out of the {protocol.params['omissionClaimBondWei']} wei bond (--force claims anyway)")
     tx = protocol.claim_omitted(sender, signed)
     state = protocol.get_omission_claim(tx.value)
     click.echo(json.dumps({"claim_id": tx.value, "prove_deadline": state["prove_deadline"], "bond_wei": protocol.params["omissionClaimBondWei"],

@@ -16,8 +16,9 @@ import {Registry} from "./Registry.sol";
 /// cheats (or serves a cheating worker) and omits the receipt escapes every audit; here the
 /// promise's holder claims the omission after batchByBlock with a bond, the dispatcher (or anyone)
 /// answers within proofWindowBlocks with a Merkle proof of the leaf in one of its own batches
-/// posted no later than batchByBlock (the claimant's bond is then the dispatcher's), and an
-/// unanswered claim slashes the dispatcher (reward and bond to the claimant). Nothing is stored
+/// posted no later than batchByBlock (the dispatcher is then paid its answer's gas out of the
+/// claimant's bond, the rest refunded), and an unanswered claim slashes the dispatcher (reward
+/// and bond to the claimant). Nothing is stored
 /// on-chain per job: a promise costs gas only when it is claimed.
 contract Coverage is EIP712, ReentrancyGuard {
     /// @notice The signed promise (EIP-712, domain "VeriLLM" / "1" / chain id / this contract).
@@ -47,6 +48,7 @@ contract Coverage is EIP712, ReentrancyGuard {
     uint256 public immutable batchByBlocks; // what a promise gives (read by nodes and clients; a claim checks the signature, not the span)
     uint256 public immutable claimWindowBlocks;
     uint256 public immutable claimBondWei;
+    uint256 public immutable answerGas; // gas units an answer is paid for (CoverageParams.omissionAnswerGas)
     uint256 public immutable proofWindowBlocks;
     uint256 public immutable slashRewardBps;
 
@@ -58,7 +60,7 @@ contract Coverage is EIP712, ReentrancyGuard {
     event OmissionClaimed(
         uint256 indexed claimId, bytes32 indexed receiptHash, address indexed dispatcher, address claimant, uint64 batchByBlock, uint64 proveDeadline
     );
-    event OmissionAnswered(uint256 indexed claimId, uint256 batchId, uint32 leafIndex);
+    event OmissionAnswered(uint256 indexed claimId, uint256 batchId, uint32 leafIndex, uint256 paidWei, uint256 refundedWei);
     event OmissionSlashed(uint256 indexed claimId, address indexed dispatcher, uint256 slashedWei);
 
     error WrongBond(uint256 givenWei, uint256 expectedWei);
@@ -85,6 +87,7 @@ contract Coverage is EIP712, ReentrancyGuard {
         batchByBlocks = c.batchByBlocks;
         claimWindowBlocks = c.omissionClaimWindowBlocks;
         claimBondWei = c.omissionClaimBondWei;
+        answerGas = c.omissionAnswerGas;
         proofWindowBlocks = p.proofWindowBlocks;
         slashRewardBps = p.slashRewardBps;
     }
@@ -115,7 +118,10 @@ contract Coverage is EIP712, ReentrancyGuard {
 
     /// @notice Answer a claim (anyone may: batches and their leaves are the dispatcher's to show):
     /// the receipt hash is leaf `leafIndex` of batch `batchId`, posted by the promising dispatcher
-    /// no later than batchByBlock. The bond goes to the dispatcher's credit in Jobs.
+    /// no later than batchByBlock. The dispatcher is credited its answer's cost, answerGas at this
+    /// transaction's gas price, capped at the bond, and the claimant the rest of its bond: a
+    /// dispatcher that hides its inclusion proof off-chain to draw claims gains nothing but the
+    /// gas it spends answering them, and a griefer still pays for the answer it forces.
     function proveIncluded(uint256 claimId, uint256 batchId, uint32 leafIndex, bytes32[] calldata siblings) external nonReentrant {
         Claim storage c = _open(claimId);
         if (block.number > c.proveDeadline) revert ProofWindowClosed(uint256(c.proveDeadline) + 1);
@@ -127,8 +133,14 @@ contract Coverage is EIP712, ReentrancyGuard {
         }
         c.state = ANSWERED;
         registry.unlock(c.dispatcher);
-        disputes.relayCredit{value: claimBondWei}(c.dispatcher, claimBondWei);
-        emit OmissionAnswered(claimId, batchId, leafIndex);
+        // tx.gasprice is the effective price (base fee + tip): a proposer that answers its own
+        // claim recycles the tip, which only the cap at the bond bounds (docs/protocol.md §13).
+        uint256 cost = answerGas * tx.gasprice;
+        uint256 paid = cost < claimBondWei ? cost : claimBondWei;
+        uint256 refunded = claimBondWei - paid;
+        if (paid != 0) disputes.relayCredit{value: paid}(c.dispatcher, paid);
+        if (refunded != 0) disputes.relayCredit{value: refunded}(c.claimant, refunded);
+        emit OmissionAnswered(claimId, batchId, leafIndex, paid, refunded);
     }
 
     /// @notice After an unanswered proof window, slash the dispatcher (anyone may call): the

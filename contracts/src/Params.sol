@@ -34,7 +34,9 @@ struct ProtocolParams {
 struct CoverageParams {
     uint32 batchByBlocks; // a dispatcher promises to batch a job's receipt within this many blocks
     uint32 omissionClaimWindowBlocks; // after the promised block, how long its holder may claim
-    uint256 omissionClaimBondWei; // a claim's bond: the dispatcher's if it proves inclusion
+    uint256 omissionClaimBondWei; // a claim's bond: refunded, less the answer's cost, if the dispatcher proves inclusion
+    uint32 omissionAnswerGas; // gas an answer is paid for (× its gas price, capped at the bond): proveIncluded's gas for a
+    // maxBatchReceipts-leaf batch (≈ 162k + 1.7k per tree level, measured) plus a margin, sized in the preset
 }
 
 /// @notice One-byte domain tags prefixed to every hashed preimage (verillm/spec/hashing.py).
@@ -57,6 +59,7 @@ library Params {
     /// blockhash() sees only the last 256 blocks: every window that ends in a blockhash read
     /// must close before its seed block leaves that range.
     uint256 internal constant BLOCKHASH_RANGE = 256;
+    uint256 internal constant MAX_ANSWER_GAS = 30_000_000;
 
     function validate(ProtocolParams memory p) internal pure {
         if (p.minStakeWei == 0) revert InvalidParams("minStakeWei must be positive");
@@ -80,9 +83,11 @@ library Params {
     /// batching and claim windows together; a claim locks the stake until it is resolved.
     function validateCoverage(ProtocolParams memory p, CoverageParams memory c) internal pure {
         validate(p);
-        if (c.batchByBlocks == 0 || c.omissionClaimWindowBlocks == 0 || c.omissionClaimBondWei == 0) {
-            revert InvalidParams("batchByBlocks, omissionClaimWindowBlocks and omissionClaimBondWei must be positive");
+        if (c.batchByBlocks == 0 || c.omissionClaimWindowBlocks == 0 || c.omissionClaimBondWei == 0 || c.omissionAnswerGas == 0) {
+            revert InvalidParams("batchByBlocks, omissionClaimWindowBlocks, omissionClaimBondWei and omissionAnswerGas must be positive");
         }
+        // An answer must fit in a block to be paid for; 30M gas is Ethereum's block limit.
+        if (c.omissionAnswerGas > MAX_ANSWER_GAS) revert InvalidParams("omissionAnswerGas exceeds a block's gas");
         if (uint256(c.batchByBlocks) + c.omissionClaimWindowBlocks >= p.unbondingBlocks) {
             revert InvalidParams("batchByBlocks + omissionClaimWindowBlocks must be shorter than unbondingBlocks");
         }

@@ -18,6 +18,7 @@ from verillm.spec.receipt import compute_domain_separator, compute_receipt_hash
 from contract_scenario import CHEAT_OFFSET, PRESET
 
 BOND = PRESET.OMISSION_CLAIM_BOND_WEI
+ANSWER_GAS = PRESET.OMISSION_ANSWER_GAS
 GAS_BOUND = 200_000  # a claim or an answer (measured: docs/protocol.md §12)
 SLASH_GAS_BOUND = 300_000  # a slash also rewrites the stake tree's weights
 
@@ -54,6 +55,36 @@ def _credit(world, address: str) -> int:
     return world.protocol.jobs.call("credits", address)
 
 
+def _answer_at(world, sender, claim_id: int, batch_id: int, proof, gas_price_wei: int) -> dict:
+    """Send proveIncluded as a legacy transaction at ``gas_price_wei`` (tx.gasprice), the next
+    block's base fee set to 0 so that any price is accepted; return its receipt."""
+    chain, coverage = world.chain, world.protocol.coverage
+    chain.w3.provider.make_request("anvil_setNextBlockBaseFeePerGas", [hex(0)])
+    data = coverage.web3.encode_abi("proveIncluded", args=[claim_id, batch_id, proof.index, list(proof.siblings)])
+    tx = {"to": coverage.address, "data": data, "value": 0, "gas": GAS_BOUND, "gasPrice": gas_price_wei, "chainId": chain.chain_id}
+    with chain.nonces.reserve(sender.address) as nonce:
+        signed = sender.sign_transaction(tx | {"nonce": nonce})
+        tx_hash = chain.w3.eth.send_raw_transaction(signed.raw_transaction)
+    receipt = chain.wait_for_receipt(tx_hash, label="Coverage.proveIncluded")
+    assert receipt["effectiveGasPrice"] == gas_price_wei
+    return receipt
+
+
+def _answered(world, receipt: dict) -> dict:
+    return dict(world.protocol.coverage.web3.events.OmissionAnswered().process_receipt(receipt)[0]["args"])
+
+
+def _claimed_kept_promise(world, client, leaves: int = 3):
+    """A kept promise (its receipt batched in time) and a claim on it: (claim id, batch id, proof)."""
+    dispatcher = world.nodes[1]
+    hashes = _receipts(world, world.nodes[0], leaves)
+    signed = _promise(world, dispatcher, hashes[-1])
+    posted = world.protocol.post_batch(dispatcher.account, hashes).value
+    _mine_to(world, signed.promise.batch_by_block + 1)
+    claim = world.protocol.claim_omitted(client, signed)
+    return claim, posted.batch_id, spec.compute_inclusion_proof(hashes, hashes[-1])
+
+
 def _eth_held(world) -> int:
     p = world.protocol
     return sum(world.chain.w3.eth.get_balance(h.address) for h in (p.registry, p.jobs, p.disputes, p.coverage))
@@ -73,7 +104,7 @@ def test_promise_hash_and_domain_are_the_spec_mirrors(world):
     assert world.protocol.params["batchByBlocks"] == PRESET.BATCH_BY_BLOCKS
 
 
-def test_griefing_claim_on_an_included_receipt_loses_its_bond_to_the_dispatcher(world, client):
+def test_griefing_claim_on_an_included_receipt_pays_the_dispatcher_its_answer(world, client):
     dispatcher = world.nodes[1]
     hashes = _receipts(world, world.nodes[0], 3)
     signed = _promise(world, dispatcher, hashes[1])
@@ -85,11 +116,13 @@ def test_griefing_claim_on_an_included_receipt_loses_its_bond_to_the_dispatcher(
     proof = spec.compute_inclusion_proof(hashes, hashes[1])
     assert spec.is_inclusion_proof(signed.promise, spec.BatchRecord(posted.root, signed.promise.dispatcher, 3, signed.promise.batch_by_block), proof)
     answer = world.protocol.prove_included(world.outsider, claim.value, posted.batch_id, proof)  # anyone may answer
-    assert _credit(world, dispatcher.address) == BOND
+    paid, refunded = spec.compute_answer_payout(BOND, ANSWER_GAS, answer.receipt["effectiveGasPrice"])
+    assert (answer.value["paidWei"], answer.value["refundedWei"]) == (paid, refunded)
+    assert _credit(world, dispatcher.address) == paid and _credit(world, client.address) == refunded
     assert world.protocol.get_omission_claim(claim.value)["state"] == spec.ANSWERED
     assert world.protocol.get_node(dispatcher.address)["locks"] == 0
     assert world.stakes()[dispatcher.address] == stake
-    assert _eth_held(world) == held + BOND  # the bond moved from Coverage to the dispatcher's credit
+    assert _eth_held(world) == held + BOND  # the bond moved from Coverage to the two credits
     assert world.chain.w3.eth.get_balance(world.protocol.coverage.address) == 0
     with _reverts("ClaimResolved"):
         world.protocol.slash_omission(client, claim.value)
@@ -212,7 +245,7 @@ def test_each_promise_is_claimed_once_and_resolved_once(world, client):
         world.protocol.claim_omitted(client, signed)
     with _reverts("UnknownClaim"):
         world.protocol.slash_omission(client, claim + 1)
-    assert _credit(world, dispatcher.address) == BOND
+    assert _credit(world, dispatcher.address) + _credit(world, client.address) == BOND
 
 
 def test_a_dispatcher_that_deregisters_after_promising_cannot_withdraw_past_a_claim(world, client):
@@ -291,3 +324,63 @@ def test_backdated_promise_cannot_be_claimed_so_the_client_refuses_it(world, cli
     with pytest.raises(InvalidProof, match="backdated"):
         spec.check_promise_terms(backdated.promise, cheated, head, PRESET.BATCH_BY_BLOCKS)
     spec.check_promise_terms(_promise(world, cheat, cheated).promise, cheated, head, PRESET.BATCH_BY_BLOCKS)  # an honest one passes
+
+
+def test_a_dispatcher_withholding_its_proof_gains_nothing_beyond_its_answer_gas(world, client):
+    """The farm: the dispatcher batches in time but answers "not batched" off-chain, waits for an
+    honest client to claim, and answers on-chain. It is paid exactly OMISSION_ANSWER_GAS at the
+    answer's gas price (at most the margin above the gas it spent), the client gets the rest back,
+    and no wei is made or lost."""
+    claim, batch_id, proof = _claimed_kept_promise(world, client)
+    dispatcher = world.nodes[1]
+    price = BOND // (2 * ANSWER_GAS)  # the answer costs about half the bond: neither side is capped
+    held, balance = _eth_held(world), world.chain.get_balance(dispatcher.address)
+    receipt = _answer_at(world, dispatcher.account, claim.value, batch_id, proof, price)
+    assert _answered(world, receipt) == {"claimId": claim.value, "batchId": batch_id, "leafIndex": proof.index,
+                                         "paidWei": ANSWER_GAS * price, "refundedWei": BOND - ANSWER_GAS * price}
+    assert _credit(world, dispatcher.address) == ANSWER_GAS * price
+    assert _credit(world, client.address) == BOND - ANSWER_GAS * price
+    assert world.chain.w3.eth.get_balance(world.protocol.coverage.address) == 0
+    assert _eth_held(world) == held  # conserved to the wei: the bond left Coverage for the two credits
+    spent = balance - world.chain.get_balance(dispatcher.address)
+    assert spent == receipt["gasUsed"] * price
+    gain = _credit(world, dispatcher.address) - spent
+    print(f"gas: proveIncluded {receipt['gasUsed']} (3-leaf batch, both credits new)")
+    assert 0 <= gain <= (ANSWER_GAS - receipt["gasUsed"]) * price  # the margin only, never the bond
+
+
+def test_a_griefing_claim_still_costs_the_griefer_the_answer_it_forces(world, client):
+    """A claim on a kept promise is not free: the griefer loses at least what the dispatcher spent
+    answering it (and its own claim's gas)."""
+    claim, batch_id, proof = _claimed_kept_promise(world, client, leaves=PRESET.MAX_BATCH_RECEIPTS)
+    price = BOND // (3 * ANSWER_GAS)
+    receipt = _answer_at(world, world.nodes[1].account, claim.value, batch_id, proof, price)
+    griefer_loss = BOND - _credit(world, client.address)
+    assert griefer_loss == ANSWER_GAS * price >= receipt["gasUsed"] * price  # the deepest proof MINIMAL allows
+    print(f"gas: proveIncluded {receipt['gasUsed']} ({PRESET.MAX_BATCH_RECEIPTS}-leaf batch, both credits new)")
+    assert claim.gas_used > 0
+
+
+def test_an_absurd_gas_price_is_paid_no_more_than_the_bond(world, client):
+    """A dispatcher that is also the block's proposer can answer at any price and take its tip
+    back: the cap at the bond bounds what it draws from the claimant (docs/protocol.md §13)."""
+    claim, batch_id, proof = _claimed_kept_promise(world, client)
+    dispatcher = world.nodes[1]
+    price = 1000 * BOND // ANSWER_GAS
+    held = _eth_held(world)
+    receipt = _answer_at(world, dispatcher.account, claim.value, batch_id, proof, price)
+    assert (_answered(world, receipt)["paidWei"], _answered(world, receipt)["refundedWei"]) == (BOND, 0)
+    assert _credit(world, dispatcher.address) == BOND and _credit(world, client.address) == 0
+    assert _eth_held(world) == held
+    assert spec.compute_answer_payout(BOND, ANSWER_GAS, price) == (BOND, 0)
+
+
+def test_answer_gas_must_be_positive_and_fit_in_a_block(world):
+    p = world.protocol
+    for gas, reason in ((0, "omissionAnswerGas must be positive"), (30_000_001, "omissionAnswerGas exceeds a block's gas")):
+        bad = PRESET.replace(OMISSION_ANSWER_GAS=gas)
+        args = (p.jobs.address, p.registry.address, p.disputes.address, compute_protocol_params(bad, world.chain.artifacts),
+                compute_protocol_params(bad, world.chain.artifacts, "Coverage", "CoverageParams"))
+        with pytest.raises(Exception, match=f"{reason}|InvalidParams"):
+            world.chain.deploy("Coverage", *args, sender=world.owner)
+    assert p.params["omissionAnswerGas"] == ANSWER_GAS

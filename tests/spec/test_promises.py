@@ -83,6 +83,14 @@ def test_omission_payout_refunds_the_bond_and_pays_the_reward():
     assert spec.compute_omission_payout(10**16, 10**14, 1_000) == (10**14 + 10**15, 9 * 10**15)
 
 
+def test_an_answer_pays_its_gas_out_of_the_bond_and_refunds_the_rest():
+    assert spec.compute_answer_payout(10**16, 190_000, 10 * 10**9) == (19 * 10**14, 10**16 - 19 * 10**14)
+    assert spec.compute_answer_payout(10**16, 190_000, 10**12) == (10**16, 0)  # capped at the bond
+    assert spec.compute_answer_payout(10**16, 190_000, 0) == (0, 10**16)
+    with pytest.raises(InvalidInput):
+        spec.compute_answer_payout(10**16, 190_000, -1)
+
+
 @pytest.mark.parametrize("preset", [MAINNET, MINIMAL], ids=lambda p: p.name)
 def test_presets_keep_a_promise_claimable_before_its_dispatcher_can_leave(preset):
     assert preset.BATCH_BY_BLOCKS + preset.OMISSION_CLAIM_WINDOW_BLOCKS < preset.UNBONDING_BLOCKS

@@ -173,7 +173,7 @@ class Protocol:
         names = [c["name"] for c in get_params_components(chain.artifacts, "Jobs")]
         self.params = dict(zip(names, self.jobs.call("params"), strict=True))
         self.params.update(batchByBlocks=self.coverage.call("batchByBlocks"), omissionClaimWindowBlocks=self.coverage.call("claimWindowBlocks"),
-                           omissionClaimBondWei=self.coverage.call("claimBondWei"))
+                           omissionClaimBondWei=self.coverage.call("claimBondWei"), omissionAnswerGas=self.coverage.call("answerGas"))
 
     @classmethod
     def deploy(cls, chain: Chain, preset: Preset, sender: LocalAccount) -> "Protocol":
@@ -394,8 +394,10 @@ class Protocol:
                           value=self.params["omissionClaimBondWei"], event="OmissionClaimed", field="claimId")
 
     def prove_included(self, sender: LocalAccount, claim_id: int, batch_id: int, proof) -> Tx:
-        """Answer claim ``claim_id`` with a MerkleProof of its receipt hash in batch ``batch_id``."""
-        return self._send(self.coverage, "proveIncluded", claim_id, batch_id, proof.index, list(proof.siblings), sender=sender)
+        """Answer claim ``claim_id`` with a MerkleProof of its receipt hash in batch ``batch_id``;
+        value = the OmissionAnswered event's fields (paidWei to the dispatcher, refundedWei to the claimant)."""
+        return self._send(self.coverage, "proveIncluded", claim_id, batch_id, proof.index, list(proof.siblings), sender=sender,
+                          event="OmissionAnswered")
 
     def slash_omission(self, sender: LocalAccount, claim_id: int) -> Tx:
         """After an unanswered proof window: slash the dispatcher; value = the slashed wei."""

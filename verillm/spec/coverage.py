@@ -16,8 +16,9 @@ the promise is claimed.
              signature recovering to the dispatcher, the dispatcher registered: its stake is
              locked, prove deadline = block + PROOF_WINDOW_BLOCKS
     answer   anyone, block ≤ prove deadline: a Merkle proof of the receipt hash in a batch whose
-             dispatcher is the promise's and whose posted block ≤ batchByBlock. The bond is
-             credited to the dispatcher, the lock released
+             dispatcher is the promise's and whose posted block ≤ batchByBlock. The dispatcher
+             is credited min(bond, OMISSION_ANSWER_GAS × the answer's gas price), the claimant
+             the rest of its bond, the lock released
     slash    anyone, block > prove deadline, claim unanswered: the dispatcher is slashed
              (SLASH_FRACTION_BPS); the claimant is credited its bond + SLASH_REWARD_BPS of the
              slashed stake, the rest goes to the audit fee pool
@@ -172,3 +173,12 @@ def compute_omission_payout(slashed_wei: int, bond_wei: int, slash_reward_bps: i
     """Return (the claimant's credit, the fee pool's share) of an omission slash."""
     reward = slashed_wei * slash_reward_bps // BPS
     return bond_wei + reward, slashed_wei - reward
+
+
+def compute_answer_payout(bond_wei: int, answer_gas: int, gas_price_wei: int) -> tuple[int, int]:
+    """Return (the dispatcher's credit, the claimant's refund) of an answered claim: the answer's
+    cost at its gas price, capped at the bond, and the rest of the bond."""
+    if min(bond_wei, answer_gas, gas_price_wei) < 0:
+        raise InvalidInput("bond, answer gas and gas price must be non-negative")
+    paid = min(bond_wei, answer_gas * gas_price_wei)
+    return paid, bond_wei - paid

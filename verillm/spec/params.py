@@ -76,8 +76,16 @@ class Preset:
     (BATCH_BY_BLOCKS + this < UNBONDING_BLOCKS: a promise is claimable before its dispatcher can
     withdraw)."""
     OMISSION_CLAIM_BOND_WEI: int = 10**16
-    """An omission claim's bond, the dispatcher's when it proves inclusion (≈ 100k gas at 100 gwei:
-    a griefer pays for the answer it forces)."""
+    """An omission claim's bond. When the dispatcher proves inclusion it is paid
+    OMISSION_ANSWER_GAS × the answer's gas price out of it (all of it from ≈ 53 gwei on: a griefer
+    pays for the answer it forces), and the claimant gets the rest back."""
+    OMISSION_ANSWER_GAS: int = 190_000
+    """Gas units an inclusion proof (Coverage.proveIncluded) is paid for: its gas for a
+    MAX_BATCH_RECEIPTS-leaf batch with both credits new, plus a margin. Measured on anvil
+    (tests/contracts/test_coverage.py): 162,364 for 3 leaves (2 tree levels), 169,243 for 64 (6
+    levels), ≈ 1.7k per level (a sha256 call and a calldata word), so ≈ 176k for 1,024 (10
+    levels); 190k leaves ≈ 8% for a cold-slot repricing. A withholding dispatcher farms at most
+    this surplus over its real gas; less would leave an honest one out of pocket."""
     # --- limits ---
     MAX_BATCH_RECEIPTS: int = 1_024
 

@@ -86,7 +86,11 @@ async def test_a_kept_job_gets_a_promise_the_batcher_keeps_and_a_claim_is_answer
     tables.record_events("protocol", rows, protocol.chain.get_block_number() + 1)
     await OmissionAnswers(chainio, tables).advance(protocol.chain.get_block_number())
     assert protocol.get_omission_claim(claim_id)["state"] == spec.ANSWERED
-    assert protocol.jobs.call("credits", node.address) == MINIMAL.OMISSION_CLAIM_BOND_WEI
+    answered = get_events(protocol.chain, [protocol.coverage], 0, names={"OmissionAnswered"})[-1].args
+    # Paid its answer's gas at the answer's price, capped at the bond; the rest back to the griefer.
+    assert protocol.jobs.call("credits", node.address) == answered["paidWei"] > 0
+    assert answered["paidWei"] + answered["refundedWei"] == MINIMAL.OMISSION_CLAIM_BOND_WEI
+    assert protocol.jobs.call("credits", client.address) == answered["refundedWei"]
     assert not await OmissionAnswers(chainio, tables).answer(claim_id, signed.promise.receipt_hash)  # resolved: nothing sent
 
 
