@@ -7,7 +7,8 @@ non-inclusion after `batchByBlock` (`claimOmitted`, bonded):
 - omission-slashed: a self-dispatched cheat batches its other jobs but never the cheated
   receipt; nobody can answer, and after the proof window `slashOmission` slashes it;
 - omission-answered: the dispatcher batched the receipt in time; the claim is a grief, and
-  `proveIncluded` answers it with the Merkle proof (the bond goes to the dispatcher).
+  `proveIncluded` answers it with the Merkle proof (the dispatcher is paid its answer's gas,
+  capped at the bond; the claimant gets the rest back).
 
 The replay compares every node's stake change and credit, the claimant's credit and the fee
 pool's change to the wei with `verillm.sim.omission.settle_omission` under the replayer's rules.
@@ -73,14 +74,16 @@ def _replay_omission(replayer, case: ReplayCase) -> ReplayResult:
     claim_id = p.claim_omitted(client, signed).value
     res.claims = 1
     pool0 = p.jobs.call("feePoolWei")
+    gas_price_wei = 0
     if included:
-        p.prove_included(dispatcher.account, claim_id, posted.batch_id, coverage.compute_inclusion_proof(hashes, promised))
+        answer = p.prove_included(dispatcher.account, claim_id, posted.batch_id, coverage.compute_inclusion_proof(hashes, promised))
+        gas_price_wei = answer.receipt["effectiveGasPrice"]
     else:
         chain.mine(pre.PROOF_WINDOW_BLOCKS + 1)
         p.slash_omission(w.outsider, claim_id)
     state = p.get_omission_claim(claim_id)["state"]
     res.omission_slashed = state == coverage.SLASHED
-    expected = settle_omission(pre, replayer.rules, stakes0[case.dispatcher], included)
+    expected = settle_omission(pre, replayer.rules, stakes0[case.dispatcher], included, gas_price_wei)
     _compare(res, w, stakes0, credits0, expected, case.dispatcher)
     client_credit = p.get_credit(client.address) - client_credit0
     if client_credit != expected.claimant_credit_wei:
