@@ -93,13 +93,14 @@ async def measure_loop_profile(process: subprocess.Popen, profile_path: Path, da
     }
 
 
-def format_thread_split(split: dict, in_process_cpu_ms: float, batches: tuple[float, float]) -> str:
+def format_thread_split(split: dict, in_process_cpu_ms: float, batches: tuple[float, float], client_cpu_ms: float) -> str:
     """Return the thread-split lines of the bench's output."""
     jobs, count = batches
     return (
         f"daemon CPU per job by thread: event loop {split['loop_thread_cpu_ms_per_job']:.2f} ms, "
         f"engine + other threads {split['other_threads_cpu_ms_per_job']:.2f} ms (in-process path: {in_process_cpu_ms:.2f} ms); "
-        f"daemon batches: {count:.0f}, mean size {jobs / max(count, 1):.2f}"
+        f"daemon batches: {count:.0f}, mean size {jobs / max(count, 1):.2f}\n"
+        f"the bench's HTTP client (its own process, not the daemon's CPU): {client_cpu_ms:.2f} ms of CPU per job"
     )
 
 
