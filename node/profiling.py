@@ -214,6 +214,7 @@ def install_profile_toggle(loop) -> bool:
             Path(path + ".started").touch()  # the bench sends its jobs once this exists
             return
         report = profiler.stop()
+        Path(path + ".started").unlink(missing_ok=True)  # a next start signals afresh
         partial = Path(path + ".partial")
         partial.write_text(json.dumps(report, indent=2) + "\n")
         partial.replace(path)
