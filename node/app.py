@@ -26,6 +26,7 @@ from verillm.node.keys import load_node_key
 from verillm.node.metrics import NodeMetrics
 from verillm.node.clients import APP_INFLIGHT, client_middleware
 from verillm.node.middlewares import error_middleware
+from verillm.node.profiling import install_profile_toggle
 from verillm.node.routes import setup_routes
 from verillm.node.store import open_store
 from verillm.node.wire import from_hex
@@ -118,6 +119,7 @@ async def run_node(config: NodeConfig) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    install_profile_toggle(loop)  # only with VERILLM_NODE_PROFILE set (`verillm bench node --profile`)
     runner, port = await start_node(config)
     log.info("verillm node %s serving %s on http://%s:%d", runner.app[APP_KEY].address_hex, runner.app[APP_MODEL].name, config.server.host, port)
     print(f"verillm node listening on http://{config.server.host}:{port}", flush=True)

@@ -40,11 +40,20 @@ from prometheus_client.parser import text_string_to_metric_families
 from verillm.spec.receipt import SigningDomain
 from verillm.spec.types import Job, SamplingParams
 
+from verillm.node.bench_profile import (
+    compute_thread_split,
+    format_profile,
+    format_thread_split,
+    get_thread_cpu_s,
+    measure_loop_profile,
+    scrape_batches,
+)
 from verillm.node.bench_ttft import format_ttft, measure_ttft
 from verillm.node.commit import BatchRunner
 from verillm.node.config import EngineConfig
 from verillm.node.keys import new_node_key, write_key_file
 from verillm.node.metrics import NodeMetrics
+from verillm.node.profiling import PROFILE_ENV
 
 
 @dataclass
@@ -59,6 +68,7 @@ class PathTally:
     commit_s: float = 0.0
     output_tokens: int = 0
     errors: int = 0
+    client_cpu_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -149,9 +159,10 @@ class DaemonPath:
 
     async def run_batch(self, prompts: list[list[int]]) -> None:
         """Send one request per prompt at once and add them to the tally."""
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         await asyncio.gather(*(self._request(prompt, started) for prompt in prompts))
         self.tally.busy_s += time.perf_counter() - started
+        self.tally.client_cpu_s += time.process_time() - cpu_started  # this process: the HTTP client's own work
 
     async def _request(self, prompt: list[int], started: float) -> None:
         body = {"model": self.model, "prompt": prompt, "max_tokens": self.max_new_tokens, "temperature": 0}
@@ -194,16 +205,20 @@ def get_process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_daemon(directory: Path, engine: EngineConfig, concurrency: int, batch_wait_ms: float) -> tuple[subprocess.Popen, str]:
-    """Start a node process for the bench; return it and its URL."""
+def start_daemon(directory: Path, engine: EngineConfig, concurrency: int, batch_wait_ms: float, profile: bool = False,
+                 receipts_synchronous: str = "FULL") -> tuple[subprocess.Popen, str]:
+    """Start a node process for the bench (``profile``: with its loop-thread profiler armed); return it and its URL."""
     write_key_file(new_node_key(), directory / "key.json")
     (directory / "node.toml").write_text(
-        f'[identity]\nkey_file = "{directory / "key.json"}"\n[server]\nport = 0\n[store]\npath = "{directory / "node.sqlite"}"\n'
+        f'[identity]\nkey_file = "{directory / "key.json"}"\n[server]\nport = 0\n[store]\npath = "{directory / "node.sqlite"}"\nreceipts_synchronous = "{receipts_synchronous}"\n'
         f'[engine]\nmodel = "{engine.model}"\ndtype = "{engine.dtype}"\nthreads = {engine.threads}\n'
         f"[queue]\nmax_batch_size = {concurrency}\nbatch_wait_ms = {batch_wait_ms}\nmax_queued_jobs = {max(256, 2 * concurrency)}\n"
         f"[limits]\nmax_inflight_per_client = {max(16, concurrency)}\n"  # one bench client: its share is the whole run
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop(PROFILE_ENV, None)
+    if profile:
+        env[PROFILE_ENV] = str(directory / "profile.json")
     log_path = directory / "node.log"
     with open(log_path, "w") as log:
         command = [sys.executable, "-m", "verillm.node", "run", "--config", str(directory / "node.toml"), "--log-level", "WARNING"]
@@ -236,12 +251,18 @@ def format_table(results: list[PathResult]) -> str:
 
 
 async def measure(served, engine_config: EngineConfig, prompts, concurrency: int, max_new_tokens: int, batch_wait_ms: float,
-                  ttft: dict | None = None) -> tuple[PathResult, PathResult]:
-    """Start the daemon, warm both paths up, run the interleaved measurement (then, given ``ttft``, fill it: streaming TTFT)."""
+                  ttft: dict | None = None, where: dict | None = None, profile: bool = False,
+                  receipts_synchronous: str = "FULL") -> tuple[PathResult, PathResult]:
+    """Start the daemon, warm both paths up, run the interleaved measurement (then, given ``ttft``, fill it: streaming TTFT).
+
+    ``where`` (if given) gets the daemon's CPU split by thread and its batch sizes over the measured run and, with
+    ``profile``, the loop-thread profile of one more daemon-only pass over ``prompts``.
+    """
+    where = {} if where is None else where
     in_process = InProcessPath(served, max_new_tokens)
     with tempfile.TemporaryDirectory(prefix="verillm-bench-") as directory:
         click.echo(f"starting a node daemon ({engine_config.model}; loading the model takes a while)…", err=True)
-        process, url = await asyncio.to_thread(start_daemon, Path(directory), engine_config, concurrency, batch_wait_ms)
+        process, url = await asyncio.to_thread(start_daemon, Path(directory), engine_config, concurrency, batch_wait_ms, profile, receipts_synchronous)
         click.echo(f"daemon at {url}; {len(prompts)} jobs per path, {concurrency} at a time, then streaming for time to first token…", err=True)
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as session:
@@ -250,11 +271,19 @@ async def measure(served, engine_config: EngineConfig, prompts, concurrency: int
                 daemon = DaemonPath(url, engine_config.model, max_new_tokens, session)
                 cpu_started = get_process_cpu_s(process.pid)  # the daemon idles while the in-process path runs
                 engine_started, commit_started = await scrape_engine_and_commit_s(session, url)
+                batches_started, threads_started = await scrape_batches(session, url), get_thread_cpu_s(process.pid)
                 in_process.tally.engine_s, in_process.tally.commit_s = 0.0, 0.0
                 await run_interleaved(in_process, daemon, prompts, concurrency)
                 daemon.tally.cpu_s = get_process_cpu_s(process.pid) - cpu_started
+                where["threads"] = compute_thread_split(process.pid, threads_started, get_thread_cpu_s(process.pid), len(prompts))
+                batches = await scrape_batches(session, url)
+                where["batches"] = (batches[0] - batches_started[0], batches[1] - batches_started[1])
+                where["client_cpu_ms_per_job"] = round(1000 * daemon.tally.client_cpu_s / len(prompts), 3)
                 engine_s, commit_s = await scrape_engine_and_commit_s(session, url)
                 daemon.tally.engine_s, daemon.tally.commit_s = engine_s - engine_started, commit_s - commit_started
+                if profile:
+                    profiled = DaemonPath(url, engine_config.model, max_new_tokens, session)
+                    where["profile"] = await measure_loop_profile(process, Path(directory) / "profile.json", profiled, prompts, concurrency)
                 if ttft is not None:
                     ttft.update(await measure_ttft(session, url, engine_config.model, prompts, concurrency, max_new_tokens))
         finally:
@@ -271,8 +300,11 @@ async def measure(served, engine_config: EngineConfig, prompts, concurrency: int
 @click.option("--max-new-tokens", type=int, default=32, show_default=True)
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads on both paths (0 = torch default); 1 makes CPU times exact.")
 @click.option("--batch-wait-ms", type=float, default=5.0, show_default=True, help="Daemon batching wait (ends early once the batch is full).")
+@click.option("--receipts-synchronous", type=click.Choice(["FULL", "NORMAL"]), default="FULL", show_default=True,
+              help="The daemon's store.receipts_synchronous; NORMAL only to measure what FULL's fsync costs.")
+@click.option("--profile", is_flag=True, help="Then one more daemon pass with its event-loop thread profiled: CPU per job by component.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the results here.")
-def node_bench(model, dtype, concurrency, requests, prompt_tokens, max_new_tokens, threads, batch_wait_ms, json_path):
+def node_bench(model, dtype, concurrency, requests, prompt_tokens, max_new_tokens, threads, batch_wait_ms, receipts_synchronous, profile, json_path):
     """Throughput and p50/p99 latency through the daemon vs in-process, and the daemon's overhead."""
     from verillm.node.engines import build_served_model
 
@@ -280,19 +312,26 @@ def node_bench(model, dtype, concurrency, requests, prompt_tokens, max_new_token
     served = build_served_model(engine_config)
     prompts = make_prompts(requests, prompt_tokens, served.manifest.vocab_size)
     ttft: dict = {}
-    bare, daemon = asyncio.run(measure(served, engine_config, prompts, concurrency, max_new_tokens, batch_wait_ms, ttft))
+    where: dict = {}
+    bare, daemon = asyncio.run(measure(served, engine_config, prompts, concurrency, max_new_tokens, batch_wait_ms, ttft, where, profile, receipts_synchronous))
     overhead = 1 - daemon.tokens_per_s / bare.tokens_per_s
     cpu_overhead = daemon.cpu_s / bare.cpu_s - 1
     latency_ratio = daemon.p50_latency_ms / bare.p50_latency_ms
     click.echo(format_table([bare, daemon]))
     click.echo(f"daemon overhead: {100 * overhead:+.2f}% throughput (goal ≤ 3%), {100 * cpu_overhead:+.2f}% CPU per job, p50 latency ×{latency_ratio:.3f}")
+    click.echo(format_thread_split(where["threads"], bare.cpu_ms_per_job, where["batches"], where["client_cpu_ms_per_job"]))
+    if profile:
+        click.echo(format_profile(where["profile"], where["threads"]["loop_thread_cpu_ms_per_job"]))
     click.echo(format_ttft(ttft))
     report = {
         "model": served.name, "dtype": dtype, "concurrency": concurrency, "requests": requests,
         "prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens, "batch_wait_ms": batch_wait_ms,
+        "receipts_synchronous": receipts_synchronous, "client_cpu_ms_per_job": where["client_cpu_ms_per_job"],
         "in_process": asdict(bare), "daemon": asdict(daemon),
         "threads": threads, "overhead_throughput_ratio": round(overhead, 4), "overhead_cpu_ratio": round(cpu_overhead, 4),
         "p50_latency_ratio": round(latency_ratio, 4), "streaming": ttft,
+        "daemon_threads": where["threads"], "daemon_batches": {"jobs": where["batches"][0], "batches": where["batches"][1]},
+        "loop_profile": where.get("profile"),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(), "loadavg": os.getloadavg()},
     }
     if json_path:

@@ -42,6 +42,6 @@ class LocalDispatcher:
     async def dispatch(self, job: Job, audit_requested: bool) -> JobResult:
         """Record the dispatch, then run the job on the local worker."""
         job_hash = compute_job_hash(job)
-        self.worker.process_acceptance(job, job_hash)
-        self.store.insert_dispatched(job_hash, None, "", audit_requested)
-        return await self.worker.process_job(job, None, job_hash)
+        record = self.worker.process_acceptance(job, job_hash)
+        self.store.insert_dispatched(job_hash, None, "", audit_requested)  # no await from the check to the acceptance
+        return await self.worker.wait_job(self.worker.accept_checked_job(job, None, job_hash, record))

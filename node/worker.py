@@ -80,7 +80,7 @@ class Worker:
             raise PromptTooLong(f"prompt: {len(job.input_tokens)} tokens exceed this node's limit of {self.limits.max_prompt_tokens}")
         if job.max_new_tokens > self.limits.max_new_tokens:
             raise InvalidInput(f"max_new_tokens: {job.max_new_tokens} exceeds this node's limit of {self.limits.max_new_tokens}")
-        process_job_admission(job, self.served.manifest)
+        process_job_admission(job, self.served.manifest, self.served.model_id)
 
     def process_acceptance(self, job: Job, job_hash: bytes | None = None) -> JobRecord | None:
         """Check ``job`` would be accepted now (admission, then queue room unless known); return its stored record."""
@@ -98,7 +98,13 @@ class Worker:
         job_hash = job_hash or compute_job_hash(job)
         if job_hash in self._in_flight:
             return job_hash
-        record = self.process_acceptance(job, job_hash)  # before writing: a refused job leaves no trace
+        return self.accept_checked_job(job, sender, job_hash, self.process_acceptance(job, job_hash))  # a refused job leaves no trace
+
+    def accept_checked_job(self, job: Job, sender: bytes | None, job_hash: bytes, record: JobRecord | None) -> bytes:
+        """`accept_job` for a caller that has just run `process_acceptance(job, job_hash)` (which returned
+        ``record``) with no await since, so the check and its store read are not repeated; return the job hash."""
+        if job_hash in self._in_flight:
+            return job_hash
         if record is not None and record.status == "done":
             return job_hash
         if record is None:

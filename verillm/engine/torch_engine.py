@@ -189,7 +189,7 @@ class TorchEngine:
         ``jobs[i]`` is sampled (streaming); it must be quick and must not raise.
         """
         for job in jobs:
-            process_job_admission(job, self.manifest)
+            process_job_admission(job, self.manifest, self.model_id)
         traces = []
         kernels = exact_kernels(self.model) if self.exact else contextlib.nullcontext()
         with get_model_lock(self.model), self._threads(), kernels, self._hooks(), torch.inference_mode():

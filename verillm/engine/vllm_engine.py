@@ -202,7 +202,7 @@ class VllmEngine:
     def run(self, jobs: Sequence[Job]) -> list[JobTrace]:
         """Run ``jobs`` through vLLM's scheduler together; one trace per job, in order."""
         for job in jobs:
-            process_job_admission(job, self.manifest)
+            process_job_admission(job, self.manifest, self.model_id)
         executed = [self.transform_job(job) for job in jobs]
         run_id = next(_run_ids)
         keys = [f"{os.getpid()}-{run_id}-{index}" for index in range(len(executed))]

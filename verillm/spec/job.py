@@ -50,9 +50,13 @@ def compute_verification_job(job: Job, output_tokens: Sequence[int], nonce: byte
     )
 
 
-def process_job_admission(job: Job, manifest: ModelManifest) -> None:
-    """Check that ``job`` can run on ``manifest``'s model; raise with the reason if not."""
-    if job.model_id != compute_model_id(manifest):
+def process_job_admission(job: Job, manifest: ModelManifest, model_id: bytes | None = None) -> None:
+    """Check that ``job`` can run on ``manifest``'s model; raise with the reason if not.
+
+    ``model_id``: `compute_model_id(manifest)`, when the caller holds it (an engine or a node
+    serving one model): it costs an encoding of the whole manifest and a keccak per call.
+    """
+    if job.model_id != (compute_model_id(manifest) if model_id is None else model_id):
         raise InvalidInput(f"job is for model {job.model_id.hex()}, not {manifest.name}")
     if not job.input_tokens:
         raise InvalidInput("a job needs at least one input token")
