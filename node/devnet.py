@@ -212,8 +212,11 @@ def _check_outcome(net: LocalNetwork, tracker: JobTracker, job: dict) -> list[st
 
 
 def _check_cheaters_caught(net: LocalNetwork, tracker: JobTracker) -> list[str]:
-    slashed = {s["node"].lower() for j in tracker.jobs for s in (j["body"].get("audit") or {}).get("slashed", [])}
-    return [f"node {n.index} ({n.spec.label}) was never slashed" for n in net.nodes if not n.spec.is_honest and n.address.lower() not in slashed]
+    audits = [j["body"].get("audit") or {} for j in tracker.jobs]
+    slashed = {s["node"].lower() for a in audits for s in a.get("slashed", [])}
+    seats = [m.lower() for a in audits for m in a.get("committee", [])]
+    return [f"node {n.index} ({n.spec.label}) was never slashed (it sat on {seats.count(n.address.lower())} committees)"
+            for n in net.nodes if not n.spec.is_honest and n.address.lower() not in slashed]
 
 
 def follow(tracker: JobTracker, timeout_s: float, stall_s: float = 60.0) -> None:
