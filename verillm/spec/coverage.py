@@ -26,14 +26,11 @@ the promise is claimed.
 
 from dataclasses import dataclass
 
-from eth_keys import keys
-from eth_keys.exceptions import BadSignature, ValidationError
-
 from verillm.errors import InvalidInput, InvalidProof, InvalidSignature
 from verillm.spec.audit import compute_batch_levels, compute_batch_proof
 from verillm.spec.hashing import keccak256
 from verillm.spec.merkle import MerkleProof, compute_leaf_hash, is_valid_merkle_proof
-from verillm.spec.receipt import SigningDomain, compute_domain_separator
+from verillm.spec.receipt import SigningDomain, compute_domain_separator, recover_digest_signer, sign_digest
 
 PROMISE_TYPE = b"BatchPromise(bytes32 receiptHash,address dispatcher,uint64 batchByBlock)"
 PROMISE_TYPEHASH = keccak256(PROMISE_TYPE)
@@ -94,25 +91,15 @@ def compute_promise_digest(promise: BatchPromise, domain: SigningDomain) -> byte
 
 def sign_promise(promise: BatchPromise, private_key: bytes, domain: SigningDomain) -> SignedPromise:
     """Return ``promise`` signed by ``private_key``, which must be its dispatcher's."""
-    key = keys.PrivateKey(private_key)
-    if key.public_key.to_canonical_address() != promise.dispatcher:
-        raise InvalidSignature("the signing key is not the promise's dispatcher")
-    sig = key.sign_msg_hash(compute_promise_digest(promise, domain))
-    return SignedPromise(promise, sig.r.to_bytes(32, "big") + sig.s.to_bytes(32, "big") + bytes([sig.v + 27]))
+    return SignedPromise(promise, sign_digest(compute_promise_digest(promise, domain), private_key, promise.dispatcher,
+                                              "the promise's dispatcher"))
 
 
 def process_promise_signature(signed: SignedPromise, domain: SigningDomain) -> None:
     """Raise InvalidSignature unless ``signed`` is signed by its dispatcher for ``domain``."""
-    sig = signed.signature
-    if len(sig) != 65 or sig[64] not in (27, 28):
-        raise InvalidSignature("a promise signature is 65 bytes r ‖ s ‖ v with v in {27, 28}")
-    try:
-        signature = keys.Signature(vrs=(sig[64] - 27, int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:64], "big")))
-        public = signature.recover_public_key_from_msg_hash(compute_promise_digest(signed.promise, domain))
-    except (BadSignature, ValidationError) as exc:
-        raise InvalidSignature(f"promise signature does not recover: {exc}") from None
-    if public.to_canonical_address() != signed.promise.dispatcher:
-        raise InvalidSignature(f"promise is signed by 0x{public.to_canonical_address().hex()}, not its dispatcher")
+    signer = recover_digest_signer(compute_promise_digest(signed.promise, domain), signed.signature, "promise")
+    if signer != signed.promise.dispatcher:
+        raise InvalidSignature(f"promise is signed by 0x{signer.hex()}, not its dispatcher")
 
 
 def check_promise_terms(promise: BatchPromise, receipt_hash: bytes, head_block: int, batch_by_blocks: int) -> None:

@@ -78,25 +78,38 @@ def compute_signing_digest(receipt: Receipt, domain: SigningDomain) -> bytes:
 
 def sign_receipt(receipt: Receipt, private_key: bytes, domain: SigningDomain) -> Receipt:
     """Return ``receipt`` signed by ``private_key`` (r ‖ s ‖ v with v in {27, 28})."""
-    key = keys.PrivateKey(private_key)
-    if key.public_key.to_canonical_address() != receipt.worker:
-        raise InvalidSignature("the signing key is not the receipt's worker")
-    signature = key.sign_msg_hash(compute_signing_digest(receipt, domain))
-    raw = signature.r.to_bytes(32, "big") + signature.s.to_bytes(32, "big") + bytes([signature.v + 27])
+    raw = sign_digest(compute_signing_digest(receipt, domain), private_key, receipt.worker, "the receipt's worker")
     return dataclasses.replace(receipt, signature=raw)
+
+
+def sign_digest(digest: bytes, private_key: bytes, signer: bytes, role: str) -> bytes:
+    """Return r ‖ s ‖ v (v in {27, 28}) over an EIP-712 ``digest``; the key must be ``signer``'s
+    (``role`` names it in the error), so a node never signs in another party's name."""
+    key = keys.PrivateKey(private_key)
+    if key.public_key.to_canonical_address() != signer:
+        raise InvalidSignature(f"the signing key is not {role}")
+    signature = key.sign_msg_hash(digest)
+    return signature.r.to_bytes(32, "big") + signature.s.to_bytes(32, "big") + bytes([signature.v + 27])
+
+
+def recover_digest_signer(digest: bytes, sig: bytes, what: str) -> bytes:
+    """Return the address whose r ‖ s ‖ v signature ``sig`` is over ``digest``; raise
+    InvalidSignature (naming ``what`` was signed) if it is malformed or recovers no key."""
+    if len(sig) != 65:
+        raise InvalidSignature(f"{what} signature is {len(sig)} bytes, expected 65 (r ‖ s ‖ v)")
+    if sig[64] not in (27, 28):
+        raise InvalidSignature(f"{what} signature v byte is {sig[64]}, expected 27 or 28")
+    try:
+        signature = keys.Signature(vrs=(sig[64] - 27, int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:64], "big")))
+        public = signature.recover_public_key_from_msg_hash(digest)
+    except (BadSignature, ValidationError) as exc:
+        raise InvalidSignature(f"{what} signature does not recover: {exc}") from None
+    return public.to_canonical_address()
 
 
 def recover_receipt_signer(receipt: Receipt, domain: SigningDomain) -> bytes:
     """Return the address that signed ``receipt``; raise InvalidSignature if none can."""
-    sig = receipt.signature
-    if sig[64] not in (27, 28):
-        raise InvalidSignature(f"signature v byte is {sig[64]}, expected 27 or 28")
-    try:
-        signature = keys.Signature(vrs=(sig[64] - 27, int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:64], "big")))
-        public = signature.recover_public_key_from_msg_hash(compute_signing_digest(receipt, domain))
-    except (BadSignature, ValidationError) as exc:
-        raise InvalidSignature(f"receipt signature does not recover: {exc}") from None
-    return public.to_canonical_address()
+    return recover_digest_signer(compute_signing_digest(receipt, domain), receipt.signature, "receipt")
 
 
 def process_receipt_signature(receipt: Receipt, domain: SigningDomain) -> None:

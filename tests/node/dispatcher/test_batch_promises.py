@@ -5,11 +5,7 @@ claim on a batched receipt is answered by the node's watcher step, which takes t
 
 import pytest
 
-from verillm.chain import RpcChain
-from verillm.chain.anvil import AnvilProcess, find_anvil_binary
 from verillm.chain.events import get_events
-from verillm.chain.protocol import OnchainModel, Protocol
-from verillm.errors import ConfigError
 from verillm.spec import coverage as spec
 from verillm.spec import vrf
 from verillm.spec.hashing import keccak256
@@ -26,22 +22,15 @@ from verillm.node.keys import compute_node_key
 from verillm.node.metrics import NodeMetrics
 from verillm.node.store import open_store
 
+from one_node_chain import one_node_deployment
+
 MODEL_ID = keccak256(b"promise test model")
 
 
 @pytest.fixture(scope="module")
 def deployed():
-    try:
-        find_anvil_binary()
-    except ConfigError:
-        pytest.skip("anvil not installed (make install)")
-    with AnvilProcess() as anvil:
-        chain = RpcChain(anvil.url)
-        owner, node, client = chain.dev_accounts[0], chain.dev_accounts[1], chain.dev_accounts[8]
-        protocol = Protocol.deploy(chain, MINIMAL, owner)
-        protocol.add_model(owner, OnchainModel(MODEL_ID, (1,), 1, (50_000,), (30_000,), 4))
-        protocol.register(node, vrf.derive_secret_key(b"\x01" * 32), "http://127.0.0.1:9", [MODEL_ID], MINIMAL.MIN_STAKE_WEI)
-        yield anvil, protocol, node, client
+    with one_node_deployment(MODEL_ID) as world:
+        yield world
 
 
 def _job_and_receipt(i: int, key, domain: SigningDomain):

@@ -13,11 +13,8 @@ import pytest
 from aiohttp import web
 from click.testing import CliRunner
 
-from verillm.chain import RpcChain
-from verillm.chain.anvil import AnvilProcess, find_anvil_binary
-from verillm.chain.protocol import OnchainModel, Protocol
 from verillm.coverage_cli import promise as promise_cli
-from verillm.errors import ConfigError, InvalidInput, InvalidProof
+from verillm.errors import InvalidInput, InvalidProof
 from verillm.inclusion import INCLUDED, INVALID, MISSING, NOT_DUE, check_inclusion, fetch_inclusion
 from verillm.spec import coverage as spec
 from verillm.spec import vrf
@@ -39,22 +36,15 @@ from verillm.node.middlewares import error_middleware
 from verillm.node.store import open_store
 from verillm.node.wire import promise_to_json
 
+from one_node_chain import one_node_deployment
+
 MODEL_ID = keccak256(b"inclusion test model")
 
 
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory):
-    try:
-        find_anvil_binary()
-    except ConfigError:
-        pytest.skip("anvil not installed (make install)")
-    with AnvilProcess() as anvil:
-        chain = RpcChain(anvil.url)
-        owner, node, client = chain.dev_accounts[0], chain.dev_accounts[1], chain.dev_accounts[8]
-        protocol = Protocol.deploy(chain, MINIMAL, owner)
-        protocol.add_model(owner, OnchainModel(MODEL_ID, (1,), 1, (50_000,), (30_000,), 4))
-        # The registered endpoint answers nothing: a dispatcher gone offline.
-        protocol.register(node, vrf.derive_secret_key(b"\x01" * 32), "http://127.0.0.1:9", [MODEL_ID], MINIMAL.MIN_STAKE_WEI)
+    # The registered endpoint answers nothing: a dispatcher gone offline.
+    with one_node_deployment(MODEL_ID) as (anvil, protocol, node, client):
         book = tmp_path_factory.mktemp("deployment") / "deployment.json"
         protocol.deployment.save(book)
         yield anvil, protocol, node, client, str(book)
