@@ -14,7 +14,6 @@ included receipt's claim would be answered with that proof and cost the claimant
 the client's rule is: claim only when `claimable`.
 """
 
-import json
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from eth_utils import to_checksum_address
 
 from verillm.errors import ChainError, InvalidInput, InvalidProof
+from verillm.jsonsafe import load_json
 from verillm.spec import coverage as spec
 from verillm.spec.merkle import MerkleProof
 
@@ -63,15 +63,17 @@ def fetch_inclusion(node_url: str, receipt_hash: bytes, timeout_s: float) -> tup
     url = node_url.rstrip("/") + get_inclusion_path(receipt_hash)
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return json.loads(response.read(MAX_BODY_BYTES)), ""
+            # The dispatcher chose these bytes: load_json bounds the nesting (py_ecc raises the
+            # recursion limit, so a 64 KiB run of '[' would crash json.loads instead of raising).
+            return load_json(response.read(MAX_BODY_BYTES), "inclusion body"), ""
     except urllib.error.HTTPError as exc:
         body = exc.read(MAX_BODY_BYTES).decode(errors="replace")
         try:
-            body = json.loads(body)["error"]["message"]
-        except (ValueError, KeyError, TypeError):
+            body = load_json(body, "error body")["error"]["message"]
+        except (InvalidInput, KeyError, TypeError):
             pass
         return None, f"the dispatcher shows no proof (HTTP {exc.code}: {body})"
-    except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, TimeoutError, OSError, ValueError, InvalidInput) as exc:
         return None, f"the dispatcher at {node_url} does not answer: {exc}"
 
 

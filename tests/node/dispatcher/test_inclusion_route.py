@@ -190,3 +190,18 @@ def test_a_registered_endpoint_that_is_not_http_is_not_read():
     """The endpoint comes from the dispatcher's registration: the client reads no local file for it."""
     body, why = fetch_inclusion("file:///etc/hostname", b"\x01" * 32, 1.0)
     assert body is None and "not http(s)" in why
+
+
+async def test_a_dispatcher_body_nested_too_deep_is_no_proof_not_a_crash():
+    """The client parses bytes the dispatcher chose: 64 KiB of '[' (below the recursion limit py_ecc
+    sets, so json.loads would overflow the C stack) is refused as a malformed body, not a crash."""
+    async def handler(request):
+        return web.Response(body=b"[" * 100_000, content_type="application/json")
+    app = web.Application()
+    app.router.add_get("/v1/verillm/receipts/{receipt_hash}/inclusion", handler)
+    runner, url = await _serve(app)
+    try:
+        body, why = await asyncio.to_thread(fetch_inclusion, url, b"\x01" * 32, 5.0)
+    finally:
+        await runner.cleanup()
+    assert body is None and "nested" in why
