@@ -9,12 +9,14 @@ contracts/src/Coverage.sol; the rules in verillm.spec.coverage).
              `compute_post_margin` blocks of its deadline, whatever its size and wait rules say.
     answer   every `OmissionClaimed` naming this node is answered with the inclusion proof of the
              receipt in the batch that holds it (`proveIncluded`): a claim on an included receipt
-             costs the claimant its bond; one on a receipt never batched cannot be answered.
+             pays this node its answer's gas out of the claimant's bond; one on a receipt never
+             batched cannot be answered.
     show     the same proof is served off-chain to anyone who asks
              (`GET /v1/verillm/receipts/{hash}/inclusion`), so a client checks before it claims.
 
-Stateless between ticks: each tick re-reads recorded claims and the chain; a repeated answer
-reverts ClaimResolved and is ignored.
+Stateless between ticks: each tick re-reads recorded claims and the chain, skipping claims whose
+OmissionAnswered / OmissionSlashed event is recorded; an answer repeated before that event is
+confirmed reverts ClaimResolved and is ignored.
 """
 
 import logging
@@ -90,11 +92,13 @@ class OmissionAnswers:
         self.chainio, self.tables = chainio, tables
 
     async def advance(self, head: int) -> None:
-        """Answer every recorded claim naming this node whose proof window is still open."""
+        """Answer every recorded claim naming this node whose proof window is still open and which
+        is not resolved yet (a resolved claim's answer would only rebuild its proof and revert)."""
         me = "0x" + self.chainio.address.hex()
+        resolved = {e["args"]["claimId"] for name in ("OmissionAnswered", "OmissionSlashed") for e in self.tables.get_events(name)}
         for event in self.tables.get_events("OmissionClaimed"):
             args = event["args"]
-            if args["dispatcher"].lower() == me and head <= args["proveDeadline"]:
+            if args["dispatcher"].lower() == me and head <= args["proveDeadline"] and args["claimId"] not in resolved:
                 await self.answer(args["claimId"], bytes.fromhex(args["receiptHash"][2:]))
 
     async def answer(self, claim_id: int, receipt_hash: bytes) -> bool:

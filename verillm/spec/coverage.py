@@ -130,15 +130,18 @@ def compute_prove_deadline(claim_block: int, proof_window_blocks: int) -> int:
 
 def is_inclusion_proof(promise: BatchPromise, batch: BatchRecord, proof: MerkleProof) -> bool:
     """Return whether ``proof`` answers a claim on ``promise``: the dispatcher's own batch, posted
-    by batchByBlock, holding the receipt hash at ``proof.index``."""
-    return (batch.dispatcher == promise.dispatcher and batch.posted_block <= promise.batch_by_block
-            and proof.leaf_count == batch.count
-            and is_valid_merkle_proof(compute_leaf_hash(promise.receipt_hash), proof, batch.root))
+    by batchByBlock, holding the receipt hash at ``proof.index`` (`check_inclusion_proof`)."""
+    try:
+        check_inclusion_proof(promise, batch, proof)
+    except InvalidProof:
+        return False
+    return True
 
 
 def check_inclusion_proof(promise: BatchPromise, batch: BatchRecord, proof: MerkleProof) -> None:
-    """Raise InvalidProof, naming the first failed condition, unless `is_inclusion_proof` holds: what
-    a client runs on a proof the dispatcher shows off-chain before it decides to claim."""
+    """Raise InvalidProof, naming the first failed condition, unless ``proof`` answers a claim on
+    ``promise`` (the rule Coverage.proveIncluded applies): what a client runs on a proof the
+    dispatcher shows off-chain before it decides to claim."""
     if batch.dispatcher != promise.dispatcher:
         raise InvalidProof(f"batch is 0x{batch.dispatcher.hex()}'s, not the promise's dispatcher 0x{promise.dispatcher.hex()}")
     if batch.posted_block > promise.batch_by_block:
