@@ -23,6 +23,7 @@ from pathlib import Path
 
 import click
 
+from verillm.bench.workloads import DEVNET_PROMPTS
 from verillm.node.devnet_keep import compute_network_info, print_network, wait_until_interrupted, write_network_file
 from verillm.node.devnet_progress import StallWatch, prepare_model
 from verillm.node.devnet_windows import compute_timed_preset
@@ -31,11 +32,7 @@ from verillm.spec.params import MINIMAL
 
 CHEATERS = {"int8": NodeSpec(attack="int8"), "model": NodeSpec(attack="other_model"),
             "truncate": NodeSpec(attack="truncate"), "kv_int8": NodeSpec(attack="kv_int8"), "lazy": NodeSpec(lazy=True), "tamper": NodeSpec(tamper_opening=True)}
-PROMPTS = (
-    "What is the capital of France?", "How many legs does a spider have?", "Write one sentence about the sea.",
-    "Name three prime numbers.", "What colour is the sky on a clear day?", "Give me a word that rhymes with cat.",
-    "What do bees make?", "Say hello in Spanish.", "What is two plus three?", "Name a planet in our solar system.",
-)
+PROMPTS = DEVNET_PROMPTS  # calibrated on: `verillm/bench/workloads.py`
 TERMINAL = ("final", "slashed", "tie", "abandoned")
 
 

@@ -21,7 +21,11 @@ def test_calibrate_writes_a_profile_that_loads(tmp_path):
     assert [t.layer for t in profile.layers] == [1, 2, 4]
     assert all(0 < t.max_cell_error < 1e-3 and 0 < t.rms_error <= t.max_cell_error for t in profile.layers)
     assert profile.provenance["honest_audits"] == 2 * 2 * 8
-    assert "rule of three" in output
+    for tolerance in profile.layers:
+        bounds = profile.provenance["bounds"][str(tolerance.layer)]
+        assert tolerance.max_cell_error >= 4.0 * bounds["max_cell_error"]["observed_max"] > 0
+        assert tolerance.rms_error >= 4.0 * bounds["rms_error"]["observed_max"] > 0
+    assert "honest cells per layer" in output and "tail bound" in output
 
 
 def test_detect_reports_the_schema_and_catches_attacks(tmp_path):

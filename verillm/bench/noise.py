@@ -9,9 +9,12 @@ and sampled jobs, and repetition (every worker config's runs are independent).
 import copy
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from verillm.engine.torch_engine import TorchEngine
+from verillm.errors import EngineError
 from verillm.spec.policy import CheckResult, LayerTolerance, ToleranceProfile
 from verillm.spec.types import Job, ModelManifest
 from verillm.verifier.local import Party, check_pair, commit_runs, compute_member_jobs
@@ -63,11 +66,29 @@ def build_engine(model, tokenizer, manifest, config: EngineConfig) -> TorchEngin
 
 @dataclass(frozen=True)
 class HonestAudit:
-    """One honest audit of the matrix and its result."""
+    """One honest audit of the matrix: its result, and the error of every cell a challenge can draw."""
 
     worker: str
     verifier: str
     result: CheckResult
+    cell_errors: np.ndarray = field(repr=False, compare=False)
+    """float64 (output positions, committed layers): the fingerprint error at every position
+    in [P − 1, P + N − 1), whether or not this audit's challenge drew it."""
+
+
+def compute_every_cell_error(worker_run, member_run) -> np.ndarray:
+    """Return the fingerprint error (spec `compute_cell_error`) of every drawable cell of one honest pair.
+
+    Calibration reads these, not only the challenged cells: an outlier at a position the local
+    challenge skipped is still one a real audit may draw.
+    """
+    first = len(worker_run.job.input_tokens) - 1
+    last = first + len(worker_run.trace.output_tokens)
+    worker = worker_run.trace.fingerprints[first:last].astype(np.float64)
+    member = member_run.trace.fingerprints[first:last].astype(np.float64)
+    if worker.shape != member.shape:
+        raise EngineError(f"honest pair has {worker.shape} worker cells but {member.shape} member cells")
+    return np.linalg.norm(worker - member, axis=-1) / math.sqrt(worker.shape[-1])
 
 
 def run_honest_matrix(
@@ -85,7 +106,7 @@ def run_honest_matrix(
             member_runs = commit_runs(member_jobs, verifier.run(member_jobs), manifest, MEMBER_PARTY)
             for worker_run, member_run in zip(worker_runs, member_runs, strict=True):
                 result = check_pair(worker_run, member_run, manifest, profile, challenge_positions)
-                audits.append(HonestAudit(worker_config.label, verifier_config.label, result))
+                audits.append(HonestAudit(worker_config.label, verifier_config.label, result, compute_every_cell_error(worker_run, member_run)))
             if progress:
                 progress(f"honest: worker {worker_config.label} vs verifier {verifier_config.label}: {len(audits)} audits")
     return audits

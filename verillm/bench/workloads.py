@@ -1,7 +1,9 @@
 """Jobs for benchmarks and calibration: varied lengths and sampling, from a named seed.
 
 Calibration and detection draw from disjoint seeds and prompt sets, so the false-rejection
-rate the detection benchmark reports is measured on jobs the thresholds never saw.
+rate the detection benchmark reports is measured on jobs the thresholds never saw. The
+devnet's prompts belong to the calibration set: the demo's traffic is what the shipped
+profile must accept (a stale profile once rejected an honest devnet job, `docs/benchmarks.md`).
 """
 
 import random
@@ -38,6 +40,15 @@ SMOLLM2_PROMPTS = (
     "How do airplanes fly?", "What is the meaning of 'carpe diem'?",
 )
 
+# What `verillm devnet` sends (greedy, 16 tokens): part of the calibration set, never of the detection set.
+DEVNET_PROMPTS = (
+    "What is the capital of France?", "How many legs does a spider have?", "Write one sentence about the sea.",
+    "Name three prime numbers.", "What colour is the sky on a clear day?", "Give me a word that rhymes with cat.",
+    "What do bees make?", "Say hello in Spanish.", "What is two plus three?", "Name a planet in our solar system.",
+)
+CALIBRATION_PROMPTS = SMOLLM2_PROMPTS[0::3] + tuple(p for p in DEVNET_PROMPTS if p not in SMOLLM2_PROMPTS[0::3])
+DETECTION_PROMPTS = tuple(p for i, p in enumerate(SMOLLM2_PROMPTS) if i % 3 and p not in DEVNET_PROMPTS)
+
 SAMPLING_MIX = (
     SamplingParams(),  # greedy
     SamplingParams(temperature_milli=700, top_k=40, top_p_ppm=900_000),
@@ -68,7 +79,7 @@ def _tiny_prompt(rng: random.Random, vocab: int) -> tuple[int, ...]:
 
 
 def _chat_prompt(rng: random.Random, tokenizer, index: int, split: str) -> tuple[int, ...]:
-    prompts = SMOLLM2_PROMPTS[0::3] if split == "calibration" else tuple(p for i, p in enumerate(SMOLLM2_PROMPTS) if i % 3)
+    prompts = CALIBRATION_PROMPTS if split == "calibration" else DETECTION_PROMPTS
     question = prompts[index % len(prompts)]
     ids = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True)
     ids = ids["input_ids"] if hasattr(ids, "keys") else ids
