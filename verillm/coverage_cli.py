@@ -19,7 +19,8 @@ def promise():
     """Claim a batching promise that was not kept."""
 
 
-def _open(rpc_url: str, deployment_file: str):
+def open_protocol(rpc_url: str, deployment_file: str):
+    """Return the Protocol of the deployment in ``deployment_file`` on the chain at ``rpc_url``."""
     from verillm.chain.backends import RpcChain
     from verillm.chain.deploy import Deployment
     from verillm.chain.protocol import Protocol
@@ -36,7 +37,7 @@ def _connect(rpc_url: str, deployment_file: str, key: str):
         sender = Account.from_key(key)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"--key is not a secp256k1 private key in hex: {exc}") from None
-    return _open(rpc_url, deployment_file), sender
+    return open_protocol(rpc_url, deployment_file), sender
 
 
 def read_promise_file(path: str):
@@ -85,7 +86,7 @@ def check(promise_file, rpc_url, deployment_file, node_url, timeout_s):
     from verillm.inclusion import check_inclusion
     from verillm.spec import coverage as spec
 
-    protocol = _open(rpc_url, deployment_file)
+    protocol = open_protocol(rpc_url, deployment_file)
     signed = read_promise_file(promise_file)
     spec.process_promise_signature(signed, protocol.get_promise_domain())
     click.echo(json.dumps(check_inclusion(signed, protocol, node_url, timeout_s).to_json(), indent=2))

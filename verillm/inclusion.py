@@ -103,6 +103,18 @@ def read_batch(protocol, batch_id: int) -> spec.BatchRecord:
     return spec.BatchRecord(bytes(root), bytes.fromhex(dispatcher[2:]), count, posted_block)
 
 
+def check_promise_on_receipt(signed: spec.SignedPromise, receipt_hash: bytes, protocol) -> int:
+    """Check a promise the moment it arrives, against the chain: signed by its dispatcher for this
+    deployment's Coverage, about ``receipt_hash``, and due between the head and head +
+    BATCH_BY_BLOCKS (`spec.check_promise_terms`). Only now can a backdated promise be told apart:
+    later, the head has moved past it anyway. Return the head read; raise InvalidSignature or
+    InvalidProof saying what is wrong."""
+    spec.process_promise_signature(signed, protocol.get_promise_domain())
+    head = protocol.chain.get_block_number()
+    spec.check_promise_terms(signed.promise, receipt_hash, head, protocol.params["batchByBlocks"])
+    return head
+
+
 def check_inclusion(signed: spec.SignedPromise, protocol, node_url: str | None = None, timeout_s: float = 10.0) -> InclusionCheck:
     """Fetch the promised receipt's inclusion proof from its dispatcher (``node_url``, else the
     endpoint it registered) and verify it on-chain; see the module docstring for the statuses.

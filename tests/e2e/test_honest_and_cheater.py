@@ -3,6 +3,7 @@ manifest. Every job is audited (MINIMAL): honest jobs end verified, the cheater'
 the cheater is slashed (as a worker, and as a member that votes against honest workers); the
 audit tools then agree with the chain from public data alone."""
 
+import json
 import subprocess
 import sys
 import time
@@ -126,3 +127,20 @@ def test_every_job_came_with_a_batching_promise_the_gateway_kept_and_defends(che
     paid = protocol.jobs.call("credits", gateway) - credit
     refunded = protocol.jobs.call("credits", griefer.address) - griefer_credit
     assert paid > 0 and paid + refunded == protocol.params["omissionClaimBondWei"]
+
+
+def test_verillm_complete_checks_the_promise_against_the_chain_on_receipt(cheater_network):
+    """`verillm complete --rpc-url --deployment`: the receipt is checked in the deployment's domain
+    and the batching promise against the chain's head at once (a backdated promise can be told
+    only then). Runs last: the extra job it sends is not among the fixture's settled jobs."""
+    net, _, _ = cheater_network
+    args = [VERILLM, "complete", "--url", net.gateway_url, "--max-tokens", "4", "--rpc-url", net.rpc_url, "--deployment", str(net.deployment_file)]
+    run = subprocess.run(args + ["--json", "Hello"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    body = json.loads(run.stdout)
+    assert body["promise_check"].startswith("ok: ") and "batch_promise" in body
+    offline = args[:-4] + ["--jobs-address", net.protocol.jobs.address]  # the receipt's domain given by hand, no chain
+    run = subprocess.run(offline + ["Hello"], capture_output=True, text=True, timeout=120)  # the unchecked deadline is said, not hidden
+    assert run.returncode == 0 and "[promise: deadline not checked" in run.stderr, run.stdout + run.stderr
+    run = subprocess.run(args[:-2] + ["Hello"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "--rpc-url and --deployment go together" in run.stderr, run.stdout + run.stderr

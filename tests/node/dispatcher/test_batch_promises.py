@@ -96,3 +96,33 @@ async def test_a_node_behind_on_its_promises_or_inactive_takes_no_job(deployed, 
     stranger = compute_node_key(bytes(protocol.chain.dev_accounts[7].key))  # never registered: could post no batch
     with pytest.raises(CannotPromise, match="not active"):
         await Promises(ChainIO(deployed[0].url, protocol.deployment, stranger, tables), tables, stranger).process_capacity()
+
+
+async def test_a_client_checks_a_promise_on_receipt_against_the_chain_head(deployed, tmp_path):
+    """`verillm.inclusion.check_promise_on_receipt` (what `verillm complete --rpc-url` runs): the
+    node's fresh promise passes; a backdated one (its claim window may already be closed), a far
+    one, one about another receipt and one signed for another deployment are refused, each saying why."""
+    from verillm.errors import InvalidProof, InvalidSignature
+    from verillm.inclusion import check_promise_on_receipt
+
+    _, protocol, _, _ = deployed
+    key, tables, chainio, domain = _node(deployed, tmp_path)
+    job, receipt = _job_and_receipt(3, key, domain)
+    tables.insert_dispatched_job(b"\x03" * 32, job, key.address, "", (5, 6), receipt, False)
+    signed = await Promises(chainio, tables, key).make(b"\x03" * 32, receipt)
+    receipt_hash = compute_receipt_hash(receipt)
+    head = check_promise_on_receipt(signed, receipt_hash, protocol)
+    assert head <= signed.promise.batch_by_block <= head + MINIMAL.BATCH_BY_BLOCKS
+    coverage_domain = protocol.get_promise_domain()
+
+    def signed_for(due: int, about: bytes = receipt_hash, signing_domain=coverage_domain):
+        return spec.sign_promise(spec.BatchPromise(about, key.address, due), key.private_key, signing_domain)
+
+    with pytest.raises(InvalidProof, match="backdated"):
+        check_promise_on_receipt(signed_for(head - 1), receipt_hash, protocol)
+    with pytest.raises(InvalidProof, match="later than head"):
+        check_promise_on_receipt(signed_for(head + MINIMAL.BATCH_BY_BLOCKS + 2), receipt_hash, protocol)
+    with pytest.raises(InvalidProof, match="another receipt"):
+        check_promise_on_receipt(signed_for(head + 5, about=b"\x07" * 32), receipt_hash, protocol)
+    with pytest.raises(InvalidSignature):
+        check_promise_on_receipt(signed_for(head + 5, signing_domain=domain), receipt_hash, protocol)  # the Jobs domain, not Coverage's
