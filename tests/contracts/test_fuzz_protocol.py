@@ -63,6 +63,7 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     before = STATS["steps"], STATS["runs"], len(STATS["paths"]), len(STATS["lifecycles"])
     delivery_before, omission_before = dict(STATS["delivery"]), dict(STATS["omission"])
     omission_paths_before = len(STATS["omission_paths"])
+    exits_before, batches_before = dict(STATS["exits"]), dict(STATS["batches"])
     started = time.monotonic()
     ProtocolMachine.sender = FastSender(world.chain, ProtocolMachine.rpc)
     ProtocolMachine.reads = CachedReads(ProtocolMachine.rpc, ProtocolMachine.sender)
@@ -78,15 +79,18 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     delivery = {k: v - delivery_before[k] for k, v in STATS["delivery"].items()}
     omission = {k: v - omission_before[k] for k, v in STATS["omission"].items()}
     omission["paths"] = len(STATS["omission_paths"]) - omission_paths_before
+    exits = {k: v - exits_before.get(k, 0) for k, v in sorted(STATS["exits"].items())}
+    batches = {k: v - batches_before.get(k, 0) for k, v in sorted(STATS["batches"].items())}
     print(f"\nprotocol fuzz: {steps} steps in {runs} runs, {paths} distinct paths, {lifecycles} distinct audit"
-          f" lifecycles, seed {fuzz_seed}, {wall_s:.0f} s ({steps / wall_s:.1f} steps/s); delivery {delivery}; omission {omission}")
+          f" lifecycles, seed {fuzz_seed}, {wall_s:.0f} s ({steps / wall_s:.1f} steps/s); delivery {delivery}; omission {omission}; exits {exits}; batches {batches}")
     report = os.environ.get("FUZZ_REPORT")
     if report:  # a long run in chunks: one JSON line per chunk, totals summed by whoever reads them
         with open(report, "a") as f:
             f.write(json.dumps({"seed": fuzz_seed, "steps": steps, "runs": runs, "paths": paths, "lifecycles": lifecycles,
                                 "lifecycle_set": sorted(repr(x) for x in STATS["lifecycles"]), "wall_s": round(wall_s, 1),
                                 "failures": STATS["failures"], "delivery": delivery, "omission": omission,
-                                "omission_path_set": sorted(repr(x) for x in STATS["omission_paths"])}) + "\n")
+                                "omission_path_set": sorted(repr(x) for x in STATS["omission_paths"]),
+                                "exits": exits, "batches": batches}) + "\n")
     assert steps > 0
 
 
