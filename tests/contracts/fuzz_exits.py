@@ -15,9 +15,10 @@ Rules (mixed into `ProtocolMachine`):
                         StakeLocked while drawn (a deregistered node may still be drawn in the
                         epoch it left), else it gets exactly its stake, claims its credits, and
                         its ETH balance grows by stake + credits − gas to the wei; it re-registers
-                        with the same stake (the pool stays whole). With ``wait``, when the world is
-                        idle (every audit terminal, every promise settled), the blocks up to its
-                        end are mined first
+                        with the same stake (the pool stays whole). With ``wait``, it first waits
+                        for its end block: at once when the world is idle (every audit terminal,
+                        every promise settled), else up to PATIENCE_BLOCKS blocks with the honest
+                        parties acting on each
     cheater_exits       node 2 deregisters (while locked in an open audit or claim, right after
                         an omitted promise, or idle) and tries to withdraw: NotDeregistering,
                         StillUnbonding or StakeLocked exactly when its state says so; a withdrawal
@@ -39,6 +40,7 @@ from contract_scenario import MODEL_ID, PRESET
 from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, SETTLED
 
 EXIT_MEMBERS = (3, 4, 6, 7, 8, 9)
+PATIENCE_BLOCKS = 40  # blocks a patient withdrawal waits in one step while audits are open
 GRIEF_EXITS = ("deregister", "withdraw", "top-up", "deregister-value", "withdraw-value", "adversary-withdraw")
 ERRORS = {keccak256(e.encode())[:4]: e.split("(")[0] for e in (
     "NotRegistered(address)", "NotDeregistering()", "StillUnbonding(uint256)", "StakeLocked(uint32)", "Deregistering()",
@@ -73,6 +75,19 @@ class ExitRules:
         """Mine until a transaction lands at ``end`` (the next block)."""
         if self.reads.head() + 1 < end:
             self._mine(end - 1 - self.reads.head())
+
+    def _wait_toward(self, end: int) -> None:
+        """Wait for the unbonding end: all at once when the world is idle, else up to
+        PATIENCE_BLOCKS one block at a time with the honest parties acting on each (as that many
+        `mine(1)` steps would), so open audits go on and a lock may outlive the unbonding."""
+        if self._idle():
+            self._skip_to(end)
+            return
+        for _ in range(PATIENCE_BLOCKS):
+            if self.reads.head() + 1 >= end:
+                return
+            self._mine(1)
+            self._honest()
 
     def _balance(self, address: str) -> int:
         return int(self.rpc.call("eth_getBalance", [address, "latest"]), 16)
@@ -134,8 +149,8 @@ class ExitRules:
     @rule(wait=st.booleans())
     def honest_withdraws(self, wait):
         i, end = next(iter(self.leaving.items()))
-        if wait and self._idle():
-            self._skip_to(end)
+        if wait:
+            self._wait_toward(end)
         error = self._withdraw_error(self._row(i))
         if error:
             self._expect_revert("honest_withdraw", self.p.withdraw, self._node(i).account, allowed=(error,))
@@ -154,6 +169,9 @@ class ExitRules:
         after omitting a promised receipt (the client's claim still comes, within the unbonding
         period), or idle."""
         account, row = self._node(CHEATER).account, self._row(CHEATER)
+        if wait and move == "withdraw" and row[1]:
+            self._wait_toward(row[1])
+            row = self._row(CHEATER)
         if move == "deregister":
             omitted = any(pr.dispatcher == CHEATER and pr.fate != "keep" and not pr.claims for pr in self.promises)
             context = "locked" if row[2] else "omitted" if omitted else "idle"
@@ -164,9 +182,7 @@ class ExitRules:
                 self._expect_revert("cheater_deregister", self.p.deregister, account, allowed=("Deregistering", "NotRegistered"))
             self._step(f"cheater_exits:deregister:{context}")
             return
-        if wait and row[1] and self._idle():
-            self._skip_to(row[1])
-        error = self._withdraw_error(self._row(CHEATER))
+        error = self._withdraw_error(row)
         if error:
             self._expect_revert("cheater_withdraw", self.p.withdraw, account, allowed=(error,))
         else:

@@ -20,7 +20,8 @@ from verillm.spec.hashing import keccak256
 
 from fuzz_rpc import CachedReads, FastSender, RawRpc
 from contract_scenario import PRESET, World, connect
-from fuzz_honest import ADVERSARY, CHEATER, COMMITTING, DECIDED, ESCALATING, EXTRA_NODES, HONEST, OPENING
+from fuzz_exits import EXIT_MEMBERS
+from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, COMMITTING, DECIDED, ESCALATING, EXTRA_NODES, HONEST, OPENING, SETTLED
 from protocol_fuzz import STATS, ProtocolMachine
 
 STEPS_PER_RUN = 30
@@ -292,5 +293,45 @@ def test_fuzzer_omission_paths_claim_answer_and_slash(fuzz_world):
         m.teardown()  # every invariant; every promise kept or slashed; every lock 0
         assert fuzz_world.chain.w3.eth.get_balance(p.coverage.address) == 0
         assert m.jobs("credits", m.client.address) >= 3 * PRESET.OMISSION_CLAIM_BOND_WEI
+    finally:
+        del fuzz_world.protocol._send
+
+
+def test_fuzzer_exits_and_a_multi_leaf_batch(fuzz_world):
+    """Exits and multi-leaf batches as the fuzzer plays them (`fuzz_exits.py`, `fuzz_batches.py`),
+    in a fixed order from the registered state: honest dispatcher 0 batches three jobs (the
+    cheater's and two honest ones) under one root and starts leaf 0 at once; the cheater, locked
+    by its audit, deregisters, and its withdrawal reverts StillUnbonding; an honest member with no
+    lock deregisters; the griefer's slashMissedStart of a leaf out of the batch and of a pending
+    leaf revert; leaf 1 starts by rule, leaf 2 by the dispatcher's duty; once every audit is over
+    the member withdraws exactly its stake (+ credits), and the cheater — slashed by its audit
+    while unbonding — withdraws nothing; both register again; every invariant holds."""
+    m = _machine(fuzz_world, fresh=True)
+    try:
+        m.record_floor()
+        m.new_batch(workers=[CHEATER, 0, 1], dispatcher=0, mode="open", first=0b001)
+        assert len(m.audits) == 1 and len(m.pending_starts) == 2 and m.promises[-1].leaves
+        m.cheater_exits(move="deregister", wait=False)
+        assert m.stats["exits"].get("cheater_deregister_ok_locked", 0) >= 1
+        m.cheater_exits(move="withdraw", wait=False)  # StillUnbonding (the helper asserts the error)
+        member = next(i for i in EXIT_MEMBERS if m._row(i)[2] == 0)
+        m.honest_deregisters(i=member)
+        assert m.leaving and m._row(member)[1] > 0
+        m.grief_missed_start(pick=0, index=5, draw=False)  # IndexOutOfBatch
+        m.grief_missed_start(pick=0, index=1, draw=False)  # TooEarly: still in the start window
+        m.start_batched_leaf(pick=0)
+        for _ in range(400):  # node 5 posts and votes where drawn (any of the three audits), blocks pass
+            if not m.pending_starts and all(m.audit(t.run.audit_id).phase in (SETTLED, ABANDONED) for t in m.audits):
+                break
+            for pick in range(len(m.audits)):
+                m.adversary_member(pick=pick, agree=False)
+            m.mine(blocks=1)
+        assert len(m.audits) == 3
+        stake = m._row(member)[0]
+        m.honest_withdraws(wait=True)
+        m.cheater_exits(move="withdraw", wait=True)
+        assert [x[:2] for x in m.exited] == [(member, stake), (CHEATER, 0)], m.exited  # MINIMAL slashes 100%
+        assert m._row(member)[3] and m._row(CHEATER)[3]  # registered again
+        m.teardown()
     finally:
         del fuzz_world.protocol._send
