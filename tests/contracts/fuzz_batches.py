@@ -52,8 +52,8 @@ class BatchRules:
                 or self._active() + n > MAX_ACTIVE + 1:
             self._step("new_batch:busy")
             return
-        if CHEATER in workers and not self.registry("getNode", self._node(CHEATER).address)[3]:
-            self._step("new_batch:cheater-gone")  # withdrawn (fuzz_exits) and not back: its receipt cannot be audited
+        if CHEATER in workers and not self.registry("getNode", self._node(CHEATER).address)[4]:
+            self._step("new_batch:cheater-gone")  # inactive (slashed out, or leaving: fuzz_exits): no job is sent to it
             return
         parties = []
         for w in workers:

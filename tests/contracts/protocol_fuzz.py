@@ -28,13 +28,18 @@ receipt when its dispatcher sends it the job or the transcript is published, cla
 never came, publish its transcript when claimed, slash an unanswered claim, batch every promised
 receipt at once and answer every omission claim on it, open, vote on what
 the worker posted, answer contests, contest an opening that does not prove, adjudicate a lying
-"agree"). The job-delivery challenge: `fuzz_delivery.py`.
+"agree"). The job-delivery challenge: `fuzz_delivery.py`. Exits (deregister/withdraw of an honest
+member, of the cheater while locked or after omitting, the griefer's): `fuzz_exits.py`; batches of
+2–4 receipts under one root: `fuzz_batches.py`; round adversaries (late opening, contests,
+adjudications, node 5): `fuzz_attacks.py`; failure log and progress: `fuzz_report.py`.
 
 Invariants, after every step:
     conservation  each contract's balance = what it owes, to the wei (Registry: stakes; Jobs:
                   credits + fee pool + escalation bonds held, relayed omission credits included;
                   Disputes: open contest bonds; Coverage: the bonds of open omission claims)
-    honest        an honest node's stake and credit never decrease, nor the client's credit
+    honest        an honest node's stake and credit never decrease, nor the client's credit (an
+                  exit pays exactly stake + credits, checked to the wei in the rule; the node
+                  registers again with the same stake, and its credit floor becomes 0)
 At the end of every run (teardown), whatever happened:
     termination   every audit reaches SETTLED or ABANDONED by block start + `BOUND_BLOCKS` +
                   2 commit windows per claim window opened on it (docs/protocol.md §12,
