@@ -335,3 +335,40 @@ def test_fuzzer_exits_and_a_multi_leaf_batch(fuzz_world):
         m.teardown()
     finally:
         del fuzz_world.protocol._send
+
+
+def test_fuzzer_cheater_cannot_withdraw_while_a_stalled_audit_holds_it(fuzz_world, tries: int = 12):
+    """`StakeLocked` as the fuzzer reaches it (rarely: a lock must outlive the 300 unbonding
+    blocks, which only a member draw from the epoch the node left in can do). The cheater
+    deregisters at the start of an epoch, idle; draws of that epoch still weigh it, so it sits on
+    the committee of an honest audit started right after, beside node 5, which never posts its
+    receipt (nobody pokes replaceMissing: the round stays COMMITTING). Once its unbonding end is
+    mined its withdrawal reverts StakeLocked (`cheater_exits` asserts the error its row calls for);
+    the teardown then ends every audit and releases every lock. The first offset (blocks after
+    the epoch start) at which such a committee is drawn is taken: committees come from block
+    hashes."""
+    for k in range(tries):
+        m = _machine(fuzz_world, fresh=True)
+        m.record_floor()
+        m._mine(PRESET.EPOCH_BLOCKS - m.reads.head() % PRESET.EPOCH_BLOCKS)
+        m.cheater_exits(move="deregister", wait=False)
+        m._mine(k + 1)
+        for worker, dispatcher in ((0, 1), (1, 0), (0, 1)):
+            m.new_audit(worker=worker, dispatcher=dispatcher, mode="open")
+        if any({CHEATER, ADVERSARY} <= {m._index(a) for a in m.committee(t.run.audit_id, 0)} for t in m.audits):
+            break
+        del fuzz_world.protocol._send
+    else:
+        raise AssertionError(f"no committee with the cheater and node 5 in {tries} tries")
+    try:
+        end = m._row(CHEATER)[1]
+        while m.reads.head() + 1 < end:
+            m.mine(blocks=min(4, end - 1 - m.reads.head()) or 1)
+        assert m._row(CHEATER)[2] > 0, "no lock left on the cheater"
+        locked = m.stats["exits"].get("cheater_withdraw:StakeLocked", 0)
+        m.cheater_exits(move="withdraw", wait=False)
+        assert m.stats["exits"]["cheater_withdraw:StakeLocked"] == locked + 1
+        m.teardown()  # replaceMissing ends the stalled round; every lock back to 0
+        assert m._row(CHEATER)[2] == 0
+    finally:
+        del fuzz_world.protocol._send
