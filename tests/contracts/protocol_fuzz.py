@@ -60,10 +60,9 @@ Honest-majority: node 5 is the only adversarial member, so a committee of 3 has 
 
 Paths: the rule sequence of each run, and each audit's lifecycle (the (round, phase) states the
 honest parties saw, with ("claim", round) and ("publish", round) marks, then how it ended): `STATS["paths"]` and `STATS["lifecycles"]`;
-each promise's path (fate, honest dispatcher, kept, (claimant, final claim state)): `STATS["omission_paths"]`.
+each promise's path (fate, honest dispatcher, kept, (claimant, final claim state)): `STATS["omission_paths"]`;
+what the exit and batch rules did (acted, or the revert seen): `STATS["exits"]`, `STATS["batches"]`.
 """
-
-import random
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
