@@ -64,6 +64,11 @@ class Promised:
     batch_id: int | None = None  # the batch the dispatcher posted for this job (the wrong leaf's, for "wrong")
     seen_included: bool = False  # the client saw the leaf in time: it never claims
     claims: list = field(default_factory=list)  # (claim id, who)
+    leaves: tuple = ()  # every leaf of its batch, for a multi-leaf batch (fuzz_batches); () = the leaf alone
+
+    def proof(self, leaf: bytes | None = None):
+        """The Merkle path of ``leaf`` (default: the promised one) in this promise's batch."""
+        return spec.compute_inclusion_proof(list(self.leaves) or [self.leaf], leaf or self.leaf)
 
     @property
     def leaf(self) -> bytes:
@@ -109,7 +114,7 @@ class CoverageParties:
             return False
         root, dispatcher, count, posted, *_ = self.jobs("getBatch", pr.batch_id)
         record = spec.BatchRecord(bytes(root), bytes.fromhex(dispatcher[2:]), count, posted)
-        return spec.is_inclusion_proof(pr.signed.promise, record, spec.compute_inclusion_proof([pr.leaf], pr.leaf))
+        return spec.is_inclusion_proof(pr.signed.promise, record, pr.proof())
 
     def _claim_state(self, claim_id: int) -> tuple[int, int]:
         """(state, prove deadline) of a claim."""
@@ -151,8 +156,7 @@ class CoverageParties:
                 continue
             keeps = pr.dispatcher in HONEST_DISPATCHERS or pr.fate == "keep"
             if keeps and pr.batch_id is not None and self.reads.head() < deadline:
-                proof = spec.compute_inclusion_proof([pr.leaf], pr.leaf)
-                if self._try(self.p.prove_included, self._node(pr.dispatcher).account, claim_id, pr.batch_id, proof) is not None:
+                if self._try(self.p.prove_included, self._node(pr.dispatcher).account, claim_id, pr.batch_id, pr.proof()) is not None:
                     self.resolved.add(claim_id)
                     continue
             if slash and self.reads.head() >= deadline and self._try(self.p.slash_omission, self.client, claim_id) is not None:

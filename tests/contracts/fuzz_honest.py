@@ -20,6 +20,8 @@ from contract_scenario import MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun
 COMMITTING, OPENING, DECIDED, ESCALATING, SETTLED, ABANDONED = 1, 2, 3, 4, 5, 6
 HONEST = (0, 1, 3, 4, 6, 7, 8, 9)
 EXTRA_NODES = 4
+MAX_ACTIVE = 3  # audits in flight at once
+MAX_AUDITS = 8  # audits per run
 CHEATER, ADVERSARY = 2, 5
 
 

@@ -28,13 +28,18 @@ receipt when its dispatcher sends it the job or the transcript is published, cla
 never came, publish its transcript when claimed, slash an unanswered claim, batch every promised
 receipt at once and answer every omission claim on it, open, vote on what
 the worker posted, answer contests, contest an opening that does not prove, adjudicate a lying
-"agree"). The job-delivery challenge: `fuzz_delivery.py`.
+"agree"). The job-delivery challenge: `fuzz_delivery.py`. Exits (deregister/withdraw of an honest
+member, of the cheater while locked or after omitting, the griefer's): `fuzz_exits.py`; batches of
+2–4 receipts under one root: `fuzz_batches.py`; round adversaries (late opening, contests,
+adjudications, node 5): `fuzz_attacks.py`; failure log and progress: `fuzz_report.py`.
 
 Invariants, after every step:
     conservation  each contract's balance = what it owes, to the wei (Registry: stakes; Jobs:
                   credits + fee pool + escalation bonds held, relayed omission credits included;
                   Disputes: open contest bonds; Coverage: the bonds of open omission claims)
-    honest        an honest node's stake and credit never decrease, nor the client's credit
+    honest        an honest node's stake and credit never decrease, nor the client's credit (an
+                  exit pays exactly stake + credits, checked to the wei in the rule; the node
+                  registers again with the same stake, and its credit floor becomes 0)
 At the end of every run (teardown), whatever happened:
     termination   every audit reaches SETTLED or ABANDONED by block start + `BOUND_BLOCKS` +
                   2 commit windows per claim window opened on it (docs/protocol.md §12,
@@ -55,34 +60,29 @@ Honest-majority: node 5 is the only adversarial member, so a committee of 3 has 
 
 Paths: the rule sequence of each run, and each audit's lifecycle (the (round, phase) states the
 honest parties saw, with ("claim", round) and ("publish", round) marks, then how it ended): `STATS["paths"]` and `STATS["lifecycles"]`;
-each promise's path (fate, honest dispatcher, kept, (claimant, final claim state)): `STATS["omission_paths"]`.
+each promise's path (fate, honest dispatcher, kept, (claimant, final claim state)): `STATS["omission_paths"]`;
+what the exit and batch rules did (acted, or the revert seen): `STATS["exits"]`, `STATS["batches"]`.
 """
-
-import os
-import random
-import time
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from eth_abi import decode as abi_decode
-from eth_utils import to_checksum_address
-
 from verillm.chain import TransactionReverted
-from verillm.spec.hashing import keccak256
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import compute_opening
 
 from contract_scenario import CHEAT_OFFSET, LAYERS, OUTPUT_TOKENS, PRESET, PROMPT_LEN, World
 from fuzz_coverage import BATCHING, MAX_PROMISES, CoverageParties
 from fuzz_delivery import DeliveryParties, signed_member, signed_worker
-from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, COMMITTING, HONEST, OPENING, SETTLED, HonestParties, Tracked
+from fuzz_batches import BatchRules
+from fuzz_exits import ExitRules
+from fuzz_attacks import RoundAttacks
+from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, HONEST, MAX_ACTIVE, MAX_AUDITS, SETTLED, HonestParties, Tracked
+from fuzz_report import Reporting
 from fuzz_rpc import CachedReader, CachedReads, FastReader, FastSender, RawRpc, read_batch
 
 # open its cheat / never open / post uncommitted leaves / open only when the griefer rule says / dispatch itself, withhold the jobs
 CHEAT_MODES = ("open", "skip", "forge", "late", "withhold")
-MAX_ACTIVE = 3  # audits in flight at once
-MAX_AUDITS = 8  # audits per run
 TEARDOWN_ROUNDS = 80
 _ROUND_BLOCKS = ((PRESET.MAX_COMMITTEE_REDRAWS + 1) * PRESET.COMMIT_WINDOW_BLOCKS + PRESET.AUDIT_DRAW_DELAY_BLOCKS
                  + 2 * PRESET.OPEN_WINDOW_BLOCKS + PRESET.DISPUTE_WINDOW_BLOCKS + PRESET.PROOF_WINDOW_BLOCKS)
@@ -97,10 +97,10 @@ STATS = {"steps": 0, "runs": 0, "paths": set(), "lifecycles": set(), "failures":
          "delivery": {"audits": 0, "claimed": 0, "published": 0, "slashed_undelivered": 0},
          "omission": {"promises": 0, "keep": 0, "never": 0, "late": 0, "wrong": 0, "claims": 0, "client_claims": 0,
                       "griefer_claims": 0, "answered": 0, "slashed": 0},
-         "omission_paths": set()}
+         "omission_paths": set(), "exits": {}, "batches": {}}
 
 
-class ProtocolMachine(CoverageParties, DeliveryParties, HonestParties, RuleBasedStateMachine):
+class ProtocolMachine(ExitRules, BatchRules, RoundAttacks, CoverageParties, DeliveryParties, HonestParties, Reporting, RuleBasedStateMachine):
     """One deployment, reverted to its registered state before every run."""
 
     stats = STATS
@@ -134,6 +134,9 @@ class ProtocolMachine(CoverageParties, DeliveryParties, HonestParties, RuleBased
         self.cells: dict[int, list] = {}  # contest id → its cells
         self.path: list[str] = []
         self.floor = {}
+        self.leaving: dict[int, int] = {}  # honest node → its unbonding end block (fuzz_exits)
+        self.exited: list = []  # (node, stake, credits) paid out (fuzz_exits)
+        self.pending_starts: list = []  # leaves of multi-leaf batches not started yet (fuzz_batches)
         STATS["runs"] += 1
 
     # --- helpers ---------------------------------------------------------------------------
@@ -200,7 +203,7 @@ class ProtocolMachine(CoverageParties, DeliveryParties, HonestParties, RuleBased
         self.client_floor = self.jobs("credits", self.client.address)
 
     def _active(self) -> int:
-        return sum(1 for t in self.audits if self.audit(t.run.audit_id).phase not in (SETTLED, ABANDONED))
+        return sum(1 for t in self.audits if self.audit(t.run.audit_id).phase not in (SETTLED, ABANDONED)) + len(self.pending_starts)
 
     # the chain's state is not read here: replays stay consistent
     @precondition(lambda self: len(self.audits) < MAX_AUDITS and len(self.promises) < MAX_PROMISES)
@@ -247,32 +250,6 @@ class ProtocolMachine(CoverageParties, DeliveryParties, HonestParties, RuleBased
 
     @precondition(lambda self: self.audits)
     @rule(pick=st.integers(0, MAX_AUDITS - 1))
-    def late_cheater_opens(self, pick):
-        t = self.audits[pick % len(self.audits)]
-        if t.mode in ("late", "skip", "withhold") and self.audit(t.run.audit_id).challenge_seed != bytes(32):
-            opening = self._opening(t, t.run.worker)
-            if self._try(self.p.open, t.run.worker.node.account, t.run.audit_id, opening) is not None:
-                t.posted = opening
-                t.posted_by_round[self.audit(t.run.audit_id).round] = opening
-        self._step("late_open")
-
-    @precondition(lambda self: self.audits)
-    @rule(pick=st.integers(0, MAX_AUDITS - 1), slot=st.integers(0, 3), count=st.integers(1, 20), shuffle=st.booleans())
-    def grief_contest(self, pick, slot, count, shuffle):
-        t = self.audits[pick % len(self.audits)]
-        state = self.audit(t.run.audit_id)
-        if state.challenge_seed != bytes(32):
-            challenge = compute_challenge(state.challenge_seed, PROMPT_LEN, OUTPUT_TOKENS, LAYERS, PRESET.CHALLENGE_POSITIONS)
-            cells = sorted(set(compute_opened_cells(challenge, state.num_positions + (1 if slot else 0))))[:count]
-            if shuffle:
-                random.Random(count).shuffle(cells)
-            tx = self._try(self.p.contest, self.world.outsider, t.run.audit_id, state.round, slot, cells)
-            if tx is not None:
-                self.cells[tx.value] = cells
-        self._step("grief_contest")
-
-    @precondition(lambda self: self.audits)
-    @rule(pick=st.integers(0, MAX_AUDITS - 1))
     def cheat_escalates(self, pick):
         """The cheating worker escalates its own audit (a FAIL it hopes to escape) and draws the
         escalation committee itself: an unstaffable pool makes the escalation unheard (§13)."""
@@ -286,35 +263,6 @@ class ProtocolMachine(CoverageParties, DeliveryParties, HonestParties, RuleBased
     def grief_escalate(self, pick):
         self._try(self.p.escalate, self.world.outsider, self.audits[pick % len(self.audits)].run.audit_id)
         self._step("grief_escalate")
-
-    @precondition(lambda self: self.audits)
-    @rule(pick=st.integers(0, MAX_AUDITS - 1), slot=st.integers(1, 3))
-    def grief_adjudicate(self, pick, slot):
-        t = self.audits[pick % len(self.audits)]
-        state = self.audit(t.run.audit_id)
-        committee = self.committee(t.run.audit_id, state.round)
-        posted = t.posted_by_round.get(state.round)  # the opening of this round's challenge (found: round 0's against round 1's)
-        if posted is not None and slot <= len(committee) and state.challenge_seed != bytes(32):
-            i = self._index(committee[slot - 1])
-            member = self._opening(t, self._member(i, lazy=i == ADVERSARY))
-            self._try(self.p.adjudicate, self.world.outsider, t.run.audit_id, state.round, slot, posted, member)
-        self._step("grief_adjudicate")
-
-    @precondition(lambda self: self.audits)
-    @rule(pick=st.integers(0, MAX_AUDITS - 1), agree=st.booleans())
-    def adversary_member(self, pick, agree):
-        """Node 5, if on the committee: a lazy receipt, then a vote either way on garbage data."""
-        t = self.audits[pick % len(self.audits)]
-        state = self.audit(t.run.audit_id)
-        committee = self.committee(t.run.audit_id, state.round)
-        if self._node(ADVERSARY).address in committee:
-            slot = committee.index(self._node(ADVERSARY).address)
-            lazy = self._member(ADVERSARY, lazy=True)
-            if state.phase == COMMITTING:
-                self._try(self.p.post_committee_receipt, self.world.outsider, t.run.audit_id, slot, lazy.receipt)
-            elif state.phase == OPENING and state.challenge_seed != bytes(32):
-                self._try(self.p.open_and_vote, self._node(ADVERSARY).account, t.run.audit_id, slot, self._opening(t, lazy), agree)
-        self._step("adversary_member")
 
     @rule(amount=st.integers(1, 10**6))
     def grief_top_up(self, amount):
@@ -387,54 +335,8 @@ class ProtocolMachine(CoverageParties, DeliveryParties, HonestParties, RuleBased
         finally:
             self._report_progress()
 
-    def _record_failure(self, exc: AssertionError) -> None:
-        """Count it, and log it with the run's rule sequence: a chunk cut by its time limit while
-        hypothesis shrinks still leaves what failed."""
-        STATS["failures"] += 1
-        progress = os.environ.get("FUZZ_PROGRESS")
-        if progress:
-            with open(progress + ".failures", "a") as f:
-                f.write(f"{time.strftime('%H:%M:%S')} {exc!r} after {' '.join(self.path)}\n  slashes: {self._slash_log()}\n")
-
-    def _slash_log(self) -> list:
-        """Every PartySlashed / ContestLost of this run (the chain was reverted before it), for
-        a failure's record: who lost stake in which audit, and why."""
-        topics = {"0x" + keccak256(b"PartySlashed(uint256,address,uint256,string)").hex(): "PartySlashed",
-                  "0x" + keccak256(b"ContestLost(uint256,address,uint256)").hex(): "ContestLost"}
-        logs = self.rpc.call("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": [self.p.jobs.address, self.p.disputes.address]}])
-        out = []
-        for log in logs:
-            name = topics.get(log["topics"][0])
-            if name:
-                who = self._index(to_checksum_address("0x" + log["topics"][2][-40:]))
-                detail = abi_decode(["uint256", "string"], bytes.fromhex(log["data"][2:]))[1] if name == "PartySlashed" else "contest lost"
-                out.append((name, int(log["topics"][1], 16), who, detail))
-        return out
-
-    def _report_progress(self) -> None:
-        """A long run reports after every run (cumulative), so a chunk cut by its time limit
-        still counts: steps, runs, failures so far, and the lifecycles it saw (one per line)."""
-        progress = os.environ.get("FUZZ_PROGRESS")
-        if not progress:
-            return
-        with open(progress, "a") as f:
-            f.write(f"{time.strftime('%H:%M:%S')} steps {STATS['steps']} runs {STATS['runs']} paths {len(STATS['paths'])} "
-                    f"lifecycles {len(STATS['lifecycles'])} failures {STATS['failures']}\n")
-        with open(progress + ".lifecycles", "a") as f:
-            f.writelines(repr(x) + "\n" for x in STATS["lifecycles"] - STATS["reported"])
-        STATS["reported"] |= STATS["lifecycles"]
-
-    @staticmethod
-    def _count_delivery(t: Tracked) -> None:
-        """Audits that saw a claim window, a publication, a slashUndelivered (COMMITTING → DECIDED)."""
-        counts = STATS["delivery"]
-        counts["audits"] += 1
-        counts["claimed"] += any(x[0] == "claim" for x in t.seen)
-        counts["published"] += t.published
-        states = [x for x in t.seen if isinstance(x[0], int)]
-        counts["slashed_undelivered"] += any(a[1] == COMMITTING and b == (a[0], 3) for a, b in zip(states, states[1:]))
-
     def _drive_to_the_end(self) -> None:
+        self._start_due_leaves(now=True)  # a multi-leaf batch's leaves not started yet (fuzz_batches)
         ended = self.reads.head()
         for _ in range(TEARDOWN_ROUNDS):
             self._honest()

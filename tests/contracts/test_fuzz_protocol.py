@@ -20,7 +20,8 @@ from verillm.spec.hashing import keccak256
 
 from fuzz_rpc import CachedReads, FastSender, RawRpc
 from contract_scenario import PRESET, World, connect
-from fuzz_honest import ADVERSARY, CHEATER, COMMITTING, DECIDED, ESCALATING, EXTRA_NODES, HONEST, OPENING
+from fuzz_exits import EXIT_MEMBERS
+from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, COMMITTING, DECIDED, ESCALATING, EXTRA_NODES, HONEST, OPENING, SETTLED
 from protocol_fuzz import STATS, ProtocolMachine
 
 STEPS_PER_RUN = 30
@@ -63,6 +64,7 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     before = STATS["steps"], STATS["runs"], len(STATS["paths"]), len(STATS["lifecycles"])
     delivery_before, omission_before = dict(STATS["delivery"]), dict(STATS["omission"])
     omission_paths_before = len(STATS["omission_paths"])
+    exits_before, batches_before = dict(STATS["exits"]), dict(STATS["batches"])
     started = time.monotonic()
     ProtocolMachine.sender = FastSender(world.chain, ProtocolMachine.rpc)
     ProtocolMachine.reads = CachedReads(ProtocolMachine.rpc, ProtocolMachine.sender)
@@ -78,15 +80,18 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     delivery = {k: v - delivery_before[k] for k, v in STATS["delivery"].items()}
     omission = {k: v - omission_before[k] for k, v in STATS["omission"].items()}
     omission["paths"] = len(STATS["omission_paths"]) - omission_paths_before
+    exits = {k: v - exits_before.get(k, 0) for k, v in sorted(STATS["exits"].items())}
+    batches = {k: v - batches_before.get(k, 0) for k, v in sorted(STATS["batches"].items())}
     print(f"\nprotocol fuzz: {steps} steps in {runs} runs, {paths} distinct paths, {lifecycles} distinct audit"
-          f" lifecycles, seed {fuzz_seed}, {wall_s:.0f} s ({steps / wall_s:.1f} steps/s); delivery {delivery}; omission {omission}")
+          f" lifecycles, seed {fuzz_seed}, {wall_s:.0f} s ({steps / wall_s:.1f} steps/s); delivery {delivery}; omission {omission}; exits {exits}; batches {batches}")
     report = os.environ.get("FUZZ_REPORT")
     if report:  # a long run in chunks: one JSON line per chunk, totals summed by whoever reads them
         with open(report, "a") as f:
             f.write(json.dumps({"seed": fuzz_seed, "steps": steps, "runs": runs, "paths": paths, "lifecycles": lifecycles,
                                 "lifecycle_set": sorted(repr(x) for x in STATS["lifecycles"]), "wall_s": round(wall_s, 1),
                                 "failures": STATS["failures"], "delivery": delivery, "omission": omission,
-                                "omission_path_set": sorted(repr(x) for x in STATS["omission_paths"])}) + "\n")
+                                "omission_path_set": sorted(repr(x) for x in STATS["omission_paths"]),
+                                "exits": exits, "batches": batches}) + "\n")
     assert steps > 0
 
 
@@ -288,5 +293,82 @@ def test_fuzzer_omission_paths_claim_answer_and_slash(fuzz_world):
         m.teardown()  # every invariant; every promise kept or slashed; every lock 0
         assert fuzz_world.chain.w3.eth.get_balance(p.coverage.address) == 0
         assert m.jobs("credits", m.client.address) >= 3 * PRESET.OMISSION_CLAIM_BOND_WEI
+    finally:
+        del fuzz_world.protocol._send
+
+
+def test_fuzzer_exits_and_a_multi_leaf_batch(fuzz_world):
+    """Exits and multi-leaf batches as the fuzzer plays them (`fuzz_exits.py`, `fuzz_batches.py`),
+    in a fixed order from the registered state: honest dispatcher 0 batches three jobs (the
+    cheater's and two honest ones) under one root and starts leaf 0 at once; the cheater, locked
+    by its audit, deregisters, and its withdrawal reverts StillUnbonding; an honest member with no
+    lock deregisters; the griefer's slashMissedStart of a leaf out of the batch and of a pending
+    leaf revert; leaf 1 starts by rule, leaf 2 by the dispatcher's duty; once every audit is over
+    the member withdraws exactly its stake (+ credits), and the cheater — slashed by its audit
+    while unbonding — withdraws nothing; both register again; every invariant holds."""
+    m = _machine(fuzz_world, fresh=True)
+    try:
+        m.record_floor()
+        m.new_batch(workers=[CHEATER, 0, 1], dispatcher=0, mode="open", first=0b001)
+        assert len(m.audits) == 1 and len(m.pending_starts) == 2 and m.promises[-1].leaves
+        m.cheater_exits(move="deregister", wait=False)
+        assert m.stats["exits"].get("cheater_deregister_ok_locked", 0) >= 1
+        m.cheater_exits(move="withdraw", wait=False)  # StillUnbonding (the helper asserts the error)
+        member = next(i for i in EXIT_MEMBERS if m._row(i)[2] == 0)
+        m.honest_deregisters(i=member)
+        assert m.leaving and m._row(member)[1] > 0
+        m.grief_missed_start(pick=0, index=5, draw=False)  # IndexOutOfBatch
+        m.grief_missed_start(pick=0, index=1, draw=False)  # TooEarly: still in the start window
+        m.start_batched_leaf(pick=0)
+        for _ in range(400):  # node 5 posts and votes where drawn (any of the three audits), blocks pass
+            if not m.pending_starts and all(m.audit(t.run.audit_id).phase in (SETTLED, ABANDONED) for t in m.audits):
+                break
+            for pick in range(len(m.audits)):
+                m.adversary_member(pick=pick, agree=False)
+            m.mine(blocks=1)
+        assert len(m.audits) == 3
+        stake = m._row(member)[0]
+        m.honest_withdraws(wait=True)
+        m.cheater_exits(move="withdraw", wait=True)
+        assert [x[:2] for x in m.exited] == [(member, stake), (CHEATER, 0)], m.exited  # MINIMAL slashes 100%
+        assert m._row(member)[3] and m._row(CHEATER)[3]  # registered again
+        m.teardown()
+    finally:
+        del fuzz_world.protocol._send
+
+
+def test_fuzzer_cheater_cannot_withdraw_while_a_stalled_audit_holds_it(fuzz_world, tries: int = 12):
+    """`StakeLocked` as the fuzzer reaches it (rarely: a lock must outlive the 300 unbonding
+    blocks, which only a member draw from the epoch the node left in can do). The cheater
+    deregisters at the start of an epoch, idle; draws of that epoch still weigh it, so it sits on
+    the committee of an honest audit started right after, beside node 5, which never posts its
+    receipt (nobody pokes replaceMissing: the round stays COMMITTING). Once its unbonding end is
+    mined its withdrawal reverts StakeLocked (`cheater_exits` asserts the error its row calls for);
+    the teardown then ends every audit and releases every lock. The first offset (blocks after
+    the epoch start) at which such a committee is drawn is taken: committees come from block
+    hashes."""
+    for k in range(tries):
+        m = _machine(fuzz_world, fresh=True)
+        m.record_floor()
+        m._mine(PRESET.EPOCH_BLOCKS - m.reads.head() % PRESET.EPOCH_BLOCKS)
+        m.cheater_exits(move="deregister", wait=False)
+        m._mine(k + 1)
+        for worker, dispatcher in ((0, 1), (1, 0), (0, 1)):
+            m.new_audit(worker=worker, dispatcher=dispatcher, mode="open")
+        if any({CHEATER, ADVERSARY} <= {m._index(a) for a in m.committee(t.run.audit_id, 0)} for t in m.audits):
+            break
+        del fuzz_world.protocol._send
+    else:
+        raise AssertionError(f"no committee with the cheater and node 5 in {tries} tries")
+    try:
+        end = m._row(CHEATER)[1]
+        while m.reads.head() + 1 < end:
+            m.mine(blocks=min(4, end - 1 - m.reads.head()) or 1)
+        assert m._row(CHEATER)[2] > 0, "no lock left on the cheater"
+        locked = m.stats["exits"].get("cheater_withdraw:StakeLocked", 0)
+        m.cheater_exits(move="withdraw", wait=False)
+        assert m.stats["exits"]["cheater_withdraw:StakeLocked"] == locked + 1
+        m.teardown()  # replaceMissing ends the stalled round; every lock back to 0
+        assert m._row(CHEATER)[2] == 0
     finally:
         del fuzz_world.protocol._send

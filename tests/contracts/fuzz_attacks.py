@@ -1,0 +1,72 @@
+"""Adversaries inside an audit round, in the protocol fuzzer (`protocol_fuzz.py`): the cheater
+opening late, the griefer's contests and adjudications, and node 5 (the lazy/colluding member).
+Mixed into `ProtocolMachine` (moved out of it unchanged)."""
+
+import random
+
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule
+
+from verillm.spec.challenge import compute_challenge, compute_opened_cells
+
+from contract_scenario import LAYERS, OUTPUT_TOKENS, PRESET, PROMPT_LEN
+from fuzz_honest import ADVERSARY, COMMITTING, MAX_AUDITS, OPENING
+
+
+class RoundAttacks:
+    """Mixin of `ProtocolMachine`: late_open, grief_contest, grief_adjudicate, adversary_member."""
+
+    @precondition(lambda self: self.audits)
+    @rule(pick=st.integers(0, MAX_AUDITS - 1))
+    def late_cheater_opens(self, pick):
+        t = self.audits[pick % len(self.audits)]
+        if t.mode in ("late", "skip", "withhold") and self.audit(t.run.audit_id).challenge_seed != bytes(32):
+            opening = self._opening(t, t.run.worker)
+            if self._try(self.p.open, t.run.worker.node.account, t.run.audit_id, opening) is not None:
+                t.posted = opening
+                t.posted_by_round[self.audit(t.run.audit_id).round] = opening
+        self._step("late_open")
+
+    @precondition(lambda self: self.audits)
+    @rule(pick=st.integers(0, MAX_AUDITS - 1), slot=st.integers(0, 3), count=st.integers(1, 20), shuffle=st.booleans())
+    def grief_contest(self, pick, slot, count, shuffle):
+        t = self.audits[pick % len(self.audits)]
+        state = self.audit(t.run.audit_id)
+        if state.challenge_seed != bytes(32):
+            challenge = compute_challenge(state.challenge_seed, PROMPT_LEN, OUTPUT_TOKENS, LAYERS, PRESET.CHALLENGE_POSITIONS)
+            cells = sorted(set(compute_opened_cells(challenge, state.num_positions + (1 if slot else 0))))[:count]
+            if shuffle:
+                random.Random(count).shuffle(cells)
+            tx = self._try(self.p.contest, self.world.outsider, t.run.audit_id, state.round, slot, cells)
+            if tx is not None:
+                self.cells[tx.value] = cells
+        self._step("grief_contest")
+
+    @precondition(lambda self: self.audits)
+    @rule(pick=st.integers(0, MAX_AUDITS - 1), slot=st.integers(1, 3))
+    def grief_adjudicate(self, pick, slot):
+        t = self.audits[pick % len(self.audits)]
+        state = self.audit(t.run.audit_id)
+        committee = self.committee(t.run.audit_id, state.round)
+        posted = t.posted_by_round.get(state.round)  # the opening of this round's challenge (found: round 0's against round 1's)
+        if posted is not None and slot <= len(committee) and state.challenge_seed != bytes(32):
+            i = self._index(committee[slot - 1])
+            member = self._opening(t, self._member(i, lazy=i == ADVERSARY))
+            self._try(self.p.adjudicate, self.world.outsider, t.run.audit_id, state.round, slot, posted, member)
+        self._step("grief_adjudicate")
+
+    @precondition(lambda self: self.audits)
+    @rule(pick=st.integers(0, MAX_AUDITS - 1), agree=st.booleans())
+    def adversary_member(self, pick, agree):
+        """Node 5, if on the committee: a lazy receipt, then a vote either way on garbage data."""
+        t = self.audits[pick % len(self.audits)]
+        state = self.audit(t.run.audit_id)
+        committee = self.committee(t.run.audit_id, state.round)
+        if self._node(ADVERSARY).address in committee:
+            slot = committee.index(self._node(ADVERSARY).address)
+            lazy = self._member(ADVERSARY, lazy=True)
+            if state.phase == COMMITTING:
+                self._try(self.p.post_committee_receipt, self.world.outsider, t.run.audit_id, slot, lazy.receipt)
+            elif state.phase == OPENING and state.challenge_seed != bytes(32):
+                self._try(self.p.open_and_vote, self._node(ADVERSARY).account, t.run.audit_id, slot, self._opening(t, lazy), agree)
+        self._step("adversary_member")
