@@ -11,7 +11,7 @@ audit, not only the cells that audit's own challenge opened), and for the RMS te
 over many simulated challenges of the smallest size any preset draws (fewer cells make a
 noisier RMS). Why: honest fp32 noise at SmolLM2's layer 15 has a cluster of rare positions
 about 10× the bulk; a profile fitted to fewer, challenged-only cells missed it and rejected
-an honest devnet job (`docs/benchmarks.md`, "the stale profile").
+an honest devnet job (`docs/benchmarks.md`, "The stale profile").
 
 The shape-0 tail is a choice, not a fit: a probability-weighted-moments estimate of the
 shape on the same honest cells swung from 0.15 to 0.67 with the tail size (fp32 errors are
