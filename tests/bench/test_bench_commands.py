@@ -28,6 +28,25 @@ def test_calibrate_writes_a_profile_that_loads(tmp_path):
     assert "honest cells per layer" in output and "tail bound" in output
 
 
+def test_calibrate_check_passes_the_shipped_profile_and_flags_a_stale_one(tmp_path):
+    import dataclasses
+
+    from verillm.engine.models import load_model
+    from verillm.engine.profiles import get_profile_path
+    from verillm.spec.job import compute_model_id
+    from verillm.spec.policy import load_profile
+
+    output = invoke("calibrate", "--model", "tiny", "--jobs", "2", "--check", "--profile-dir", str(tmp_path))
+    assert "ok: 32 honest audits; worst: layer" in output and not list(tmp_path.iterdir())  # writes nothing
+    # A profile fitted to some other engine: thresholds a tenth of the shipped ones, where the node looks first.
+    shipped = load_profile("tiny", "float32")
+    stale = dataclasses.replace(shipped, layers=tuple(dataclasses.replace(t, max_cell_error=t.max_cell_error / 10, rms_error=t.rms_error / 10) for t in shipped.layers))
+    get_profile_path(tmp_path, compute_model_id(load_model("tiny", "float32")[2]), "float32").write_text(stale.to_json())
+    result = CliRunner().invoke(cli, ["calibrate", "--model", "tiny", "--jobs", "2", "--check", "--profile-dir", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert "STALE: 32 honest audits" in result.output and f"recalibrate: verillm calibrate --model tiny --dtype fp32 --profile-dir {tmp_path.resolve()}" in result.output
+
+
 def test_detect_reports_the_schema_and_catches_attacks(tmp_path):
     out = tmp_path / "detect.json"
     invoke("bench", "detect", "--model", "tiny", "--jobs", "1", "--attack-jobs", "2", "--attacks", "int8,truncate,wrong_seed", "--max-new-tokens", "8", "--json", str(out))

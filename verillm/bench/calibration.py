@@ -120,3 +120,20 @@ def compute_profile(model: str, dtype: str, audits: Sequence, safety_factor: flo
         f"{MIN_TAIL_SAMPLES}+ samples lie in the top {TAIL_FRACTION:g}, at least the fitted value an honest one exceeds with probability {TARGET_EXCEEDANCE:g}",
     }
     return ToleranceProfile(model=model, dtype=dtype, layers=layers, min_cells_for_rms=min_cells_for_rms, provenance=provenance)
+
+
+# A profile whose threshold today's honest engine reaches half of is stale: the margin that the
+# factor of 4 bought for hardware outside the matrix is mostly spent (`verillm calibrate --check`).
+STALE_RATIO = 0.5
+
+
+def compute_profile_check(profile: ToleranceProfile, audits: Sequence, min_cells_for_rms: int = MIN_CELLS_FOR_RMS) -> list[dict]:
+    """Return, per layer and statistic, today's honest maximum against ``profile``'s threshold."""
+    cells, rms = collect_samples(audits, min_cells_for_rms)
+    rows = []
+    for slot, tolerance in enumerate(profile.layers):
+        for statistic, samples, threshold in (("max_cell_error", cells[:, slot], tolerance.max_cell_error), ("rms_error", rms[:, slot], tolerance.rms_error)):
+            honest_max = float(samples.max()) if len(samples) else 0.0
+            rows.append({"layer": tolerance.layer, "statistic": statistic, "honest_max": honest_max, "threshold": threshold,
+                         "ratio": honest_max / threshold if threshold > 0 else float("inf")})
+    return rows

@@ -14,8 +14,10 @@ from verillm.bench.tables import DTYPES, format_table
 @click.option("--safety-factor", type=float, default=None, help="Threshold >= factor x honest maximum (default 4 fp32, 2 bf16); a tail fit may raise it.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Where to write the profile JSON [default: PROFILE_DIR/<model id>-<dtype>.json, where the node looks].")
 @click.option("--profile-dir", default="profiles", show_default=True, help="The node's engine.profile_dir (used when --out is not given).")
-def calibrate(model_name, dtype, job_count, safety_factor, out_path, profile_dir):
-    """Measure honest noise over the engine matrix and write thresholds with a stated margin."""
+@click.option("--check", is_flag=True, help="Write nothing: measure today's honest noise against the profile the node would use; exit 1 when it reaches half a threshold (stale).")
+def calibrate(model_name, dtype, job_count, safety_factor, out_path, profile_dir, check):
+    """Measure honest noise over the engine matrix and write thresholds with a stated margin
+    (or, with --check, tell whether the existing profile still fits this engine)."""
     from pathlib import Path
 
     from verillm.bench.calibration import DEFAULT_SAFETY_FACTOR, compute_profile
@@ -34,6 +36,9 @@ def calibrate(model_name, dtype, job_count, safety_factor, out_path, profile_dir
     verifiers = VERIFIER_CONFIGS_FULL if model_name == "tiny" else VERIFIER_CONFIGS_SHORT
     progress = lambda line: click.echo(line, err=True)  # noqa: E731
     audits = run_honest_matrix(model, tokenizer, manifest, jobs, compute_permissive_profile(manifest), MAINNET.CHALLENGE_POSITIONS, verifier_configs=verifiers, progress=progress)
+    if check:
+        _report_check(model_name, manifest, audits, profile_dir)
+        return
     factor = safety_factor or DEFAULT_SAFETY_FACTOR[dtype]
     command = " ".join(["verillm calibrate"] + sys.argv[2:])
     profile = compute_profile(model_name if model_name in ("tiny", "smollm2") else manifest.name, dtype, audits, factor, command)
@@ -47,3 +52,20 @@ def calibrate(model_name, dtype, job_count, safety_factor, out_path, profile_dir
     click.echo(format_table(["layer", "statistic", "honest max", "factor bound", "tail bound", "threshold", "binds"], rows))
     click.echo(f"{len(audits)} honest audits; {profile.provenance['confidence']}")
     click.echo(f"wrote {out_path}")
+
+
+def _report_check(model_name: str, manifest, audits, profile_dir: str) -> None:
+    """Print today's honest maxima against the profile the node would load; exit 1 when stale."""
+    from verillm.bench.calibration import STALE_RATIO, compute_profile_check
+    from verillm.engine.profiles import compute_calibrate_command, find_profile
+    from verillm.spec.job import compute_model_id
+
+    profile = find_profile(model_name, compute_model_id(manifest), manifest.dtype, profile_dir)
+    rows = compute_profile_check(profile, audits)
+    click.echo(format_table(["layer", "statistic", "honest max today", "threshold", "ratio"], [[r["layer"], r["statistic"], r["honest_max"], r["threshold"], r["ratio"]] for r in rows]))
+    worst = max(rows, key=lambda r: r["ratio"])
+    verdict = f"{len(audits)} honest audits; worst: layer {worst['layer']} {worst['statistic']} at {worst['ratio']:.2f} of its threshold (profile: {profile.provenance.get('command', 'no provenance')})"
+    if worst["ratio"] > STALE_RATIO:
+        click.echo(f"STALE: {verdict}, above {STALE_RATIO}; recalibrate: {compute_calibrate_command(model_name, manifest.dtype, profile_dir)}")
+        sys.exit(1)
+    click.echo(f"ok: {verdict}")
