@@ -17,6 +17,7 @@ repeats nothing (claims and publications are one per seat and audit; repeats rev
 
 import logging
 
+from verillm.chain.protocol import COMMITTING
 from verillm.spec import delivery as spec_delivery
 from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_tokens_hash
@@ -29,7 +30,6 @@ from verillm.node.worker import Worker
 
 log = logging.getLogger(__name__)
 
-COMMITTING = 1
 EMPTY_ROOT = b"\x00" * 32
 CLAIM_DELAY = 0.5
 """Share of the commit window a member waits for its job before claiming it."""

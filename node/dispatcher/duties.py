@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from verillm.chain.protocol import ABANDONED, COMMITTING, DECIDED, ESCALATING, OPENING, SETTLED
 from verillm.spec.challenge import compute_challenge
 from verillm.spec.settlement import AGREE, DISAGREE
 
@@ -31,7 +32,6 @@ from verillm.node.worker import Worker
 
 log = logging.getLogger(__name__)
 
-COMMITTING, OPENING, DECIDED, ESCALATING, SETTLED, ABANDONED = 1, 2, 3, 4, 5, 6
 WORKER_DRAW_GRACE_BLOCKS = 3
 
 

@@ -125,6 +125,11 @@ class PostedBatch:
     """The batch tree, to prove receipts into it later."""
 
 
+# Jobs.sol `AuditCodes`: the phase of an audit's current round (`AuditState.phase`).
+COMMITTING, OPENING, DECIDED, ESCALATING, SETTLED, ABANDONED = 1, 2, 3, 4, 5, 6
+TERMINAL_PHASES = (SETTLED, ABANDONED)
+
+
 @dataclass(frozen=True)
 class AuditState:
     """`Jobs.getAudit` and `getAuditExtra`, together."""

@@ -184,16 +184,33 @@ def unbond(**options):
 
 @click.command("withdraw")
 @_options
-def withdraw(**options):
-    """Take the stake back after the unbonding period."""
+@click.option("--drive", is_flag=True, help="First make the due permissionless calls (replaceMissing, drawChallenge, finalize, settle, drawEscalation) on every open audit that locks the stake.")
+def withdraw(drive, **options):
+    """Take the stake back after the unbonding period (and, with --drive, once the audits that
+    lock it have been pushed to their end: nobody else may make those calls)."""
     operator = load_operator(**options)
     node = operator.protocol.get_node(operator.address)
     head = operator.protocol.chain.get_block_number()
     if node["registered"] and node["unbonding_end_block"] and head < node["unbonding_end_block"]:
         raise InvalidInput(f"still unbonding: block {head}, withdrawal from block {node['unbonding_end_block']} "
                            f"({node['unbonding_end_block'] - head} blocks to go)")
+    if drive:
+        _drive_locks(operator)
     tx = operator.protocol.withdraw(operator.account)
     click.echo(f"withdrew {_eth(tx.value)} to {operator.address} ({_tx(tx)})")
+
+
+def _drive_locks(operator) -> None:
+    """Drive the audits locking the operator's stake; raise InvalidInput naming what still holds it."""
+    from verillm.chain.drive import drive_locking_audits
+
+    report = drive_locking_audits(operator.protocol, operator.account)
+    for audit_id, step in report.sent:
+        click.echo(f"audit {audit_id}: {step}")
+    if report.locks:
+        held = (f"open audits {', '.join(map(str, report.waiting))} (no permissionless step is due yet)" if report.waiting
+                else "no open audit this address is a party to: an omission claim against it as a dispatcher?")
+        raise InvalidInput(f"the stake is still locked by {report.locks} (held by {held}); run `verillm node withdraw --drive` again later")
 
 
 @click.command("status")
