@@ -34,6 +34,18 @@ def build_job(engine, input_tokens, max_new_tokens: int = 16, sampling: Sampling
 
 
 @pytest.fixture(scope="session")
+def anvil_installed():
+    """Skip a test that needs the anvil binary (the npm package `make install` brings) when it is missing."""
+    from verillm.chain.anvil import find_anvil_binary
+    from verillm.errors import ConfigError
+
+    try:
+        find_anvil_binary()
+    except ConfigError:
+        pytest.skip("anvil not installed (make install)")
+
+
+@pytest.fixture(scope="session")
 def make_job():
     """``make_job(engine, input_tokens, max_new_tokens=16, sampling=GREEDY, nonce=...) -> Job``."""
     return build_job

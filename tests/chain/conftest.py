@@ -8,24 +8,13 @@ import pytest
 from verillm.chain import EthTesterChain, RpcChain
 from verillm.chain.anvil import AnvilProcess, find_anvil_binary
 from verillm.chain.artifacts import ArtifactStore
-from verillm.errors import ConfigError
 
 TEST_ARTIFACTS = Path(__file__).parent / "contracts" / "artifacts"
 
 
-def _anvil_available() -> bool:
-    try:
-        find_anvil_binary()
-        return True
-    except ConfigError:
-        return False
-
-
 @pytest.fixture(scope="session")
-def anvil_binary() -> str:
+def anvil_binary(anvil_installed) -> str:
     """The anvil executable; tests that start their own anvil skip without one."""
-    if not _anvil_available():
-        pytest.skip("anvil not installed (make install)")
     return find_anvil_binary()
 
 

@@ -3,18 +3,13 @@
 
 import pytest
 
-from verillm.chain.anvil import AnvilProcess, find_anvil_binary
-from verillm.errors import ConfigError
+from verillm.chain.anvil import AnvilProcess
 
 from contract_scenario import World, connect
 
 @pytest.fixture(scope="session")
-def contracts_anvil():
+def contracts_anvil(anvil_installed):
     """An anvil process for the contract tests (skipped without the npm binary)."""
-    try:
-        find_anvil_binary()
-    except ConfigError:
-        pytest.skip("anvil not installed (make install)")
     with AnvilProcess() as process:
         yield process
 

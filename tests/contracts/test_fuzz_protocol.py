@@ -12,9 +12,8 @@ import pytest
 from hypothesis import HealthCheck, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from verillm.chain.anvil import AnvilConfig, AnvilProcess, find_anvil_binary
+from verillm.chain.anvil import AnvilConfig, AnvilProcess
 from verillm.chain import TransactionReverted
-from verillm.errors import ConfigError
 from verillm.spec import coverage as spec_coverage
 from verillm.spec.hashing import keccak256
 
@@ -31,15 +30,11 @@ GENESIS_TIMESTAMP_S = 1_767_225_600  # 2026-01-01: any fixed value
 
 
 @pytest.fixture(scope="module")
-def fuzz_anvil():
+def fuzz_anvil(anvil_installed):
     """The fuzzer's own anvil, its genesis at a fixed timestamp and every block one second
     after its parent (set before the deployment): block hashes, hence seeds, committees and
     challenges, are the same in every process, so a seed replays exactly across runs and
     hypothesis shrinks a failure to its minimal call sequence."""
-    try:
-        find_anvil_binary()
-    except ConfigError:
-        pytest.skip("anvil not installed (make install)")
     with AnvilProcess(AnvilConfig(genesis_timestamp_s=GENESIS_TIMESTAMP_S)) as process:
         yield process
 

@@ -7,15 +7,3 @@ A network takes ~35 s to start on 2 cores (five Python processes importing torch
 module shares one (`scope="module"`).
 """
 
-import pytest
-
-from verillm.chain.anvil import find_anvil_binary
-from verillm.errors import ConfigError
-
-
-@pytest.fixture(scope="session")
-def anvil_installed():
-    try:
-        find_anvil_binary()
-    except ConfigError:
-        pytest.skip("anvil not installed (make install)")

@@ -36,13 +36,7 @@ def test_bench_gas_node_keys_are_distinct_past_255():
     assert _index_bytes(7) == bytes([7]) and _vrf_seed(7) == bytes([8]) * 32  # the first 255 keep their historical keys
 
 
-def test_sim_replay_command_reports_the_agreement_table(tmp_path):
-    from verillm.chain.anvil import find_anvil_binary
-
-    try:
-        find_anvil_binary()
-    except ConfigError:
-        pytest.skip("anvil not installed (npm ci --prefix contracts)")
+def test_sim_replay_command_reports_the_agreement_table(anvil_installed, tmp_path):
     out = tmp_path / "replay.json"
     result = CliRunner().invoke(cli, ["sim", "replay", "--audits", "1", "--omissions", "2", "--json", str(out)])
     assert result.exit_code == 0, result.output

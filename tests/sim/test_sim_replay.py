@@ -5,19 +5,14 @@ hundreds; this runs one audit of every kind)."""
 import pytest
 
 from verillm.chain import RpcChain
-from verillm.chain.anvil import AnvilProcess, find_anvil_binary
-from verillm.errors import ConfigError
+from verillm.chain.anvil import AnvilProcess
 from verillm.sim.replay import CASE_KINDS, Replayer, agreement_table, run_replay, sample_cases
 from verillm.sim.replay_omission import OMISSION_KINDS, replay_omission, sample_omission_cases
 from verillm.sim.rules import BEFORE_COVERAGE, ISSUE9, MAIN
 
 
 @pytest.fixture(scope="module")
-def replayer():
-    try:
-        find_anvil_binary()
-    except ConfigError:
-        pytest.skip("anvil not installed (npm ci --prefix contracts)")
+def replayer(anvil_installed):
     with AnvilProcess() as anvil:
         yield Replayer(RpcChain(anvil.url), seed=0)
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from verillm.chain import RpcChain
-from verillm.chain.anvil import AnvilProcess, find_anvil_binary
+from verillm.chain.anvil import AnvilProcess
 from verillm.chain.protocol import Protocol
-from verillm.errors import ConfigError, InvalidInput
+from verillm.errors import InvalidInput
 from verillm.spec.audit import compute_committee
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import MAINNET, MINIMAL
@@ -40,11 +40,7 @@ def test_drawing_more_than_the_candidates_is_an_error():
 
 
 @pytest.fixture(scope="module")
-def registry():
-    try:
-        find_anvil_binary()
-    except ConfigError:
-        pytest.skip("anvil not installed (npm ci --prefix contracts)")
+def registry(anvil_installed):
     with AnvilProcess() as anvil:
         chain = RpcChain(anvil.url)
         yield Protocol.deploy(chain, MINIMAL, chain.dev_accounts[0]).registry

@@ -3,19 +3,14 @@
 import pytest
 
 from verillm.chain import RpcChain
-from verillm.chain.anvil import AnvilProcess, find_anvil_binary
+from verillm.chain.anvil import AnvilProcess
 from verillm.chain.protocol import Protocol
-from verillm.errors import ConfigError
 from verillm.spec.params import MINIMAL
 
 
 @pytest.fixture(scope="module")
-def protocol():
+def protocol(anvil_installed):
     """The protocol contracts deployed (MINIMAL) on a real anvil process, one per test module."""
-    try:
-        find_anvil_binary()
-    except ConfigError:
-        pytest.skip("anvil not installed (make install)")
     with AnvilProcess() as anvil:
         chain = RpcChain(anvil.url)
         yield Protocol.deploy(chain, MINIMAL, chain.dev_accounts[0])

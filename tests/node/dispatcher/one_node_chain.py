@@ -4,12 +4,9 @@ tests run the dispatcher's tables and routes against."""
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import pytest
-
 from verillm.chain import RpcChain
-from verillm.chain.anvil import AnvilProcess, find_anvil_binary
+from verillm.chain.anvil import AnvilProcess
 from verillm.chain.protocol import OnchainModel, Protocol
-from verillm.errors import ConfigError
 from verillm.spec import vrf
 from verillm.spec.params import MINIMAL
 
@@ -19,10 +16,6 @@ def one_node_deployment(model_id: bytes) -> Iterator[tuple]:
     """Yield (anvil, protocol, node, client): the contracts deployed, ``model_id`` added and dev
     account 1 registered for it at the minimum stake, its endpoint a port that answers nothing
     (a dispatcher gone offline); dev account 8 is the client."""
-    try:
-        find_anvil_binary()
-    except ConfigError:
-        pytest.skip("anvil not installed (make install)")
     with AnvilProcess() as anvil:
         chain = RpcChain(anvil.url)
         owner, node, client = chain.dev_accounts[0], chain.dev_accounts[1], chain.dev_accounts[8]

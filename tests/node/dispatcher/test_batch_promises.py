@@ -28,7 +28,7 @@ MODEL_ID = keccak256(b"promise test model")
 
 
 @pytest.fixture(scope="module")
-def deployed():
+def deployed(anvil_installed):
     with one_node_deployment(MODEL_ID) as world:
         yield world
 

@@ -42,7 +42,7 @@ MODEL_ID = keccak256(b"inclusion test model")
 
 
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory):
+def deployed(anvil_installed, tmp_path_factory):
     # The registered endpoint answers nothing: a dispatcher gone offline.
     with one_node_deployment(MODEL_ID) as (anvil, protocol, node, client):
         book = tmp_path_factory.mktemp("deployment") / "deployment.json"
