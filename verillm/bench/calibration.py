@@ -83,9 +83,14 @@ def collect_samples(audits: Sequence, min_cells_for_rms: int, seed: int = 0) -> 
     return np.concatenate(cells), (np.concatenate(rms) if rms else np.zeros((0, layers)))
 
 
+def compute_observed_max(samples: np.ndarray) -> float:
+    """Return the largest honest value of one statistic (0 when there is none: no RMS test ran)."""
+    return float(samples.max()) if len(samples) else 0.0
+
+
 def compute_bound(samples: np.ndarray, safety_factor: float) -> dict:
     """Return the threshold for one statistic of one layer, with both bounds and which one binds."""
-    observed_max = float(samples.max()) if len(samples) else 0.0
+    observed_max = compute_observed_max(samples)
     tail = compute_tail_quantile(samples)
     by_factor = safety_factor * observed_max
     threshold = max(by_factor, tail or 0.0)
@@ -133,7 +138,7 @@ def compute_profile_check(profile: ToleranceProfile, audits: Sequence, min_cells
     rows = []
     for slot, tolerance in enumerate(profile.layers):
         for statistic, samples, threshold in (("max_cell_error", cells[:, slot], tolerance.max_cell_error), ("rms_error", rms[:, slot], tolerance.rms_error)):
-            honest_max = float(samples.max()) if len(samples) else 0.0
+            honest_max = compute_observed_max(samples)
             rows.append({"layer": tolerance.layer, "statistic": statistic, "honest_max": honest_max, "threshold": threshold,
                          "ratio": honest_max / threshold if threshold > 0 else float("inf")})
     return rows

@@ -9,6 +9,7 @@ profile must accept (a stale profile once rejected an honest devnet job, `docs/b
 import random
 from dataclasses import dataclass
 
+from verillm.node.text import compute_chat_tokens
 from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_model_id
 from verillm.spec.types import Job, ModelManifest, SamplingParams
@@ -80,10 +81,7 @@ def _tiny_prompt(rng: random.Random, vocab: int) -> tuple[int, ...]:
 
 def _chat_prompt(rng: random.Random, tokenizer, index: int, split: str) -> tuple[int, ...]:
     prompts = CALIBRATION_PROMPTS if split == "calibration" else DETECTION_PROMPTS
-    question = prompts[index % len(prompts)]
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True)
-    ids = ids["input_ids"] if hasattr(ids, "keys") else ids
-    return tuple(int(t) for t in ids)
+    return compute_chat_tokens(tokenizer, [{"role": "user", "content": prompts[index % len(prompts)]}])
 
 
 def make_jobs(workload: Workload, model_name: str, manifest: ModelManifest, tokenizer, seed_name: str) -> list[Job]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from verillm.chain.errors import TransactionReverted
 from verillm.chain.protocol import TERMINAL_PHASES
+
 # Permissionless steps (Protocol method names), each valid once some deadline has passed.
 STEPS = ("replace_missing", "draw_challenge", "verdict", "settle", "draw_escalation")
 
@@ -46,15 +47,16 @@ def find_locking_audits(protocol, address: str) -> list[int]:
     return found
 
 
-def drive_audit(protocol, sender, audit_id: int) -> list[str]:
-    """Send every permissionless step of ``audit_id`` that is due, until none is; return them."""
+def drive_audit(protocol, sender, audit_id: int) -> tuple[list[str], bool]:
+    """Send every permissionless step of ``audit_id`` that is due, until none is; return the
+    steps sent and whether the audit has ended."""
     sent = []
     while protocol.get_audit(audit_id).phase not in TERMINAL_PHASES:
         step = _send_first_due(protocol, sender, audit_id)
         if step is None:
-            break
+            return sent, False
         sent.append(step)
-    return sent
+    return sent, True
 
 
 def drive_locking_audits(protocol, sender) -> DriveReport:
@@ -62,8 +64,9 @@ def drive_locking_audits(protocol, sender) -> DriveReport:
     sent = []
     waiting = []
     for audit_id in find_locking_audits(protocol, sender.address):
-        sent += [(audit_id, step) for step in drive_audit(protocol, sender, audit_id)]
-        if protocol.get_audit(audit_id).phase not in TERMINAL_PHASES:
+        steps, ended = drive_audit(protocol, sender, audit_id)
+        sent += [(audit_id, step) for step in steps]
+        if not ended:
             waiting.append(audit_id)
     return DriveReport(tuple(sent), tuple(waiting), protocol.get_node(sender.address)["locks"])
 

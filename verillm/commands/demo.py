@@ -39,6 +39,7 @@ def verify(model_name, dtype, attack, prompt, max_new_tokens):
     from verillm.engine.models import load_model
     from verillm.engine.torch_engine import TorchEngine
     from verillm.errors import InvalidInput
+    from verillm.node.text import compute_chat_tokens
     from verillm.spec.job import compute_model_id
     from verillm.spec.params import MAINNET
     from verillm.engine.profiles import get_model_profile
@@ -51,9 +52,8 @@ def verify(model_name, dtype, attack, prompt, max_new_tokens):
     click.echo(f"loading {model_name} ({dtype}) …")
     model, tokenizer, manifest = load_model(model_name, dtype)
     profile = get_model_profile(model_name, manifest)
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
-    ids = ids["input_ids"] if hasattr(ids, "keys") else ids
-    job = Job(compute_model_id(manifest), tuple(int(t) for t in ids), SamplingParams(), max_new_tokens, b"\x00" * 32)
+    ids = compute_chat_tokens(tokenizer, [{"role": "user", "content": prompt}])
+    job = Job(compute_model_id(manifest), ids, SamplingParams(), max_new_tokens, b"\x00" * 32)
     click.echo(f"model id {compute_model_id(manifest).hex()[:16]}…, prompt {len(job.input_tokens)} tokens, committed layers {list(manifest.committed_layers)}")
     honest = TorchEngine(model, tokenizer, manifest)
     cheater = ATTACKS[attack].build(model, tokenizer, manifest)
