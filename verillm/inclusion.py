@@ -106,10 +106,15 @@ def read_batch(protocol, batch_id: int) -> spec.BatchRecord:
 def check_promise_on_receipt(signed: spec.SignedPromise, receipt_hash: bytes, protocol) -> int:
     """Check a promise the moment it arrives, against the chain: signed by its dispatcher for this
     deployment's Coverage, about ``receipt_hash``, and due between the head and head +
-    BATCH_BY_BLOCKS (`spec.check_promise_terms`). Only now can a backdated promise be told apart:
-    later, the head has moved past it anyway. Return the head read; raise InvalidSignature or
-    InvalidProof saying what is wrong."""
+    BATCH_BY_BLOCKS (`spec.check_promise_terms`), from a dispatcher active in the Registry (a
+    signer with no stake, or one already leaving, could not be claimed against: `claimOmitted`
+    locks the dispatcher and reverts NotRegistered). Only now can a backdated promise be told
+    apart: later, the head has moved past it anyway. Return the head read; raise
+    InvalidSignature or InvalidProof saying what is wrong."""
     spec.process_promise_signature(signed, protocol.get_promise_domain())
+    dispatcher = to_checksum_address(signed.promise.dispatcher)
+    if not protocol.get_node(dispatcher)["active"]:
+        raise InvalidProof(f"the promise's dispatcher {dispatcher} is not an active registered node: a broken promise could slash nothing")
     head = protocol.chain.get_block_number()
     spec.check_promise_terms(signed.promise, receipt_hash, head, protocol.params["batchByBlocks"])
     return head

@@ -4,6 +4,7 @@ batcher posts before the promise falls due, an inactive node promises nothing, a
 claim on a batched receipt is answered by the node's watcher step, which takes the bond."""
 
 import pytest
+from eth_keys import keys
 
 from verillm.chain.events import get_events
 from verillm.spec import coverage as spec
@@ -126,3 +127,7 @@ async def test_a_client_checks_a_promise_on_receipt_against_the_chain_head(deplo
         check_promise_on_receipt(signed_for(head + 5, about=b"\x07" * 32), receipt_hash, protocol)
     with pytest.raises(InvalidSignature):
         check_promise_on_receipt(signed_for(head + 5, signing_domain=domain), receipt_hash, protocol)  # the Jobs domain, not Coverage's
+    stranger = keys.PrivateKey(b"\x0e" * 32)  # signs correctly, but has no stake a claim could lock
+    unstaked = spec.sign_promise(spec.BatchPromise(receipt_hash, stranger.public_key.to_canonical_address(), head + 5), stranger.to_bytes(), coverage_domain)
+    with pytest.raises(InvalidProof, match="not an active registered node"):
+        check_promise_on_receipt(unstaked, receipt_hash, protocol)
