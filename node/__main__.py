@@ -5,7 +5,7 @@ import sys
 import click
 
 from verillm.errors import VerillmError
-from verillm.node.cli import node
+from verillm.cli.node import node
 
 if __name__ == "__main__":
     try:

@@ -5,12 +5,12 @@ from aiohttp import web
 from verillm.spec.receipt import SigningDomain
 
 from verillm.node.config import NodeConfig
-from verillm.node.dispatch import Dispatcher
-from verillm.node.engines import ServedModel
+from verillm.node.dispatcher.local import Dispatcher
+from verillm.node.worker.engines import ServedModel
 from verillm.node.keys import NodeKey
 from verillm.node.metrics import NodeMetrics
-from verillm.node.store import Store
-from verillm.node.worker import Worker
+from verillm.node.store.store import Store
+from verillm.node.worker.worker import Worker
 
 APP_CONFIG = web.AppKey("config", NodeConfig)
 APP_METRICS = web.AppKey("metrics", NodeMetrics)

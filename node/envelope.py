@@ -30,7 +30,7 @@ from eth_keys.exceptions import BadSignature, ValidationError
 from verillm.errors import InvalidInput, InvalidSignature, ReplayedMessage
 from verillm.spec.hashing import keccak256
 
-from verillm.node.wire import from_hex
+from verillm.wire import from_hex
 
 ENVELOPE_DOMAIN = b"verillm-envelope-v2"
 EIP191_PREFIX = b"\x19Ethereum Signed Message:\n32"

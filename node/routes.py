@@ -2,7 +2,7 @@
 
 from aiohttp import web
 
-from verillm.node import native_views, openai_views
+from verillm.node.api import native_views, openai_views
 
 
 def setup_routes(app: web.Application) -> None:

@@ -33,7 +33,7 @@ def test_package_data_of_each_listed_data_folder_matches_its_files():
     data = PYPROJECT["tool"]["setuptools"]["package-data"]
     for package, folder in _shipped_folders().items():
         files = [f for f in folder.iterdir() if f.is_file() and f.suffix not in (".py", ".pyc")]
-        if files and package in ("verillm.profiles", "verillm.node.explorer"):
+        if files and package in ("verillm.profiles", "verillm.node.api.explorer"):
             patterns = data.get(package, [])
             assert all(any(f.match(p) for p in patterns) for f in files), (package, files, patterns)
 

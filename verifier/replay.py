@@ -33,7 +33,7 @@ from verillm.spec.policy import CheckResult, ToleranceProfile
 from verillm.spec.receipt import SigningDomain, process_receipt_signature
 from verillm.spec.types import Challenge, Job, Leaf, ModelManifest, Opening, Receipt
 
-from verillm.node.wire import from_hex, opening_from_json, receipt_from_json
+from verillm.wire import from_hex, opening_from_json, receipt_from_json
 from verillm.verifier.local import Party, commit_runs
 
 KNOWN_MODELS = ("tiny", "smollm2")
@@ -76,7 +76,7 @@ class Replay:
 # --- evidence -------------------------------------------------------------------------------------
 
 def fetch_evidence(node_url: str, job_hash: bytes, timeout_s: float = 30.0, token: str | None = None) -> dict:
-    """GET the evidence of ``job_hash`` from the node that dispatched it (``token``: the requester's read token, node/access.py)."""
+    """GET the evidence of ``job_hash`` from the node that dispatched it (``token``: the requester's read token, node/api/access.py)."""
     url = f"{node_url.rstrip('/')}/v1/verillm/audits/0x{job_hash.hex()}/evidence" + (f"?token={token}" if token else "")
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
@@ -88,7 +88,7 @@ def fetch_evidence(node_url: str, job_hash: bytes, timeout_s: float = 30.0, toke
 def read_evidence(db_path: str, job_hash: bytes) -> dict:
     """Read the evidence of ``job_hash`` from a dispatcher's store, read-only (the node may be running)."""
     from verillm.node.dispatcher.status import compute_evidence
-    from verillm.node.dispatcher.tables import DispatcherTables
+    from verillm.node.store.dispatcher_tables import DispatcherTables
 
     if not os.path.exists(db_path):
         raise ConfigError(f"no store at {db_path}")

@@ -9,7 +9,7 @@
     started  every selected job has its audit id (`dispatch_audits`)
 
 A batch is posted when `batch_max_receipts` receipts wait, the oldest has waited
-`batch_max_wait_s`, or a receipt's batching promise is near its deadline (node/dispatcher/coverage.py). A restart finds a batch still 'posting' and looks for its BatchPosted
+`batch_max_wait_s`, or a receipt's batching promise is near its deadline (node/dispatcher/promises.py). A restart finds a batch still 'posting' and looks for its BatchPosted
 event before posting again, so a root is never posted twice.
 """
 
@@ -20,7 +20,7 @@ from verillm.spec import audit as spec_audit
 from verillm.spec.receipt import compute_receipt_hash
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
-from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.metrics import NodeMetrics
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class BatchScheduler:
         self.vrf_secret_key = vrf_secret_key
         self.max_receipts = min(max_receipts, chainio.params["maxBatchReceipts"])
         self.max_wait_s = max_wait_s
-        self.promises = None  # node/dispatcher/coverage.py's Promises: their deadlines make a batch due
+        self.promises = None  # node/dispatcher/promises.py's Promises: their deadlines make a batch due
 
     # --- posting ------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from verillm.spec.hashing import keccak256
 from verillm.spec.types import Leaf
 
 from verillm.node import faults
-from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.keys import NodeKey
 
 log = logging.getLogger(__name__)

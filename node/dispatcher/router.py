@@ -24,11 +24,11 @@ from verillm.spec.receipt import SigningDomain, process_receipt_signature
 from verillm.spec.types import Job, Receipt
 
 from verillm.node.dispatcher.chainio import ChainIO
-from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.keys import NodeKey
-from verillm.node.peer import PeerClient
-from verillm.node.store import Store
-from verillm.node.worker import JobResult, Worker
+from verillm.node.dispatcher.peer import PeerClient
+from verillm.node.store.store import Store
+from verillm.node.worker.worker import JobResult, Worker
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +102,8 @@ class NetworkDispatcher:
         self.key, self.domain, self.session = key, domain, session
         self.committee_size = committee_size
         self._next = 0
-        self.readiness = None  # node/readiness.py's ReadinessMonitor (set by the service): why no_workers
-        self.promises = None  # node/dispatcher/coverage.py's Promises (set by the service): a batching promise per job
+        self.readiness = None  # node/dispatcher/readiness.py's ReadinessMonitor (set by the service): why no_workers
+        self.promises = None  # node/dispatcher/promises.py's Promises (set by the service): a batching promise per job
 
     def process_admission(self, job: Job) -> None:
         """Check the job fits the model and limits, and enough workers exist to audit it."""

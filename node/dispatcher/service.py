@@ -18,18 +18,18 @@ from verillm.errors import ConfigError, NotBatched, NotFound
 from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_KEY, APP_METRICS, APP_DOMAIN, APP_STORE, APP_WORKER
 from verillm.node.dispatcher.batches import BatchScheduler
 from verillm.node.dispatcher.chainio import ChainIO, compute_vrf_secret_key
-from verillm.node.dispatcher.coverage import OmissionAnswers, Promises, find_stored_inclusion
-from verillm.node.dispatcher.delivery import DeliveryDuties
-from verillm.node.dispatcher.duties import PartyDuties, PartyFaults
-from verillm.node.dispatcher.judging import AuditDriver
+from verillm.node.dispatcher.promises import OmissionAnswers, Promises, find_stored_inclusion
+from verillm.node.dispatcher.audit.delivery import DeliveryDuties
+from verillm.node.dispatcher.audit.duties import PartyDuties, PartyFaults
+from verillm.node.dispatcher.audit.driver import AuditDriver
 from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView
-from verillm.node.access import compute_evidence_parties, process_reader
+from verillm.node.api.access import compute_evidence_parties, process_reader
 from verillm.node.dispatcher.status import compute_evidence, compute_job_status
-from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.node.dispatcher.watcher import ChainWatcher
-from verillm.node.readiness import ReadinessMonitor
-from verillm.node.wire import from_hex, to_hex
+from verillm.node.dispatcher.readiness import ReadinessMonitor
+from verillm.wire import from_hex, to_hex
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
 
 
 async def compute_serving(app: web.Application) -> dict:
-    """For /healthz: whether this node can serve jobs now, and if not, why (node/readiness.py)."""
+    """For /healthz: whether this node can serve jobs now, and if not, why (node/dispatcher/readiness.py)."""
     service = app.get(APP_SERVICE)
     if service is None:
         return {"ready": True, "reasons": [], "role": "local: runs every job itself, no chain checks"}
@@ -125,7 +125,7 @@ async def get_dispatch_evidence(request: web.Request) -> web.Response:
         raise NotFound("this node runs without the networked dispatcher ([dispatcher] enabled = false)")
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     evidence = compute_evidence(service.tables, job_hash, request.app[APP_DOMAIN])
-    process_reader(request, job_hash, compute_evidence_parties(evidence))  # the prompt is the client's: node/access.py
+    process_reader(request, job_hash, compute_evidence_parties(evidence))  # the prompt is the client's: node/api/access.py
     return web.json_response(evidence)
 
 

@@ -14,8 +14,8 @@ from verillm.errors import NotFound
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash
 from verillm.spec.settlement import FAIL, PASS, TIE, VERDICT_NAMES, WORKER_DEFAULT
 
-from verillm.node.dispatcher.tables import DispatcherTables
-from verillm.node.wire import job_to_json, opening_to_json, receipt_to_json
+from verillm.node.store.dispatcher_tables import DispatcherTables
+from verillm.wire import job_to_json, opening_to_json, receipt_to_json
 
 
 def compute_job_status(tables: DispatcherTables, job_hash: bytes, head: int, params: dict) -> dict:

@@ -16,12 +16,12 @@ from verillm.chain.events import ChainEvent, EventPoller
 
 from verillm.node.dispatcher.batches import BatchScheduler
 from verillm.node.dispatcher.chainio import ChainIO
-from verillm.node.dispatcher.coverage import OmissionAnswers
-from verillm.node.dispatcher.delivery import DeliveryDuties
-from verillm.node.dispatcher.duties import PartyDuties
-from verillm.node.dispatcher.judging import AuditDriver
+from verillm.node.dispatcher.promises import OmissionAnswers
+from verillm.node.dispatcher.audit.delivery import DeliveryDuties
+from verillm.node.dispatcher.audit.duties import PartyDuties
+from verillm.node.dispatcher.audit.driver import AuditDriver
 from verillm.node.dispatcher.router import RegistryView
-from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.node.metrics import NodeMetrics
 

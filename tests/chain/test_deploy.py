@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from verillm.chain import CallStep, Deployment, DeployStep, deploy_plan
 from verillm.chain import protocol
-from verillm.chain.cli import chain as chain_cli
+from verillm.cli.chain import chain as chain_cli
 from verillm.errors import ConfigError
 from verillm.spec.params import MINIMAL
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from verillm.node.engines import ServedModel
-from verillm.node.testing import ThreadedNode, make_local_config
+from verillm.node.worker.engines import ServedModel
+from helpers.nodes import ThreadedNode, make_local_config
 
 
 @pytest.fixture(scope="session")

@@ -8,12 +8,12 @@ import pytest
 from click.testing import CliRunner
 
 from verillm.client import AsyncClient, Client, parse_completion, verify_receipt
-from verillm.client_cli import complete
+from verillm.cli.complete import complete
 from eth_utils import to_checksum_address
 
 from verillm.errors import InvalidInput, InvalidProof, InvalidSignature, PromptTooLong, UnknownModel, VerillmError
 from verillm.node.appkeys import APP_CONFIG, APP_DOMAIN, APP_KEY
-from verillm.node.store import open_store
+from verillm.node.store.store import open_store
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain
 

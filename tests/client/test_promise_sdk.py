@@ -1,7 +1,7 @@
 """The SDK's side of batching promises: a response's promise is parsed with the completion,
 bound to its receipt, and `verify_promise` checks signer, deployment and deadline offline. The
 node here runs without a chain (no promise of its own); the promise is signed as a networked
-dispatcher signs it (node/dispatcher/coverage.py; on anvil: tests/node/dispatcher/test_batch_promises.py)."""
+dispatcher signs it (node/dispatcher/promises.py; on anvil: tests/node/dispatcher/test_batch_promises.py)."""
 
 import dataclasses
 import json
@@ -13,8 +13,8 @@ from eth_utils import to_checksum_address
 
 from verillm.client import parse_completion, verify_promise
 from verillm.errors import InvalidProof, InvalidSignature
-from verillm.node.wire import promise_to_json
-from verillm.spec import coverage as spec
+from verillm.wire import promise_to_json
+from verillm.spec import promise as spec
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash
 
 KEY = b"\x05" * 32

@@ -11,7 +11,7 @@ from verillm.spec.receipt import SigningDomain
 
 @pytest.mark.slow
 def test_wait_verified_follows_an_audit_to_its_verdict(tmp_path):
-    from verillm.node.dispatcher.localnet import LocalNetwork, NodeSpec
+    from verillm.devnet.network import LocalNetwork, NodeSpec
 
     with LocalNetwork(tmp_path / "net", nodes=[NodeSpec() for _ in range(4)], log=lambda *a: None) as net:
         net.wait_gateway_sees_all()
@@ -25,7 +25,7 @@ def test_wait_verified_follows_an_audit_to_its_verdict(tmp_path):
 
 
 def test_audit_status_needs_the_networked_dispatcher(tmp_path, served_tiny):
-    from verillm.node.testing import ThreadedNode, make_local_config
+    from helpers.nodes import ThreadedNode, make_local_config
 
     node = ThreadedNode(make_local_config(tmp_path), served_tiny)
     try:

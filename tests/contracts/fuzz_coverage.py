@@ -1,7 +1,7 @@
 """Batching promises and the omission challenge in the protocol fuzzer (`protocol_fuzz.py`;
 docs/protocol.md §12 "Batching promises", contracts/src/Coverage.sol).
 
-Every job a worker serves comes with its dispatcher's signed promise (`verillm.spec.coverage`):
+Every job a worker serves comes with its dispatcher's signed promise (`verillm.spec.promise`):
 its receipt hash will be a leaf of a batch the dispatcher posts by `batchByBlock` = the head when
 the job was served + BATCH_BY_BLOCKS. The promise's fate (`Promised.fate`):
     keep    the dispatcher batches the receipt at once (every honest dispatcher; the cheater when
@@ -40,7 +40,7 @@ from eth_keys import keys
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from verillm.spec import coverage as spec
+from verillm.spec import promise as spec
 from verillm.spec.hashing import keccak256
 from verillm.spec.receipt import compute_receipt_hash
 

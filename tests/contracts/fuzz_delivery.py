@@ -111,7 +111,7 @@ class DeliveryParties:
 
     def _honest_claims(self, t, state) -> None:
         """A member whose job never came (the cheater dispatches it) claims it half a commit window
-        after it saw itself drawn (node/dispatcher/delivery.py does the same)."""
+        after it saw itself drawn (node/dispatcher/audit/delivery.py does the same)."""
         if t.dispatcher != CHEATER or self.availability(t.run.audit_id)["published"]:
             return
         head = self.reads.head()

@@ -4,7 +4,7 @@ from click.testing import CliRunner
 
 from verillm.chain import protocol as chain_protocol
 from verillm.verifier.chain_audit import ChainAuditor
-from verillm.verifier.cli import audit
+from verillm.cli.audit import audit
 from verillm.verifier.report import format_chain_audit
 
 from contract_scenario import PRESET

@@ -12,7 +12,7 @@ from web3 import Web3
 from verillm.chain import TransactionReverted
 from verillm.chain.protocol import compute_protocol_params
 from verillm.errors import InvalidProof
-from verillm.spec import coverage as spec
+from verillm.spec import promise as spec
 from verillm.spec.receipt import compute_domain_separator, compute_receipt_hash
 
 from contract_scenario import CHEAT_OFFSET, PRESET

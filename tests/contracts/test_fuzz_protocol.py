@@ -14,7 +14,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from verillm.chain.anvil import AnvilConfig, AnvilProcess
 from verillm.chain import TransactionReverted
-from verillm.spec import coverage as spec_coverage
+from verillm.spec import promise as spec_coverage
 from verillm.spec.hashing import keccak256
 
 from fuzz_rpc import CachedReads, FastSender, RawRpc

@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from verillm.cli import cli
 from verillm.client import Client
-from verillm.node.devnet import retry_no_workers
-from verillm.node.dispatcher.localnet import LocalNetwork, NodeSpec, get_json
+from verillm.devnet.run import retry_no_workers
+from verillm.devnet.network import LocalNetwork, NodeSpec, get_json
 
 SETTLE_TIMEOUT_S = 240.0
 

@@ -25,8 +25,8 @@ import time
 
 import pytest
 
-from verillm.node.devnet_windows import compute_timed_preset
-from verillm.node.dispatcher.localnet import NodeSpec
+from verillm.devnet.windows import compute_timed_preset
+from verillm.devnet.network import NodeSpec
 from verillm.spec.params import MINIMAL
 
 from e2e_network import get_status, send_jobs, start_network, wait_settled

@@ -14,8 +14,8 @@ import pytest
 
 from verillm.chain.protocol import Protocol
 from verillm.client import verify_promise
-from verillm.node.dispatcher.localnet import NodeSpec
-from verillm.spec import coverage
+from verillm.devnet.network import NodeSpec
+from verillm.spec import promise
 from verillm.spec.settlement import FAIL, PASS
 
 from e2e_network import send_jobs, start_network, wait_settled
@@ -120,9 +120,9 @@ def test_every_job_came_with_a_batching_promise_the_gateway_kept_and_defends(che
     credit, griefer_credit = protocol.jobs.call("credits", gateway), protocol.jobs.call("credits", griefer.address)
     claim_id = protocol.claim_omitted(griefer, signed).value
     deadline = protocol.get_omission_claim(claim_id)["prove_deadline"]
-    while protocol.get_omission_claim(claim_id)["state"] == coverage.OPEN and protocol.chain.get_block_number() <= deadline + 1:
+    while protocol.get_omission_claim(claim_id)["state"] == promise.OPEN and protocol.chain.get_block_number() <= deadline + 1:
         time.sleep(0.5)
-    assert protocol.get_omission_claim(claim_id)["state"] == coverage.ANSWERED
+    assert protocol.get_omission_claim(claim_id)["state"] == promise.ANSWERED
     # The gateway is paid its answer's gas (capped at the bond), the griefer gets the rest back.
     paid = protocol.jobs.call("credits", gateway) - credit
     refunded = protocol.jobs.call("credits", griefer.address) - griefer_credit

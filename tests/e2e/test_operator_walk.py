@@ -18,9 +18,9 @@ from verillm.chain.backends import compute_anvil_accounts
 from verillm.client import Client
 from verillm.errors import InvalidInput, QueueFull
 from verillm.spec.params import MINIMAL
-from verillm.node.dispatcher.localnet import get_json
-from verillm.node.engines import ServedModel
-from verillm.node.testing import ThreadedNode, make_local_config
+from verillm.devnet.network import get_json
+from verillm.node.worker.engines import ServedModel
+from helpers.nodes import ThreadedNode, make_local_config
 
 from e2e_network import run_cli, wait_for
 

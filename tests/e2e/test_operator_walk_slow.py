@@ -18,7 +18,7 @@ from web3 import Web3
 
 from verillm.chain.anvil import AnvilConfig, AnvilProcess, find_free_port
 from verillm.client import Client
-from verillm.node.dispatcher.localnet import LocalNetwork, NodeSpec, get_json
+from verillm.devnet.network import LocalNetwork, NodeSpec, get_json
 
 from e2e_network import run_cli, wait_settled
 

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from verillm.client import Client
-from verillm.node.devnet import retry_no_workers
-from verillm.node.dispatcher.localnet import NodeSpec
+from verillm.devnet.run import retry_no_workers
+from verillm.devnet.network import NodeSpec
 from verillm.spec.params import MINIMAL
 
 from e2e_network import get_status, start_network, wait_settled

@@ -7,7 +7,7 @@ still settles as a pass with nobody slashed."""
 import pytest
 
 from verillm.chain.protocol import Protocol
-from verillm.node.dispatcher.localnet import NodeSpec
+from verillm.devnet.network import NodeSpec
 
 from e2e_network import send_jobs, start_network, wait_settled
 

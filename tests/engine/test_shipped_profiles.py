@@ -13,7 +13,7 @@ import pytest
 from verillm.bench.calibration import STALE_RATIO
 from verillm.bench.noise import EngineConfig, compute_permissive_profile, run_honest_matrix
 from verillm.bench.workloads import DEVNET_PROMPTS
-from verillm.node.text import compute_chat_tokens
+from verillm.engine.text import compute_chat_tokens
 from verillm.spec.job import compute_model_id
 from verillm.spec.params import MAINNET
 from verillm.spec.policy import load_profile

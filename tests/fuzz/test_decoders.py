@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from fuzzing import fuzz_settings, tally
 from verillm.errors import VerillmError
 from verillm.jsonsafe import load_json
-from verillm.node.commit import compute_job_output, load_trace_blob
+from verillm.node.worker.commit import compute_job_output, load_trace_blob
 from verillm.node.envelope import decode_envelope_json, encode_envelope_json, process_envelope_freshness, process_envelope_signature, sign_envelope
 from verillm.node.keys import new_node_key
-from verillm.node.native_views import parse_opening_payload
-from verillm.node.wire import opening_from_json, opening_to_json, receipt_from_json, receipt_to_json
+from verillm.node.api.native_views import parse_opening_payload
+from verillm.wire import opening_from_json, opening_to_json, receipt_from_json, receipt_to_json
 from verillm.spec.commitment import compute_commitment, compute_opening, process_opening
 from verillm.spec.encoding import decode, encode
 from verillm.spec.receipt import SigningDomain, process_receipt_signature

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from verillm.errors import ConfigError, VerillmError
 from verillm.node.appkeys import APP_KEY
 from verillm.node.config import SECTIONS, load_config
-from verillm.node.engines import ServedModel
+from verillm.node.worker.engines import ServedModel
 from verillm.node.envelope import encode_envelope_json, sign_envelope
 from verillm.node.keys import new_node_key
-from verillm.node.openai_format import parse_chat_request, parse_completion_request
-from verillm.node.openai_views import compute_request_job
-from verillm.node.testing import ThreadedNode, make_local_config
+from verillm.node.api.openai_format import parse_chat_request, parse_completion_request
+from verillm.node.api.openai_views import compute_request_job
+from helpers.nodes import ThreadedNode, make_local_config
 from verillm.spec.encoding import encode
 from verillm.spec.types import Job, SamplingParams
 

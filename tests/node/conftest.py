@@ -11,10 +11,10 @@ import pytest
 
 from verillm.node.app import start_node
 from verillm.node.config import NodeConfig
-from verillm.node.engines import ServedModel
+from verillm.node.worker.engines import ServedModel
 from verillm.node.keys import new_node_key
-from verillm.node.peer import PeerClient
-from verillm.node.testing import make_local_config
+from verillm.node.dispatcher.peer import PeerClient
+from helpers.nodes import make_local_config
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ Real node, real sockets; every run is bounded in requests and time.
 import asyncio
 import time
 
-from verillm.node.clients import APP_INFLIGHT
+from verillm.node.api.clients import APP_INFLIGHT
 
 BODY = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 2}
 
@@ -111,7 +111,7 @@ async def test_client_floods_leave_the_peers_reserved_slots(start, http, served_
     """OpenAI clients stop at max_queued_jobs - reserved_for_peers; a node's (e.g. a committee's) job still gets in."""
     from verillm.node.appkeys import APP_WORKER
     from verillm.node.keys import new_node_key
-    from verillm.node.peer import PeerClient
+    from verillm.node.dispatcher.peer import PeerClient
     from verillm.spec.types import Job, SamplingParams
 
     node = await start(queue={"max_queued_jobs": 4, "reserved_for_peers": 2, "max_batch_size": 1, "batch_wait_ms": 0})

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from verillm.errors import ConfigError
-from verillm.node.cli import compute_config_toml, node
+from verillm.cli.node import compute_config_toml, node
 from verillm.node.config import SECTIONS, NodeConfig, get_field_docs, load_config
 
 OPS_CONFIG = Path(__file__).parents[2] / "ops" / "node.toml"

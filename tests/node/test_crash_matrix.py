@@ -23,11 +23,11 @@ import pytest
 from node_process import NodeProcess
 
 from verillm.errors import ReplayedMessage
-from verillm.node.commit import compute_job_output
+from verillm.node.worker.commit import compute_job_output
 from verillm.node.envelope import encode_envelope_json, sign_envelope
-from verillm.node.migrations import MIGRATIONS
-from verillm.node.peer import JOBS_PATH, PeerClient
-from verillm.node.wire import receipt_from_json
+from verillm.node.store.migrations import MIGRATIONS
+from verillm.node.dispatcher.peer import JOBS_PATH, PeerClient
+from verillm.wire import receipt_from_json
 from verillm.spec.commitment import process_opening
 from verillm.spec.encoding import encode
 from verillm.spec.receipt import SigningDomain

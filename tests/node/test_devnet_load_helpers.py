@@ -10,9 +10,9 @@ import time
 import click
 import pytest
 
-from verillm.node.devnet import _node_specs
-from verillm.node.devnet_soak import ProcessSeries, Sample, Sampler, quarter_means, read_process, summarize_series
-from verillm.node.devnet_windows import compute_timed_preset
+from verillm.devnet.run import _node_specs
+from verillm.devnet.soak import ProcessSeries, Sample, Sampler, quarter_means, read_process, summarize_series
+from verillm.devnet.windows import compute_timed_preset
 from verillm.spec.params import MINIMAL
 
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import pytest
 from click.testing import CliRunner
 
-from verillm.node.devnet import devnet
-from verillm.node.devnet_progress import StallWatch, prepare_model
+from verillm.cli.devnet import devnet
+from verillm.devnet.progress import StallWatch, prepare_model
 
 
 def test_devnet_help_gives_measured_times_not_seconds():

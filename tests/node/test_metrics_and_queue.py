@@ -8,10 +8,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from verillm.errors import EngineError
 from verillm.node.appkeys import APP_STORE
-from verillm.node.engines import ServedModel
+from verillm.node.worker.engines import ServedModel
 from verillm.node.keys import new_node_key
-from verillm.node.migrations import MIGRATIONS
-from verillm.node.peer import PeerClient
+from verillm.node.store.migrations import MIGRATIONS
+from verillm.node.dispatcher.peer import PeerClient
 from verillm.spec.types import Job, SamplingParams
 
 

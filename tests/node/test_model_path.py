@@ -17,15 +17,15 @@ from click.testing import CliRunner
 from eth_account import Account
 
 from verillm.chain.anvil import find_free_port
-from verillm.commands.calibrate import calibrate
-from verillm.commands.model import model as model_group
+from verillm.cli.calibrate import calibrate
+from verillm.cli.model import model as model_group
 from verillm.engine.profiles import find_profile, get_profile_path
 from verillm.engine.tiny_checkpoints import save_tiny_checkpoint
 from verillm.errors import ProfileMissing
 from verillm.node.config import EngineConfig
-from verillm.node.engines import build_served_model
+from verillm.node.worker.engines import build_served_model
 from verillm.node.keys import new_node_key, write_key_file
-from verillm.node.wire import receipt_from_json
+from verillm.wire import receipt_from_json
 from verillm.spec.job import compute_transcript_hash
 from verillm.spec.receipt import SigningDomain, process_receipt_signature
 

@@ -7,9 +7,9 @@ import pytest
 
 from verillm.errors import InvalidSignature, NotFound
 from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_STORE
-from verillm.node.engines import ServedModel
+from verillm.node.worker.engines import ServedModel
 from verillm.node.keys import new_node_key
-from verillm.node.peer import PeerClient
+from verillm.node.dispatcher.peer import PeerClient
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import process_opening
 from verillm.spec.job import compute_job_hash, compute_verification_job

@@ -9,7 +9,7 @@ import pytest
 from verillm.node.appkeys import APP_KEY, APP_STORE
 from verillm.node.envelope import encode_envelope_json, sign_envelope
 from verillm.node.keys import new_node_key
-from verillm.node.testing import make_local_config
+from helpers.nodes import make_local_config
 from verillm.spec.encoding import encode
 from verillm.spec.types import Job, SamplingParams
 
@@ -126,7 +126,7 @@ async def test_openai_refusals(start, http):
 
 
 async def test_queue_full_is_503_and_leaves_no_trace(start, http, served_tiny):
-    from verillm.node.peer import PeerClient
+    from verillm.node.dispatcher.peer import PeerClient
 
     node = await start(queue={"max_queued_jobs": 1, "batch_wait_ms": 0, "reserved_for_peers": 0})
     peer, ME = PeerClient(node.url, new_node_key(), http), node.app[APP_KEY].address

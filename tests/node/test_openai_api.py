@@ -3,9 +3,9 @@
 import pytest
 from openai import AsyncOpenAI
 
-from verillm.node.access import compute_read_token
+from verillm.node.api.access import compute_read_token
 from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_MODEL, APP_STORE
-from verillm.node.wire import receipt_from_json
+from verillm.wire import receipt_from_json
 from verillm.spec.encoding import decode
 from verillm.spec.job import compute_job_hash, compute_tokens_hash, compute_transcript_hash
 from verillm.spec.receipt import process_receipt_signature

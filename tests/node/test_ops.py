@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 from prometheus_client import generate_latest
 
-from verillm.node.cli import node
+from verillm.cli.node import node
 from verillm.node.metrics import NodeMetrics
 
 OPS = Path(__file__).parents[2] / "ops"

@@ -23,10 +23,10 @@ import pytest
 from node_process import NodeProcess
 
 from verillm.errors import StorageError
-from verillm.node.commit import compute_job_output
+from verillm.node.worker.commit import compute_job_output
 from verillm.node.keys import new_node_key
-from verillm.node.peer import PeerClient
-from verillm.node.store import open_store
+from verillm.node.dispatcher.peer import PeerClient
+from verillm.node.store.store import open_store
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain
 from verillm.spec.types import Job, SamplingParams

@@ -17,8 +17,8 @@ import aiohttp
 import pytest
 
 from verillm.node.keys import new_node_key, write_key_file
-from verillm.node.peer import PeerClient
-from verillm.node.wire import receipt_from_json
+from verillm.node.dispatcher.peer import PeerClient
+from verillm.wire import receipt_from_json
 from verillm.spec.commitment import process_opening
 from verillm.spec.types import Job, SamplingParams
 

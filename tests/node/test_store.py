@@ -6,9 +6,9 @@ import pytest
 from sqlite_utils import Database
 
 from verillm.errors import NotFound, ReplayedMessage
-from verillm.node.commit import JobOutput
-from verillm.node.migrations import MIGRATIONS, get_schema_version, process_migrations
-from verillm.node.store import open_store
+from verillm.node.worker.commit import JobOutput
+from verillm.node.store.migrations import MIGRATIONS, get_schema_version, process_migrations
+from verillm.node.store.store import open_store
 from verillm.spec.receipt import EMPTY_SIGNATURE
 from verillm.spec.types import Job, Receipt, SamplingParams
 

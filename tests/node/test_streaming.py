@@ -11,7 +11,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from verillm.node.appkeys import APP_MODEL
-from verillm.node.engines import ServedModel
+from verillm.node.worker.engines import ServedModel
 
 TOKEN_DELAY_S = 0.04
 

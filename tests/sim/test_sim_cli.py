@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from verillm.cli import cli
-from verillm.commands.bench_gas import _index_bytes, _vrf_seed
+from verillm.cli.bench_gas import _index_bytes, _vrf_seed
 from verillm.errors import ConfigError
 from verillm.sim.engine import Scenario, run_scenario
 

@@ -1,4 +1,4 @@
-"""verillm.spec.coverage: the batching promise, its signature, and the claim / answer / slash
+"""verillm.spec.promise: the batching promise, its signature, and the claim / answer / slash
 rules as pure functions (the contract side is tests/contracts/test_coverage.py)."""
 
 import dataclasses
@@ -7,7 +7,7 @@ import pytest
 from eth_keys import keys
 
 from verillm.errors import InvalidInput, InvalidProof, InvalidSignature
-from verillm.spec import coverage as spec
+from verillm.spec import promise as spec
 from verillm.spec.audit import compute_batch_levels
 from verillm.spec.params import MAINNET, MINIMAL
 from verillm.spec.receipt import SigningDomain

@@ -4,7 +4,7 @@
 import dataclasses
 import os
 
-from verillm.node.wire import job_to_json, opening_to_json, receipt_to_json
+from verillm.wire import job_to_json, opening_to_json, receipt_to_json
 from verillm.spec.challenge import compute_challenge
 from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_job_hash

@@ -9,7 +9,7 @@ profile must accept (a stale profile once rejected an honest devnet job, `docs/b
 import random
 from dataclasses import dataclass
 
-from verillm.node.text import compute_chat_tokens
+from verillm.engine.text import compute_chat_tokens
 from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_model_id
 from verillm.spec.types import Job, ModelManifest, SamplingParams

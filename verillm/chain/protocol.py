@@ -386,7 +386,7 @@ class Protocol:
         sampling = SamplingParams(args["temperatureMilli"], args["topK"], args["topPPpm"], args["seed"])
         return spec_delivery.Transcript(spec_delivery.decode_transcript_tokens(bytes(args["tokens"])), sampling)
 
-    # --- batching promises (Coverage; verillm.spec.coverage) -----------------------------------
+    # --- batching promises (Coverage; verillm.spec.promise) -----------------------------------
     def get_promise_domain(self):
         """Return the EIP-712 domain promises are signed for: this chain and the Coverage contract."""
         return SigningDomain(chain_id=self.chain.chain_id, verifying_contract=bytes.fromhex(self.coverage.address[2:]))

@@ -13,7 +13,7 @@ Under a rule set where omission is possible nothing happens to either party.
 
 from dataclasses import dataclass
 
-from verillm.spec.coverage import compute_answer_payout, compute_omission_payout
+from verillm.spec.promise import compute_answer_payout, compute_omission_payout
 from verillm.spec.params import Preset
 from verillm.spec.settlement import compute_slash
 from verillm.sim.rules import RuleSet

@@ -1,7 +1,7 @@
 """Omission claims replayed through the real Coverage contract and compared with the simulator.
 
 A case is one job served by a dispatcher that signs a batching promise
-(`verillm.spec.coverage.sign_promise`, the Coverage domain) and a client that claims
+(`verillm.spec.spec_promise.sign_promise`, the Coverage domain) and a client that claims
 non-inclusion after `batchByBlock` (`claimOmitted`, bonded):
 
 - omission-slashed: a self-dispatched cheat batches its other jobs but never the cheated
@@ -17,7 +17,7 @@ Every chain action is reverted after its case.
 
 import numpy as np
 
-from verillm.spec import coverage
+from verillm.spec import promise as spec_promise
 from verillm.sim.audit import Behaviour
 from verillm.sim.omission import settle_omission
 from verillm.sim.replay import ReplayCase, ReplayResult
@@ -64,8 +64,8 @@ def _replay_omission(replayer, case: ReplayCase) -> ReplayResult:
     receipt, _ = w.receipt(dispatcher, w.worker_trace(case.cheated), member=False, nonce=20_000 + case.index)
     promised = compute_receipt_hash(receipt)
     head = chain.get_block_number()
-    promise = coverage.BatchPromise(promised, bytes.fromhex(dispatcher.address[2:]), coverage.compute_batch_by_block(head, pre.BATCH_BY_BLOCKS))
-    signed = coverage.sign_promise(promise, dispatcher.account.key, p.get_promise_domain())
+    promise = spec_promise.BatchPromise(promised, bytes.fromhex(dispatcher.address[2:]), spec_promise.compute_batch_by_block(head, pre.BATCH_BY_BLOCKS))
+    signed = spec_promise.sign_promise(promise, dispatcher.account.key, p.get_promise_domain())
     others = [compute_receipt_hash(w.receipt(dispatcher, w.worker_trace(False), member=False, nonce=30_000 + 8 * case.index + k)[0])
               for k in range(OTHER_RECEIPTS)]
     hashes = others[:1] + [promised] + others[1:] if included else others
@@ -76,13 +76,13 @@ def _replay_omission(replayer, case: ReplayCase) -> ReplayResult:
     pool0 = p.jobs.call("feePoolWei")
     gas_price_wei = 0
     if included:
-        answer = p.prove_included(dispatcher.account, claim_id, posted.batch_id, coverage.compute_inclusion_proof(hashes, promised))
+        answer = p.prove_included(dispatcher.account, claim_id, posted.batch_id, spec_promise.compute_inclusion_proof(hashes, promised))
         gas_price_wei = answer.receipt["effectiveGasPrice"]
     else:
         chain.mine(pre.PROOF_WINDOW_BLOCKS + 1)
         p.slash_omission(w.outsider, claim_id)
     state = p.get_omission_claim(claim_id)["state"]
-    res.omission_slashed = state == coverage.SLASHED
+    res.omission_slashed = state == spec_promise.SLASHED
     expected = settle_omission(pre, replayer.rules, stakes0[case.dispatcher], included, gas_price_wei)
     _compare(res, w, stakes0, credits0, expected, case.dispatcher)
     client_credit = p.get_credit(client.address) - client_credit0

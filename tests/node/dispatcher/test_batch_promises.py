@@ -1,4 +1,4 @@
-"""The dispatcher's batching promises (node/dispatcher/coverage.py) on a real anvil with the real
+"""The dispatcher's batching promises (node/dispatcher/promises.py) on a real anvil with the real
 tables (SQLite on disk): a kept job gets a signed promise (the same one when repeated), the
 batcher posts before the promise falls due, an inactive node promises nothing, and a griefer's
 claim on a batched receipt is answered by the node's watcher step, which takes the bond."""
@@ -7,7 +7,7 @@ import pytest
 from eth_keys import keys
 
 from verillm.chain.events import get_events
-from verillm.spec import coverage as spec
+from verillm.spec import promise as spec
 from verillm.spec import vrf
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import MINIMAL
@@ -16,12 +16,12 @@ from verillm.spec.types import Job, SamplingParams
 
 from verillm.node.dispatcher.batches import BatchScheduler
 from verillm.node.dispatcher.chainio import ChainIO
-from verillm.node.dispatcher.coverage import CannotPromise, OmissionAnswers, Promises, compute_post_margin
-from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.dispatcher.promises import CannotPromise, OmissionAnswers, Promises, compute_post_margin
+from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.dispatcher.watcher import compute_event_row
 from verillm.node.keys import compute_node_key
 from verillm.node.metrics import NodeMetrics
-from verillm.node.store import open_store
+from verillm.node.store.store import open_store
 
 from one_node_chain import one_node_deployment
 
@@ -100,11 +100,11 @@ async def test_a_node_behind_on_its_promises_or_inactive_takes_no_job(deployed, 
 
 
 async def test_a_client_checks_a_promise_on_receipt_against_the_chain_head(deployed, tmp_path):
-    """`verillm.inclusion.check_promise_on_receipt` (what `verillm complete --rpc-url` runs): the
+    """`verillm.client.promise.check_promise_on_receipt` (what `verillm complete --rpc-url` runs): the
     node's fresh promise passes; a backdated one (its claim window may already be closed), a far
     one, one about another receipt and one signed for another deployment are refused, each saying why."""
     from verillm.errors import InvalidProof, InvalidSignature
-    from verillm.inclusion import check_promise_on_receipt
+    from verillm.client.promise import check_promise_on_receipt
 
     _, protocol, _, _ = deployed
     key, tables, chainio, domain = _node(deployed, tmp_path)

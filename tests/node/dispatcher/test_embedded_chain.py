@@ -8,7 +8,7 @@ from eth_account import Account
 
 from verillm.chain import RpcChain, TransactionReverted
 from verillm.chain.protocol import Protocol
-from verillm.node.dispatcher.embedded_chain import EmbeddedChainServer
+from verillm.devnet.embedded_chain import EmbeddedChainServer
 from verillm.spec.params import MINIMAL
 
 

@@ -13,10 +13,10 @@ import pytest
 from aiohttp import web
 from click.testing import CliRunner
 
-from verillm.coverage_cli import promise as promise_cli
+from verillm.cli.promise import promise as promise_cli
 from verillm.errors import InvalidInput, InvalidProof
-from verillm.inclusion import INCLUDED, INVALID, MISSING, NOT_DUE, check_inclusion, fetch_inclusion
-from verillm.spec import coverage as spec
+from verillm.client.promise import INCLUDED, INVALID, MISSING, NOT_DUE, check_inclusion, fetch_inclusion
+from verillm.spec import promise as spec
 from verillm.spec import vrf
 from verillm.spec.audit import compute_batch_levels
 from verillm.spec.hashing import keccak256
@@ -27,14 +27,14 @@ from verillm.spec.types import Job, SamplingParams
 from verillm.node.appkeys import APP_METRICS
 from verillm.node.dispatcher.batches import BatchScheduler
 from verillm.node.dispatcher.chainio import ChainIO
-from verillm.node.dispatcher.coverage import Promises, compute_post_margin
+from verillm.node.dispatcher.promises import Promises, compute_post_margin
 from verillm.node.dispatcher.service import APP_SERVICE, DispatchService, setup_dispatcher_routes
-from verillm.node.dispatcher.tables import DispatcherTables
+from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.keys import compute_node_key
 from verillm.node.metrics import NodeMetrics
 from verillm.node.middlewares import error_middleware
-from verillm.node.store import open_store
-from verillm.node.wire import promise_to_json
+from verillm.node.store.store import open_store
+from verillm.wire import promise_to_json
 
 from one_node_chain import one_node_deployment
 

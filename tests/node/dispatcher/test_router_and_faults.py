@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from verillm.errors import InvalidProof, InvalidSignature
-from verillm.node.dispatcher.devnode import LazyEngine
+from verillm.devnet.devnode import LazyEngine
 from verillm.node.dispatcher.router import process_worker_receipt
 from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.spec.job import compute_verification_job

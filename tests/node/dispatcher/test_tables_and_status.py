@@ -5,9 +5,9 @@ import json
 import os
 
 from verillm.node.dispatcher.status import compute_evidence, compute_job_status
-from verillm.node.dispatcher.tables import DispatcherTables
-from verillm.node.migrations import MIGRATIONS, get_schema_version
-from verillm.node.store import open_store
+from verillm.node.store.dispatcher_tables import DispatcherTables
+from verillm.node.store.migrations import MIGRATIONS, get_schema_version
+from verillm.node.store.store import open_store
 from verillm.spec.receipt import SigningDomain, compute_receipt, sign_receipt
 from verillm.spec.types import Job, LeafOpening, Leaf, Opening, SamplingParams
 from verillm.spec.merkle import MerkleProof

@@ -1,0 +1,131 @@
+"""Handlers of the native API (dispatcher ↔ worker) and the operational endpoints.
+
+    POST /v1/verillm/jobs                      signed envelope, payload = encode(Job)
+                                               → 200 {job_hash, status, output_tokens, receipt, status_url}
+                                               (?wait=0 → 202 once the job is durable and queued)
+    GET  /v1/verillm/jobs/{0xjob_hash}         → {job_hash, status, error, attempts, ..., receipt, output_tokens}
+                                               (the requester's ?token= or a signed read by the submitter: node/api/access.py)
+    POST /v1/verillm/jobs/{0xjob_hash}/openings signed envelope, payload = JSON {"cells": [[position, layer], ...]}
+                                               or {"challenge": "0x<encode(Challenge)>"} → {job_hash, opening}
+    GET  /v1/verillm/info                      → worker address, served model, manifest, signing domain
+    GET  /healthz                              → {status: "ok", ...}
+    GET  /metrics                              → Prometheus text format
+
+Only a job's submitter (the envelope sender that posted it) or this node itself may ask for
+its openings: an opening hands out committed leaves, and a lazy committee member that could
+fetch an honest member's leaves before committing could copy its root without computing.
+"""
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from verillm.errors import InvalidInput, NotFound
+from verillm.jsonsafe import load_json
+from verillm.spec.encoding import decode, encode
+from verillm.spec.job import compute_job_hash
+from verillm.spec.types import Challenge, Job
+
+from verillm.node import faults
+from verillm.node.api.access import process_reader
+from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_STORE, APP_WORKER
+from verillm.node.api.http import get_status_url, read_signed_envelope, remember_nonce
+from verillm.node.store.migrations import get_schema_version
+from verillm.wire import from_hex, opening_to_json, receipt_to_json, to_hex
+
+
+async def post_job(request: web.Request) -> web.Response:
+    """Run a job sent by another node (a dispatcher); answer with its receipt."""
+    envelope = await read_signed_envelope(request)
+    job = decode(Job, envelope.payload)
+    job_hash, worker = compute_job_hash(job), request.app[APP_WORKER]
+    worker.process_acceptance(job, job_hash)
+    remember_nonce(request, envelope)
+    faults.reach("nonce_recorded")
+    worker.accept_job(job, envelope.sender, job_hash)
+    faults.reach("job_accepted")
+    if request.query.get("wait") == "0":
+        body = {"job_hash": to_hex(job_hash), "status": "accepted", "status_url": get_status_url(request, job_hash)}
+        return web.json_response(body, status=202)
+    result = await worker.wait_job(job_hash)
+    return web.json_response({
+        "job_hash": to_hex(job_hash),
+        "status": "done",
+        "output_tokens": list(result.output_tokens),
+        "receipt": receipt_to_json(result.receipt),
+        "status_url": get_status_url(request, job_hash),
+    })
+
+
+async def get_job(request: web.Request) -> web.Response:
+    """Return a job's status, and its receipt and output tokens once done."""
+    job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
+    store = request.app[APP_STORE]
+    record = store.get_job(job_hash)
+    if record is None:
+        raise NotFound(f"no job 0x{job_hash.hex()} on this node")
+    process_reader(request, job_hash, {record.sender} if record.sender else set())
+    body = {
+        "job_hash": to_hex(job_hash), "status": record.status, "error": record.error, "attempts": record.attempts,
+        "model_id": to_hex(record.job.model_id), "received_at": record.received_at, "updated_at": record.updated_at,
+    }
+    if record.status == "done":
+        body["receipt"] = receipt_to_json(store.get_receipt(job_hash))
+        body["output_tokens"] = list(record.output_tokens or ())
+    return web.json_response(body)
+
+
+async def post_opening(request: web.Request) -> web.Response:
+    """Open cells of a done job for its submitter."""
+    job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
+    envelope = await read_signed_envelope(request)
+    cells, challenge = parse_opening_payload(envelope.payload)
+    remember_nonce(request, envelope)
+    opening = await request.app[APP_WORKER].process_opening(job_hash, envelope.sender, cells, challenge)
+    return web.json_response({"job_hash": to_hex(job_hash), "opening": opening_to_json(opening)})
+
+
+def parse_opening_payload(payload: bytes) -> tuple[list[tuple[int, int]] | None, Challenge | None]:
+    """Return (cells, challenge) from an opening request's payload; exactly one is set."""
+    data = load_json(payload, "payload")
+    if not isinstance(data, dict) or ("cells" in data) == ("challenge" in data):
+        raise InvalidInput("payload: give exactly one of cells or challenge")
+    if "challenge" in data:
+        return None, decode(Challenge, from_hex(data["challenge"], "challenge"))
+    cells = data["cells"]
+    is_cell = lambda c: isinstance(c, list) and len(c) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in c)  # noqa: E731
+    if not isinstance(cells, list) or not all(is_cell(c) for c in cells):
+        raise InvalidInput("cells: expected a list of [position, layer] pairs of non-negative integers")
+    return [(c[0], c[1]) for c in cells], None
+
+
+async def get_info(request: web.Request) -> web.Response:
+    """Describe this node: worker address, served model and manifest, receipt signing domain."""
+    served, domain = request.app[APP_MODEL], request.app[APP_DOMAIN]
+    return web.json_response({
+        "worker": request.app[APP_KEY].address_hex,
+        "model": {"name": served.name, "model_id": to_hex(served.model_id), "manifest": to_hex(encode(served.manifest))},
+        "signing_domain": {"chain_id": domain.chain_id, "verifying_contract": to_hex(domain.verifying_contract)},
+    })
+
+
+async def get_healthz(request: web.Request) -> web.Response:
+    """Liveness and a summary: model, queue depth, jobs by status, schema version, whether it can serve."""
+    from verillm.node.dispatcher.service import compute_serving  # the dispatcher role imports the chain stack
+
+    store, worker = request.app[APP_STORE], request.app[APP_WORKER]
+    return web.json_response({
+        "status": "ok",
+        "model": request.app[APP_MODEL].name,
+        "worker": request.app[APP_KEY].address_hex,
+        "queue_depth": worker.queue.depth,
+        "jobs": store.get_job_counts(),
+        "schema_version": get_schema_version(store.db),
+        "serving": await compute_serving(request.app),  # ready, or why not (node/dispatcher/readiness.py)
+    })
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    """Prometheus scrape endpoint."""
+    metrics = request.app[APP_METRICS]
+    metrics.pending_chain_actions.set(request.app[APP_STORE].count_chain_actions("pending"))
+    return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -1,0 +1,137 @@
+"""Handlers of the OpenAI-compatible API: /v1/models, /v1/completions, /v1/chat/completions.
+
+Streaming (``"stream": true``) answers with server-sent events: ``data: {chunk}`` lines and a
+final ``data: [DONE]``. A chat stream sends its assistant-role chunk at once; text chunks go
+out as this node's engine samples the tokens (node/api/streaming.py), and the last content chunk
+carries ``finish_reason`` and the receipt. A job another worker ran arrives whole, so its
+text goes out at the end. Errors found before the stream starts
+are ordinary JSON errors; an error after it started is sent as an ``{"error": ...}`` event.
+"""
+
+import json
+import secrets
+import time
+
+from aiohttp import web
+
+from verillm.errors import VerillmError
+from verillm.spec.job import compute_job_hash
+from verillm.spec.types import Job
+
+from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_MODEL, APP_WORKER
+from verillm.node.worker.engines import ServedModel, process_model_name
+from verillm.node.api.http import get_status_url, read_json
+from verillm.node.middlewares import compute_error_body
+from verillm.node.api.openai_format import (
+    GenerationRequest,
+    compute_chat_body,
+    compute_completion_body,
+    compute_reply,
+    compute_response_id,
+    compute_role_chunk,
+    compute_stream_chunks,
+    compute_stream_head,
+    compute_text_chunk,
+    parse_chat_request,
+    parse_completion_request,
+)
+from verillm.engine.text import (
+    compute_chat_tokens,
+    compute_finish_reason,
+    compute_max_new_tokens,
+    compute_prompt_tokens,
+    compute_text,
+)
+from verillm.node.api.streaming import stream_dispatch
+from verillm.wire import to_hex
+
+
+async def get_models(request: web.Request) -> web.Response:
+    """List the served model, with its on-chain model id."""
+    served = request.app[APP_MODEL]
+    manifest = served.manifest
+    extra = {"model_id": to_hex(served.model_id), "dtype": manifest.dtype, "committed_layers": list(manifest.committed_layers)}
+    model = {"id": served.name, "object": "model", "created": 0, "owned_by": "verillm", "verillm": extra}
+    return web.json_response({"object": "list", "data": [model]})
+
+
+async def post_completions(request: web.Request) -> web.StreamResponse:
+    """OpenAI text completion."""
+    limit = request.app[APP_CONFIG].limits.max_new_tokens
+    return await _generate(request, parse_completion_request(await read_json(request), limit), chat=False)
+
+
+async def post_chat_completions(request: web.Request) -> web.StreamResponse:
+    """OpenAI chat completion (the chat template is the model's own)."""
+    limit = request.app[APP_CONFIG].limits.max_new_tokens
+    return await _generate(request, parse_chat_request(await read_json(request), limit), chat=True)
+
+
+def compute_request_job(served: ServedModel, request: GenerationRequest, max_new_tokens_limit: int) -> Job:
+    """Return the job for a parsed request: tokenized input, sampling, a fresh random nonce."""
+    if request.messages is not None:
+        tokens = compute_chat_tokens(served.tokenizer, request.messages)
+    else:
+        tokens = compute_prompt_tokens(served.tokenizer, request.prompt)
+    return Job(
+        model_id=served.model_id,
+        input_tokens=tokens,
+        sampling=request.sampling,
+        max_new_tokens=compute_max_new_tokens(request.max_new_tokens, len(tokens), served.manifest, max_new_tokens_limit),
+        nonce=secrets.token_bytes(32),
+    )
+
+
+async def _generate(request: web.Request, generation: GenerationRequest, chat: bool) -> web.StreamResponse:
+    served = request.app[APP_MODEL]
+    process_model_name(served, generation.model)
+    job = compute_request_job(served, generation, request.app[APP_CONFIG].limits.max_new_tokens)
+    if generation.stream:
+        request.app[APP_DISPATCHER].process_admission(job)  # refusals must come before the stream starts
+        return await _stream(request, generation, job, chat)
+    result = await request.app[APP_DISPATCHER].dispatch(job, generation.audit)
+    reply = _compute_reply(request, result, chat, int(time.time()))
+    return web.json_response(compute_chat_body(reply) if chat else compute_completion_body(reply))
+
+
+def _compute_reply(request: web.Request, result, chat: bool, created: int):
+    served = request.app[APP_MODEL]
+    text = compute_text(served.tokenizer, result.output_tokens)
+    finish = compute_finish_reason(result.output_tokens, served.manifest)
+    status_url = get_status_url(request, result.job_hash)
+    return compute_reply(result, text, finish, served.name, status_url, served.model_id, chat, created)
+
+
+async def _stream(request: web.Request, generation: GenerationRequest, job: Job, chat: bool) -> web.StreamResponse:
+    served, created = request.app[APP_MODEL], int(time.time())
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    if chat:
+        await _send(response, compute_role_chunk(compute_response_id(True, compute_job_hash(job)), created, served.name))
+    job_hash = compute_job_hash(job)
+    head = compute_stream_head(compute_response_id(chat, job_hash), created, served.name, chat)
+
+    async def send_text(text: str) -> None:
+        await _send(response, compute_text_chunk(head, text, chat))
+
+    try:
+        result, remaining = await stream_dispatch(request.app[APP_WORKER].queue, job_hash,
+                                                  lambda: request.app[APP_DISPATCHER].dispatch(job, generation.audit),
+                                                  served.tokenizer, send_text)
+    except VerillmError as exc:  # the status line is already sent: the error travels as an event
+        await _send(response, compute_error_body(exc.http_status, exc.code, str(exc)))
+        return await _finish_stream(response)
+    reply = _compute_reply(request, result, chat, created)
+    for chunk in compute_stream_chunks(reply, [remaining], chat, generation.include_usage):
+        await _send(response, chunk)
+    return await _finish_stream(response)
+
+
+async def _send(response: web.StreamResponse, chunk: dict) -> None:
+    await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+
+
+async def _finish_stream(response: web.StreamResponse) -> web.StreamResponse:
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response

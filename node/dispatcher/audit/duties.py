@@ -1,0 +1,179 @@
+"""What every node owes as a party to an audit (DESIGN §4 steps 4–5), whoever dispatched it.
+
+The node learns it holds a seat from the contracts' events: `AuditStarted` names it the
+worker of one of its receipts, `CommitteeReceiptPosted` shows one of its receipts filling a
+member seat (a member never knew its job was an audit until then; it ran and committed
+first). From there:
+
+    worker   once the challenge is drawn (it draws it itself if nobody has), opens the
+             challenged cells of its own commitment: `openWorker`
+    member   once the worker has opened, reads the worker's leaves from that transaction,
+             opens its own cells and votes (`votes.compute_member_vote`): `openAndVote`
+    either   answers every contest against its seat with Merkle proofs (`answerContest`)
+
+A seat is kept until the audit settles or its dispute and proof windows have passed.
+"""
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from verillm.chain.protocol import ABANDONED, COMMITTING, DECIDED, ESCALATING, OPENING, SETTLED
+from verillm.spec.challenge import compute_challenge
+from verillm.spec.settlement import AGREE, DISAGREE
+
+from verillm.node.dispatcher.chainio import ChainIO, decode_leaves, is_revert
+from verillm.node.store.dispatcher_tables import DispatcherTables, Duty
+from verillm.node.dispatcher.audit.votes import compute_member_vote
+from verillm.node.store.store import Store
+from verillm.node.worker.worker import Worker
+
+log = logging.getLogger(__name__)
+
+WORKER_DRAW_GRACE_BLOCKS = 3
+
+
+@dataclass(frozen=True)
+class PartyFaults:
+    """Dishonest behaviour injected by the devnet and the end-to-end tests (never configured)."""
+
+    member_vote: str = "honest"
+    """"honest", or "always_agree": a lazy member that rubber-stamps every worker."""
+    worker_opening: str = "honest"
+    """"honest", or "tampered": the worker posts leaves nudged by two ulps (inside every band, so
+    members still agree) that no longer match its committed root — caught only by a contest."""
+    committee_jobs: str = "deliver"
+    """"deliver", or "withhold": as dispatcher, never send the committee their verification jobs
+    (their claims then make the worker publish its transcript, docs/protocol.md §12)."""
+
+
+def compute_tampered_opening(opening):
+    """Return ``opening`` with its first fingerprint moved two float32 ulps up (proofs unchanged)."""
+    items = list(opening.leaves)
+    leaf = items[0].leaf
+    nudged = float(np.nextafter(np.nextafter(np.float32(leaf.fingerprint[0]), np.float32(np.inf)), np.float32(np.inf)))
+    items[0] = dataclasses.replace(items[0], leaf=dataclasses.replace(leaf, fingerprint=(nudged, *leaf.fingerprint[1:])))
+    return dataclasses.replace(opening, leaves=tuple(items))
+
+
+class PartyDuties:
+    """This node's seats in audits, worker and member."""
+
+    def __init__(self, chainio: ChainIO, tables: DispatcherTables, store: Store, worker: Worker, faults: PartyFaults):
+        self.chainio, self.tables, self.store, self.worker, self.faults = chainio, tables, store, worker, faults
+        self.me = "0x" + chainio.address.hex()
+
+    # --- events -------------------------------------------------------------------------------
+
+    def on_event(self, name: str, args: dict, audit_id: int | None) -> None:
+        """Take up a seat named by a new event."""
+        if name == "AuditStarted" and args["worker"].lower() == self.me:
+            self._take_seat(audit_id, 0, 0, args["receiptHash"])
+        elif name == "CommitteeReceiptPosted" and args["member"].lower() == self.me:
+            self._take_seat(audit_id, args["round"], args["slot"] + 1, args["receiptHash"])
+        elif name == "CommitteeDrawn" and args["round"] > 0:
+            for duty in self.tables.get_duties(("waiting", "opened", "closed")):
+                if duty.audit_id == audit_id and duty.slot == 0 and duty.round == 0:
+                    self.tables.insert_duty(audit_id, args["round"], 0, duty.job_hash)
+
+    def _take_seat(self, audit_id: int, round_index: int, slot: int, receipt_hash: str) -> None:
+        row = self.store.db.execute("SELECT job_hash FROM receipts WHERE receipt_hash = ?", [receipt_hash.removeprefix("0x")]).fetchone()
+        if row is None:
+            log.error("audit %d names this node for receipt %s, which it never signed", audit_id, receipt_hash)
+            return
+        if self.tables.insert_duty(audit_id, round_index, slot, bytes.fromhex(row[0])):
+            log.info("audit %d: this node holds party slot %d of round %d", audit_id, slot, round_index)
+
+    # --- steps --------------------------------------------------------------------------------
+
+    async def advance(self, duty: Duty, head: int) -> None:
+        """Take the next step of one seat."""
+        info = await self.chainio.get_round(duty.audit_id, duty.round)
+        party = await self.chainio.read(self.chainio.protocol.get_party, duty.audit_id, duty.round, duty.slot)
+        if party["opened"]:
+            if duty.status == "waiting":
+                self.tables.update_duty(duty, status="opened")
+            await self._answer_contests(duty, info)
+            if self._is_over(info, head):
+                self.tables.update_duty(duty, status="closed")
+        elif info.phase == OPENING:
+            await (self._open_worker(duty, info, head) if duty.slot == 0 else self._open_member(duty, info))
+        elif info.phase not in (COMMITTING, ESCALATING):
+            self.tables.update_duty(duty, status="closed", error=f"round reached phase {info.phase} before this node opened")
+            log.error("audit %d: missed the opening of slot %d (phase %d)", duty.audit_id, duty.slot, info.phase)
+
+    def _is_over(self, info, head: int) -> bool:
+        p = self.chainio.params
+        if info.phase in (SETTLED, ABANDONED):
+            return True
+        return info.phase == DECIDED and head > info.verdict_block + p["disputeWindowBlocks"] + p["proofWindowBlocks"]
+
+    async def _challenge(self, duty: Duty, seed: bytes):
+        state = await self.chainio.read(self.chainio.protocol.get_audit, duty.audit_id)
+        model = await self.chainio.get_model(state.model_id)
+        prompt_len = state.num_positions - state.output_tokens + 1
+        challenge = compute_challenge(seed, prompt_len, state.output_tokens, model.committed_layers, self.chainio.params["challengePositions"])
+        return state, model, prompt_len, challenge
+
+    async def _open_worker(self, duty: Duty, info, head: int) -> None:
+        if info.challenge_seed == b"\x00" * 32:
+            # The dispatcher draws it as soon as it may; the worker only if that has not happened
+            # a few blocks later (it must open within the window either way).
+            if head > info.ready_block + self.chainio.params["auditDrawDelayBlocks"] + WORKER_DRAW_GRACE_BLOCKS:
+                await self.chainio.draw_challenge(duty.audit_id)
+            return
+        _, _, _, challenge = await self._challenge(duty, info.challenge_seed)
+        opening = await self.worker.process_opening(duty.job_hash, self.chainio.address, challenge=challenge)
+        if self.faults.worker_opening == "tampered":
+            opening = compute_tampered_opening(opening)
+        await self._send_once("open", duty, opening)
+
+    async def _open_member(self, duty: Duty, info) -> None:
+        if not info.worker_opened:
+            return
+        worker_open = [e for e in self.tables.get_events("Opened", duty.audit_id) if e["args"]["round"] == duty.round and e["args"]["slot"] == 0]
+        if not worker_open:
+            return  # the watcher has not recorded the worker's opening yet
+        state, model, prompt_len, challenge = await self._challenge(duty, info.challenge_seed)
+        calldata = await self.chainio.get_calldata(bytes.fromhex(worker_open[0]["tx_hash"]))
+        worker_cells = {(l.position, l.layer): l for l in decode_leaves(calldata["leaves"], model.fingerprint_dims)}
+        opening = await self.worker.process_opening(duty.job_hash, self.chainio.address, challenge=challenge)
+        mine = {(i.leaf.position, i.leaf.layer): i.leaf for i in opening.leaves}
+        agree = await self._vote(duty, state, model, prompt_len, worker_cells, mine)
+        self.tables.update_duty(duty, vote=AGREE if agree else DISAGREE)
+        await self._send_once("open_and_vote", duty, duty.slot - 1, opening, agree)
+
+    async def _vote(self, duty: Duty, state, model, prompt_len: int, worker_cells: dict, mine: dict) -> bool:
+        if self.faults.member_vote == "always_agree":
+            return True
+        record = self.store.get_job(duty.job_hash)
+        output_tokens = tuple(record.job.input_tokens[prompt_len:])
+        started = [e for e in self.tables.get_events("AuditStarted", duty.audit_id)]
+        receipt = (await self.chainio.get_calldata(bytes.fromhex(started[0]["tx_hash"])))["receipt"]
+        stop_tokens = tuple(self.worker.served.manifest.stop_tokens)
+        return compute_member_vote(worker_cells, mine, model, prompt_len, output_tokens, receipt["maxNewTokens"], stop_tokens, record.output_tokens or ())
+
+    async def _send_once(self, name: str, duty: Duty, *args) -> None:
+        try:
+            await self.chainio.send(name, duty.audit_id, *args, audit_id=duty.audit_id)
+        except Exception as exc:
+            if not is_revert(exc, "AlreadyOpened"):
+                raise
+        self.tables.update_duty(duty, status="opened", error=None)
+        log.info("audit %d: opened party slot %d of round %d", duty.audit_id, duty.slot, duty.round)
+
+    async def _answer_contests(self, duty: Duty, info) -> None:
+        for event in self.tables.get_events("Contested", duty.audit_id):
+            args = event["args"]
+            if args["round"] != duty.round or args["slot"] != duty.slot:
+                continue
+            contest = await self.chainio.read(self.chainio.protocol.disputes.call, "getContest", args["contestId"])
+            if not contest[3]:  # closed: answered or resolved
+                continue
+            _, _, _, challenge = await self._challenge(duty, info.challenge_seed)
+            opening = await self.worker.process_opening(duty.job_hash, self.chainio.address, challenge=challenge)
+            cells = list(zip(args["positions"], args["layers"]))
+            await self.chainio.send("answer_contest", args["contestId"], cells, opening, audit_id=duty.audit_id)
+            log.info("audit %d: answered contest %d against slot %d", duty.audit_id, args["contestId"], duty.slot)

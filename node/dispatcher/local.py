@@ -1,0 +1,47 @@
+"""The dispatcher role: where a client's request goes, and what the dispatcher remembers.
+
+Every node is a worker and a dispatcher. The OpenAI edge hands each job to the app's
+`Dispatcher`; `LocalDispatcher` routes it to this node's own worker. A routing dispatcher
+(remote workers chosen from the Registry, audit scheduling) implements the same two methods
+and is installed under `APP_DISPATCHER` by `create_app`. Whatever it does, the worker that runs
+the job sees only the job: `audit_requested` stays in the dispatcher's table (`dispatched`).
+"""
+
+from typing import Protocol
+
+from verillm.spec.job import compute_job_hash
+from verillm.spec.types import Job
+
+from verillm.node.store.store import Store
+from verillm.node.worker.worker import JobResult, Worker
+
+
+class Dispatcher(Protocol):
+    """Routes client jobs to workers."""
+
+    def process_admission(self, job: Job) -> None:
+        """Check ``job`` can be served, before any response starts; raise with the reason."""
+        ...
+
+    async def dispatch(self, job: Job, audit_requested: bool) -> JobResult:
+        """Run ``job`` on some worker and return its durable result (receipt included)."""
+        ...
+
+
+class LocalDispatcher:
+    """Dispatches every job to this node's own worker."""
+
+    def __init__(self, worker: Worker, store: Store):
+        self.worker = worker
+        self.store = store
+
+    def process_admission(self, job: Job) -> None:
+        """Check the job against the served model, the limits and the queue's capacity."""
+        self.worker.process_acceptance(job)
+
+    async def dispatch(self, job: Job, audit_requested: bool) -> JobResult:
+        """Record the dispatch, then run the job on the local worker."""
+        job_hash = compute_job_hash(job)
+        record = self.worker.process_acceptance(job, job_hash)
+        self.store.insert_dispatched(job_hash, None, "", audit_requested)  # no await from the check to the acceptance
+        return await self.worker.wait_job(self.worker.accept_checked_job(job, None, job_hash, record))

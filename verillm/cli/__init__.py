@@ -1,0 +1,82 @@
+"""The `verillm` command. Subcommands live beside the code they drive and load lazily,
+so `verillm --help` does not import torch or web3.
+
+Errors: a `VerillmError` prints its message and exits with code 2 (1 is reserved for a
+verdict of "reject" in `verillm audit replay` and `verillm demo verify`).
+"""
+
+import importlib
+import os
+import sys
+
+import click
+
+from verillm.errors import VerillmError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# name -> "module:attribute" of a click command or group
+SUBCOMMANDS = {
+    "bench": "verillm.cli.bench:bench",
+    "calibrate": "verillm.cli.calibrate:calibrate",
+    "demo": "verillm.cli.demo:demo",
+    "chain": "verillm.cli.chain:chain",
+    "node": "verillm.cli.node:node",
+    "keys": "verillm.cli.keys:keys",
+    "complete": "verillm.cli.complete:complete",
+    "promise": "verillm.cli.promise:promise",
+    "audit": "verillm.cli.audit:audit",
+    "devnet": "verillm.cli.devnet:devnet",
+    "sim": "verillm.cli.sim:sim",
+    "model": "verillm.cli.model:model",
+}
+
+
+def import_command(target: str) -> click.Command | None:
+    """Import "module:attribute"; None only when that module itself does not exist."""
+    module_name, attribute = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            return None  # that part of the product is not installed or not built
+        raise
+    return getattr(module, attribute)
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands (name -> "module:attribute") are imported when used."""
+
+    def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy or {}
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | {n for n in self.lazy if self.get_command(ctx, n)})
+
+    def get_command(self, ctx, name):
+        if name in self.lazy:
+            return import_command(self.lazy[name])
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, lazy=SUBCOMMANDS)
+@click.version_option(package_name="verillm")
+def cli():
+    """VeriLLM: verifiable LLM inference — workers, audits, contracts, tools."""
+
+
+def main():
+    """Entry point: run the CLI, turning VeriLLM errors into a message and exit code 2."""
+    try:
+        cli.main(standalone_mode=False)
+    except VerillmError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)

@@ -1,0 +1,327 @@
+"""`verillm node ...`: run the daemon, show its config, and an operator's on-chain life cycle.
+
+`run` and `config` start and describe the daemon. `register | stake | top-up | models | unbond |
+withdraw | status` act on any EVM chain's JSON-RPC (`--rpc-url`), signed with the node's own key
+(`--key-file`, the file the daemon uses), on the deployment named by `--addresses` (the address
+book `verillm chain deploy` wrote). Each option also reads a `VERILLM_*` variable, and
+`--config node.toml` supplies all three from the node's own config.
+
+Every write goes through `verillm.chain.protocol.Protocol` (the same bindings the devnet and
+the dispatcher use) and prints what changed; `status` prints the node's standing and why it
+cannot serve (node/dispatcher/readiness.py).
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import urllib.request
+from dataclasses import dataclass
+
+import click
+
+from verillm.errors import ConfigError, InvalidInput
+
+from verillm.node.config import NodeConfig, get_field_docs, load_config
+
+
+def _config_options(command):
+    """Options shared by `node run` and `node config`: the file, shortcuts and generic --set."""
+    options = [
+        click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file."),
+        click.option("--host", help="Shortcut for --set server.host=…"),
+        click.option("--port", type=int, help="Shortcut for --set server.port=…"),
+        click.option("--model", help="Shortcut for --set engine.model=…"),
+        click.option("--dtype", help="Shortcut for --set engine.dtype=…"),
+        click.option("--store", "store_path", help="Shortcut for --set store.path=…"),
+        click.option("--key-file", help="Shortcut for --set identity.key_file=…"),
+        click.option("--set", "overrides", multiple=True, metavar="SECTION.FIELD=VALUE", help="Override any field (repeatable)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _load(config_path, host, port, model, dtype, store_path, key_file, overrides) -> NodeConfig:
+    shortcuts = {"server.host": host, "server.port": port, "engine.model": model, "engine.dtype": dtype, "store.path": store_path, "identity.key_file": key_file}
+    flags = [f"{name}={value}" for name, value in shortcuts.items() if value is not None]
+    return load_config(config_path, overrides=flags + list(overrides))
+
+
+@click.group()
+def node():
+    """Run and inspect the worker node daemon."""
+
+
+@node.command()
+@_config_options
+@click.option("--log-level", default="INFO", show_default=True, help="Python logging level.")
+def run(log_level, **options):
+    """Start the node daemon (precedence: defaults < TOML file < VERILLM_* env < flags)."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from verillm.node.app import run_node
+
+    config = _load(**options)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run_node(config))
+
+
+@node.command("config")
+@_config_options
+def show_config(**options):
+    """Print the effective configuration as TOML, each field with its docstring."""
+    click.echo(compute_config_toml(_load(**options)))
+
+
+def compute_config_toml(config: NodeConfig) -> str:
+    """Return ``config`` as a commented TOML document."""
+    lines = []
+    for section in dataclasses.fields(NodeConfig):
+        part = getattr(config, section.name)
+        docs = get_field_docs(type(part))
+        lines += [f"# {type(part).__doc__.strip()}", f"[{section.name}]"]
+        for field in dataclasses.fields(part):
+            lines += [f"# {docs.get(field.name, '')}", f"{field.name} = {_toml_value(getattr(part, field.name))}"]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return repr(value)
+
+@dataclass
+class Operator:
+    """The chain, the deployment's bindings and the node's key, as the options name them."""
+
+    protocol: object
+    key: object  # verillm.node.keys.NodeKey
+
+    @property
+    def account(self):
+        from eth_account import Account
+
+        return Account.from_key(self.key.private_key)
+
+    @property
+    def address(self) -> str:
+        return self.account.address
+
+
+def _options(command):
+    options = [
+        click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="The node's TOML config: rpc URL (chain.rpc_url), key (identity.key_file), address book (dispatcher.deployment_file)."),
+        click.option("--rpc-url", envvar="VERILLM_RPC_URL", default=None, help="JSON-RPC endpoint of the chain [$VERILLM_RPC_URL]."),
+        click.option("--addresses", "addresses_path", envvar="VERILLM_ADDRESSES", default=None, type=click.Path(dir_okay=False),
+                     help="Address book from `verillm chain deploy` [$VERILLM_ADDRESSES]."),
+        click.option("--key-file", envvar="VERILLM_KEY_FILE", default=None, type=click.Path(dir_okay=False),
+                     help="The node's key file (`verillm keys new`) [$VERILLM_KEY_FILE]."),
+        click.option("--password-env", default="VERILLM_KEY_PASSWORD", show_default=True, help="Variable holding a keystore's password."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def load_operator(config_path, rpc_url, addresses_path, key_file, password_env) -> Operator:
+    """Resolve the options (flags over the config file) and connect."""
+    from verillm.chain import connect
+    from verillm.chain.deploy import Deployment
+    from verillm.chain.protocol import Protocol
+    from verillm.node.keys import read_key_file
+
+    if config_path:
+        from verillm.node.config import load_config
+
+        config = load_config(config_path)
+        rpc_url = rpc_url or config.chain.rpc_url
+        key_file = key_file or config.identity.key_file
+        addresses_path = addresses_path or config.dispatcher.deployment_file
+    missing = [name for name, value in (("--rpc-url", rpc_url), ("--addresses", addresses_path), ("--key-file", key_file)) if not value]
+    if missing:
+        raise ConfigError(f"missing {', '.join(missing)} (or --config node.toml naming them)")
+    key = read_key_file(key_file, os.environ.get(password_env))
+    return Operator(Protocol(connect(rpc_url), Deployment.load(addresses_path)), key)
+
+
+def parse_ether(value: str, name: str) -> int:
+    """Return wei for an amount in ether ("1.5") or in wei ("1500000000000000000wei")."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        wei = int(value[:-3]) if value.endswith("wei") else int(Decimal(value) * 10**18)
+    except (InvalidOperation, ValueError):
+        raise InvalidInput(f"{name}: expected an amount in ether (1.5) or wei (15wei), got {value!r}") from None
+    if wei <= 0:
+        raise InvalidInput(f"{name}: must be positive, got {value!r}")
+    return wei
+
+
+def parse_model_id(value: str) -> bytes:
+    raw = value[2:] if value.startswith("0x") else value
+    try:
+        model_id = bytes.fromhex(raw)
+    except ValueError:
+        raise InvalidInput(f"--model-id: not hex: {value!r}") from None
+    if len(model_id) != 32:
+        raise InvalidInput(f"--model-id: expected 32 bytes, got {len(model_id)}")
+    return model_id
+
+
+def fetch_node_info(url: str) -> dict:
+    """Return a running node's /v1/verillm/info (its served model and manifest)."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/v1/verillm/info", timeout=10) as response:
+            return json.load(response)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {url}/v1/verillm/info: {exc}; is the node running?") from None
+
+
+def resolve_models(model_ids: tuple[str, ...], node_url: str | None) -> list[bytes]:
+    """The model ids given, else the one the node at ``node_url`` serves."""
+    if model_ids:
+        return [parse_model_id(m) for m in model_ids]
+    if not node_url:
+        raise InvalidInput("name the models: --model-id 0x… (repeatable), or --node URL of the running node to use its model")
+    return [bytes.fromhex(fetch_node_info(node_url)["model"]["model_id"][2:])]
+
+
+def _eth(wei: int) -> str:
+    return f"{wei / 1e18:g} ETH"
+
+
+def _tx(tx) -> str:
+    return f"tx 0x{bytes(tx.receipt['transactionHash']).hex()}, {tx.gas_used:,} gas"
+
+
+@node.command("register")
+@_options
+@click.option("--endpoint", required=True, help="The node's public URL, where dispatchers send jobs (its server.public_url).")
+@click.option("--stake", default=None, help="Stake in ether [default: the protocol's minimum].")
+@click.option("--model-id", "model_ids", multiple=True, help="Model id to serve, 0x… (repeatable) [default: what the node at --endpoint serves].")
+def register(endpoint, stake, model_ids, **options):
+    """Register this node: stake, BN254 VRF key (from the node key), endpoint and models."""
+    from verillm.node.dispatcher.chainio import compute_vrf_secret_key
+
+    operator = load_operator(**options)
+    protocol = operator.protocol
+    stake_wei = parse_ether(stake, "--stake") if stake else protocol.params["minStakeWei"]
+    models = resolve_models(model_ids, endpoint)
+    if protocol.get_node(operator.address)["registered"]:
+        raise InvalidInput(f"{operator.address} is already registered: use `verillm node top-up` / `models` / `status`")
+    tx = protocol.register(operator.account, compute_vrf_secret_key(operator.key), endpoint, models, stake_wei)
+    click.echo(f"registered {operator.address}: stake {_eth(stake_wei)}, endpoint {endpoint}, models "
+               f"{', '.join('0x' + m.hex() for m in models)} ({_tx(tx)})")
+
+
+@node.command("top-up")
+@_options
+@click.option("--amount", required=True, help="Stake to add, in ether.")
+def top_up(amount, **options):
+    """Add stake (a node slashed below the minimum is active again once topped up)."""
+    operator = load_operator(**options)
+    tx = operator.protocol.top_up(operator.account, parse_ether(amount, "--amount"))
+    click.echo(f"staked {amount} ETH more: stake now {_eth(operator.protocol.get_node(operator.address)['stake_wei'])} ({_tx(tx)})")
+
+
+stake = click.Command("stake", params=top_up.params, callback=top_up.callback,
+                      help="Add stake to a registered node (the same as top-up).")
+node.add_command(stake)
+
+
+@node.command("models")
+@_options
+@click.option("--model-id", "model_ids", multiple=True, help="Model id to declare, 0x… (repeatable); replaces the declared set.")
+@click.option("--node", "node_url", default=None, help="Declare the model the node at this URL serves.")
+def models(model_ids, node_url, **options):
+    """Declare the models this node serves (each must be added to the Registry by the owner)."""
+    operator = load_operator(**options)
+    chosen = resolve_models(model_ids, node_url)
+    tx = operator.protocol.update_models(operator.account, chosen)
+    click.echo(f"{operator.address} declares {', '.join('0x' + m.hex() for m in chosen)} ({_tx(tx)})")
+
+
+@node.command("unbond")
+@_options
+def unbond(**options):
+    """Deregister: no new jobs or committees from now; the stake stays slashable until withdrawn."""
+    operator = load_operator(**options)
+    tx = operator.protocol.deregister(operator.account)
+    end = operator.protocol.get_node(operator.address)["unbonding_end_block"]
+    click.echo(f"{operator.address} deregistered: withdraw from block {end} on, once no audit holds the stake ({_tx(tx)})")
+
+
+@node.command("withdraw")
+@_options
+@click.option("--drive", is_flag=True, help="First make the due permissionless calls (replaceMissing, drawChallenge, finalize, settle, drawEscalation) on every open audit that locks the stake.")
+def withdraw(drive, **options):
+    """Take the stake back after the unbonding period (and, with --drive, once the audits that
+    lock it have been pushed to their end: nobody else may make those calls)."""
+    operator = load_operator(**options)
+    node = operator.protocol.get_node(operator.address)
+    head = operator.protocol.chain.get_block_number()
+    if node["registered"] and node["unbonding_end_block"] and head < node["unbonding_end_block"]:
+        raise InvalidInput(f"still unbonding: block {head}, withdrawal from block {node['unbonding_end_block']} "
+                           f"({node['unbonding_end_block'] - head} blocks to go)")
+    if drive:
+        _drive_locks(operator)
+    tx = operator.protocol.withdraw(operator.account)
+    click.echo(f"withdrew {_eth(tx.value)} to {operator.address} ({_tx(tx)})")
+
+
+def _drive_locks(operator) -> None:
+    """Drive the audits locking the operator's stake; raise InvalidInput naming what still holds it."""
+    from verillm.chain.drive import drive_locking_audits
+
+    report = drive_locking_audits(operator.protocol, operator.account)
+    for audit_id, step in report.sent:
+        click.echo(f"audit {audit_id}: {step}")
+    if report.locks:
+        held = (f"open audits {', '.join(map(str, report.waiting))} (no permissionless step is due yet)" if report.waiting
+                else "no open audit this address is a party to: an omission claim against it as a dispatcher?")
+        raise InvalidInput(f"the stake is still locked by {report.locks} (held by {held}); run `verillm node withdraw --drive` again later")
+
+
+@node.command("status")
+@_options
+@click.option("--node", "node_url", default=None, help="The node's URL: check its served model too.")
+@click.option("--model-id", default=None, help="Check for this model (default: the node's at --node, else each declared one).")
+@click.option("--json", "as_json", is_flag=True)
+def status(node_url, model_id, as_json, **options):
+    """The node's standing on-chain (stake, locks, unbonding, endpoint, models) and why it cannot serve."""
+    from verillm.node.dispatcher.readiness import compute_serving_reasons, read_serving_state
+
+    operator = load_operator(**options)
+    protocol = operator.protocol
+    node = protocol.get_node(operator.address)
+    if model_id:
+        wanted = [parse_model_id(model_id)]
+    elif node_url:
+        wanted = resolve_models((), node_url)
+    else:
+        wanted = node["models"]
+    reasons = sorted({r for m in wanted for r in compute_serving_reasons(read_serving_state(protocol, operator.address, m))})
+    if not wanted:
+        reasons = compute_serving_reasons(read_serving_state(protocol, operator.address, b"\x00" * 32))[:1] or ["no model declared"]
+    body = {"address": operator.address, "balance_wei": protocol.chain.get_balance(operator.address),
+            "registered": node["registered"], "active": node["active"], "stake_wei": node["stake_wei"],
+            "min_stake_wei": protocol.params["minStakeWei"], "locks": node["locks"],
+            "unbonding_end_block": node["unbonding_end_block"], "block": protocol.chain.get_block_number(),
+            "endpoint": node["endpoint"], "models": ["0x" + m.hex() for m in node["models"]],
+            "ready": not reasons, "reasons": reasons}
+    if as_json:
+        click.echo(json.dumps(body, indent=2))
+        return
+    click.echo(f"node {body['address']}  balance {_eth(body['balance_wei'])}  block {body['block']}")
+    click.echo(f"  registered {body['registered']}  active {body['active']}  stake {_eth(body['stake_wei'])} "
+               f"(minimum {_eth(body['min_stake_wei'])})  locks {body['locks']}  unbonding until {body['unbonding_end_block'] or '-'}")
+    click.echo(f"  endpoint {body['endpoint'] or '-'}  models {', '.join(body['models']) or '-'}")
+    click.echo("  ready to serve" if not reasons else "  cannot serve:\n" + "\n".join(f"    - {r}" for r in reasons))

@@ -1,0 +1,78 @@
+"""`verillm devnet --keep`: leave the network up, say once how to reach it, stop on Ctrl-C/SIGTERM.
+
+Printed once, and written to ``WORKDIR/network.json`` for scripts and tests: the chain's
+JSON-RPC URL and chain id, the contracts' addresses (and the address-book file `verillm
+audit chain --addresses` reads), every node's URL, address and key file, the funded dev
+account that deployed the contracts (its private key: a local chain's well-known test key,
+never a real one), the model and its on-chain id, and the explorer's URL.
+"""
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from verillm.devnet.network import LocalNetwork
+
+NETWORK_FILE = "network.json"
+
+
+def compute_network_info(net: LocalNetwork) -> dict:
+    """Return what a client needs to use the running network."""
+    deployment = net.protocol.deployment
+    return {
+        "rpc_url": net.rpc_url,
+        "chain": net.chain_kind,
+        "chain_id": net.protocol.chain.chain_id,
+        "addresses": dict(deployment.addresses),
+        "addresses_file": str(net.deployment_file),
+        "model": net.model,
+        "model_id": "0x" + net.model_id.hex(),
+        "gateway_url": net.gateway_url,
+        "explorer_url": f"{net.gateway_url}/explorer",
+        "owner": {"address": net.owner.address, "private_key": "0x" + bytes(net.owner.key).hex()},
+        "nodes": [{"index": n.index, "url": n.url, "address": n.address, "key_file": str(n.key_file),
+                   "log_file": str(n.log_file), "store": str(n.key_file.parent / "node.sqlite"), "role": n.spec.label}
+                  for n in net.nodes],
+    }
+
+
+def write_network_file(net: LocalNetwork) -> Path:
+    """Write ``network.json`` into the workdir (atomically: a reader never sees half a file)."""
+    path = net.workdir / NETWORK_FILE
+    scratch = path.with_suffix(".tmp")
+    scratch.write_text(json.dumps(compute_network_info(net), indent=2))
+    scratch.replace(path)
+    return path
+
+
+def print_network(info: dict, path: Path) -> None:
+    """Print endpoints, addresses, keys and ready-to-paste commands, once."""
+    lines = [
+        "", "the network stays up (Ctrl-C or SIGTERM stops it); everything below is also in " + str(path),
+        f"  chain      {info['chain']} {info['rpc_url']} (chain id {info['chain_id']})",
+        *(f"  {name:<10} {address}" for name, address in info["addresses"].items()),
+        f"  deployer   {info['owner']['address']}  key {info['owner']['private_key']}  (a local test key)",
+        f"  model      {info['model']} {info['model_id']}",
+        *(f"  node {n['index']}     {n['url']}  {n['address']}  key file {n['key_file']}  ({n['role']})" for n in info["nodes"]),
+        f"  explorer   {info['explorer_url']}",
+        "", "try:",
+        f"  verillm complete --url {info['gateway_url']} --rpc-url {info['rpc_url']} --deployment {info['addresses_file']} 'Hello'",
+        f"  openai client: base_url={info['gateway_url']}/v1, api_key=anything, model={info['model']}",
+        f"  verillm audit chain --rpc-url {info['rpc_url']} --addresses {info['addresses_file']}",
+        f"  verillm audit replay JOB_ID --node {info['gateway_url']}",
+        f"  verillm node status --rpc-url {info['rpc_url']} --addresses {info['addresses_file']} --key-file {info['nodes'][0]['key_file']}",
+    ]
+    click.echo("\n".join(lines))
+
+
+def wait_until_interrupted(net: LocalNetwork, say) -> None:
+    """Sleep until Ctrl-C/SIGTERM (KeyboardInterrupt); report a node that dies meanwhile."""
+    reported: set[int] = set()
+    while True:
+        for node in net.nodes:
+            if node.process is not None and node.process.poll() is not None and node.index not in reported:
+                reported.add(node.index)
+                say(f"node {node.index} exited with code {node.process.returncode}; see {node.log_file}")
+        time.sleep(1.0)
