@@ -14,6 +14,7 @@ from collections import Counter
 
 from aiohttp import web
 
+from verillm.chain.bn254 import install_fast_bn254
 from verillm.spec.receipt import SigningDomain
 
 from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_STORE, APP_WORKER
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 
 def create_app(config: NodeConfig, served: ServedModel | None = None) -> web.Application:
     """Build the node's application from ``config`` (``served``: a preloaded model, for tests)."""
+    install_fast_bn254()  # VRF proofs checked in revm's precompiles when pyrevm is installed
     app = web.Application(middlewares=[error_middleware, client_middleware], client_max_size=config.limits.max_request_bytes)
     app[APP_INFLIGHT] = Counter()
     app[APP_CONFIG] = config

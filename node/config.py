@@ -15,12 +15,12 @@ A bad value anywhere raises `ConfigError` naming the source and the field.
 import ast
 import dataclasses
 import inspect
-import os
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from verillm import envs
 from verillm.errors import ConfigError
 from verillm.jsonsafe import compute_json_depth
 from verillm.node.dispatcher.config import DispatcherConfig  # the [dispatcher] section (node/dispatcher/)
@@ -280,7 +280,7 @@ def load_config(path: str | Path | None = None, environ: typing.Mapping[str, str
     config = NodeConfig()
     if path is not None:
         config = apply_toml(config, path)
-    config = apply_env(config, os.environ if environ is None else environ)
+    config = apply_env(config, envs.get_environ() if environ is None else environ)
     config = apply_overrides(config, overrides)
     process_config(config)
     return config

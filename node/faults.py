@@ -31,7 +31,9 @@ settle, draw_challenge, ...; tests/e2e/test_dispatcher_crash_matrix.py):
 import os
 import signal
 
-FAULT_ENV = "VERILLM_FAULT_POINT"
+from verillm import envs
+
+FAULT_ENV = envs.FAULT_POINT
 
 
 def _parse(value: str) -> tuple[str, int]:
@@ -39,7 +41,7 @@ def _parse(value: str) -> tuple[str, int]:
     return name.strip(), int(count) if count.strip().isdigit() else 1
 
 
-_TARGET = _parse(os.environ[FAULT_ENV]) if os.environ.get(FAULT_ENV) else None
+_TARGET = _parse(envs.get_fault_point()) if envs.get_fault_point() else None
 _seen: dict[str, int] = {}
 
 

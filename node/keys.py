@@ -16,6 +16,7 @@ from pathlib import Path
 from eth_account import Account
 from eth_keys import keys
 
+from verillm import envs
 from verillm.errors import ConfigError
 
 
@@ -98,4 +99,4 @@ def _read_keystore(path: Path, content: dict, password: str | None) -> NodeKey:
 
 def load_node_key(key_file: str, password_env: str) -> NodeKey:
     """Read the node key named by the identity config."""
-    return read_key_file(key_file, os.environ.get(password_env))
+    return read_key_file(key_file, envs.get_secret(password_env))

@@ -17,9 +17,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
+from verillm.chain.bn254 import install_fast_bn254  # noqa: E402
 from verillm.spec.types import Job, SamplingParams  # noqa: E402
 
 GREEDY = SamplingParams()
+install_fast_bn254()  # the VRF's pairings in revm, as every VeriLLM program runs them
 
 
 def build_job(engine, input_tokens, max_new_tokens: int = 16, sampling: SamplingParams = GREEDY, nonce: bytes = b"\x00" * 32) -> Job:

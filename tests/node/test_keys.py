@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from eth_account import Account
 
 from verillm.errors import ConfigError
-from verillm.cli.node import keys
+from verillm.cli.keys import keys
 from verillm.node.keys import load_node_key, new_node_key, read_key_file, write_key_file
 
 

@@ -6,12 +6,15 @@ from pathlib import Path
 import pytest
 from py_ecc import optimized_bn128 as bn
 
+from vectors.generate import compute_fq2_sqrt, compute_test_vectors, compute_twist_point_outside_subgroup  # tests/vectors/generate.py
+from verillm.chain.bn254 import RevmBackend, get_bn254_backend, has_pyrevm
 from verillm.errors import ConfigError, EncodingError, InvalidProof
 from verillm.spec import vrf
 
 VECTORS = json.loads((Path(__file__).parents[1] / "vectors" / "vrf.json").read_text())
-HAS_PYREVM = vrf._has_pyrevm()
-FAST = "pyrevm" if HAS_PYREVM else "py_ecc"
+HAS_PYREVM = has_pyrevm()
+FAST = get_bn254_backend()
+NATIVE = RevmBackend()
 needs_pyrevm = pytest.mark.skipif(not HAS_PYREVM, reason="pyrevm (dev extra) not installed")
 
 
@@ -20,7 +23,7 @@ def _b(hex_string: str) -> bytes:
 
 
 def test_vectors_file_is_what_the_generator_writes():
-    assert vrf.compute_test_vectors() == VECTORS, "regenerate: python -m verillm.spec.vrf --vectors tests/vectors/vrf.json"
+    assert compute_test_vectors() == VECTORS, "regenerate: python tests/vectors/generate.py"
 
 
 @pytest.mark.parametrize("key", VECTORS["keys"], ids=lambda k: k["sk"][:10])
@@ -58,16 +61,16 @@ def test_reference_backend_agrees_on_one_good_and_one_bad_proof():
     """py_ecc pairings cost ~0.5 s each here: two checks against the vectors."""
     good = VECTORS["valid"][2]
     pk = _b(VECTORS["keys"][good["key"]]["pk"])
-    assert vrf.is_valid_vrf_proof(pk, _b(good["message"]), _b(good["proof"]), backend="py_ecc")
+    assert vrf.is_valid_vrf_proof(pk, _b(good["message"]), _b(good["proof"]), backend=vrf.REFERENCE)
     bad = next(c for c in VECTORS["invalid"] if c["name"] == "wrong_message")
-    assert not vrf.is_valid_vrf_proof(_b(bad["pk"]), _b(bad["message"]), _b(bad["proof"]), backend="py_ecc")
+    assert not vrf.is_valid_vrf_proof(_b(bad["pk"]), _b(bad["message"]), _b(bad["proof"]), backend=vrf.REFERENCE)
 
 
 @needs_pyrevm
 @pytest.mark.parametrize("scalar", [1, 2, 0xDEADBEEF, vrf.R - 1, vrf.derive_secret_key(b"k" * 32)])
 def test_native_and_reference_multiplication_agree(scalar):
     point = vrf._hash_point(b"agree", vrf.DOMAIN_VRF)
-    assert vrf.compute_g1_multiple(point, scalar, "pyrevm") == vrf.compute_g1_multiple(point, scalar, "py_ecc")
+    assert vrf.compute_g1_multiple(point, scalar, NATIVE) == vrf.compute_g1_multiple(point, scalar, vrf.REFERENCE)
 
 
 @needs_pyrevm
@@ -75,8 +78,8 @@ def test_native_and_reference_pairing_agree_on_a_fresh_key():
     sk = vrf.generate_secret_key()
     pk, proof = vrf.compute_public_key(sk), vrf.compute_vrf_proof(sk, b"fresh")
     pairs = [(vrf.decode_g1(proof), bn.neg(bn.G2)), (vrf._hash_point(b"fresh", vrf.DOMAIN_VRF), vrf.decode_g2(pk))]
-    assert vrf.compute_pairing_check(pairs, "pyrevm") is True
-    assert vrf.compute_pairing_check(pairs, "py_ecc") is True
+    assert vrf.compute_pairing_check(pairs, NATIVE) is True
+    assert vrf.compute_pairing_check(pairs, vrf.REFERENCE) is True
 
 
 def test_hash_to_g1_gives_canonical_curve_points():
@@ -129,7 +132,7 @@ def test_g2_encoding_uses_eip197_word_order():
 
 
 def test_rogue_shaped_key_is_on_the_twist_but_rejected():
-    point = vrf.decode_g2(vrf.compute_twist_point_outside_subgroup())
+    point = vrf.decode_g2(compute_twist_point_outside_subgroup())
     assert bn.is_on_curve(point, bn.b2)
     assert not vrf.is_valid_public_key(vrf.encode_g2(point))
 
@@ -137,10 +140,10 @@ def test_rogue_shaped_key_is_on_the_twist_but_rejected():
 def test_fq2_square_roots():
     for t in range(1, 20):
         square = bn.FQ2([t, 3 * t + 1]) ** 2
-        root = vrf.compute_fq2_sqrt(square)
+        root = compute_fq2_sqrt(square)
         assert root is not None and root * root == square
 
 
 def test_unknown_backend_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown BN254 backend"):
-        vrf.get_backend("gmpy")
+        get_bn254_backend("gmpy")

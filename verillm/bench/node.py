@@ -37,6 +37,7 @@ import click
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from verillm import envs
 from verillm.spec.receipt import SigningDomain
 from verillm.spec.types import Job, SamplingParams
 
@@ -215,7 +216,7 @@ def start_daemon(directory: Path, engine: EngineConfig, concurrency: int, batch_
         f"[queue]\nmax_batch_size = {concurrency}\nbatch_wait_ms = {batch_wait_ms}\nmax_queued_jobs = {max(256, 2 * concurrency)}\n"
         f"[limits]\nmax_inflight_per_client = {max(16, concurrency)}\n"  # one bench client: its share is the whole run
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = envs.compute_child_environ()
     env.pop(PROFILE_ENV, None)
     if profile:
         env[PROFILE_ENV] = str(directory / "profile.json")

@@ -17,16 +17,17 @@ CPU (the bench prints both); a coroutine is charged only while it runs, not whil
 import importlib
 import json
 import logging
-import os
 import signal
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
+from verillm import envs
+
 log = logging.getLogger(__name__)
 
-PROFILE_ENV = "VERILLM_NODE_PROFILE"
+PROFILE_ENV = envs.NODE_PROFILE
 
 COMPONENT_ROOTS = {
     "json decode + depth guard": ["verillm.jsonsafe:load_json"],
@@ -199,7 +200,7 @@ def compute_event_bias_s(root_codes: dict, rounds: int = 20_000) -> float:
 
 def install_profile_toggle(loop) -> bool:
     """If ``VERILLM_NODE_PROFILE`` is set, make SIGUSR1 start/stop the loop-thread profiler; return whether it did."""
-    path = os.environ.get(PROFILE_ENV)
+    path = envs.get_node_profile_path()
     if not path:
         return False
     root_codes = compute_root_codes()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from verillm.chain.anvil import AnvilConfig, AnvilProcess
 from verillm.chain.backends import RpcChain
+from verillm.chain.bn254 import BACKEND_NAMES, get_bn254_backend, has_pyrevm
 from verillm.spec import vrf
 from verillm.spec.vrf import compute_words
 
@@ -67,10 +68,11 @@ def time_python(backends: list[str]) -> list[dict]:
     rows = [{"operation": "hash_to_g1", "backend": "-", "ms": _median_ms(lambda i: vrf.compute_hash_to_g1(i.to_bytes(4, "big")), 200)},
             {"operation": "public_key (sk*G2)", "backend": "py_ecc", "ms": _median_ms(lambda i: vrf.compute_public_key(sk), 5)},
             {"operation": "public_key_check (uncached)", "backend": "py_ecc", "ms": _median_ms(lambda i: vrf._is_valid_public_key.__wrapped__(pk), 5)}]
-    for backend in backends:
-        repeats = 5 if backend == "py_ecc" else 20
-        rows.append({"operation": "prove", "backend": backend, "ms": _median_ms(lambda i: vrf.compute_vrf_proof(sk, i.to_bytes(4, "big"), backend), repeats)})
-        rows.append({"operation": "verify (pk cached)", "backend": backend,
+    for name in backends:
+        backend = get_bn254_backend(name)
+        repeats = 5 if name == "py_ecc" else 20
+        rows.append({"operation": "prove", "backend": name, "ms": _median_ms(lambda i: vrf.compute_vrf_proof(sk, i.to_bytes(4, "big"), backend), repeats)})
+        rows.append({"operation": "verify (pk cached)", "backend": name,
                      "ms": _median_ms(lambda i: vrf.is_valid_vrf_proof(pk, i.to_bytes(4, "big"), proofs[i], backend), repeats)})
     return rows
 
@@ -89,7 +91,7 @@ def main() -> None:
     for hardfork in HARDFORKS:  # Osaka (EIP-7883) reprices modexp, which hashToG1 calls per try
         with AnvilProcess(AnvilConfig(hardfork=hardfork)) as node:
             gas += measure(RpcChain(node.url), vectors, hardfork)
-    backends = [b for b in vrf.BACKENDS if b != "pyrevm" or vrf._has_pyrevm()]
+    backends = [b for b in BACKEND_NAMES if b != "pyrevm" or has_pyrevm()]
     timings = time_python([b for b in backends if b != "py_ecc" or "--skip-py-ecc" not in sys.argv])
     _print_table(gas)
     _print_table(timings)

@@ -22,6 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from verillm import envs
 from verillm.chain.artifacts import REPO_CONTRACTS_DIR
 from verillm.chain.errors import ChainTimeout, ChainUnavailable
 from verillm.errors import ConfigError
@@ -55,7 +56,7 @@ def find_anvil_binary() -> str:
     """
     modules = REPO_CONTRACTS_DIR / "node_modules"
     native = sorted(str(p) for p in modules.glob("@foundry-rs/anvil-*/bin/anvil"))
-    candidates = [os.environ.get("VERILLM_ANVIL"), *native, str(modules / ".bin" / "anvil"), shutil.which("anvil")]
+    candidates = [envs.get_anvil_path(), *native, str(modules / ".bin" / "anvil"), shutil.which("anvil")]
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate

@@ -6,11 +6,11 @@ path-separated list) puts other folders first, e.g. test-only contracts.
 """
 
 import json
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from verillm import envs
 from verillm.chain.errors import ErrorDecoder
 from verillm.errors import ConfigError
 
@@ -30,7 +30,7 @@ class Artifact:
 
 def get_artifact_dirs(extra: tuple[Path, ...] = ()) -> tuple[Path, ...]:
     """Return the folders searched for artifacts, first match wins."""
-    from_env = tuple(Path(p) for p in os.environ.get("VERILLM_ARTIFACTS_DIR", "").split(os.pathsep) if p)
+    from_env = envs.get_artifacts_dirs()
     candidates = (*extra, *from_env, REPO_CONTRACTS_DIR / "artifacts", PACKAGED_ARTIFACTS_DIR)
     return tuple(d for d in candidates if d.is_dir())
 

@@ -6,15 +6,14 @@ verdict of "reject" in `verillm audit replay` and `verillm demo verify`).
 """
 
 import importlib
-import os
 import sys
 
 import click
 
+from verillm import envs
 from verillm.errors import VerillmError
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+envs.set_offline_defaults()
 
 # name -> "module:attribute" of a click command or group
 SUBCOMMANDS = {
@@ -65,6 +64,14 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="verillm")
 def cli():
     """VeriLLM: verifiable LLM inference — workers, audits, contracts, tools."""
+    _install_fast_paths()  # runs only when a subcommand does, not for --help
+
+
+def _install_fast_paths() -> None:
+    """The VRF's curve arithmetic in revm when it is installed (loaded only when a command needs it)."""
+    from verillm.chain.bn254 import install_fast_bn254
+
+    install_fast_bn254()
 
 
 def main():

@@ -1,9 +1,9 @@
 """`verillm keys new`: make a node key."""
 
-import os
 
 import click
 
+from verillm import envs
 from verillm.node.keys import new_node_key, write_key_file
 
 
@@ -19,7 +19,7 @@ def keys_new(out, password_env):
     """Write a new secp256k1 key: plain JSON (mode 0600), or a keystore with --password-env."""
     password = None
     if password_env:
-        password = os.environ.get(password_env)
+        password = envs.get_secret(password_env)
         if not password:
             raise click.UsageError(f"--password-env {password_env}: the variable is empty or unset")
     key = new_node_key()

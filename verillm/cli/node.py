@@ -16,12 +16,12 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import urllib.request
 from dataclasses import dataclass
 
 import click
 
+from verillm import envs
 from verillm.errors import ConfigError, InvalidInput
 
 from verillm.node.config import NodeConfig, get_field_docs, load_config
@@ -148,7 +148,7 @@ def load_operator(config_path, rpc_url, addresses_path, key_file, password_env) 
     missing = [name for name, value in (("--rpc-url", rpc_url), ("--addresses", addresses_path), ("--key-file", key_file)) if not value]
     if missing:
         raise ConfigError(f"missing {', '.join(missing)} (or --config node.toml naming them)")
-    key = read_key_file(key_file, os.environ.get(password_env))
+    key = read_key_file(key_file, envs.get_secret(password_env))
     return Operator(Protocol(connect(rpc_url), Deployment.load(addresses_path)), key)
 
 

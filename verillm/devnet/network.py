@@ -13,7 +13,6 @@ process dies first (PR_SET_PDEATHSIG), so none outlives a killed devnet.
 
 import ctypes
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from eth_account import Account
 
+from verillm import envs
 from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilConfig, AnvilProcess, find_anvil_binary, find_free_port
 from verillm.chain.protocol import OnchainModel, Protocol
@@ -214,7 +214,7 @@ class LocalNetwork:
         argv += ["--lazy"] if node.spec.lazy else []
         argv += ["--tamper-opening"] if node.spec.tamper_opening else []
         argv += ["--withhold-jobs"] if node.spec.withhold_jobs else []
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        env = envs.compute_child_environ(OMP_NUM_THREADS="1")
         log_handle = open(node.log_file, "ab")  # noqa: SIM115 (the child keeps it)
         node.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_handle, stderr=subprocess.STDOUT,
                                         env=env, start_new_session=True, preexec_fn=_die_with_parent)

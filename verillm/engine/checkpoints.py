@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from verillm import envs
 from verillm.errors import ModelFileMissing, UnknownModel
 
 ALIASES = ("tiny", "smollm2")
@@ -33,7 +34,7 @@ class ModelSource:
 
 def get_cache_dir() -> Path:
     """Return the directory for converted weights ($VERILLM_CACHE_DIR, default ~/.cache/verillm)."""
-    return Path(os.environ.get("VERILLM_CACHE_DIR", Path.home() / ".cache" / "verillm"))
+    return envs.get_cache_dir()
 
 
 def get_smollm2_directory() -> Path:

@@ -16,17 +16,16 @@ twist and in the order-r subgroup (the EIP-197 precompile enforces that too). BN
 100 bits of security; its precompiles exist on every EVM chain. `contracts/src/BlsVrf.sol` is
 the same scheme in Solidity; `tests/vectors/vrf.json` holds vectors both sides check.
 
-Curve arithmetic runs in py_ecc (the reference) or, when `pyrevm` is importable, in revm's
-native precompiles (0x07 scalar multiplication, 0x08 pairing check): the same points and answers,
-a verification in milliseconds instead of ~0.5 s. `VERILLM_BN254_BACKEND=py_ecc` forces the reference.
+Curve arithmetic runs in py_ecc, the reference written here. A faster `CurveBackend` with the
+same answers (revm's native precompiles: `verillm/chain/bn254.py`) may be installed by the
+program that runs the spec with `use_backend`, as EELS patches in its optimized package; the
+spec itself never picks one.
 """
 
 import hashlib
-import os
 import secrets
-import sys
-import threading
 from functools import lru_cache
+from typing import Protocol
 
 from py_ecc import optimized_bn128 as bn
 
@@ -44,7 +43,14 @@ DOMAIN_POP = b"VeriLLM/BN254/PoP/v1"
 
 G1_BYTES = 64
 G2_BYTES = 128
-BACKENDS = ("py_ecc", "pyrevm")
+
+
+class CurveBackend(Protocol):
+    """G1 scalar multiplication and the EIP-197 pairing check, computed elsewhere (faster)."""
+
+    def compute_g1_multiple(self, point, scalar: int) -> bytes: ...
+
+    def compute_pairing_check(self, pairs: list) -> bool: ...
 
 
 # --- keys -----------------------------------------------------------------------------------
@@ -89,7 +95,7 @@ def _hash_point(message: bytes, domain: bytes):
 
 
 # --- prove ----------------------------------------------------------------------------------
-def compute_vrf_proof(secret_key: int, message: bytes, backend: str | None = None) -> bytes:
+def compute_vrf_proof(secret_key: int, message: bytes, backend: CurveBackend | None = None) -> bytes:
     """Return π = sk·H(message), 64 bytes."""
     _check_secret_key(secret_key)
     return compute_g1_multiple(_hash_point(message, DOMAIN_VRF), secret_key, backend)
@@ -102,7 +108,7 @@ def compute_vrf_output(proof: bytes) -> bytes:
     return keccak256(proof)
 
 
-def compute_possession_proof(secret_key: int, owner: bytes, backend: str | None = None) -> bytes:
+def compute_possession_proof(secret_key: int, owner: bytes, backend: CurveBackend | None = None) -> bytes:
     """Return the proof of possession of sk for registering its pk under address ``owner``."""
     _check_secret_key(secret_key)
     message = compute_possession_message(compute_public_key(secret_key), owner)
@@ -118,25 +124,25 @@ def compute_possession_message(public_key: bytes, owner: bytes) -> bytes:
 
 
 # --- verify ---------------------------------------------------------------------------------
-def is_valid_vrf_proof(public_key: bytes, message: bytes, proof: bytes, backend: str | None = None) -> bool:
+def is_valid_vrf_proof(public_key: bytes, message: bytes, proof: bytes, backend: CurveBackend | None = None) -> bool:
     """Return whether ``proof`` is pk's VRF proof for ``message``. Malformed inputs are invalid."""
     return _is_valid_signature(public_key, message, proof, DOMAIN_VRF, backend)
 
 
-def is_valid_possession_proof(public_key: bytes, owner: bytes, proof: bytes, backend: str | None = None) -> bool:
+def is_valid_possession_proof(public_key: bytes, owner: bytes, proof: bytes, backend: CurveBackend | None = None) -> bool:
     """Return whether ``proof`` proves possession of ``public_key``'s secret for ``owner``."""
     message = compute_possession_message(public_key, owner) if len(public_key) == G2_BYTES else b""
     return _is_valid_signature(public_key, message, proof, DOMAIN_POP, backend)
 
 
-def process_vrf_proof(public_key: bytes, message: bytes, proof: bytes, backend: str | None = None) -> bytes:
+def process_vrf_proof(public_key: bytes, message: bytes, proof: bytes, backend: CurveBackend | None = None) -> bytes:
     """Check ``proof`` and return its output β; raise InvalidProof if it does not verify."""
     if not is_valid_vrf_proof(public_key, message, proof, backend):
         raise InvalidProof(f"VRF proof 0x{proof.hex()[:16]}… does not verify for this key and message")
     return compute_vrf_output(proof)
 
 
-def _is_valid_signature(public_key: bytes, message: bytes, proof: bytes, domain: bytes, backend: str | None) -> bool:
+def _is_valid_signature(public_key: bytes, message: bytes, proof: bytes, domain: bytes, backend: CurveBackend | None) -> bool:
     if not (is_valid_public_key(public_key) and is_valid_g1_encoding(proof)):
         return False
     pk, signature = decode_g2(public_key), decode_g1(proof)
@@ -168,55 +174,42 @@ def is_valid_g1_encoding(proof: bytes) -> bool:
     return not bn.is_inf(point) and bn.is_on_curve(point, bn.b)
 
 
-# --- curve arithmetic: py_ecc reference, revm precompiles when available ----------------------
-def get_backend(requested: str | None = None) -> str:
-    """Return the backend to use: ``requested``, else $VERILLM_BN254_BACKEND, else pyrevm if importable."""
-    name = requested or os.environ.get("VERILLM_BN254_BACKEND") or ("pyrevm" if _has_pyrevm() else "py_ecc")
-    if name not in BACKENDS:
-        raise ConfigError(f"unknown BN254 backend {name!r}; known: {BACKENDS}")
-    return name
+# --- curve arithmetic: the py_ecc reference, or an installed backend with the same answers ----
+class ReferenceBackend:
+    """py_ecc: the readable, slow reference (~0.5 s a pairing check)."""
+
+    def compute_g1_multiple(self, point, scalar: int) -> bytes:
+        return encode_g1(bn.multiply(point, scalar))
+
+    def compute_pairing_check(self, pairs: list) -> bool:
+        product = bn.FQ12.one()
+        for g1, g2 in pairs:
+            product *= bn.pairing(g2, g1, final_exponentiate=False)
+        return bn.final_exponentiate(product) == bn.FQ12.one()
 
 
-def _has_pyrevm() -> bool:
-    if "pyrevm" in sys.modules:
-        return True
-    import importlib.util  # noqa: PLC0415
-
-    return importlib.util.find_spec("pyrevm") is not None
+REFERENCE = ReferenceBackend()
+_installed: list[CurveBackend] = [REFERENCE]  # the backend `use_backend` installed last
 
 
-def compute_g1_multiple(point, scalar: int, backend: str | None = None) -> bytes:
+def use_backend(backend: CurveBackend | None) -> None:
+    """Install ``backend`` for every later call that names none (None: back to the reference)."""
+    _installed[0] = backend or REFERENCE
+
+
+def get_backend(backend: CurveBackend | None = None) -> CurveBackend:
+    """Return ``backend``, else the installed one."""
+    return backend or _installed[0]
+
+
+def compute_g1_multiple(point, scalar: int, backend: CurveBackend | None = None) -> bytes:
     """Return scalar·point (a G1 point) encoded."""
-    if get_backend(backend) == "pyrevm":
-        return _call_precompile(EC_MUL_PRECOMPILE, encode_g1(point) + _word(scalar))
-    return encode_g1(bn.multiply(point, scalar))
+    return get_backend(backend).compute_g1_multiple(point, scalar)
 
 
-def compute_pairing_check(pairs: list, backend: str | None = None) -> bool:
+def compute_pairing_check(pairs: list, backend: CurveBackend | None = None) -> bool:
     """Return whether the product of e(g1, g2) over ``pairs`` is 1 (the EIP-197 check)."""
-    if get_backend(backend) == "pyrevm":
-        return _call_precompile(PAIRING_PRECOMPILE, encode_pairing_input(pairs)) == _word(1)
-    product = bn.FQ12.one()
-    for g1, g2 in pairs:
-        product *= bn.pairing(g2, g1, final_exponentiate=False)
-    return bn.final_exponentiate(product) == bn.FQ12.one()
-
-
-_REVM = threading.local()  # one in-memory EVM per thread; it holds no state we depend on
-EC_MUL_PRECOMPILE = "0x0000000000000000000000000000000000000007"
-PAIRING_PRECOMPILE = "0x0000000000000000000000000000000000000008"
-
-
-def _call_precompile(address: str, calldata: bytes) -> bytes:
-    """Run a BN254 precompile natively in revm (inputs were validated by the caller)."""
-    if not hasattr(_REVM, "evm"):
-        import pyrevm  # noqa: PLC0415 (an optional dev dependency)
-
-        _REVM.evm = pyrevm.EVM()
-    try:
-        return bytes(_REVM.evm.message_call("0x" + "00" * 19 + "01", address, calldata=calldata, is_static=True))
-    except RuntimeError as exc:  # revm halts on inputs a precompile rejects
-        raise InvalidProof(f"precompile {address[-2:]} rejected its input: {exc}") from None
+    return get_backend(backend).compute_pairing_check(pairs)
 
 
 def encode_pairing_input(pairs: list) -> bytes:
@@ -275,85 +268,3 @@ def compute_words(data: bytes) -> list[int]:
     if len(data) % 32:
         raise EncodingError(f"{len(data)} bytes is not a whole number of 32-byte words")
     return [int.from_bytes(data[i:i + 32], "big") for i in range(0, len(data), 32)]
-
-
-# --- shared test vectors (python -m verillm.spec.vrf --vectors PATH) ---------------------------
-def compute_fq2_sqrt(a):
-    """Return a square root of ``a`` in Fp2 (p ≡ 3 mod 4; Adj and Rodríguez-Henríquez, alg. 9), None if none."""
-    a1 = a ** ((P - 3) // 4)
-    alpha, x0 = a1 * a1 * a, a1 * a
-    root = bn.FQ2([0, 1]) * x0 if alpha == -bn.FQ2.one() else (bn.FQ2.one() + alpha) ** ((P - 1) // 2) * x0
-    return root if root * root == a else None
-
-
-def compute_twist_point_outside_subgroup() -> bytes:
-    """Return a point on the G2 twist that is not in the order-r subgroup (a rogue-key shape)."""
-    for t in range(1, 1000):
-        x = bn.FQ2([t, 1])
-        y = compute_fq2_sqrt(x ** 3 + bn.b2)
-        if y is not None and not bn.is_inf(bn.multiply((x, y, bn.FQ2.one()), R)):
-            return encode_g2((x, y, bn.FQ2.one()))
-    raise InvalidProof("no twist point outside the subgroup found")  # never: the cofactor is huge
-
-
-def _hex(data: bytes) -> str:
-    return "0x" + data.hex()
-
-
-def _with_word(data: bytes, index: int, value: int) -> bytes:
-    return data[:32 * index] + _word(value) + data[32 * index + 32:]
-
-
-def compute_test_vectors() -> dict:
-    """Return the vectors in tests/vectors/vrf.json: valid proofs, then cases that must fail."""
-    sks = [derive_secret_key(bytes([i]) * 32) for i in (1, 2)] + [R - 1]
-    owner = bytes.fromhex("f39fd6e51aad88f6f4ce6ab8827279cfffb92266")
-    keys = [{"sk": hex(sk), "pk": _hex(compute_public_key(sk)), "owner": _hex(owner),
-             "pop": _hex(compute_possession_proof(sk, owner))} for sk in sks]
-    messages = [b"", b"abc", keccak256(b"audit seed"), bytes(range(100)), b"\x00msg-5"]
-    valid = []
-    for i, message in enumerate(messages):
-        sk = sks[i % len(sks)]
-        x, y, counter = compute_hash_to_g1(message)
-        proof = compute_vrf_proof(sk, message)
-        valid.append({"key": i % len(sks), "message": _hex(message), "hash_to_g1": [hex(x), hex(y)],
-                      "counter": counter, "proof": _hex(proof), "output": _hex(compute_vrf_output(proof))})
-    return {"scheme": __doc__.split("\n")[0], "domain_vrf": _hex(DOMAIN_VRF), "domain_pop": _hex(DOMAIN_POP),
-            "keys": keys, "valid": valid, "invalid": _compute_invalid_vectors(keys, valid)}
-
-
-def _compute_invalid_vectors(keys: list, valid: list) -> list:
-    pk0, pk1 = (bytes.fromhex(k["pk"][2:]) for k in keys[:2])
-    v = valid[1]
-    message, proof = bytes.fromhex(v["message"][2:]), bytes.fromhex(v["proof"][2:])
-    pk = bytes.fromhex(keys[v["key"]]["pk"][2:])
-    x, y = compute_words(proof)
-    owner, pop0 = bytes.fromhex(keys[0]["owner"][2:]), bytes.fromhex(keys[0]["pop"][2:])
-    vrf_as_pop = encode_g1(bn.multiply(_hash_point(compute_possession_message(pk0, owner), DOMAIN_VRF), int(keys[0]["sk"], 16)))
-    cases = [  # (name, kind, pk, message or owner, proof, what the contract does)
-        ("wrong_message", "vrf", pk, b"abd", proof, "false"),
-        ("wrong_key", "vrf", pk1 if pk != pk1 else pk0, message, proof, "false"),
-        ("negated_proof", "vrf", pk, message, _word(x) + _word(P - y), "false"),
-        ("off_curve_proof", "vrf", pk, message, _word(x) + _word((y + 1) % P), "false"),
-        ("non_canonical_proof", "vrf", pk, message, _word(x + P) + _word(y), "false"),
-        ("infinity_proof", "vrf", pk, message, b"\x00" * 64, "false"),
-        ("infinity_key", "vrf", b"\x00" * 128, message, proof, "false"),
-        ("off_curve_key", "vrf", _with_word(pk, 0, (compute_words(pk)[0] + 1) % P), message, proof, "revert"),
-        ("key_outside_subgroup", "vrf", compute_twist_point_outside_subgroup(), message, proof, "revert"),
-        ("pop_for_another_owner", "pop", pk0, b"\x11" * 20, pop0, "false"),
-        ("pop_of_another_key", "pop", pk1, owner, pop0, "false"),
-        ("vrf_proof_as_pop", "pop", pk0, owner, vrf_as_pop, "false"),
-    ]
-    return [{"name": n, "kind": k, "pk": _hex(p), ("message" if k == "vrf" else "owner"): _hex(m), "proof": _hex(pr),
-             "contract": c} for n, k, p, m, pr, c in cases]
-
-
-if __name__ == "__main__":
-    import argparse
-    import json
-
-    parser = argparse.ArgumentParser(description="BLS-over-BN254 VRF: write the shared test vectors")
-    parser.add_argument("--vectors", metavar="PATH", required=True, help="output JSON path, or - for stdout")
-    out = json.dumps(compute_test_vectors(), indent=2) + "\n"
-    path = parser.parse_args().vectors
-    sys.stdout.write(out) if path == "-" else open(path, "w", encoding="utf-8").write(out)

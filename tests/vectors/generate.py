@@ -1,6 +1,6 @@
-"""Write the shared vectors tests/vectors/{merkle,fingerprint,receipt,audit}.json from the spec.
+"""Write the shared vectors tests/vectors/{merkle,fingerprint,receipt,audit,vrf}.json from the spec.
 
-    .venv/bin/python tests/contracts/make_vectors.py
+    .venv/bin/python tests/vectors/generate.py
 
 Python recomputes them in tests/spec/test_audit.py; the contracts check them in
 tests/contracts/test_vectors.py. Regenerate only when the spec changes on purpose.
@@ -15,13 +15,14 @@ from eth_account import Account
 from verillm.spec.audit import (compute_challenge_seed, compute_committee, compute_committee_seed, compute_draw_seed,
                                 compute_escalation_seed, compute_fixed_ppb, is_audited)
 from verillm.spec.challenge import compute_challenge_positions
+from verillm.spec import vrf
 from verillm.spec.hashing import keccak256
 from verillm.spec.merkle import MerkleProof, compute_leaf_hash, compute_merkle_levels, compute_merkle_proof, is_valid_merkle_proof
 from verillm.spec.receipt import (SigningDomain, compute_domain_separator, compute_receipt_hash, compute_signing_digest,
                                   sign_receipt)
 from verillm.spec.types import Receipt, SamplingParams
 
-OUT = Path(__file__).resolve().parents[1] / "vectors"
+OUT = Path(__file__).resolve().parent
 
 
 def _h(data: bytes) -> str:
@@ -111,8 +112,80 @@ def audit_vectors() -> dict:
     }
 
 
+# --- the VRF (tests/vectors/vrf.json) ----------------------------------------------------------
+def compute_fq2_sqrt(a):
+    """Return a square root of ``a`` in Fp2 (p ≡ 3 mod 4; Adj and Rodríguez-Henríquez, alg. 9), None if none."""
+    a1 = a ** ((vrf.P - 3) // 4)
+    alpha, x0 = a1 * a1 * a, a1 * a
+    root = vrf.bn.FQ2([0, 1]) * x0 if alpha == -vrf.bn.FQ2.one() else (vrf.bn.FQ2.one() + alpha) ** ((vrf.P - 1) // 2) * x0
+    return root if root * root == a else None
+
+
+def compute_twist_point_outside_subgroup() -> bytes:
+    """Return a point on the G2 twist that is not in the order-r subgroup (a rogue-key shape)."""
+    for t in range(1, 1000):
+        x = vrf.bn.FQ2([t, 1])
+        y = compute_fq2_sqrt(x ** 3 + vrf.bn.b2)
+        if y is not None and not vrf.bn.is_inf(vrf.bn.multiply((x, y, vrf.bn.FQ2.one()), vrf.R)):
+            return vrf.encode_g2((x, y, vrf.bn.FQ2.one()))
+    raise AssertionError("no twist point outside the subgroup found")  # never: the cofactor is huge
+
+
+def _hex(data: bytes) -> str:
+    return "0x" + data.hex()
+
+
+def _with_word(data: bytes, index: int, value: int) -> bytes:
+    return data[:32 * index] + vrf._word(value) + data[32 * index + 32:]
+
+
+def compute_test_vectors() -> dict:
+    """Return the vectors in tests/vectors/vrf.json: valid proofs, then cases that must fail."""
+    sks = [vrf.derive_secret_key(bytes([i]) * 32) for i in (1, 2)] + [vrf.R - 1]
+    owner = bytes.fromhex("f39fd6e51aad88f6f4ce6ab8827279cfffb92266")
+    keys = [{"sk": hex(sk), "pk": _hex(vrf.compute_public_key(sk)), "owner": _hex(owner),
+             "pop": _hex(vrf.compute_possession_proof(sk, owner))} for sk in sks]
+    messages = [b"", b"abc", keccak256(b"audit seed"), bytes(range(100)), b"\x00msg-5"]
+    valid = []
+    for i, message in enumerate(messages):
+        sk = sks[i % len(sks)]
+        x, y, counter = vrf.compute_hash_to_g1(message)
+        proof = vrf.compute_vrf_proof(sk, message)
+        valid.append({"key": i % len(sks), "message": _hex(message), "hash_to_g1": [hex(x), hex(y)],
+                      "counter": counter, "proof": _hex(proof), "output": _hex(vrf.compute_vrf_output(proof))})
+    return {"scheme": vrf.__doc__.split("\n")[0], "domain_vrf": _hex(vrf.DOMAIN_VRF), "domain_pop": _hex(vrf.DOMAIN_POP),
+            "keys": keys, "valid": valid, "invalid": _compute_invalid_vectors(keys, valid)}
+
+
+def _compute_invalid_vectors(keys: list, valid: list) -> list:
+    pk0, pk1 = (bytes.fromhex(k["pk"][2:]) for k in keys[:2])
+    v = valid[1]
+    message, proof = bytes.fromhex(v["message"][2:]), bytes.fromhex(v["proof"][2:])
+    pk = bytes.fromhex(keys[v["key"]]["pk"][2:])
+    x, y = vrf.compute_words(proof)
+    owner, pop0 = bytes.fromhex(keys[0]["owner"][2:]), bytes.fromhex(keys[0]["pop"][2:])
+    vrf_as_pop = vrf.encode_g1(vrf.bn.multiply(vrf._hash_point(vrf.compute_possession_message(pk0, owner), vrf.DOMAIN_VRF), int(keys[0]["sk"], 16)))
+    cases = [  # (name, kind, pk, message or owner, proof, what the contract does)
+        ("wrong_message", "vrf", pk, b"abd", proof, "false"),
+        ("wrong_key", "vrf", pk1 if pk != pk1 else pk0, message, proof, "false"),
+        ("negated_proof", "vrf", pk, message, vrf._word(x) + vrf._word(vrf.P - y), "false"),
+        ("off_curve_proof", "vrf", pk, message, vrf._word(x) + vrf._word((y + 1) % vrf.P), "false"),
+        ("non_canonical_proof", "vrf", pk, message, vrf._word(x + vrf.P) + vrf._word(y), "false"),
+        ("infinity_proof", "vrf", pk, message, b"\x00" * 64, "false"),
+        ("infinity_key", "vrf", b"\x00" * 128, message, proof, "false"),
+        ("off_curve_key", "vrf", _with_word(pk, 0, (vrf.compute_words(pk)[0] + 1) % vrf.P), message, proof, "revert"),
+        ("key_outside_subgroup", "vrf", compute_twist_point_outside_subgroup(), message, proof, "revert"),
+        ("pop_for_another_owner", "pop", pk0, b"\x11" * 20, pop0, "false"),
+        ("pop_of_another_key", "pop", pk1, owner, pop0, "false"),
+        ("vrf_proof_as_pop", "pop", pk0, owner, vrf_as_pop, "false"),
+    ]
+    return [{"name": n, "kind": k, "pk": _hex(p), ("message" if k == "vrf" else "owner"): _hex(m), "proof": _hex(pr),
+             "contract": c} for n, k, p, m, pr, c in cases]
+
+
 def main() -> None:
-    for name, build in (("merkle", merkle_vectors), ("fingerprint", fingerprint_vectors), ("receipt", receipt_vectors), ("audit", audit_vectors)):
+    for name, build in (("merkle", merkle_vectors), ("fingerprint", fingerprint_vectors), ("receipt", receipt_vectors), ("audit", audit_vectors),
+                        ("vrf", compute_test_vectors)):
         (OUT / f"{name}.json").write_text(json.dumps(build(), indent=2) + "\n", encoding="utf-8")
         print(f"wrote {OUT / name}.json")
 
