@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from verillm.chain.chain import Chain
 from verillm.chain.deploy import Deployment
 from verillm.chain.events import ChainEvent, get_events
-from verillm.chain.protocol import PHASE_NAMES, OnchainModel, Protocol
-from verillm.node.dispatcher.chainio import decode_leaves
+from verillm.chain.protocol import PHASE_NAMES, Protocol
+from verillm.spec.audit import OnchainModel
+from verillm.spec.audit import decode_opening_leaves
 from verillm.spec import audit as spec_audit
 from verillm.spec import settlement as spec_settlement
 from verillm.spec import vrf
@@ -183,7 +184,7 @@ class ChainAuditor:
         for event in [e for e in self._named("Opened", auditId=audit_id) if e.args["round"] == round_index]:
             slot, data = event.args["slot"], bytes(self._calldata(event)["leaves"])
             cells = compute_opened_cells(challenge, num_positions + (1 if slot else 0))
-            decoded = decode_leaves(data, model.fingerprint_dims)
+            decoded = decode_opening_leaves(data, model.fingerprint_dims)
             ok = keccak256(data) == bytes(event.args["openingHash"]) and [(l.position, l.layer) for l in decoded] == cells
             self._add(ok, subject, f"party {slot}'s opening hashes to what was recorded and covers exactly the challenged cells",
                       f"party {slot}'s opening does not match its hash or the challenged cells")

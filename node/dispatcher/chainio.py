@@ -19,11 +19,10 @@ from eth_account.signers.local import LocalAccount
 from verillm.chain import connect
 from verillm.chain.deploy import Deployment
 from verillm.chain.errors import TransactionReverted
-from verillm.chain.protocol import OnchainModel, Protocol, Tx
+from verillm.chain.protocol import Protocol, Tx
+from verillm.spec.audit import OnchainModel
 from verillm.errors import ConfigError
-from verillm.spec.encoding import decode
 from verillm.spec.hashing import keccak256
-from verillm.spec.types import Leaf
 
 from verillm.node import faults
 from verillm.node.store.dispatcher_tables import DispatcherTables
@@ -36,7 +35,6 @@ log = logging.getLogger(__name__)
 # action, and aiohttp's host lookups behind them, until 20-block windows passed (issue 11). A pool
 # of its own, sized for the transactions a busy dispatcher has in flight, keeps them concurrent.
 CHAIN_THREADS = 48
-LEAF_FIXED_BYTES = 11  # encode(Leaf): u32 position, u16 layer, u32 count, u8 flags; + 4 bytes per dim
 
 
 def compute_vrf_secret_key(node_key: NodeKey) -> int:
@@ -57,14 +55,6 @@ class RoundInfo:
     challenge_seed: bytes
     worker_opened: bool
     members: tuple[bytes, ...]
-
-
-def decode_leaves(data: bytes, dims: int) -> list[Leaf]:
-    """Split posted opening bytes (encoded leaves back to back) into leaves."""
-    size = LEAF_FIXED_BYTES + 4 * dims
-    if len(data) % size:
-        raise ConfigError(f"opening of {len(data)} bytes is not a whole number of {size}-byte leaves")
-    return [decode(Leaf, data[i : i + size]) for i in range(0, len(data), size)]
 
 
 class ChainIO:

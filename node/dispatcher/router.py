@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import aiohttp
 from web3 import Web3
 
-from verillm.client import process_receipt_contents
+from verillm.spec.receipt import verify_receipt_binding
 from verillm.errors import EngineError, InvalidProof, InvalidSignature, QueueFull
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain, process_receipt_signature
@@ -88,7 +88,7 @@ def process_worker_receipt(receipt: Receipt, job: Job, output_tokens, worker: by
     if receipt.worker != worker:
         raise InvalidSignature(f"receipt names worker 0x{receipt.worker.hex()}, the job went to 0x{worker.hex()}")
     process_receipt_signature(receipt, domain)
-    process_receipt_contents(receipt, job, output_tokens)
+    verify_receipt_binding(receipt, job, output_tokens)
     if not output_tokens:
         raise InvalidProof("the worker returned no output token")
 

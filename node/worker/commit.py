@@ -5,15 +5,14 @@ or the event loop; `worker.py` calls them through the engine queue's thread or a
 """
 
 import inspect
-import struct
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from verillm.engine.base import Engine
-from verillm.errors import EncodingError, EngineError, VerillmError
-from verillm.spec.commitment import JobTrace, compute_commitment, compute_opening, decode_trace_blob, encode_trace_blob
+from verillm.errors import EngineError, VerillmError
+from verillm.node.worker.trace_blob import decode_trace_blob, encode_trace_blob
+from verillm.spec.commitment import JobTrace, compute_commitment, compute_opening
 from verillm.spec.job import compute_num_positions
 from verillm.spec.receipt import SigningDomain, compute_receipt, sign_receipt
 from verillm.spec.types import Job, Opening, Receipt
@@ -80,40 +79,9 @@ class BatchRunner:
         return output
 
 
-MAX_BLOB_VALUES = 1 << 28
-"""Most fingerprint values a retained blob may claim (1 GiB as float32): a header past it is corrupt."""
-
-
-def load_trace_blob(blob: bytes) -> JobTrace:
-    """Return the trace in a retained blob; raise EncodingError if the blob is corrupt.
-
-    The node wrote the blob itself, but a store survives disks and copies: a damaged one
-    must fail as a typed error before numpy or zlib see it, and never decompress into more
-    memory than its header claims.
-    """
-    if len(blob) < 20:
-        raise EncodingError(f"trace blob is {len(blob)} bytes, shorter than its 20-byte header")
-    _, positions, layers, dims, outputs = struct.unpack(">5I", blob[:20])
-    values = positions * layers * dims
-    if values > MAX_BLOB_VALUES or outputs > positions + 1:
-        raise EncodingError(f"trace blob header claims {positions}×{layers}×{dims} values and {outputs} outputs")
-    expected = 4 * values + (2 * positions + 7) // 8 + 4 * outputs
-    inflater = zlib.decompressobj()
-    try:
-        body = inflater.decompress(blob[20:], expected + 1)
-    except zlib.error as exc:
-        raise EncodingError(f"trace blob does not inflate: {exc}") from None
-    if len(body) != expected or not inflater.eof or inflater.unused_data:
-        raise EncodingError(f"trace blob body is not the {expected} bytes its header claims")
-    try:
-        return decode_trace_blob(blob)
-    except (ValueError, zlib.error) as exc:
-        raise EncodingError(f"trace blob is corrupt: {exc}") from None
-
-
 def compute_opening_from_blob(blob: bytes, receipt: Receipt, committed_layers: tuple[int, ...], cells: list[tuple[int, int]]) -> Opening:
     """Rebuild the committed tree from a retained trace blob and open ``cells`` under the receipt's root."""
-    trace = load_trace_blob(blob)
+    trace = decode_trace_blob(blob)
     commitment = compute_commitment(trace, committed_layers)
     if commitment.root != receipt.commitment_root:
         raise VerillmError(f"retained trace of job {receipt.job_hash.hex()} does not rebuild its committed root")

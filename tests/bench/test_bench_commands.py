@@ -34,7 +34,7 @@ def test_calibrate_check_passes_the_shipped_profile_and_flags_a_stale_one(tmp_pa
     from verillm.engine.models import load_model
     from verillm.engine.profiles import get_profile_path
     from verillm.spec.job import compute_model_id
-    from verillm.spec.policy import load_profile
+    from verillm.engine.profiles import load_profile
 
     output = invoke("calibrate", "--model", "tiny", "--jobs", "2", "--check", "--profile-dir", str(tmp_path))
     assert "ok: 32 honest audits; worst: layer" in output and not list(tmp_path.iterdir())  # writes nothing

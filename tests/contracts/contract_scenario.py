@@ -16,7 +16,8 @@ from eth_account import Account
 from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess
 from verillm.chain.artifacts import ArtifactStore
-from verillm.chain.protocol import OnchainModel, Protocol
+from verillm.chain.protocol import Protocol
+from verillm.spec.audit import OnchainModel
 from verillm.spec import vrf
 from verillm.spec.audit import compute_challenge_seed, is_onchain_agreement
 from verillm.spec.challenge import compute_challenge, compute_opened_cells

@@ -17,7 +17,8 @@ from verillm.engine.models import load_model
 from verillm.engine.torch_engine import TorchEngine, compute_fingerprints_torch
 from verillm.errors import ConfigError
 from verillm.spec.job import compute_model_id
-from verillm.spec.policy import REASON_FINGERPRINT, REASON_TOKEN, select_profile
+from verillm.spec.policy import REASON_FINGERPRINT, REASON_TOKEN
+from verillm.engine.profiles import select_profile
 from verillm.spec.types import SamplingParams
 from verillm.verifier.local import Party, check_pair, commit_runs, compute_member_jobs
 

@@ -15,7 +15,8 @@ from verillm.engine.tiny_checkpoints import TINY_FAMILIES, save_tiny_checkpoint
 from verillm.engine.torch_engine import TorchEngine
 from verillm.spec.job import compute_model_id
 from verillm.spec.params import MAINNET
-from verillm.spec.policy import REASON_FINGERPRINT, load_profile
+from verillm.spec.policy import REASON_FINGERPRINT
+from verillm.engine.profiles import load_profile
 from verillm.spec.types import Job, SamplingParams
 from verillm.verifier.local import run_local_audits
 

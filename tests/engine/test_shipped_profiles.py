@@ -16,7 +16,7 @@ from verillm.bench.workloads import DEVNET_PROMPTS
 from verillm.engine.text import compute_chat_tokens
 from verillm.spec.job import compute_model_id
 from verillm.spec.params import MAINNET
-from verillm.spec.policy import load_profile
+from verillm.engine.profiles import load_profile
 from verillm.spec.types import Job, SamplingParams
 
 HEADROOM = STALE_RATIO  # the bar `verillm calibrate --check` holds a profile to

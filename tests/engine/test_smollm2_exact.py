@@ -6,7 +6,8 @@ import pytest
 from verillm.engine.attacks import ATTACKS
 from verillm.engine.models import load_model
 from verillm.engine.torch_engine import TorchEngine
-from verillm.spec.policy import REASON_FINGERPRINT, select_profile
+from verillm.spec.policy import REASON_FINGERPRINT
+from verillm.engine.profiles import select_profile
 from verillm.spec.types import SamplingParams
 from verillm.verifier.local import Party, check_pair, commit_runs, compute_member_jobs
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from fuzzing import fuzz_settings, tally
 from verillm.errors import VerillmError
 from verillm.jsonsafe import load_json
-from verillm.node.worker.commit import compute_job_output, load_trace_blob
+from verillm.node.worker.commit import compute_job_output
+from verillm.node.worker.trace_blob import decode_trace_blob
 from verillm.node.envelope import decode_envelope_json, encode_envelope_json, process_envelope_freshness, process_envelope_signature, sign_envelope
 from verillm.node.keys import new_node_key
 from verillm.node.api.native_views import parse_opening_payload
@@ -156,7 +157,7 @@ def test_trace_blobs(samples, examples):
     @given(mutated(samples["blob"]))
     def check(blob):
         tally()
-        refused_or_accepted(lambda: load_trace_blob(blob))
+        refused_or_accepted(lambda: decode_trace_blob(blob))
 
     check()
 

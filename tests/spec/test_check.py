@@ -5,7 +5,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from verillm.spec.commitment import JobTrace, compute_commitment, decode_trace_blob, encode_trace_blob
+from verillm.spec.commitment import JobTrace, compute_commitment
+from verillm.node.worker.trace_blob import decode_trace_blob, encode_trace_blob
 from verillm.spec.encoding import encode
 from verillm.spec.policy import LayerTolerance, ToleranceProfile
 from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, Job, LeafOpening, ModelManifest, Opening, SamplingParams

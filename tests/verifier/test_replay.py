@@ -4,7 +4,8 @@ one and a tampered opening are rejected for the right reason, and the report say
 import pytest
 
 from verillm.errors import NotFound
-from verillm.spec.policy import REASON_FINGERPRINT, REASON_PROOF, load_profile
+from verillm.spec.policy import REASON_FINGERPRINT, REASON_PROOF
+from verillm.engine.profiles import load_profile
 from verillm.spec.receipt import SigningDomain
 from verillm.verifier.replay import compute_challenge_count, load_case, run_replay
 from verillm.verifier.report import format_replay

@@ -56,7 +56,7 @@ def vllm_tiny(tiny_model, vllm_model_root):
 @pytest.fixture(scope="session")
 def tiny_profile():
     """The shipped, calibrated tolerance profile of the fp32 tiny model (reference-vs-reference noise)."""
-    from verillm.spec.policy import load_profile
+    from verillm.engine.profiles import load_profile
 
     return load_profile("tiny", "float32")
 

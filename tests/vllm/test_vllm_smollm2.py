@@ -6,7 +6,8 @@ import pytest
 from verillm.engine.vllm_attacks import compute_attacked_model
 from verillm.engine.vllm_engine import get_model_dir, prepare_model_dir
 from verillm.errors import ConfigError
-from verillm.spec.policy import LayerTolerance, ToleranceProfile, load_profile
+from verillm.spec.policy import LayerTolerance, ToleranceProfile
+from verillm.engine.profiles import load_profile
 from verillm.spec.types import SamplingParams
 from verillm.verifier.local import run_local_audits
 

@@ -22,7 +22,8 @@ import time
 from verillm.engine.torch_engine import TorchEngine
 from verillm.spec.challenge import compute_opened_cells
 from verillm.spec.check import process_pair_check
-from verillm.spec.commitment import compute_commitment, encode_trace_blob
+from verillm.spec.commitment import compute_commitment
+from verillm.node.worker.trace_blob import encode_trace_blob
 from verillm.spec.job import compute_model_id
 from verillm.spec.params import MAINNET
 from verillm.spec.policy import ToleranceProfile

@@ -23,7 +23,8 @@ import statistics
 from verillm.bench.cost import _timed, make_cost_job
 from verillm.bench.workloads import Workload, make_jobs
 from verillm.engine.torch_engine import TorchEngine
-from verillm.spec.commitment import compute_commitment, encode_trace_blob
+from verillm.spec.commitment import compute_commitment
+from verillm.node.worker.trace_blob import encode_trace_blob
 from verillm.spec.job import compute_model_id
 from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN
 from verillm.verifier.local import Party, commit_runs, compute_member_jobs

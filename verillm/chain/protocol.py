@@ -36,9 +36,9 @@ from verillm.spec import delivery as spec_delivery
 from verillm.spec import vrf
 from verillm.spec.encoding import encode
 from verillm.spec.params import Preset
-from verillm.spec.policy import ToleranceProfile
 from verillm.spec.receipt import SigningDomain
-from verillm.spec.types import ModelManifest, Opening, Receipt, SamplingParams
+from verillm.spec.audit import OnchainModel
+from verillm.spec.types import Opening, Receipt, SamplingParams
 
 
 def compute_preset_name(field: str) -> str:
@@ -83,29 +83,6 @@ PROTOCOL_STEPS = (
     CallStep("Registry", "bindCoverage", lambda ctx: (ctx.addresses["Coverage"],)),
     CallStep("Jobs", "bindDisputes", lambda ctx: (ctx.addresses["Disputes"],)),
 )
-
-
-@dataclass(frozen=True)
-class OnchainModel:
-    """A model's on-chain adjudication config (Registry.addModel): thresholds in ppb."""
-
-    model_id: bytes
-    committed_layers: tuple[int, ...]
-    fingerprint_dims: int
-    max_cell_error_ppb: tuple[int, ...]
-    rms_error_ppb: tuple[int, ...]
-    min_cells_for_rms: int
-
-    @classmethod
-    def from_profile(cls, model_id: bytes, manifest: ModelManifest, profile: ToleranceProfile) -> "OnchainModel":
-        """Take the thresholds of a calibrated tolerance profile, rounded up to whole ppb."""
-        layers = tuple(manifest.committed_layers)
-        return cls(
-            model_id=model_id, committed_layers=layers, fingerprint_dims=manifest.fingerprint_dims,
-            max_cell_error_ppb=tuple(spec_audit.compute_threshold_ppb(profile.for_layer(l).max_cell_error) for l in layers),
-            rms_error_ppb=tuple(spec_audit.compute_threshold_ppb(profile.for_layer(l).rms_error) for l in layers),
-            min_cells_for_rms=profile.min_cells_for_rms,
-        )
 
 
 @dataclass(frozen=True)

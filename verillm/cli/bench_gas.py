@@ -14,7 +14,8 @@ from eth_account import Account
 from verillm.bench.tables import format_table, write_json
 from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess
-from verillm.chain.protocol import OnchainModel, Protocol
+from verillm.chain.protocol import Protocol
+from verillm.spec.audit import OnchainModel
 from verillm.spec import vrf
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import JobTrace, compute_commitment, compute_opening

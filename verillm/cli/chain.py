@@ -78,10 +78,11 @@ def add_model(rpc_url, addresses_path, key, node_url, profile_path):
 
     from verillm.chain import connect
     from verillm.chain.deploy import Deployment
-    from verillm.chain.protocol import OnchainModel, Protocol
+    from verillm.chain.protocol import Protocol
+    from verillm.spec.audit import OnchainModel
     from verillm.cli.node import _tx, fetch_node_info
     from verillm.spec.encoding import decode
-    from verillm.spec.policy import load_profile
+    from verillm.engine.profiles import load_profile
     from verillm.spec.types import ModelManifest
 
     info = fetch_node_info(node_url)

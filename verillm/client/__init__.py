@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from verillm.errors import ChainError, InvalidInput, InvalidProof, VerillmError
 from verillm.jsonsafe import load_json
 from verillm.spec.encoding import decode
-from verillm.spec.job import compute_job_hash, compute_model_id, compute_num_positions, compute_tokens_hash, compute_transcript_hash
+from verillm.spec.job import compute_model_id
 from verillm.spec.promise import SignedPromise, check_promise_terms, process_promise_signature
-from verillm.spec.receipt import SigningDomain, compute_receipt_hash, process_receipt_signature
+from verillm.spec.receipt import SigningDomain, compute_receipt_hash, process_receipt_signature, verify_receipt_binding
 from verillm.spec.types import Job, ModelManifest, Receipt
 
 from verillm.wire import compute_error_from_body, from_hex, promise_from_json, receipt_from_json
@@ -134,7 +134,7 @@ def parse_completion(body: dict, chat: bool) -> Completion:
     job = decode(Job, from_hex(extra["job"]["encoded"], "verillm.job.encoded"))
     receipt = receipt_from_json(extra["receipt"])
     tokens = tuple(extra["output_tokens"])
-    process_receipt_contents(receipt, job, tokens)
+    verify_receipt_binding(receipt, job, tokens)
     promise = promise_from_json(extra["batch_promise"]) if "batch_promise" in extra else None
     if promise is not None and promise.promise.receipt_hash != compute_receipt_hash(receipt):
         raise InvalidProof("the batching promise is about another receipt")
@@ -150,22 +150,6 @@ def parse_completion(body: dict, chat: bool) -> Completion:
         status_url=extra["status_url"],
         promise=promise,
     )
-
-
-def process_receipt_contents(receipt: Receipt, job: Job, output_tokens: Sequence[int]) -> None:
-    """Check that ``receipt`` is about ``job`` and ``output_tokens``; raise InvalidProof naming the mismatch."""
-    checks = {
-        "job hash": receipt.job_hash == compute_job_hash(job),
-        "model id": receipt.model_id == job.model_id,
-        "input hash": receipt.input_hash == compute_tokens_hash(job.input_tokens),
-        "output hash": receipt.output_hash == compute_transcript_hash(job.input_tokens, output_tokens),
-        "sampling params": receipt.sampling == job.sampling and receipt.max_new_tokens == job.max_new_tokens,
-        "number of positions": receipt.num_positions == compute_num_positions(job, len(output_tokens)),
-        "token counts": (receipt.input_tokens, receipt.output_tokens) == (len(job.input_tokens), len(output_tokens)),
-    }
-    wrong = [name for name, ok in checks.items() if not ok]
-    if wrong:
-        raise InvalidProof(f"receipt does not match the completion: {', '.join(wrong)}")
 
 
 def verify_receipt(
@@ -196,7 +180,7 @@ def verify_receipt(
     if worker is not None and receipt.worker != compute_id_bytes(worker, "worker", 20):
         raise InvalidProof(f"receipt is from worker {compute_address_hex(receipt.worker)}, expected {worker if isinstance(worker, str) else '0x' + worker.hex()}")
     if job is not None:
-        process_receipt_contents(receipt, job, output_tokens if output_tokens is not None else ())
+        verify_receipt_binding(receipt, job, output_tokens if output_tokens is not None else ())
     return compute_address_hex(receipt.worker)
 
 

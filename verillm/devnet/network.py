@@ -27,7 +27,8 @@ from eth_account import Account
 from verillm import envs
 from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilConfig, AnvilProcess, find_anvil_binary, find_free_port
-from verillm.chain.protocol import OnchainModel, Protocol
+from verillm.chain.protocol import Protocol
+from verillm.spec.audit import OnchainModel
 from verillm.errors import ChainError, ConfigError
 from verillm.spec.encoding import decode
 from verillm.spec.params import Preset, get_preset

@@ -12,12 +12,32 @@ from importlib import resources
 from pathlib import Path
 
 from verillm.engine.checkpoints import resolve_model_source
-from verillm.errors import ProfileMissing
-from verillm.spec.policy import ToleranceProfile, load_profile, select_profile
+from verillm.errors import ConfigError, ProfileMissing
+from verillm.spec.policy import ToleranceProfile, compute_exact_profile
 from verillm.spec.types import ModelManifest
 
 DEFAULT_PROFILE_DIR = "profiles"
 CALIBRATE_DTYPE_FLAGS = {"float32": "fp32", "bfloat16": "bf16"}
+
+
+def load_profile(model: str, dtype: str, path: str | Path | None = None) -> ToleranceProfile:
+    """Return the profile at ``path``, or the shipped one for (model, dtype)."""
+    if path is not None:
+        return ToleranceProfile.from_json(Path(path).read_text())
+    name = f"{model}-{dtype}.json"
+    shipped = resources.files("verillm") / "profiles" / name
+    if not shipped.is_file():
+        raise ConfigError(f"no tolerance profile shipped for {model}/{dtype}; run `verillm calibrate --model {model} --dtype {dtype}`")
+    return ToleranceProfile.from_json(shipped.read_text())
+
+
+def select_profile(manifest, model: str, path: str | Path | None = None) -> ToleranceProfile:
+    """Return the profile a check of ``manifest`` uses: zero tolerance in exact mode, else the calibrated one."""
+    if manifest.kernel_class:
+        if path is not None:
+            raise ConfigError(f"manifest {manifest.name} is exact (kernel class {manifest.kernel_class}): it takes no tolerance profile")
+        return compute_exact_profile(model, manifest.dtype, tuple(manifest.committed_layers))
+    return load_profile(model, manifest.dtype, path)
 
 
 def get_profile_path(profile_dir: str | Path, model_id: bytes, dtype: str) -> Path:

@@ -270,7 +270,7 @@ def _escalator(ctx, first: _Round, verdict: int, worker: int, dispatcher: int, c
         if verdict in (FAIL, TIE) and not cheated and not adv[worker]:
             return worker
         return None
-    # the first landing's node code (node/dispatcher/audit/votes.py is_escalation_warranted): the
+    # the first landing's node code (verillm/spec/honest.py is_escalation_warranted): the
     # dispatcher escalates a FAIL or TIE when some member's data agree with the worker's
     if verdict in (FAIL, TIE) and not adv[dispatcher] and AGREE in first.votes:
         return dispatcher

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from eth_account import Account
 
-from verillm.chain.protocol import OnchainModel, Protocol
+from verillm.chain.protocol import Protocol
+from verillm.spec.audit import OnchainModel
 from verillm.errors import InvalidInput
 from verillm.spec import vrf
 from verillm.spec.challenge import compute_challenge, compute_opened_cells

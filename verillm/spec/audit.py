@@ -21,9 +21,10 @@ audit bit is still unpredictable to everyone when its receipt is batched.
 import math
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from verillm.errors import InvalidInput
-from verillm.spec.encoding import encode
+from verillm.errors import EncodingError, InvalidInput
+from verillm.spec.encoding import decode, encode
 from verillm.spec.hashing import (
     DOMAIN_AUDIT_PICK,
     DOMAIN_AUDIT_SEED,
@@ -34,7 +35,8 @@ from verillm.spec.hashing import (
     keccak256,
 )
 from verillm.spec.merkle import MerkleProof, compute_leaf_hash, compute_merkle_levels, compute_merkle_proof
-from verillm.spec.types import Opening
+from verillm.spec.policy import ToleranceProfile
+from verillm.spec.types import Leaf, ModelManifest, Opening
 
 BPS = 10_000
 PPB = 10**9
@@ -151,6 +153,9 @@ def compute_round_exclusions(worker: bytes, dispatcher: bytes, drawn: Sequence[b
     return (worker, dispatcher, *drawn)
 
 
+LEAF_FIXED_BYTES = 11  # encode(Leaf): u32 position, u16 layer, u32 count, u8 flags; + 4 bytes per dim
+
+
 # --- openings on-chain ----------------------------------------------------------------------
 
 def compute_prompt_len(num_positions: int, output_tokens: int) -> int:
@@ -163,6 +168,14 @@ def compute_prompt_len(num_positions: int, output_tokens: int) -> int:
 def encode_opening_leaves(opening: Opening) -> bytes:
     """Return what a party posts on-chain: its opened leaves, encoded, in opening order."""
     return b"".join(encode(item.leaf) for item in opening.leaves)
+
+
+def decode_opening_leaves(data: bytes, dims: int) -> list[Leaf]:
+    """Inverse of `encode_opening_leaves`: split posted opening bytes into leaves of ``dims`` values."""
+    size = LEAF_FIXED_BYTES + 4 * dims
+    if len(data) % size:
+        raise EncodingError(f"opening of {len(data)} bytes is not a whole number of {size}-byte leaves")
+    return [decode(Leaf, data[i : i + size]) for i in range(0, len(data), size)]
 
 
 def compute_opening_hash(opening: Opening) -> bytes:
@@ -219,7 +232,30 @@ def compute_threshold_ppb(threshold: float) -> int:
     return math.ceil(threshold * PPB)
 
 
-def is_onchain_agreement(worker: dict, member: dict, model, prompt_len: int, output_tokens: int) -> bool:
+@dataclass(frozen=True)
+class OnchainModel:
+    """A model's on-chain adjudication config (Registry.addModel): thresholds in ppb."""
+
+    model_id: bytes
+    committed_layers: tuple[int, ...]
+    fingerprint_dims: int
+    max_cell_error_ppb: tuple[int, ...]
+    rms_error_ppb: tuple[int, ...]
+    min_cells_for_rms: int
+
+    @classmethod
+    def from_profile(cls, model_id: bytes, manifest: ModelManifest, profile: ToleranceProfile) -> "OnchainModel":
+        """Take the thresholds of a calibrated tolerance profile, rounded up to whole ppb."""
+        layers = tuple(manifest.committed_layers)
+        return cls(
+            model_id=model_id, committed_layers=layers, fingerprint_dims=manifest.fingerprint_dims,
+            max_cell_error_ppb=tuple(compute_threshold_ppb(profile.for_layer(l).max_cell_error) for l in layers),
+            rms_error_ppb=tuple(compute_threshold_ppb(profile.for_layer(l).rms_error) for l in layers),
+            min_cells_for_rms=profile.min_cells_for_rms,
+        )
+
+
+def is_onchain_agreement(worker: dict, member: dict, model: "OnchainModel", prompt_len: int, output_tokens: int) -> bool:
     """Return the member's on-chain verdict on the worker over the worker's opened cells
     (Disputes._compare): every cell within its layer's max cell error, every output token
     flagged FLAG_NEXT_WITHIN_MARGIN by the member, and each layer's RMS within bounds when it

@@ -11,7 +11,6 @@ Leaves are ordered position-major: leaf index = position × num_layers + layer s
 """
 
 import hashlib
-import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -146,41 +145,3 @@ def process_opening(opening: Opening, root: bytes, committed_layers: tuple[int, 
             raise InvalidProof(f"Merkle proof for the leaf at {where} does not reach the root")
         leaves[(leaf.position, leaf.layer)] = leaf
     return leaves
-
-
-# --- what a worker retains to answer openings later -------------------------------------
-
-_BLOB_VERSION = 1
-
-
-def encode_trace_blob(trace: JobTrace) -> bytes:
-    """Pack what a worker must keep to rebuild its tree and open any leaf, losslessly.
-
-    Fingerprints are byte-plane shuffled (sign/exponent bytes together, then each mantissa
-    byte) and DEFLATE-compressed; flags are 2 bits per position. The commitment tree itself
-    is not kept: it is rebuilt from this blob when an opening is asked for.
-    """
-    positions, layers, dims = trace.fingerprints.shape
-    planes = np.ascontiguousarray(trace.fingerprints.astype(">f4")).view(np.uint8).reshape(-1, 4).T.tobytes()
-    flags = np.packbits(np.unpackbits(trace.flags.astype(np.uint8)[:, None], axis=1)[:, 6:].reshape(-1)).tobytes()
-    outputs = np.asarray(trace.output_tokens, dtype=">u4").tobytes()
-    header = np.array([_BLOB_VERSION, positions, layers, dims, len(trace.output_tokens)], dtype=">u4").tobytes()
-    return header + zlib.compress(planes + flags + outputs, 6)
-
-
-def decode_trace_blob(blob: bytes) -> JobTrace:
-    """Inverse of `encode_trace_blob`."""
-    version, positions, layers, dims, outputs = (int(v) for v in np.frombuffer(blob[:20], dtype=">u4"))
-    if version != _BLOB_VERSION:
-        raise InvalidInput(f"trace blob version {version} is not {_BLOB_VERSION}")
-    body = zlib.decompress(blob[20:])
-    count = positions * layers * dims
-    planes = np.frombuffer(body[: 4 * count], dtype=np.uint8).reshape(4, count).T.copy()
-    fingerprints = planes.view(">f4").astype(np.float32).reshape(positions, layers, dims)
-    flag_bytes = (2 * positions + 7) // 8
-    bits = np.unpackbits(np.frombuffer(body[4 * count : 4 * count + flag_bytes], dtype=np.uint8))[: 2 * positions]
-    flags = np.packbits(np.concatenate([np.zeros((positions, 6), np.uint8), bits.reshape(positions, 2)], axis=1), axis=1)[:, 0]
-    tokens = np.frombuffer(body[4 * count + flag_bytes :], dtype=">u4")
-    if len(tokens) != outputs:
-        raise InvalidInput("trace blob is truncated")
-    return JobTrace(output_tokens=tuple(int(t) for t in tokens), fingerprints=fingerprints, flags=flags)

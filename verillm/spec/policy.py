@@ -8,8 +8,6 @@ and the threshold it broke, so an auditor can read why.
 
 import json
 from dataclasses import asdict, dataclass, field
-from importlib import resources
-from pathlib import Path
 
 from verillm.errors import ConfigError
 from verillm.spec.compare import AuditMeasurement
@@ -58,17 +56,6 @@ class ToleranceProfile:
         return cls(layers=layers, **raw)
 
 
-def load_profile(model: str, dtype: str, path: str | Path | None = None) -> ToleranceProfile:
-    """Return the profile at ``path``, or the shipped one for (model, dtype)."""
-    if path is not None:
-        return ToleranceProfile.from_json(Path(path).read_text())
-    name = f"{model}-{dtype}.json"
-    shipped = resources.files("verillm") / "profiles" / name
-    if not shipped.is_file():
-        raise ConfigError(f"no tolerance profile shipped for {model}/{dtype}; run `verillm calibrate --model {model} --dtype {dtype}`")
-    return ToleranceProfile.from_json(shipped.read_text())
-
-
 def compute_exact_profile(model: str, dtype: str, layers: tuple[int, ...]) -> ToleranceProfile:
     """Return the zero-tolerance profile of an exact-mode manifest: any differing bit rejects.
 
@@ -77,15 +64,6 @@ def compute_exact_profile(model: str, dtype: str, layers: tuple[int, ...]) -> To
     """
     zero = tuple(LayerTolerance(layer=layer, max_cell_error=0.0, rms_error=0.0) for layer in layers)
     return ToleranceProfile(model=model, dtype=dtype, layers=zero, min_cells_for_rms=1, provenance={"mode": "exact"})
-
-
-def select_profile(manifest, model: str, path: str | Path | None = None) -> ToleranceProfile:
-    """Return the profile a check of ``manifest`` uses: zero tolerance in exact mode, else the calibrated one."""
-    if manifest.kernel_class:
-        if path is not None:
-            raise ConfigError(f"manifest {manifest.name} is exact (kernel class {manifest.kernel_class}): it takes no tolerance profile")
-        return compute_exact_profile(model, manifest.dtype, tuple(manifest.committed_layers))
-    return load_profile(model, manifest.dtype, path)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from eth_keys import keys
 from eth_keys.exceptions import BadSignature, ValidationError
 
-from verillm.errors import InvalidSignature
+from verillm.errors import InvalidProof, InvalidSignature
 from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_job_hash, compute_num_positions, compute_tokens_hash, compute_transcript_hash
 from verillm.spec.types import Job, Receipt
@@ -135,3 +135,19 @@ def compute_receipt(job: Job, output_tokens: Sequence[int], commitment_root: byt
         input_tokens=len(job.input_tokens),
         output_tokens=len(output_tokens),
     )
+
+
+def verify_receipt_binding(receipt: Receipt, job: Job, output_tokens: Sequence[int]) -> None:
+    """Check that ``receipt`` is about ``job`` and ``output_tokens``; raise InvalidProof naming the mismatch."""
+    checks = {
+        "job hash": receipt.job_hash == compute_job_hash(job),
+        "model id": receipt.model_id == job.model_id,
+        "input hash": receipt.input_hash == compute_tokens_hash(job.input_tokens),
+        "output hash": receipt.output_hash == compute_transcript_hash(job.input_tokens, output_tokens),
+        "sampling params": receipt.sampling == job.sampling and receipt.max_new_tokens == job.max_new_tokens,
+        "number of positions": receipt.num_positions == compute_num_positions(job, len(output_tokens)),
+        "token counts": (receipt.input_tokens, receipt.output_tokens) == (len(job.input_tokens), len(output_tokens)),
+    }
+    wrong = [name for name, ok in checks.items() if not ok]
+    if wrong:
+        raise InvalidProof(f"receipt does not match the completion: {', '.join(wrong)}")

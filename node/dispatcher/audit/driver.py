@@ -31,7 +31,7 @@ from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.dispatcher.status import compute_audit_summary
 from verillm.node.dispatcher.tasks import KeyedTasks
-from verillm.node.dispatcher.audit.votes import compute_member_vote, is_escalation_warranted, is_provable_lie
+from verillm.spec.honest import compute_member_vote, is_escalation_warranted, is_provable_lie
 from verillm.node.metrics import NodeMetrics
 
 log = logging.getLogger(__name__)

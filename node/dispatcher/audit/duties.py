@@ -24,9 +24,10 @@ from verillm.chain.protocol import ABANDONED, COMMITTING, DECIDED, ESCALATING, O
 from verillm.spec.challenge import compute_challenge
 from verillm.spec.settlement import AGREE, DISAGREE
 
-from verillm.node.dispatcher.chainio import ChainIO, decode_leaves, is_revert
+from verillm.node.dispatcher.chainio import ChainIO, is_revert
+from verillm.spec.audit import decode_opening_leaves
 from verillm.node.store.dispatcher_tables import DispatcherTables, Duty
-from verillm.node.dispatcher.audit.votes import compute_member_vote
+from verillm.spec.honest import compute_member_vote
 from verillm.node.store.store import Store
 from verillm.node.worker.worker import Worker
 
@@ -138,7 +139,7 @@ class PartyDuties:
             return  # the watcher has not recorded the worker's opening yet
         state, model, prompt_len, challenge = await self._challenge(duty, info.challenge_seed)
         calldata = await self.chainio.get_calldata(bytes.fromhex(worker_open[0]["tx_hash"]))
-        worker_cells = {(l.position, l.layer): l for l in decode_leaves(calldata["leaves"], model.fingerprint_dims)}
+        worker_cells = {(l.position, l.layer): l for l in decode_opening_leaves(calldata["leaves"], model.fingerprint_dims)}
         opening = await self.worker.process_opening(duty.job_hash, self.chainio.address, challenge=challenge)
         mine = {(i.leaf.position, i.leaf.layer): i.leaf for i in opening.leaves}
         agree = await self._vote(duty, state, model, prompt_len, worker_cells, mine)

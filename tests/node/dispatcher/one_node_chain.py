@@ -6,7 +6,8 @@ from contextlib import contextmanager
 
 from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess
-from verillm.chain.protocol import OnchainModel, Protocol
+from verillm.chain.protocol import Protocol
+from verillm.spec.audit import OnchainModel
 from verillm.spec import vrf
 from verillm.spec.params import MINIMAL
 

@@ -1,9 +1,9 @@
-"""Member votes, provable lies and escalation: the pure rules of node/dispatcher/audit/votes.py."""
+"""Member votes, provable lies and escalation: the pure rules of verillm/spec/honest.py."""
 
 import pytest
 
-from verillm.chain.protocol import OnchainModel
-from verillm.node.dispatcher.audit.votes import compute_member_vote, is_escalation_warranted, is_provable_lie
+from verillm.spec.audit import OnchainModel
+from verillm.spec.honest import compute_member_vote, is_escalation_warranted, is_provable_lie
 from verillm.spec.settlement import AGREE, DISAGREE, FAIL, PASS, TIE, WORKER_DEFAULT
 from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, Leaf
 

@@ -15,8 +15,7 @@ false "disagree" is a minority vote, settled by the vote or by escalation.
 
 from collections.abc import Mapping
 
-from verillm.chain.protocol import OnchainModel
-from verillm.spec.audit import is_onchain_agreement
+from verillm.spec.audit import OnchainModel, is_onchain_agreement
 from verillm.spec.compare import is_stopped_early
 from verillm.spec.settlement import AGREE, FAIL, PASS, TIE
 from verillm.spec.types import FLAG_STOP_WITHIN_MARGIN, Leaf
