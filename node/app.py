@@ -27,7 +27,7 @@ from verillm.node.keys import load_node_key
 from verillm.node.metrics import NodeMetrics
 from verillm.node.api.clients import APP_INFLIGHT, client_middleware
 from verillm.node.middlewares import error_middleware
-from verillm.bench.profiling import install_profile_toggle
+from verillm.node.profiling import install_profile_toggle
 from verillm.node.routes import setup_routes
 from verillm.node.store.store import open_store
 from verillm.wire import from_hex

@@ -87,7 +87,7 @@ def fetch_evidence(node_url: str, job_hash: bytes, timeout_s: float = 30.0, toke
 
 def read_evidence(db_path: str, job_hash: bytes) -> dict:
     """Read the evidence of ``job_hash`` from a dispatcher's store, read-only (the node may be running)."""
-    from verillm.node.dispatcher.status import compute_evidence
+    from verillm.node.store.evidence import compute_evidence
     from verillm.node.store.dispatcher_tables import DispatcherTables
 
     if not os.path.exists(db_path):

@@ -24,7 +24,8 @@ from verillm.node.dispatcher.audit.duties import PartyDuties, PartyFaults
 from verillm.node.dispatcher.audit.driver import AuditDriver
 from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView
 from verillm.node.api.access import compute_evidence_parties, process_reader
-from verillm.node.dispatcher.status import compute_evidence, compute_job_status
+from verillm.node.dispatcher.status import compute_job_status
+from verillm.node.store.evidence import compute_evidence
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.node.dispatcher.watcher import ChainWatcher

@@ -7,15 +7,14 @@
              final       settled as passed, or never selected and the start window closed
              slashed     the worker failed the audit (or defaulted) and was slashed
              tie         the committee split evenly; nobody was slashed for a vote
-             abandoned   the committee never filled; the dispatcher was slashed
+             abandoned   the committee never filled; nobody was slashed (docs/protocol.md §12)
 """
 
 from verillm.errors import NotFound
-from verillm.spec.receipt import SigningDomain, compute_receipt_hash
+from verillm.spec.receipt import compute_receipt_hash
 from verillm.spec.settlement import FAIL, PASS, TIE, VERDICT_NAMES, WORKER_DEFAULT
 
 from verillm.node.store.dispatcher_tables import DispatcherTables
-from verillm.wire import job_to_json, opening_to_json, receipt_to_json
 
 
 def compute_job_status(tables: DispatcherTables, job_hash: bytes, head: int, params: dict) -> dict:
@@ -86,34 +85,3 @@ def compute_audit_summary(tables: DispatcherTables, audit: dict) -> dict:
         "verdict": VERDICT_NAMES.get(audit["verdict"]) if audit["verdict"] else None,
         "escalated": audit["escalated"] == 1, "slashed": slashes,
     }
-
-
-def compute_evidence(tables: DispatcherTables, job_hash: bytes, domain: SigningDomain | None = None) -> dict:
-    """Return the public data an auditor replays a job from (`verillm audit replay`).
-
-    The job, its output and the worker's signed receipt; per audit round, the challenge seed,
-    the committee's verification jobs and receipts, and every opening this dispatcher proved
-    against its party's committed root (leaves with their Merkle proofs).
-    """
-    job = tables.get_dispatched_job(job_hash)
-    if job is None:
-        raise NotFound(f"this node did not dispatch job 0x{job_hash.hex()}")
-    body = {"job_hash": "0x" + job_hash.hex(), "job": job_to_json(job.job), "output_tokens": list(job.output_tokens),
-            "receipt": receipt_to_json(job.receipt), "audits": []}
-    if domain is not None:
-        body["signing_domain"] = {"chain_id": domain.chain_id, "verifying_contract": "0x" + domain.verifying_contract.hex()}
-    audit = tables.get_audit_for_leaf(job.batch_row, job.batch_index) if job.batch_row is not None else None
-    if audit is None:
-        return body
-    rounds: dict[int, dict] = {}
-    for round_index, slot, seed, opening in tables.get_proven_openings(audit["audit_id"]):
-        entry = rounds.setdefault(round_index, {"audit_id": audit["audit_id"], "round": round_index, "challenge_seed": "0x" + seed.hex(), "openings": {}, "members": {}})
-        entry["openings"][str(slot)] = opening_to_json(opening)
-    for seat in tables.get_committee_jobs(audit["audit_id"]):
-        if seat.status == "posted" and seat.round in rounds:
-            rounds[seat.round]["members"][str(seat.slot + 1)] = {
-                "address": "0x" + seat.member.hex(), "job": job_to_json(seat.job),
-                "output_tokens": list(seat.output_tokens or ()), "receipt": receipt_to_json(seat.receipt),
-            }
-    body["audits"] = [rounds[r] for r in sorted(rounds)]
-    return body

@@ -1,4 +1,4 @@
-"""`verillm bench node --profile` and the daemon's loop-thread profiler (verillm/bench/profiling.py), for real."""
+"""`verillm bench node --profile` and the daemon's loop-thread profiler (node/profiling.py), for real."""
 
 import asyncio
 import hashlib
@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from verillm.cli import cli
 from verillm.jsonsafe import load_json
 
-from verillm.bench.profiling import COMPONENT_ROOTS, PROFILE_ENV, LoopProfiler, compute_root_codes, install_profile_toggle
+from verillm.node.profiling import COMPONENT_ROOTS, PROFILE_ENV, LoopProfiler, compute_root_codes, install_profile_toggle
 
 
 def test_every_component_root_resolves_to_a_function():

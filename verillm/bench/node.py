@@ -54,7 +54,7 @@ from verillm.node.worker.commit import BatchRunner
 from verillm.node.config import EngineConfig
 from verillm.node.keys import new_node_key, write_key_file
 from verillm.node.metrics import NodeMetrics
-from verillm.bench.profiling import PROFILE_ENV
+from verillm.node.profiling import PROFILE_ENV
 
 
 @dataclass

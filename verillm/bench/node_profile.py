@@ -6,7 +6,7 @@ thread: HTTP, JSON, SQLite, batching, responses) against every other thread (the
 thread: engine + commit + sign, the work the in-process path does too).
 
 Profile (``--profile``): after the measured run, one more pass of the same jobs through the
-daemon with its loop-thread profiler on (verillm/bench/profiling.py, toggled by SIGUSR1): the loop
+daemon with its loop-thread profiler on (node/profiling.py, toggled by SIGUSR1): the loop
 thread's CPU by component. The profiler's own time is left out of each interval but its
 cache effects are not, so the profiled total is printed beside the unprofiled loop-thread
 CPU, and each component's cost is also given scaled to it.

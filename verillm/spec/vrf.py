@@ -23,7 +23,6 @@ spec itself never picks one.
 """
 
 import hashlib
-import secrets
 from functools import lru_cache
 from typing import Protocol
 
@@ -54,11 +53,6 @@ class CurveBackend(Protocol):
 
 
 # --- keys -----------------------------------------------------------------------------------
-def generate_secret_key() -> int:
-    """Return a fresh uniformly random secret key."""
-    return secrets.randbelow(R - 1) + 1
-
-
 def derive_secret_key(seed: bytes) -> int:
     """Return the secret key derived from ``seed`` (≥ 32 bytes; 512 bits reduced mod r: no bias)."""
     if len(seed) < 32:

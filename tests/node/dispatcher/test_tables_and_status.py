@@ -4,7 +4,8 @@ status and evidence computed from them."""
 import json
 import os
 
-from verillm.node.dispatcher.status import compute_evidence, compute_job_status
+from verillm.node.dispatcher.status import compute_job_status
+from verillm.node.store.evidence import compute_evidence
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.store.migrations import MIGRATIONS, get_schema_version
 from verillm.node.store.store import open_store
