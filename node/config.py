@@ -282,11 +282,11 @@ def load_config(path: str | Path | None = None, environ: typing.Mapping[str, str
         config = apply_toml(config, path)
     config = apply_env(config, envs.get_environ() if environ is None else environ)
     config = apply_overrides(config, overrides)
-    process_config(config)
+    verify_config(config)
     return config
 
 
-def process_config(config: NodeConfig) -> None:
+def verify_config(config: NodeConfig) -> None:
     """Check values that parse but make no sense; raise ConfigError naming the field."""
     positive = {
         "queue.max_queued_jobs": config.queue.max_queued_jobs,

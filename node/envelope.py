@@ -86,7 +86,7 @@ def recover_envelope_signer(envelope: Envelope, path: str) -> bytes:
     return public.to_canonical_address()
 
 
-def process_envelope_signature(envelope: Envelope, path: str, recipient: bytes, allowed_senders: frozenset[bytes] = frozenset()) -> None:
+def verify_envelope_signature(envelope: Envelope, path: str, recipient: bytes, allowed_senders: frozenset[bytes] = frozenset()) -> None:
     """Check the envelope is for ``recipient`` and signed by its sender (who is allowed); raise InvalidSignature."""
     if envelope.recipient != recipient:
         raise InvalidSignature(f"envelope is addressed to 0x{envelope.recipient.hex()}, not this node (0x{recipient.hex()})")
@@ -97,7 +97,7 @@ def process_envelope_signature(envelope: Envelope, path: str, recipient: bytes, 
         raise InvalidSignature(f"sender 0x{envelope.sender.hex()} is not allowed to submit to this node")
 
 
-def process_envelope_freshness(envelope: Envelope, now_s: float, max_skew_s: int) -> None:
+def verify_envelope_freshness(envelope: Envelope, now_s: float, max_skew_s: int) -> None:
     """Check the envelope's timestamp is within ``max_skew_s`` of ``now_s``; raise ReplayedMessage if stale."""
     skew = envelope.timestamp_s - now_s
     if abs(skew) > max_skew_s:

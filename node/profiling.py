@@ -34,11 +34,11 @@ COMPONENT_ROOTS = {
     "request parse + job build": [
         "verillm.node.api.openai_format:parse_completion_request",
         "verillm.node.api.openai_format:parse_chat_request",
-        "verillm.node.api.openai_views:compute_request_job",
-        "verillm.node.worker.engines:process_model_name",
+        "verillm.node.api.openai_views:new_request_job",
+        "verillm.node.worker.engines:verify_model_name",
     ],
     "job hash": ["verillm.spec.job:compute_job_hash"],
-    "admission checks": ["verillm.node.worker.worker:Worker.process_admission"],
+    "admission checks": ["verillm.node.worker.worker:Worker.verify_admission"],
     "sqlite reads": ["verillm.node.store.store:Store.get_job", "verillm.node.store.store:Store.get_receipt"],
     "sqlite writes (synchronous=NORMAL)": [
         "verillm.node.store.store:Store.insert_dispatched",

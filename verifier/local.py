@@ -2,7 +2,7 @@
 
 This is the whole protocol of one audit without the network or the chain: the worker runs
 the job and commits; the member runs the verification job (prompt ‖ output, 1 new token)
-and commits; a challenge is drawn; both open; `process_pair_check` decides. The detection
+and commits; a challenge is drawn; both open; `compute_pair_check` decides. The detection
 and calibration benchmarks, `verillm demo verify` and `verillm audit replay` all go through
 here, so what they measure is the code path the network runs.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from verillm.engine.base import Engine
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
-from verillm.spec.check import PartyResult, process_pair_check
+from verillm.spec.check import PartyResult, compute_pair_check
 from verillm.spec.commitment import Commitment, JobTrace, compute_commitment, compute_opening
 from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_job_hash, compute_verification_job
@@ -77,7 +77,7 @@ def compute_audit_challenge(worker_run: CommittedRun, challenge_positions: int) 
 def check_pair(worker_run: CommittedRun, member_run: CommittedRun, manifest: ModelManifest, profile: ToleranceProfile, challenge_positions: int) -> CheckResult:
     """Challenge, open and check one (worker, member) pair."""
     challenge = compute_audit_challenge(worker_run, challenge_positions)
-    return process_pair_check(worker_run.result(challenge), member_run.result(challenge), challenge, manifest, profile)
+    return compute_pair_check(worker_run.result(challenge), member_run.result(challenge), challenge, manifest, profile)
 
 
 def run_local_audits(

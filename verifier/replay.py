@@ -6,7 +6,7 @@ dispatched the job (``GET /v1/verillm/audits/{job}/evidence``) or from that node
 store. The auditor then does what a committee member does, on its own machine: runs the
 verification job (prompt ‖ output, one new token) through the reference engine, commits,
 opens the same challenge, and checks the pair with the protocol's own check
-(`verillm.spec.check.process_pair_check`) under the model's tolerance profile.
+(`verillm.spec.check.compute_pair_check`) under the model's tolerance profile.
 
     case = load_case(fetch_evidence(url, job_hash))
     replay = run_replay(case, load_replay_engine(case.job.model_id, "auto"), profile)
@@ -24,13 +24,13 @@ from sqlite_utils import Database
 
 from verillm.errors import ConfigError, InvalidProof, InvalidSignature, NotFound
 from verillm.spec.challenge import compute_challenge
-from verillm.spec.check import PartyResult, process_pair_check
-from verillm.spec.commitment import process_opening
+from verillm.spec.check import PartyResult, compute_pair_check
+from verillm.spec.commitment import verify_opening
 from verillm.spec.encoding import decode
 from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_job_hash, compute_verification_job
 from verillm.spec.policy import CheckResult, ToleranceProfile
-from verillm.spec.receipt import SigningDomain, process_receipt_signature
+from verillm.spec.receipt import SigningDomain, verify_receipt_signature
 from verillm.spec.types import Challenge, Job, Leaf, ModelManifest, Opening, Receipt
 
 from verillm.wire import from_hex, opening_from_json, receipt_from_json
@@ -151,15 +151,15 @@ def run_replay(case: ReplayCase, model_name: str, engine, profile: ToleranceProf
     auditor = commit_runs([job], [trace], manifest, Party(os.urandom(32)))[0]
     worker = PartyResult(job=case.job, output_tokens=case.output_tokens, receipt=case.receipt, opening=case.worker_opening)
     mine = auditor.result(challenge)
-    result = process_pair_check(worker, mine, challenge, manifest, profile)
+    result = compute_pair_check(worker, mine, challenge, manifest, profile)
     worker_cells = _cells_or_empty(case.worker_opening, case.receipt, layers)
-    replay_cells = process_opening(mine.opening, auditor.receipt.commitment_root, layers, auditor.receipt.num_positions)
+    replay_cells = verify_opening(mine.opening, auditor.receipt.commitment_root, layers, auditor.receipt.num_positions)
     return Replay(case, manifest, model_name, profile, challenge, worker_cells, replay_cells, result, _signature_status(case), prefill_s)
 
 
 def _cells_or_empty(opening: Opening, receipt: Receipt, layers: tuple[int, ...]) -> dict:
     try:
-        return process_opening(opening, receipt.commitment_root, layers, receipt.num_positions)
+        return verify_opening(opening, receipt.commitment_root, layers, receipt.num_positions)
     except InvalidProof:  # the check reports it as its "proof" reason; no cell of the worker is trusted
         return {}
 
@@ -168,7 +168,7 @@ def _signature_status(case: ReplayCase) -> str:
     if case.signing_domain is None:
         return "not checked (the evidence names no signing domain)"
     try:
-        process_receipt_signature(case.receipt, case.signing_domain)
+        verify_receipt_signature(case.receipt, case.signing_domain)
     except InvalidSignature as exc:
         return f"INVALID: {exc}"
     return f"valid (chain {case.signing_domain.chain_id}, Jobs 0x{case.signing_domain.verifying_contract.hex()})"

@@ -26,7 +26,7 @@ from verillm.jsonsafe import load_json
 from verillm.spec.hashing import keccak256
 
 from verillm.node.appkeys import APP_CONFIG, APP_KEY
-from verillm.node.envelope import decode_envelope_json, encode_envelope_json, process_envelope_freshness, process_envelope_signature, sign_envelope
+from verillm.node.envelope import decode_envelope_json, encode_envelope_json, verify_envelope_freshness, verify_envelope_signature, sign_envelope
 from verillm.node.keys import NodeKey
 
 READ_HEADER = "X-Verillm-Envelope"
@@ -42,7 +42,7 @@ def compute_read_headers(path: str, key: NodeKey, recipient: bytes) -> dict[str,
     return {READ_HEADER: encode_envelope_json(sign_envelope(path, b"", key.private_key, recipient)).decode()}
 
 
-def process_reader(request: web.Request, job_hash: bytes, parties: set[bytes]) -> None:
+def verify_reader(request: web.Request, job_hash: bytes, parties: set[bytes]) -> None:
     """Check the request comes from the job's requester (token) or one of ``parties`` (signed); raise InvalidSignature."""
     key = request.app[APP_KEY]
     token = request.query.get("token")
@@ -52,8 +52,8 @@ def process_reader(request: web.Request, job_hash: bytes, parties: set[bytes]) -
     if header is None:
         raise InvalidSignature("only the job's requester (the token in its status_url) or a party of its audit (a signed read) may read it")
     envelope = decode_envelope_json(load_json(header, READ_HEADER))
-    process_envelope_signature(envelope, request.path, key.address)
-    process_envelope_freshness(envelope, time.time(), request.app[APP_CONFIG].auth.max_clock_skew_s)
+    verify_envelope_signature(envelope, request.path, key.address)
+    verify_envelope_freshness(envelope, time.time(), request.app[APP_CONFIG].auth.max_clock_skew_s)
     if envelope.payload or envelope.sender not in parties | {key.address}:
         raise InvalidSignature(f"0x{envelope.sender.hex()} is not a party of job 0x{job_hash.hex()}")
 

@@ -10,7 +10,7 @@
   client flooding the node fills its own share, not the engine queue: others keep being
   admitted while ``queue.max_queued_jobs`` exceeds the per-client share;
 - all clients together leave ``queue.reserved_for_peers`` queue slots to node-to-node jobs
-  (`process_client_room`), which a worker cannot tell apart from committee jobs and must
+  (`verify_client_room`), which a worker cannot tell apart from committee jobs and must
   not refuse for a client flood.
 
 Node-to-node routes (signed envelopes) are not limited here: their senders are nodes,
@@ -44,7 +44,7 @@ def compute_client_id(request: web.Request, api_keys: tuple[str, ...]) -> str:
     raise InvalidApiKey("this node needs an API key: send Authorization: Bearer <key>")
 
 
-def process_client_room(app: web.Application) -> None:
+def verify_client_room(app: web.Application) -> None:
     """Check an OpenAI client's job would leave the peers' reserved queue slots free; raise QueueFull (503)."""
     queue, config = app[APP_WORKER].queue, app[APP_CONFIG].queue
     room = config.max_queued_jobs - config.reserved_for_peers
@@ -65,7 +65,7 @@ async def client_middleware(request: web.Request, handler) -> web.StreamResponse
     limit = config.limits.max_inflight_per_client
     if inflight[client] >= limit:
         raise TooManyRequests(f"this client already has {limit} requests in flight (limits.max_inflight_per_client); retry when one ends")
-    process_client_room(request.app)
+    verify_client_room(request.app)
     inflight[client] += 1
     try:
         return await handler(request)

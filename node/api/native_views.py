@@ -26,7 +26,7 @@ from verillm.spec.job import compute_job_hash
 from verillm.spec.types import Challenge, Job
 
 from verillm.node import faults
-from verillm.node.api.access import process_reader
+from verillm.node.api.access import verify_reader
 from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_STORE, APP_WORKER
 from verillm.node.api.http import get_status_url, read_signed_envelope, remember_nonce
 from verillm.node.store.migrations import get_schema_version
@@ -38,7 +38,7 @@ async def post_job(request: web.Request) -> web.Response:
     envelope = await read_signed_envelope(request)
     job = decode(Job, envelope.payload)
     job_hash, worker = compute_job_hash(job), request.app[APP_WORKER]
-    worker.process_acceptance(job, job_hash)
+    worker.verify_acceptance(job, job_hash)
     remember_nonce(request, envelope)
     faults.reach("nonce_recorded")
     worker.accept_job(job, envelope.sender, job_hash)
@@ -63,7 +63,7 @@ async def get_job(request: web.Request) -> web.Response:
     record = store.get_job(job_hash)
     if record is None:
         raise NotFound(f"no job 0x{job_hash.hex()} on this node")
-    process_reader(request, job_hash, {record.sender} if record.sender else set())
+    verify_reader(request, job_hash, {record.sender} if record.sender else set())
     body = {
         "job_hash": to_hex(job_hash), "status": record.status, "error": record.error, "attempts": record.attempts,
         "model_id": to_hex(record.job.model_id), "received_at": record.received_at, "updated_at": record.updated_at,
@@ -80,7 +80,7 @@ async def post_opening(request: web.Request) -> web.Response:
     envelope = await read_signed_envelope(request)
     cells, challenge = parse_opening_payload(envelope.payload)
     remember_nonce(request, envelope)
-    opening = await request.app[APP_WORKER].process_opening(job_hash, envelope.sender, cells, challenge)
+    opening = await request.app[APP_WORKER].open_cells(job_hash, envelope.sender, cells, challenge)
     return web.json_response({"job_hash": to_hex(job_hash), "opening": opening_to_json(opening)})
 
 
@@ -110,7 +110,7 @@ async def get_info(request: web.Request) -> web.Response:
 
 async def get_healthz(request: web.Request) -> web.Response:
     """Liveness and a summary: model, queue depth, jobs by status, schema version, whether it can serve."""
-    from verillm.node.dispatcher.service import compute_serving  # the dispatcher role imports the chain stack
+    from verillm.node.dispatcher.service import get_serving  # the dispatcher role imports the chain stack
 
     store, worker = request.app[APP_STORE], request.app[APP_WORKER]
     return web.json_response({
@@ -120,7 +120,7 @@ async def get_healthz(request: web.Request) -> web.Response:
         "queue_depth": worker.queue.depth,
         "jobs": store.get_job_counts(),
         "schema_version": get_schema_version(store.db),
-        "serving": await compute_serving(request.app),  # ready, or why not (node/dispatcher/readiness.py)
+        "serving": await get_serving(request.app),  # ready, or why not (node/dispatcher/readiness.py)
     })
 
 

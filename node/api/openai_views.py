@@ -19,7 +19,7 @@ from verillm.spec.job import compute_job_hash
 from verillm.spec.types import Job
 
 from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_MODEL, APP_WORKER
-from verillm.node.worker.engines import ServedModel, process_model_name
+from verillm.node.worker.engines import ServedModel, verify_model_name
 from verillm.node.api.http import get_status_url, read_json
 from verillm.node.middlewares import compute_error_body
 from verillm.node.api.openai_format import (
@@ -67,7 +67,7 @@ async def post_chat_completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, parse_chat_request(await read_json(request), limit), chat=True)
 
 
-def compute_request_job(served: ServedModel, request: GenerationRequest, max_new_tokens_limit: int) -> Job:
+def new_request_job(served: ServedModel, request: GenerationRequest, max_new_tokens_limit: int) -> Job:
     """Return the job for a parsed request: tokenized input, sampling, a fresh random nonce."""
     if request.messages is not None:
         tokens = compute_chat_tokens(served.tokenizer, request.messages)
@@ -84,10 +84,10 @@ def compute_request_job(served: ServedModel, request: GenerationRequest, max_new
 
 async def _generate(request: web.Request, generation: GenerationRequest, chat: bool) -> web.StreamResponse:
     served = request.app[APP_MODEL]
-    process_model_name(served, generation.model)
-    job = compute_request_job(served, generation, request.app[APP_CONFIG].limits.max_new_tokens)
+    verify_model_name(served, generation.model)
+    job = new_request_job(served, generation, request.app[APP_CONFIG].limits.max_new_tokens)
     if generation.stream:
-        request.app[APP_DISPATCHER].process_admission(job)  # refusals must come before the stream starts
+        request.app[APP_DISPATCHER].verify_admission(job)  # refusals must come before the stream starts
         return await _stream(request, generation, job, chat)
     result = await request.app[APP_DISPATCHER].dispatch(job, generation.audit)
     reply = _compute_reply(request, result, chat, int(time.time()))

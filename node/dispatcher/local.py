@@ -19,7 +19,7 @@ from verillm.node.worker.worker import JobResult, Worker
 class Dispatcher(Protocol):
     """Routes client jobs to workers."""
 
-    def process_admission(self, job: Job) -> None:
+    def verify_admission(self, job: Job) -> None:
         """Check ``job`` can be served, before any response starts; raise with the reason."""
         ...
 
@@ -35,13 +35,13 @@ class LocalDispatcher:
         self.worker = worker
         self.store = store
 
-    def process_admission(self, job: Job) -> None:
+    def verify_admission(self, job: Job) -> None:
         """Check the job against the served model, the limits and the queue's capacity."""
-        self.worker.process_acceptance(job)
+        self.worker.verify_acceptance(job)
 
     async def dispatch(self, job: Job, audit_requested: bool) -> JobResult:
         """Record the dispatch, then run the job on the local worker."""
         job_hash = compute_job_hash(job)
-        record = self.worker.process_acceptance(job, job_hash)
+        record = self.worker.verify_acceptance(job, job_hash)
         self.store.insert_dispatched(job_hash, None, "", audit_requested)  # no await from the check to the acceptance
         return await self.worker.wait_job(self.worker.accept_checked_job(job, None, job_hash, record))

@@ -56,7 +56,7 @@ class Promises:
         self.domain = chainio.protocol.get_promise_domain()
         self.batch_by_blocks = chainio.protocol.params["batchByBlocks"]
 
-    async def process_capacity(self) -> None:
+    async def verify_capacity(self) -> None:
         """Raise CannotPromise unless this node can post a batch before a new promise falls due."""
         active = await self.chainio.read(self.chainio.protocol.registry.call, "isActive", self.chainio.account.address)
         if not active:

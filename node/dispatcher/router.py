@@ -20,7 +20,7 @@ from web3 import Web3
 from verillm.spec.receipt import verify_receipt_binding
 from verillm.errors import EngineError, InvalidProof, InvalidSignature, QueueFull
 from verillm.spec.job import compute_job_hash
-from verillm.spec.receipt import SigningDomain, process_receipt_signature
+from verillm.spec.receipt import SigningDomain, verify_receipt_signature
 from verillm.spec.types import Job, Receipt
 
 from verillm.node.dispatcher.chainio import ChainIO
@@ -83,11 +83,11 @@ class RegistryView:
         return node["endpoint"]
 
 
-def process_worker_receipt(receipt: Receipt, job: Job, output_tokens, worker: bytes, domain: SigningDomain) -> None:
+def verify_worker_receipt(receipt: Receipt, job: Job, output_tokens, worker: bytes, domain: SigningDomain) -> None:
     """Check a worker's answer: signed by ``worker`` for this deployment, about this job and output."""
     if receipt.worker != worker:
         raise InvalidSignature(f"receipt names worker 0x{receipt.worker.hex()}, the job went to 0x{worker.hex()}")
-    process_receipt_signature(receipt, domain)
+    verify_receipt_signature(receipt, domain)
     verify_receipt_binding(receipt, job, output_tokens)
     if not output_tokens:
         raise InvalidProof("the worker returned no output token")
@@ -105,9 +105,9 @@ class NetworkDispatcher:
         self.readiness = None  # node/dispatcher/readiness.py's ReadinessMonitor (set by the service): why no_workers
         self.promises = None  # node/dispatcher/promises.py's Promises (set by the service): a batching promise per job
 
-    def process_admission(self, job: Job) -> None:
+    def verify_admission(self, job: Job) -> None:
         """Check the job fits the model and limits, and enough workers exist to audit it."""
-        self.worker.process_admission(job)
+        self.worker.verify_admission(job)
         needed = self.committee_size + 1
         if len(self.view.workers) < needed:
             raise NoWorkers(f"{len(self.view.workers)} active workers serve this model; an audited job needs {needed} (worker + committee)")
@@ -115,7 +115,7 @@ class NetworkDispatcher:
     async def dispatch(self, job: Job, audit_requested: bool) -> JobResult:
         """Run ``job`` on the next worker that answers with a valid receipt; keep the result."""
         try:
-            self.process_admission(job)
+            self.verify_admission(job)
         except NoWorkers as exc:  # say why, this node's own standing first
             reasons = await self.readiness.get_reasons() if self.readiness is not None else []
             if reasons:
@@ -126,7 +126,7 @@ class NetworkDispatcher:
         if known is not None:
             return JobResult(job_hash, known.job, known.receipt, known.output_tokens, await self._promise(job_hash, known.receipt))
         if self.promises is not None:  # never take a job whose receipt this node could not batch in time
-            await self.promises.process_capacity()
+            await self.promises.verify_capacity()
         failures = []
         for entry in self._rotation():
             try:
@@ -156,17 +156,17 @@ class NetworkDispatcher:
     async def run_on(self, address: bytes, url: str, job: Job) -> tuple[tuple[int, ...], Receipt]:
         """Run ``job`` on the node at ``address`` (this one: its own worker); check and return its answer."""
         if address == self.key.address:
-            result = await self.worker.process_job(job)
+            result = await self.worker.run_job(job)
             output_tokens, receipt = tuple(result.output_tokens), result.receipt
         else:
             reply = await PeerClient(url, self.key, self.session, recipient=address).submit_job(job)
             output_tokens, receipt = tuple(reply.output_tokens), reply.receipt
-        process_worker_receipt(receipt, job, output_tokens, address, self.domain)
+        verify_worker_receipt(receipt, job, output_tokens, address, self.domain)
         return output_tokens, receipt
 
     async def fetch_opening(self, address: bytes, url: str, job_hash: bytes, challenge):
         """Ask the node that ran ``job_hash`` for this job (sent by this node) to open a challenge."""
         if address == self.key.address:
-            return await self.worker.process_opening(job_hash, self.key.address, challenge=challenge)
+            return await self.worker.open_cells(job_hash, self.key.address, challenge=challenge)
         return await PeerClient(url, self.key, self.session, recipient=address).request_opening(job_hash, challenge=challenge)
 

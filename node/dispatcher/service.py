@@ -23,7 +23,7 @@ from verillm.node.dispatcher.audit.delivery import DeliveryDuties
 from verillm.node.dispatcher.audit.duties import PartyDuties, PartyFaults
 from verillm.node.dispatcher.audit.driver import AuditDriver
 from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView
-from verillm.node.api.access import compute_evidence_parties, process_reader
+from verillm.node.api.access import compute_evidence_parties, verify_reader
 from verillm.node.dispatcher.status import compute_job_status
 from verillm.node.store.evidence import compute_evidence
 from verillm.node.store.dispatcher_tables import DispatcherTables
@@ -78,7 +78,7 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     return DispatchService(chainio, tables, router, watcher, tasks)
 
 
-async def compute_serving(app: web.Application) -> dict:
+async def get_serving(app: web.Application) -> dict:
     """For /healthz: whether this node can serve jobs now, and if not, why (node/dispatcher/readiness.py)."""
     service = app.get(APP_SERVICE)
     if service is None:
@@ -126,7 +126,7 @@ async def get_dispatch_evidence(request: web.Request) -> web.Response:
         raise NotFound("this node runs without the networked dispatcher ([dispatcher] enabled = false)")
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     evidence = compute_evidence(service.tables, job_hash, request.app[APP_DOMAIN])
-    process_reader(request, job_hash, compute_evidence_parties(evidence))  # the prompt is the client's: node/api/access.py
+    verify_reader(request, job_hash, compute_evidence_parties(evidence))  # the prompt is the client's: node/api/access.py
     return web.json_response(evidence)
 
 

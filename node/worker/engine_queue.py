@@ -72,7 +72,7 @@ class EngineQueue:
         """Jobs waiting (not yet handed to the engine)."""
         return len(self._pending)
 
-    def process_capacity(self) -> None:
+    def verify_capacity(self) -> None:
         """Check a new job would fit; raise QueueFull (503) if not."""
         if len(self._pending) >= self.max_queued_jobs:
             raise QueueFull(f"the engine queue holds {len(self._pending)} jobs (limit {self.max_queued_jobs}); retry later")
@@ -80,7 +80,7 @@ class EngineQueue:
     def submit(self, job_hash: bytes, job: Job, force: bool = False) -> asyncio.Future:
         """Queue ``job``; return the future of its result. ``force`` skips the capacity check (restart recovery)."""
         if not force:
-            self.process_capacity()
+            self.verify_capacity()
         future = asyncio.get_running_loop().create_future()
         self._pending.append(QueuedJob(job_hash, job, future))
         self.metrics.queue_depth.set(len(self._pending))

@@ -44,7 +44,7 @@ class ServedModel:
         return name in (self.manifest.name, self.alias, "0x" + self.model_id.hex())
 
 
-def process_model_name(served: ServedModel, name: object) -> None:
+def verify_model_name(served: ServedModel, name: object) -> None:
     """Check a request's model name; raise UnknownModel (404) naming what is served."""
     if not isinstance(name, str) or not served.is_named(name):
         raise UnknownModel(f"model {name!r} is not served here; this node serves {served.name!r}")

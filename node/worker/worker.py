@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from verillm.errors import EngineError, InvalidInput, InvalidSignature, NotFound, PromptTooLong, UnknownModel, VerillmError
 from verillm.spec.challenge import compute_opened_cells
-from verillm.spec.job import compute_job_hash, process_job_admission
+from verillm.spec.job import compute_job_hash, verify_job_admission
 from verillm.spec.receipt import SigningDomain
 from verillm.spec.types import Challenge, Job, Opening, Receipt
 
@@ -72,7 +72,7 @@ class Worker:
 
     # --- jobs -------------------------------------------------------------------------------
 
-    def process_admission(self, job: Job) -> None:
+    def verify_admission(self, job: Job) -> None:
         """Check ``job`` against the served model and this node's limits; raise with the reason."""
         if job.model_id != self.served.model_id:
             raise UnknownModel(f"model 0x{job.model_id.hex()} is not served here; this node serves {self.served.name}")
@@ -80,17 +80,17 @@ class Worker:
             raise PromptTooLong(f"prompt: {len(job.input_tokens)} tokens exceed this node's limit of {self.limits.max_prompt_tokens}")
         if job.max_new_tokens > self.limits.max_new_tokens:
             raise InvalidInput(f"max_new_tokens: {job.max_new_tokens} exceeds this node's limit of {self.limits.max_new_tokens}")
-        process_job_admission(job, self.served.manifest, self.served.model_id)
+        verify_job_admission(job, self.served.manifest, self.served.model_id)
 
-    def process_acceptance(self, job: Job, job_hash: bytes | None = None) -> JobRecord | None:
+    def verify_acceptance(self, job: Job, job_hash: bytes | None = None) -> JobRecord | None:
         """Check ``job`` would be accepted now (admission, then queue room unless known); return its stored record."""
-        self.process_admission(job)
+        self.verify_admission(job)
         job_hash = job_hash or compute_job_hash(job)
         if job_hash in self._in_flight:
             return None
         record = self.store.get_job(job_hash)
         if record is None or record.status == "failed":
-            self.queue.process_capacity()
+            self.queue.verify_capacity()
         return record
 
     def accept_job(self, job: Job, sender: bytes | None = None, job_hash: bytes | None = None) -> bytes:
@@ -98,10 +98,10 @@ class Worker:
         job_hash = job_hash or compute_job_hash(job)
         if job_hash in self._in_flight:
             return job_hash
-        return self.accept_checked_job(job, sender, job_hash, self.process_acceptance(job, job_hash))  # a refused job leaves no trace
+        return self.accept_checked_job(job, sender, job_hash, self.verify_acceptance(job, job_hash))  # a refused job leaves no trace
 
     def accept_checked_job(self, job: Job, sender: bytes | None, job_hash: bytes, record: JobRecord | None) -> bytes:
-        """`accept_job` for a caller that has just run `process_acceptance(job, job_hash)` (which returned
+        """`accept_job` for a caller that has just run `verify_acceptance(job, job_hash)` (which returned
         ``record``) with no await since, so the check and its store read are not repeated; return the job hash."""
         if job_hash in self._in_flight:
             return job_hash
@@ -127,7 +127,7 @@ class Worker:
             raise VerillmError(f"job {job_hash.hex()} is {record.status} but not queued; restart the node to re-run it")
         return self.get_result(record)
 
-    async def process_job(self, job: Job, sender: bytes | None = None, job_hash: bytes | None = None) -> JobResult:
+    async def run_job(self, job: Job, sender: bytes | None = None, job_hash: bytes | None = None) -> JobResult:
         """Run ``job`` (or join its run, or return its stored receipt); the result is durable."""
         return await self.wait_job(self.accept_job(job, sender, job_hash))
 
@@ -160,7 +160,7 @@ class Worker:
         count = 0
         for record in self.store.get_unfinished_jobs():
             try:
-                self.process_admission(record.job)
+                self.verify_admission(record.job)
             except VerillmError as exc:
                 self.store.fail_job(record.job_hash, f"not runnable after restart: {exc}")
                 continue
@@ -173,7 +173,7 @@ class Worker:
 
     # --- openings ---------------------------------------------------------------------------
 
-    async def process_opening(self, job_hash: bytes, requester: bytes, cells: list[tuple[int, int]] | None = None, challenge: Challenge | None = None) -> Opening:
+    async def open_cells(self, job_hash: bytes, requester: bytes, cells: list[tuple[int, int]] | None = None, challenge: Challenge | None = None) -> Opening:
         """Open ``cells`` (or the cells of ``challenge``) of a done job for the job's submitter."""
         record = self.store.get_job(job_hash)
         if record is None:

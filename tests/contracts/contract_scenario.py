@@ -166,7 +166,7 @@ class World:
     def open_worker(self, run: AuditRun, opening: Opening | None = None):
         self.chain.mine(self.preset.AUDIT_DRAW_DELAY_BLOCKS + 1)
         self.protocol.draw_challenge(self.outsider, run.audit_id)
-        return self.protocol.open(run.worker.node.account, run.audit_id, opening or self.opening(run, run.worker))
+        return self.protocol.open_worker(run.worker.node.account, run.audit_id, opening or self.opening(run, run.worker))
 
     def honest_vote(self, run: AuditRun, member: Party) -> bool:
         worker = {(i.leaf.position, i.leaf.layer): i.leaf for i in self.opening(run, run.worker).leaves}
@@ -180,7 +180,7 @@ class World:
 
     def finish(self, run: AuditRun):
         """Finalize, wait out the dispute window, settle; return the settled verdict."""
-        self.protocol.verdict(self.outsider, run.audit_id)
+        self.protocol.finalize(self.outsider, run.audit_id)
         self.chain.mine(self.preset.DISPUTE_WINDOW_BLOCKS + 1)
         return self.protocol.settle(self.outsider, run.audit_id).value
 

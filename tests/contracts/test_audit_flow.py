@@ -41,7 +41,7 @@ def _check_settlement(world, run, expected, stakes_before, credits_before):
 def _settle_and_check(world, run, votes, opened=None, worker_opened=True):
     stakes, pool = world.stakes(), None
     credits = {n.address: world.protocol.get_credit(n.address) for n in world.nodes}
-    world.protocol.verdict(world.outsider, run.audit_id)
+    world.protocol.finalize(world.outsider, run.audit_id)
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     pool = world.protocol.jobs.call("feePoolWei")
     expected = _expected(world, run, votes, stakes, pool, opened, worker_opened)
@@ -85,7 +85,7 @@ def test_member_missing_its_opening_is_slashed_and_the_honest_worker_is_not(worl
     world.open_member(run, 0)
     world.open_member(run, 1)
     with _reverts("TooEarly"):  # member 2 still has time
-        world.protocol.verdict(world.outsider, run.audit_id)
+        world.protocol.finalize(world.outsider, run.audit_id)
     world.chain.mine(2 * PRESET.OPEN_WINDOW_BLOCKS)
     with _reverts("TooLate"):
         world.open_member(run, 2)
@@ -108,12 +108,12 @@ def test_worker_missing_its_opening_defaults(world):
     run = _started(world)
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
     with _reverts("TooEarly"):
-        world.protocol.verdict(world.outsider, run.audit_id)
+        world.protocol.finalize(world.outsider, run.audit_id)
     with _reverts("WorkerNotOpened"):
         world.open_member(run, 0, vote=True)
     world.chain.mine(PRESET.OPEN_WINDOW_BLOCKS)
     with _reverts("TooLate"):
-        world.protocol.open(run.worker.node.account, run.audit_id, run.worker.commitment and world.opening(run, run.worker))
+        world.protocol.open_worker(run.worker.node.account, run.audit_id, run.worker.commitment and world.opening(run, run.worker))
     expected = _settle_and_check(world, run, [spec.NO_VOTE] * 3, opened=[False] * 3, worker_opened=False)
     assert expected.verdict == spec.WORKER_DEFAULT and set(expected.slashed_wei) == {run.worker.node.address}
 
@@ -168,12 +168,12 @@ def test_opening_rules(world):
     opening = world.opening(run, run.worker)
     worker, member = run.worker.node.account, run.members[0].node.account
     with _reverts("NotParty"):
-        world.protocol.open(member, run.audit_id, opening)
+        world.protocol.open_worker(member, run.audit_id, opening)
     with _reverts("BadOpening"):
-        world.protocol.open(worker, run.audit_id, dataclasses.replace(opening, leaves=opening.leaves[:-1]))
-    world.protocol.open(worker, run.audit_id, opening)
+        world.protocol.open_worker(worker, run.audit_id, dataclasses.replace(opening, leaves=opening.leaves[:-1]))
+    world.protocol.open_worker(worker, run.audit_id, opening)
     with _reverts("AlreadyOpened"):
-        world.protocol.open(worker, run.audit_id, opening)
+        world.protocol.open_worker(worker, run.audit_id, opening)
     member_opening = world.opening(run, run.members[0])
     with _reverts("NotParty"):  # another member's seat
         world.protocol.open_and_vote(member, run.audit_id, 1, member_opening, True)

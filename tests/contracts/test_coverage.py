@@ -176,7 +176,7 @@ def test_claim_with_a_forged_or_altered_signature_reverts(world, client):
         with _reverts("BadSignature"):
             world.protocol.claim_omitted(client, bad)
     with pytest.raises(Exception, match="not its dispatcher"):
-        spec.process_promise_signature(forged, world.protocol.get_promise_domain())
+        spec.verify_promise_signature(forged, world.protocol.get_promise_domain())
     # Signed for another deployment: the domain names this chain's Coverage contract.
     other = dataclasses.replace(world.protocol.get_promise_domain(), verifying_contract=bytes.fromhex(world.protocol.jobs.address[2:]))
     elsewhere = spec.sign_promise(genuine.promise, dispatcher.account.key, other)
@@ -312,7 +312,7 @@ def test_backdated_promise_cannot_be_claimed_so_the_client_refuses_it(world, cli
     """Found while adding promises to the protocol fuzzer (issue 9): the contract cannot know when
     a job was served, so a dispatcher that signs its promise with a batchByBlock already past its
     claim window escapes the omission challenge (claimOmitted reverts ClaimClosed, forever). Only
-    the client can refuse it, on receipt: the promise check (spec.check_promise_terms, used by
+    the client can refuse it, on receipt: the promise check (spec.verify_promise_terms, used by
     verillm.client.verify_promise) accepted it, since it bounded the deadline from above only."""
     cheat = world.nodes[0]
     cheated = compute_receipt_hash(world.make_worker(cheat, offset=CHEAT_OFFSET, nonce=78).receipt)
@@ -322,8 +322,8 @@ def test_backdated_promise_cannot_be_claimed_so_the_client_refuses_it(world, cli
     with _reverts("ClaimClosed"):
         world.protocol.claim_omitted(client, backdated)  # never claimable: the omission is free
     with pytest.raises(InvalidProof, match="backdated"):
-        spec.check_promise_terms(backdated.promise, cheated, head, PRESET.BATCH_BY_BLOCKS)
-    spec.check_promise_terms(_promise(world, cheat, cheated).promise, cheated, head, PRESET.BATCH_BY_BLOCKS)  # an honest one passes
+        spec.verify_promise_terms(backdated.promise, cheated, head, PRESET.BATCH_BY_BLOCKS)
+    spec.verify_promise_terms(_promise(world, cheat, cheated).promise, cheated, head, PRESET.BATCH_BY_BLOCKS)  # an honest one passes
 
 
 def test_a_dispatcher_withholding_its_proof_gains_nothing_beyond_its_answer_gas(world, client):

@@ -92,7 +92,7 @@ def test_claim_then_publish_restarts_the_window_and_the_audit_settles(world):
     # The member reads its job from the event: the worker's input ‖ output and its sampling.
     transcript = world.protocol.get_published_transcript(run.audit_id)
     assert transcript.tokens == tuple(_transcript(run.worker)) and transcript.sampling == SamplingParams()
-    spec_delivery.check_transcript(transcript.tokens, PROMPT_LEN, OUTPUT_TOKENS, run.worker.receipt.output_hash)
+    spec_delivery.verify_transcript(transcript.tokens, PROMPT_LEN, OUTPUT_TOKENS, run.worker.receipt.output_hash)
     with _reverts("AlreadyPublished"):  # one publication per audit serves every member
         world.protocol.claim_undelivered(members[1].node.account, run.audit_id, 1)
     world.chain.mine(max(0, deadline - world.chain.get_block_number()) + 1)  # past the first deadline

@@ -61,7 +61,7 @@ def test_member_whose_opening_is_inconsistent_with_its_root_is_slashed(world):
         world.protocol.answer_contest(member.node.account, contest_id, cell, honest)
     world.open_member(run, 0)
     world.open_member(run, 2)
-    world.protocol.verdict(world.outsider, run.audit_id)
+    world.protocol.finalize(world.outsider, run.audit_id)
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     with _reverts("ContestsPending"):
         world.protocol.settle(world.outsider, run.audit_id)
@@ -84,7 +84,7 @@ def test_a_second_contest_against_a_slashed_party_is_moot_and_cannot_block_settl
     second = world.protocol.contest(run.worker.node.account, run.audit_id, 0, 2, cell).value
     world.open_member(run, 0)
     world.open_member(run, 2)
-    world.protocol.verdict(world.outsider, run.audit_id)
+    world.protocol.finalize(world.outsider, run.audit_id)
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     world.protocol.resolve_contest(world.outsider, first)
     stake_after_first = world.protocol.get_node(member.node.address)["stake_wei"]
@@ -151,7 +151,7 @@ def test_escalation_overturns_a_colluding_majority(big_world):
         votes = [True, False, False]  # two colluders call an honest worker a cheat
         for slot, vote in enumerate(votes):
             world.open_member(run, slot, vote=vote)
-        assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.FAIL
+        assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
         escalator = run.members[0].node.account
         world.protocol.escalate(escalator, run.audit_id)
         with _reverts("WrongPhase"):
@@ -167,7 +167,7 @@ def test_escalation_overturns_a_colluding_majority(big_world):
         for slot in range(len(second)):
             world.open_member(run, slot)
         stakes = world.stakes()
-        world.protocol.verdict(world.outsider, run.audit_id)
+        world.protocol.finalize(world.outsider, run.audit_id)
         world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
         pool = world.protocol.jobs.call("feePoolWei")
         record = spec.AuditRecord(run.worker.node.address, (
@@ -230,4 +230,4 @@ def test_only_disputes_drives_the_jobs_hooks_and_only_the_registry_pays_in(world
     with _reverts("UnknownContest"):
         world.protocol.resolve_contest(caller, 99)
     with _reverts("UnknownAudit"):
-        world.protocol.verdict(caller, 99)
+        world.protocol.finalize(caller, 99)

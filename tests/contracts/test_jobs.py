@@ -40,7 +40,7 @@ def test_draw_is_the_dispatchers_vrf_over_a_later_blockhash(world):
     with _reverts("TooEarly"):
         world.chain.transact(world.protocol.jobs, "drawAudit", posted.batch_id, [1, 2], sender=dispatcher.account)
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
-    seed = world.protocol.compute_draw_seed(posted.batch_id)
+    seed = world.protocol.get_draw_seed(posted.batch_id)
     batch = world.protocol.jobs.call("getBatch", posted.batch_id)
     assert seed == compute_draw_seed(posted.root, world.protocol.get_blockhash(batch[3] + PRESET.AUDIT_DRAW_DELAY_BLOCKS))
     # another node's proof over the same seed is not the dispatcher's draw
@@ -59,7 +59,7 @@ def test_a_vrf_proof_cannot_be_replayed_on_another_batch(world):
     first = world.protocol.post_batch(dispatcher.account, [b"\x04" * 32]).value
     second = world.protocol.post_batch(dispatcher.account, [b"\x04" * 32]).value  # same root, later block
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
-    proof = vrf.compute_words(vrf.compute_vrf_proof(dispatcher.vrf_key, world.protocol.compute_draw_seed(first.batch_id)))
+    proof = vrf.compute_words(vrf.compute_vrf_proof(dispatcher.vrf_key, world.protocol.get_draw_seed(first.batch_id)))
     world.chain.transact(world.protocol.jobs, "drawAudit", first.batch_id, proof, sender=dispatcher.account)
     with _reverts("InvalidVrfProof"):
         world.chain.transact(world.protocol.jobs, "drawAudit", second.batch_id, proof, sender=dispatcher.account)

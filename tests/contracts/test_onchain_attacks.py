@@ -71,10 +71,10 @@ def test_attack2_opening_after_the_verdict_is_refused_and_the_worker_defaults(wo
     world.chain.mine(PRESET.OPEN_WINDOW_BLOCKS + 1)  # the worker skips its window
     late = world.opening(run, run.worker)
     with _reverts("TooLate"):
-        world.protocol.open(run.worker.node.account, run.audit_id, late)
-    world.protocol.verdict(world.outsider, run.audit_id)  # worker default recorded
+        world.protocol.open_worker(run.worker.node.account, run.audit_id, late)
+    world.protocol.finalize(world.outsider, run.audit_id)  # worker default recorded
     with _reverts("WrongPhase"):  # and nothing it opens now can change it
-        world.protocol.open(run.worker.node.account, run.audit_id, late)
+        world.protocol.open_worker(run.worker.node.account, run.audit_id, late)
     stakes = world.stakes()
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     assert world.protocol.settle(world.outsider, run.audit_id).value == WORKER_DEFAULT
@@ -111,7 +111,7 @@ def test_attack4_posted_leaves_that_are_not_committed_slash_the_worker_not_the_m
     committed = world.opening(run, run.worker)
     honest = world.make_worker(world.nodes[0])  # the honest trace: its leaves look right
     shown = world.opening(run, honest)
-    world.protocol.open(run.worker.node.account, run.audit_id, shown)  # posts leaves its root does not commit
+    world.protocol.open_worker(run.worker.node.account, run.audit_id, shown)  # posts leaves its root does not commit
     for slot in range(len(run.members)):
         world.open_member(run, slot, vote=True)  # members agree with what they were shown
     members = [world.opening(run, m) for m in run.members]
@@ -132,7 +132,7 @@ def test_attack4_posted_leaves_that_are_not_committed_slash_the_worker_not_the_m
     world.chain.mine(PRESET.PROOF_WINDOW_BLOCKS + 1)
     world.protocol.resolve_contest(world.outsider, contest_id)
     assert world.protocol.get_party(run.audit_id, 0, 0)["slashed"]
-    world.protocol.verdict(world.outsider, run.audit_id)
+    world.protocol.finalize(world.outsider, run.audit_id)
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     world.protocol.settle(world.outsider, run.audit_id)
     after = world.stakes()
@@ -209,7 +209,7 @@ def test_any_party_may_escalate_a_pass(world):
     run = _opened(world)
     for slot in range(len(run.members)):
         world.open_member(run, slot)
-    world.protocol.verdict(world.outsider, run.audit_id)
+    world.protocol.finalize(world.outsider, run.audit_id)
     assert world.protocol.get_audit(run.audit_id).phase == DECIDED
     world.protocol.escalate(world.outsider, run.audit_id)  # a PASS, escalated by a non-party
     assert world.protocol.get_audit(run.audit_id).round == 1

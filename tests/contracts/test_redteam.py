@@ -96,7 +96,7 @@ def test_unfillable_escalation_enforces_the_colluding_verdict_it_disputes(world)
     run = _opened(world)
     for slot, vote in enumerate((True, False, False)):
         world.open_member(run, slot, vote=vote)
-    assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.FAIL
+    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
     honest = {run.worker.node.address, run.members[0].node.address}
     before, pool = world.stakes(), world.protocol.jobs.call("feePoolWei")
     credit = world.protocol.get_credit(run.worker.node.address)
@@ -121,7 +121,7 @@ def _escalated_to_round_one(world, escalator) -> AuditRun:
     run = _opened(world)
     for slot, vote in enumerate((True, False, False)):
         world.open_member(run, slot, vote=vote)
-    assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.FAIL
+    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
     world.protocol.escalate(escalator, run.audit_id)
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
     world.protocol.draw_escalation(world.outsider, run.audit_id)
@@ -233,14 +233,14 @@ def test_cheat_that_escalates_its_fail_then_defaults_gets_its_bond_back(world):
         run = _opened(world, cheat=True)
         for slot in range(3):
             world.open_member(run, slot)
-        assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.FAIL
+        assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
         cheat = run.worker.node
         world.protocol.escalate(cheat.account, run.audit_id)
         world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
         world.protocol.draw_escalation(world.outsider, run.audit_id)
         world.post_members(run, [world.make_member(n) for n in world.committee(run, 1)])
         world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.OPEN_WINDOW_BLOCKS + 1)  # the cheat never opens
-        assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
+        assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
         world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
         credit = world.protocol.get_credit(cheat.address)
         assert world.protocol.settle(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
@@ -402,7 +402,7 @@ def test_open_window_boundaries_cannot_be_raced_by_finalize(world):
     assert not _send_at(world, members_close - 1, jobs, "finalize", run.audit_id, sender=world.outsider)
     assert _send_at(world, members_close, jobs, "openAndVote", run.audit_id, 1, member_leaves[1], votes[1], sender=run.members[1].node.account)
     assert not _send_at(world, members_close + 1, jobs, "openAndVote", run.audit_id, 2, member_leaves[2], votes[2], sender=run.members[2].node.account)
-    assert world.protocol.verdict(world.outsider, run.audit_id).value == spec.PASS
+    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
 
 
 def test_dispute_window_boundary_has_no_block_for_both_a_contest_and_settle(world):
@@ -410,7 +410,7 @@ def test_dispute_window_boundary_has_no_block_for_both_a_contest_and_settle(worl
     run = _opened(world)
     for slot in range(3):
         world.open_member(run, slot)
-    world.protocol.verdict(world.outsider, run.audit_id)
+    world.protocol.finalize(world.outsider, run.audit_id)
     closes = _round(world, run.audit_id)["verdict_block"] + PRESET.DISPUTE_WINDOW_BLOCKS
     cell = [(leaf.leaf.position, leaf.leaf.layer) for leaf in world.opening(run, run.worker).leaves[:1]]
     bond = PRESET.DISPUTE_BOND_WEI
@@ -451,7 +451,7 @@ def test_eth_is_conserved_to_the_wei_through_slashes_contests_lapses_and_claims(
         world.open_member(run, slot)
     member_cell = [(leaf.leaf.position, leaf.leaf.layer) for leaf in world.opening(run, run.members[2]).leaves[:1]]
     contest_id = world.protocol.contest(world.outsider, run.audit_id, 0, 3, member_cell).value
-    world.protocol.verdict(world.outsider, run.audit_id)
+    world.protocol.finalize(world.outsider, run.audit_id)
     books = _eth_books(world)
     assert books[0] == books[1], books
     world.chain.mine(PRESET.PROOF_WINDOW_BLOCKS + 1)
@@ -464,7 +464,7 @@ def test_eth_is_conserved_to_the_wei_through_slashes_contests_lapses_and_claims(
     run = _opened(world)
     for slot in range(3):
         world.open_member(run, slot)
-    world.protocol.verdict(world.outsider, run.audit_id)
+    world.protocol.finalize(world.outsider, run.audit_id)
     world.protocol.escalate(world.nodes[5].account, run.audit_id)
     books = _eth_books(world)
     assert books[0] == books[1], books

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from verillm.engine.vllm_exact import check_vllm_class_matches, get_exact_vllm_settings, make_vllm_kernel_class, parse_vllm_kernel_class
+from verillm.engine.vllm_exact import verify_vllm_class_matches, get_exact_vllm_settings, make_vllm_kernel_class, parse_vllm_kernel_class
 from verillm.errors import ConfigError
 
 
@@ -33,6 +33,6 @@ def test_exact_settings_on_cuda_and_refusals(gpu_manifest):
         get_exact_vllm_settings(gpu_manifest, "cuda", {"kv_cache_dtype": "fp8"})
     with pytest.raises(ConfigError, match="tensor parallel"):
         get_exact_vllm_settings(gpu_manifest, "cuda", {"tensor_parallel_size": 2})
-    check_vllm_class_matches(gpu_manifest, "sm90", "0.32.1+cu128")
+    verify_vllm_class_matches(gpu_manifest, "sm90", "0.32.1+cu128")
     with pytest.raises(ConfigError, match="GPU family"):
-        check_vllm_class_matches(gpu_manifest, "sm80", "0.32.1")
+        verify_vllm_class_matches(gpu_manifest, "sm80", "0.32.1")

@@ -13,13 +13,13 @@ from verillm.errors import VerillmError
 from verillm.jsonsafe import load_json
 from verillm.node.worker.commit import compute_job_output
 from verillm.node.worker.trace_blob import decode_trace_blob
-from verillm.node.envelope import decode_envelope_json, encode_envelope_json, process_envelope_freshness, process_envelope_signature, sign_envelope
+from verillm.node.envelope import decode_envelope_json, encode_envelope_json, verify_envelope_freshness, verify_envelope_signature, sign_envelope
 from verillm.node.keys import new_node_key
 from verillm.node.api.native_views import parse_opening_payload
 from verillm.wire import opening_from_json, opening_to_json, receipt_from_json, receipt_to_json
-from verillm.spec.commitment import compute_commitment, compute_opening, process_opening
+from verillm.spec.commitment import compute_commitment, compute_opening, verify_opening
 from verillm.spec.encoding import decode, encode
-from verillm.spec.receipt import SigningDomain, process_receipt_signature
+from verillm.spec.receipt import SigningDomain, verify_receipt_signature
 from verillm.spec.types import Challenge, Job, ModelManifest, Opening, Receipt, SamplingParams
 
 DOMAIN = SigningDomain(chain_id=31337, verifying_contract=b"\x00" * 20)
@@ -119,7 +119,7 @@ def test_envelopes(samples, examples):
         tally()
         envelope = refused_or_accepted(lambda: decode_envelope_json(data))
         if envelope is not None:
-            refused_or_accepted(lambda: (process_envelope_signature(envelope, path, me), process_envelope_freshness(envelope, time.time(), 60)))
+            refused_or_accepted(lambda: (verify_envelope_signature(envelope, path, me), verify_envelope_freshness(envelope, time.time(), 60)))
 
     check()
 
@@ -133,7 +133,7 @@ def test_receipts(samples, examples):
         tally()
         receipt = refused_or_accepted(lambda: receipt_from_json({**readable, **extra, "encoded": "0x" + encoded.hex()}))
         if receipt is not None:
-            refused_or_accepted(lambda: process_receipt_signature(receipt, DOMAIN))
+            refused_or_accepted(lambda: verify_receipt_signature(receipt, DOMAIN))
 
     check()
 
@@ -147,7 +147,7 @@ def test_openings(samples, examples):
         tally()
         opening = refused_or_accepted(lambda: opening_from_json({**opening_to_json(samples["opening"]), "encoded": "0x" + encoded.hex()}))
         if opening is not None:
-            refused_or_accepted(lambda: process_opening(opening, receipt.commitment_root, layers, receipt.num_positions))
+            refused_or_accepted(lambda: verify_opening(opening, receipt.commitment_root, layers, receipt.num_positions))
 
     check()
 

@@ -17,7 +17,7 @@ from verillm.node.worker.engines import ServedModel
 from verillm.node.envelope import encode_envelope_json, sign_envelope
 from verillm.node.keys import new_node_key
 from verillm.node.api.openai_format import parse_chat_request, parse_completion_request
-from verillm.node.api.openai_views import compute_request_job
+from verillm.node.api.openai_views import new_request_job
 from helpers.nodes import ThreadedNode, make_local_config
 from verillm.spec.encoding import encode
 from verillm.spec.types import Job, SamplingParams
@@ -52,7 +52,7 @@ def test_openai_parser_through_tokenization(served, examples):
         tally()
         try:
             request = (parse_chat_request if chat else parse_completion_request)(body)
-            compute_request_job(served, request, 1024)
+            new_request_job(served, request, 1024)
         except VerillmError:
             pass
 

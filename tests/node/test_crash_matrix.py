@@ -28,7 +28,7 @@ from verillm.node.envelope import encode_envelope_json, sign_envelope
 from verillm.node.store.migrations import MIGRATIONS
 from verillm.node.dispatcher.peer import JOBS_PATH, PeerClient
 from verillm.wire import receipt_from_json
-from verillm.spec.commitment import process_opening
+from verillm.spec.commitment import verify_opening
 from verillm.spec.encoding import encode
 from verillm.spec.receipt import SigningDomain
 from verillm.spec.types import Job, SamplingParams
@@ -82,7 +82,7 @@ async def check_after_restart(node: NodeProcess, engine, dispatcher, job: Job, e
         receipt = expected.receipt
         cells = [(0, layer) for layer in engine.manifest.committed_layers] + [(receipt.num_positions - 1, engine.manifest.committed_layers[-1])]
         opening = await peer.request_opening(receipt.job_hash, cells=cells)
-        process_opening(opening, receipt.commitment_root, engine.manifest.committed_layers, receipt.num_positions)
+        verify_opening(opening, receipt.commitment_root, engine.manifest.committed_layers, receipt.num_positions)
     rows = store_rows(node, receipt.job_hash)
     assert rows["job"][0] == "done" and rows["receipts"] == 1 and rows["traces"] == 1 and rows["post_receipt"] == 0
     if expected_attempts is not None:

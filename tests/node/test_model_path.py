@@ -27,7 +27,7 @@ from verillm.node.worker.engines import build_served_model
 from verillm.node.keys import new_node_key, write_key_file
 from verillm.wire import receipt_from_json
 from verillm.spec.job import compute_transcript_hash
-from verillm.spec.receipt import SigningDomain, process_receipt_signature
+from verillm.spec.receipt import SigningDomain, verify_receipt_signature
 
 VERILLM = str(Path(sys.executable).parent / "verillm")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -94,7 +94,7 @@ def test_calibrate_then_node_run_serves_a_chat_completion_with_a_receipt(operato
         process.wait(timeout=30)
     verillm = chat["verillm"]
     receipt = receipt_from_json(verillm["receipt"])
-    process_receipt_signature(receipt, SigningDomain())
+    verify_receipt_signature(receipt, SigningDomain())
     assert "0x" + receipt.worker.hex() == Account.from_key(key.private_key).address.lower()
     assert receipt.model_id == model_id
     assert receipt.output_hash == compute_transcript_hash(verillm["input_tokens"], verillm["output_tokens"])  # the whole transcript

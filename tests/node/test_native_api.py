@@ -11,9 +11,9 @@ from verillm.node.worker.engines import ServedModel
 from verillm.node.keys import new_node_key
 from verillm.node.dispatcher.peer import PeerClient
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
-from verillm.spec.commitment import process_opening
+from verillm.spec.commitment import verify_opening
 from verillm.spec.job import compute_job_hash, compute_verification_job
-from verillm.spec.receipt import process_receipt_signature
+from verillm.spec.receipt import verify_receipt_signature
 from verillm.spec.types import Job, SamplingParams
 
 
@@ -33,7 +33,7 @@ async def test_job_round_trip_with_opening(peer, node, served_tiny, tiny_prompts
     layers = served_tiny.manifest.committed_layers
     cells = [(0, layers[0]), (3, layers[-1]), (reply.receipt.num_positions - 1, layers[1])]
     opening = await peer.request_opening(reply.job_hash, cells=cells)
-    leaves = process_opening(opening, reply.receipt.commitment_root, layers, reply.receipt.num_positions)
+    leaves = verify_opening(opening, reply.receipt.commitment_root, layers, reply.receipt.num_positions)
     assert sorted(leaves) == sorted(cells)
 
 
@@ -43,7 +43,7 @@ async def test_opening_for_a_challenge(peer, served_tiny, tiny_prompts):
     layers = served_tiny.manifest.committed_layers
     challenge = compute_challenge(b"\x07" * 32, len(prompt), len(reply.output_tokens), layers, count=4)
     opening = await peer.request_opening(reply.job_hash, challenge=challenge)
-    leaves = process_opening(opening, reply.receipt.commitment_root, layers, reply.receipt.num_positions)
+    leaves = verify_opening(opening, reply.receipt.commitment_root, layers, reply.receipt.num_positions)
     assert sorted(leaves) == compute_opened_cells(challenge, reply.receipt.num_positions)
 
 
@@ -106,5 +106,5 @@ async def test_inference_and_verification_jobs_take_the_same_path(start, http, d
     columns = [d[0] for d in store.db.execute("SELECT * FROM jobs LIMIT 0").description]
     differing = {c for c, a, b in zip(columns, *rows) if a != b}
     assert differing <= {"job_hash", "job", "num_input_tokens", "output_tokens", "received_at", "updated_at"}
-    process_receipt_signature(audit_reply.receipt, node.app[APP_DOMAIN])
+    verify_receipt_signature(audit_reply.receipt, node.app[APP_DOMAIN])
     assert audit_reply.receipt.num_positions == len(audit.input_tokens)

@@ -8,7 +8,7 @@ from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_MODEL, APP_STORE
 from verillm.wire import receipt_from_json
 from verillm.spec.encoding import decode
 from verillm.spec.job import compute_job_hash, compute_tokens_hash, compute_transcript_hash
-from verillm.spec.receipt import process_receipt_signature
+from verillm.spec.receipt import verify_receipt_signature
 from verillm.spec.types import Job
 
 
@@ -22,7 +22,7 @@ async def openai_client(node):
 def check_verillm_field(node, verillm: dict, output_tokens: list[int]):
     """The receipt is signed by the node, covers these tokens and is stored as done."""
     receipt = receipt_from_json(verillm["receipt"])
-    process_receipt_signature(receipt, node.app[APP_DOMAIN])
+    verify_receipt_signature(receipt, node.app[APP_DOMAIN])
     assert receipt.worker == node.app[APP_KEY].address
     assert receipt.output_hash == compute_transcript_hash(verillm["input_tokens"], output_tokens)
     assert receipt.input_hash == compute_tokens_hash(verillm["input_tokens"])

@@ -19,7 +19,7 @@ import pytest
 from verillm.node.keys import new_node_key, write_key_file
 from verillm.node.dispatcher.peer import PeerClient
 from verillm.wire import receipt_from_json
-from verillm.spec.commitment import process_opening
+from verillm.spec.commitment import verify_opening
 from verillm.spec.types import Job, SamplingParams
 
 STARTUP_TIMEOUT_S = 120
@@ -106,7 +106,7 @@ async def test_sigkill_mid_job_then_restart(tmp_path, tiny_engine):
                 receipt = before.receipt if status is None else receipt_from_json(status["receipt"])
                 cells = [(0, layer) for layer in tiny_engine.manifest.committed_layers] + [(receipt.num_positions - 1, 4)]
                 opening = await peer.request_opening(job_hash, cells=cells)
-                process_opening(opening, receipt.commitment_root, tiny_engine.manifest.committed_layers, receipt.num_positions)
+                verify_opening(opening, receipt.commitment_root, tiny_engine.manifest.committed_layers, receipt.num_positions)
     except BaseException:
         print(log_path.read_text())
         raise

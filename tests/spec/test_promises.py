@@ -24,14 +24,14 @@ def _promise(batch_by: int = 130, receipt_hash: bytes = HASHES[2]) -> spec.Batch
 
 def test_signed_promise_recovers_its_dispatcher_and_nothing_else():
     signed = spec.sign_promise(_promise(), KEY, DOMAIN)
-    spec.process_promise_signature(signed, DOMAIN)
+    spec.verify_promise_signature(signed, DOMAIN)
     for changed in (dataclasses.replace(signed.promise, batch_by_block=131), dataclasses.replace(signed.promise, receipt_hash=HASHES[0])):
         with pytest.raises(InvalidSignature):
-            spec.process_promise_signature(dataclasses.replace(signed, promise=changed), DOMAIN)
+            spec.verify_promise_signature(dataclasses.replace(signed, promise=changed), DOMAIN)
     with pytest.raises(InvalidSignature):  # another deployment's Coverage contract
-        spec.process_promise_signature(signed, dataclasses.replace(DOMAIN, verifying_contract=b"\x0d" * 20))
+        spec.verify_promise_signature(signed, dataclasses.replace(DOMAIN, verifying_contract=b"\x0d" * 20))
     with pytest.raises(InvalidSignature):
-        spec.process_promise_signature(dataclasses.replace(signed, signature=signed.signature[:64] + b"\x00"), DOMAIN)
+        spec.verify_promise_signature(dataclasses.replace(signed, signature=signed.signature[:64] + b"\x00"), DOMAIN)
     with pytest.raises(InvalidSignature):
         spec.sign_promise(_promise(), bytes([8]) * 32, DOMAIN)  # not the dispatcher's key
 
@@ -46,23 +46,23 @@ def test_promise_hash_is_the_eip712_struct_hash_and_rejects_bad_fields():
 
 
 def test_client_rejects_a_promise_for_another_receipt_or_a_far_deadline():
-    spec.check_promise_terms(_promise(batch_by=130), HASHES[2], head_block=100, batch_by_blocks=30)
+    spec.verify_promise_terms(_promise(batch_by=130), HASHES[2], head_block=100, batch_by_blocks=30)
     with pytest.raises(InvalidProof, match="another receipt"):
-        spec.check_promise_terms(_promise(), HASHES[0], head_block=100, batch_by_blocks=30)
+        spec.verify_promise_terms(_promise(), HASHES[0], head_block=100, batch_by_blocks=30)
     with pytest.raises(InvalidProof, match="later than"):  # a deadline never reached is never claimable
-        spec.check_promise_terms(_promise(batch_by=131), HASHES[2], head_block=100, batch_by_blocks=30)
-    spec.check_promise_terms(_promise(batch_by=100), HASHES[2], head_block=100, batch_by_blocks=30)
+        spec.verify_promise_terms(_promise(batch_by=131), HASHES[2], head_block=100, batch_by_blocks=30)
+    spec.verify_promise_terms(_promise(batch_by=100), HASHES[2], head_block=100, batch_by_blocks=30)
     with pytest.raises(InvalidProof, match="backdated"):  # its claim window may be closed already
-        spec.check_promise_terms(_promise(batch_by=99), HASHES[2], head_block=100, batch_by_blocks=30)
+        spec.verify_promise_terms(_promise(batch_by=99), HASHES[2], head_block=100, batch_by_blocks=30)
 
 
 def test_claim_window_is_after_the_promised_block_and_bounded():
-    spec.check_claim(_promise(batch_by=130), 131, claim_window_blocks=100)
-    spec.check_claim(_promise(batch_by=130), 230, claim_window_blocks=100)
+    spec.verify_claim(_promise(batch_by=130), 131, claim_window_blocks=100)
+    spec.verify_claim(_promise(batch_by=130), 230, claim_window_blocks=100)
     with pytest.raises(InvalidInput, match="claims open at 131"):
-        spec.check_claim(_promise(batch_by=130), 130, claim_window_blocks=100)
+        spec.verify_claim(_promise(batch_by=130), 130, claim_window_blocks=100)
     with pytest.raises(InvalidInput, match="closed at block 231"):
-        spec.check_claim(_promise(batch_by=130), 231, claim_window_blocks=100)
+        spec.verify_claim(_promise(batch_by=130), 231, claim_window_blocks=100)
     assert spec.compute_prove_deadline(131, 5) == 136
     assert spec.compute_batch_by_block(100, MINIMAL.BATCH_BY_BLOCKS) == 130
 

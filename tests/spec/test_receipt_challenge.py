@@ -6,7 +6,7 @@ from eth_account.messages import encode_typed_data
 
 from verillm.errors import InvalidSignature
 from verillm.spec.challenge import compute_challenge, compute_challenge_positions, compute_opened_cells
-from verillm.spec.receipt import EMPTY_SIGNATURE, SigningDomain, compute_signing_digest, process_receipt_signature, sign_receipt
+from verillm.spec.receipt import EMPTY_SIGNATURE, SigningDomain, compute_signing_digest, verify_receipt_signature, sign_receipt
 from verillm.spec.types import Receipt, SamplingParams
 
 KEY = bytes.fromhex("4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318")
@@ -42,13 +42,13 @@ def test_digest_matches_eth_account_eip712():
 
 def test_signature_checks():
     signed = sign_receipt(receipt(), KEY, DOMAIN)
-    process_receipt_signature(signed, DOMAIN)
+    verify_receipt_signature(signed, DOMAIN)
     with pytest.raises(InvalidSignature, match="not its worker"):
-        process_receipt_signature(dataclasses.replace(signed, num_positions=100), DOMAIN)
+        verify_receipt_signature(dataclasses.replace(signed, num_positions=100), DOMAIN)
     with pytest.raises(InvalidSignature):
-        process_receipt_signature(signed, SigningDomain(chain_id=1, verifying_contract=DOMAIN.verifying_contract))
+        verify_receipt_signature(signed, SigningDomain(chain_id=1, verifying_contract=DOMAIN.verifying_contract))
     with pytest.raises(InvalidSignature, match="v byte"):
-        process_receipt_signature(dataclasses.replace(signed, signature=signed.signature[:64] + b"\x05"), DOMAIN)
+        verify_receipt_signature(dataclasses.replace(signed, signature=signed.signature[:64] + b"\x05"), DOMAIN)
     with pytest.raises(InvalidSignature, match="not the receipt's worker"):
         sign_receipt(receipt(worker=b"\x09" * 20), KEY, DOMAIN)
 

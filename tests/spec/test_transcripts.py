@@ -23,11 +23,11 @@ def test_transcript_bytes_are_the_tokens_hash_preimage():
 def test_check_transcript_binds_counts_and_hash():
     prompt, output = (5, 6, 7), (8, 9)
     signed = compute_transcript_hash(prompt, output)
-    delivery.check_transcript(prompt + output, 3, 2, signed)
+    delivery.verify_transcript(prompt + output, 3, 2, signed)
     with pytest.raises(InvalidInput, match="tokens"):
-        delivery.check_transcript(prompt + output, 2, 2, signed)
+        delivery.verify_transcript(prompt + output, 2, 2, signed)
     with pytest.raises(InvalidInput, match="outputHash"):
-        delivery.check_transcript((5, 6, 7, 8, 10), 3, 2, signed)
+        delivery.verify_transcript((5, 6, 7, 8, 10), 3, 2, signed)
 
 
 def test_windows():

@@ -44,7 +44,7 @@ def test_valid_vectors(case):
     assert [hex(x), hex(y), counter] == [*case["hash_to_g1"], case["counter"]]
     assert vrf.compute_vrf_proof(sk, message) == proof
     assert vrf.compute_vrf_output(proof) == _b(case["output"])
-    assert vrf.process_vrf_proof(pk, message, proof, backend=FAST) == _b(case["output"])
+    assert vrf.verify_vrf_proof(pk, message, proof, backend=FAST) == _b(case["output"])
 
 
 @pytest.mark.parametrize("case", VECTORS["invalid"], ids=lambda v: v["name"])
@@ -53,7 +53,7 @@ def test_invalid_vectors_are_rejected(case):
     if case["kind"] == "vrf":
         assert not vrf.is_valid_vrf_proof(pk, _b(case["message"]), proof, backend=FAST)
         with pytest.raises(InvalidProof, match="does not verify"):
-            vrf.process_vrf_proof(pk, _b(case["message"]), proof, backend=FAST)
+            vrf.verify_vrf_proof(pk, _b(case["message"]), proof, backend=FAST)
     else:
         assert not vrf.is_valid_possession_proof(pk, _b(case["owner"]), proof, backend=FAST)
 

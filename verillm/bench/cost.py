@@ -10,7 +10,7 @@ Times are process CPU time with one torch thread by default (`--threads`), so a 
 machine does not distort the ratios; absolute times count only on a dedicated GPU box.
 - bytes_per_token_per_layer: the retained blob (`encode_trace_blob`) per committed position
   per committed layer; `bytes_per_generated_token_per_layer` divides by output tokens instead.
-- check_ms_per_position: CPU time of `process_pair_check` (Merkle proofs + statistics) per
+- check_ms_per_position: CPU time of `compute_pair_check` (Merkle proofs + statistics) per
   distinct challenged position, all its layers included.
 """
 
@@ -21,7 +21,7 @@ import time
 
 from verillm.engine.torch_engine import TorchEngine
 from verillm.spec.challenge import compute_opened_cells
-from verillm.spec.check import process_pair_check
+from verillm.spec.check import compute_pair_check
 from verillm.spec.commitment import compute_commitment
 from verillm.node.worker.trace_blob import encode_trace_blob
 from verillm.spec.job import compute_model_id
@@ -76,13 +76,13 @@ def measure_generation(model, tokenizer, manifest, job: Job, repeats: int) -> di
 
 
 def measure_check(worker_run, member_run, manifest, profile: ToleranceProfile, repeats: int = 20) -> float:
-    """Return milliseconds of `process_pair_check` per distinct challenged position."""
+    """Return milliseconds of `compute_pair_check` per distinct challenged position."""
     challenge = compute_audit_challenge(worker_run, MAINNET.CHALLENGE_POSITIONS)
     worker, member = worker_run.result(challenge), member_run.result(challenge)
     positions = {p for p, _ in compute_opened_cells(challenge, member_run.commitment.num_positions)}
     start = time.process_time()
     for _ in range(repeats):
-        process_pair_check(worker, member, challenge, manifest, profile)
+        compute_pair_check(worker, member, challenge, manifest, profile)
     return (time.process_time() - start) / repeats / len(positions) * 1000
 
 

@@ -5,7 +5,7 @@ Attacks: each dishonest engine of `verillm.engine.attacks.ATTACKS` generates; jo
 the attack changed nothing (same output and commitment as an honest run) are counted as
 `no_effect`, not as audits; an honest verifier (threads 2, batch 8) replays the rest; an attack counts as detected when the check rejects,
 and as detected *for the right reason* when the rejection includes the attack's expected
-kind (fingerprint, token or truncation). Every number comes from `process_pair_check`, the
+kind (fingerprint, token or truncation). Every number comes from `compute_pair_check`, the
 same code the network runs.
 """
 

@@ -222,7 +222,7 @@ class Protocol:
                         event="BatchPosted", field="batchId")
         return Tx(tx.gas_used, PostedBatch(tx.value, levels[-1][0], levels), tx.receipt)
 
-    def compute_draw_seed(self, batch_id: int) -> bytes:
+    def get_draw_seed(self, batch_id: int) -> bytes:
         """Return the VRF input of a batch (its seed block must be mined)."""
         batch = self.jobs.call("getBatch", batch_id)
         seed_block = batch[3] + self.params["auditDrawDelayBlocks"]
@@ -232,7 +232,7 @@ class Protocol:
 
     def draw_audit(self, sender: LocalAccount, batch_id: int, vrf_secret_key: int) -> Tx:
         """Prove the dispatcher's VRF over the batch seed and post it; value = β."""
-        proof = vrf.compute_vrf_proof(vrf_secret_key, self.compute_draw_seed(batch_id))
+        proof = vrf.compute_vrf_proof(vrf_secret_key, self.get_draw_seed(batch_id))
         return self._send(self.jobs, "drawAudit", batch_id, vrf.compute_words(proof), sender=sender,
                           event="AuditDrawn", field="beta")
 
@@ -263,14 +263,14 @@ class Protocol:
     def draw_challenge(self, sender: LocalAccount, audit_id: int) -> Tx:
         return self._send(self.jobs, "drawChallenge", audit_id, sender=sender, event="ChallengeDrawn", field="challengeSeed")
 
-    def open(self, worker: LocalAccount, audit_id: int, opening: Opening) -> Tx:
+    def open_worker(self, worker: LocalAccount, audit_id: int, opening: Opening) -> Tx:
         """The worker posts its opening (leaves only; proofs stay off-chain unless contested)."""
         return self._send(self.jobs, "openWorker", audit_id, spec_audit.encode_opening_leaves(opening), sender=worker)
 
     def open_and_vote(self, member: LocalAccount, audit_id: int, slot: int, opening: Opening, agree: bool) -> Tx:
         return self._send(self.jobs, "openAndVote", audit_id, slot, spec_audit.encode_opening_leaves(opening), agree, sender=member)
 
-    def verdict(self, sender: LocalAccount, audit_id: int) -> Tx:
+    def finalize(self, sender: LocalAccount, audit_id: int) -> Tx:
         """Close the round (`Jobs.finalize`); value = the round's verdict code."""
         return self._send(self.jobs, "finalize", audit_id, sender=sender, event="RoundDecided", field="verdict")
 

@@ -126,13 +126,13 @@ def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, lay
         run.mine_past(preset.AUDIT_DRAW_DELAY_BLOCKS)
         run.gas["draw_challenge"] = run.protocol.draw_challenge(run.owner, audit_id).gas_used
         worker_opening = compute_opening(w_trace, w_commit, _cells(run, audit_id, prompt + output - 1))
-        run.gas["open"] = run.protocol.open(run.nodes[0][0], audit_id, worker_opening).gas_used
+        run.gas["open"] = run.protocol.open_worker(run.nodes[0][0], audit_id, worker_opening).gas_used
         openings = []
         for slot, (trace, commitment, _) in enumerate(members):
             openings.append(compute_opening(trace, commitment, _cells(run, audit_id, prompt + output)))
             account = run.nodes[index_of[committee[slot]]][0]
             run.gas["open_and_vote"] = run.protocol.open_and_vote(account, audit_id, slot, openings[-1], True).gas_used
-        run.gas["verdict"] = run.protocol.verdict(run.owner, audit_id).gas_used
+        run.gas["verdict"] = run.protocol.finalize(run.owner, audit_id).gas_used
         run.gas["dispute"] = run.protocol.adjudicate(run.owner, audit_id, 0, 1, worker_opening, openings[0]).gas_used
         _measure_contest(run, audit_id, worker_opening)
         run.gas["escalate"] = run.protocol.escalate(run.owner, audit_id).gas_used

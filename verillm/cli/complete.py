@@ -9,7 +9,7 @@ from verillm.spec.receipt import SigningDomain, compute_receipt_hash
 
 from verillm.client import Client, verify_receipt
 from verillm.cli.promise import open_protocol
-from verillm.client.promise import check_promise_on_receipt
+from verillm.client.promise import verify_promise_on_receipt
 from verillm.wire import from_hex, promise_to_json, receipt_to_json, to_hex
 
 
@@ -69,7 +69,7 @@ def _check_promise(completion, protocol) -> str:
         return "deadline not checked (no --rpc-url/--deployment)" if completion.promise else "none (a node without a chain)"
     if completion.promise is None:
         raise InvalidProof("the node sent no batching promise: nothing binds its dispatcher to batch this receipt")
-    head = check_promise_on_receipt(completion.promise, compute_receipt_hash(completion.receipt), protocol)
+    head = verify_promise_on_receipt(completion.promise, compute_receipt_hash(completion.receipt), protocol)
     return f"ok: {completion.promise.promise.batch_by_block - head} blocks to batch it (due by block {completion.promise.promise.batch_by_block}, head {head})"
 
 

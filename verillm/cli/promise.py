@@ -88,7 +88,7 @@ def check(promise_file, rpc_url, deployment_file, node_url, timeout_s):
 
     protocol = open_protocol(rpc_url, deployment_file)
     signed = read_promise_file(promise_file)
-    spec.process_promise_signature(signed, protocol.get_promise_domain())
+    spec.verify_promise_signature(signed, protocol.get_promise_domain())
     click.echo(json.dumps(check_inclusion(signed, protocol, node_url, timeout_s).to_json(), indent=2))
 
 
@@ -105,9 +105,9 @@ def claim(promise_file, rpc_url, deployment_file, key, node_url, timeout_s, forc
 
     protocol, sender = _connect(rpc_url, deployment_file, key)
     signed = read_promise_file(promise_file)
-    spec.process_promise_signature(signed, protocol.get_promise_domain())
+    spec.verify_promise_signature(signed, protocol.get_promise_domain())
     head = protocol.chain.get_block_number()
-    spec.check_claim(signed.promise, head + 1, protocol.params["omissionClaimWindowBlocks"])
+    spec.verify_claim(signed.promise, head + 1, protocol.params["omissionClaimWindowBlocks"])
     checked = check_inclusion(signed, protocol, node_url, timeout_s)
     if checked.status == INCLUDED and not force:
         raise InvalidInput(f"refusing to claim: the receipt is batched ({checked.detail}); the dispatcher would answer the claim "

@@ -46,8 +46,8 @@ from verillm.errors import ChainError, InvalidInput, InvalidProof, VerillmError
 from verillm.jsonsafe import load_json
 from verillm.spec.encoding import decode
 from verillm.spec.job import compute_model_id
-from verillm.spec.promise import SignedPromise, check_promise_terms, process_promise_signature
-from verillm.spec.receipt import SigningDomain, compute_receipt_hash, process_receipt_signature, verify_receipt_binding
+from verillm.spec.promise import SignedPromise, verify_promise_terms, verify_promise_signature
+from verillm.spec.receipt import SigningDomain, compute_receipt_hash, verify_receipt_signature, verify_receipt_binding
 from verillm.spec.types import Job, ModelManifest, Receipt
 
 from verillm.wire import compute_error_from_body, from_hex, promise_from_json, receipt_from_json
@@ -168,7 +168,7 @@ def verify_receipt(
     0x-hex), the job and the output tokens. Raises InvalidSignature or InvalidProof saying
     what is wrong, InvalidInput for an id that is neither.
     """
-    process_receipt_signature(receipt, domain)
+    verify_receipt_signature(receipt, domain)
     if manifest is not None:
         expected_model = compute_model_id(manifest)
     elif model_id is not None:
@@ -199,13 +199,13 @@ def verify_promise(
     signed = promise.promise if isinstance(promise, Completion) else promise
     if signed is None:
         raise InvalidProof("the completion carries no batching promise (a node without a chain)")
-    process_promise_signature(signed, domain)
+    verify_promise_signature(signed, domain)
     if isinstance(promise, Completion) and signed.promise.receipt_hash != compute_receipt_hash(promise.receipt):
         raise InvalidProof("the batching promise is about another receipt")
     if dispatcher is not None and signed.promise.dispatcher != compute_id_bytes(dispatcher, "dispatcher", 20):
         raise InvalidProof(f"the promise is from {compute_address_hex(signed.promise.dispatcher)}, expected {dispatcher}")
     if head_block is not None and batch_by_blocks is not None:
-        check_promise_terms(signed.promise, signed.promise.receipt_hash, head_block, batch_by_blocks)
+        verify_promise_terms(signed.promise, signed.promise.receipt_hash, head_block, batch_by_blocks)
     return compute_address_hex(signed.promise.dispatcher)
 
 

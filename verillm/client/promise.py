@@ -9,7 +9,7 @@ The dispatcher serves the receipt's inclusion proof (`GET /v1/verillm/receipts/{
 at the node URL given or else the one it registered); the proof is checked against the chain,
 never trusted: `Jobs.getBatch(batchId)` must name the promise's dispatcher, a posted block ≤
 batchByBlock, the proof's leaf count and a root the Merkle proof reaches from the receipt hash
-(`verillm.spec.promise.check_inclusion_proof`, the rule `Coverage.proveIncluded` applies). An
+(`verillm.spec.promise.verify_inclusion_proof`, the rule `Coverage.proveIncluded` applies). An
 included receipt's claim would be answered with that proof and cost the claimant its bond, so
 the client's rule is: claim only when `claimable`.
 """
@@ -103,20 +103,20 @@ def read_batch(protocol, batch_id: int) -> spec.BatchRecord:
     return spec.BatchRecord(bytes(root), bytes.fromhex(dispatcher[2:]), count, posted_block)
 
 
-def check_promise_on_receipt(signed: spec.SignedPromise, receipt_hash: bytes, protocol) -> int:
+def verify_promise_on_receipt(signed: spec.SignedPromise, receipt_hash: bytes, protocol) -> int:
     """Check a promise the moment it arrives, against the chain: signed by its dispatcher for this
     deployment's Coverage, about ``receipt_hash``, and due between the head and head +
-    BATCH_BY_BLOCKS (`spec.check_promise_terms`), from a dispatcher active in the Registry (a
+    BATCH_BY_BLOCKS (`spec.verify_promise_terms`), from a dispatcher active in the Registry (a
     signer with no stake, or one already leaving, could not be claimed against: `claimOmitted`
     locks the dispatcher and reverts NotRegistered). Only now can a backdated promise be told
     apart: later, the head has moved past it anyway. Return the head read; raise
     InvalidSignature or InvalidProof saying what is wrong."""
-    spec.process_promise_signature(signed, protocol.get_promise_domain())
+    spec.verify_promise_signature(signed, protocol.get_promise_domain())
     dispatcher = to_checksum_address(signed.promise.dispatcher)
     if not protocol.get_node(dispatcher)["active"]:
         raise InvalidProof(f"the promise's dispatcher {dispatcher} is not an active registered node: a broken promise could slash nothing")
     head = protocol.chain.get_block_number()
-    spec.check_promise_terms(signed.promise, receipt_hash, head, protocol.params["batchByBlocks"])
+    spec.verify_promise_terms(signed.promise, receipt_hash, head, protocol.params["batchByBlocks"])
     return head
 
 
@@ -136,7 +136,7 @@ def check_inclusion(signed: spec.SignedPromise, protocol, node_url: str | None =
         return InclusionCheck(MISSING, f"past block {due} (head {head}): {why}", head, due)
     try:
         batch_id, proof = parse_inclusion(body)
-        spec.check_inclusion_proof(promise, read_batch(protocol, batch_id), proof)
+        spec.verify_inclusion_proof(promise, read_batch(protocol, batch_id), proof)
     except (InvalidInput, InvalidProof) as exc:
         return InclusionCheck(INVALID, f"the dispatcher's proof does not hold on-chain: {exc}", head, due)
     return InclusionCheck(INCLUDED, f"leaf {proof.index} of {proof.leaf_count} in batch {batch_id}, posted by block {due}", head, due, batch_id)

@@ -85,7 +85,7 @@ def _check_weights(directory: Path) -> None:
         raise ModelFileMissing(f"{directory}: no model.safetensors or model.safetensors.index.json{hint}")
 
 
-def check_hf_directory(directory: Path) -> None:
+def verify_hf_directory(directory: Path) -> None:
     """Raise ModelFileMissing naming the first file a served HF directory lacks."""
     for name in ("config.json", "tokenizer.json"):
         if not (directory / name).is_file():
@@ -104,7 +104,7 @@ def load_hf_directory(directory: Path, torch_dtype):
 
     from verillm.engine.families import get_family, prepare_model
 
-    check_hf_directory(directory)
+    verify_hf_directory(directory)
     get_family(AutoConfig.from_pretrained(directory, local_files_only=True))  # refuse before reading weights
     hf_logging.disable_progress_bar()  # per-tensor bars would flood node and test logs
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)

@@ -49,7 +49,7 @@ def is_exact(manifest: ModelManifest) -> bool:
     return bool(manifest.kernel_class)
 
 
-def check_kernel_class(manifest: ModelManifest, supported: tuple[str, ...] = KERNEL_CLASSES) -> None:
+def verify_kernel_class(manifest: ModelManifest, supported: tuple[str, ...] = KERNEL_CLASSES) -> None:
     """Raise ConfigError when this engine cannot reproduce ``manifest``'s kernel class bit for bit."""
     if manifest.kernel_class and manifest.kernel_class not in supported:
         raise ConfigError(f"manifest {manifest.name} needs kernel class {manifest.kernel_class!r}; this engine has {list(supported)}")

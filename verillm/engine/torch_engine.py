@@ -22,11 +22,11 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from verillm.engine.exact import check_kernel_class, compute_exact_fingerprints, exact_kernels, is_exact
+from verillm.engine.exact import verify_kernel_class, compute_exact_fingerprints, exact_kernels, is_exact
 from verillm.engine.families import get_layer_module
 from verillm.errors import ConfigError
 from verillm.spec.commitment import JobTrace, compute_projection
-from verillm.spec.job import compute_model_id, process_job_admission
+from verillm.spec.job import compute_model_id, verify_job_admission
 from verillm.spec.sampling import compute_sample_and_gaps, compute_token_gaps, is_greedy
 from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, Job, ModelManifest
 
@@ -106,7 +106,7 @@ def compute_fingerprints_torch(hidden: torch.Tensor, projection: torch.Tensor) -
     return (hidden @ projection) / norms
 
 
-def check_model_matches(model, manifest: ModelManifest) -> None:
+def verify_model_matches(model, manifest: ModelManifest) -> None:
     """Raise ConfigError when ``model``'s shape is not the one ``manifest`` commits to."""
     config = model.config
     have = (config.hidden_size, config.vocab_size, config.num_hidden_layers)
@@ -136,8 +136,8 @@ class TorchEngine:
     """
 
     def __init__(self, model, tokenizer, manifest: ModelManifest, max_batch_size: int = 8, num_threads: int | None = None, capture: bool = True):
-        check_model_matches(model, manifest)
-        check_kernel_class(manifest)
+        verify_model_matches(model, manifest)
+        verify_kernel_class(manifest)
         if max_batch_size < 1 or (num_threads is not None and num_threads < 1):
             raise ConfigError(f"max_batch_size ({max_batch_size}) and num_threads ({num_threads}) must be at least 1")
         self.model = model
@@ -189,7 +189,7 @@ class TorchEngine:
         ``jobs[i]`` is sampled (streaming); it must be quick and must not raise.
         """
         for job in jobs:
-            process_job_admission(job, self.manifest, self.model_id)
+            verify_job_admission(job, self.manifest, self.model_id)
         traces = []
         kernels = exact_kernels(self.model) if self.exact else contextlib.nullcontext()
         with get_model_lock(self.model), self._threads(), kernels, self._hooks(), torch.inference_mode():

@@ -29,7 +29,7 @@ import torch
 
 from verillm.errors import ConfigError, EngineError
 from verillm.spec.commitment import JobTrace
-from verillm.spec.job import compute_model_id, process_job_admission
+from verillm.spec.job import compute_model_id, verify_job_admission
 from verillm.spec.types import Job, ModelManifest
 
 # vLLM reads these when its engine process starts.
@@ -115,12 +115,12 @@ class VllmEngine:
     @staticmethod
     def _apply_exact_mode(vllm, manifest: ModelManifest, llm_args: dict) -> dict:
         """Exact mode (NOT MEASURED, needs a GPU): batch-invariant kernels of the manifest's class."""
-        from verillm.engine.vllm_exact import check_vllm_class_matches, get_exact_vllm_settings
+        from verillm.engine.vllm_exact import verify_vllm_class_matches, get_exact_vllm_settings
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         environment, exact_args = get_exact_vllm_settings(manifest, device, llm_args)
         major, minor = torch.cuda.get_device_capability()
-        check_vllm_class_matches(manifest, f"sm{major}{minor}", vllm.__version__)
+        verify_vllm_class_matches(manifest, f"sm{major}{minor}", vllm.__version__)
         os.environ.update(environment)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -202,7 +202,7 @@ class VllmEngine:
     def run(self, jobs: Sequence[Job]) -> list[JobTrace]:
         """Run ``jobs`` through vLLM's scheduler together; one trace per job, in order."""
         for job in jobs:
-            process_job_admission(job, self.manifest, self.model_id)
+            verify_job_admission(job, self.manifest, self.model_id)
         executed = [self.transform_job(job) for job in jobs]
         run_id = next(_run_ids)
         keys = [f"{os.getpid()}-{run_id}-{index}" for index in range(len(executed))]

@@ -63,7 +63,7 @@ def get_exact_vllm_settings(manifest: ModelManifest, device: str, llm_args: dict
     return environment, {"kv_cache_dtype": "auto", "tensor_parallel_size": parts["tensor_parallel"]}
 
 
-def check_vllm_class_matches(manifest: ModelManifest, gpu_family: str, vllm_version: str) -> None:
+def verify_vllm_class_matches(manifest: ModelManifest, gpu_family: str, vllm_version: str) -> None:
     """Raise ConfigError when this GPU or vLLM version is not the manifest's class (bits would differ)."""
     parts = parse_vllm_kernel_class(manifest.kernel_class)
     minor = ".".join(vllm_version.split("+")[0].split(".")[:2])

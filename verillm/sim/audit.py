@@ -15,7 +15,7 @@ from verillm.spec.audit import compute_escalation_seed
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import Preset
 from verillm.spec.settlement import (AGREE, DISAGREE, FAIL, PASS, TIE, WORKER_DEFAULT, AuditRecord, MemberRecord, RoundRecord, compute_settlement,
-                                     compute_slash, compute_slash_split, compute_verdict)
+                                     compute_slash, compute_slash_split, compute_round_verdict)
 from verillm.sim.rules import BPS, RuleSet
 from verillm.sim.settle_paths import BIG_POOL_WEI, Contest, apply_contest, settle_undelivered, settle_unheard
 from verillm.sim.sortition import Pool, draw_committee
@@ -132,7 +132,7 @@ def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, se
         return _finish(ctx, out, worker, dispatcher, [], cheated)
     if first.posted is not None:  # the worker never published a claimed job: slashed, no escalation
         return _finish(ctx, out, worker, dispatcher, [first], cheated)
-    verdict = compute_verdict(AuditRecord(f"n{worker}", ()), first.record())
+    verdict = compute_round_verdict(AuditRecord(f"n{worker}", ()), first.record())
     rounds = [first]
     escalator = _escalator(ctx, first, verdict, worker, dispatcher, cheated)
     if escalator is not None:

@@ -247,14 +247,14 @@ class Replayer:
         self.chain.mine(pre.AUDIT_DRAW_DELAY_BLOCKS + 1)
         p.draw_challenge(w.outsider, audit_id)
         if trace["worker_opened"]:
-            p.open(w.nodes[self._worker_of(audit_id)].account, audit_id, w.opening(audit_id, wtrace, wcommit))
+            p.open_worker(w.nodes[self._worker_of(audit_id)].account, audit_id, w.opening(audit_id, wtrace, wcommit))
         for slot, (opened, vote) in enumerate(zip(trace["opened"], trace["votes"])):
             if opened:
                 node, mtrace, commit = members[slot]
                 p.open_and_vote(node.account, audit_id, slot, w.opening(audit_id, mtrace, commit), vote == AGREE)
         if not trace["worker_opened"] or not all(trace["opened"]):
             self.chain.mine(2 * pre.OPEN_WINDOW_BLOCKS + 1)  # finalize waits out the open windows
-        p.verdict(w.outsider, audit_id)
+        p.finalize(w.outsider, audit_id)
 
     def _worker_of(self, audit_id: int) -> int:
         return self.world.index[self.world.protocol.get_audit(audit_id).worker.lower()]

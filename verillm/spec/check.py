@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from verillm.errors import InvalidProof
 from verillm.spec.compare import compute_audit_measurement
 from verillm.spec.job import compute_job_hash, compute_num_positions, compute_tokens_hash, compute_transcript_hash
-from verillm.spec.commitment import process_opening
-from verillm.spec.policy import REASON_CONSISTENCY, REASON_PROOF, CheckResult, Reason, ToleranceProfile, compute_verdict
+from verillm.spec.commitment import verify_opening
+from verillm.spec.policy import REASON_CONSISTENCY, REASON_PROOF, CheckResult, Reason, ToleranceProfile, compute_check_result
 from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, Challenge, Job, ModelManifest, Opening, Receipt
 
 
@@ -59,12 +59,12 @@ def compute_worker_self_reasons(worker_cells, prompt_len: int, output_tokens: tu
 
 def _verified_cells(party: str, result: PartyResult, layers: tuple[int, ...]):
     try:
-        return process_opening(result.opening, result.receipt.commitment_root, layers, result.receipt.num_positions)
+        return verify_opening(result.opening, result.receipt.commitment_root, layers, result.receipt.num_positions)
     except InvalidProof as exc:
         raise InvalidProof(f"{party} opening: {exc}") from None
 
 
-def process_pair_check(
+def compute_pair_check(
     worker: PartyResult,
     member: PartyResult,
     challenge: Challenge,
@@ -85,6 +85,6 @@ def process_pair_check(
         worker_cells, member_cells, challenge, prompt_len, worker.output_tokens,
         worker.job.max_new_tokens, member.output_tokens, tuple(manifest.stop_tokens),
     )
-    verdict = compute_verdict(measurement, profile, worker.output_tokens)
+    verdict = compute_check_result(measurement, profile, worker.output_tokens)
     all_reasons = tuple(reasons) + verdict.reasons
     return CheckResult(accepted=not all_reasons, reasons=all_reasons, measurement=measurement)

@@ -122,7 +122,7 @@ def compute_opening(trace: JobTrace, commitment: Commitment, cells: list[tuple[i
     return Opening(root=commitment.root, leaves=tuple(leaves))
 
 
-def process_opening(opening: Opening, root: bytes, committed_layers: tuple[int, ...], num_positions: int) -> dict[tuple[int, int], Leaf]:
+def verify_opening(opening: Opening, root: bytes, committed_layers: tuple[int, ...], num_positions: int) -> dict[tuple[int, int], Leaf]:
     """Verify every leaf of ``opening`` against ``root``; return them keyed by (position, layer).
 
     Raises InvalidProof naming the first leaf whose proof, index or leaf count is wrong.

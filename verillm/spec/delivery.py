@@ -56,7 +56,7 @@ def compute_sampling_key(sampling: SamplingParams) -> bytes:
     return keccak256(b"".join(w.to_bytes(32, "big") for w in words))
 
 
-def check_transcript(tokens: Sequence[int], input_tokens: int, output_tokens: int, output_hash: bytes) -> None:
+def verify_transcript(tokens: Sequence[int], input_tokens: int, output_tokens: int, output_hash: bytes) -> None:
     """Raise unless ``tokens`` are the transcript a receipt with these counts and outputHash signed."""
     if len(tokens) != input_tokens + output_tokens:
         raise InvalidInput(f"transcript has {len(tokens)} tokens, the receipt signed {input_tokens} + {output_tokens}")

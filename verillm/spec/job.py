@@ -50,7 +50,7 @@ def compute_verification_job(job: Job, output_tokens: Sequence[int], nonce: byte
     )
 
 
-def process_job_admission(job: Job, manifest: ModelManifest, model_id: bytes | None = None) -> None:
+def verify_job_admission(job: Job, manifest: ModelManifest, model_id: bytes | None = None) -> None:
     """Check that ``job`` can run on ``manifest``'s model; raise with the reason if not.
 
     ``model_id``: `compute_model_id(manifest)`, when the caller holds it (an engine or a node

@@ -112,7 +112,7 @@ def compute_token_reasons(measurement: AuditMeasurement, output_tokens: tuple[in
     return reasons
 
 
-def compute_verdict(measurement: AuditMeasurement, profile: ToleranceProfile, output_tokens: tuple[int, ...]) -> CheckResult:
+def compute_check_result(measurement: AuditMeasurement, profile: ToleranceProfile, output_tokens: tuple[int, ...]) -> CheckResult:
     """Return accept/reject for ``measurement`` under ``profile``, with every reason."""
     reasons = compute_fingerprint_reasons(measurement, profile) + compute_token_reasons(measurement, output_tokens)
     return CheckResult(accepted=not reasons, reasons=tuple(reasons), measurement=measurement)

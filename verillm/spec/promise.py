@@ -95,14 +95,14 @@ def sign_promise(promise: BatchPromise, private_key: bytes, domain: SigningDomai
                                               "the promise's dispatcher"))
 
 
-def process_promise_signature(signed: SignedPromise, domain: SigningDomain) -> None:
+def verify_promise_signature(signed: SignedPromise, domain: SigningDomain) -> None:
     """Raise InvalidSignature unless ``signed`` is signed by its dispatcher for ``domain``."""
     signer = recover_digest_signer(compute_promise_digest(signed.promise, domain), signed.signature, "promise")
     if signer != signed.promise.dispatcher:
         raise InvalidSignature(f"promise is signed by 0x{signer.hex()}, not its dispatcher")
 
 
-def check_promise_terms(promise: BatchPromise, receipt_hash: bytes, head_block: int, batch_by_blocks: int) -> None:
+def verify_promise_terms(promise: BatchPromise, receipt_hash: bytes, head_block: int, batch_by_blocks: int) -> None:
     """Raise InvalidProof unless a promise just received is about ``receipt_hash`` and due between
     the head and head + BATCH_BY_BLOCKS: a dispatcher that promised a far block could never be
     claimed before it could leave, and one that backdated its promise (due before the job was
@@ -115,7 +115,7 @@ def check_promise_terms(promise: BatchPromise, receipt_hash: bytes, head_block: 
         raise InvalidProof(f"the promise is due at block {promise.batch_by_block}, later than head {head_block} + BATCH_BY_BLOCKS {batch_by_blocks}")
 
 
-def check_claim(promise: BatchPromise, block: int, claim_window_blocks: int) -> None:
+def verify_claim(promise: BatchPromise, block: int, claim_window_blocks: int) -> None:
     """Raise InvalidInput unless a claim on ``promise`` may be made at ``block``."""
     if block <= promise.batch_by_block:
         raise InvalidInput(f"the promise is due at block {promise.batch_by_block}: claims open at {promise.batch_by_block + 1}")
@@ -130,15 +130,15 @@ def compute_prove_deadline(claim_block: int, proof_window_blocks: int) -> int:
 
 def is_inclusion_proof(promise: BatchPromise, batch: BatchRecord, proof: MerkleProof) -> bool:
     """Return whether ``proof`` answers a claim on ``promise``: the dispatcher's own batch, posted
-    by batchByBlock, holding the receipt hash at ``proof.index`` (`check_inclusion_proof`)."""
+    by batchByBlock, holding the receipt hash at ``proof.index`` (`verify_inclusion_proof`)."""
     try:
-        check_inclusion_proof(promise, batch, proof)
+        verify_inclusion_proof(promise, batch, proof)
     except InvalidProof:
         return False
     return True
 
 
-def check_inclusion_proof(promise: BatchPromise, batch: BatchRecord, proof: MerkleProof) -> None:
+def verify_inclusion_proof(promise: BatchPromise, batch: BatchRecord, proof: MerkleProof) -> None:
     """Raise InvalidProof, naming the first failed condition, unless ``proof`` answers a claim on
     ``promise`` (the rule Coverage.proveIncluded applies): what a client runs on a proof the
     dispatcher shows off-chain before it decides to claim."""

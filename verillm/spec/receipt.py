@@ -112,7 +112,7 @@ def recover_receipt_signer(receipt: Receipt, domain: SigningDomain) -> bytes:
     return recover_digest_signer(compute_signing_digest(receipt, domain), receipt.signature, "receipt")
 
 
-def process_receipt_signature(receipt: Receipt, domain: SigningDomain) -> None:
+def verify_receipt_signature(receipt: Receipt, domain: SigningDomain) -> None:
     """Check that ``receipt`` is signed by its own worker; raise InvalidSignature if not."""
     signer = recover_receipt_signer(receipt, domain)
     if signer != receipt.worker:

@@ -93,7 +93,7 @@ def compute_majority(round_: RoundRecord) -> int:
     return PASS if agree > disagree else FAIL if disagree > agree else TIE
 
 
-def compute_verdict(audit: AuditRecord, round_: RoundRecord) -> int:
+def compute_round_verdict(audit: AuditRecord, round_: RoundRecord) -> int:
     """Return a round's verdict: the worker's default, else the majority of the votes counted."""
     if audit.worker_slashed or not round_.worker_opened:
         return WORKER_DEFAULT
@@ -114,7 +114,7 @@ def compute_member_judgement(round_: RoundRecord, member: MemberRecord, verdict:
 
 def compute_settlement(audit: AuditRecord, stakes_wei: dict[str, int], fee_pool_wei: int, preset: Preset) -> Settlement:
     """Return every slash and credit `Jobs.settle` makes for ``audit``."""
-    verdict = compute_verdict(audit, audit.rounds[-1])
+    verdict = compute_round_verdict(audit, audit.rounds[-1])
     out = Settlement(verdict=verdict, fee_pool_wei=fee_pool_wei)
     stakes = dict(stakes_wei)
     winners, pot = [], 0

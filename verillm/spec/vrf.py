@@ -129,7 +129,7 @@ def is_valid_possession_proof(public_key: bytes, owner: bytes, proof: bytes, bac
     return _is_valid_signature(public_key, message, proof, DOMAIN_POP, backend)
 
 
-def process_vrf_proof(public_key: bytes, message: bytes, proof: bytes, backend: CurveBackend | None = None) -> bytes:
+def verify_vrf_proof(public_key: bytes, message: bytes, proof: bytes, backend: CurveBackend | None = None) -> bytes:
     """Check ``proof`` and return its output β; raise InvalidProof if it does not verify."""
     if not is_valid_vrf_proof(public_key, message, proof, backend):
         raise InvalidProof(f"VRF proof 0x{proof.hex()[:16]}… does not verify for this key and message")

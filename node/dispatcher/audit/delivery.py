@@ -172,7 +172,7 @@ class DeliveryDuties:
         sampling = SamplingParams(args["temperatureMilli"], args["topK"], args["topPPpm"], args["seed"])
         job = compute_self_run_job(state.model_id, tokens, sampling, audit_id, round_index, slot, self.chainio.address)
         # Submitted in the dispatcher's name: it asks for this job's openings as for one it sent.
-        result = await self.worker.process_job(job, sender=bytes.fromhex(state.dispatcher[2:]))
+        result = await self.worker.run_job(job, sender=bytes.fromhex(state.dispatcher[2:]))
         try:
             await self.chainio.send("post_committee_receipt", audit_id, slot, result.receipt, audit_id=audit_id)
         except Exception as exc:

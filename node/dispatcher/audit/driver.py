@@ -21,7 +21,7 @@ from verillm.errors import InvalidProof, VerillmError
 from verillm.spec.audit import compute_opening_hash, is_onchain_agreement
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.job import compute_job_hash
-from verillm.spec.commitment import process_opening
+from verillm.spec.commitment import verify_opening
 from verillm.spec.settlement import FAIL, PASS, WORKER_DEFAULT
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
@@ -167,7 +167,7 @@ class AuditDriver:
     def _prove(self, opening, party: dict, model) -> str | None:
         """Return why ``opening`` is not what the party posted under its root, or None."""
         try:
-            process_opening(opening, party["root"], model.committed_layers, party["num_positions"])
+            verify_opening(opening, party["root"], model.committed_layers, party["num_positions"])
         except InvalidProof as exc:
             return str(exc)
         if compute_opening_hash(opening) != party["opening_hash"]:

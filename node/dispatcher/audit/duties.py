@@ -126,7 +126,7 @@ class PartyDuties:
                 await self.chainio.draw_challenge(duty.audit_id)
             return
         _, _, _, challenge = await self._challenge(duty, info.challenge_seed)
-        opening = await self.worker.process_opening(duty.job_hash, self.chainio.address, challenge=challenge)
+        opening = await self.worker.open_cells(duty.job_hash, self.chainio.address, challenge=challenge)
         if self.faults.worker_opening == "tampered":
             opening = compute_tampered_opening(opening)
         await self._send_once("open", duty, opening)
@@ -140,7 +140,7 @@ class PartyDuties:
         state, model, prompt_len, challenge = await self._challenge(duty, info.challenge_seed)
         calldata = await self.chainio.get_calldata(bytes.fromhex(worker_open[0]["tx_hash"]))
         worker_cells = {(l.position, l.layer): l for l in decode_opening_leaves(calldata["leaves"], model.fingerprint_dims)}
-        opening = await self.worker.process_opening(duty.job_hash, self.chainio.address, challenge=challenge)
+        opening = await self.worker.open_cells(duty.job_hash, self.chainio.address, challenge=challenge)
         mine = {(i.leaf.position, i.leaf.layer): i.leaf for i in opening.leaves}
         agree = await self._vote(duty, state, model, prompt_len, worker_cells, mine)
         self.tables.update_duty(duty, vote=AGREE if agree else DISAGREE)
@@ -174,7 +174,7 @@ class PartyDuties:
             if not contest[3]:  # closed: answered or resolved
                 continue
             _, _, _, challenge = await self._challenge(duty, info.challenge_seed)
-            opening = await self.worker.process_opening(duty.job_hash, self.chainio.address, challenge=challenge)
+            opening = await self.worker.open_cells(duty.job_hash, self.chainio.address, challenge=challenge)
             cells = list(zip(args["positions"], args["layers"]))
             await self.chainio.send("answer_contest", args["contestId"], cells, opening, audit_id=duty.audit_id)
             log.info("audit %d: answered contest %d against slot %d", duty.audit_id, args["contestId"], duty.slot)

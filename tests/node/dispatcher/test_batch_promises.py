@@ -54,12 +54,12 @@ async def test_a_kept_job_gets_a_promise_the_batcher_keeps_and_a_claim_is_answer
     promises = Promises(chainio, tables, key)
     batches = BatchScheduler(chainio, tables, NodeMetrics(), vrf.derive_secret_key(b"\x01" * 32), 8, max_wait_s=10_000)
     batches.promises = promises
-    await promises.process_capacity()
+    await promises.verify_capacity()
     job, receipt = _job_and_receipt(1, key, domain)
     tables.insert_dispatched_job(b"\x01" * 32, job, key.address, "", (5, 6), receipt, False)
     head = protocol.chain.get_block_number()
     signed = await promises.make(b"\x01" * 32, receipt)
-    spec.process_promise_signature(signed, protocol.get_promise_domain())
+    spec.verify_promise_signature(signed, protocol.get_promise_domain())
     assert signed.promise == spec.BatchPromise(compute_receipt_hash(receipt), key.address, head + MINIMAL.BATCH_BY_BLOCKS)
     assert await promises.make(b"\x01" * 32, receipt) == signed  # a repeated job gets the same promise
     # Neither full nor old: only the promise's deadline makes the batch due, a margin before it.
@@ -93,18 +93,18 @@ async def test_a_node_behind_on_its_promises_or_inactive_takes_no_job(deployed, 
     signed = await promises.make(b"\x02" * 32, receipt)
     protocol.chain.mine(signed.promise.batch_by_block + 1 - protocol.chain.get_block_number())
     with pytest.raises(CannotPromise, match="behind"):
-        await promises.process_capacity()
+        await promises.verify_capacity()
     stranger = compute_node_key(bytes(protocol.chain.dev_accounts[7].key))  # never registered: could post no batch
     with pytest.raises(CannotPromise, match="not active"):
-        await Promises(ChainIO(deployed[0].url, protocol.deployment, stranger, tables), tables, stranger).process_capacity()
+        await Promises(ChainIO(deployed[0].url, protocol.deployment, stranger, tables), tables, stranger).verify_capacity()
 
 
 async def test_a_client_checks_a_promise_on_receipt_against_the_chain_head(deployed, tmp_path):
-    """`verillm.client.promise.check_promise_on_receipt` (what `verillm complete --rpc-url` runs): the
+    """`verillm.client.promise.verify_promise_on_receipt` (what `verillm complete --rpc-url` runs): the
     node's fresh promise passes; a backdated one (its claim window may already be closed), a far
     one, one about another receipt and one signed for another deployment are refused, each saying why."""
     from verillm.errors import InvalidProof, InvalidSignature
-    from verillm.client.promise import check_promise_on_receipt
+    from verillm.client.promise import verify_promise_on_receipt
 
     _, protocol, _, _ = deployed
     key, tables, chainio, domain = _node(deployed, tmp_path)
@@ -112,7 +112,7 @@ async def test_a_client_checks_a_promise_on_receipt_against_the_chain_head(deplo
     tables.insert_dispatched_job(b"\x03" * 32, job, key.address, "", (5, 6), receipt, False)
     signed = await Promises(chainio, tables, key).make(b"\x03" * 32, receipt)
     receipt_hash = compute_receipt_hash(receipt)
-    head = check_promise_on_receipt(signed, receipt_hash, protocol)
+    head = verify_promise_on_receipt(signed, receipt_hash, protocol)
     assert head <= signed.promise.batch_by_block <= head + MINIMAL.BATCH_BY_BLOCKS
     coverage_domain = protocol.get_promise_domain()
 
@@ -120,14 +120,14 @@ async def test_a_client_checks_a_promise_on_receipt_against_the_chain_head(deplo
         return spec.sign_promise(spec.BatchPromise(about, key.address, due), key.private_key, signing_domain)
 
     with pytest.raises(InvalidProof, match="backdated"):
-        check_promise_on_receipt(signed_for(head - 1), receipt_hash, protocol)
+        verify_promise_on_receipt(signed_for(head - 1), receipt_hash, protocol)
     with pytest.raises(InvalidProof, match="later than head"):
-        check_promise_on_receipt(signed_for(head + MINIMAL.BATCH_BY_BLOCKS + 2), receipt_hash, protocol)
+        verify_promise_on_receipt(signed_for(head + MINIMAL.BATCH_BY_BLOCKS + 2), receipt_hash, protocol)
     with pytest.raises(InvalidProof, match="another receipt"):
-        check_promise_on_receipt(signed_for(head + 5, about=b"\x07" * 32), receipt_hash, protocol)
+        verify_promise_on_receipt(signed_for(head + 5, about=b"\x07" * 32), receipt_hash, protocol)
     with pytest.raises(InvalidSignature):
-        check_promise_on_receipt(signed_for(head + 5, signing_domain=domain), receipt_hash, protocol)  # the Jobs domain, not Coverage's
+        verify_promise_on_receipt(signed_for(head + 5, signing_domain=domain), receipt_hash, protocol)  # the Jobs domain, not Coverage's
     stranger = keys.PrivateKey(b"\x0e" * 32)  # signs correctly, but has no stake a claim could lock
     unstaked = spec.sign_promise(spec.BatchPromise(receipt_hash, stranger.public_key.to_canonical_address(), head + 5), stranger.to_bytes(), coverage_domain)
     with pytest.raises(InvalidProof, match="not an active registered node"):
-        check_promise_on_receipt(unstaked, receipt_hash, protocol)
+        verify_promise_on_receipt(unstaked, receipt_hash, protocol)

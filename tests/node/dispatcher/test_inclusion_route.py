@@ -172,18 +172,18 @@ def test_a_promise_its_dispatcher_cannot_show_is_claimed(deployed, tmp_path):
 
 
 def test_a_proof_that_fails_any_condition_is_refused():
-    """`check_inclusion_proof` names the condition a shown proof fails (the rule proveIncluded applies)."""
+    """`verify_inclusion_proof` names the condition a shown proof fails (the rule proveIncluded applies)."""
     hashes = [keccak256(bytes([i])) for i in range(3)]
     proof = spec.compute_inclusion_proof(hashes, hashes[2])
     root, dispatcher = compute_batch_levels(hashes)[-1][0], b"\x0d" * 20
     promise = spec.BatchPromise(hashes[2], dispatcher, 100)
-    spec.check_inclusion_proof(promise, spec.BatchRecord(root, dispatcher, 3, 100), proof)
+    spec.verify_inclusion_proof(promise, spec.BatchRecord(root, dispatcher, 3, 100), proof)
     for batch, why in ((spec.BatchRecord(root, b"\x0e" * 20, 3, 100), "not the promise's dispatcher"),
                        (spec.BatchRecord(root, dispatcher, 3, 101), "after the promised block"),
                        (spec.BatchRecord(root, dispatcher, 4, 100), "leaves"),
                        (spec.BatchRecord(b"\x00" * 32, dispatcher, 3, 100), "Merkle proof")):
         with pytest.raises(InvalidProof, match=why):
-            spec.check_inclusion_proof(promise, batch, proof)
+            spec.verify_inclusion_proof(promise, batch, proof)
 
 
 def test_a_registered_endpoint_that_is_not_http_is_not_read():

@@ -9,7 +9,7 @@ import pytest
 
 from verillm.errors import InvalidProof, InvalidSignature
 from verillm.devnet.devnode import LazyEngine
-from verillm.node.dispatcher.router import process_worker_receipt
+from verillm.node.dispatcher.router import verify_worker_receipt
 from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.spec.job import compute_verification_job
 from verillm.spec.receipt import SigningDomain, compute_receipt, sign_receipt
@@ -31,7 +31,7 @@ def _receipt(output=(5, 6), key=KEY, domain=DOMAIN):
 
 
 def test_a_valid_answer_passes():
-    process_worker_receipt(_receipt(), JOB, (5, 6), _address(KEY), DOMAIN)
+    verify_worker_receipt(_receipt(), JOB, (5, 6), _address(KEY), DOMAIN)
 
 
 @pytest.mark.parametrize("receipt, output, worker, error", [
@@ -42,7 +42,7 @@ def test_a_valid_answer_passes():
 ])
 def test_a_bad_answer_is_refused(receipt, output, worker, error):
     with pytest.raises(error):
-        process_worker_receipt(receipt(), JOB, output, worker, DOMAIN)
+        verify_worker_receipt(receipt(), JOB, output, worker, DOMAIN)
 
 
 def test_the_lazy_engine_makes_up_scoring_jobs_and_runs_the_rest(tiny_engine, tiny_prompts):
