@@ -36,7 +36,7 @@ ALLOWED = {
 }
 ENTRY_POINTS = ("__main__",)  # `python -m verillm.node` is a composition root, like the CLI
 
-SPEC_STDLIB = {"dataclasses", "collections", "typing", "struct", "hashlib", "math", "json", "functools", "enum", "itertools", "bisect", "operator", "abc"}
+SPEC_STDLIB = {"dataclasses", "collections", "typing", "struct", "hashlib", "math", "json", "re", "functools", "enum", "itertools", "bisect", "operator", "abc"}
 SPEC_THIRD_PARTY = {"numpy", "py_ecc", "eth_keys", "blake3", "Crypto"}
 IMPURE_CALLS = {"time", "secrets", "random", "os", "datetime"}
 

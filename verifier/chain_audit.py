@@ -55,7 +55,7 @@ class ChainAuditor:
 
     def __init__(self, chain: Chain, deployment: Deployment):
         self.chain, self.protocol = chain, Protocol(chain, deployment)
-        self.params = self.protocol.params
+        self.preset = self.protocol.preset
         self.domain = SigningDomain(chain.chain_id, bytes.fromhex(self.protocol.jobs.address[2:]))
         self.events = get_events(chain, [self.protocol.jobs, self.protocol.disputes, self.protocol.registry], deployment.start_block)
         self.findings: list[Finding] = []
@@ -110,7 +110,7 @@ class ChainAuditor:
         batch_id = event.args["batchId"]
         root, dispatcher, _, posted, *_ = self.protocol.jobs.call("getBatch", batch_id)
         subject = f"batch {batch_id} draw"
-        seed = spec_audit.compute_draw_seed(bytes(root), self._blockhash(posted + self.params["auditDrawDelayBlocks"]))
+        seed = spec_audit.compute_draw_seed(bytes(root), self._blockhash(posted + self.preset.AUDIT_DRAW_DELAY_BLOCKS))
         if not self._add(seed == bytes(event.args["seed"]), subject, "seed = keccak(0x13 ‖ root ‖ later blockhash)", "seed does not derive from the batch root and blockhash"):
             return
         proof = b"".join(w.to_bytes(32, "big") for w in self._calldata(event)["proof"])
@@ -132,7 +132,7 @@ class ChainAuditor:
                   subject, f"receipt {receipt_hash.hex()[:12]}… is leaf {index} of batch {batch_id}", "receipt hash or its Merkle proof into the batch root is wrong")
         self._add(recover_receipt_signer(receipt, self.domain) == receipt.worker, subject, "receipt signed by its worker (EIP-712)", "receipt signature does not recover to its worker")
         beta = bytes(self.protocol.jobs.call("getBatch", batch_id)[4])
-        drawn = spec_audit.is_audited(beta, index, self.params["auditRateBps"])
+        drawn = spec_audit.is_audited(beta, index, self.preset.AUDIT_RATE_BPS)
         self._add(drawn != event.args["requested"], subject, "selected by the draw" if drawn else "requested and paid by a client",
                   "'requested' flag disagrees with the draw")
         self._check_committee(audit_id, receipt, beta, index, event)
@@ -145,7 +145,7 @@ class ChainAuditor:
         if round_index == 0:
             return spec_audit.compute_committee_seed(beta, index)
         started = self._named("EscalationStarted", auditId=audit_id)[0]
-        return spec_audit.compute_escalation_seed(audit_id, self._blockhash(started.block_number + self.params["auditDrawDelayBlocks"]))
+        return spec_audit.compute_escalation_seed(audit_id, self._blockhash(started.block_number + self.preset.AUDIT_DRAW_DELAY_BLOCKS))
 
     def _check_committee(self, audit_id: int, receipt: Receipt, beta: bytes, index: int, started: ChainEvent) -> None:
         drawn = [e for e in self._named("CommitteeDrawn", auditId=audit_id) if e.args["round"] == 0 and e.args["attempt"] == 0]
@@ -154,7 +154,7 @@ class ChainAuditor:
         candidates, stakes = self._model_nodes(receipt.model_id, started.block_number - 1)
         weights = spec_audit.compute_excluded_weights([c.lower() for c in candidates], stakes, ["0x" + receipt.worker.hex()])
         seed = spec_audit.compute_committee_seed(beta, index)
-        expected = spec_audit.compute_committee(seed, 0, self.params["committeeSize"], [c.lower() for c in candidates], weights)
+        expected = spec_audit.compute_committee(seed, 0, self.preset.COMMITTEE_SIZE, [c.lower() for c in candidates], weights)
         if [m.lower() for m in drawn[0].args["members"]] == list(expected):
             self._add(True, f"audit {audit_id}", "committee = stake-weighted sortition from β, worker excluded", "")
         else:
@@ -171,11 +171,11 @@ class ChainAuditor:
         drawn_seed = self._named("ChallengeDrawn", auditId=audit_id, round=round_index)[0].args["challengeSeed"]
         ready = max(e.block_number for e in posted)
         seed = spec_audit.compute_challenge_seed(self._committee_seed(audit_id, round_index, beta, index),
-                                                 self._blockhash(ready + self.params["auditDrawDelayBlocks"]))
+                                                 self._blockhash(ready + self.preset.AUDIT_DRAW_DELAY_BLOCKS))
         self._add(seed == bytes(drawn_seed), subject, "challenge seed from the committee seed and a later blockhash", "challenge seed does not derive")
         model = self._model(receipt.model_id)
         prompt_len = receipt.num_positions + 1 - output_tokens
-        challenge = compute_challenge(seed, prompt_len, output_tokens, model.committed_layers, self.params["challengePositions"])
+        challenge = compute_challenge(seed, prompt_len, output_tokens, model.committed_layers, self.preset.CHALLENGE_POSITIONS)
         leaves = self._check_openings(subject, audit_id, round_index, challenge, receipt.num_positions, model)
         self._check_votes(subject, audit_id, round_index, leaves, model, prompt_len, output_tokens)
 

@@ -7,7 +7,7 @@ statistics and the verdict with every reason. docs/auditors.md explains how to r
 """
 
 from verillm.spec.compare import compute_cell_error
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN
 
 OK, BAD = "ok", "OVER"
 

@@ -63,8 +63,8 @@ async def get_network(request: web.Request) -> web.Response:
         "addresses": dict(protocol.deployment.addresses),
         "model": {"name": served.name, "model_id": "0x" + served.model_id.hex()},
         "this_node": "0x" + service.chainio.address.hex(),
-        "params": {"min_stake_wei": protocol.params["minStakeWei"], "committee_size": protocol.params["committeeSize"],
-                   "audit_rate_bps": protocol.params["auditRateBps"]},
+        "params": {"min_stake_wei": protocol.preset.MIN_STAKE_WEI, "committee_size": protocol.preset.COMMITTEE_SIZE,
+                   "audit_rate_bps": protocol.preset.AUDIT_RATE_BPS},
         "nodes": cache["nodes"],
     })
 
@@ -100,8 +100,8 @@ async def get_jobs(request: web.Request) -> web.Response:
 
 def _recent_jobs(service, limit: int) -> list[dict]:
     hashes = service.tables.db.execute("SELECT job_hash, created_at FROM dispatch_jobs ORDER BY created_at DESC, job_hash LIMIT ?", [limit]).fetchall()
-    params, head = service.chainio.params, service.watcher.head
-    return [{**compute_job_status(service.tables, bytes.fromhex(h), head, params), "created_at": created} for h, created in hashes]
+    preset, head = service.chainio.preset, service.watcher.head
+    return [{**compute_job_status(service.tables, bytes.fromhex(h), head, preset), "created_at": created} for h, created in hashes]
 
 
 async def get_job_timeline(request: web.Request) -> web.Response:
@@ -116,7 +116,7 @@ async def get_job_timeline(request: web.Request) -> web.Response:
 
 def _timeline(service, job_hash: bytes) -> dict:
     tables = service.tables
-    body = compute_job_status(tables, job_hash, service.watcher.head, service.chainio.params)
+    body = compute_job_status(tables, job_hash, service.watcher.head, service.chainio.preset)
     events = []
     batch = body.get("batch")
     if batch is not None:

@@ -33,7 +33,7 @@ class BatchScheduler:
                  max_receipts: int, max_wait_s: float):
         self.chainio, self.tables, self.metrics = chainio, tables, metrics
         self.vrf_secret_key = vrf_secret_key
-        self.max_receipts = min(max_receipts, chainio.params["maxBatchReceipts"])
+        self.max_receipts = min(max_receipts, chainio.preset.MAX_BATCH_RECEIPTS)
         self.max_wait_s = max_wait_s
         self.promises = None  # node/dispatcher/promises.py's Promises: their deadlines make a batch due
 
@@ -80,7 +80,7 @@ class BatchScheduler:
 
     async def advance_posted(self, batch: dict, head: int) -> None:
         """Draw the batch once its seed block is mined (and before the draw window closes)."""
-        delay, window = self.chainio.params["auditDrawDelayBlocks"], self.chainio.params["drawWindowBlocks"]
+        delay, window = self.chainio.preset.AUDIT_DRAW_DELAY_BLOCKS, self.chainio.preset.DRAW_WINDOW_BLOCKS
         seed_block = batch["posted_block"] + delay
         if head <= seed_block:
             return
@@ -98,14 +98,14 @@ class BatchScheduler:
             on_chain = await self.chainio.read(self.chainio.protocol.jobs.call, "getBatch", batch["batch_id"])
         self.tables.update_batch(batch["id"], status="drawn", beta=bytes(on_chain[4]).hex())
         for job in self.tables.get_batch_jobs(batch["id"]):
-            selected = spec_audit.is_audited(bytes(on_chain[4]), job.batch_index, self.chainio.params["auditRateBps"])
+            selected = spec_audit.is_audited(bytes(on_chain[4]), job.batch_index, self.chainio.preset.AUDIT_RATE_BPS)
             self.metrics.audit_draws.labels(selected="true" if selected else "false").inc()
 
     # --- audit starts -------------------------------------------------------------------------
 
     def get_selection(self, batch: dict) -> list:
         """Return the batch's jobs that need an audit: drawn by the VRF or requested by the client."""
-        beta, rate = bytes.fromhex(batch["beta"]), self.chainio.params["auditRateBps"]
+        beta, rate = bytes.fromhex(batch["beta"]), self.chainio.preset.AUDIT_RATE_BPS
         jobs = self.tables.get_batch_jobs(batch["id"])
         return [(j, not spec_audit.is_audited(beta, j.batch_index, rate)) for j in jobs
                 if j.audit_requested or spec_audit.is_audited(beta, j.batch_index, rate)]
@@ -125,7 +125,7 @@ class BatchScheduler:
 
     async def start_audit(self, batch: dict, job, requested: bool) -> None:
         levels = spec_audit.compute_batch_levels([compute_receipt_hash(j.receipt) for j in self.tables.get_batch_jobs(batch["id"])])
-        fee = self.chainio.params["committeeSize"] * self.chainio.params["auditFeeWei"] if requested else 0
+        fee = self.chainio.preset.COMMITTEE_SIZE * self.chainio.preset.AUDIT_FEE_WEI if requested else 0
         try:
             tx = await self.chainio.send("start_audit", batch["batch_id"], job.batch_index, job.receipt, levels,
                                          value_wei=fee, batch_id=batch["batch_id"])

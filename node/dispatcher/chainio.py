@@ -70,7 +70,7 @@ class ChainIO:
         self.account: LocalAccount = Account.from_key(key.private_key)
         self.address = key.address
         self.tables = tables
-        self.params = self.protocol.params
+        self.preset = self.protocol.preset
         self._models: dict[bytes, OnchainModel] = {}
         self._executor = ThreadPoolExecutor(max_workers=CHAIN_THREADS, thread_name_prefix="verillm-chain")
 

@@ -54,7 +54,7 @@ class Promises:
     def __init__(self, chainio: ChainIO, tables: DispatcherTables, key: NodeKey):
         self.chainio, self.tables, self.key = chainio, tables, key
         self.domain = chainio.protocol.get_promise_domain()
-        self.batch_by_blocks = chainio.protocol.params["batchByBlocks"]
+        self.batch_by_blocks = chainio.protocol.preset.BATCH_BY_BLOCKS
 
     async def verify_capacity(self) -> None:
         """Raise CannotPromise unless this node can post a batch before a new promise falls due."""

@@ -54,7 +54,7 @@ def read_serving_state(protocol, address: str, model_id: bytes) -> ServingState:
         model_added = False
     return ServingState(Web3.to_checksum_address(address), node["registered"], node["active"], node["stake_wei"],
                         node["unbonding_end_block"], tuple(node["models"]), model_id, model_added, len(workers),
-                        protocol.params["minStakeWei"], protocol.params["committeeSize"])
+                        protocol.preset.MIN_STAKE_WEI, protocol.preset.COMMITTEE_SIZE)
 
 
 def compute_serving_reasons(state: ServingState) -> list[str]:

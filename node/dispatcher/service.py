@@ -64,7 +64,7 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     config, worker, metrics, key = app[APP_CONFIG].dispatcher, app[APP_WORKER], app[APP_METRICS], app[APP_KEY]
     tasks = KeyedTasks()
     view = RegistryView(chainio, worker.served.model_id, config.registry_refresh_s)
-    router = NetworkDispatcher(worker, app[APP_STORE], tables, view, key, app[APP_DOMAIN], session, chainio.params["committeeSize"])
+    router = NetworkDispatcher(worker, app[APP_STORE], tables, view, key, app[APP_DOMAIN], session, chainio.preset.COMMITTEE_SIZE)
     batches = BatchScheduler(chainio, tables, metrics, compute_vrf_secret_key(key), config.batch_max_receipts, config.batch_max_wait_s)
     audits = AuditDriver(chainio, tables, router, view, tasks, metrics, config.escalate)
     faults = app.get(APP_FAULTS, PartyFaults())
@@ -115,7 +115,7 @@ async def get_dispatch_status(request: web.Request) -> web.Response:
     if service is None:
         raise NotFound("this node runs without the networked dispatcher ([dispatcher] enabled = false)")
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
-    body = compute_job_status(service.tables, job_hash, service.watcher.head, service.chainio.params)
+    body = compute_job_status(service.tables, job_hash, service.watcher.head, service.chainio.preset)
     return web.json_response(body)
 
 
@@ -140,7 +140,7 @@ async def get_dispatcher_info(request: web.Request) -> web.Response:
         "address": "0x" + service.chainio.address.hex(),
         "head": service.watcher.head,
         "promise_domain": {"chain_id": service.chainio.chain.chain_id, "verifying_contract": service.chainio.protocol.coverage.address,
-                           "batch_by_blocks": service.chainio.params["batchByBlocks"]},
+                           "batch_by_blocks": service.chainio.preset.BATCH_BY_BLOCKS},
         "workers": [{"address": "0x" + w.address.hex(), "url": w.url, "stake_wei": w.stake_wei} for w in service.router.view.workers],
         "batches": {s: len(tables.get_batches((s,))) for s in ("posting", "posted", "drawn", "started", "missed")},
         "audits": {s: len(tables.get_audit_rows(s)) for s in ("open", "settled", "abandoned")},

@@ -11,13 +11,14 @@
 """
 
 from verillm.errors import NotFound
+from verillm.spec.params import Preset
 from verillm.spec.receipt import compute_receipt_hash
 from verillm.spec.settlement import FAIL, PASS, TIE, VERDICT_NAMES, WORKER_DEFAULT
 
 from verillm.node.store.dispatcher_tables import DispatcherTables
 
 
-def compute_job_status(tables: DispatcherTables, job_hash: bytes, head: int, params: dict) -> dict:
+def compute_job_status(tables: DispatcherTables, job_hash: bytes, head: int, preset: Preset) -> dict:
     """Return what this dispatcher knows about ``job_hash``, on-chain state included."""
     job = tables.get_dispatched_job(job_hash)
     if job is None:
@@ -32,7 +33,7 @@ def compute_job_status(tables: DispatcherTables, job_hash: bytes, head: int, par
     body["batch"] = {"batch_id": batch["batch_id"], "index": job.batch_index, "posted_block": batch["posted_block"], "status": batch["status"]}
     audit = tables.get_audit_for_leaf(job.batch_row, job.batch_index)
     if audit is None:
-        body["status"] = _unaudited_status(tables, batch, head, params)
+        body["status"] = _unaudited_status(tables, batch, head, preset)
         return body
     body["audit"] = compute_audit_summary(tables, audit)
     body["status"] = _audit_status(audit, body["audit"]["round_verdict"])
@@ -43,9 +44,9 @@ def _receipt_hash(job) -> str:
     return compute_receipt_hash(job.receipt).hex()
 
 
-def _unaudited_status(tables: DispatcherTables, batch: dict, head: int, params: dict) -> str:
+def _unaudited_status(tables: DispatcherTables, batch: dict, head: int, preset: Preset) -> str:
     drawn = [e for e in tables.get_events("AuditDrawn") if e["batch_id"] == batch["batch_id"]]
-    if batch["status"] in ("drawn", "started") and drawn and head > drawn[0]["block_number"] + params["startWindowBlocks"]:
+    if batch["status"] in ("drawn", "started") and drawn and head > drawn[0]["block_number"] + preset.START_WINDOW_BLOCKS:
         return "final"
     return "committed"
 

@@ -25,7 +25,8 @@ from verillm.spec.commitment import Commitment, JobTrace, compute_commitment, co
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import MINIMAL, Preset
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, sign_receipt
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, Opening, Receipt, SamplingParams
+from verillm.spec.types import Opening, Receipt, SamplingParams
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 
 TEST_ARTIFACTS = Path(__file__).parent / "solidity" / "artifacts"  # node tests/contracts/solidity/compile.js
 

@@ -313,13 +313,13 @@ class ProtocolMachine(ExitRules, BatchRules, RoundAttacks, CoverageParties, Deli
         contests, at = got[at:at + count], at + count
         extras, at = got[at:at + len(self.audits)], at + len(self.audits)
         views, omission_claims = got[at:at + len(self.audits)], got[at + len(self.audits):]
-        bonds = sum(p.params["disputeBondWei"] for e, v in zip(extras, views, strict=True)
+        bonds = sum(p.preset.DISPUTE_BOND_WEI for e, v in zip(extras, views, strict=True)
                     if int(e[3], 16) != 0 and v[4] == 1 and v[5] not in (SETTLED, ABANDONED))
         assert registry_wei == sum(row[0] for row in node_rows), "Registry balance != stakes"
         assert jobs_wei == sum(credits) + pool + bonds, "Jobs balance != credits + pool + escalation bonds"
         assert disputes_wei == sum(c[6] for c in contests if c[3]), "Disputes balance != open contest bonds"
         open_claims = sum(1 for c in omission_claims if c[5] == 1)
-        assert coverage_wei == open_claims * p.params["omissionClaimBondWei"], "Coverage balance != open omission claim bonds"
+        assert coverage_wei == open_claims * p.preset.OMISSION_CLAIM_BOND_WEI, "Coverage balance != open omission claim bonds"
         assert credits[len(nodes) + 1] >= self.client_floor, "the honest client lost credit"
         for i, (stake, credit) in self.floor.items():
             assert node_rows[i][0] >= stake, f"honest node {i} lost stake"

@@ -101,7 +101,7 @@ def test_promise_hash_and_domain_are_the_spec_mirrors(world):
     on_chain = world.protocol.coverage.call("hashPromise", (p.receipt_hash, world.nodes[1].address, p.batch_by_block))
     assert bytes(on_chain) == spec.compute_promise_hash(p)
     assert bytes(world.protocol.coverage.call("domainSeparator")) == compute_domain_separator(world.protocol.get_promise_domain())
-    assert world.protocol.params["batchByBlocks"] == PRESET.BATCH_BY_BLOCKS
+    assert world.protocol.preset.BATCH_BY_BLOCKS == PRESET.BATCH_BY_BLOCKS
 
 
 def test_griefing_claim_on_an_included_receipt_pays_the_dispatcher_its_answer(world, client):
@@ -383,4 +383,4 @@ def test_answer_gas_must_be_positive_and_fit_in_a_block(world):
                 compute_protocol_params(bad, world.chain.artifacts, "Coverage", "CoverageParams"))
         with pytest.raises(Exception, match=f"{reason}|InvalidParams"):
             world.chain.deploy("Coverage", *args, sender=world.owner)
-    assert p.params["omissionAnswerGas"] == ANSWER_GAS
+    assert p.preset.OMISSION_ANSWER_GAS == ANSWER_GAS

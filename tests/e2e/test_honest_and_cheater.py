@@ -126,7 +126,7 @@ def test_every_job_came_with_a_batching_promise_the_gateway_kept_and_defends(che
     # The gateway is paid its answer's gas (capped at the bond), the griefer gets the rest back.
     paid = protocol.jobs.call("credits", gateway) - credit
     refunded = protocol.jobs.call("credits", griefer.address) - griefer_credit
-    assert paid > 0 and paid + refunded == protocol.params["omissionClaimBondWei"]
+    assert paid > 0 and paid + refunded == protocol.preset.OMISSION_CLAIM_BOND_WEI
 
 
 def test_verillm_complete_checks_the_promise_against_the_chain_on_receipt(cheater_network):

@@ -10,7 +10,8 @@ from verillm.engine.models import compute_weights_digest
 from verillm.errors import ConfigError
 from verillm.spec.job import compute_model_id
 from verillm.spec.sampling import compute_token_gaps
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, SamplingParams
+from verillm.spec.types import SamplingParams
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 
 SAMPLED = SamplingParams(temperature_milli=800, top_k=50, seed=5)
 BAND = 1e-4  # honest fp32 noise is ~1e-6 (test_torch_engine)

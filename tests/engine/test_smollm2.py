@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from verillm.spec.job import compute_num_positions, compute_verification_job
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN
 
 pytestmark = pytest.mark.smollm2
 

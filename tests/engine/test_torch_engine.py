@@ -13,7 +13,8 @@ from verillm.errors import ConfigError, InvalidInput, PromptTooLong
 from verillm.spec.commitment import compute_fingerprints, compute_projection
 from verillm.spec.job import compute_num_positions, compute_verification_job
 from verillm.spec.sampling import compute_sample_and_gaps, compute_sampled_token, compute_scores, compute_token_gaps
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, SamplingParams
+from verillm.spec.types import SamplingParams
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN
 
 SAMPLED = SamplingParams(temperature_milli=800, top_k=50, top_p_ppm=900_000, seed=7)
 FP32_BAND = 1e-4

@@ -9,7 +9,8 @@ from verillm.spec.commitment import JobTrace, compute_commitment
 from verillm.node.worker.trace_blob import decode_trace_blob, encode_trace_blob
 from verillm.spec.encoding import encode
 from verillm.spec.policy import LayerTolerance, ToleranceProfile
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, Job, LeafOpening, ModelManifest, Opening, SamplingParams
+from verillm.spec.types import Job, LeafOpening, ModelManifest, Opening, SamplingParams
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN
 from verillm.spec.job import compute_model_id
 from verillm.verifier.local import Party, check_pair, commit_runs, compute_member_jobs
 

@@ -26,7 +26,7 @@ from verillm.engine.torch_engine import TorchEngine
 from verillm.spec.commitment import compute_commitment
 from verillm.node.worker.trace_blob import encode_trace_blob
 from verillm.spec.job import compute_model_id
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 from verillm.verifier.local import Party, commit_runs, compute_member_jobs
 
 

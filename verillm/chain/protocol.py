@@ -19,7 +19,6 @@ and `verillm.spec.settlement`; the rules in docs/protocol.md §12.
     audit_id = protocol.start_audit(dispatcher, batch.batch_id, index, receipt, batch.levels).value
 """
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,15 +34,10 @@ from verillm.spec import audit as spec_audit
 from verillm.spec import delivery as spec_delivery
 from verillm.spec import vrf
 from verillm.spec.encoding import encode
-from verillm.spec.params import Preset
+from verillm.spec.params import Preset, compute_preset_name
 from verillm.spec.receipt import SigningDomain
 from verillm.spec.audit import OnchainModel
 from verillm.spec.types import Opening, Receipt, SamplingParams
-
-
-def compute_preset_name(field: str) -> str:
-    """Return the preset attribute for a struct field: ``minStakeWei`` -> ``MIN_STAKE_WEI``."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", field).upper()
 
 
 def get_params_components(artifacts: ArtifactStore, contract: str = "Registry", struct: str = "ProtocolParams") -> list[dict]:
@@ -153,9 +147,11 @@ class Protocol:
         self.disputes: ContractHandle = deployment.get(chain, "Disputes")
         self.coverage: ContractHandle = deployment.get(chain, "Coverage")
         names = [c["name"] for c in get_params_components(chain.artifacts, "Jobs")]
-        self.params = dict(zip(names, self.jobs.call("params"), strict=True))
-        self.params.update(batchByBlocks=self.coverage.call("batchByBlocks"), omissionClaimWindowBlocks=self.coverage.call("claimWindowBlocks"),
-                           omissionClaimBondWei=self.coverage.call("claimBondWei"), omissionAnswerGas=self.coverage.call("answerGas"))
+        onchain = dict(zip(names, self.jobs.call("params"), strict=True))
+        onchain.update(batchByBlocks=self.coverage.call("batchByBlocks"), omissionClaimWindowBlocks=self.coverage.call("claimWindowBlocks"),
+                       omissionClaimBondWei=self.coverage.call("claimBondWei"), omissionAnswerGas=self.coverage.call("answerGas"))
+        self.preset: Preset = Preset.from_contract_params(onchain)
+        """The deployment's protocol parameters, read once from its contracts."""
 
     @classmethod
     def deploy(cls, chain: Chain, preset: Preset, sender: LocalAccount) -> "Protocol":
@@ -217,7 +213,7 @@ class Protocol:
     def post_batch(self, dispatcher: LocalAccount, receipt_hashes: list[bytes]) -> Tx:
         """Post the Merkle root over ``receipt_hashes``, paying the per-job fee."""
         levels = spec_audit.compute_batch_levels(receipt_hashes)
-        fee = len(receipt_hashes) * self.params["jobFeeWei"]
+        fee = len(receipt_hashes) * self.preset.JOB_FEE_WEI
         tx = self._send(self.jobs, "postBatch", levels[-1][0], len(receipt_hashes), sender=dispatcher, value=fee,
                         event="BatchPosted", field="batchId")
         return Tx(tx.gas_used, PostedBatch(tx.value, levels[-1][0], levels), tx.receipt)
@@ -225,7 +221,7 @@ class Protocol:
     def get_draw_seed(self, batch_id: int) -> bytes:
         """Return the VRF input of a batch (its seed block must be mined)."""
         batch = self.jobs.call("getBatch", batch_id)
-        seed_block = batch[3] + self.params["auditDrawDelayBlocks"]
+        seed_block = batch[3] + self.preset.AUDIT_DRAW_DELAY_BLOCKS
         if self.chain.get_block_number() <= seed_block:  # eth_estimateGas may run at the latest block
             raise InvalidInput(f"batch {batch_id}'s seed block {seed_block} is not mined yet")
         return spec_audit.compute_draw_seed(bytes(batch[0]), self.get_blockhash(seed_block))
@@ -299,7 +295,7 @@ class Protocol:
 
     # --- Disputes ------------------------------------------------------------------------------
     def escalate(self, sender: LocalAccount, audit_id: int) -> Tx:
-        return self._send(self.disputes, "escalate", audit_id, sender=sender, value=self.params["disputeBondWei"])
+        return self._send(self.disputes, "escalate", audit_id, sender=sender, value=self.preset.DISPUTE_BOND_WEI)
 
     def draw_escalation(self, sender: LocalAccount, audit_id: int) -> Tx:
         return self._send(self.jobs, "drawEscalation", audit_id, sender=sender)
@@ -307,7 +303,7 @@ class Protocol:
     def contest(self, sender: LocalAccount, audit_id: int, round_index: int, slot: int, cells: list[tuple[int, int]]) -> Tx:
         """Demand proofs of party ``slot``'s leaves at (position, layer) ``cells``; value = contest id."""
         return self._send(self.disputes, "contest", audit_id, round_index, slot, [c[0] for c in cells], [c[1] for c in cells],
-                          sender=sender, value=self.params["disputeBondWei"], event="Contested", field="contestId")
+                          sender=sender, value=self.preset.DISPUTE_BOND_WEI, event="Contested", field="contestId")
 
     def answer_contest(self, sender: LocalAccount, contest_id: int, cells: list[tuple[int, int]], opening: Opening) -> Tx:
         """Prove the contested cells from ``opening`` (the party's posted opening, with proofs)."""
@@ -373,7 +369,7 @@ class Protocol:
         p = signed.promise
         promise = (p.receipt_hash, Web3.to_checksum_address(p.dispatcher), p.batch_by_block)
         return self._send(self.coverage, "claimOmitted", promise, signed.signature, sender=sender,
-                          value=self.params["omissionClaimBondWei"], event="OmissionClaimed", field="claimId")
+                          value=self.preset.OMISSION_CLAIM_BOND_WEI, event="OmissionClaimed", field="claimId")
 
     def prove_included(self, sender: LocalAccount, claim_id: int, batch_id: int, proof) -> Tx:
         """Answer claim ``claim_id`` with a MerkleProof of its receipt hash in batch ``batch_id``;

@@ -22,7 +22,8 @@ from verillm.spec.commitment import JobTrace, compute_commitment, compute_openin
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import get_preset
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, sign_receipt
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, Receipt, SamplingParams
+from verillm.spec.types import Receipt, SamplingParams
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 
 MODEL_ID = keccak256(b"verillm gas bench model")
 NODES = 11  # a worker, a committee of 3 and a fresh escalation committee of up to 7

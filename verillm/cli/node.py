@@ -213,7 +213,7 @@ def register(endpoint, stake, model_ids, **options):
 
     operator = load_operator(**options)
     protocol = operator.protocol
-    stake_wei = parse_ether(stake, "--stake") if stake else protocol.params["minStakeWei"]
+    stake_wei = parse_ether(stake, "--stake") if stake else protocol.preset.MIN_STAKE_WEI
     models = resolve_models(model_ids, endpoint)
     if protocol.get_node(operator.address)["registered"]:
         raise InvalidInput(f"{operator.address} is already registered: use `verillm node top-up` / `models` / `status`")
@@ -313,7 +313,7 @@ def status(node_url, model_id, as_json, **options):
         reasons = compute_serving_reasons(read_serving_state(protocol, operator.address, b"\x00" * 32))[:1] or ["no model declared"]
     body = {"address": operator.address, "balance_wei": protocol.chain.get_balance(operator.address),
             "registered": node["registered"], "active": node["active"], "stake_wei": node["stake_wei"],
-            "min_stake_wei": protocol.params["minStakeWei"], "locks": node["locks"],
+            "min_stake_wei": protocol.preset.MIN_STAKE_WEI, "locks": node["locks"],
             "unbonding_end_block": node["unbonding_end_block"], "block": protocol.chain.get_block_number(),
             "endpoint": node["endpoint"], "models": ["0x" + m.hex() for m in node["models"]],
             "ready": not reasons, "reasons": reasons}

@@ -107,14 +107,14 @@ def claim(promise_file, rpc_url, deployment_file, key, node_url, timeout_s, forc
     signed = read_promise_file(promise_file)
     spec.verify_promise_signature(signed, protocol.get_promise_domain())
     head = protocol.chain.get_block_number()
-    spec.verify_claim(signed.promise, head + 1, protocol.params["omissionClaimWindowBlocks"])
+    spec.verify_claim(signed.promise, head + 1, protocol.preset.OMISSION_CLAIM_WINDOW_BLOCKS)
     checked = check_inclusion(signed, protocol, node_url, timeout_s)
     if checked.status == INCLUDED and not force:
         raise InvalidInput(f"refusing to claim: the receipt is batched ({checked.detail}); the dispatcher would answer the claim "
-                           f"with this proof and be paid its gas out of the {protocol.params['omissionClaimBondWei']} wei bond (--force claims anyway)")
+                           f"with this proof and be paid its gas out of the {protocol.preset.OMISSION_CLAIM_BOND_WEI} wei bond (--force claims anyway)")
     tx = protocol.claim_omitted(sender, signed)
     state = protocol.get_omission_claim(tx.value)
-    click.echo(json.dumps({"claim_id": tx.value, "prove_deadline": state["prove_deadline"], "bond_wei": protocol.params["omissionClaimBondWei"],
+    click.echo(json.dumps({"claim_id": tx.value, "prove_deadline": state["prove_deadline"], "bond_wei": protocol.preset.OMISSION_CLAIM_BOND_WEI,
                            "inclusion": checked.to_json(),
                            "next": f"after block {state['prove_deadline']}: verillm promise slash {tx.value}"}, indent=2))
 

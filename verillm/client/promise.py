@@ -116,7 +116,7 @@ def verify_promise_on_receipt(signed: spec.SignedPromise, receipt_hash: bytes, p
     if not protocol.get_node(dispatcher)["active"]:
         raise InvalidProof(f"the promise's dispatcher {dispatcher} is not an active registered node: a broken promise could slash nothing")
     head = protocol.chain.get_block_number()
-    spec.verify_promise_terms(signed.promise, receipt_hash, head, protocol.params["batchByBlocks"])
+    spec.verify_promise_terms(signed.promise, receipt_hash, head, protocol.preset.BATCH_BY_BLOCKS)
     return head
 
 

@@ -29,7 +29,8 @@ from aiohttp import web
 from verillm.engine.base import Engine
 from verillm.spec.commitment import JobTrace
 from verillm.spec.params import get_preset
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, Job
+from verillm.spec.types import Job
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 
 from verillm.node.app import create_app
 from verillm.node.config import EngineConfig, NodeConfig, load_config

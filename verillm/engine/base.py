@@ -14,7 +14,7 @@ Semantics every engine must keep (the differential tests check them):
 - sampling: token at position i = `verillm.spec.sampling.compute_sampled_token(logits_i,
   job.sampling, i)` over fp32 logits; generation stops after a stop token (which is kept in the
   output) or after max_new_tokens.
-- flags at position i (`verillm.spec.types.FLAG_*`): NEXT_WITHIN_MARGIN when the sequence's
+- flags at position i (`verillm.spec.constants.FLAG_*`): NEXT_WITHIN_MARGIN when the sequence's
   token at i+1 (input, or the token just sampled) has a gap ≤ the manifest's token margin;
   STOP_WITHIN_MARGIN when some stop token does.
 """

@@ -28,7 +28,8 @@ from verillm.errors import ConfigError
 from verillm.spec.commitment import JobTrace, compute_projection
 from verillm.spec.job import compute_model_id, verify_job_admission
 from verillm.spec.sampling import compute_sample_and_gaps, compute_token_gaps, is_greedy
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, Job, ModelManifest
+from verillm.spec.types import Job, ModelManifest
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN
 
 # Rows of prompt positions whose logits are materialised at once (bounds memory: 256 × vocab).
 LOGIT_CHUNK_ROWS = 256

@@ -32,7 +32,8 @@ from verillm.engine.torch_engine import compute_fingerprints_torch, compute_gree
 from verillm.errors import EngineError
 from verillm.spec.commitment import compute_projection
 from verillm.spec.sampling import compute_sampled_token, compute_token_gaps, is_greedy
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, SamplingParams
+from verillm.spec.types import SamplingParams
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN
 
 CAPTURE_ARG = "verillm"
 """Key in vLLM `SamplingParams.extra_args`: {"key": job key, "sampling": [temperature_milli, top_k,

@@ -16,7 +16,8 @@ from verillm.spec.hashing import keccak256
 from verillm.spec.params import Preset
 from verillm.spec.settlement import (AGREE, DISAGREE, FAIL, PASS, TIE, WORKER_DEFAULT, AuditRecord, MemberRecord, RoundRecord, compute_settlement,
                                      compute_slash, compute_slash_split, compute_round_verdict)
-from verillm.sim.rules import BPS, RuleSet
+from verillm.sim.rules import RuleSet
+from verillm.spec.constants import BPS
 from verillm.sim.settle_paths import BIG_POOL_WEI, Contest, apply_contest, settle_undelivered, settle_unheard
 from verillm.sim.sortition import Pool, draw_committee
 

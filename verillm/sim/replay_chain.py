@@ -23,7 +23,8 @@ from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_tokens_hash, compute_transcript_hash
 from verillm.spec.params import Preset
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, sign_receipt
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, Receipt, SamplingParams
+from verillm.spec.types import Receipt, SamplingParams
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 from verillm.sim.sortition import GWEI, Pool
 
 MODEL_ID = keccak256(b"verillm sim replay model")

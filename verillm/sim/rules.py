@@ -16,8 +16,8 @@ checks `MAIN` against the contracts audit by audit.
 from dataclasses import dataclass, replace
 
 from verillm.errors import ConfigError
+from verillm.spec.constants import BPS
 
-BPS = 10_000
 
 
 @dataclass(frozen=True)

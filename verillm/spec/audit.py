@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from verillm.errors import EncodingError, InvalidInput
+from verillm.spec.constants import BPS, FLAG_NEXT_WITHIN_MARGIN, PPB
 from verillm.spec.encoding import decode, encode
 from verillm.spec.hashing import (
     DOMAIN_AUDIT_PICK,
@@ -38,10 +39,7 @@ from verillm.spec.merkle import MerkleProof, compute_leaf_hash, compute_merkle_l
 from verillm.spec.policy import ToleranceProfile
 from verillm.spec.types import Leaf, ModelManifest, Opening
 
-BPS = 10_000
-PPB = 10**9
 CLAMP_PPB = 1 << 96
-FLAG_NEXT_WITHIN_MARGIN = 1
 
 
 # --- receipt batches ------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from verillm.spec.compare import compute_audit_measurement
 from verillm.spec.job import compute_job_hash, compute_num_positions, compute_tokens_hash, compute_transcript_hash
 from verillm.spec.commitment import verify_opening
 from verillm.spec.policy import REASON_CONSISTENCY, REASON_PROOF, CheckResult, Reason, ToleranceProfile, compute_check_result
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, Challenge, Job, ModelManifest, Opening, Receipt
+from verillm.spec.types import Challenge, Job, ModelManifest, Opening, Receipt
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 
 
 @dataclass(frozen=True)

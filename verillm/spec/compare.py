@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, Challenge, Leaf
+from verillm.spec.types import Challenge, Leaf
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN
 
 Cells = Mapping[tuple[int, int], Leaf]
 

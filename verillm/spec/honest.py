@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from verillm.spec.audit import OnchainModel, is_onchain_agreement
 from verillm.spec.compare import is_stopped_early
 from verillm.spec.settlement import AGREE, FAIL, PASS, TIE
-from verillm.spec.types import FLAG_STOP_WITHIN_MARGIN, Leaf
+from verillm.spec.types import Leaf
+from verillm.spec.constants import FLAG_STOP_WITHIN_MARGIN
 
 Cells = Mapping[tuple[int, int], Leaf]
 

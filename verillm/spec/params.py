@@ -7,6 +7,8 @@ calibrated per model and dtype and live in tolerance profiles (`verillm.spec.pol
 """
 
 import dataclasses
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from verillm.errors import ConfigError
@@ -89,12 +91,25 @@ class Preset:
     # --- limits ---
     MAX_BATCH_RECEIPTS: int = 1_024
 
+    @classmethod
+    def from_contract_params(cls, params: Mapping[str, int], name: str = "onchain") -> "Preset":
+        """Return the preset a deployment runs, from its contracts' parameter structs (camelCase
+        field names, as `Jobs.params()` and Coverage return them). Every on-chain value is taken;
+        a field the contracts do not hold (FINGERPRINT_DIMS: per model, in the Registry) keeps
+        its default. An unknown on-chain name is an error: the contracts and this class drifted."""
+        return cls(name=name).replace(**{compute_preset_name(field): int(value) for field, value in params.items()})
+
     def replace(self, **changes) -> "Preset":
         """Return a copy with some parameters changed; unknown names are an error."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
             raise ConfigError(f"unknown protocol parameters: {sorted(unknown)}")
         return dataclasses.replace(self, **changes)
+
+
+def compute_preset_name(field: str) -> str:
+    """Return the preset attribute for a contract struct field: ``minStakeWei`` -> ``MIN_STAKE_WEI``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", field).upper()
 
 
 MAINNET = Preset(name="mainnet")

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 
 from verillm.errors import InvalidInput, InvalidProof, InvalidSignature
 from verillm.spec.audit import compute_batch_levels, compute_batch_proof
+from verillm.spec.constants import BPS
 from verillm.spec.hashing import keccak256
 from verillm.spec.merkle import MerkleProof, compute_leaf_hash, is_valid_merkle_proof
 from verillm.spec.receipt import SigningDomain, compute_domain_separator, recover_digest_signer, sign_digest
 
 PROMISE_TYPE = b"BatchPromise(bytes32 receiptHash,address dispatcher,uint64 batchByBlock)"
 PROMISE_TYPEHASH = keccak256(PROMISE_TYPE)
-BPS = 10_000
 
 OPEN, ANSWERED, SLASHED = 1, 2, 3
 """Coverage.Claim.state."""

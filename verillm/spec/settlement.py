@@ -9,9 +9,9 @@ the escalation bond — the order of the contract. The rules are in `docs/protoc
 
 from dataclasses import dataclass, field
 
+from verillm.spec.constants import BPS
 from verillm.spec.params import Preset
 
-BPS = 10_000
 
 NO_VOTE, AGREE, DISAGREE = 0, 1, 2
 PASS, FAIL, TIE, WORKER_DEFAULT = 1, 2, 3, 4

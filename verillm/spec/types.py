@@ -93,8 +93,6 @@ class Leaf:
     flags: U8
 
 
-FLAG_NEXT_WITHIN_MARGIN = 1
-FLAG_STOP_WITHIN_MARGIN = 2
 
 
 @dataclass(frozen=True)

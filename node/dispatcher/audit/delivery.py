@@ -64,7 +64,7 @@ class DeliveryDuties:
 
     async def advance(self, head: int) -> None:
         """Answer claims on this node's worker seats, then claim or run its undelivered jobs."""
-        since = head - HORIZON_WINDOWS * self.chainio.params["commitWindowBlocks"]
+        since = head - HORIZON_WINDOWS * self.chainio.preset.COMMIT_WINDOW_BLOCKS
         for audit_id in sorted({e["audit_id"] for e in self._recent("DeliveryClaimed", since)}):
             await self._answer_claim(audit_id)
         for (audit_id, round_index), event in self._latest_draws(since).items():
@@ -123,7 +123,7 @@ class DeliveryDuties:
         published = self.tables.get_events("TranscriptPublished", audit_id)
         if published:
             await self._run_published(audit_id, round_index, slot, published[0]["args"])
-        elif head >= compute_claim_block(draw_block, self.chainio.params["commitWindowBlocks"]):
+        elif head >= compute_claim_block(draw_block, self.chainio.preset.COMMIT_WINDOW_BLOCKS):
             if await self._job_arrived(audit_id):
                 return  # it is running (or its receipt is on its way): a claim would only cost gas
             await self._claim(audit_id, round_index, slot, head)

@@ -48,7 +48,7 @@ class AuditDriver:
         self.chainio, self.tables, self.router, self.view, self.tasks, self.metrics = chainio, tables, router, view, tasks, metrics
         self.committee = CommitteeDriver(chainio, tables, router, view, tasks)
         self.escalate = escalate
-        self.params = chainio.params
+        self.preset = chainio.preset
         self.me = "0x" + chainio.address.hex()
 
     async def advance(self, row: dict, head: int) -> None:
@@ -74,13 +74,13 @@ class AuditDriver:
     async def _context(self, state, info):
         model = await self.chainio.get_model(state.model_id)
         prompt_len = state.num_positions - state.output_tokens + 1
-        challenge = compute_challenge(info.challenge_seed, prompt_len, state.output_tokens, model.committed_layers, self.params["challengePositions"])
+        challenge = compute_challenge(info.challenge_seed, prompt_len, state.output_tokens, model.committed_layers, self.preset.CHALLENGE_POSITIONS)
         return model, prompt_len, challenge
 
     async def _advance_opening(self, row: dict, state, info, head: int) -> None:
         audit_id, round_index = row["audit_id"], state.round
         if info.challenge_seed == b"\x00" * 32:
-            if head > info.ready_block + self.params["auditDrawDelayBlocks"]:
+            if head > info.ready_block + self.preset.AUDIT_DRAW_DELAY_BLOCKS:
                 self.tasks.spawn(f"challenge:{audit_id}", lambda: self.chainio.draw_challenge(audit_id))
             return
         parties = [await self.chainio.read(self.chainio.protocol.get_party, audit_id, round_index, s) for s in range(len(info.members) + 1)]
@@ -91,8 +91,8 @@ class AuditDriver:
                 self.tasks.spawn(f"check:{audit_id}:{round_index}:{slot}", lambda s=slot: self._check_party(row, state, info, s))
         opens = sum(1 for p in parties[1:] if p["opened"])
         all_checked = all(f"{round_index}:{s}" in checks for s, p in enumerate(parties) if p["opened"])
-        worker_closes = info.ready_block + self.params["auditDrawDelayBlocks"] + self.params["openWindowBlocks"]
-        members_close = worker_closes + self.params["openWindowBlocks"]
+        worker_closes = info.ready_block + self.preset.AUDIT_DRAW_DELAY_BLOCKS + self.preset.OPEN_WINDOW_BLOCKS
+        members_close = worker_closes + self.preset.OPEN_WINDOW_BLOCKS
         done = info.worker_opened and opens == len(info.members) and all_checked
         late = (not info.worker_opened and head > worker_closes) or head > members_close
         if done or late:
@@ -224,7 +224,7 @@ class AuditDriver:
                 self.tasks.spawn(f"resolve:{event['contest_id']}", lambda e=event: self._resolve(e, head))
         if self.escalate and state.round == 0 and not row["escalated"]:
             await self._maybe_escalate(row, state)
-        if head > info.verdict_block + self.params["disputeWindowBlocks"] and state.pending_contests == 0:
+        if head > info.verdict_block + self.preset.DISPUTE_WINDOW_BLOCKS and state.pending_contests == 0:
             self.tasks.spawn(f"settle:{audit_id}", lambda: self._settle(audit_id))
 
     async def _resolve(self, event: dict, head: int) -> None:
@@ -241,7 +241,7 @@ class AuditDriver:
         if not is_escalation_warranted(verdict, proven):
             return
         available = len(await self.view.refresh(force=True)) - 1 - len(proven)
-        if available < self.params["escalationCommitteeSize"]:
+        if available < self.preset.ESCALATION_COMMITTEE_SIZE:
             # Escalate anyway: an escalation the pool cannot staff abandons the audit, nobody
             # slashed and the bond refunded, instead of enforcing a verdict proven data contradict.
             log.warning("audit %d: escalation warranted with only %d candidates: it will be unheard", row["audit_id"], available)
@@ -258,7 +258,7 @@ class AuditDriver:
 
     async def _advance_escalating(self, audit_id: int, head: int) -> None:
         started = self.tables.get_events("EscalationStarted", audit_id)
-        if not started or head <= started[-1]["block_number"] + self.params["auditDrawDelayBlocks"]:
+        if not started or head <= started[-1]["block_number"] + self.preset.AUDIT_DRAW_DELAY_BLOCKS:
             return
         self.tasks.spawn(f"escalation-draw:{audit_id}", lambda: self.chainio.send("draw_escalation", audit_id, audit_id=audit_id))
 

@@ -106,23 +106,23 @@ class PartyDuties:
             log.error("audit %d: missed the opening of slot %d (phase %d)", duty.audit_id, duty.slot, info.phase)
 
     def _is_over(self, info, head: int) -> bool:
-        p = self.chainio.params
+        preset = self.chainio.preset
         if info.phase in (SETTLED, ABANDONED):
             return True
-        return info.phase == DECIDED and head > info.verdict_block + p["disputeWindowBlocks"] + p["proofWindowBlocks"]
+        return info.phase == DECIDED and head > info.verdict_block + preset.DISPUTE_WINDOW_BLOCKS + preset.PROOF_WINDOW_BLOCKS
 
     async def _challenge(self, duty: Duty, seed: bytes):
         state = await self.chainio.read(self.chainio.protocol.get_audit, duty.audit_id)
         model = await self.chainio.get_model(state.model_id)
         prompt_len = state.num_positions - state.output_tokens + 1
-        challenge = compute_challenge(seed, prompt_len, state.output_tokens, model.committed_layers, self.chainio.params["challengePositions"])
+        challenge = compute_challenge(seed, prompt_len, state.output_tokens, model.committed_layers, self.chainio.preset.CHALLENGE_POSITIONS)
         return state, model, prompt_len, challenge
 
     async def _open_worker(self, duty: Duty, info, head: int) -> None:
         if info.challenge_seed == b"\x00" * 32:
             # The dispatcher draws it as soon as it may; the worker only if that has not happened
             # a few blocks later (it must open within the window either way).
-            if head > info.ready_block + self.chainio.params["auditDrawDelayBlocks"] + WORKER_DRAW_GRACE_BLOCKS:
+            if head > info.ready_block + self.chainio.preset.AUDIT_DRAW_DELAY_BLOCKS + WORKER_DRAW_GRACE_BLOCKS:
                 await self.chainio.draw_challenge(duty.audit_id)
             return
         _, _, _, challenge = await self._challenge(duty, info.challenge_seed)

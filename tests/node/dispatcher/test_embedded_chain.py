@@ -24,7 +24,7 @@ def test_a_deployment_is_read_and_written_over_json_rpc(embedded):
     remote = RpcChain(embedded.url)
     assert remote.chain_id == embedded.chain.chain_id
     protocol = Protocol(remote, deployed.deployment)
-    assert protocol.params["committeeSize"] == MINIMAL.COMMITTEE_SIZE
+    assert protocol.preset.COMMITTEE_SIZE == MINIMAL.COMMITTEE_SIZE
     stranger = Account.create()
     embedded.chain.transfer(embedded.chain.dev_accounts[0], stranger.address, 10**18)
     assert remote.get_balance(stranger.address) == 10**18

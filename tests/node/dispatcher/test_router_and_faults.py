@@ -13,7 +13,8 @@ from verillm.node.dispatcher.router import verify_worker_receipt
 from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.spec.job import compute_verification_job
 from verillm.spec.receipt import SigningDomain, compute_receipt, sign_receipt
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, Job, SamplingParams
+from verillm.spec.types import Job, SamplingParams
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 
 DOMAIN = SigningDomain(chain_id=31337, verifying_contract=b"\x33" * 20)
 KEY, OTHER = b"\x07" * 32, b"\x08" * 32

@@ -9,13 +9,14 @@ from verillm.node.store.evidence import compute_evidence
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.store.migrations import MIGRATIONS, get_schema_version
 from verillm.node.store.store import open_store
+from verillm.spec.params import MINIMAL
 from verillm.spec.receipt import SigningDomain, compute_receipt, sign_receipt
 from verillm.spec.types import Job, LeafOpening, Leaf, Opening, SamplingParams
 from verillm.spec.merkle import MerkleProof
 from verillm.verifier.replay import load_case, read_evidence
 
 KEY = b"\x07" * 32
-PARAMS = {"startWindowBlocks": 10}
+PRESET = MINIMAL.replace(START_WINDOW_BLOCKS=10)
 
 
 def _job(n: int) -> Job:
@@ -48,20 +49,20 @@ def test_a_job_goes_from_dispatched_to_final_as_the_chain_moves(tmp_path):
     tables = DispatcherTables(open_store(tmp_path / "n.sqlite").db)
     receipts = [_dispatch(tables, n) for n in (1, 2)]
     job_hash = receipts[0].job_hash
-    assert compute_job_status(tables, job_hash, 0, PARAMS)["status"] == "dispatched"
+    assert compute_job_status(tables, job_hash, 0, PRESET)["status"] == "dispatched"
     row = tables.insert_batch(b"\x0a" * 32, [r.job_hash for r in receipts])
     assert [j.batch_index for j in tables.get_batch_jobs(row)] == [0, 1] and tables.get_unbatched_jobs(10) == []
-    assert compute_job_status(tables, job_hash, 0, PARAMS)["status"] == "dispatched"  # still posting
+    assert compute_job_status(tables, job_hash, 0, PRESET)["status"] == "dispatched"  # still posting
     tables.update_batch(row, status="posted", batch_id=0, posted_block=5)
-    assert compute_job_status(tables, job_hash, 6, PARAMS)["status"] == "committed"
+    assert compute_job_status(tables, job_hash, 6, PRESET)["status"] == "committed"
     tables.insert_audit(3, job_hash, row, 0, requested=True)
     tables.record_events("protocol", [_event(9, "CommitteeDrawn", 3, members=["0xaa", "0xbb", "0xcc"], round=0, attempt=0)], 10)
-    body = compute_job_status(tables, job_hash, 10, PARAMS)
+    body = compute_job_status(tables, job_hash, 10, PRESET)
     assert body["status"] == "audited" and body["audit"]["committee"] == ["0xaa", "0xbb", "0xcc"] and body["audit"]["requested"]
     tables.record_events("protocol", [_event(12, "RoundDecided", 3, round=0, verdict=1, agree=3, disagree=0)], 13)
-    assert compute_job_status(tables, job_hash, 13, PARAMS)["status"] == "verified"
+    assert compute_job_status(tables, job_hash, 13, PRESET)["status"] == "verified"
     tables.update_audit(3, status="settled", verdict=1)
-    assert compute_job_status(tables, job_hash, 30, PARAMS)["status"] == "final"
+    assert compute_job_status(tables, job_hash, 30, PRESET)["status"] == "final"
     assert tables.get_cursor("protocol", 0) == 13
 
 
@@ -71,8 +72,8 @@ def test_a_job_the_draw_skipped_is_final_once_the_start_window_closes(tmp_path):
     row = tables.insert_batch(b"\x0a" * 32, [receipt.job_hash])
     tables.update_batch(row, status="started", batch_id=4, posted_block=5)
     tables.record_events("protocol", [_event(8, "AuditDrawn", batch_id=4, seed="0x00", beta="0x00")], 9)
-    assert compute_job_status(tables, receipt.job_hash, 18, PARAMS)["status"] == "committed"
-    assert compute_job_status(tables, receipt.job_hash, 19, PARAMS)["status"] == "final"
+    assert compute_job_status(tables, receipt.job_hash, 18, PRESET)["status"] == "committed"
+    assert compute_job_status(tables, receipt.job_hash, 19, PRESET)["status"] == "final"
 
 
 def test_evidence_read_from_the_store_file_replays_the_same_case(tmp_path):

@@ -5,7 +5,8 @@ import pytest
 from verillm.spec.audit import OnchainModel
 from verillm.spec.honest import compute_member_vote, is_escalation_warranted, is_provable_lie
 from verillm.spec.settlement import AGREE, DISAGREE, FAIL, PASS, TIE, WORKER_DEFAULT
-from verillm.spec.types import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, Leaf
+from verillm.spec.types import Leaf
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN
 
 LAYERS = (1, 3)
 MODEL = OnchainModel(b"\x01" * 32, LAYERS, 1, max_cell_error_ppb=(1000, 1000), rms_error_ppb=(1000, 1000), min_cells_for_rms=100)
