@@ -20,12 +20,12 @@ from verillm.spec.receipt import SigningDomain
 from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_STORE, APP_WORKER
 from verillm.node.config import NodeConfig
 from verillm.node.dispatcher.local import LocalDispatcher
-from verillm.node.dispatcher.service import network_dispatcher_context, setup_dispatcher_routes
+from verillm.node.dispatcher.service import network_dispatcher_context
 from verillm.node.worker.engines import ServedModel, build_served_model
-from verillm.node.api.explorer_views import setup_explorer_routes
 from verillm.node.keys import load_node_key
 from verillm.node.metrics import NodeMetrics
-from verillm.node.api.clients import APP_INFLIGHT, client_middleware
+from verillm.node.api.clients import client_middleware
+from verillm.node.appkeys import APP_INFLIGHT
 from verillm.node.middlewares import error_middleware
 from verillm.node.profiling import install_profile_toggle
 from verillm.node.routes import setup_routes
@@ -50,8 +50,6 @@ def create_app(config: NodeConfig, served: ServedModel | None = None) -> web.App
     app.cleanup_ctx.append(worker_context)
     app.cleanup_ctx.append(dispatcher_context)
     setup_routes(app)
-    setup_dispatcher_routes(app)  # GET /v1/verillm/audits/{job_hash} (node/dispatcher/)
-    setup_explorer_routes(app)  # GET /explorer and its JSON (node/api/explorer_views.py)
     return app
 
 

@@ -57,13 +57,13 @@ class NodeMetrics:
         # --- worker: state ---
         self.queue_depth = Gauge("verillm_node_queue_depth_jobs", "Jobs waiting for the engine.", registry=r)
         self.running_jobs = Gauge("verillm_node_running_jobs", "Jobs inside the engine right now.", registry=r)
-        self.pending_chain_actions = Gauge("verillm_node_pending_chain_actions", "Chain actions written but not yet confirmed.", registry=r)
         # --- dispatcher role (audits, verdicts, disputes, stake) ---
         self.audit_draws = Counter("verillm_dispatcher_audit_draws", "Audit draws evaluated, by whether the job was selected.", ["selected"], registry=r)
         self.verdicts = Counter("verillm_dispatcher_verdicts", "Audit verdicts reached, by verdict.", ["verdict"], registry=r)
         self.disputes = Counter("verillm_dispatcher_disputes", "Disputes, by outcome.", ["outcome"], registry=r)
         self.stake_wei = Gauge("verillm_node_stake_wei", "This node's stake in the Registry, in wei.", registry=r)
         self.slashed_wei = Counter("verillm_node_slashed_wei", "Stake this node lost to slashing, in wei.", registry=r)
+        self.unbatched_receipts = Gauge("verillm_dispatcher_unbatched_receipts", "Receipts this dispatcher holds that no posted batch includes yet.", registry=r)
         self._initialise_label_sets()
 
     def _initialise_label_sets(self):

@@ -2,7 +2,7 @@
 
 from aiohttp import web
 
-from verillm.node.api import native_views, openai_views
+from verillm.node.api import dispatcher_views, explorer_views, native_views, openai_views
 
 
 def setup_routes(app: web.Application) -> None:
@@ -16,3 +16,14 @@ def setup_routes(app: web.Application) -> None:
     app.router.add_get("/v1/verillm/info", native_views.get_info)
     app.router.add_get("/healthz", native_views.get_healthz)
     app.router.add_get("/metrics", native_views.get_metrics)
+    # the dispatcher role (404 on a node without it)
+    app.router.add_get("/v1/verillm/audits/{job_hash}", dispatcher_views.get_dispatch_status)
+    app.router.add_get("/v1/verillm/audits/{job_hash}/evidence", dispatcher_views.get_dispatch_evidence)
+    app.router.add_get("/v1/verillm/dispatcher", dispatcher_views.get_dispatcher_info)
+    app.router.add_get("/v1/verillm/receipts/{receipt_hash}/inclusion", dispatcher_views.get_receipt_inclusion)
+    # the explorer: its page and the JSON it reads
+    app.router.add_get("/explorer", explorer_views.get_page)
+    app.router.add_get("/explorer/{file}", explorer_views.get_page)
+    app.router.add_get("/v1/verillm/explorer/network", explorer_views.get_network)
+    app.router.add_get("/v1/verillm/explorer/jobs", explorer_views.get_jobs)
+    app.router.add_get("/v1/verillm/explorer/jobs/{job_hash}", explorer_views.get_job_timeline)

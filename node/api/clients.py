@@ -18,17 +18,15 @@ checked by signature, and a committee job must never be refused for a client's f
 """
 
 import hmac
-from collections import Counter
 
 from aiohttp import web
 
 from verillm.errors import InvalidApiKey, QueueFull, TooManyRequests
 
-from verillm.node.appkeys import APP_CONFIG, APP_WORKER
+from verillm.node.appkeys import APP_CONFIG, APP_INFLIGHT, APP_WORKER
 
 OPENAI_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models"})
 GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
-APP_INFLIGHT = web.AppKey("inflight_per_client", Counter)
 
 
 def compute_client_id(request: web.Request, api_keys: tuple[str, ...]) -> str:

@@ -20,7 +20,7 @@ from web3 import Web3
 from verillm.errors import InvalidInput, NotFound
 
 from verillm.node.appkeys import APP_MODEL
-from verillm.node.dispatcher.service import APP_SERVICE
+from verillm.node.appkeys import APP_SERVICE
 from verillm.node.dispatcher.status import compute_job_status
 from verillm.wire import from_hex
 
@@ -133,12 +133,3 @@ def _timeline(service, job_hash: bytes) -> dict:
 
 def _hex(value: str) -> str:
     return value if value.startswith("0x") else "0x" + value
-
-
-def setup_explorer_routes(app: web.Application) -> None:
-    """Register the explorer's page and JSON routes."""
-    app.router.add_get("/explorer", get_page)
-    app.router.add_get("/explorer/{file}", get_page)
-    app.router.add_get("/v1/verillm/explorer/network", get_network)
-    app.router.add_get("/v1/verillm/explorer/jobs", get_jobs)
-    app.router.add_get("/v1/verillm/explorer/jobs/{job_hash}", get_job_timeline)

@@ -27,7 +27,7 @@ from verillm.spec.types import Challenge, Job
 
 from verillm.node import faults
 from verillm.node.api.access import verify_reader
-from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_STORE, APP_WORKER
+from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
 from verillm.node.api.http import get_status_url, read_signed_envelope, remember_nonce
 from verillm.node.store.migrations import get_schema_version
 from verillm.wire import from_hex, opening_to_json, receipt_to_json, to_hex
@@ -127,5 +127,7 @@ async def get_healthz(request: web.Request) -> web.Response:
 async def get_metrics(request: web.Request) -> web.Response:
     """Prometheus scrape endpoint."""
     metrics = request.app[APP_METRICS]
-    metrics.pending_chain_actions.set(request.app[APP_STORE].count_chain_actions("pending"))
+    service = request.app.get(APP_SERVICE)
+    if service is not None:  # read at scrape time: the table is the truth, no counter to drift
+        metrics.unbatched_receipts.set(service.tables.count_unbatched_jobs())
     return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -158,3 +158,10 @@ def migrate_5_receipt_hash_index(db: Database) -> None:
     """Receipts looked up by hash: the public inclusion route (`GET /v1/verillm/receipts/{hash}/inclusion`)
     and omission answers must not scan every job this node ever dispatched."""
     db.conn.execute("CREATE INDEX dispatch_jobs_by_receipt_hash ON dispatch_jobs (receipt_hash)")
+
+
+def migrate_6_drop_chain_actions(db: Database) -> None:
+    """Drop the `chain_actions` queue: it was written for every dispatched job and never read (the
+    dispatcher posts receipts from `dispatch_jobs`), so its pending-actions gauge only grew."""
+    db.conn.execute("DROP INDEX IF EXISTS chain_actions_by_status")
+    db.conn.execute("DROP TABLE IF EXISTS chain_actions")

@@ -103,6 +103,9 @@ class DispatcherTables:
     def get_unbatched_jobs(self, limit: int) -> list[DispatchedJob]:
         return [_job_row(r) for r in self._rows("SELECT * FROM dispatch_jobs WHERE batch_row IS NULL ORDER BY created_at, job_hash LIMIT ?", [limit])]
 
+    def count_unbatched_jobs(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM dispatch_jobs WHERE batch_row IS NULL").fetchone()[0]
+
     def get_oldest_unbatched_at(self) -> float | None:
         return self.db.execute("SELECT MIN(created_at) FROM dispatch_jobs WHERE batch_row IS NULL").fetchone()[0]
 

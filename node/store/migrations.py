@@ -130,10 +130,11 @@ def _run_script(db: Database, script: str) -> None:
 
 
 # Migration 3 belongs to the dispatcher role's audit scheduler and chain watcher (node/store/dispatcher_schema.py).
-from verillm.node.store.dispatcher_schema import migrate_3_dispatcher_audit_tables, migrate_4_batch_promises, migrate_5_receipt_hash_index  # noqa: E402
+from verillm.node.store.dispatcher_schema import (migrate_3_dispatcher_audit_tables, migrate_4_batch_promises,  # noqa: E402
+                                                   migrate_5_receipt_hash_index, migrate_6_drop_chain_actions)
 
 MIGRATIONS = (migrate_1_worker_tables, migrate_2_dispatcher_tables, migrate_3_dispatcher_audit_tables, migrate_4_batch_promises,
-              migrate_5_receipt_hash_index)
+              migrate_5_receipt_hash_index, migrate_6_drop_chain_actions)
 
 
 def get_schema_version(db: Database) -> int:

@@ -1,8 +1,7 @@
 """The node's durable state: one SQLite file (WAL) through sqlite-utils.
 
 Every write that a response depends on is committed before the response is sent: a job is
-`received` before it is queued, and `done` (receipt, retained trace, output tokens and, for
-jobs this node dispatched, the pending `post_receipt` chain action) in one transaction before
+`received` before it is queued, and `done` (receipt, retained trace, output tokens) in one transaction before
 its receipt is returned. After a SIGKILL at any
 point the file holds every accepted job, every receipt returned, and the trace blob needed
 to answer an opening for it; `get_unfinished_jobs` lists the jobs to re-run.
@@ -46,19 +45,6 @@ class JobRecord:
     attempts: int
     received_at: float
     updated_at: float
-
-
-@dataclass(frozen=True)
-class ChainAction:
-    """Something this node must do on-chain (e.g. post a receipt), durable until confirmed."""
-
-    id: int
-    kind: str
-    job_hash: bytes | None
-    payload: bytes
-    status: str
-    tx_hash: str | None
-    error: str | None
 
 
 def _hex(value: bytes | None) -> str:
@@ -141,7 +127,7 @@ class Store:
             self.db.conn.execute(f"PRAGMA synchronous = {mode}")
 
     def complete_job(self, job_hash: bytes, output: "JobOutput") -> None:
-        """Record a finished job: receipt, retained trace, status done, and (if this node dispatched it) a pending post_receipt."""
+        """Record a finished job: receipt, retained trace and status done, in one transaction."""
         self.record_outcomes([(job_hash, output)])
 
     def fail_job(self, job_hash: bytes, error: str) -> None:
@@ -158,13 +144,6 @@ class Store:
         )
         c.execute("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?)", (key, output.trace_blob, receipt.num_positions, now))
         faults.reach("receipt_written")
-        # Batches are posted by the dispatcher of a job: queue the receipt here only when
-        # this node's own dispatcher role routed it (atomically with the receipt).
-        c.execute(
-            "INSERT INTO chain_actions (kind, job_hash, payload, status, created_at, updated_at)"
-            " SELECT 'post_receipt', ?, ?, 'pending', ?, ? WHERE EXISTS (SELECT 1 FROM dispatched WHERE job_hash = ?)",
-            (key, encoded, now, now, key),
-        )
         c.execute(
             "UPDATE jobs SET status = 'done', error = NULL, output_tokens = ?, updated_at = ? WHERE job_hash = ?",
             (json.dumps(list(output.output_tokens)), now, key),
@@ -209,29 +188,6 @@ class Store:
         return row[0]
 
     # --- chain actions ----------------------------------------------------------------------
-
-    def get_chain_actions(self, status: str = "pending", limit: int = 1000) -> list[ChainAction]:
-        """Return chain actions in ``status``, oldest first."""
-        rows = self.db.query("SELECT * FROM chain_actions WHERE status = ? ORDER BY id LIMIT ?", [status, limit])
-        return [
-            ChainAction(r["id"], r["kind"], bytes.fromhex(r["job_hash"]) if r["job_hash"] else None, r["payload"], r["status"], r["tx_hash"], r["error"])
-            for r in rows
-        ]
-
-    def set_chain_action_status(self, action_ids: list[int], status: str, tx_hash: str | None = None, error: str | None = None) -> None:
-        """Move chain actions to ``status`` (sent / confirmed / failed), with the tx hash or error."""
-        now = time.time()
-        with transaction(self.db):
-            self.db.conn.executemany(
-                "UPDATE chain_actions SET status = ?, tx_hash = COALESCE(?, tx_hash), error = ?, updated_at = ? WHERE id = ?",
-                [(status, tx_hash, error, now, i) for i in action_ids],
-            )
-
-    def count_chain_actions(self, status: str = "pending") -> int:
-        """Return how many chain actions are in ``status``."""
-        return self.db.execute("SELECT COUNT(*) FROM chain_actions WHERE status = ?", [status]).fetchone()[0]
-
-    # --- envelope nonces --------------------------------------------------------------------
 
     def process_nonce(self, sender: bytes, nonce: bytes, timestamp_s: int, forget_before_s: float) -> None:
         """Remember an envelope's (sender, nonce); raise ReplayedMessage if it was seen before.

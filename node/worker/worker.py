@@ -1,7 +1,7 @@
 """The worker role: run whatever job arrives, commit to it, sign, keep what openings need.
 
 One path for every job: admission → durable `received` → engine queue → commit and sign in
-the engine thread → durable `done` (receipt, trace blob, pending post_receipt) → result.
+the engine thread → durable `done` (receipt, trace blob) → result.
 Nothing here knows, or could know, whether a job is an inference or an audit.
 
 Jobs are idempotent by job hash: the same job submitted twice (a dispatcher's retry) waits

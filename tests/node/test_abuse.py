@@ -6,7 +6,7 @@ Real node, real sockets; every run is bounded in requests and time.
 import asyncio
 import time
 
-from verillm.node.api.clients import APP_INFLIGHT
+from verillm.node.appkeys import APP_INFLIGHT
 
 BODY = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 2}
 

@@ -6,8 +6,7 @@ A kill point is named by `VERILLM_FAULT_POINT` (node/faults.py): the daemon kill
 against what an uncrashed node signs for the same job (the tiny model in this process, the
 node's key): the receipt, output tokens and commitment root must be identical, never a
 second, different signature. Also checked each time: the SQLite file passes
-`integrity_check`; each job has one row, one receipt, one trace and at most one pending
-`post_receipt`; a done job's opening verifies under its receipt's root; an envelope nonce
+`integrity_check`; each job has one row, one receipt and one trace; a done job's opening verifies under its receipt's root; an envelope nonce
 accepted before the kill is still refused after it.
 
 The default suite runs two points (receipt_written, after the receipt was returned); the whole matrix and kills at random moments under
@@ -53,7 +52,7 @@ def store_rows(node: NodeProcess, job_hash: bytes) -> dict:
         key = job_hash.hex()
         count = lambda table, extra="": db.execute(f"SELECT COUNT(*) FROM {table} WHERE job_hash = ?{extra}", [key]).fetchone()[0]  # noqa: E731
         job = db.execute("SELECT status, attempts FROM jobs WHERE job_hash = ?", [key]).fetchone()
-        return {"job": job, "receipts": count("receipts"), "traces": count("traces"), "post_receipt": count("chain_actions", " AND kind = 'post_receipt'")}
+        return {"job": job, "receipts": count("receipts"), "traces": count("traces")}
 
 
 async def wait_done(peer: PeerClient, job_hash: bytes, timeout_s: float = 60) -> dict:
@@ -84,7 +83,7 @@ async def check_after_restart(node: NodeProcess, engine, dispatcher, job: Job, e
         opening = await peer.request_opening(receipt.job_hash, cells=cells)
         verify_opening(opening, receipt.commitment_root, engine.manifest.committed_layers, receipt.num_positions)
     rows = store_rows(node, receipt.job_hash)
-    assert rows["job"][0] == "done" and rows["receipts"] == 1 and rows["traces"] == 1 and rows["post_receipt"] == 0
+    assert rows["job"][0] == "done" and rows["receipts"] == 1 and rows["traces"] == 1
     if expected_attempts is not None:
         assert rows["job"][1] == expected_attempts
 

@@ -35,12 +35,12 @@ def expect(status_body, status: int, code: str, mentions: str = "") -> None:
 
 
 def check_store_consistent(store, done: int, nonces: int, dispatched: int = 0) -> None:
-    """Only accepted jobs are stored; every done job has receipt and trace; dispatched ones a chain action."""
+    """Only accepted jobs are stored; every done job has receipt and trace; dispatched ones a dispatched row."""
     counts = store.get_job_counts()
     assert counts == {"received": 0, "running": 0, "done": done, "failed": 0}
     q = lambda sql: store.db.execute(sql).fetchone()[0]  # noqa: E731
     assert q("SELECT COUNT(*) FROM receipts") == q("SELECT COUNT(*) FROM traces") == done
-    assert q("SELECT COUNT(*) FROM chain_actions WHERE kind = 'post_receipt'") == dispatched == q("SELECT COUNT(*) FROM dispatched")
+    assert q("SELECT COUNT(*) FROM dispatched d JOIN receipts r USING (job_hash)") == dispatched == q("SELECT COUNT(*) FROM dispatched")
     assert q("SELECT COUNT(*) FROM receipts r JOIN jobs j USING (job_hash) WHERE j.status = 'done'") == done
     assert q("SELECT COUNT(*) FROM seen_nonces") == nonces
 

@@ -20,7 +20,8 @@ def test_fresh_store_is_migrated_and_in_wal_mode(tmp_path):
     store = open_store(tmp_path / "s.sqlite")
     assert get_schema_version(store.db) == len(MIGRATIONS) >= 2
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert {"jobs", "receipts", "traces", "chain_actions", "seen_nonces", "dispatched", "schema_version"} <= set(store.db.table_names())
+    assert {"jobs", "receipts", "traces", "seen_nonces", "dispatched", "schema_version"} <= set(store.db.table_names())
+    assert "chain_actions" not in store.db.table_names()  # migration 6 drops the write-only queue
     names = [row[0] for row in store.db.execute("SELECT name FROM schema_version ORDER BY version")]
     assert names == [m.__name__ for m in MIGRATIONS]
     assert names[:2] == ["migrate_1_worker_tables", "migrate_2_dispatcher_tables"]
@@ -73,15 +74,11 @@ def test_job_lifecycle(tmp_path):
     assert (record.status, record.output_tokens, record.error) == ("done", (7, 8, 9), None)
     assert store.get_receipt(job_hash) == RECEIPT and store.get_trace_blob(job_hash) == b"blob"
     assert store.get_unfinished_jobs() == []
-    (action,) = store.get_chain_actions("pending")
-    assert (action.kind, action.job_hash) == ("post_receipt", job_hash)
-    store.set_chain_action_status([action.id], "sent", tx_hash="0xabc")
-    assert store.count_chain_actions("pending") == 0 and store.get_chain_actions("sent")[0].tx_hash == "0xabc"
     assert store.get_job_counts() == {"received": 0, "running": 0, "done": 1, "failed": 0}
     assert store.get_dispatched(job_hash)["audit_requested"] == 1
     store.insert_job(b"\x0a" * 32, JOB, b"\x09" * 20)  # another dispatcher's job: it posts, not us
     store.complete_job(b"\x0a" * 32, JobOutput(RECEIPT, (7,), b"blob"))
-    assert len(store.get_chain_actions("pending")) + len(store.get_chain_actions("sent")) == 1
+    assert store.get_dispatched(b"\x0a" * 32) is None
 
 
 def test_nonces_are_single_use_and_forgotten_after_the_window(tmp_path):

@@ -35,7 +35,7 @@ from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 from verillm.node.app import create_app
 from verillm.node.config import EngineConfig, NodeConfig, load_config
 from verillm.node.dispatcher.audit.duties import PartyFaults
-from verillm.node.dispatcher.service import APP_FAULTS
+from verillm.node.appkeys import APP_FAULTS
 from verillm.node.worker.engines import ServedModel, build_served_model
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,9 @@ from verillm.node.appkeys import APP_METRICS
 from verillm.node.dispatcher.batches import BatchScheduler
 from verillm.node.dispatcher.chainio import ChainIO
 from verillm.node.dispatcher.promises import Promises, compute_post_margin
-from verillm.node.dispatcher.service import APP_SERVICE, DispatchService, setup_dispatcher_routes
+from verillm.node.dispatcher.service import DispatchService
+from verillm.node.routes import setup_routes
+from verillm.node.appkeys import APP_SERVICE
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.keys import compute_node_key
 from verillm.node.metrics import NodeMetrics
@@ -64,7 +66,7 @@ def _dispatcher_app(chainio: ChainIO, tables: DispatcherTables) -> web.Applicati
     app = web.Application(middlewares=[error_middleware])
     app[APP_METRICS] = NodeMetrics()
     app[APP_SERVICE] = DispatchService(chainio, tables, None, None, None)
-    setup_dispatcher_routes(app)
+    setup_routes(app)  # the dispatcher routes among them
     return app
 
 

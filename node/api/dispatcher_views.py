@@ -1,0 +1,73 @@
+"""The dispatcher role's routes: where a dispatched job stands, its evidence, the dispatcher's
+view, and the inclusion proof of a promised receipt (registered in node/routes.py)."""
+
+from aiohttp import web
+
+from verillm.errors import NotBatched, NotFound
+from verillm.node.api.access import compute_evidence_parties, verify_reader
+from verillm.node.appkeys import APP_DOMAIN, APP_SERVICE
+from verillm.node.dispatcher.promises import find_stored_inclusion
+from verillm.node.dispatcher.status import compute_job_status
+from verillm.node.store.evidence import compute_evidence
+from verillm.wire import from_hex, to_hex
+
+
+def _get_service(request: web.Request):
+    service = request.app.get(APP_SERVICE)
+    if service is None:
+        raise NotFound("this node runs without the networked dispatcher ([dispatcher] enabled = false)")
+    return service
+
+
+async def get_dispatch_status(request: web.Request) -> web.Response:
+    """Where a job this node dispatched stands: batch, audit, committee, votes, verdict, slashes."""
+    service = _get_service(request)
+    job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
+    body = compute_job_status(service.tables, job_hash, service.watcher.head, service.chainio.preset)
+    return web.json_response(body)
+
+
+async def get_dispatch_evidence(request: web.Request) -> web.Response:
+    """The public data to replay a dispatched job's audit: job, output, receipts, proven openings."""
+    service = _get_service(request)
+    job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
+    evidence = compute_evidence(service.tables, job_hash, request.app[APP_DOMAIN])
+    verify_reader(request, job_hash, compute_evidence_parties(evidence))  # the prompt is the client's: node/api/access.py
+    return web.json_response(evidence)
+
+
+async def get_dispatcher_info(request: web.Request) -> web.Response:
+    """The dispatcher's view: chain head, the Registry's workers for the model, pending work."""
+    service = _get_service(request)
+    tables = service.tables
+    return web.json_response({
+        "address": "0x" + service.chainio.address.hex(),
+        "head": service.watcher.head,
+        "promise_domain": {"chain_id": service.chainio.chain.chain_id, "verifying_contract": service.chainio.protocol.coverage.address,
+                           "batch_by_blocks": service.chainio.preset.BATCH_BY_BLOCKS},
+        "workers": [{"address": "0x" + w.address.hex(), "url": w.url, "stake_wei": w.stake_wei} for w in service.router.view.workers],
+        "batches": {s: len(tables.get_batches((s,))) for s in ("posting", "posted", "drawn", "started", "missed")},
+        "audits": {s: len(tables.get_audit_rows(s)) for s in ("open", "settled", "abandoned")},
+        "duties": len(tables.get_duties()),
+        "failing_steps": service.tasks.failures,
+    })
+
+
+async def get_receipt_inclusion(request: web.Request) -> web.Response:
+    """The proof that a receipt this node promised is in one of its posted batches (docs/protocol.md
+    §12 "Batching promises"). Public like the audit status: a receipt hash is no secret, and the
+    proof is what the node would answer an omission claim with (`find_stored_inclusion`)."""
+    service = _get_service(request)
+    receipt_hash = from_hex(request.match_info["receipt_hash"], "receipt_hash", 32)
+    batch_by_block = service.tables.get_promise_by_receipt_hash(receipt_hash)
+    if batch_by_block is None:
+        raise NotFound(f"unknown receipt 0x{receipt_hash.hex()}: this dispatcher never promised to batch it")
+    found = find_stored_inclusion(service.tables, receipt_hash)
+    if found is None:
+        raise NotBatched(f"receipt 0x{receipt_hash.hex()} is not batched yet; due by block {batch_by_block}")
+    proof = found.proof
+    return web.json_response({
+        "receipt_hash": to_hex(receipt_hash), "dispatcher": to_hex(service.chainio.address), "batch_by_block": batch_by_block,
+        "batch_id": found.batch_id, "posted_block": found.posted_block, "root": to_hex(found.root),
+        "leaf_index": proof.index, "leaf_count": proof.leaf_count, "siblings": [to_hex(s) for s in proof.siblings],
+    })
