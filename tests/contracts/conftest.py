@@ -5,7 +5,7 @@ import pytest
 
 from verillm.chain.anvil import AnvilProcess
 
-from contract_scenario import World, connect
+from helpers.contracts import World, connect
 
 @pytest.fixture(scope="session")
 def contracts_anvil(anvil_installed):

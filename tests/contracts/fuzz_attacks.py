@@ -9,7 +9,7 @@ from hypothesis.stateful import precondition, rule
 
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 
-from contract_scenario import LAYERS, OUTPUT_TOKENS, PRESET, PROMPT_LEN
+from helpers.contracts import LAYERS, OUTPUT_TOKENS, PRESET, PROMPT_LEN
 from fuzz_honest import ADVERSARY, COMMITTING, MAX_AUDITS, OPENING
 
 
@@ -22,7 +22,7 @@ class RoundAttacks:
         t = self.audits[pick % len(self.audits)]
         if t.mode in ("late", "skip", "withhold") and self.audit(t.run.audit_id).challenge_seed != bytes(32):
             opening = self._opening(t, t.run.worker)
-            if self._try(self.p.open, t.run.worker.node.account, t.run.audit_id, opening) is not None:
+            if self._try(self.p.open_worker, t.run.worker.node.account, t.run.audit_id, opening) is not None:
                 t.posted = opening
                 t.posted_by_round[self.audit(t.run.audit_id).round] = opening
         self._step("late_open")

@@ -24,7 +24,7 @@ from hypothesis.stateful import precondition, rule
 from verillm.chain import TransactionReverted
 from verillm.spec.receipt import compute_receipt_hash
 
-from contract_scenario import PRESET, AuditRun
+from helpers.contracts import PRESET, AuditRun
 from fuzz_coverage import MAX_PROMISES
 from fuzz_exits import _error
 from fuzz_honest import CHEATER, MAX_ACTIVE, MAX_AUDITS

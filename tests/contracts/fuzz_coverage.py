@@ -44,7 +44,7 @@ from verillm.spec import promise as spec
 from verillm.spec.hashing import keccak256
 from verillm.spec.receipt import compute_receipt_hash
 
-from contract_scenario import PRESET, AuditRun
+from helpers.contracts import PRESET, AuditRun
 from fuzz_honest import CHEATER
 
 BATCHING = ("keep", "never", "late", "wrong")

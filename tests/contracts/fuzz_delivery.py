@@ -31,11 +31,11 @@ from verillm.spec.job import compute_tokens_hash, compute_transcript_hash
 from verillm.spec.receipt import sign_receipt
 from verillm.spec.types import SamplingParams
 
-from contract_scenario import OUTPUT_TOKENS, PRESET, PROMPT_LEN
+from helpers.contracts import OUTPUT_TOKENS, PRESET, PROMPT_LEN
 from fuzz_honest import ADVERSARY, CHEATER, COMMITTING, HONEST
 
 INPUT_TOKENS = tuple(range(1000, 1000 + PROMPT_LEN))
-TRANSCRIPT = INPUT_TOKENS + tuple(range(OUTPUT_TOKENS))  # contract_scenario.compute_trace's output tokens
+TRANSCRIPT = INPUT_TOKENS + tuple(range(OUTPUT_TOKENS))  # helpers.contracts.compute_trace's output tokens
 TRANSCRIPT_HASH = compute_transcript_hash(INPUT_TOKENS, TRANSCRIPT[PROMPT_LEN:])
 GRIEF_MOVES = ("slash", "claim", "publish-token", "publish-length", "publish-sampling", "publish-right")
 
@@ -48,7 +48,7 @@ def _resign(world, party, **fields):
 def signed_worker(world, party):
     """``party`` (a worker) with a receipt over the real transcript INPUT_TOKENS ‖ its output."""
     if tuple(party.trace.output_tokens) != TRANSCRIPT[PROMPT_LEN:]:
-        raise ValueError("the fuzzer's workers all output contract_scenario's tokens")
+        raise ValueError("the fuzzer's workers all output helpers.contracts' tokens")
     return _resign(world, party, input_hash=compute_tokens_hash(INPUT_TOKENS), output_hash=TRANSCRIPT_HASH)
 
 

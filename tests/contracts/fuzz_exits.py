@@ -36,7 +36,7 @@ from hypothesis.stateful import precondition, rule
 from verillm.chain import TransactionReverted
 from verillm.spec.hashing import keccak256
 
-from contract_scenario import MODEL_ID, PRESET
+from helpers.contracts import MODEL_ID, PRESET
 from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, SETTLED
 
 EXIT_MEMBERS = (3, 4, 6, 7, 8, 9)

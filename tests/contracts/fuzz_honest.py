@@ -15,7 +15,7 @@ from eth_utils import to_checksum_address
 
 from verillm.spec import audit as spec_audit
 
-from contract_scenario import MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun
+from helpers.contracts import MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun
 
 COMMITTING, OPENING, DECIDED, ESCALATING, SETTLED, ABANDONED = 1, 2, 3, 4, 5, 6
 HONEST = (0, 1, 3, 4, 6, 7, 8, 9)
@@ -139,7 +139,7 @@ class HonestParties:
         worker_party = self.party(audit_id, state.round, 0)
         if not worker_party["opened"] and t.mode in ("honest", "open", "forge"):
             t.posted = self._worker_opening(t, state)
-            if self._try(self.p.open, t.run.worker.node.account, audit_id, t.posted) is not None:
+            if self._try(self.p.open_worker, t.run.worker.node.account, audit_id, t.posted) is not None:
                 t.posted_by_round[state.round] = t.posted
         worker_party = self.party(audit_id, state.round, 0)
         posted = t.posted_by_round.get(state.round)

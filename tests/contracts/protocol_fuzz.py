@@ -2,7 +2,7 @@
 a cheating worker, a lazy/colluding member, and a griefer calling public functions with
 adversarial arguments in any order at any block (docs/protocol.md §13, "The fuzzer").
 
-Cast (the ten nodes of `contract_scenario.World(extra_nodes=4)`: enough for an escalation
+Cast (the ten nodes of `helpers.contracts.World(extra_nodes=4)`: enough for an escalation
 committee of 5 besides the worker, the dispatcher and a first committee of 3):
     nodes 0, 1      honest; workers and dispatchers
     node 2          cheats whenever it is a worker (five ways: see `CHEAT_MODES`; "withhold": it
@@ -71,7 +71,7 @@ from verillm.chain import TransactionReverted
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import compute_opening
 
-from contract_scenario import CHEAT_OFFSET, LAYERS, OUTPUT_TOKENS, PRESET, PROMPT_LEN, World
+from helpers.contracts import CHEAT_OFFSET, LAYERS, OUTPUT_TOKENS, PRESET, PROMPT_LEN, World
 from fuzz_coverage import BATCHING, MAX_PROMISES, CoverageParties
 from fuzz_delivery import DeliveryParties, signed_member, signed_worker
 from fuzz_batches import BatchRules

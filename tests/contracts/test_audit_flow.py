@@ -3,17 +3,12 @@ parties, each settled exactly as `verillm.spec.settlement` computes it."""
 
 import dataclasses
 
-import pytest
 
-from verillm.chain import TransactionReverted
+from helpers.chain import reverts
 from verillm.spec import settlement as spec
 from verillm.spec.receipt import sign_receipt
 
-from contract_scenario import CHEAT_OFFSET, PRESET, AuditRun, World
-
-
-def _reverts(error: str):
-    return pytest.raises(TransactionReverted, match=error)
+from helpers.contracts import CHEAT_OFFSET, PRESET, AuditRun
 
 
 def _started(world, cheat: bool = False) -> AuditRun:
@@ -64,7 +59,7 @@ def test_honest_worker_and_committee_pass_and_are_paid(world):
     assert world.protocol.get_credit(run.worker.node.address) == PRESET.AUDIT_FEE_WEI
     claimed = world.protocol.claim(run.members[0].node.account).value
     assert claimed == PRESET.AUDIT_FEE_WEI and world.protocol.get_credit(run.members[0].node.address) == 0
-    with _reverts("NothingToClaim"):
+    with reverts("NothingToClaim"):
         world.protocol.claim(run.members[0].node.account)
     assert all(world.protocol.get_node(n.address)["locks"] == 0 for n in world.nodes)
 
@@ -84,10 +79,10 @@ def test_member_missing_its_opening_is_slashed_and_the_honest_worker_is_not(worl
     world.open_worker(run)
     world.open_member(run, 0)
     world.open_member(run, 1)
-    with _reverts("TooEarly"):  # member 2 still has time
+    with reverts("TooEarly"):  # member 2 still has time
         world.protocol.finalize(world.outsider, run.audit_id)
     world.chain.mine(2 * PRESET.OPEN_WINDOW_BLOCKS)
-    with _reverts("TooLate"):
+    with reverts("TooLate"):
         world.open_member(run, 2)
     expected = _settle_and_check(world, run, [spec.AGREE, spec.AGREE, spec.NO_VOTE], opened=[True, True, False])
     assert expected.verdict == spec.PASS
@@ -107,12 +102,12 @@ def test_minority_voter_is_slashed(world):
 def test_worker_missing_its_opening_defaults(world):
     run = _started(world)
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
-    with _reverts("TooEarly"):
+    with reverts("TooEarly"):
         world.protocol.finalize(world.outsider, run.audit_id)
-    with _reverts("WorkerNotOpened"):
+    with reverts("WorkerNotOpened"):
         world.open_member(run, 0, vote=True)
     world.chain.mine(PRESET.OPEN_WINDOW_BLOCKS)
-    with _reverts("TooLate"):
+    with reverts("TooLate"):
         world.protocol.open_worker(run.worker.node.account, run.audit_id, run.worker.commitment and world.opening(run, run.worker))
     expected = _settle_and_check(world, run, [spec.NO_VOTE] * 3, opened=[False] * 3, worker_opened=False)
     assert expected.verdict == spec.WORKER_DEFAULT and set(expected.slashed_wei) == {run.worker.node.address}
@@ -127,18 +122,18 @@ def test_committee_receipts_must_be_the_verification_job(world):
     def resigned(**changes):
         return sign_receipt(dataclasses.replace(member.receipt, **changes), member.node.account.key, world.domain)
 
-    with _reverts("ReceiptMismatch"):
+    with reverts("ReceiptMismatch"):
         post(world.outsider, run.audit_id, 0, resigned(num_positions=member.receipt.num_positions - 1))
-    with _reverts("ReceiptMismatch"):
+    with reverts("ReceiptMismatch"):
         post(world.outsider, run.audit_id, 0, resigned(max_new_tokens=2))
-    with _reverts("ReceiptMismatch"):
+    with reverts("ReceiptMismatch"):
         post(world.outsider, run.audit_id, 0, resigned(model_id=b"\x01" * 32))
-    with _reverts("NotParty"):  # a member's receipt in another member's seat
+    with reverts("NotParty"):  # a member's receipt in another member's seat
         post(world.outsider, run.audit_id, 1, member.receipt)
-    with _reverts("InvalidSignature"):
+    with reverts("InvalidSignature"):
         post(world.outsider, run.audit_id, 0, dataclasses.replace(member.receipt, signature=run.worker.receipt.signature))
     post(world.outsider, run.audit_id, 0, member.receipt)
-    with _reverts("AlreadyOpened"):
+    with reverts("AlreadyOpened"):
         post(world.outsider, run.audit_id, 0, member.receipt)
 
 
@@ -146,7 +141,7 @@ def test_missing_members_are_replaced_then_the_audit_is_abandoned(world):
     run = world.start(world.make_worker(world.nodes[0]))  # its own dispatcher: 5 candidates
     first = world.committee(run)
     world.protocol.post_committee_receipt(world.outsider, run.audit_id, 0, world.make_member(first[0]).receipt)
-    with _reverts("TooEarly"):
+    with reverts("TooEarly"):
         world.protocol.replace_missing(world.outsider, run.audit_id)
     world.chain.mine(PRESET.COMMIT_WINDOW_BLOCKS + 1)
     world.protocol.replace_missing(world.outsider, run.audit_id)
@@ -167,18 +162,18 @@ def test_opening_rules(world):
     world.protocol.draw_challenge(world.outsider, run.audit_id)
     opening = world.opening(run, run.worker)
     worker, member = run.worker.node.account, run.members[0].node.account
-    with _reverts("NotParty"):
+    with reverts("NotParty"):
         world.protocol.open_worker(member, run.audit_id, opening)
-    with _reverts("BadOpening"):
+    with reverts("BadOpening"):
         world.protocol.open_worker(worker, run.audit_id, dataclasses.replace(opening, leaves=opening.leaves[:-1]))
     world.protocol.open_worker(worker, run.audit_id, opening)
-    with _reverts("AlreadyOpened"):
+    with reverts("AlreadyOpened"):
         world.protocol.open_worker(worker, run.audit_id, opening)
     member_opening = world.opening(run, run.members[0])
-    with _reverts("NotParty"):  # another member's seat
+    with reverts("NotParty"):  # another member's seat
         world.protocol.open_and_vote(member, run.audit_id, 1, member_opening, True)
-    with _reverts("BadOpening"):  # the worker's cells are one short of a member's
+    with reverts("BadOpening"):  # the worker's cells are one short of a member's
         world.protocol.open_and_vote(member, run.audit_id, 0, opening, True)
     world.protocol.open_and_vote(member, run.audit_id, 0, member_opening, True)
-    with _reverts("AlreadyOpened"):
+    with reverts("AlreadyOpened"):
         world.protocol.open_and_vote(member, run.audit_id, 0, member_opening, True)

@@ -7,7 +7,7 @@ from verillm.verifier.chain_audit import ChainAuditor
 from verillm.cli.audit import audit
 from verillm.verifier.report import format_chain_audit
 
-from contract_scenario import PRESET
+from helpers.contracts import PRESET
 
 
 def _abandon(world):

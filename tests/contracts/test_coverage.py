@@ -1,7 +1,7 @@
 """Batching promises and the omission challenge (contracts/src/Coverage.sol, docs/protocol.md §12
 "Batching promises"): a dispatcher's signed promise to batch a receipt by a block, the holder's
 bonded claim, the inclusion proof that answers it, the slash when none comes. Real anvil, the
-real deployment of contract_scenario; every path, each attacker's move, and the gas."""
+real deployment of helpers.contracts; every path, each attacker's move, and the gas."""
 
 import dataclasses
 
@@ -9,22 +9,18 @@ import pytest
 from eth_keys import keys
 from web3 import Web3
 
-from verillm.chain import TransactionReverted
+from helpers.chain import reverts
 from verillm.chain.protocol import compute_protocol_params
 from verillm.errors import InvalidProof
 from verillm.spec import promise as spec
 from verillm.spec.receipt import compute_domain_separator, compute_receipt_hash
 
-from contract_scenario import CHEAT_OFFSET, PRESET
+from helpers.contracts import CHEAT_OFFSET, PRESET
 
 BOND = PRESET.OMISSION_CLAIM_BOND_WEI
 ANSWER_GAS = PRESET.OMISSION_ANSWER_GAS
 GAS_BOUND = 200_000  # a claim or an answer (measured: docs/protocol.md §12)
 SLASH_GAS_BOUND = 300_000  # a slash also rewrites the stake tree's weights
-
-
-def _reverts(error: str):
-    return pytest.raises(TransactionReverted, match=error)
 
 
 def _receipts(world, node, count: int, first_nonce: int = 0) -> list[bytes]:
@@ -124,7 +120,7 @@ def test_griefing_claim_on_an_included_receipt_pays_the_dispatcher_its_answer(wo
     assert world.stakes()[dispatcher.address] == stake
     assert _eth_held(world) == held + BOND  # the bond moved from Coverage to the two credits
     assert world.chain.w3.eth.get_balance(world.protocol.coverage.address) == 0
-    with _reverts("ClaimResolved"):
+    with reverts("ClaimResolved"):
         world.protocol.slash_omission(client, claim.value)
     assert claim.gas_used < GAS_BOUND and answer.gas_used < GAS_BOUND
     print(f"gas: claimOmitted {claim.gas_used}, proveIncluded {answer.gas_used} (3-leaf batch)")
@@ -143,9 +139,9 @@ def test_self_dispatched_cheat_that_never_batches_its_receipt_is_slashed(world, 
     held, stake = _eth_held(world), world.stakes()[cheat.address]
     claim = world.protocol.claim_omitted(client, signed)
     # The best it can do: a proof into its real batch (the leaf is not there) fails.
-    with _reverts("InvalidMerkleProof"):
+    with reverts("InvalidMerkleProof"):
         world.protocol.prove_included(cheat.account, claim.value, posted.batch_id, spec.compute_inclusion_proof(honest, honest[0]))
-    with _reverts("ProofWindowOpen"):
+    with reverts("ProofWindowOpen"):
         world.protocol.slash_omission(client, claim.value)
     world.chain.mine(PRESET.PROOF_WINDOW_BLOCKS + 1)
     pool = world.protocol.jobs.call("feePoolWei")
@@ -160,7 +156,7 @@ def test_self_dispatched_cheat_that_never_batches_its_receipt_is_slashed(world, 
     assert not world.protocol.get_node(cheat.address)["active"]
     assert slash.gas_used < SLASH_GAS_BOUND
     print(f"gas: slashOmission {slash.gas_used}")
-    with _reverts("ClaimResolved"):
+    with reverts("ClaimResolved"):
         world.protocol.slash_omission(world.outsider, claim.value)  # nothing is slashed twice
 
 
@@ -173,14 +169,14 @@ def test_claim_with_a_forged_or_altered_signature_reverts(world, client):
     junk = spec.SignedPromise(genuine.promise, b"\x01" * 65)
     _mine_to(world, genuine.promise.batch_by_block + 1)
     for bad in (forged, stretched, junk):
-        with _reverts("BadSignature"):
+        with reverts("BadSignature"):
             world.protocol.claim_omitted(client, bad)
     with pytest.raises(Exception, match="not its dispatcher"):
         spec.verify_promise_signature(forged, world.protocol.get_promise_domain())
     # Signed for another deployment: the domain names this chain's Coverage contract.
     other = dataclasses.replace(world.protocol.get_promise_domain(), verifying_contract=bytes.fromhex(world.protocol.jobs.address[2:]))
     elsewhere = spec.sign_promise(genuine.promise, dispatcher.account.key, other)
-    with _reverts("BadSignature"):
+    with reverts("BadSignature"):
         world.protocol.claim_omitted(client, elsewhere)
     assert world.protocol.coverage.call("claimCount") == 0
 
@@ -192,12 +188,12 @@ def test_claim_before_the_deadline_or_after_the_window_reverts(world, client):
     signed = _promise(world, dispatcher, _receipts(world, world.nodes[0], 1)[0])
     due = signed.promise.batch_by_block
     _mine_to(world, due)
-    with _reverts("TooEarly"):
+    with reverts("TooEarly"):
         world.protocol.claim_omitted(client, signed)  # at block batchByBlock itself
     _mine_to(world, due + PRESET.OMISSION_CLAIM_WINDOW_BLOCKS + 1)
-    with _reverts("ClaimClosed"):
+    with reverts("ClaimClosed"):
         world.protocol.claim_omitted(client, signed)
-    with _reverts("WrongBond"):
+    with reverts("WrongBond"):
         world.protocol._send(world.protocol.coverage, "claimOmitted", (signed.promise.receipt_hash, dispatcher.address, due),
                              signed.signature, sender=client, value=BOND - 1)
 
@@ -216,14 +212,14 @@ def test_batch_posted_one_block_late_or_by_another_node_does_not_answer(world, c
     answered = world.protocol.claim_omitted(client, on_time).value
     world.protocol.prove_included(dispatcher.account, answered, at_deadline.batch_id, spec.compute_inclusion_proof([hashes[0]], hashes[0]))
     claim = world.protocol.claim_omitted(client, late).value
-    with _reverts("BatchTooLate"):
+    with reverts("BatchTooLate"):
         world.protocol.prove_included(dispatcher.account, claim, too_late.batch_id, spec.compute_inclusion_proof([hashes[1]], hashes[1]))
-    with _reverts("ForeignBatch"):
+    with reverts("ForeignBatch"):
         world.protocol.prove_included(dispatcher.account, claim, foreign.batch_id, spec.compute_inclusion_proof(hashes, hashes[1]))
-    with _reverts("UnknownBatch"):
+    with reverts("UnknownBatch"):
         world.protocol.prove_included(dispatcher.account, claim, 99, spec.compute_inclusion_proof(hashes, hashes[1]))
     world.chain.mine(PRESET.PROOF_WINDOW_BLOCKS + 1)
-    with _reverts("ProofWindowClosed"):  # the window is over: no answer counts any more
+    with reverts("ProofWindowClosed"):  # the window is over: no answer counts any more
         world.protocol.prove_included(dispatcher.account, claim, too_late.batch_id, spec.compute_inclusion_proof([hashes[1]], hashes[1]))
     assert world.protocol.slash_omission(client, claim).value > 0
 
@@ -235,15 +231,15 @@ def test_each_promise_is_claimed_once_and_resolved_once(world, client):
     posted = world.protocol.post_batch(dispatcher.account, hashes).value
     _mine_to(world, signed.promise.batch_by_block + 1)
     claim = world.protocol.claim_omitted(client, signed).value
-    with _reverts("AlreadyClaimed"):
+    with reverts("AlreadyClaimed"):
         world.protocol.claim_omitted(world.outsider, signed)  # a replay, by anyone
     proof = spec.compute_inclusion_proof(hashes, hashes[0])
     world.protocol.prove_included(dispatcher.account, claim, posted.batch_id, proof)
-    with _reverts("ClaimResolved"):
+    with reverts("ClaimResolved"):
         world.protocol.prove_included(dispatcher.account, claim, posted.batch_id, proof)  # the bond is paid once
-    with _reverts("AlreadyClaimed"):
+    with reverts("AlreadyClaimed"):
         world.protocol.claim_omitted(client, signed)
-    with _reverts("UnknownClaim"):
+    with reverts("UnknownClaim"):
         world.protocol.slash_omission(client, claim + 1)
     assert _credit(world, dispatcher.address) + _credit(world, client.address) == BOND
 
@@ -259,7 +255,7 @@ def test_a_dispatcher_that_deregisters_after_promising_cannot_withdraw_past_a_cl
     _mine_to(world, signed.promise.batch_by_block + PRESET.OMISSION_CLAIM_WINDOW_BLOCKS - 1)
     claim = world.protocol.claim_omitted(client, signed).value  # mined in the claim window's last block
     _mine_to(world, end)
-    with _reverts("StakeLocked"):
+    with reverts("StakeLocked"):
         world.chain.transact(world.protocol.registry, "withdraw", sender=dispatcher.account)
     assert world.protocol.slash_omission(client, claim).value > 0
 
@@ -268,16 +264,16 @@ def test_a_promise_from_a_key_that_is_no_node_cannot_be_claimed(world, client):
     stranger = dataclasses.replace(world.nodes[0], account=world.chain.dev_accounts[7])
     signed = _promise(world, stranger, b"\x07" * 32)
     _mine_to(world, signed.promise.batch_by_block + 1)
-    with _reverts("NotRegistered"):
+    with reverts("NotRegistered"):
         world.protocol.claim_omitted(client, signed)  # the bond stays with the client
 
 
 def test_only_the_bound_coverage_contract_slashes_and_relays(world):
-    with _reverts("AlreadyBound"):
+    with reverts("AlreadyBound"):
         world.chain.transact(world.protocol.registry, "bindCoverage", world.outsider.address, sender=world.owner)
-    with _reverts("NotDeployer"):
+    with reverts("NotDeployer"):
         world.chain.transact(world.protocol.registry, "bindCoverage", world.outsider.address, sender=world.outsider)
-    with _reverts("NotCoverage"):
+    with reverts("NotCoverage"):
         world.chain.transact(world.protocol.disputes, "relayCredit", world.outsider.address, 1, sender=world.outsider, value=1)
     # Plain ETH (not a bond, not slashed stake) is refused: what Coverage holds is open bonds only.
     with pytest.raises(Exception) as refused:
@@ -319,7 +315,7 @@ def test_backdated_promise_cannot_be_claimed_so_the_client_refuses_it(world, cli
     _mine_to(world, PRESET.OMISSION_CLAIM_WINDOW_BLOCKS + 2)
     head = world.chain.get_block_number()
     backdated = _promise(world, cheat, cheated, batch_by=head - PRESET.OMISSION_CLAIM_WINDOW_BLOCKS - 1)
-    with _reverts("ClaimClosed"):
+    with reverts("ClaimClosed"):
         world.protocol.claim_omitted(client, backdated)  # never claimable: the omission is free
     with pytest.raises(InvalidProof, match="backdated"):
         spec.verify_promise_terms(backdated.promise, cheated, head, PRESET.BATCH_BY_BLOCKS)

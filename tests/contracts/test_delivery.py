@@ -1,13 +1,13 @@
 """Undelivered committee jobs (contracts/src/Delivery.sol, docs/protocol.md §12 "Undelivered
 jobs"): a member claims, the worker publishes its transcript or is slashed. Real anvil, the
-real deployment of contract_scenario; every path of the state machine and its gas bound."""
+real deployment of helpers.contracts; every path of the state machine and its gas bound."""
 
 import dataclasses
 import random
 
 import pytest
 
-from verillm.chain import TransactionReverted
+from helpers.chain import reverts
 from verillm.spec import delivery as spec_delivery
 from verillm.spec import settlement as spec
 from verillm.spec.hashing import blake3_digest
@@ -15,14 +15,10 @@ from verillm.spec.job import compute_tokens_hash, compute_transcript_hash
 from verillm.spec.receipt import sign_receipt
 from verillm.spec.types import Receipt, SamplingParams
 
-from contract_scenario import MODEL_ID, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun, Party
+from helpers.contracts import MODEL_ID, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun, Party
 
 INPUT = tuple(range(1000, 1000 + PROMPT_LEN))
 COMMITTING, OPENING, DECIDED = 1, 2, 3
-
-
-def _reverts(error: str):
-    return pytest.raises(TransactionReverted, match=error)
 
 
 def _resign(world, party: Party, **fields) -> Party:
@@ -93,7 +89,7 @@ def test_claim_then_publish_restarts_the_window_and_the_audit_settles(world):
     transcript = world.protocol.get_published_transcript(run.audit_id)
     assert transcript.tokens == tuple(_transcript(run.worker)) and transcript.sampling == SamplingParams()
     spec_delivery.verify_transcript(transcript.tokens, PROMPT_LEN, OUTPUT_TOKENS, run.worker.receipt.output_hash)
-    with _reverts("AlreadyPublished"):  # one publication per audit serves every member
+    with reverts("AlreadyPublished"):  # one publication per audit serves every member
         world.protocol.claim_undelivered(members[1].node.account, run.audit_id, 1)
     world.chain.mine(max(0, deadline - world.chain.get_block_number()) + 1)  # past the first deadline
     before = world.stakes()
@@ -107,7 +103,7 @@ def test_claim_unanswered_slashes_the_worker_and_decides_its_default(world):
     worker = run.worker.node.address
     stake, total = world.stakes()[worker], _balances(world)
     publish_deadline = world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0).value
-    with _reverts("PublishOpen"):
+    with reverts("PublishOpen"):
         world.protocol.slash_undelivered(world.outsider, run.audit_id, 0)
     world.chain.mine(publish_deadline - world.chain.get_block_number() + 1)
     credit = world.protocol.get_credit(world.outsider.address)
@@ -117,11 +113,11 @@ def test_claim_unanswered_slashes_the_worker_and_decides_its_default(world):
     assert world.protocol.get_credit(world.outsider.address) - credit == slashed * PRESET.SLASH_REWARD_BPS // 10_000
     assert world.protocol.get_audit(run.audit_id).phase == DECIDED
     assert _balances(world) == total  # the slashed stake moved to credits and the pool, to the wei
-    with _reverts("WrongPhase"):  # decided: no receipt, no second slash, no late publication changes it
+    with reverts("WrongPhase"):  # decided: no receipt, no second slash, no late publication changes it
         world.protocol.post_committee_receipt(world.outsider, run.audit_id, 1, members[1].receipt)
-    with _reverts("AlreadyHandled|WrongPhase"):
+    with reverts("AlreadyHandled|WrongPhase"):
         world.protocol.slash_undelivered(world.outsider, run.audit_id, 0)
-    with _reverts("PublishClosed"):
+    with reverts("PublishClosed"):
         world.protocol.publish_transcript(run.worker.node.account, run.audit_id, _transcript(run.worker), SamplingParams())
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     assert world.protocol.settle(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
@@ -149,7 +145,7 @@ def test_lying_member_costs_the_worker_one_publication_and_nothing_else(world):
     run = _start(world)
     members = _members(world, run)
     world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0)
-    with _reverts("AlreadyClaimed"):
+    with reverts("AlreadyClaimed"):
         world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0)
     gas = world.protocol.publish_transcript(run.worker.node.account, run.audit_id, _transcript(run.worker), SamplingParams()).gas_used
     assert gas < 200_000, gas  # 16 tokens
@@ -162,17 +158,17 @@ def test_claim_rules(world):
     run = _start(world)
     members = _members(world, run)
     outsider_member = next(n for n in world.nodes if n.address not in {m.node.address for m in members})
-    with _reverts("NoClaim"):
+    with reverts("NoClaim"):
         world.protocol.publish_transcript(run.worker.node.account, run.audit_id, _transcript(run.worker), SamplingParams())
-    with _reverts("NotCommitteeMember"):
+    with reverts("NotCommitteeMember"):
         world.protocol.claim_undelivered(outsider_member.account, run.audit_id, 0)
-    with _reverts("NotCommitteeMember"):
+    with reverts("NotCommitteeMember"):
         world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 7)
     world.protocol.post_committee_receipt(world.outsider, run.audit_id, 0, members[0].receipt)
-    with _reverts("JobDelivered"):  # a member with a posted receipt had its job
+    with reverts("JobDelivered"):  # a member with a posted receipt had its job
         world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0)
     world.chain.mine(_commit_deadline(world, run) - world.chain.get_block_number() + 1)
-    with _reverts("ClaimClosed"):
+    with reverts("ClaimClosed"):
         world.protocol.claim_undelivered(members[1].node.account, run.audit_id, 1)
 
 
@@ -182,14 +178,14 @@ def test_late_and_wrong_publications_are_rejected(world):
     publish_deadline = world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0).value
     tokens = _transcript(run.worker)
     account = run.worker.node.account
-    with _reverts("TranscriptMismatch.*outputHash"):
+    with reverts("TranscriptMismatch.*outputHash"):
         world.protocol.publish_transcript(account, run.audit_id, tokens[:-1] + [tokens[-1] + 1], SamplingParams())
-    with _reverts("TranscriptMismatch.*length"):
+    with reverts("TranscriptMismatch.*length"):
         world.protocol.publish_transcript(account, run.audit_id, tokens[:-1], SamplingParams())
-    with _reverts("TranscriptMismatch.*sampling"):
+    with reverts("TranscriptMismatch.*sampling"):
         world.protocol.publish_transcript(account, run.audit_id, tokens, SamplingParams(temperature_milli=700))
     world.chain.mine(publish_deadline - world.chain.get_block_number() + 1)
-    with _reverts("PublishClosed"):
+    with reverts("PublishClosed"):
         world.protocol.publish_transcript(account, run.audit_id, tokens, SamplingParams())
 
 
@@ -201,13 +197,13 @@ def test_claim_is_moot_once_the_claimant_has_its_receipt_posted(world):
     publish_deadline = world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0).value
     world.protocol.post_committee_receipt(world.outsider, run.audit_id, 0, members[0].receipt)
     world.chain.mine(publish_deadline - world.chain.get_block_number() + 1)
-    with _reverts("JobDelivered"):
+    with reverts("JobDelivered"):
         world.protocol.slash_undelivered(world.outsider, run.audit_id, 0)
-    with _reverts("NoClaim"):
+    with reverts("NoClaim"):
         world.protocol.slash_undelivered(world.outsider, run.audit_id, 1)
     for slot in (1, 2):
         world.protocol.post_committee_receipt(world.outsider, run.audit_id, slot, members[slot].receipt)
-    with _reverts("WrongPhase"):
+    with reverts("WrongPhase"):
         world.protocol.slash_undelivered(world.outsider, run.audit_id, 0)
 
 

@@ -4,15 +4,11 @@ import dataclasses
 
 import pytest
 
-from verillm.chain import TransactionReverted
+from helpers.chain import reverts
 from verillm.spec import settlement as spec
 from verillm.spec import vrf
 
-from contract_scenario import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun, World, connect, replace_leaf_fingerprint
-
-
-def _reverts(error: str):
-    return pytest.raises(TransactionReverted, match=error)
+from helpers.contracts import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun, World, connect, replace_leaf_fingerprint
 
 
 def _opened(world, member_offsets=(0.0, 0.0, 0.0), worker_cheats: bool = False) -> AuditRun:
@@ -30,20 +26,20 @@ def _cells(opening, count: int = 2):
 def test_contest_answered_by_an_honest_party_pays_it_the_bond(world):
     run = _opened(world)
     opening = world.opening(run, run.worker)
-    with _reverts("WrongBond"):
+    with reverts("WrongBond"):
         world.chain.transact(world.protocol.disputes, "contest", run.audit_id, 0, 0, [1], [1], sender=world.outsider)
-    with _reverts("NotChallenged"):  # a prompt position is never challenged
+    with reverts("NotChallenged"):  # a prompt position is never challenged
         world.protocol.contest(world.outsider, run.audit_id, 0, 0, [(0, 1)])
     contest_id = world.protocol.contest(world.outsider, run.audit_id, 0, 0, _cells(opening)).value
     assert world.protocol.get_audit(run.audit_id).pending_contests == 1
     forged = dataclasses.replace(opening, leaves=tuple(
         dataclasses.replace(i, proof=dataclasses.replace(i.proof, siblings=(b"\x00" * 32,) + i.proof.siblings[1:])) for i in opening.leaves))
-    with _reverts("InvalidMerkleProof"):  # a forged proof
+    with reverts("InvalidMerkleProof"):  # a forged proof
         world.protocol.answer_contest(world.outsider, contest_id, _cells(opening), forged)
     world.protocol.answer_contest(run.worker.node.account, contest_id, _cells(opening), opening)
     assert world.protocol.get_credit(run.worker.node.address) == PRESET.DISPUTE_BOND_WEI
     assert world.protocol.get_audit(run.audit_id).pending_contests == 0
-    with _reverts("ContestClosed"):
+    with reverts("ContestClosed"):
         world.protocol.resolve_contest(world.outsider, contest_id)
 
 
@@ -55,15 +51,15 @@ def test_member_whose_opening_is_inconsistent_with_its_root_is_slashed(world):
     world.protocol.open_and_vote(member.node.account, run.audit_id, 1, posted, True)
     cell = _cells(posted)[3:4] or [(posted.leaves[3].leaf.position, posted.leaves[3].leaf.layer)]
     contest_id = world.protocol.contest(world.outsider, run.audit_id, 0, 2, cell).value
-    with _reverts("InvalidMerkleProof"):
+    with reverts("InvalidMerkleProof"):
         world.protocol.answer_contest(member.node.account, contest_id, cell, posted)
-    with _reverts("OpeningMismatch"):  # the committed leaves are not what it posted either
+    with reverts("OpeningMismatch"):  # the committed leaves are not what it posted either
         world.protocol.answer_contest(member.node.account, contest_id, cell, honest)
     world.open_member(run, 0)
     world.open_member(run, 2)
     world.protocol.finalize(world.outsider, run.audit_id)
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
-    with _reverts("ContestsPending"):
+    with reverts("ContestsPending"):
         world.protocol.settle(world.outsider, run.audit_id)
     stake = world.protocol.get_node(member.node.address)["stake_wei"]
     world.protocol.resolve_contest(world.outsider, contest_id)
@@ -93,7 +89,7 @@ def test_a_second_contest_against_a_slashed_party_is_moot_and_cannot_block_settl
     assert world.protocol.get_node(member.node.address)["stake_wei"] == stake_after_first  # never slashed twice
     assert world.protocol.get_credit(run.worker.node.address) == credit_before + PRESET.DISPUTE_BOND_WEI  # bond back
     assert world.protocol.get_audit(run.audit_id).pending_contests == 0
-    with _reverts("AlreadySlashed"):
+    with reverts("AlreadySlashed"):
         world.protocol.contest(world.outsider, run.audit_id, 0, 2, cell)
     assert world.protocol.settle(world.outsider, run.audit_id).value == spec.PASS
 
@@ -104,13 +100,13 @@ def test_lazy_member_that_voted_agree_on_garbage_is_slashed_by_adjudication(worl
     world.protocol.open_and_vote(lazy.node.account, run.audit_id, 1, world.opening(run, lazy), True)
     world.open_member(run, 0)
     worker_opening = world.opening(run, run.worker)
-    with _reverts("NoFault"):  # an honest member's vote stands
+    with reverts("NoFault"):  # an honest member's vote stands
         world.protocol.adjudicate(world.outsider, run.audit_id, 0, 1, worker_opening, world.opening(run, run.members[0]))
     stake = world.protocol.get_node(lazy.node.address)["stake_wei"]
     world.protocol.adjudicate(world.outsider, run.audit_id, 0, 2, worker_opening, world.opening(run, lazy))
     assert world.protocol.get_node(lazy.node.address)["stake_wei"] < stake
     assert world.protocol.get_party(run.audit_id, 0, 2)["slashed"]
-    with _reverts("AlreadyHandled"):
+    with reverts("AlreadyHandled"):
         world.protocol.adjudicate(world.outsider, run.audit_id, 0, 2, worker_opening, world.opening(run, lazy))
 
 
@@ -121,7 +117,7 @@ def test_attack6_member_that_catches_truncation_is_not_slashed_by_adjudication(w
     run = _opened(world)
     world.open_member(run, 0, vote=False)
     worker_opening = world.opening(run, run.worker)
-    with _reverts("NoFault"):
+    with reverts("NoFault"):
         world.protocol.adjudicate(world.outsider, run.audit_id, 0, 1, worker_opening, world.opening(run, run.members[0]))
     assert not world.protocol.get_party(run.audit_id, 0, 1)["slashed"]
 
@@ -131,7 +127,7 @@ def test_adjudication_shows_a_cheating_worker_and_rejects_forged_proofs(world):
     world.open_member(run, 0, vote=True)  # a colluding member vouches for the cheat
     worker_opening, member_opening = world.opening(run, run.worker), world.opening(run, run.members[0])
     forged = replace_leaf_fingerprint(worker_opening, 0, -CHEAT_OFFSET)  # the "honest-looking" leaf, same proof
-    with _reverts("OpeningMismatch"):  # not the leaves it posted
+    with reverts("OpeningMismatch"):  # not the leaves it posted
         world.protocol.adjudicate(world.outsider, run.audit_id, 0, 1, forged, member_opening)
     world.protocol.adjudicate(world.outsider, run.audit_id, 0, 1, worker_opening, member_opening)
     assert world.protocol.get_party(run.audit_id, 0, 1)["slashed"]
@@ -154,7 +150,7 @@ def test_escalation_overturns_a_colluding_majority(big_world):
         assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
         escalator = run.members[0].node.account
         world.protocol.escalate(escalator, run.audit_id)
-        with _reverts("WrongPhase"):
+        with reverts("WrongPhase"):
             world.protocol.escalate(world.outsider, run.audit_id)
         world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
         world.protocol.draw_escalation(world.outsider, run.audit_id)
@@ -222,12 +218,12 @@ def test_only_disputes_drives_the_jobs_hooks_and_only_the_registry_pays_in(world
     jobs, disputes, caller = world.protocol.jobs, world.protocol.disputes, world.nodes[0].account
     for function, args in (("recordFault", (1, 0, 0)), ("addPendingContest", (1, 1)), ("depositCredit", (caller.address, 0)),
                            ("startEscalation", (1, caller.address))):
-        with _reverts("NotDisputes"):
+        with reverts("NotDisputes"):
             world.chain.transact(jobs, function, *args, sender=caller)
     for target, error in ((jobs, "NotDisputes"), (disputes, "NotRegistry")):  # plain ether is refused
-        with _reverts(error):
+        with reverts(error):
             world.chain.rpc("send ether", lambda: world.chain.w3.eth.estimate_gas({"from": caller.address, "to": target.address, "value": 1}))
-    with _reverts("UnknownContest"):
+    with reverts("UnknownContest"):
         world.protocol.resolve_contest(caller, 99)
-    with _reverts("UnknownAudit"):
+    with reverts("UnknownAudit"):
         world.protocol.finalize(caller, 99)

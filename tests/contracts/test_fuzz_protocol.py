@@ -18,7 +18,7 @@ from verillm.spec import promise as spec_coverage
 from verillm.spec.hashing import keccak256
 
 from fuzz_rpc import CachedReads, FastSender, RawRpc
-from contract_scenario import PRESET, World, connect
+from helpers.contracts import PRESET, World, connect
 from fuzz_exits import EXIT_MEMBERS
 from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, COMMITTING, DECIDED, ESCALATING, EXTRA_NODES, HONEST, OPENING, SETTLED
 from protocol_fuzz import STATS, ProtocolMachine

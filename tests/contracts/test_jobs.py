@@ -2,32 +2,28 @@
 
 import dataclasses
 
-import pytest
 
-from verillm.chain import RpcChain, TransactionReverted
+from helpers.chain import reverts
+from verillm.chain import RpcChain
 from verillm.chain.protocol import compute_receipt_tuple
 from verillm.spec import vrf
 from verillm.spec.audit import (compute_batch_levels, compute_committee, compute_committee_seed, compute_draw_seed,
                                 compute_excluded_weights, is_audited)
 from verillm.spec.receipt import compute_receipt_hash
 
-from contract_scenario import OUTPUT_TOKENS, PRESET, World
-
-
-def _reverts(error: str):
-    return pytest.raises(TransactionReverted, match=error)
+from helpers.contracts import PRESET, World
 
 
 def test_post_batch_checks_node_count_and_fee(world):
     jobs, node = world.protocol.jobs, world.nodes[0].account
-    with _reverts("NotActiveNode"):
+    with reverts("NotActiveNode"):
         world.protocol.post_batch(world.outsider, [b"\x01" * 32])
-    with _reverts("BadBatch"):
+    with reverts("BadBatch"):
         world.chain.transact(jobs, "postBatch", b"\x01" * 32, 0, sender=node)
-    with _reverts("BadBatch"):
+    with reverts("BadBatch"):
         world.chain.transact(jobs, "postBatch", b"\x01" * 32, PRESET.MAX_BATCH_RECEIPTS + 1, sender=node,
                              value=(PRESET.MAX_BATCH_RECEIPTS + 1) * PRESET.JOB_FEE_WEI)
-    with _reverts("WrongFee"):
+    with reverts("WrongFee"):
         world.chain.transact(jobs, "postBatch", b"\x01" * 32, 2, sender=node, value=PRESET.JOB_FEE_WEI)
     posted = world.protocol.post_batch(node, [b"\x01" * 32, b"\x02" * 32]).value
     assert posted.root == compute_batch_levels([b"\x01" * 32, b"\x02" * 32])[-1][0]
@@ -37,7 +33,7 @@ def test_post_batch_checks_node_count_and_fee(world):
 def test_draw_is_the_dispatchers_vrf_over_a_later_blockhash(world):
     dispatcher = world.nodes[1]
     posted = world.protocol.post_batch(dispatcher.account, [b"\x03" * 32]).value
-    with _reverts("TooEarly"):
+    with reverts("TooEarly"):
         world.chain.transact(world.protocol.jobs, "drawAudit", posted.batch_id, [1, 2], sender=dispatcher.account)
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
     seed = world.protocol.get_draw_seed(posted.batch_id)
@@ -45,12 +41,12 @@ def test_draw_is_the_dispatchers_vrf_over_a_later_blockhash(world):
     assert seed == compute_draw_seed(posted.root, world.protocol.get_blockhash(batch[3] + PRESET.AUDIT_DRAW_DELAY_BLOCKS))
     # another node's proof over the same seed is not the dispatcher's draw
     other = vrf.compute_words(vrf.compute_vrf_proof(world.nodes[2].vrf_key, seed))
-    with _reverts("InvalidVrfProof"):
+    with reverts("InvalidVrfProof"):
         world.chain.transact(world.protocol.jobs, "drawAudit", posted.batch_id, other, sender=dispatcher.account)
     beta = world.protocol.draw_audit(world.outsider, posted.batch_id, dispatcher.vrf_key).value  # anyone may relay
     assert beta == vrf.compute_vrf_output(vrf.compute_vrf_proof(dispatcher.vrf_key, seed))
     assert world.protocol.is_audited(posted.batch_id, 0) == is_audited(beta, 0, PRESET.AUDIT_RATE_BPS)
-    with _reverts("AlreadyDrawn"):  # one draw per batch: no re-draw
+    with reverts("AlreadyDrawn"):  # one draw per batch: no re-draw
         world.protocol.draw_audit(dispatcher.account, posted.batch_id, dispatcher.vrf_key)
 
 
@@ -61,24 +57,24 @@ def test_a_vrf_proof_cannot_be_replayed_on_another_batch(world):
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
     proof = vrf.compute_words(vrf.compute_vrf_proof(dispatcher.vrf_key, world.protocol.get_draw_seed(first.batch_id)))
     world.chain.transact(world.protocol.jobs, "drawAudit", first.batch_id, proof, sender=dispatcher.account)
-    with _reverts("InvalidVrfProof"):
+    with reverts("InvalidVrfProof"):
         world.chain.transact(world.protocol.jobs, "drawAudit", second.batch_id, proof, sender=dispatcher.account)
 
 
 def test_missed_draw_slashes_the_dispatcher_once_after_the_window(world):
     dispatcher = world.nodes[1]
     posted = world.protocol.post_batch(dispatcher.account, [b"\x05" * 32]).value
-    with _reverts("TooEarly"):
+    with reverts("TooEarly"):
         world.protocol.slash_missed_draw(world.outsider, posted.batch_id)
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + 1)
-    with _reverts("TooLate"):
+    with reverts("TooLate"):
         world.protocol.draw_audit(dispatcher.account, posted.batch_id, dispatcher.vrf_key)
     stake = world.protocol.get_node(dispatcher.address)["stake_wei"]
     world.protocol.slash_missed_draw(world.outsider, posted.batch_id)
     slashed = stake * PRESET.SLASH_FRACTION_BPS // 10_000
     assert world.protocol.get_node(dispatcher.address)["stake_wei"] == stake - slashed
     assert world.protocol.get_credit(world.outsider.address) == slashed * PRESET.SLASH_REWARD_BPS // 10_000
-    with _reverts("AlreadyHandled"):
+    with reverts("AlreadyHandled"):
         world.protocol.slash_missed_draw(world.outsider, posted.batch_id)
 
 
@@ -92,20 +88,20 @@ def test_start_audit_checks_proof_signature_and_replay(world):
     other = world.make_worker(world.nodes[2], nonce=1)
     batch = _drawn_batch(world, [worker.receipt, other.receipt], dispatcher)
     start = world.protocol.start_audit
-    with _reverts("InvalidMerkleProof"):  # a proof for index 1 presented at index 0
+    with reverts("InvalidMerkleProof"):  # a proof for index 1 presented at index 0
         world.chain.transact(world.protocol.jobs, "startAudit", batch.batch_id, 0, compute_receipt_tuple(worker.receipt), worker.receipt.signature,
                              [compute_batch_levels([compute_receipt_hash(worker.receipt), compute_receipt_hash(other.receipt)])[0][0]],
                              sender=dispatcher.account)
     forged = dataclasses.replace(worker.receipt, signature=other.receipt.signature)  # someone else's signature
-    with _reverts("InvalidSignature"):
+    with reverts("InvalidSignature"):
         start(dispatcher.account, batch.batch_id, 0, forged, batch.levels)
     audit_id = start(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels).value
     assert world.protocol.get_audit(audit_id).worker == worker.node.address
-    with _reverts("AlreadyHandled|ReceiptReplayed"):
+    with reverts("AlreadyHandled|ReceiptReplayed"):
         start(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels)
     # the same receipt batched again cannot open a second audit
     again = _drawn_batch(world, [worker.receipt], dispatcher)
-    with _reverts("ReceiptReplayed"):
+    with reverts("ReceiptReplayed"):
         start(dispatcher.account, again.batch_id, 0, worker.receipt, again.levels)
 
 
@@ -128,17 +124,17 @@ def test_start_window_and_missed_start(world):
     worker, dispatcher = world.make_worker(world.nodes[0]), world.nodes[1]
     batch = _drawn_batch(world, [worker.receipt], dispatcher)
     assert world.protocol.is_audited(batch.batch_id, 0)  # MINIMAL audits every job
-    with _reverts("TooEarly"):
+    with reverts("TooEarly"):
         world.protocol.slash_missed_start(world.outsider, batch.batch_id, 0)
     world.chain.mine(PRESET.START_WINDOW_BLOCKS + 1)
-    with _reverts("TooLate"):
+    with reverts("TooLate"):
         world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels)
-    with _reverts("IndexOutOfBatch"):
+    with reverts("IndexOutOfBatch"):
         world.protocol.slash_missed_start(world.outsider, batch.batch_id, 1)
     stake = world.protocol.get_node(dispatcher.address)["stake_wei"]
     world.protocol.slash_missed_start(world.outsider, batch.batch_id, 0)
     assert world.protocol.get_node(dispatcher.address)["stake_wei"] < stake
-    with _reverts("AlreadyHandled"):
+    with reverts("AlreadyHandled"):
         world.protocol.slash_missed_start(world.outsider, batch.batch_id, 0)
 
 
@@ -148,10 +144,10 @@ def test_requested_audit_needs_the_committee_fee(world_base):
     worker, dispatcher = world.make_worker(world.nodes[0]), world.nodes[1]
     batch = _drawn_batch(world, [worker.receipt], dispatcher)
     assert not world.protocol.is_audited(batch.batch_id, 0)
-    with _reverts("WrongFee"):
+    with reverts("WrongFee"):
         world.protocol.start_audit(world.outsider, batch.batch_id, 0, worker.receipt, batch.levels)
     fee = PRESET.COMMITTEE_SIZE * PRESET.AUDIT_FEE_WEI
     audit_id = world.protocol.start_audit(world.outsider, batch.batch_id, 0, worker.receipt, batch.levels, fee).value
     assert world.protocol.get_audit(audit_id).requested
-    with _reverts("NotAudited"):
+    with reverts("NotAudited"):
         world.protocol.slash_missed_start(world.outsider, batch.batch_id, 0)

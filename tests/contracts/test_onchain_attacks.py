@@ -4,22 +4,16 @@ call order: each now reverts, or slashes the attacker instead of an honest party
 
 import dataclasses
 
-import pytest
 
-from verillm.chain import TransactionReverted
-from verillm.chain.protocol import compute_receipt_tuple
+from helpers.chain import reverts
 from verillm.spec import audit as spec_audit
 from verillm.spec.encoding import encode
 from verillm.spec.receipt import sign_receipt
 
-from contract_scenario import CHEAT_OFFSET, MODEL_ID, OUTPUT_TOKENS, PRESET, AuditRun
+from helpers.contracts import CHEAT_OFFSET, MODEL_ID, OUTPUT_TOKENS, PRESET, AuditRun
 
 ABANDONED, DECIDED = 6, 3
 WORKER_DEFAULT = 4
-
-
-def _reverts(error: str):
-    return pytest.raises(TransactionReverted, match=error)
 
 
 def _locks(world) -> list[int]:
@@ -70,10 +64,10 @@ def test_attack2_opening_after_the_verdict_is_refused_and_the_worker_defaults(wo
     world.protocol.draw_challenge(world.outsider, run.audit_id)
     world.chain.mine(PRESET.OPEN_WINDOW_BLOCKS + 1)  # the worker skips its window
     late = world.opening(run, run.worker)
-    with _reverts("TooLate"):
+    with reverts("TooLate"):
         world.protocol.open_worker(run.worker.node.account, run.audit_id, late)
     world.protocol.finalize(world.outsider, run.audit_id)  # worker default recorded
-    with _reverts("WrongPhase"):  # and nothing it opens now can change it
+    with reverts("WrongPhase"):  # and nothing it opens now can change it
         world.protocol.open_worker(run.worker.node.account, run.audit_id, late)
     stakes = world.stakes()
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
@@ -89,11 +83,11 @@ def test_attack3_contests_are_capped_sorted_unique_and_answerable(world):
     cells = sorted((i.leaf.position, i.leaf.layer) for i in opening.leaves)
     cap = world.protocol.disputes.call("MAX_CONTEST_CELLS")
     assert len(cells) > cap
-    with _reverts("too many cells"):
+    with reverts("too many cells"):
         world.protocol.contest(world.outsider, run.audit_id, 0, 0, cells[:cap] + [cells[cap]])
-    with _reverts("sorted"):  # a repeated cell
+    with reverts("sorted"):  # a repeated cell
         world.protocol.contest(world.outsider, run.audit_id, 0, 0, [cells[0], cells[0]])
-    with _reverts("sorted"):
+    with reverts("sorted"):
         world.protocol.contest(world.outsider, run.audit_id, 0, 0, [cells[1], cells[0]])
     contest_id = world.protocol.contest(world.outsider, run.audit_id, 0, 0, cells[:cap]).value
     answer = world.protocol.answer_contest(run.worker.node.account, contest_id, cells[:cap], opening)
@@ -116,17 +110,17 @@ def test_attack4_posted_leaves_that_are_not_committed_slash_the_worker_not_the_m
         world.open_member(run, slot, vote=True)  # members agree with what they were shown
     members = [world.opening(run, m) for m in run.members]
     # The worker adjudicates each member against its root-proven leaves: refused.
-    with _reverts("OpeningMismatch"):
+    with reverts("OpeningMismatch"):
         world.protocol.adjudicate(run.worker.node.account, run.audit_id, 0, 1, committed, members[0])
     pairs = [(c, members[0].leaves[i]) for i, c in enumerate(committed.leaves)]
     cells = [(encode(c.leaf), list(c.proof.siblings), encode(m.leaf), list(m.proof.siblings)) for c, m in pairs]
     posted = (spec_audit.encode_opening_leaves(shown), list(range(len(cells))))
-    with _reverts("LeafMismatch"):
+    with reverts("LeafMismatch"):
         world.chain.transact(world.protocol.disputes, "adjudicate", run.audit_id, 0, 1, cells, posted, sender=run.worker.node.account)
     # Anyone contests the worker's posted opening: it cannot prove it under its root.
     cell = [(shown.leaves[0].leaf.position, shown.leaves[0].leaf.layer)]
     contest_id = world.protocol.contest(world.outsider, run.audit_id, 0, 0, cell).value
-    with _reverts("InvalidMerkleProof"):
+    with reverts("InvalidMerkleProof"):
         world.protocol.answer_contest(run.worker.node.account, contest_id, cell, shown)
     stakes = world.stakes()
     world.chain.mine(PRESET.PROOF_WINDOW_BLOCKS + 1)
@@ -146,7 +140,7 @@ def test_attack5_output_length_and_member_input_are_bound_by_the_receipts(world)
     # counts disagree with its positions is refused, whoever signed it.
     inconsistent = sign_receipt(dataclasses.replace(worker.receipt, output_tokens=OUTPUT_TOKENS + 1), worker.node.account.key, world.domain)
     batch, _, _ = world.post_and_draw(dispatcher, [inconsistent])
-    with _reverts("ReceiptMismatch"):
+    with reverts("ReceiptMismatch"):
         world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, inconsistent, batch.levels)
     run = world.start(worker, dispatcher=dispatcher)
     assert world.protocol.get_audit(run.audit_id).output_tokens == OUTPUT_TOKENS
@@ -155,7 +149,7 @@ def test_attack5_output_length_and_member_input_are_bound_by_the_receipts(world)
     key = node.account.key
     for field, value in (("input_hash", b"\x44" * 32), ("input_tokens", member.receipt.input_tokens - 3)):
         wrong = sign_receipt(dataclasses.replace(member.receipt, **{field: value}), key, world.domain)
-        with _reverts("ReceiptMismatch"):  # a member's job must read exactly the worker's input ‖ output
+        with reverts("ReceiptMismatch"):  # a member's job must read exactly the worker's input ‖ output
             world.protocol.post_committee_receipt(world.outsider, run.audit_id, 0, wrong)
     world.protocol.post_committee_receipt(world.outsider, run.audit_id, 0, member.receipt)
 
@@ -169,7 +163,7 @@ def test_attack7_receipt_consumed_elsewhere_does_not_block_its_dispatcher(world)
     audit_id = world.protocol.start_audit(dispatcher.account, mine.batch_id, 0, worker.receipt, mine.levels).value
     assert world.protocol.get_audit(audit_id).worker == worker.node.address
     world.chain.mine(PRESET.START_WINDOW_BLOCKS + 1)
-    with _reverts("AlreadyHandled"):  # its dispatcher started it: nothing to slash
+    with reverts("AlreadyHandled"):  # its dispatcher started it: nothing to slash
         world.protocol.slash_missed_start(world.outsider, mine.batch_id, 0)
     assert world.stakes() == stakes
 
@@ -213,5 +207,5 @@ def test_any_party_may_escalate_a_pass(world):
     assert world.protocol.get_audit(run.audit_id).phase == DECIDED
     world.protocol.escalate(world.outsider, run.audit_id)  # a PASS, escalated by a non-party
     assert world.protocol.get_audit(run.audit_id).round == 1
-    with _reverts("AlreadyHandled|WrongPhase"):
+    with reverts("AlreadyHandled|WrongPhase"):
         world.protocol.escalate(world.nodes[5].account, run.audit_id)

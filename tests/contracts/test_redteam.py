@@ -11,6 +11,7 @@ tests are attacks the contracts withstand that tests/contracts/test_onchain_atta
 
 import pytest
 
+from helpers.chain import reverts
 from verillm.chain import TransactionReverted
 from verillm.chain.protocol import compute_receipt_tuple
 from verillm.spec import audit as spec_audit
@@ -21,13 +22,9 @@ from eth_account import Account
 from verillm.spec import vrf
 from verillm.spec.hashing import keccak256
 
-from contract_scenario import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun, Node
+from helpers.contracts import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun, Node
 
 ABANDONED, DECIDED = 6, 3
-
-
-def _reverts(error: str):
-    return pytest.raises(TransactionReverted, match=error)
 
 
 def _works(reason: str):
@@ -77,7 +74,7 @@ def test_self_dispatched_cheat_withholds_the_committee_jobs_and_keeps_its_stake(
     for slot, member in enumerate(world.committee(run)):
         deadline = world.protocol.claim_undelivered(member.account, run.audit_id, slot).value
     world.chain.mine(deadline - world.chain.get_block_number() + 1)
-    with _reverts("TooEarly"):  # the claims hold the round open: no redraw, no abandonment
+    with reverts("TooEarly"):  # the claims hold the round open: no redraw, no abandonment
         world.protocol.replace_missing(world.outsider, run.audit_id)
     world.protocol.slash_undelivered(world.outsider, run.audit_id, 0)
     assert world.protocol.get_audit(run.audit_id).phase != ABANDONED
@@ -105,7 +102,7 @@ def test_unfillable_escalation_enforces_the_colluding_verdict_it_disputes(world)
     world.protocol.draw_escalation(world.outsider, run.audit_id)  # pool exhausted: the escalation is unheard
     assert world.protocol.get_audit(run.audit_id).phase == ABANDONED
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
-    with _reverts("WrongPhase"):  # nothing left to settle: the disputed FAIL is never enforced
+    with reverts("WrongPhase"):  # nothing left to settle: the disputed FAIL is never enforced
         world.protocol.settle(world.outsider, run.audit_id)
     after = world.stakes()
     # Safe outcome: a verdict whose escalation could not be heard slashes no honest party.
@@ -316,7 +313,7 @@ def test_identity_flood_makes_starts_unfittable_and_slashes_honest_dispatchers(w
         chain.w3.provider.make_request("anvil_setBlockGasLimit", [hex(limit)])
     stake = world.stakes()[dispatcher.address]
     world.chain.mine(PRESET.START_WINDOW_BLOCKS + 1)
-    with _reverts("AlreadyHandled"):
+    with reverts("AlreadyHandled"):
         world.protocol.slash_missed_start(world.outsider, batch.batch_id, 0)
     # Safe outcome: a dispatcher that could not start an audit for the pool's size is not slashed.
     assert world.stakes()[dispatcher.address] == stake

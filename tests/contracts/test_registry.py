@@ -1,16 +1,11 @@
 """Registry: registration, keys, models, stake, unbonding, access control, sortition."""
 
-import pytest
 
-from verillm.chain import TransactionReverted
+from helpers.chain import reverts
 from verillm.spec import vrf
 from verillm.spec.audit import compute_committee, compute_excluded_weights
 
-from contract_scenario import MODEL, MODEL_ID, NODE_STAKES_WEI, PRESET
-
-
-def _reverts(error: str):
-    return pytest.raises(TransactionReverted, match=error)
+from helpers.contracts import MODEL, MODEL_ID, NODE_STAKES_WEI, PRESET
 
 
 def _fresh(world, index: int = 7):
@@ -29,19 +24,19 @@ def test_registered_nodes_are_active_and_listed_in_sortition_order(world):
 
 def test_register_rejects_low_stake_bad_pop_unknown_model_and_duplicates(world):
     account, sk = _fresh(world)
-    with _reverts("StakeTooLow"):
+    with reverts("StakeTooLow"):
         world.protocol.register(account, sk, "http://x", [MODEL_ID], PRESET.MIN_STAKE_WEI - 1)
-    with _reverts("UnknownModel"):
+    with reverts("UnknownModel"):
         world.protocol.register(account, sk, "http://x", [b"\x99" * 32], PRESET.MIN_STAKE_WEI)
-    with _reverts("BadModelList"):
+    with reverts("BadModelList"):
         world.protocol.register(account, sk, "http://x", [MODEL_ID, MODEL_ID], PRESET.MIN_STAKE_WEI)
     # a possession proof made for another address does not register this one
     pk = vrf.compute_words(vrf.compute_public_key(sk))
     pop_for_other = vrf.compute_words(vrf.compute_possession_proof(sk, bytes.fromhex(world.nodes[0].address[2:])))
-    with _reverts("InvalidProofOfPossession"):
+    with reverts("InvalidProofOfPossession"):
         world.chain.transact(world.protocol.registry, "register", pk, pop_for_other, "http://x", [MODEL_ID],
                              sender=account, value=PRESET.MIN_STAKE_WEI)
-    with _reverts("AlreadyRegistered"):
+    with reverts("AlreadyRegistered"):
         world.protocol.register(world.nodes[0].account, world.nodes[0].vrf_key, "http://x", [MODEL_ID], PRESET.MIN_STAKE_WEI)
 
 
@@ -51,9 +46,9 @@ def test_update_endpoint_models_and_top_up(world):
     assert world.protocol.get_node(node.address)["endpoint"] == "https://node.example"
     world.protocol.top_up(node.account, 5)
     assert world.protocol.get_node(node.address)["stake_wei"] == NODE_STAKES_WEI[3] * PRESET.MIN_STAKE_WEI + 5
-    with _reverts("UnknownModel"):
+    with reverts("UnknownModel"):
         world.protocol.update_models(node.account, [b"\x98" * 32])
-    with _reverts("NotRegistered"):
+    with reverts("NotRegistered"):
         world.protocol.update_endpoint(world.outsider, "http://x")
 
 
@@ -63,9 +58,9 @@ def test_deregister_unbond_withdraw(world):
     assert not world.protocol.get_node(node.address)["active"]
     nodes, weights = world.protocol.get_model_nodes(MODEL_ID)  # from the next epoch on
     assert dict(zip(nodes, weights, strict=True))[node.address] == 0
-    with _reverts("Deregistering"):
+    with reverts("Deregistering"):
         world.protocol.top_up(node.account, 1)
-    with _reverts("StillUnbonding"):
+    with reverts("StillUnbonding"):
         world.protocol.withdraw(node.account)
     world.chain.mine(PRESET.UNBONDING_BLOCKS)
     before = world.chain.get_balance(node.address)
@@ -73,33 +68,33 @@ def test_deregister_unbond_withdraw(world):
     assert tx.value == NODE_STAKES_WEI[5] * PRESET.MIN_STAKE_WEI
     assert world.chain.get_balance(node.address) > before + tx.value - 10**16  # minus gas
     assert not world.protocol.get_node(node.address)["registered"]
-    with _reverts("NotRegistered"):
+    with reverts("NotRegistered"):
         world.protocol.withdraw(node.account)
 
 
 def test_withdraw_before_deregistering_fails(world):
-    with _reverts("NotDeregistering"):
+    with reverts("NotDeregistering"):
         world.protocol.withdraw(world.nodes[0].account)
 
 
 def test_only_jobs_and_disputes_slash_or_lock(world):
     registry = world.protocol.registry
     for function in ("slash", "lock", "unlock"):
-        with _reverts("NotProtocol"):
+        with reverts("NotProtocol"):
             world.chain.transact(registry, function, world.nodes[0].address, sender=world.nodes[1].account)
 
 
 def test_only_deployer_binds_and_adds_models_and_configs_are_frozen(world):
     registry = world.protocol.registry
-    with _reverts("NotDeployer"):
+    with reverts("NotDeployer"):
         world.chain.transact(registry, "bindProtocol", world.outsider.address, world.outsider.address, sender=world.outsider)
-    with _reverts("AlreadyBound"):
+    with reverts("AlreadyBound"):
         world.chain.transact(registry, "bindProtocol", world.outsider.address, world.outsider.address, sender=world.owner)
-    with _reverts("NotDeployer"):
+    with reverts("NotDeployer"):
         world.protocol.add_model(world.outsider, MODEL)
-    with _reverts("ModelExists"):
+    with reverts("ModelExists"):
         world.protocol.add_model(world.owner, MODEL)
-    with _reverts("NotDeployer"):
+    with reverts("NotDeployer"):
         world.chain.transact(world.protocol.jobs, "bindDisputes", world.outsider.address, sender=world.owner)
 
 
@@ -113,9 +108,9 @@ def test_draw_committee_matches_the_spec_and_excludes(world):
         want = compute_committee(seed, attempt, 3, nodes, compute_excluded_weights(nodes, stakes, excluded))
         assert list(got) == list(want)
         assert not set(got) & set(excluded) and len(set(got)) == 3
-    with _reverts("NotEnoughCandidates"):
+    with reverts("NotEnoughCandidates"):
         world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 5, [nodes[0], nodes[1]], epoch)
-    with _reverts("EpochNotReadable"):  # only the current and the previous epoch's weights are read
+    with reverts("EpochNotReadable"):  # only the current and the previous epoch's weights are read
         world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 3, [], epoch + 1)
 
 

@@ -11,7 +11,7 @@ from verillm.spec.audit import compute_committee, compute_excluded_weights
 from verillm.spec.hashing import keccak256
 from verillm.spec.stake_tree import Versioned, compute_read, compute_write
 
-from contract_scenario import MODEL_ID, PRESET
+from helpers.contracts import MODEL_ID, PRESET
 from test_redteam import _flood_departed, _send_raw
 
 SEEDS = [bytes([s]) * 32 for s in range(1, 7)]
@@ -21,7 +21,7 @@ def _register_crowd(world, count: int, first: int = 0, chunk: int = 1_000) -> li
     """Register ``count`` minimum-stake nodes fast (the crowd of test_redteam, its keys from
     ``first`` on): automining off, raw transactions signed with one fee, blocks mined until
     every one is in; then advance to the next epoch (the crowd weighs from there)."""
-    from contract_scenario import Node
+    from helpers.contracts import Node
 
     secret = vrf.derive_secret_key(b"redteam crowd key" * 2)
     public_key = vrf.compute_public_key(secret)

@@ -16,7 +16,7 @@ from verillm.chain.errors import TransactionReverted
 from verillm.chain.protocol import TERMINAL_PHASES
 
 # Permissionless steps (Protocol method names), each valid once some deadline has passed.
-STEPS = ("replace_missing", "draw_challenge", "verdict", "settle", "draw_escalation")
+STEPS = ("replace_missing", "draw_challenge", "finalize", "settle", "draw_escalation")
 
 
 @dataclass(frozen=True)

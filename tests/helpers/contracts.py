@@ -19,7 +19,7 @@ from verillm.chain.artifacts import ArtifactStore
 from verillm.chain.protocol import Protocol
 from verillm.spec.audit import OnchainModel
 from verillm.spec import vrf
-from verillm.spec.audit import compute_challenge_seed, is_onchain_agreement
+from verillm.spec.audit import is_onchain_agreement
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import Commitment, JobTrace, compute_commitment, compute_opening
 from verillm.spec.hashing import keccak256
@@ -28,7 +28,7 @@ from verillm.spec.receipt import SigningDomain, compute_receipt_hash, sign_recei
 from verillm.spec.types import Opening, Receipt, SamplingParams
 from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 
-TEST_ARTIFACTS = Path(__file__).parent / "solidity" / "artifacts"  # node tests/contracts/solidity/compile.js
+TEST_ARTIFACTS = Path(__file__).parents[1] / "contracts" / "solidity" / "artifacts"  # node tests/contracts/solidity/compile.js
 
 
 def connect(anvil: AnvilProcess) -> RpcChain:
