@@ -51,14 +51,25 @@ def fuzz_world(fuzz_anvil):
     return world
 
 
-def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RUN) -> None:
+def _registered_state(world) -> None:
+    """Take ``world``'s chain back to its registered state (the fixture's snapshot; anvil drops a
+    snapshot once reverted to, so it is taken again)."""
+    world.chain.revert(world.fresh[0])
+    world.fresh[0] = world.chain.snapshot()
+
+
+def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RUN) -> dict:
+    """Run the fuzzer from the registered state, whatever ran on the module's chain before (a
+    seed replays the same runs in any test order); return what the runs saw."""
     seed(fuzz_seed)(ProtocolMachine)
+    _registered_state(world)
     ProtocolMachine.world = world
     ProtocolMachine.rpc = RawRpc(world.chain.url)
     ProtocolMachine.base[0] = world.chain.snapshot()
-    before = STATS["steps"], STATS["runs"], len(STATS["paths"]), len(STATS["lifecycles"])
+    steps_before, runs_before, failures_before = STATS["steps"], STATS["runs"], STATS["failures"]
+    seen_before = {key: STATS[key] for key in ("paths", "lifecycles", "omission_paths")}
+    STATS.update({key: set() for key in seen_before})  # this call's own sets, merged back after it
     delivery_before, omission_before = dict(STATS["delivery"]), dict(STATS["omission"])
-    omission_paths_before = len(STATS["omission_paths"])
     exits_before, batches_before = dict(STATS["exits"]), dict(STATS["batches"])
     started = time.monotonic()
     ProtocolMachine.sender = FastSender(world.chain, ProtocolMachine.rpc)
@@ -70,11 +81,13 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
             suppress_health_check=list(HealthCheck)))
     finally:
         del world.protocol._send
-    steps, runs, paths = STATS["steps"] - before[0], STATS["runs"] - before[1], len(STATS["paths"]) - before[2]
-    lifecycles, wall_s = len(STATS["lifecycles"]) - before[3], time.monotonic() - started
+        seen = {key: STATS[key] for key in seen_before}
+        STATS.update({key: seen_before[key] | seen[key] for key in seen_before})
+    steps, runs, wall_s = STATS["steps"] - steps_before, STATS["runs"] - runs_before, time.monotonic() - started
+    paths, lifecycles = len(seen["paths"]), len(seen["lifecycles"])
     delivery = {k: v - delivery_before[k] for k, v in STATS["delivery"].items()}
     omission = {k: v - omission_before[k] for k, v in STATS["omission"].items()}
-    omission["paths"] = len(STATS["omission_paths"]) - omission_paths_before
+    omission["paths"] = len(seen["omission_paths"])
     exits = {k: v - exits_before.get(k, 0) for k, v in sorted(STATS["exits"].items())}
     batches = {k: v - batches_before.get(k, 0) for k, v in sorted(STATS["batches"].items())}
     print(f"\nprotocol fuzz: {steps} steps in {runs} runs, {paths} distinct paths, {lifecycles} distinct audit"
@@ -83,11 +96,14 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     if report:  # a long run in chunks: one JSON line per chunk, totals summed by whoever reads them
         with open(report, "a") as f:
             f.write(json.dumps({"seed": fuzz_seed, "steps": steps, "runs": runs, "paths": paths, "lifecycles": lifecycles,
-                                "lifecycle_set": sorted(repr(x) for x in STATS["lifecycles"]), "wall_s": round(wall_s, 1),
-                                "failures": STATS["failures"], "delivery": delivery, "omission": omission,
-                                "omission_path_set": sorted(repr(x) for x in STATS["omission_paths"]),
+                                "lifecycle_set": sorted(repr(x) for x in seen["lifecycles"]), "wall_s": round(wall_s, 1),
+                                "failures": STATS["failures"] - failures_before, "delivery": delivery, "omission": omission,
+                                "omission_path_set": sorted(repr(x) for x in seen["omission_paths"]),
                                 "exits": exits, "batches": batches}) + "\n")
     assert steps > 0
+    head = world.chain.w3.eth.get_block("latest")
+    return {"steps": steps, "runs": runs, "failures": STATS["failures"] - failures_before, **seen,
+            "head": (head.number, head.hash.hex())}
 
 
 def test_protocol_fuzz_short(fuzz_world):
@@ -107,16 +123,30 @@ def test_protocol_fuzz_long(fuzz_world):
 def test_protocol_fuzz_replays_seed_5(fuzz_world):
     """Regression: seed 5 slashed the cheater to zero, then drew a new cheat audit it dispatches
     itself; postBatch reverted NotActiveNode and crashed the run (a harness bug: a slashed-out
-    cheater now starts no more audits). Block timestamps are fixed, so the seed replays exactly."""
+    cheater now starts no more audits). Block timestamps are fixed and `_run` starts from the
+    registered state, so the seed replays exactly, after any other test."""
     _run(fuzz_world, 4, 5, 100)
+
+
+def test_a_replay_does_not_depend_on_the_run_before(fuzz_world):
+    """Regression (issue 24): `_run` used to start from whatever state the module's chain was
+    left in, so the seed-5 replay after `make test-fuzz`'s long run (seed 424242) found receipts
+    used and nodes gone (startAudit and deregister reverted) and passed alone. Each call now
+    starts from the registered state: seed 5 replayed after a run of another seed takes the
+    same steps, sees the same paths and lifecycles and leaves the chain at the same block, by
+    hash (block timestamps are fixed: anvil resets its clock to the reverted block)."""
+    first = _run(fuzz_world, 6, 5, 30)
+    _run(fuzz_world, 6, 424242, 30)  # moves the chain on: audits, receipts used, exits, slashes
+    again = _run(fuzz_world, 6, 5, 30)
+    assert first["failures"] == 0 and first["lifecycles"], first
+    assert again == first
 
 
 def _machine(world, fresh: bool = False) -> ProtocolMachine:
     """A ProtocolMachine driven by hand (rules called in a fixed order), on the module's chain
     (``fresh``: from the registered state, so its committees do not depend on the tests before)."""
     if fresh:
-        world.chain.revert(world.fresh[0])
-        world.fresh[0] = world.chain.snapshot()
+        _registered_state(world)
     ProtocolMachine.world = world
     ProtocolMachine.rpc = RawRpc(world.chain.url)
     ProtocolMachine.base[0] = world.chain.snapshot()

@@ -8,8 +8,12 @@ from verillm.engine.vllm_attacks import (
     NOT_EXPRESSIBLE,
     WEIGHT_ATTACKS,
     build_job_attack,
+    build_kv_fp8_attack,
+    build_speculative_attack,
     build_weight_attack,
     compute_attacked_model,
+    compute_draft_model,
+    get_kv_fp8_refusal,
     get_vllm_attack_names,
 )
 from verillm.engine.vllm_engine import prepare_model_dir
@@ -47,7 +51,7 @@ def _assert_all_rejected_for(name, results):
 def test_every_attack_is_run_or_documented_as_not_expressible():
     runnable = set(get_vllm_attack_names())
     assert runnable | set(NOT_EXPRESSIBLE) == set(ATTACKS) and not runnable & set(NOT_EXPRESSIBLE)
-    assert runnable == set(WEIGHT_ATTACKS) | {"prompt_edit", "token_substitute", "truncate", "wrong_temperature", "wrong_seed"}
+    assert runnable == set(WEIGHT_ATTACKS) | {"prompt_edit", "token_substitute", "truncate", "wrong_temperature", "wrong_seed", "kv_fp8", "speculative"}
 
 
 def test_swapping_in_the_honest_weights_stays_honest(vllm_dishonest, tiny_model, tiny_engine, tiny_prompts, make_job, tiny_profile):
@@ -94,3 +98,33 @@ def test_weight_attack_from_a_saved_folder(tiny_model, tiny_engine, tiny_prompts
         _assert_all_rejected_for("int8", run_local_audits(engine, tiny_engine, jobs, tiny_profile, CHALLENGE_POSITIONS))
     finally:
         engine.close()
+
+
+def test_kv_fp8_on_vllm_is_rejected(vllm_tiny, tiny_model, tiny_engine, tiny_prompts, make_job, tiny_profile):
+    """vLLM's own fp8 KV cache (`kv_cache_dtype="fp8"`) over the honest weights: a fresh engine."""
+    refusal = get_kv_fp8_refusal()
+    if refusal:  # x86 without AVX-512 or AMX: vLLM refuses the engine start
+        pytest.skip(f"vLLM refuses an fp8 KV cache on this CPU: {refusal}")
+    engine = build_kv_fp8_attack(vllm_tiny.model_dir, tiny_model[2], max_batch_size=8, max_model_len=1024)
+    try:
+        assert engine.llm.llm_engine.vllm_config.cache_config.cache_dtype == "fp8"
+        jobs = _jobs(engine, tiny_prompts, make_job, "kv_fp8")
+        for verifier in (tiny_engine, vllm_tiny):
+            _assert_all_rejected_for("kv_fp8", run_local_audits(engine, verifier, jobs, tiny_profile, CHALLENGE_POSITIONS))
+    finally:
+        engine.close()
+
+
+def test_speculative_on_vllm_is_rejected(vllm_dishonest, vllm_tiny, tiny_model, tiny_engine, tiny_prompts, make_job, tiny_profile, vllm_model_root):
+    """The draft (the first half of the layers) generates in the second vLLM engine; the honest
+    engine emits its tokens unverified over its own hidden states. The tokens are the reference
+    attack's, and only the token check catches them."""
+    model, tokenizer, _ = tiny_model
+    vllm_dishonest.load_weights_from(prepare_model_dir(compute_draft_model(model), tokenizer, vllm_model_root / "draft"))
+    attacked = build_speculative_attack(vllm_tiny, vllm_dishonest)
+    jobs = _jobs(vllm_tiny, tiny_prompts, make_job, "speculative")
+    traces = attacked.run(jobs)
+    assert [t.output_tokens for t in traces] == [t.output_tokens for t in ATTACKS["speculative"].build(*tiny_model).run(jobs)]
+    assert [t.output_tokens for t in traces] != [t.output_tokens for t in vllm_tiny.run(jobs)]
+    for verifier in (tiny_engine, vllm_tiny):
+        _assert_all_rejected_for("speculative", run_local_audits(attacked, verifier, jobs, tiny_profile, CHALLENGE_POSITIONS))

@@ -4,14 +4,13 @@ Each attack reuses the reference suite's own code (`verillm.engine.attacks`): we
 take the attacked model object the reference builder makes and put its weights into vLLM
 (from a saved folder, or swapped into a running engine); job and token attacks reuse the
 reference engines' `transform_job` on a `VllmEngine` subclass, or express the substitution as
-a rule the capture applies inside vLLM's worker. The manifest stays the honest one: that is
-the lie every attack tells.
+a rule the capture applies inside vLLM's worker. `kv_fp8` is vLLM's own fp8 KV cache
+(`kv_cache_dtype="fp8"`); `speculative` runs the draft model in a second vLLM engine and
+emits its tokens from the target's. The manifest stays the honest one: that is the lie every
+attack tells.
 
-Not expressible on this vLLM build (reported, not faked): the KV-cache attacks. `kv_int8` and
-`kv_evict` need control of the paged KV cache that vLLM does not expose; vLLM's own KV
-compression (`kv_cache_dtype="fp8"`) is the real-world analogue, but its CPU kernels need
-AVX-512 or AMX, which this machine lacks. On a GPU host it is `build_kv_fp8_attack` below
-(not run here: no GPU was lent to this work).
+Not expressible on vLLM (reported, not faked): `kv_int8` and `kv_evict`, which need control
+of the paged KV cache that vLLM does not expose (see `NOT_EXPRESSIBLE`).
 """
 
 import copy
@@ -21,13 +20,17 @@ from pathlib import Path
 import torch
 
 from verillm.engine.attacks import ATTACKS, PromptEditEngine, TruncateEngine, WrongSamplingEngine, build_other_model
+from verillm.engine.base import Engine
 from verillm.engine.vllm_engine import VllmEngine, prepare_model_dir
 from verillm.errors import ConfigError
 from verillm.spec.types import ModelManifest
 
 WEIGHT_ATTACKS = ("int8", "int4", "fp8", "other_model", "lowrank", "one_layer")
+ENGINE_ATTACKS = ("kv_fp8", "speculative")  # vLLM's own fp8 KV cache; a draft vLLM engine's tokens
 NOT_EXPRESSIBLE = {
-    "kv_int8": "vLLM exposes no hook into its paged KV cache; its fp8 KV cache needs AVX-512/AMX on CPU",
+    "kv_int8": "vLLM exposes no hook into its paged KV cache; its int8 KV cache (kv_cache_dtype='int8_per_token_head') is a"
+    " Triton (GPU) kernel: the CPU backend's KV dtypes are auto/fp8/fp8_e4m3/fp8_e5m2 (vLLM 0.32 starts with it on CPU anyway"
+    " and moves hidden states ~75x more than an int8 KV cache does: not that attack)",
     "kv_evict": "vLLM has no KV eviction policy to turn on; would need a patched attention backend",
 }
 
@@ -67,9 +70,55 @@ def build_weight_attack(name: str, model, tokenizer, manifest: ModelManifest, ro
     return VllmEngine(model_dir, manifest, **kw)
 
 
+# --- engine attacks: vLLM features -------------------------------------------------------
+
+
+def get_kv_fp8_refusal() -> str | None:
+    """Return why vLLM refuses an fp8 KV cache on this host, in its own words, or None.
+
+    vLLM's CPU attention backend raises this at engine start on x86 without AVX-512 or AMX
+    (`vllm.v1.attention.backends.cpu_attn._get_attn_isa`); GPUs take it.
+    """
+    if torch.cuda.is_available() or torch.cpu._is_avx512_supported() or torch.cpu._is_amx_tile_supported():
+        return None
+    return "FP8 KV cache on CPU requires x86 with AVX-512 or AMX."
+
+
 def build_kv_fp8_attack(model_dir: Path, manifest: ModelManifest, **kw) -> VllmEngine:
-    """vLLM's own fp8 KV cache under the honest manifest (GPU, or CPU with AVX-512/AMX)."""
+    """`kv_fp8`: vLLM's own fp8 KV cache (e4m3, k/v scale 1.0) on the honest weights, honest manifest."""
+    refusal = get_kv_fp8_refusal()
+    if refusal:
+        raise ConfigError(f"kv_fp8 cannot run on this host: {refusal}")
     return VllmEngine(model_dir, manifest, kv_cache_dtype="fp8", **kw)
+
+
+def compute_draft_model(model, keep: int | None = None) -> torch.nn.Module:
+    """Return `attacks.build_draft_model`'s draft (the first ``keep`` decoder layers, default half)
+    in a form vLLM loads: the later layers' output projections zeroed, so they add nothing."""
+    count = len(model.get_decoder().layers)
+    return compute_layers_skipped(model, tuple(range(count // 2 if keep is None else keep, count)))
+
+
+class VllmSpeculative(VllmEngine):
+    """`attacks.SpeculativeEngine` on vLLM: ``draft`` (a VllmEngine over `compute_draft_model`'s
+    weights) generates, and this engine (the target) emits the draft's tokens without the
+    accept/reject step, committing its own hidden states over them: only the token check can
+    catch it. vLLM's own speculative decoding is not this attack: it verifies every draft token
+    against the target (and refuses the capture's logits processor)."""
+
+    draft: Engine | None = None
+
+    def run(self, jobs):
+        self._drafted = {job: trace.output_tokens for job, trace in zip(jobs, self.draft.run(jobs), strict=True)}
+        return super().run(jobs)
+
+    def forced_tokens(self, job):
+        return dict(enumerate(self._drafted.get(job, ())))
+
+
+def build_speculative_attack(target: VllmEngine, draft: Engine) -> VllmEngine:
+    """Return `speculative` on ``target``'s vLLM instance, emitting ``draft``'s tokens."""
+    return VllmSpeculative.sharing(target, draft=draft, _drafted={})
 
 
 # --- job and token attacks: VllmEngine subclasses over the same override points -----------
@@ -125,4 +174,4 @@ def build_job_attack(name: str, honest: VllmEngine, **knobs) -> VllmEngine:
 
 def get_vllm_attack_names() -> list[str]:
     """Return the attacks of the reference suite that run on vLLM here."""
-    return [name for name in ATTACKS if name in WEIGHT_ATTACKS or name in JOB_ATTACKS]
+    return [name for name in ATTACKS if name in WEIGHT_ATTACKS or name in JOB_ATTACKS or name in ENGINE_ATTACKS]
