@@ -12,16 +12,17 @@ from verillm.node.store.evidence import compute_evidence
 from verillm.wire import from_hex, to_hex
 
 
-def _get_service(request: web.Request):
+def require_dispatch_service(request: web.Request, consequence: str = ""):
+    """The dispatcher role's service; NotFound (404) on a node that runs without it."""
     service = request.app.get(APP_SERVICE)
     if service is None:
-        raise NotFound("this node runs without the networked dispatcher ([dispatcher] enabled = false)")
+        raise NotFound("this node runs without the networked dispatcher ([dispatcher] enabled = false)" + (f": {consequence}" if consequence else ""))
     return service
 
 
 async def get_dispatch_status(request: web.Request) -> web.Response:
     """Where a job this node dispatched stands: batch, audit, committee, votes, verdict, slashes."""
-    service = _get_service(request)
+    service = require_dispatch_service(request)
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     body = compute_job_status(service.tables, job_hash, service.watcher.head, service.chainio.preset)
     return web.json_response(body)
@@ -29,7 +30,7 @@ async def get_dispatch_status(request: web.Request) -> web.Response:
 
 async def get_dispatch_evidence(request: web.Request) -> web.Response:
     """The public data to replay a dispatched job's audit: job, output, receipts, proven openings."""
-    service = _get_service(request)
+    service = require_dispatch_service(request)
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     evidence = compute_evidence(service.tables, job_hash, request.app[APP_DOMAIN])
     verify_reader(request, job_hash, compute_evidence_parties(evidence))  # the prompt is the client's: node/api/access.py
@@ -38,7 +39,7 @@ async def get_dispatch_evidence(request: web.Request) -> web.Response:
 
 async def get_dispatcher_info(request: web.Request) -> web.Response:
     """The dispatcher's view: chain head, the Registry's workers for the model, pending work."""
-    service = _get_service(request)
+    service = require_dispatch_service(request)
     tables = service.tables
     return web.json_response({
         "address": "0x" + service.chainio.address.hex(),
@@ -57,7 +58,7 @@ async def get_receipt_inclusion(request: web.Request) -> web.Response:
     """The proof that a receipt this node promised is in one of its posted batches (docs/protocol.md
     §12 "Batching promises"). Public like the audit status: a receipt hash is no secret, and the
     proof is what the node would answer an omission claim with (`find_stored_inclusion`)."""
-    service = _get_service(request)
+    service = require_dispatch_service(request)
     receipt_hash = from_hex(request.match_info["receipt_hash"], "receipt_hash", 32)
     batch_by_block = service.tables.get_promise_by_receipt_hash(receipt_hash)
     if batch_by_block is None:

@@ -19,8 +19,8 @@ from web3 import Web3
 
 from verillm.errors import InvalidInput, NotFound
 
+from verillm.node.api.dispatcher_views import require_dispatch_service
 from verillm.node.appkeys import APP_MODEL
-from verillm.node.appkeys import APP_SERVICE
 from verillm.node.dispatcher.status import compute_job_status
 from verillm.wire import from_hex
 
@@ -30,13 +30,6 @@ NETWORK_CACHE_S = 2.0
 # Events of one audit, in the order the protocol emits them (docs/protocol.md §12).
 AUDIT_EVENTS = ("AuditStarted", "CommitteeDrawn", "CommitteeReceiptPosted", "ChallengeDrawn", "Opened", "RoundDecided",
                 "EscalationStarted", "EscalationLapsed", "Contested", "Adjudicated", "PartySlashed", "AuditAbandoned", "AuditSettled")
-
-
-def _service(request: web.Request):
-    service = request.app.get(APP_SERVICE)
-    if service is None:
-        raise NotFound("this node runs without the networked dispatcher ([dispatcher] enabled = false): it has no network view")
-    return service
 
 
 async def get_page(request: web.Request) -> web.Response:
@@ -50,7 +43,7 @@ async def get_page(request: web.Request) -> web.Response:
 
 async def get_network(request: web.Request) -> web.Response:
     """Chain head, contracts, the served model and every registered node's standing."""
-    service = _service(request)
+    service = require_dispatch_service(request, "it has no network view")
     cache = service.__dict__.setdefault("explorer_cache", {})  # the page polls every few seconds: read the chain at most every 2 s
     if cache.get("at", 0.0) + NETWORK_CACHE_S < time.monotonic():
         registered, slashed = _registered_and_slashed(service.tables)  # the store: on the loop's thread (SQLite)
@@ -89,7 +82,7 @@ def _node_row(address: str, block: int, state: dict, slashed: dict[str, int]) ->
 
 async def get_jobs(request: web.Request) -> web.Response:
     """The jobs this node dispatched, newest first (``?limit=``, at most 200)."""
-    service = _service(request)
+    service = require_dispatch_service(request, "it has no network view")
     try:
         limit = min(int(request.query.get("limit", "50")), MAX_JOBS)
     except ValueError:
@@ -106,7 +99,7 @@ def _recent_jobs(service, limit: int) -> list[dict]:
 
 async def get_job_timeline(request: web.Request) -> web.Response:
     """One job: its status body, and every on-chain event of its batch and audit with block and transaction."""
-    service = _service(request)
+    service = require_dispatch_service(request, "it has no network view")
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     body = _timeline(service, job_hash)
     body["links"] = {"status": f"/v1/verillm/audits/0x{job_hash.hex()}", "evidence": f"/v1/verillm/audits/0x{job_hash.hex()}/evidence",

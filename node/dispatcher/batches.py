@@ -1,4 +1,4 @@
-"""Receipt batches, the audit draw and audit starts (DESIGN §4 steps 1–2).
+"""Receipt batches, the audit draw and audit starts (docs/protocol.md §12 "Messages, in order", steps 1–2).
 
     posting  the batch row and its leaf indices are written, then `Jobs.postBatch(root, count)`
     posted   once the seed block (posted + AUDIT_DRAW_DELAY_BLOCKS) is mined: `drawAudit` with

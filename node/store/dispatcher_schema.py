@@ -8,9 +8,11 @@ Pending work is a row whose status is not final; the chain holds the progress. A
 restart the watcher reads each row's on-chain state and takes the next step from there.
 """
 
-import sqlite3
+
 
 from sqlite_utils import Database
+
+from verillm.node.store.sql import run_script
 
 DISPATCHER_AUDIT_TABLES = """
 CREATE TABLE dispatch_jobs (
@@ -129,13 +131,7 @@ CREATE TABLE chain_txs (
 
 def migrate_3_dispatcher_audit_tables(db: Database) -> None:
     """Dispatched jobs with receipts, batches, audits, committee jobs, party duties, events, txs."""
-    # Statement by statement: process_migrations runs this inside its own transaction.
-    statement = ""
-    for line in DISPATCHER_AUDIT_TABLES.splitlines(keepends=True):
-        statement += line
-        if sqlite3.complete_statement(statement):
-            db.conn.execute(statement)
-            statement = ""
+    run_script(db, DISPATCHER_AUDIT_TABLES)  # inside process_migrations' transaction
 
 
 BATCH_PROMISES_TABLE = """

@@ -18,6 +18,7 @@ from sqlite_utils import Database
 
 from verillm.errors import StorageError
 from verillm.node import faults
+from verillm.node.store.sql import run_script
 
 WORKER_TABLES = """
 CREATE TABLE jobs (
@@ -85,12 +86,12 @@ CREATE TABLE dispatched (
 
 def migrate_1_worker_tables(db: Database) -> None:
     """Jobs, receipts, retained traces, pending chain actions, accepted envelope nonces."""
-    _run_script(db, WORKER_TABLES)
+    run_script(db, WORKER_TABLES)
 
 
 def migrate_2_dispatcher_tables(db: Database) -> None:
     """Jobs this node dispatched, and whether the client asked for an audit."""
-    _run_script(db, DISPATCHER_TABLES)
+    run_script(db, DISPATCHER_TABLES)
 
 
 @contextmanager
@@ -115,18 +116,6 @@ def transaction(db: Database) -> Iterator[None]:
         if "full" in str(exc) or "disk I/O" in str(exc):
             raise StorageError(f"the node's store cannot be written: {exc}") from None
         raise
-
-
-def _run_script(db: Database, script: str) -> None:
-    # executescript would COMMIT first; run statement by statement inside the caller's transaction.
-    statement = ""
-    for line in script.splitlines(keepends=True):
-        statement += line
-        if sqlite3.complete_statement(statement):
-            db.conn.execute(statement)
-            statement = ""
-    if statement.strip():
-        raise ValueError(f"migration script ends with an incomplete statement: {statement[:80]!r}")
 
 
 # Migration 3 belongs to the dispatcher role's audit scheduler and chain watcher (node/store/dispatcher_schema.py).

@@ -1,4 +1,4 @@
-"""Committee jobs (DESIGN §4 step 3): the verification job to each drawn member, its receipt on-chain.
+"""Committee jobs (docs/protocol.md §12 "Messages, in order", step 3): the verification job to each drawn member, its receipt on-chain.
 
 For member slot i of a round the dispatcher builds `compute_verification_job(job, output,
 nonce)` — the prompt ‖ output, one new token, the worker's model and sampling — writes it to

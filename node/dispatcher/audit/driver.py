@@ -1,4 +1,4 @@
-"""The dispatcher's side of each audit it started, phase by phase (DESIGN §4 steps 3–7).
+"""The dispatcher's side of each audit it started, phase by phase (docs/protocol.md §12 "Messages, in order", steps 3–7).
 
     committing   committee jobs and receipts (`committee.py`); redraws after the deadline
     opening      draws the challenge when due; as each party opens, fetches its opening with

@@ -1,4 +1,4 @@
-"""What every node owes as a party to an audit (DESIGN §4 steps 4–5), whoever dispatched it.
+"""What every node owes as a party to an audit (docs/protocol.md §12 "Messages, in order", steps 4–5), whoever dispatched it.
 
 The node learns it holds a seat from the contracts' events: `AuditStarted` names it the
 worker of one of its receipts, `CommitteeReceiptPosted` shows one of its receipts filling a
