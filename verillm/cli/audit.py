@@ -6,8 +6,12 @@ model, unreachable node).
 """
 
 import sys
+import traceback
+from contextlib import contextmanager
 
 import click
+
+from verillm.errors import VerillmError
 
 
 @click.group()
@@ -56,8 +60,23 @@ def chain_audit(rpc_url, addresses_path, verbose):
     from verillm.verifier.report import format_chain_audit
 
     auditor = ChainAuditor(connect(rpc_url), Deployment.load(addresses_path))
-    findings = auditor.run()
+    with tool_failure():
+        findings = auditor.run()
     shown = findings if verbose else [f for f in findings if f.severity != "ok"]
     checked = sum(1 for f in findings if f.severity == "ok")
-    click.echo(format_chain_audit(shown, {**auditor.summary(), "consistent checks": checked}, auditor.states))
+    click.echo(format_chain_audit(shown, {**auditor.summary(), "consistent checks": checked}, auditor.states, auditor.caught))
     sys.exit(1 if any(f.severity == "inconsistent" for f in findings) else 0)
+
+
+@contextmanager
+def tool_failure():
+    """Exit 2, not 1, when the auditor itself fails: 1 means "an inconsistency was found", and a
+    crash found nothing. The traceback is printed whole (a bug to report, not a finding)."""
+    try:
+        yield
+    except (VerillmError, click.ClickException):
+        raise
+    except Exception:
+        traceback.print_exc()
+        click.echo("error: the auditor failed before it could finish (a bug in the tool, not a finding about the chain)", err=True)
+        sys.exit(2)
