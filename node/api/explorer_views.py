@@ -42,7 +42,9 @@ async def get_page(request: web.Request) -> web.Response:
 
 
 async def get_network(request: web.Request) -> web.Response:
-    """Chain head, contracts, the served model and every registered node's standing."""
+    """Chain head, contracts, the served model, every registered node's standing, and whether this node can serve."""
+    from verillm.node.dispatcher.service import get_serving  # the dispatcher role's chain stack, as /healthz loads it
+
     service = require_dispatch_service(request, "it has no network view")
     cache = service.__dict__.setdefault("explorer_cache", {})  # the page polls every few seconds: read the chain at most every 2 s
     if cache.get("at", 0.0) + NETWORK_CACHE_S < time.monotonic():
@@ -59,6 +61,7 @@ async def get_network(request: web.Request) -> web.Response:
         "params": {"min_stake_wei": protocol.preset.MIN_STAKE_WEI, "committee_size": protocol.preset.COMMITTEE_SIZE,
                    "audit_rate_bps": protocol.preset.AUDIT_RATE_BPS},
         "nodes": cache["nodes"],
+        "serving": await get_serving(request.app),  # ready, or why not: e.g. too few workers to audit (readiness.py)
     })
 
 
