@@ -61,6 +61,7 @@ def node():
 def run(log_level, **options):
     """Start the node daemon (precedence: defaults < TOML file < VERILLM_* env < flags)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger(__name__).info("starting the node: importing the engine and the chain stack ...")
     from verillm.node.app import run_node
 
     config = _load(**options)
