@@ -282,17 +282,21 @@ class ChainAuditor:
                   f"settled {name}, but the final round's votes give {spec_settlement.VERDICT_NAMES.get(verdict, verdict)}")
         at_settle = [e for e in self.named("PartySlashed", auditId=audit_id) if e.tx_hash == event.tx_hash]
         penalties = compute_member_penalties(record, event.args["verdict"])
-        penalised = {e.args["node"].lower() for e in at_settle if e.args["reason"] == MEMBER_PENALTY_REASON}
-        self._add(penalised == set(penalties), subject, f"members penalised at settlement: {self._list(penalties) or 'none'}",
-                  f"members penalised {sorted(penalised)}, but the rules penalise {self._list(penalties) or 'none'}")
+        penalised_nodes = {e.args["node"].lower() for e in at_settle if e.args["reason"] == MEMBER_PENALTY_REASON}
+        self._add(penalised_nodes == set(penalties), subject, f"members penalised at settlement: {self._list(penalties) or 'none'}",
+                  f"members penalised {sorted(penalised_nodes)}, but the rules penalise {self._list(penalties) or 'none'}")
         convicted = event.args["verdict"] in (spec_settlement.FAIL, spec_settlement.WORKER_DEFAULT) and not record.worker_slashed
         worker_slashed = any(e.args["node"].lower() == worker and e.args["reason"] == WORKER_SLASH_REASON for e in at_settle)
         self._add(worker_slashed == convicted, subject, "the worker is slashed exactly when the verdict fails it", "worker slashing disagrees with the verdict")
         self._check_amounts(subject, event, at_settle, worker)
-        slashes = [(e.args["node"], penalties.get(e.args["node"].lower(), e.args["reason"]), e.args["amountWei"]) for e in at_settle]
-        self._record_caught(audit_id, slashes)
+        # A member penalty (MEMBER_PENALTY_BPS: a minority vote or a missed opening) is not a conviction.
+        slashes = [(e.args["node"], e.args["reason"], e.args["amountWei"]) for e in at_settle if e.args["reason"] != MEMBER_PENALTY_REASON]
+        penalised = [(e.args["node"], "penalised: " + penalties.get(e.args["node"].lower(), "?"), e.args["amountWei"])
+                     for e in at_settle if e.args["reason"] == MEMBER_PENALTY_REASON]
+        self._record_caught(audit_id, slashes + penalised)
         named = "; ".join(f"{node} ({why}, {_eth(wei)})" for node, why, wei in slashes) or "nobody"
-        self.states[audit_id] = f"settled: {name}; slashed {named}"
+        self.states[audit_id] = f"settled: {name}; slashed {named}" + (
+            "; penalised " + "; ".join(f"{node} ({why.split(': ')[1]}, {_eth(wei)})" for node, why, wei in penalised) if penalised else "")
 
     def _check_amounts(self, subject: str, settled: ChainEvent, at_settle: list[ChainEvent], worker: str) -> None:
         taken = [e for e in self.named("Slashed") if e.tx_hash == settled.tx_hash]

@@ -80,7 +80,8 @@ def test_a_missed_opening_and_a_minority_vote_are_told_apart(world):
     assert f"{minority} (minority vote" in auditor.states[outvoted.audit_id], auditor.states[outvoted.audit_id]
     assert f"{missing} (missed opening" in auditor.states[silent.audit_id], auditor.states[silent.audit_id]
     assert any(f"{minority.lower()} (minority vote)" in f.detail and f.severity == "ok" for f in findings)
-    assert any(f"{missing}: missed opening" in line for line in auditor.caught)
+    assert any(f"{missing}: penalised: missed opening" in line for line in auditor.caught)
+    assert auditor.states[outvoted.audit_id].startswith("settled: pass; slashed nobody; penalised ")  # a penalty is not a conviction
 
 
 def test_every_draw_and_redraw_is_the_contracts_own_draw(world):
