@@ -106,8 +106,15 @@ async def get_job_timeline(request: web.Request) -> web.Response:
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     body = _timeline(service, job_hash)
     body["links"] = {"status": f"/v1/verillm/audits/0x{job_hash.hex()}", "evidence": f"/v1/verillm/audits/0x{job_hash.hex()}/evidence",
-                     "replay": f"verillm audit replay 0x{job_hash.hex()} --node {request.url.origin()}"}
+                     "replay": compute_replay_command(job_hash, str(request.url.origin()))}
     return web.json_response(body)
+
+
+def compute_replay_command(job_hash: bytes, origin: str) -> str:
+    """Return the replay command a reader of this page can run: the evidence holds the prompt, so
+    it names what a reader must add, the requester's read token or a party's key (node/api/access.py)."""
+    return (f"verillm audit replay 0x{job_hash.hex()} --node {origin} --token TOKEN --addresses ADDRESSES.json"
+            "   (TOKEN: the token= of the status_url the requester got; a party of the audit or this node's operator: --key-file KEY instead)")
 
 
 def _timeline(service, job_hash: bytes) -> dict:
