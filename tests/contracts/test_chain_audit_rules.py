@@ -8,6 +8,7 @@ rules do not produce is reported as an inconsistency (the auditor is not a rubbe
 
 import dataclasses
 
+import pytest
 from click.testing import CliRunner
 
 from verillm.chain.events import ChainEvent
@@ -15,7 +16,7 @@ from verillm.cli.audit import audit
 from verillm.spec import audit as spec_audit
 from verillm.verifier.chain_audit import ChainAuditor
 
-from helpers.contracts import PRESET
+from helpers.contracts import PRESET, World, connect
 
 
 def _lazy_member_caught(world):
@@ -156,3 +157,33 @@ def test_a_tally_that_counts_an_adjudicated_member_is_an_inconsistency(world):
     auditor.events = [forged if _same(e, decided) else e for e in auditor.events]
     flagged = [f for f in auditor.run() if f.severity == "inconsistent"]
     assert [f.subject for f in flagged] == [f"audit {run.audit_id} round 0"], flagged
+
+
+@pytest.fixture(scope="module")
+def big_world(contracts_anvil):
+    """Twelve nodes: enough for an escalation committee of 5 after the worker, the dispatcher and round 0's 3."""
+    return World(connect(contracts_anvil), extra_nodes=6)
+
+
+def test_an_escalation_committee_excludes_every_member_drawn_before(big_world):
+    world = big_world
+    snapshot = world.chain.snapshot()
+    try:
+        run = world.start(world.make_worker(world.nodes[0], nonce=40), dispatcher=world.nodes[1])
+        world.post_members(run, [world.make_member(n) for n in world.committee(run)])
+        world.open_worker(run)
+        for seat in range(PRESET.COMMITTEE_SIZE):
+            world.open_member(run, seat)
+        world.protocol.finalize(world.outsider, run.audit_id)
+        world.protocol.escalate(world.nodes[0].account, run.audit_id)
+        world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
+        world.protocol.draw_escalation(world.outsider, run.audit_id)
+        auditor = ChainAuditor(world.chain, world.protocol.deployment)
+        findings = [f for f in auditor.run() if f.subject == f"audit {run.audit_id}" and "sortition" in f.detail]
+        assert [f.severity for f in findings] == ["ok", "ok"], findings
+        assert "round 1 committee" in findings[1].detail and "3 earlier members excluded" in findings[1].detail
+        escalation = set(m.lower() for m in world.protocol.get_committee(run.audit_id, 1))
+        first = set(m.lower() for m in world.protocol.get_committee(run.audit_id, 0))
+        assert len(escalation) == PRESET.ESCALATION_COMMITTEE_SIZE and not escalation & (first | {world.nodes[0].address.lower(), world.nodes[1].address.lower()})
+    finally:
+        world.chain.revert(snapshot)
