@@ -35,7 +35,7 @@ from verillm.spec.merkle import MerkleProof, compute_leaf_hash, is_valid_merkle_
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, recover_receipt_signer
 from verillm.spec.types import Leaf, Receipt, SamplingParams
 
-from verillm.verifier.chain_committee import CommitteeReplay
+from verillm.verifier.chain_committee import CommitteeReplay, HistoryUnavailable
 from verillm.verifier.chain_settlement import (
     MEMBER_PENALTY_REASON,
     WORKER_SLASH_REASON,
@@ -182,7 +182,11 @@ class ChainAuditor:
         """Every CommitteeDrawn, and every round abandoned for an exhausted pool or missing members."""
         for event in self.named("CommitteeDrawn", auditId=audit_id):
             plan = self.committees.compute_plan(audit_id, event.args["round"], event.args["attempt"], event, base)
-            seats = self.committees.compute_draw(plan, base["model_id"], event)
+            try:
+                seats = self.committees.compute_draw(plan, base["model_id"], event)
+            except HistoryUnavailable as exc:
+                self._note(f"audit {audit_id}", f"committee not re-derived: {exc} (run against an archive node)")
+                continue
             what = f"round {plan.round_index} {'committee' if plan.attempt == 0 else f'redraw {plan.attempt}'}"
             self._add(seats == [m.lower() for m in event.args["members"]], f"audit {audit_id}",
                       f"{what} = stake-weighted sortition of epoch {plan.epoch}, the worker, the dispatcher and {len(plan.excluded) - 2} earlier members excluded",
@@ -201,7 +205,10 @@ class ChainAuditor:
                       f"round {round_index} abandoned for missing members after {len(draws) - 1} redraws (the limit is {self.preset.MAX_COMMITTEE_REDRAWS})")
             return
         plan = self.committees.compute_plan(audit_id, round_index, len(draws), event, base)
-        seats = self.committees.compute_draw(plan, base["model_id"], event)
+        try:
+            seats = self.committees.compute_draw(plan, base["model_id"], event)
+        except HistoryUnavailable as exc:
+            return self._note(f"audit {audit_id}", f"abandonment not re-derived: {exc} (run against an archive node)")
         self._add(seats is None, f"audit {audit_id}", f"round {round_index} abandoned: {plan.count} seats to fill, too few candidates (pool exhausted)",
                   f"round {round_index} abandoned as '{reason}' although the sortition fills it: {seats}")
 

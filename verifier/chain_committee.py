@@ -21,9 +21,16 @@ whose contracts are correct every check is "ok": a difference is an inconsistenc
 
 from dataclasses import dataclass
 
+from verillm.chain.errors import ChainTimeout, ChainUnavailable, TransactionReverted
 from verillm.chain.events import ChainEvent
-from verillm.errors import InvalidInput
+from verillm.errors import ChainError, InvalidInput
 from verillm.spec import audit as spec_audit
+
+
+class HistoryUnavailable(ChainError):
+    """The chain no longer serves the state of a past block (a node that prunes history: the
+    project's anvil keeps the last 500 blocks' states); the draw can be re-derived only on an
+    archive node."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,8 @@ class CommitteeReplay:
 
     def compute_weights(self, model_id: bytes, epoch: int, at: ChainEvent) -> tuple[list[str], list[int]]:
         """Return the sortition table of ``epoch`` as the draw emitting ``at`` read it."""
-        slots, weights = self.chain.call(self.protocol.registry, "getModelWeights", model_id, epoch, block=at.block_number - 1)
+        slots, weights = self._read_past(lambda: self.chain.call(self.protocol.registry, "getModelWeights", model_id, epoch, block=at.block_number - 1),
+                                         at.block_number - 1)
         slots, weights = [s.lower() for s in slots], list(weights)
         for slashed in self.auditor.named("Slashed"):
             if slashed.block_number == at.block_number and slashed.log_index < at.log_index:
@@ -100,7 +108,7 @@ class CommitteeReplay:
         return slots, weights
 
     def _serves(self, node: str, model_id: bytes, block: int) -> bool:
-        models = self.chain.call(self.protocol.registry, "getNode", self.chain.w3.to_checksum_address(node), block=block)[6]
+        models = self._read_past(lambda: self.chain.call(self.protocol.registry, "getNode", self.chain.w3.to_checksum_address(node), block=block)[6], block)
         return model_id in {bytes(m) for m in models}
 
     def compute_draw(self, plan: DrawPlan, model_id: bytes, at: ChainEvent) -> list[str] | None:
@@ -114,6 +122,17 @@ class CommitteeReplay:
         except InvalidInput:  # fewer candidates than seats: the contract's NotEnoughCandidates
             return None
         return compute_filled_seats(plan.kept, chosen)
+
+    @staticmethod
+    def _read_past(read, block: int):
+        """Run a read at a past block; a node that no longer has that state raises HistoryUnavailable
+        (an unreachable or slow node, or a revert, is not that: those propagate as they are)."""
+        try:
+            return read()
+        except (ChainUnavailable, ChainTimeout, TransactionReverted):
+            raise
+        except ChainError as exc:
+            raise HistoryUnavailable(f"the chain does not serve the state of block {block}: {exc}") from exc
 
     @staticmethod
     def _key(event: ChainEvent) -> tuple[int, int]:

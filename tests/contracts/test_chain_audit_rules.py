@@ -187,3 +187,16 @@ def test_an_escalation_committee_excludes_every_member_drawn_before(big_world):
         assert len(escalation) == PRESET.ESCALATION_COMMITTEE_SIZE and not escalation & (first | {world.nodes[0].address.lower(), world.nodes[1].address.lower()})
     finally:
         world.chain.revert(snapshot)
+
+
+def test_a_draw_whose_block_state_was_pruned_is_a_note_not_a_crash(world):
+    """The project's anvil keeps the last 500 blocks' states; a kept devnet outlives that. The
+    committee of an older audit cannot be re-derived there: a note says so (run against an
+    archive node), and everything else is still checked."""
+    run = world.start(world.make_worker(world.nodes[0], nonce=50), dispatcher=world.nodes[1])
+    world.chain.mine(600)
+    findings = ChainAuditor(world.chain, world.protocol.deployment).run()
+    mine = [f for f in findings if f.subject == f"audit {run.audit_id}"]
+    assert any(f.severity == "note" and "archive node" in f.detail for f in mine), mine
+    assert not [f for f in findings if f.severity == "inconsistent"]
+    assert any(f.severity == "ok" and "signed by its worker" in f.detail for f in mine)
