@@ -173,7 +173,7 @@ def print_summary(net: LocalNetwork, tracker: JobTracker, gas_rows: list, wall_s
         body, audit = job["body"], job["body"].get("audit") or {}
         worker = tracker.name(body["worker"])
         votes = "".join("✓" if v == 1 else "✗" for v in audit.get("votes", {}).values()) or "-"
-        convicted, penalised = compute_slash_columns(tracker, audit.get("slashed", []))
+        convicted, penalised = compute_slash_columns(tracker.name, audit.get("slashed", []))
         click.echo(f"  {job['n']:>3}  {worker:<8} {body['status']:<9} {votes:<16} {convicted:<16} {penalised}")
         verified += body["status"] == "final" and bool(audit)
         slashed += body["status"] == "slashed"
@@ -190,10 +190,11 @@ def print_summary(net: LocalNetwork, tracker: JobTracker, gas_rows: list, wall_s
     return problems
 
 
-def compute_slash_columns(tracker: JobTracker, slashes: list[dict]) -> tuple[str, str]:
-    """Return the summary's (slashed, penalised) cells: convictions apart from member penalties."""
+def compute_slash_columns(name, slashes: list[dict]) -> tuple[str, str]:
+    """Return the summary's (slashed, penalised) cells of a job's slashes (its status body's), each
+    node named by ``name(address)``: convictions apart from member penalties."""
     def names(rows):
-        return ", ".join(sorted({tracker.name(s["node"]) + (f" ({s['reason'].split(':')[0]})" if s.get("penalty") else "") for s in rows})) or "-"
+        return ", ".join(sorted({name(s["node"]) + (f" ({s['reason'].split(':')[0]})" if s.get("penalty") else "") for s in rows})) or "-"
 
     return names([s for s in slashes if not s.get("penalty")]), names([s for s in slashes if s.get("penalty")])
 
