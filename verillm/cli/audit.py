@@ -120,7 +120,12 @@ def chain_audit(rpc_url, addresses_path, verbose):
     from verillm.verifier.chain_audit import ChainAuditor
     from verillm.verifier.report import format_chain_audit
 
-    auditor = ChainAuditor(connect(rpc_url), Deployment.load(addresses_path))
+    say = Progress()
+    deployment = Deployment.load(addresses_path)
+    say(f"reading the deployment's events from block {deployment.start_block} at {rpc_url}")
+    auditor = ChainAuditor(connect(rpc_url), deployment)
+    say(f"re-checking {len(auditor.named('AuditDrawn'))} draws and {len(auditor.named('AuditStarted'))} audits "
+        f"({len(auditor.events)} events; every committee re-derived from the Registry's past state)")
     with tool_failure():
         findings = auditor.run()
     shown = findings if verbose else [f for f in findings if f.severity != "ok"]
