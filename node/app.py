@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections import Counter
 
 from aiohttp import web
@@ -72,7 +73,13 @@ async def store_context(app: web.Application):
 def _model_context(served: ServedModel | None):
     async def model_context(app: web.Application):
         """Load the engine and model named by the config (in a thread: it takes seconds)."""
-        app[APP_MODEL] = served or await asyncio.to_thread(build_served_model, app[APP_CONFIG].engine)
+        if served is None:
+            engine, started = app[APP_CONFIG].engine, time.monotonic()
+            log.info("loading model %s (%s, engine %s): tens of seconds for a real model ...", engine.model, engine.dtype, engine.kind)
+            app[APP_MODEL] = await asyncio.to_thread(build_served_model, engine)
+            log.info("model %s loaded in %.1f s", app[APP_MODEL].name, time.monotonic() - started)
+        else:
+            app[APP_MODEL] = served
         yield
 
     return model_context

@@ -42,7 +42,9 @@ async def get_page(request: web.Request) -> web.Response:
 
 
 async def get_network(request: web.Request) -> web.Response:
-    """Chain head, contracts, the served model and every registered node's standing."""
+    """Chain head, contracts, the served model, every registered node's standing, and whether this node can serve."""
+    from verillm.node.dispatcher.service import get_serving  # the dispatcher role's chain stack, as /healthz loads it
+
     service = require_dispatch_service(request, "it has no network view")
     cache = service.__dict__.setdefault("explorer_cache", {})  # the page polls every few seconds: read the chain at most every 2 s
     if cache.get("at", 0.0) + NETWORK_CACHE_S < time.monotonic():
@@ -59,6 +61,7 @@ async def get_network(request: web.Request) -> web.Response:
         "params": {"min_stake_wei": protocol.preset.MIN_STAKE_WEI, "committee_size": protocol.preset.COMMITTEE_SIZE,
                    "audit_rate_bps": protocol.preset.AUDIT_RATE_BPS},
         "nodes": cache["nodes"],
+        "serving": await get_serving(request.app),  # ready, or why not: e.g. too few workers to audit (readiness.py)
     })
 
 
@@ -103,8 +106,15 @@ async def get_job_timeline(request: web.Request) -> web.Response:
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     body = _timeline(service, job_hash)
     body["links"] = {"status": f"/v1/verillm/audits/0x{job_hash.hex()}", "evidence": f"/v1/verillm/audits/0x{job_hash.hex()}/evidence",
-                     "replay": f"verillm audit replay 0x{job_hash.hex()} --node {request.url.origin()}"}
+                     "replay": compute_replay_command(job_hash, str(request.url.origin()))}
     return web.json_response(body)
+
+
+def compute_replay_command(job_hash: bytes, origin: str) -> str:
+    """Return the replay command a reader of this page can run: the evidence holds the prompt, so
+    it names what a reader must add, the requester's read token or a party's key (node/api/access.py)."""
+    return (f"verillm audit replay 0x{job_hash.hex()} --node {origin} --token TOKEN --addresses ADDRESSES.json"
+            "   (TOKEN: the token= of the status_url the requester got; a party of the audit or this node's operator: --key-file KEY instead)")
 
 
 def _timeline(service, job_hash: bytes) -> dict:

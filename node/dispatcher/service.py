@@ -8,6 +8,7 @@ installs `NetworkDispatcher` under APP_DISPATCHER and runs the `ChainWatcher` un
 
 import asyncio
 import logging
+import time
 
 import aiohttp
 from aiohttp import web
@@ -86,11 +87,15 @@ async def network_dispatcher_context(app: web.Application):
     config = app[APP_CONFIG]
     deployment = load_deployment(app)
     tables = DispatcherTables(app[APP_STORE].db)
+    started = time.monotonic()
+    log.info("dispatcher: connecting to the chain at %s ...", config.chain.rpc_url)
     chainio = await asyncio.to_thread(ChainIO, config.chain.rpc_url, deployment, app[APP_KEY], tables)
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=config.dispatcher.request_timeout_s))
     service = build_service(app, session, chainio, tables)
     await chainio.wait_own_pending_mined()  # a previous run's last transaction lands before its step is redone
+    log.info("dispatcher: catching up with the contracts' events and the Registry ...")
     await service.watcher.tick()  # catch up with the chain (and the Registry) before serving
+    log.info("dispatcher: caught up with the chain at block %s in %.1f s", service.watcher.head, time.monotonic() - started)
     app[APP_DISPATCHER] = service.router
     app[APP_SERVICE] = service
     loop_task = asyncio.get_running_loop().create_task(service.watcher.run_forever(), name="verillm-chain-watcher")

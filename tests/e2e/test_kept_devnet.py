@@ -82,6 +82,20 @@ def test_audit_chain_reports_every_audit_of_the_kept_network(kept):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     settled = [line for line in run.stdout.splitlines() if line.strip().startswith("audit ") and "settled:" in line]
     assert len(settled) >= 6 and any("fail" in line for line in settled) and any("pass" in line for line in settled), run.stdout
+    assert "inconsistencies: 0" in run.stdout and "committee differs" not in run.stdout
+    cheater = next(n["address"] for n in kept["nodes"] if n["role"] != "honest")
+    assert f"{cheater}: failed audit" in run.stdout  # the cheater named, with the rule that caught it
+
+
+def test_the_printed_replay_command_works_as_printed(kept):
+    """The replay command the devnet prints for a job (its read token, the address book for the
+    receipt's signing domain) runs as printed: it rejects the cheater's job, signature valid."""
+    slashed = next(job for job in kept["jobs"] if job["status"] == "slashed")
+    assert slashed["replay"] in kept["log"].read_text()
+    run = subprocess.run(slashed["replay"].replace("verillm", VERILLM, 1).split(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "receipt signature valid (chain" in run.stdout and "verdict: REJECT" in run.stdout
+    assert "loading the model" in run.stderr  # progress while the model loads
 
 
 def test_the_explorer_shows_a_verified_and_a_slashed_job_in_a_real_browser(kept, tmp_path):

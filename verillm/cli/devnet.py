@@ -11,7 +11,8 @@ import click
 from verillm.devnet.keep import compute_network_info, print_network, wait_until_interrupted, write_network_file
 from verillm.devnet.network import LocalNetwork
 from verillm.devnet.progress import prepare_model
-from verillm.devnet.run import CHEATERS, PROMPTS, Clock, JobTracker, _node_specs, _raise_interrupt, compute_gas_table, follow, print_summary, retry_no_workers, send_jobs
+from verillm.devnet.run import (CHEATERS, PROMPTS, Clock, JobTracker, _node_specs, _raise_interrupt, compute_gas_table, follow, print_replay_commands,
+                                print_summary, retry_no_workers, send_jobs)
 from verillm.devnet.windows import compute_timed_preset
 from verillm.spec.params import MINIMAL
 
@@ -73,9 +74,11 @@ def devnet(nodes, model, profile_dir, cheater, dtype, job_count, max_tokens, cha
             send_jobs(net, tracker, job_count, max_tokens)
             follow(tracker, timeout_s, stall_s)
         problems = print_summary(net, tracker, compute_gas_table(net, first_block), say.elapsed()) + soak_problems
+        problems += audit_chain(net, say)
+        print_replay_commands(net, tracker)
         if keep:
             _report(problems)
-            print_network(compute_network_info(net), write_network_file(net))
+            print_network(compute_network_info(net, tracker.jobs), write_network_file(net, tracker.jobs))
             kept = True
             wait_until_interrupted(net, say)
     except KeyboardInterrupt:
@@ -90,6 +93,22 @@ def devnet(nodes, model, profile_dir, cheater, dtype, job_count, max_tokens, cha
             shutil.rmtree(directory, ignore_errors=True)
     if not _report(problems):
         sys.exit(1)
+
+
+def audit_chain(net: LocalNetwork, say) -> list[str]:
+    """Run `verillm audit chain` over the run: every rule the auditor re-derives must agree with
+    what the contracts did (a difference is a problem of this run); print who was caught."""
+    from verillm.verifier.chain_audit import ChainAuditor
+
+    say("re-checking every audit from the chain alone (verillm audit chain)")
+    auditor = ChainAuditor(net.protocol.chain, net.protocol.deployment)
+    findings = auditor.run()
+    bad = [f for f in findings if f.severity == "inconsistent"]
+    checked = sum(1 for f in findings if f.severity == "ok")
+    click.echo(f"\n  chain audit: {checked} consistent checks, {len(bad)} inconsistencies; caught by the contracts:")
+    for line in auditor.caught or ["nobody"]:
+        click.echo(f"    {line}")
+    return [f"verillm audit chain: {f.subject}: {f.detail}" for f in bad]
 
 
 def _report(problems: list[str]) -> bool:

@@ -61,6 +61,7 @@ def node():
 def run(log_level, **options):
     """Start the node daemon (precedence: defaults < TOML file < VERILLM_* env < flags)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger(__name__).info("starting the node: importing the engine and the chain stack ...")
     from verillm.node.app import run_node
 
     config = _load(**options)
@@ -148,8 +149,12 @@ def load_operator(config_path, rpc_url, addresses_path, key_file, password_env) 
     missing = [name for name, value in (("--rpc-url", rpc_url), ("--addresses", addresses_path), ("--key-file", key_file)) if not value]
     if missing:
         raise ConfigError(f"missing {', '.join(missing)} (or --config node.toml naming them)")
+    from verillm.cli.chain import announce_transactions
+
     key = read_key_file(key_file, envs.get_secret(password_env))
-    return Operator(Protocol(connect(rpc_url), Deployment.load(addresses_path)), key)
+    chain = connect(rpc_url)
+    announce_transactions(chain)
+    return Operator(Protocol(chain, Deployment.load(addresses_path)), key)
 
 
 def parse_ether(value: str, name: str) -> int:
@@ -316,7 +321,8 @@ def status(node_url, model_id, as_json, **options):
             "min_stake_wei": protocol.preset.MIN_STAKE_WEI, "locks": node["locks"],
             "unbonding_end_block": node["unbonding_end_block"], "block": protocol.chain.get_block_number(),
             "endpoint": node["endpoint"], "models": ["0x" + m.hex() for m in node["models"]],
-            "ready": not reasons, "reasons": reasons}
+            "ready": not reasons, "reasons": reasons,
+            "leaving": compute_leave_advice(node, protocol.chain.get_block_number(), protocol.preset)}
     if as_json:
         click.echo(json.dumps(body, indent=2))
         return
@@ -325,3 +331,28 @@ def status(node_url, model_id, as_json, **options):
                f"(minimum {_eth(body['min_stake_wei'])})  locks {body['locks']}  unbonding until {body['unbonding_end_block'] or '-'}")
     click.echo(f"  endpoint {body['endpoint'] or '-'}  models {', '.join(body['models']) or '-'}")
     click.echo("  ready to serve" if not reasons else "  cannot serve:\n" + "\n".join(f"    - {r}" for r in reasons))
+    if body["leaving"]:
+        click.echo(f"  leaving: {body['leaving']['advice']}")
+
+
+def compute_leave_advice(node: dict, head: int, preset) -> dict | None:
+    """When a node that unbonds may stop its daemon without being penalised (docs/operators.md).
+
+    After `unbond` its weight is 0 from the next epoch, but a committee draw reads the epoch in
+    which the audited batch was posted, readable one epoch on: it may still be drawn until the
+    end of the epoch after the one it left in, and must then open and vote (a missed opening
+    is penalised). Every open audit it is a party to locks its stake. As a dispatcher, the
+    batching promises it signed can be claimed until about its withdrawal block (BATCH_BY_BLOCKS
+    + OMISSION_CLAIM_WINDOW_BLOCKS < UNBONDING_BLOCKS), and an unanswered claim is slashed: a
+    dispatcher stops only once it has withdrawn.
+    """
+    if not node["registered"] or not node["unbonding_end_block"]:
+        return None
+    end = node["unbonding_end_block"]
+    drawable_until = ((end - preset.UNBONDING_BLOCKS) // preset.EPOCH_BLOCKS + 2) * preset.EPOCH_BLOCKS - 1
+    worker_may_stop = head > drawable_until and node["locks"] == 0
+    advice = (f"committees may draw it until block {drawable_until}; {node['locks']} open audits lock its stake; withdraw from block {end}. "
+              f"A worker-only node may stop after block {drawable_until} with no locks ({'now' if worker_may_stop else 'not yet'}); "
+              f"a dispatcher keeps running until `verillm node withdraw --drive` succeeds (claims on its batching promises)")
+    return {"drawable_until_block": drawable_until, "withdraw_from_block": end, "locks": node["locks"],
+            "worker_may_stop": worker_may_stop, "advice": advice}

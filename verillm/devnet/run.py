@@ -162,15 +162,19 @@ def compute_gas_table(net: LocalNetwork, from_block: int) -> list[tuple[str, int
 
 
 def print_summary(net: LocalNetwork, tracker: JobTracker, gas_rows: list, wall_s: float) -> list[str]:
-    """Print the per-job table, totals and gas; return the problems found (empty = as expected)."""
-    click.echo("\n  job  worker   status    committee votes      slashed")
+    """Print the per-job table, totals and gas; return the problems found (empty = as expected).
+
+    ``slashed``: convictions (a worker that failed its audit, a member whose vote contradicted its
+    own data or who could not prove its opening); ``penalised``: members that lost a small share
+    for a minority vote or a missed opening, which an honest job's audit may well have."""
+    click.echo("\n  job  worker   status    committee votes      slashed          penalised")
     verified, slashed, problems = 0, 0, []
     for job in tracker.jobs:
         body, audit = job["body"], job["body"].get("audit") or {}
         worker = tracker.name(body["worker"])
         votes = "".join("✓" if v == 1 else "✗" for v in audit.get("votes", {}).values()) or "-"
-        slashes = ", ".join(sorted({tracker.name(s["node"]) for s in audit.get("slashed", [])})) or "-"
-        click.echo(f"  {job['n']:>3}  {worker:<8} {body['status']:<9} {votes:<16} {slashes}")
+        convicted, penalised = compute_slash_columns(tracker.name, audit.get("slashed", []))
+        click.echo(f"  {job['n']:>3}  {worker:<8} {body['status']:<9} {votes:<16} {convicted:<16} {penalised}")
         verified += body["status"] == "final" and bool(audit)
         slashed += body["status"] == "slashed"
         problems += _check_outcome(net, tracker, job)
@@ -184,6 +188,28 @@ def print_summary(net: LocalNetwork, tracker: JobTracker, gas_rows: list, wall_s
     if tracker.jobs:
         click.echo(f"  {'per job (all audited, MINIMAL)':<32} {'':>4} {audited // len(tracker.jobs):>11,}")
     return problems
+
+
+def compute_slash_columns(name, slashes: list[dict]) -> tuple[str, str]:
+    """Return the summary's (slashed, penalised) cells of a job's slashes (its status body's), each
+    node named by ``name(address)``: convictions apart from member penalties."""
+    def names(rows):
+        return ", ".join(sorted({name(s["node"]) + (f" ({s['reason'].split(':')[0]})" if s.get("penalty") else "") for s in rows})) or "-"
+
+    return names([s for s in slashes if not s.get("penalty")]), names([s for s in slashes if s.get("penalty")])
+
+
+def print_replay_commands(net: LocalNetwork, tracker: JobTracker) -> None:
+    """Print how to replay each job: its read token (only the requester has it: the token= of its status_url)."""
+    click.echo(f"\n  replay a job's audit here (the read token is the requester's, from its status_url):")
+    click.echo(f"    verillm audit replay JOB_HASH --node {net.gateway_url} --token TOKEN --addresses {net.deployment_file}")
+    for job in tracker.jobs:
+        click.echo(f"    job {job['n']:>2}  0x{job['completion'].job_hash.hex()}  token {compute_read_token(job['completion'])}")
+
+
+def compute_read_token(completion) -> str:
+    """Return the read token in a completion's status_url (node/api/access.py)."""
+    return completion.status_url.partition("?token=")[2]
 
 
 def _check_outcome(net: LocalNetwork, tracker: JobTracker, job: dict) -> list[str]:

@@ -38,6 +38,9 @@ function badge(text) {
 function renderNetwork(net) {
   names = {};
   net.nodes.forEach((n, i) => { names[n.address.toLowerCase()] = "node " + i; });
+  const serving = net.serving || { ready: true, reasons: [] };
+  $("serving").hidden = serving.ready;
+  $("serving").textContent = serving.ready ? "" : "this node cannot serve audited jobs: " + serving.reasons.join("; ");
   $("chain").textContent = `chain ${net.chain_id} · block ${net.head} · model ${net.model.name} · Jobs ${short(net.addresses.Jobs)} · this node ${nameOf(net.this_node)}`;
   const body = $("nodes").tBodies[0];
   body.replaceChildren(...net.nodes.map((n, i) => {
