@@ -255,16 +255,18 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _node_specs(nodes: int | None, cheater: str | None) -> list[NodeSpec]:
+def _node_specs(nodes: int | None, cheaters: str | tuple[str, ...] | None) -> list[NodeSpec]:
+    """Return the node specs: honest nodes, then one dishonest node per name in ``cheaters``, last."""
     # A committee of 3 is drawn without the worker and without the dispatcher (node 0, the gateway:
-    # Jobs._drawMembers excludes both), so a job served by node k > 0 needs 5 active nodes; with a
-    # cheater, 6: once it is slashed, 5 remain. Fewer, and such audits end abandoned (pool too small).
-    count = nodes or (6 if cheater else 5)
-    minimum = 6 if cheater else 5
+    # Jobs._drawMembers excludes both), so a job served by node k > 0 needs 5 active nodes; with
+    # cheaters, one more each: once they are slashed, 5 remain. Fewer, and such audits end abandoned.
+    cheaters = (cheaters,) if isinstance(cheaters, str) else tuple(cheaters or ())
+    minimum = 5 + len(cheaters)
+    count = nodes or minimum
     if count < minimum:
         raise click.UsageError(f"--nodes {count}: need at least {minimum} (a worker, the dispatcher and a committee of 3 "
-                               f"drawn from the others{', after the cheater is slashed' if cheater else ''})")
+                               f"drawn from the others{', after the cheaters are slashed' if cheaters else ''})")
     specs = [NodeSpec() for _ in range(count)]
-    if cheater:
-        specs[-1] = CHEATERS[cheater]
+    for offset, name in enumerate(cheaters):
+        specs[count - len(cheaters) + offset] = CHEATERS[name]
     return specs
