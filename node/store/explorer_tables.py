@@ -51,7 +51,7 @@ FROM chain_events s
 
 AUDIT_VERDICT = """
 CASE WHEN abandoned THEN 'abandoned' WHEN settled = 1 THEN 'pass' WHEN settled = 2 THEN 'fail' WHEN settled = 3 THEN 'tie'
-     WHEN settled = 4 THEN 'worker default' ELSE 'open' END
+     WHEN settled = 4 THEN 'worker-default' ELSE 'open' END
 """
 
 
@@ -128,6 +128,15 @@ class ExplorerTables:
     def get_audit_outcome(self, audit_id: int) -> dict | None:
         rows = self._rows(f"SELECT *, {AUDIT_VERDICT} AS outcome FROM ({AUDIT_ROWS} WHERE s.name = 'AuditStarted' AND s.audit_id = ?)", [audit_id])
         return _event(rows[0]) if rows else None
+
+    def find_audit_by_receipt_hash(self, receipt_hash: bytes) -> int | None:
+        """The audit started on ``receipt_hash`` (any dispatcher's: the receipt hash is in AuditStarted)."""
+        row = self.db.execute("SELECT audit_id FROM chain_events WHERE name = 'AuditStarted' AND json_extract(args, '$.receiptHash') = ?",
+                              ["0x" + receipt_hash.hex()]).fetchone()
+        return row[0] if row else None
+
+    def count_audits_by_outcome(self) -> dict[str, int]:
+        return dict(self.db.execute(f"SELECT {AUDIT_VERDICT} AS outcome, COUNT(*) FROM ({AUDIT_ROWS} WHERE s.name = 'AuditStarted') GROUP BY outcome").fetchall())
 
     def get_dispatched_audit(self, audit_id: int) -> dict | None:
         """Return this node's dispatch_audits row of ``audit_id`` (None: another dispatcher's audit)."""
