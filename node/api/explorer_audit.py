@@ -118,8 +118,9 @@ def compute_next_step(view: dict, rounds: list[dict], preset: Preset, head: int)
     return _escalating(view, preset, anyone)
 
 
-def _step(what: str, who, by_block: int | None = None, from_block: int | None = None) -> dict:
-    return {"what": what, "who": who, "from_block": from_block, "by_block": by_block}
+def _step(action: str, what: str, who, by_block: int | None = None, from_block: int | None = None) -> dict:
+    """``action``: the contract function that takes the step; ``by_block``: the last block it may be sent in."""
+    return {"action": action, "what": what, "who": who, "from_block": from_block, "by_block": by_block}
 
 
 def _committing(view, current, seats, preset: Preset, anyone) -> dict:
@@ -130,7 +131,7 @@ def _committing(view, current, seats, preset: Preset, anyone) -> dict:
             f"(redraw {attempt + 1} of {preset.MAX_COMMITTEE_REDRAWS}); nobody is slashed for a missing receipt"
             if attempt < preset.MAX_COMMITTEE_REDRAWS else
             f"from block {deadline + 1} anyone may call replaceMissing, which abandons the audit (no redraws left); nobody is slashed")
-    return {"phase": "committing", "steps": [_step("post their committee receipts (each runs the verification job the dispatcher sends it)",
+    return {"phase": "committing", "steps": [_step("postCommitteeReceipt", "post their committee receipts (each runs the verification job the dispatcher sends it)",
                                                    {"parties": missing}, by_block=deadline)], "then": then}
 
 
@@ -139,18 +140,18 @@ def _opening(view, seats, preset: Preset, head: int, anyone) -> dict:
     worker_closes = seed_block + preset.OPEN_WINDOW_BLOCKS
     members_close = worker_closes + preset.OPEN_WINDOW_BLOCKS
     if not view["challenge_drawn"]:
-        return {"phase": "opening", "steps": [_step("draw the challenge (drawChallenge): which cells every party opens", anyone,
+        return {"phase": "opening", "steps": [_step("drawChallenge", "draw the challenge (drawChallenge): which cells every party opens", anyone,
                                                     from_block=seed_block + 1, by_block=seed_block + preset.OPEN_WINDOW_BLOCKS)],
                 "then": f"the worker opens the challenged cells by block {worker_closes}"}
     if not view["worker_opened"]:
-        return {"phase": "opening", "steps": [_step("open the challenged cells (openWorker)", {"parties": [view["worker"]]}, by_block=worker_closes)],
+        return {"phase": "opening", "steps": [_step("openWorker", "open the challenged cells (openWorker)", {"parties": [view["worker"]]}, by_block=worker_closes)],
                 "then": f"if it does not, from block {worker_closes + 1} anyone may finalize: the worker defaults and is slashed"}
     pending = [s["node"] for s in seats if not s["opening"]]
     if pending:
-        return {"phase": "opening", "steps": [_step("open the same cells and vote (openAndVote)", {"parties": pending}, by_block=members_close)],
+        return {"phase": "opening", "steps": [_step("openAndVote", "open the same cells and vote (openAndVote)", {"parties": pending}, by_block=members_close)],
                 "then": (f"from block {members_close + 1} anyone may finalize (or as soon as every member has voted); a member that did not "
                          f"open loses {preset.MEMBER_PENALTY_BPS / 100:g}% of its stake at settlement")}
-    return {"phase": "opening", "steps": [_step("finalize: decide the round from the votes", anyone, from_block=head)],
+    return {"phase": "opening", "steps": [_step("finalize", "finalize: decide the round from the votes", anyone, from_block=head)],
             "then": "the dispute window opens"}
 
 
@@ -160,13 +161,13 @@ def _decided(view, preset: Preset, anyone) -> dict:
         f", or escalate to a committee of {preset.ESCALATION_COMMITTEE_SIZE} (bond {preset.DISPUTE_BOND_WEI / 1e18:g} ETH)" if view["round"] == 0 else "")
     settle = f"settle: slashes and payments (after the {view['pending_contests']} pending contests resolve)" if view["pending_contests"] else \
         "settle: slashes and payments"
-    return {"phase": "decided", "steps": [_step(actions, {"anyone": True}, by_block=closes), _step(settle, anyone, from_block=closes + 1)],
+    return {"phase": "decided", "steps": [_step("dispute", actions, {"anyone": True}, by_block=closes), _step("settle", settle, anyone, from_block=closes + 1)],
             "then": "the verdict becomes final"}
 
 
 def _escalating(view, preset: Preset, anyone) -> dict:
     seed_block = (view["escalation_block"] or 0) + preset.AUDIT_DRAW_DELAY_BLOCKS
     lapses = seed_block + preset.DRAW_WINDOW_BLOCKS
-    return {"phase": "escalating", "steps": [_step(f"draw the escalation committee of {preset.ESCALATION_COMMITTEE_SIZE} (drawEscalation)", anyone,
+    return {"phase": "escalating", "steps": [_step("drawEscalation", f"draw the escalation committee of {preset.ESCALATION_COMMITTEE_SIZE} (drawEscalation)", anyone,
                                                    from_block=seed_block + 1, by_block=lapses)],
             "then": f"if nobody does, from block {lapses + 1} settling lapses the escalation: the first verdict stands, the bond goes to the pool"}

@@ -10,6 +10,8 @@ from verillm.node.store.explorer_tables import ExplorerTables
 AUDIT_EVENTS = ("AuditStarted", "CommitteeDrawn", "CommitteeReceiptPosted", "ChallengeDrawn", "Opened", "RoundDecided",
                 "EscalationStarted", "EscalationLapsed", "Contested", "Adjudicated", "PartySlashed", "AuditAbandoned", "AuditSettled")
 PENALTY_REASON = "missed opening or minority vote"
+WORKER_OUTCOMES = {"pass": "passed: the committee's data matched its receipt", "open": "its receipt is being checked",
+                   "tie": "not judged: the committee split evenly", "abandoned": "not judged: the audit was abandoned"}
 
 
 def compute_hex(value: str | None) -> str | None:
@@ -101,6 +103,13 @@ def compute_audit_body(explorer: ExplorerTables, audit_id: int) -> dict | None:
     timeline = [e for e in batch_events if e["name"] in ("BatchPosted", "AuditDrawn")] + events + contests + registry
     timeline.sort(key=lambda e: (e["block_number"], e["log_index"]))
     slashes = compute_slashes(events, registry)
+    for s in slashes:  # an adjudication's amount is the Registry's, in the same transaction
+        c = conduct.get(s["node"].lower())
+        if c is not None and c.get("slashed_wei") is None:
+            c["slashed_wei"] = s["amount_wei"]
+    worker = conduct[args["worker"].lower()]
+    if worker["label"] == "worker":
+        worker["label"] = WORKER_OUTCOMES.get(started["outcome"], "worker")
     return {
         "audit_id": audit_id, "outcome": started["outcome"], "started_block": started["started_block"], "ended_block": started["ended_block"],
         "worker": args["worker"], "receipt_hash": args["receiptHash"], "output_tokens": args["outputTokens"], "requested": args["requested"],

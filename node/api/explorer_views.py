@@ -42,6 +42,7 @@ STATIC_FILES = {"index.html": "text/html", "style.css": "text/css", "app.js": "t
 MAX_LIMIT = 200
 MAX_OFFSET = 1_000_000
 NETWORK_CACHE_S = 2.0
+PLOT_BLOCKS = 7_200  # 2 h of 1 s devnet blocks, 24 h of 12 s ones
 JOB_STATUSES = ("dispatched", "committed", "audited", "verified", "final", "slashed", "tie", "abandoned")
 AUDIT_VERDICTS = ("open", "pass", "fail", "tie", "worker-default", "abandoned")
 
@@ -162,7 +163,8 @@ async def get_summary(request: web.Request) -> web.Response:
     slashes = explorer.get_events("Slashed")
     penalties = sum(1 for e in explorer.get_events("PartySlashed") if e["args"]["reason"] == "missed opening or minority vote")
     hour_ago = await clock.get_block_at(await clock.get_time(head) - 3600, start, head)
-    edges = compute_block_edges(start, head + 1, 24)
+    # The plot spans the chain's activity: from its first batch (start-up blocks are empty), the last PLOT_BLOCKS at most.
+    edges = compute_block_edges(max(explorer.get_first_block("BatchPosted") or start, head + 1 - PLOT_BLOCKS, start), head + 1, 24)
     body = {
         "head": head, "start_block": start,
         "nodes": {"registered": len(nodes), "active": sum(1 for n in nodes if n["active"]), "stake_wei": sum(int(n["stake_wei"]) for n in nodes),
@@ -299,7 +301,9 @@ async def get_block(request: web.Request) -> web.Response:
     number = compute_int_param(request.match_info, "number", 0, 0, 2**63 - 1)
     if number > head:
         raise NotFound(f"block {number} is not mined yet (head {head})")
-    return await _respond(service, {**compute_block_body(_explorer(service), number), "head": head})
+    header = await service.chainio.read(service.chainio.chain.get_block, number)
+    return await _respond(service, {**compute_block_body(_explorer(service), number), "head": head, "hash": "0x" + bytes(header["hash"]).hex(),
+                                    "transactions": len(header["transactions"]), "gas_used": header["gasUsed"]})
 
 
 async def get_tx(request: web.Request) -> web.Response:

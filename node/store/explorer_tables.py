@@ -205,6 +205,10 @@ class ExplorerTables:
         return [self.db.execute(f"SELECT COALESCE({value}, 0) FROM chain_events WHERE name = ? AND block_number >= ? AND block_number < ?",
                                 [name, low, high]).fetchone()[0] for low, high in zip(edges, edges[1:])]
 
+    def get_first_block(self, name: str) -> int | None:
+        """The block of the first recorded event called ``name`` (None if there is none)."""
+        return self.db.execute("SELECT MIN(block_number) FROM chain_events WHERE name = ?", [name]).fetchone()[0]
+
     def count_dispatched_jobs(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM dispatch_jobs").fetchone()[0]
 

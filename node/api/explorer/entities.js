@@ -10,10 +10,10 @@ export const nodePage = {
   load: ([address]) => api("nodes/" + address),
   draw(body) {
     const s = body.state || {};
-    const status = !s.registered ? "withdrawn" : s.unbonding_end_block ? "unbonding" : s.active ? "active" : "inactive (below the minimum stake)";
+    const status = !s.registered ? "withdrawn" : s.unbonding_end_block ? "unbonding" : s.active ? "active" : "inactive";
     const address = body.address;
     return [
-      dl([["address", el("span", { class: "mono" }, address)], ["state", badge(status)], ["stake", eth(s.stake_wei)],
+      dl([["address", el("span", { class: "mono" }, address)], ["state", [badge(status), status === "inactive" ? el("span", { class: "muted" }, " below the minimum stake: never drawn, serves no job") : ""]], ["stake", eth(s.stake_wei)],
           ["slashed in all", s.slashed_wei ? el("span", { class: "vote-disagree" }, eth(s.slashed_wei)) : "-"], ["endpoint", el("span", { class: "mono" }, s.endpoint || "-")],
           ["open audits locking its stake", s.locks ?? "-"], body.this_node && ["", "this is the node serving this page"],
           ["jobs it served through this node", el("a", { href: "#/jobs?worker=" + address, "data-link": "node-jobs" }, "list them")],
@@ -21,7 +21,7 @@ export const nodePage = {
       section("Stake history", stakeHistoryPlot(body.stake_history, body.clock.head),
         table(["block", "event", "change", "stake after", "transaction"], body.stake_history.map((h) => el("tr", { "data-event": h.event },
           el("td", {}, block(h.block, body)), el("td", {}, h.event + (h.unbonding_end_block ? ` (unbonded at block ${h.unbonding_end_block})` : "")),
-          el("td", { class: h.change_wei < 0 ? "vote-disagree" : "" }, h.change_wei ? eth(Math.abs(h.change_wei).toString()) : "-"),
+          el("td", { class: h.change_wei < 0 ? "vote-disagree" : "" }, h.change_wei ? (h.change_wei < 0 ? "−" : "+") + eth(Math.abs(h.change_wei)) : "-"),
           el("td", {}, h.stake_wei !== null ? eth(h.stake_wei) : "-"), el("td", {}, txLink(h.tx_hash)))), { id: "stake-history" })),
       section("Slashes", table(["block", "audit / batch", "reason", "taken", "stake left", "transaction"], body.slashes.map((x) => el("tr", { class: "slash-row" },
         el("td", {}, block(x.block, body)),
@@ -67,7 +67,8 @@ export const blockPage = {
   draw(body) {
     const n = body.block, time = body.block_times[n];
     return [
-      dl([["mined", time ? new Date(time * 1000).toLocaleString() : "-"], ["chain head", body.head],
+      dl([["mined", time ? new Date(time * 1000).toLocaleString() : "-"], ["hash", el("span", { class: "mono" }, body.hash)],
+          ["transactions", `${body.transactions} (${body.gas_used.toLocaleString()} gas)`], ["chain head", body.head],
           ["", [n > 0 ? el("a", { href: `#/block/${n - 1}` }, "← block " + (n - 1)) : "", " · ", n < body.head ? el("a", { href: `#/block/${n + 1}` }, "block " + (n + 1) + " →") : "head"]]]),
       section(`Protocol events in block ${n}`, body.events.length ? timeline(body.events, body) : el("p", { class: "muted" }, "none: no protocol transaction in this block")),
     ];

@@ -119,7 +119,7 @@ const workerLabels = () => Object.fromEntries(state.network.nodes.map((n, i) => 
 export const jobsPage = {
   title: () => "Jobs this node dispatched",
   async load(_, query) {
-    const params = new URLSearchParams({ limit: PAGE, offset: query.get("offset") || 0 });
+    const params = new URLSearchParams({ limit: query.get("limit") || PAGE, offset: query.get("offset") || 0 });
     for (const key of ["status", "worker", "model"]) if (query.get(key)) params.set(key, query.get(key));
     return api("jobs?" + params);
   },
@@ -128,8 +128,8 @@ export const jobsPage = {
       filterForm("jobs", query, [["status", select("status", JOB_STATUSES, query.get("status"))],
                                  ["worker", select("worker", workers(), query.get("worker"), workerLabels())],
                                  ["model", el("input", { name: "model", "data-filter": "model", value: query.get("model") || "", placeholder: "0x… model id", size: 20 })]]),
-      table(JOB_HEADERS, body.jobs.map((j) => jobRow(j, body)), { id: "jobs" }),
-      pager(body.total, body.limit, body.offset, (offset) => hrefWith("jobs", query, { offset })),
+      el("section", {}, table(JOB_HEADERS, body.jobs.map((j) => jobRow(j, body)), { id: "jobs" }),
+         pager(body.total, body.limit, body.offset, (offset) => hrefWith("jobs", query, { offset }))),
     ];
   },
 };
@@ -137,7 +137,7 @@ export const jobsPage = {
 export const auditsPage = {
   title: () => "Audits on the chain",
   async load(_, query) {
-    const params = new URLSearchParams({ limit: PAGE, offset: query.get("offset") || 0 });
+    const params = new URLSearchParams({ limit: query.get("limit") || PAGE, offset: query.get("offset") || 0 });
     for (const key of ["verdict", "worker"]) if (query.get(key)) params.set(key, query.get(key));
     return api("audits?" + params);
   },
@@ -145,8 +145,8 @@ export const auditsPage = {
     return [
       filterForm("audits", query, [["outcome", select("verdict", AUDIT_VERDICTS, query.get("verdict"))],
                                    ["worker", select("worker", workers(), query.get("worker"), workerLabels())]]),
-      table(AUDIT_HEADERS, body.audits.map((a) => auditRow(a, body)), { id: "audits" }),
-      pager(body.total, body.limit, body.offset, (offset) => hrefWith("audits", query, { offset })),
+      el("section", {}, table(AUDIT_HEADERS, body.audits.map((a) => auditRow(a, body)), { id: "audits" }),
+         pager(body.total, body.limit, body.offset, (offset) => hrefWith("audits", query, { offset }))),
     ];
   },
 };

@@ -48,9 +48,9 @@ function who(step, body) {
 export function nextStep(next, body) {
   if (!next) return null;
   const head = body.clock.head;
-  return el("div", { class: "next", id: "next-step", "data-phase": next.phase },
+  return el("div", { class: "next", id: "next-step", "data-phase": next.phase, "data-phase-code": next.phase_code, "data-read-at": next.read_at_block },
     el("h3", {}, `What happens next (phase: ${next.phase}, read at block ${next.read_at_block})`),
-    el("ol", {}, next.steps.map((step) => el("li", { "data-by-block": step.by_block ?? "" },
+    el("ol", {}, next.steps.map((step) => el("li", { "data-action": step.action, "data-by-block": step.by_block ?? "" },
       el("b", {}, who(step, body)), ": ", step.what,
       step.from_block !== null && step.from_block > head ? [" — from ", block(step.from_block, body)] : "",
       step.by_block !== null ? [" — by ", block(step.by_block, body), step.by_block < head ? el("span", { class: "vote-disagree" }, ` (overdue by ${head - step.by_block} blocks)`) : ""] : ""))),

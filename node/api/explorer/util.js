@@ -18,7 +18,7 @@ export function el(tag, attrs = {}, ...children) {
     else if (key.startsWith("on")) node[key] = value;
     else node[key] = value;
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null || child === false) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
