@@ -5,7 +5,7 @@ must act and by which block, with the deadlines `Jobs.sol` enforces (docs/protoc
 Pure functions over event rows (``{"name", "block_number", "args", ...}``) and a Preset.
 """
 
-from verillm.chain.protocol import ABANDONED, COMMITTING, DECIDED, ESCALATING, OPENING, PHASE_NAMES, SETTLED
+from verillm.chain.protocol import ABANDONED, COMMITTING, DECIDED, OPENING, PHASE_NAMES, SETTLED
 from verillm.spec.params import Preset
 from verillm.spec.settlement import VERDICT_NAMES
 

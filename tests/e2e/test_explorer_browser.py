@@ -3,7 +3,8 @@ Playwright), on a kept devnet with a cheating worker (int8) and a lazy committee
 job hash, follow the cheater's job to its slash, open the lazy member's page (its lies shown as
 lies), a batch, a block, a transaction; filter and page the lists; watch an open audit say what
 happens next and by which block, checked against the contract. Every wait is on a DOM or chain
-condition. ``VERILLM_EXPLORER_SCREENSHOTS=DIR`` keeps a screenshot of each page (docs/explorer/)."""
+condition. ``VERILLM_EXPLORER_SCREENSHOTS=DIR`` keeps a screenshot of each page (docs/explorer/);
+``VERILLM_KEPT_DEVNET=WORKDIR/network.json`` runs against a devnet already kept with the same options."""
 
 import json
 import os
@@ -26,6 +27,10 @@ WAIT_MS = 30_000
 
 @pytest.fixture(scope="module")
 def kept(tmp_path_factory):
+    reuse = os.environ.get("VERILLM_KEPT_DEVNET")  # WORKDIR/network.json of a devnet you keep running with the same options
+    if reuse:
+        yield json.loads(Path(reuse).read_text())
+        return
     workdir = tmp_path_factory.mktemp("explorer") / "devnet"
     log = (workdir.parent / "devnet.log").open("w")
     # 10 jobs: the lazy member is caught whenever it sits on a committee; it is drawn into most.
