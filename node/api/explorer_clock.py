@@ -5,7 +5,7 @@ from verillm.node.store.explorer_tables import ExplorerTables
 
 MAX_READS_PER_BODY = 128  # block headers read for one response; the rest show their number alone until a later one
 BLOCK_KEYS = ("block", "posted_block", "started_block", "ended_block", "registered_block", "from_block", "by_block", "read_at_block",
-              "start_window_ends", "last_hour_from_block")
+              "start_window_ends", "last_hour_from_block", "series_blocks")
 RATE_SPAN_BLOCKS = 100
 
 
@@ -23,6 +23,8 @@ def compute_blocks_named(body, found: set[int] | None = None) -> set[int]:
         for key, value in body.items():
             if key in BLOCK_KEYS and isinstance(value, int) and not isinstance(value, bool):
                 found.add(value)
+            elif key in BLOCK_KEYS and isinstance(value, list):
+                found.update(v for v in value if isinstance(v, int) and not isinstance(v, bool))
             elif isinstance(value, dict | list):
                 compute_blocks_named(value, found)
     elif isinstance(body, list):

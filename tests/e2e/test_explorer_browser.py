@@ -107,6 +107,16 @@ def _ready(page, hash_: str) -> None:
     page.wait_for_function(f"document.getElementById('view').dataset.ready === {json.dumps(hash_)}", timeout=WAIT_MS)
 
 
+def _follow(page, locator) -> str:
+    """Click a link and wait until the page it opens is drawn; return its route."""
+    before = page.evaluate("location.hash")
+    locator.click()
+    page.wait_for_function(f"location.hash !== {json.dumps(before)}", timeout=WAIT_MS)
+    route = page.evaluate("location.hash")
+    _ready(page, route)
+    return route
+
+
 def _in_view(page, selector: str) -> bool:
     return page.eval_on_selector(selector, "e => { const r = e.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }")
 
@@ -131,6 +141,11 @@ def test_the_explorer_pages_in_a_real_browser(kept, tmp_path):
             assert page.locator("#nodes tbody tr").count() == 7 and "inactive" in page.locator("#nodes").inner_text()
             assert page.locator('.verdict-count[data-verdict="fail"]').count() == 1
             _shoot(page, "overview", shots)
+            # A click lands on what it opened: from the bottom of the overview, the audit's page at its top.
+            page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+            assert page.evaluate("scrollY") > 0
+            assert _follow(page, page.locator("#audits a[data-link=audit]").last).startswith("#/audit/")
+            assert page.evaluate("scrollY") == 0 and _in_view(page, "#page-title")
 
             # Search a job hash: the page lands on the job.
             page.fill("#q", slashed)
@@ -144,7 +159,8 @@ def test_the_explorer_pages_in_a_real_browser(kept, tmp_path):
             page.goto(kept["explorer_url"] + "#/jobs?status=slashed")
             _ready(page, "#/jobs?status=slashed")
             assert {r.get_attribute("data-status") for r in page.locator("#jobs tr.job").all()} == {"slashed"}
-            page.locator(f'tr.job[data-job="{slashed}"] a[data-link="slash"]').first.click()
+            cheater = roles["cheater (int8)"].lower()
+            page.locator(f'tr.job[data-job="{slashed}"] a[data-link="slash"][href$="focus=slash-{cheater}"]').click()
             page.wait_for_selector('#timeline li.focused[data-event="PartySlashed"]', timeout=WAIT_MS)
             assert _in_view(page, "#timeline li.focused")
             assert "failed audit" in page.locator("#timeline li.focused").inner_text()
@@ -154,8 +170,7 @@ def test_the_explorer_pages_in_a_real_browser(kept, tmp_path):
             _ready(page, "#/jobs?limit=3")
             first = [r.get_attribute("data-job") for r in page.locator("#jobs tr.job").all()]
             assert len(first) == 3 and " 1–3 of " in page.locator(".pager").inner_text()
-            page.click('a[data-page="older"]')
-            _ready(page, "#/jobs?limit=3&offset=3")
+            assert _follow(page, page.locator('a[data-page="older"]')) == "#/jobs?limit=3&offset=3"
             second = [r.get_attribute("data-job") for r in page.locator("#jobs tr.job").all()]
             assert len(second) == 3 and not set(first) & set(second)
 
@@ -169,24 +184,20 @@ def test_the_explorer_pages_in_a_real_browser(kept, tmp_path):
             _shoot(page, "node", shots)
 
             # An audit the lazy member lied in: its seat marked, the vote struck through.
-            page.locator("#node-votes a[data-link=audit]").first.click()
-            page.wait_for_function("location.hash.startsWith('#/audit/')", timeout=WAIT_MS)
-            _ready(page, page.evaluate("location.hash"))
+            assert _follow(page, page.locator("#node-votes a[data-link=audit]").first).startswith("#/audit/")
             assert page.locator(f'#seats tr.caught[data-party="{roles["lazy member"].lower()}"] .vote-lie').count() == 1
             _shoot(page, "audit", shots)
 
             # A batch, a block and a transaction, each reached by a click that lands on its page's top.
-            page.locator("dl.facts a[data-link=batch]").first.click()
-            page.wait_for_selector("#batch-audits tbody tr[data-audit]", timeout=WAIT_MS)
+            assert _follow(page, page.locator("dl.facts a[data-link=batch]").first).startswith("#/batch/")
+            assert page.locator("#batch-audits tbody tr[data-audit]").count() >= 1
             assert _in_view(page, "#page-title") and page.evaluate("scrollY") == 0
             _shoot(page, "batch", shots)
-            page.locator("dl.facts a.block-link").first.click()
-            page.wait_for_selector('#timeline li[data-event="BatchPosted"]', timeout=WAIT_MS)
-            assert "Block" in page.locator("#page-title").inner_text() and page.locator("dl.facts time, dl.facts dd").count() > 0
+            assert _follow(page, page.locator("dl.facts a.block-link").first).startswith("#/block/")
+            assert page.locator('#timeline li[data-event="BatchPosted"]').count() == 1 and _in_view(page, "#page-title")
             _shoot(page, "block", shots)
-            page.locator("#timeline a[data-link=tx]").first.click()
-            page.wait_for_selector("#page-title:has-text('Transaction')", timeout=WAIT_MS)
-            assert page.locator("#timeline li").count() >= 1
+            assert _follow(page, page.locator("#timeline a[data-link=tx]").first).startswith("#/tx/0x")
+            assert page.locator("#timeline li").count() >= 1 and "Transaction" in page.locator("#page-title").inner_text()
 
             # An open audit: what happens next, by whom, by which block (the contract's deadline).
             _open_audit_next_step(kept, page, shots)

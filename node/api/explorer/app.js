@@ -75,6 +75,7 @@ async function search(event) {
   try {
     const body = await api("search?q=" + encodeURIComponent(q));
     if (body.matches.length === 1) {
+      $("q").value = "";
       location.hash = body.matches[0].href;
     } else if (!body.matches.length) {
       $("search-results").replaceChildren(`nothing on this node matches ${q} (a job hash is known only to the node that dispatched it)`);

@@ -20,7 +20,7 @@ export const nodePage = {
           ["audits of its jobs", el("a", { href: "#/audits?worker=" + address }, "list them")]]),
       section("Stake history", stakeHistoryPlot(body.stake_history, body.clock.head),
         table(["block", "event", "change", "stake after", "transaction"], body.stake_history.map((h) => el("tr", { "data-event": h.event },
-          el("td", {}, block(h.block, body)), el("td", {}, h.event + (h.unbonding_end_block ? ` (unbonded at block ${h.unbonding_end_block})` : "")),
+          el("td", {}, block(h.block, body)), el("td", {}, h.event + (h.unbonding_end_block ? ` (unbonded at block ${h.unbonding_end_block})` : h.event === "Slashed" && !h.change_wei ? " (nothing left to take)" : "")),
           el("td", { class: h.change_wei < 0 ? "vote-disagree" : "" }, h.change_wei ? (h.change_wei < 0 ? "−" : "+") + eth(Math.abs(h.change_wei)) : "-"),
           el("td", {}, h.stake_wei !== null ? eth(h.stake_wei) : "-"), el("td", {}, txLink(h.tx_hash)))), { id: "stake-history" })),
       section("Slashes", table(["block", "audit / batch", "reason", "taken", "stake left", "transaction"], body.slashes.map((x) => el("tr", { class: "slash-row" },

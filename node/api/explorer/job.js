@@ -42,7 +42,7 @@ export function timeline(events, body, extra = []) {
 function who(step, body) {
   const w = step.who;
   if (w.parties) return w.parties.length ? w.parties.flatMap((p, i) => [i ? ", " : "", nodeLink(p)]) : "nobody left";
-  return w.usually ? ["anyone (", nodeLink(w.usually), ", the dispatcher, does it)"] : "anyone";
+  return w.usually ? ["anyone — in practice the dispatcher, ", nodeLink(w.usually)] : "anyone";
 }
 
 export function nextStep(next, body) {

@@ -41,8 +41,10 @@ export function activityPlot(summary) {
   for (const i of labelled) {
     const blockNumber = i < n ? edges[i] : summary.head;
     const t = times[blockNumber];
-    const x = Math.min(left + i * step + 2, width - 40);
-    plot.append(svg("text", { x, y: height - 18, class: "tick" }, "block " + blockNumber), svg("text", { x, y: height - 5, class: "tick" }, t ? clockTime(t) : ""));
+    const anchor = i === 0 ? "start" : i === n ? "end" : "middle";
+    const x = i === n ? width - 4 : left + i * step + 2;
+    plot.append(svg("text", { x, y: height - 18, class: "tick", "text-anchor": anchor }, "block " + blockNumber),
+                svg("text", { x, y: height - 5, class: "tick", "text-anchor": anchor }, t ? clockTime(t) : ""));
   }
   return el("figure", {}, plot, legend([["bar-jobs", "jobs batched"], ["bar-audits", "audits started"], ["dot-slash", "slashes"]]));
 }
