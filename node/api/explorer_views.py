@@ -156,12 +156,15 @@ def _node_row(address: str, block: int, state: dict, slashed: dict[str, int]) ->
 async def get_summary(request: web.Request) -> web.Response:
     """The network in numbers, and the series the page plots (jobs and audits over time, stake by node)."""
     service = require_dispatch_service(request, "it has no network view")
+    cache = service.__dict__.setdefault("explorer_summary", {})
+    if cache.get("head") == service.watcher.head:  # the page polls every 3 s: nothing new until a new block is read
+        return web.json_response(cache["body"])
     nodes = await _nodes(service)
     explorer, clock, head = _explorer(service), _clock(service), service.watcher.head
     start = service.chainio.protocol.deployment.start_block
     counts = explorer.count_events()
     slashes = explorer.get_events("Slashed")
-    penalties = sum(1 for e in explorer.get_events("PartySlashed") if e["args"]["reason"] == "missed opening or minority vote")
+    penalties = explorer.count_events_where("PartySlashed", "reason", "missed opening or minority vote")
     hour_ago = await clock.get_block_at(await clock.get_time(head) - 3600, start, head)
     # The plot spans the chain's activity: from its first batch (start-up blocks are empty), the last PLOT_BLOCKS at most.
     edges = compute_block_edges(max(explorer.get_first_block("BatchPosted") or start, head + 1 - PLOT_BLOCKS, start), head + 1, 24)
@@ -169,7 +172,7 @@ async def get_summary(request: web.Request) -> web.Response:
         "head": head, "start_block": start,
         "nodes": {"registered": len(nodes), "active": sum(1 for n in nodes if n["active"]), "stake_wei": sum(int(n["stake_wei"]) for n in nodes),
                   "slashed_wei": sum(int(n["slashed_wei"]) for n in nodes)},
-        "jobs": {"batched": sum(e["args"]["count"] for e in explorer.get_events("BatchPosted")), "dispatched_here": explorer.count_dispatched_jobs(),
+        "jobs": {"batched": explorer.sum_small_arg("BatchPosted", "count"), "dispatched_here": explorer.count_dispatched_jobs(),
                  "last_hour": explorer.count_in_blocks("BatchPosted", [hour_ago, head + 1], "count")[0], "last_hour_from_block": hour_ago},
         "audits": {**{v: 0 for v in AUDIT_VERDICTS}, **explorer.count_audits_by_outcome()},
         "slashes": {"events": len(slashes), "wei": sum(int(e["args"]["amountWei"]) for e in slashes), "penalties": penalties,
@@ -180,7 +183,9 @@ async def get_summary(request: web.Request) -> web.Response:
         "stake": [{"address": n["address"], "stake_wei": n["stake_wei"], "slashed_wei": n["slashed_wei"], "active": n["active"]} for n in nodes],
     }
     body["series_blocks"] = [e for e in edges if e <= head] + ([head] if edges[-1] > head else [])
-    return await _respond(service, body)
+    await _clock(service).annotate(body, head)
+    cache.update(head=head, body=body)
+    return web.json_response(body)
 
 
 # --- lists --------------------------------------------------------------------------------------------

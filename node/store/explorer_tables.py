@@ -209,6 +209,14 @@ class ExplorerTables:
         """The block of the first recorded event called ``name`` (None if there is none)."""
         return self.db.execute("SELECT MIN(block_number) FROM chain_events WHERE name = ?", [name]).fetchone()[0]
 
+    def count_events_where(self, name: str, arg: str, value) -> int:
+        """Events called ``name`` whose argument ``arg`` equals ``value``."""
+        return self.db.execute("SELECT COUNT(*) FROM chain_events WHERE name = ? AND json_extract(args, '$.' || ?) = ?", [name, arg, value]).fetchone()[0]
+
+    def sum_small_arg(self, name: str, arg: str) -> int:
+        """The sum of an integer argument that fits SQLite's 64 bits (a batch's receipt count; never wei)."""
+        return self.db.execute("SELECT COALESCE(SUM(json_extract(args, '$.' || ?)), 0) FROM chain_events WHERE name = ?", [arg, name]).fetchone()[0]
+
     def count_dispatched_jobs(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM dispatch_jobs").fetchone()[0]
 

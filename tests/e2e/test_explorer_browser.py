@@ -153,7 +153,6 @@ def test_the_explorer_pages_in_a_real_browser(kept, tmp_path):
             _ready(page, f"#/job/{slashed}")
             assert "slashed" in page.locator("dl.facts").inner_text()
             assert page.locator("#seats tr.caught").count() >= 1  # the worker that failed
-            _shoot(page, "job", shots)
 
             # Follow a job to its slash from the filtered list: the click lands on the slash, highlighted.
             page.goto(kept["explorer_url"] + "#/jobs?status=slashed")
@@ -164,6 +163,7 @@ def test_the_explorer_pages_in_a_real_browser(kept, tmp_path):
             page.wait_for_selector('#timeline li.focused[data-event="PartySlashed"]', timeout=WAIT_MS)
             assert _in_view(page, "#timeline li.focused")
             assert "failed audit" in page.locator("#timeline li.focused").inner_text()
+            _shoot(page, "job", shots)
 
             # Pages of a list: three at a time, the next page holds the next three.
             page.goto(kept["explorer_url"] + "#/jobs?limit=3")

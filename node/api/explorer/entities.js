@@ -29,7 +29,7 @@ export const nodePage = {
         el("td", { class: x.penalty ? "" : "vote-disagree" }, x.reason), el("td", {}, x.amount_wei !== null ? eth(x.amount_wei) : "-"),
         el("td", {}, x.stake_left_wei !== null ? eth(x.stake_left_wei) : "-"), el("td", {}, txLink(x.tx_hash)))), { id: "node-slashes" })),
       section("Votes on committees", table(["block", "audit", "vote", "what it came to", "audit outcome"], body.votes.map((v) => el("tr", { class: v.lie ? "caught" : "", "data-audit": v.audit_id },
-        el("td", {}, block(v.block, body)), el("td", {}, auditLink(v.audit_id)), el("td", {}, vote(v)), el("td", { class: v.lie ? "vote-disagree" : "" }, v.label),
+        el("td", {}, block(v.block, body)), el("td", {}, auditLink(v.audit_id)), el("td", {}, vote(v)), el("td", { class: "label" + (v.lie ? " vote-disagree" : "") }, v.label),
         el("td", {}, badge(v.outcome)))), { id: "node-votes" })),
       section("Committees it was drawn into", table(["block", "audit", "round", "members", "outcome"], body.committees.map((c) => el("tr", {},
         el("td", {}, block(c.block, body)), el("td", {}, auditLink(c.audit_id)), el("td", {}, c.round + (c.attempt ? ` (redraw ${c.attempt})` : "")),

@@ -64,7 +64,7 @@ function seats(audit, body) {
   rows.push(el("tr", { "data-party": audit.worker.toLowerCase(), class: w.lie ? "caught" : "" },
     el("td", {}, nodeLink(audit.worker)), el("td", {}, "worker"), el("td", {}, "its receipt"),
     el("td", {}, audit.rounds.length && audit.rounds[0].worker_opened_block !== null ? block(audit.rounds[0].worker_opened_block, body) : "-"),
-    el("td", {}, "-"), el("td", {}, w.label || "-"), el("td", {}, w.slashed_wei ? eth(w.slashed_wei) : "-")));
+    el("td", {}, "-"), el("td", { class: "label" }, w.label || "-"), el("td", {}, w.slashed_wei ? eth(w.slashed_wei) : "-")));
   for (const round of audit.rounds) {
     for (const seat of round.members) {
       const c = conduct(seat.node);
@@ -74,7 +74,7 @@ function seats(audit, body) {
         el("td", {}, seat.receipt ? block(seat.receipt.block, body) : "-"),
         el("td", {}, seat.opening ? block(seat.opening.block, body) : "-"),
         el("td", { class: "votes" }, vote({ vote: seat.opening ? seat.opening.vote : null, lie: c.lie, label: c.label })),
-        el("td", { class: c.lie ? "vote-disagree" : "" }, c.label || "-"),
+        el("td", { class: "label" + (c.lie ? " vote-disagree" : "") }, c.label || "-"),
         el("td", {}, c.slashed_wei !== null && c.slashed_wei !== undefined ? eth(c.slashed_wei) : "-")));
     }
   }
