@@ -46,6 +46,8 @@ function card(title, value, ...rest) {
   return el("div", { class: "card" }, el("div", { class: "card-title" }, title), el("div", { class: "card-value" }, value), el("div", { class: "muted" }, ...rest));
 }
 
+const plural = (n, one, many = one + "s") => `${n} ${n === 1 ? one : many}`;
+
 function cards(s) {
   const since = s.block_times[s.jobs.last_hour_from_block], now = s.clock.head_time;
   const window = since && now ? Math.round((now - since) / 60) : null;
@@ -57,7 +59,7 @@ function cards(s) {
     card("stake", eth(s.nodes.stake_wei), `${eth(s.nodes.slashed_wei)} slashed in all`),
     card("jobs", `${s.jobs.last_hour}`, `batched${perHour}; ${s.jobs.batched} in all, ${s.jobs.dispatched_here} through this node`),
     card("audits", audits, `${Object.values(s.audits).reduce((a, b) => a + b, 0)} in all`),
-    card("slashes", `${s.slashes.events}`, `${s.slashes.convictions} convictions, ${s.slashes.penalties} penalties: ${eth(s.slashes.wei)}`));
+    card("slashes", `${s.slashes.events}`, `${plural(s.slashes.convictions, "conviction")}, ${plural(s.slashes.penalties, "penalty", "penalties")}: ${eth(s.slashes.wei)}`));
 }
 
 export function nodesTable(net) {
