@@ -81,7 +81,8 @@ def _model_context(served: ServedModel | None):
 async def worker_context(app: web.Application):
     """Start the worker's batcher and re-queue jobs left unfinished by the last run."""
     config = app[APP_CONFIG]
-    worker = Worker(app[APP_MODEL], app[APP_STORE], app[APP_KEY], app[APP_DOMAIN], config.limits, config.queue, app[APP_METRICS])
+    worker = Worker(app[APP_MODEL], app[APP_STORE], app[APP_KEY], app[APP_DOMAIN], config.limits, config.queue, app[APP_METRICS],
+                    retention_s=config.store.retention_s)
     app[APP_WORKER] = worker
     batcher = asyncio.get_running_loop().create_task(worker.queue.run_forever(), name="verillm-batcher")
     worker.on_startup()

@@ -163,3 +163,10 @@ class DeadlineExceeded(BadResponse):
 
     code = "deadline_exceeded"
     http_status = 504
+
+
+class Forbidden(VerillmError):
+    """A correctly signed sender this node does not serve on that route (not staked, not named)."""
+
+    code = "forbidden"
+    http_status = 403

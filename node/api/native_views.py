@@ -11,10 +11,17 @@
     GET  /healthz                              → {status: "ok", ...}
     GET  /metrics                              → Prometheus text format
 
+Jobs are admitted by accountability (node/api/admission.py): a seat the chain proves, a staked
+peer, or a sender the operator named; anyone else gets 403 with the reason.
+
 Only a job's submitter (the envelope sender that posted it) or this node itself may ask for
 its openings: an opening hands out committed leaves, and a lazy committee member that could
 fetch an honest member's leaves before committing could copy its root without computing.
+Openings are parsed, computed and serialized off the event loop (node/worker/openings.py).
 """
+
+import asyncio
+import json
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -27,7 +34,8 @@ from verillm.spec.types import Challenge, Job
 
 from verillm.node import faults
 from verillm.node.api.access import verify_reader
-from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
+from verillm.node.api.admission import compute_lane
+from verillm.node.appkeys import APP_CONFIG, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
 from verillm.node.api.http import get_status_url, read_signed_envelope, remember_nonce
 from verillm.node.store.migrations import get_schema_version
 from verillm.wire import from_hex, opening_to_json, receipt_to_json, to_hex
@@ -38,10 +46,11 @@ async def post_job(request: web.Request) -> web.Response:
     envelope = await read_signed_envelope(request)
     job = decode(Job, envelope.payload)
     job_hash, worker = compute_job_hash(job), request.app[APP_WORKER]
-    worker.verify_acceptance(job, job_hash)
+    lane = await compute_lane(request.app, envelope.sender, job, job_hash)  # 403 for a sender nobody answers for
+    record = worker.verify_acceptance(job, job_hash, envelope.sender, lane)
     remember_nonce(request, envelope)
     faults.reach("nonce_recorded")
-    worker.accept_job(job, envelope.sender, job_hash)
+    worker.accept_checked_job(job, envelope.sender, job_hash, record, lane)
     faults.reach("job_accepted")
     if request.query.get("wait") == "0":
         body = {"job_hash": to_hex(job_hash), "status": "accepted", "status_url": get_status_url(request, job_hash)}
@@ -78,20 +87,30 @@ async def post_opening(request: web.Request) -> web.Response:
     """Open cells of a done job for its submitter."""
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     envelope = await read_signed_envelope(request)
-    cells, challenge = parse_opening_payload(envelope.payload)
+    loop, max_cells = asyncio.get_running_loop(), request.app[APP_CONFIG].limits.max_opened_cells
+    cells, challenge = await loop.run_in_executor(None, parse_opening_payload, envelope.payload, max_cells)
     remember_nonce(request, envelope)
     opening = await request.app[APP_WORKER].open_cells(job_hash, envelope.sender, cells, challenge)
-    return web.json_response({"job_hash": to_hex(job_hash), "opening": opening_to_json(opening)})
+    body = await loop.run_in_executor(None, compute_opening_body, job_hash, opening)
+    return web.Response(body=body, content_type="application/json")
 
 
-def parse_opening_payload(payload: bytes) -> tuple[list[tuple[int, int]] | None, Challenge | None]:
-    """Return (cells, challenge) from an opening request's payload; exactly one is set."""
+def compute_opening_body(job_hash: bytes, opening) -> bytes:
+    """The JSON answer of an opening (built in a thread: an opening of many cells is megabytes)."""
+    return json.dumps({"job_hash": to_hex(job_hash), "opening": opening_to_json(opening)}).encode()
+
+
+def parse_opening_payload(payload: bytes, max_cells: int | None = None) -> tuple[list[tuple[int, int]] | None, Challenge | None]:
+    """Return (cells, challenge) from an opening request's payload; exactly one is set. More than
+    ``max_cells`` cells are refused before any is looked at."""
     data = load_json(payload, "payload")
     if not isinstance(data, dict) or ("cells" in data) == ("challenge" in data):
         raise InvalidInput("payload: give exactly one of cells or challenge")
     if "challenge" in data:
         return None, decode(Challenge, from_hex(data["challenge"], "challenge"))
     cells = data["cells"]
+    if isinstance(cells, list) and max_cells is not None and len(cells) > max_cells:
+        raise InvalidInput(f"cells: between 1 and {max_cells} cells per opening, got {len(cells)}")
     is_cell = lambda c: isinstance(c, list) and len(c) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in c)  # noqa: E731
     if not isinstance(cells, list) or not all(is_cell(c) for c in cells):
         raise InvalidInput("cells: expected a list of [position, layer] pairs of non-negative integers")

@@ -281,6 +281,12 @@ class DispatcherTables:
             rows = self._rows("SELECT * FROM chain_events WHERE name = ? AND audit_id = ? ORDER BY block_number, log_index", [name, audit_id])
         return [{**r, "args": json.loads(r["args"])} for r in rows]
 
+    def get_events_since(self, name: str, block_number: int) -> list[dict]:
+        """Return recorded events called ``name`` from ``block_number`` on, in chain order, args decoded."""
+        rows = self._rows("SELECT * FROM chain_events WHERE name = ? AND block_number >= ? ORDER BY block_number, log_index",
+                          [name, block_number])
+        return [{**r, "args": json.loads(r["args"])} for r in rows]
+
     def record_tx(self, tx_hash: bytes, function: str, gas_used: int, block_number: int, audit_id: int | None = None, batch_id: int | None = None) -> None:
         self._write("INSERT OR IGNORE INTO chain_txs VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (tx_hash.hex(), function, audit_id, batch_id, gas_used, block_number, time.time()))
