@@ -20,25 +20,22 @@ fetch an honest member's leaves before committing could copy its root without co
 Openings are parsed, computed and serialized off the event loop (node/worker/openings.py).
 """
 
-import asyncio
-import json
-
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from verillm.errors import InvalidInput, NotFound
-from verillm.jsonsafe import load_json
+from verillm.errors import NotFound
 from verillm.spec.encoding import decode, encode
 from verillm.spec.job import compute_job_hash
-from verillm.spec.types import Challenge, Job
+from verillm.spec.types import Job
 
 from verillm.node import faults
 from verillm.node.api.access import verify_reader
 from verillm.node.api.admission import compute_lane
-from verillm.node.appkeys import APP_CONFIG, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
+from verillm.node.worker.opening_process import parse_opening_payload  # noqa: F401  (the fuzzers' entry point)
+from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
 from verillm.node.api.http import get_status_url, read_signed_envelope, remember_nonce
 from verillm.node.store.migrations import get_schema_version
-from verillm.wire import from_hex, opening_to_json, receipt_to_json, to_hex
+from verillm.wire import from_hex, receipt_to_json, to_hex
 
 
 async def post_job(request: web.Request) -> web.Response:
@@ -84,37 +81,16 @@ async def get_job(request: web.Request) -> web.Response:
 
 
 async def post_opening(request: web.Request) -> web.Response:
-    """Open cells of a done job for its submitter."""
+    """Open cells of a done job for its submitter: who asks is checked first, the work is done in a
+    separate process (node/worker/openings.py)."""
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     envelope = await read_signed_envelope(request)
-    loop, max_cells = asyncio.get_running_loop(), request.app[APP_CONFIG].limits.max_opened_cells
-    cells, challenge = await loop.run_in_executor(None, parse_opening_payload, envelope.payload, max_cells)
+    openings = request.app[APP_WORKER].openings
+    openings.verify_access(job_hash, envelope.sender)
+    await openings.verify_payload(envelope.payload)  # a malformed request spends no nonce
     remember_nonce(request, envelope)
-    opening = await request.app[APP_WORKER].open_cells(job_hash, envelope.sender, cells, challenge)
-    body = await loop.run_in_executor(None, compute_opening_body, job_hash, opening)
+    body = await openings.answer(job_hash, envelope.sender, envelope.payload)
     return web.Response(body=body, content_type="application/json")
-
-
-def compute_opening_body(job_hash: bytes, opening) -> bytes:
-    """The JSON answer of an opening (built in a thread: an opening of many cells is megabytes)."""
-    return json.dumps({"job_hash": to_hex(job_hash), "opening": opening_to_json(opening)}).encode()
-
-
-def parse_opening_payload(payload: bytes, max_cells: int | None = None) -> tuple[list[tuple[int, int]] | None, Challenge | None]:
-    """Return (cells, challenge) from an opening request's payload; exactly one is set. More than
-    ``max_cells`` cells are refused before any is looked at."""
-    data = load_json(payload, "payload")
-    if not isinstance(data, dict) or ("cells" in data) == ("challenge" in data):
-        raise InvalidInput("payload: give exactly one of cells or challenge")
-    if "challenge" in data:
-        return None, decode(Challenge, from_hex(data["challenge"], "challenge"))
-    cells = data["cells"]
-    if isinstance(cells, list) and max_cells is not None and len(cells) > max_cells:
-        raise InvalidInput(f"cells: between 1 and {max_cells} cells per opening, got {len(cells)}")
-    is_cell = lambda c: isinstance(c, list) and len(c) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in c)  # noqa: E731
-    if not isinstance(cells, list) or not all(is_cell(c) for c in cells):
-        raise InvalidInput("cells: expected a list of [position, layer] pairs of non-negative integers")
-    return [(c[0], c[1]) for c in cells], None
 
 
 async def get_info(request: web.Request) -> web.Response:
