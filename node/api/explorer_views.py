@@ -80,13 +80,23 @@ def _node_row(address: str, block: int, state: dict, slashed: dict[str, int]) ->
             "models": ["0x" + m.hex() for m in state["models"]], "slashed_wei": slashed.get(address.lower(), 0), "registered_block": block}
 
 
-async def get_jobs(request: web.Request) -> web.Response:
-    """The jobs this node dispatched, newest first (``?limit=``, at most 200)."""
-    service = require_dispatch_service(request, "it has no network view")
+def compute_limit(raw: str | None, default: int, maximum: int) -> int:
+    """A ``?limit=``: an integer in 1..maximum (SQLite reads LIMIT -1 as no limit at all); InvalidInput otherwise."""
+    if raw is None:
+        return default
     try:
-        limit = min(int(request.query.get("limit", "50")), MAX_JOBS)
+        limit = int(raw)
     except ValueError:
         raise InvalidInput("limit: expected an integer") from None
+    if not 1 <= limit <= maximum:
+        raise InvalidInput(f"limit: between 1 and {maximum}, got {limit}")
+    return limit
+
+
+async def get_jobs(request: web.Request) -> web.Response:
+    """The jobs this node dispatched, newest first (``?limit=``, at most 200)."""
+    limit = compute_limit(request.query.get("limit"), 50, MAX_JOBS)
+    service = require_dispatch_service(request, "it has no network view")
     rows = _recent_jobs(service, limit)  # SQLite: on the loop's thread, as the status route
     return web.json_response({"head": service.watcher.head, "jobs": rows})
 

@@ -32,7 +32,7 @@ from verillm.node import faults
 from verillm.node.api.access import verify_reader
 from verillm.node.api.admission import compute_lane
 from verillm.node.worker.opening_process import parse_opening_payload  # noqa: F401  (the fuzzers' entry point)
-from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
+from verillm.node.appkeys import APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
 from verillm.node.api.http import get_status_url, read_signed_envelope, remember_nonce
 from verillm.node.store.migrations import get_schema_version
 from verillm.wire import from_hex, receipt_to_json, to_hex
@@ -68,7 +68,7 @@ async def get_job(request: web.Request) -> web.Response:
     store = request.app[APP_STORE]
     record = store.get_job(job_hash)
     if record is None:
-        raise NotFound(f"no job 0x{job_hash.hex()} on this node")
+        return web.json_response(get_dispatched_job_body(request, job_hash))
     verify_reader(request, job_hash, {record.sender} if record.sender else set())
     body = {
         "job_hash": to_hex(job_hash), "status": record.status, "error": record.error, "attempts": record.attempts,
@@ -78,6 +78,18 @@ async def get_job(request: web.Request) -> web.Response:
         body["receipt"] = receipt_to_json(store.get_receipt(job_hash))
         body["output_tokens"] = list(record.output_tokens or ())
     return web.json_response(body)
+
+
+def get_dispatched_job_body(request: web.Request, job_hash: bytes) -> dict:
+    """A job this node dispatched to another worker, as its dispatcher holds it (the receipt it checked):
+    the status URL a gateway hands out names this node, whichever worker ran the job."""
+    tables = getattr(request.app.get(APP_DISPATCHER), "tables", None)
+    dispatched = tables.get_dispatched_job(job_hash) if tables is not None else None
+    if dispatched is None:
+        raise NotFound(f"no job 0x{job_hash.hex()} on this node")
+    verify_reader(request, job_hash, {dispatched.worker})
+    return {"job_hash": to_hex(job_hash), "status": "done", "error": None, "model_id": to_hex(dispatched.job.model_id),
+            "worker": to_hex(dispatched.worker), "receipt": receipt_to_json(dispatched.receipt), "output_tokens": list(dispatched.output_tokens)}
 
 
 async def post_opening(request: web.Request) -> web.Response:

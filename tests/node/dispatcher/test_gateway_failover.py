@@ -117,3 +117,29 @@ async def test_when_every_worker_fails_the_client_sees_codes_not_the_workers_wor
         assert response.status == 503 and "no_worker_completed" in text, text
         assert SCAM not in text and "pay.example" not in text
         assert "invalid_input" in text and "bad_response" in text  # what each worker did, in the gateway's words
+
+
+async def test_get_status_through_the_gateway_for_a_job_another_worker_ran(start, tmp_path, http):
+    """Issue 22 item 5: the status URL a gateway returns names the gateway, but its job route only knew the
+    jobs its own worker ran: `get_status` of a job another worker ran was 404. The gateway now answers
+    from its own record of the job (the receipt it checked); the worker's route still wants its own token."""
+    from verillm.client import AsyncClient
+    from verillm.errors import InvalidSignature
+
+    make_local_config(tmp_path / "gateway")
+    gateway_address = read_key_file(tmp_path / "gateway" / "node-key.json").address_hex
+    honest = await start(make_local_config(tmp_path / "honest", auth={"allowed_senders": [gateway_address]}))
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        honest_entry = WorkerEntry(honest.app[APP_KEY].address, honest.url, 10**18)
+        gateway = await _gateway(start, tmp_path, [honest_entry] * 2, session)  # listed twice: committee_size 1 needs 2 workers
+        async with AsyncClient(gateway.url) as client:
+            completion = await client.complete("The mill", max_tokens=3, temperature=0)
+            assert completion.worker.lower() == honest.app[APP_KEY].address_hex  # another worker ran it
+            status = await client.get_status(completion)
+            assert status["status"] == "done" and status["output_tokens"] == list(completion.tokens)
+            assert status["receipt"]["worker"] == honest.app[APP_KEY].address_hex
+            with pytest.raises(InvalidSignature):  # without the gateway's read token: refused, as for any job
+                await client.get_status(completion.job_id)
+        async with AsyncClient(honest.url) as at_worker:  # the gateway's token is the gateway's, not the worker's
+            with pytest.raises(InvalidSignature):
+                await at_worker.get_status(completion)
