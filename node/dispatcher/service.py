@@ -74,6 +74,7 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
                            delivery, OmissionAnswers(chainio, tables))
     router.readiness = ReadinessMonitor(chainio, key.address, worker.served.model_id, config.registry_refresh_s)
     seats = SeatBook(chainio, tables, lambda: watcher.head, compute_audit_horizon_blocks(chainio.preset))
+    seats.on_seat = lambda seat: worker.promote_committee_job(seats.admit)  # a job that came before its seat was known
     return DispatchService(chainio, tables, router, watcher, tasks, seats)
 
 
@@ -113,10 +114,12 @@ async def network_dispatcher_context(app: web.Application):
     app[APP_DISPATCHER] = service.router
     app[APP_SERVICE] = service
     loop_task = asyncio.get_running_loop().create_task(service.watcher.run_forever(), name="verillm-chain-watcher")
+    seats_task = asyncio.get_running_loop().create_task(service.seats.run_forever(), name="verillm-committee-seats")
     log.info("dispatcher: chain %s, deployment Jobs %s, %d workers serve the model", config.chain.rpc_url,
              deployment.addresses["Jobs"], len(service.router.view.workers))
     yield
     loop_task.cancel()
-    await asyncio.gather(loop_task, return_exceptions=True)
+    seats_task.cancel()
+    await asyncio.gather(loop_task, seats_task, return_exceptions=True)
     await service.tasks.close()
     await session.close()

@@ -102,6 +102,21 @@ class EngineQueue:
         self._wakeup.set()
         return future
 
+    def get_waiting(self) -> list[QueuedJob]:
+        """The ordinary jobs waiting, oldest first."""
+        return list(self._pending)
+
+    def promote(self, job_hash: bytes) -> bool:
+        """Move a waiting ordinary job into the priority lane (if it has room); whether it moved."""
+        if len(self._priority) >= self.max_priority_jobs:
+            return False
+        for item in self._pending:
+            if item.job_hash == job_hash:
+                self._pending.remove(item)
+                self._priority.append(item)
+                return True
+        return False
+
     def subscribe(self, job_hash: bytes, callback: Callable[[int], None]) -> Callable[[], None]:
         """Call ``callback(token)`` on the event loop for each token of ``job_hash`` as it is sampled; return the unsubscribe."""
         self._listeners.setdefault(job_hash, []).append(callback)

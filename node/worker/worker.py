@@ -86,6 +86,8 @@ class Worker:
         self._in_flight: dict[bytes, asyncio.Task] = {}
         self._by_sender: Counter[bytes] = Counter()
         """Peer-lane jobs queued or running, per sender (limits.max_jobs_per_sender)."""
+        self._senders: dict[bytes, bytes] = {}
+        """The sender of each peer-lane job in flight (a committee job may arrive as one: `promote_committee_job`)."""
         self.openings = Openings(served, store, key, limits, metrics)
         self.retention_s = retention_s
         self._pruned_at = 0.0
@@ -168,6 +170,7 @@ class Worker:
         owner = sender if lane == "peer" else None
         if owner is not None:
             self._by_sender[owner] += 1
+            self._senders[job_hash] = owner
         task = asyncio.get_running_loop().create_task(self._finish(job_hash, job, future, owner))
         task.add_done_callback(_retrieve_exception)
         self._in_flight[job_hash] = task
@@ -182,11 +185,22 @@ class Worker:
             raise
         finally:
             self._in_flight.pop(job_hash, None)
+            self._senders.pop(job_hash, None)
             self._release(owner)
         self.metrics.on_job_finished("done", len(job.input_tokens), len(output.output_tokens))
         self.metrics.job_seconds.observe(time.perf_counter() - started)
         self._maybe_prune()
         return JobResult(job_hash, job, output.receipt, output.output_tokens)
+
+    def promote_committee_job(self, admit) -> int:
+        """Move each waiting peer job that ``admit(job, job_hash, sender)`` finds a seat for into the
+        committee lane (it came before this node knew its seat: node/dispatcher/seats.py); return how many."""
+        moved = 0
+        for item in self.queue.get_waiting():
+            if admit(item.job, item.job_hash, self._senders.get(item.job_hash)) is not None and self.queue.promote(item.job_hash):
+                moved += 1
+                log.info("job 0x%s moved into the committee lane", item.job_hash.hex())
+        return moved
 
     def _release(self, owner: bytes | None) -> None:
         if owner is not None:

@@ -107,3 +107,26 @@ async def test_finished_jobs_are_pruned_after_their_retention_but_not_while_a_du
     assert store.prune_finished(before_s=float("inf")) == 1  # everything is, but a seat still needs one
     assert store.get_job(dropped.job_hash) is None and store.get_job(kept.job_hash).status == "done"
     assert store.db.execute("SELECT COUNT(*) FROM traces").fetchone()[0] == store.db.execute("SELECT COUNT(*) FROM receipts").fetchone()[0] == 1
+
+
+async def test_a_committee_job_queued_before_its_seat_was_known_is_promoted(start, served_tiny):
+    """The dispatcher sends a member its job right after the draw, often before the member's watcher
+    has recorded the draw: the job waits in the peer lane until the seat is known, then moves ahead."""
+    engine = RecordingEngine(served_tiny.engine)
+    node = await start(served=ServedModel("tiny", engine, served_tiny.tokenizer),
+                       queue={"reserved_for_peers": 0, "reserved_for_committee": 1, "max_batch_size": 1, "batch_wait_ms": 0})
+    worker, dispatcher = node.app[APP_WORKER], b"\x0d" * 20
+    flood = [make_job(served_tiny, n, max_new_tokens=30) for n in range(1, 5)]
+    worker.accept_job(flood[0], b"\x01" * 20, lane="peer")
+    while worker.queue.depth:
+        await asyncio.sleep(0.01)
+    for job in flood[1:]:
+        worker.accept_job(job, b"\x01" * 20, lane="peer")
+    seat_job = make_job(served_tiny, 7, max_new_tokens=1)
+    worker.accept_job(seat_job, dispatcher, lane="peer")  # the seat is not known yet: a peer job, last in line
+    seats = {compute_job_hash(seat_job): dispatcher}  # what the chain proves once the watcher has read the draw
+    admit = lambda job, job_hash, sender: "seat" if seats.get(job_hash) == sender else None  # noqa: E731
+    assert worker.promote_committee_job(admit) == 1 and worker.queue.priority_depth == 1
+    await worker.wait_job(compute_job_hash(seat_job))
+    assert [batch[0] for batch in engine.batches][:2] == [flood[0].nonce, seat_job.nonce]
+    assert worker.promote_committee_job(admit) == 0  # nothing left to move

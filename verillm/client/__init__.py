@@ -31,6 +31,7 @@ With every job the dispatcher also signs a batching promise (`Completion.promise
 """
 
 import asyncio
+import threading
 import time
 from collections.abc import Sequence
 
@@ -270,6 +271,7 @@ class Client:
     def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 600.0, **pins):
         self._async = AsyncClient(base_url, api_key, timeout_s, **pins)
         self._loop: LoopThread | None = None
+        self._loop_lock = threading.Lock()  # one client may be shared by threads (the devnet's senders are)
         self.timeout_s = timeout_s
 
     @property
@@ -287,16 +289,19 @@ class Client:
         self.close()
 
     def _run(self, coroutine, timeout_s: float | None = None):
-        if self._loop is None:
-            self._loop = LoopThread()
-        return self._loop.run(coroutine, timeout_s or self.timeout_s)
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = LoopThread()
+            loop = self._loop
+        return loop.run(coroutine, timeout_s or self.timeout_s)
 
     def close(self) -> None:
         """Close the connections and stop the client's loop thread."""
-        if self._loop is not None:
-            self._loop.run(self._async.close(), 10)
-            self._loop.close()
-            self._loop = None
+        with self._loop_lock:
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.run(self._async.close(), 10)
+            loop.close()
 
     def models(self) -> list[dict]:
         """Return the node's /v1/models entries."""
