@@ -157,10 +157,10 @@ class EngineQueue:
             self._wakeup.clear()
             await self._wakeup.wait()
         await self._gather_more()
-        batch = []
-        for lane in (self._priority, self._pending):  # committee jobs first
-            while lane and len(batch) < self.max_batch_size:
-                batch.append(lane.popleft())
+        # Committee jobs run in a batch of their own: one token each, not held until an ordinary
+        # job of a thousand tokens ends beside them.
+        lane = self._priority if self._priority else self._pending
+        batch = [lane.popleft() for _ in range(min(len(lane), self.max_batch_size))]
         self.metrics.queue_depth.set(len(self._pending) + len(self._priority))
         return batch
 

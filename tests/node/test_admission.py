@@ -67,7 +67,7 @@ class RecordingEngine:
 async def test_the_committee_lane_has_slots_of_its_own_and_runs_first(start, served_tiny):
     engine = RecordingEngine(served_tiny.engine)
     node = await start(served=ServedModel("tiny", engine, served_tiny.tokenizer),
-                       queue={"max_queued_jobs": 3, "reserved_for_peers": 0, "reserved_for_committee": 1, "max_batch_size": 1, "batch_wait_ms": 0})
+                       queue={"max_queued_jobs": 3, "reserved_for_peers": 0, "reserved_for_committee": 1, "max_batch_size": 4, "batch_wait_ms": 0})
     worker = node.app[APP_WORKER]
     flood = [make_job(served_tiny, n, max_new_tokens=40) for n in range(1, 5)]
     running = worker.accept_job(flood[0], b"\x01" * 20, lane="peer")
@@ -82,8 +82,8 @@ async def test_the_committee_lane_has_slots_of_its_own_and_runs_first(start, ser
     with pytest.raises(QueueFull, match="committee lane holds 1"):
         worker.accept_job(make_job(served_tiny, 8, max_new_tokens=1), b"\x03" * 20, lane="committee")
     await worker.wait_job(compute_job_hash(committee))
-    order = [batch[0] for batch in engine.batches]
-    assert order[:2] == [flood[0].nonce, committee.nonce]  # right after the batch that was running
+    # right after the batch that was running, in a batch of its own (not held by 40-token jobs beside it)
+    assert engine.batches[:2] == [[flood[0].nonce], [committee.nonce]]
     await worker.wait_job(running)
 
 
