@@ -32,10 +32,10 @@ def get_allowed_senders(app: web.Application) -> frozenset[bytes]:
 
 def get_staked_peers(app: web.Application) -> frozenset[bytes] | None:
     """The nodes active and staked for this node's model, as the dispatcher role last read the Registry; None without a chain view."""
-    service = app.get(APP_SERVICE)
-    if service is None:
+    router = getattr(app.get(APP_SERVICE), "router", None)
+    if router is None:
         return None
-    return frozenset(entry.address for entry in service.router.view.workers if entry.stake_wei > 0)
+    return frozenset(entry.address for entry in router.view.workers if entry.stake_wei > 0)
 
 
 def verify_native_sender(app: web.Application, sender: bytes) -> None:
