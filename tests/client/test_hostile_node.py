@@ -8,7 +8,6 @@ transport: an oversized answer, a trickle, a body without ``choices``.
 """
 
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -185,4 +184,3 @@ def test_the_first_command_of_the_sdk_doc_works_on_a_node_with_a_real_jobs_addre
         node.stop()
     assert code == 0, err
     assert out.strip() and f"[not checked: deployment: the signature holds for chain 5, Jobs {jobs}" in err
-    json.dumps(out)
