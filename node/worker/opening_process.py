@@ -14,6 +14,7 @@ import json
 import multiprocessing
 import os
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 from verillm.errors import InvalidInput
@@ -35,7 +36,8 @@ def get_pool(workers: int) -> ProcessPoolExecutor:
     global _pool
     with _lock:
         if _pool is None:
-            pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+            pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=watch_parent, initargs=(os.getpid(),))
             for future in [pool.submit(_started) for _ in range(workers)]:  # all of them now, not one per burst
                 future.result()
             atexit.register(pool.shutdown, wait=False, cancel_futures=True)
@@ -50,6 +52,17 @@ async def start_pool(workers: int) -> ProcessPoolExecutor:
 
 def _started() -> int:
     return os.getpid()
+
+
+def watch_parent(parent: int) -> None:
+    """Pool initializer: exit as soon as the node that started this process is gone, so a node that
+    was SIGKILLed (or exited without shutting its pool down) leaves no process behind."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="verillm-opening-parent-watch", daemon=True).start()
 
 
 def _is_cell(value) -> bool:

@@ -12,6 +12,7 @@ as many polls of the idle node just before (a few ms on a quiet machine; this on
 import asyncio
 import gc
 import json
+import os
 import statistics
 import time
 
@@ -103,3 +104,31 @@ async def test_healthz_stays_under_100_ms_during_65536_cell_openings(daemon, tin
           f"during two {MAX_CELLS}-cell openings: {len(latencies)} polls, "
           f"median {statistics.median(latencies) * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms")
     assert len(latencies) >= 3 and max(latencies) < HEALTHZ_BUDGET_S + max(idle)
+
+
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_the_openings_processes_end_with_their_node(tmp_path, how):
+    """A node killed (or stopped) leaves none of its opening processes behind."""
+    node = NodeProcess(tmp_path)
+    node.start()
+    pool = {pid for pid in _children(node.process.pid) if "spawn_main" in open(f"/proc/{pid}/cmdline").read()}
+    assert len(pool) == 2  # limits.max_concurrent_openings, started with the daemon
+    node.kill() if how == "SIGKILL" else node.stop()
+    deadline = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/{pid}") and "spawn_main" in open(f"/proc/{pid}/cmdline").read() for pid in pool):
+        assert time.monotonic() < deadline, f"opening processes {pool} outlived their node"
+        time.sleep(0.2)
