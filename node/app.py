@@ -8,6 +8,7 @@ reverse: metrics → key → store → model (engine) → worker (batcher task, 
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import time
@@ -33,6 +34,7 @@ from verillm.node.routes import setup_routes
 from verillm.node.store.store import open_store
 from verillm.wire import from_hex
 from verillm.node.worker.worker import Worker
+from verillm.node.worker.opening_process import start_pool
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,8 @@ def _model_context(served: ServedModel | None):
 async def worker_context(app: web.Application):
     """Start the worker's batcher and re-queue jobs left unfinished by the last run."""
     config = app[APP_CONFIG]
-    worker = Worker(app[APP_MODEL], app[APP_STORE], app[APP_KEY], app[APP_DOMAIN], config.limits, config.queue, app[APP_METRICS])
+    worker = Worker(app[APP_MODEL], app[APP_STORE], app[APP_KEY], app[APP_DOMAIN], config.limits, config.queue, app[APP_METRICS],
+                    retention_s=config.store.retention_s)
     app[APP_WORKER] = worker
     batcher = asyncio.get_running_loop().create_task(worker.queue.run_forever(), name="verillm-batcher")
     worker.on_startup()
@@ -128,6 +131,12 @@ async def run_node(config: NodeConfig) -> None:
         loop.add_signal_handler(signum, stop.set)
     install_profile_toggle(loop)  # only with VERILLM_NODE_PROFILE set (`verillm bench node --profile`)
     runner, port = await start_node(config)
+    await start_pool(config.limits.max_concurrent_openings)  # the openings' processes, before any request needs one
+    # The model and every import are loaded now: freeze them out of the cyclic GC, whose full
+    # collections would otherwise walk ~450k objects (~0.3 s with the event loop stopped) each
+    # time a burst of requests (65,536 opening cells) allocates enough to trigger one.
+    gc.collect()
+    gc.freeze()
     log.info("verillm node %s serving %s on http://%s:%d", runner.app[APP_KEY].address_hex, runner.app[APP_MODEL].name, config.server.host, port)
     print(f"verillm node listening on http://{config.server.host}:{port}", flush=True)
     try:

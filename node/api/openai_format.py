@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from verillm.errors import InvalidInput
 from verillm.spec.types import SamplingParams
 
-from verillm.wire import job_to_json, promise_to_json, receipt_to_json, to_hex
+from verillm.wire import compute_stop_cut, job_to_json, promise_to_json, receipt_to_json, to_hex
 
 U64_MAX = 2**64 - 1
 # option -> the value that means "off"; anything else is refused with a 400 naming it.
@@ -123,21 +123,6 @@ def _parse_stop(value: object) -> tuple[str, ...]:
 
 
 # --- stop strings -----------------------------------------------------------------------------
-
-
-def compute_stop_cut(text: str, stops: tuple[str, ...]) -> int | None:
-    """Return where the earliest stop string begins in ``text``, or None when none occurs."""
-    hits = [i for i in (text.find(stop) for stop in stops) if i >= 0]
-    return min(hits) if hits else None
-
-
-def compute_stopped_text(text: str, finish_reason: str, stops: tuple[str, ...]) -> tuple[str, str, dict | None]:
-    """Return (text cut before the first stop string, finish_reason, the ``verillm.stop`` field or None)."""
-    cut = compute_stop_cut(text, stops)
-    if cut is None:
-        return text, finish_reason, None
-    matched = min((s for s in stops if text.find(s) == cut), key=len)
-    return text[:cut], "stop", {"string": matched, "text_chars": cut, "output_text_chars": len(text)}
 
 
 def _held_suffix(text: str, stops: tuple[str, ...]) -> int:

@@ -10,6 +10,7 @@ are ordinary JSON errors; an error after it started is sent as an ``{"error": ..
 
 import dataclasses
 import json
+import logging
 import secrets
 import time
 
@@ -19,7 +20,7 @@ from verillm.errors import VerillmError
 from verillm.spec.job import compute_job_hash
 from verillm.spec.types import Job
 
-from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_MODEL, APP_WORKER
+from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_METRICS, APP_MODEL, APP_WORKER
 from verillm.node.worker.engines import ServedModel, verify_model_name
 from verillm.node.api.http import get_status_url, read_json
 from verillm.node.middlewares import compute_error_body
@@ -33,7 +34,6 @@ from verillm.node.api.openai_format import (
     compute_role_chunk,
     compute_stream_chunks,
     compute_stream_head,
-    compute_stopped_text,
     compute_text_chunk,
     parse_chat_request,
     parse_completion_request,
@@ -46,7 +46,9 @@ from verillm.engine.text import (
     compute_text,
 )
 from verillm.node.api.streaming import stream_dispatch
-from verillm.wire import to_hex
+from verillm.wire import compute_stopped_text, to_hex
+
+log = logging.getLogger(__name__)
 
 
 async def get_models(request: web.Request) -> web.Response:
@@ -108,8 +110,17 @@ def _compute_reply(request: web.Request, result, chat: bool, created: int, stops
 
 
 async def _stream(request: web.Request, generation: GenerationRequest, job: Job, chat: bool) -> web.StreamResponse:
-    served, created = request.app[APP_MODEL], int(time.time())
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    try:
+        return await _write_stream(request, response, generation, job, chat)
+    except ConnectionResetError:  # the client hung up: its choice, not this node's fault (no ERROR, no internal_error)
+        request.app[APP_METRICS].http_errors.labels(code="client_disconnected").inc()
+        log.info("client %s dropped its stream of job 0x%s", request.remote, compute_job_hash(job).hex())
+        return response
+
+
+async def _write_stream(request: web.Request, response: web.StreamResponse, generation: GenerationRequest, job: Job, chat: bool) -> web.StreamResponse:
+    served, created = request.app[APP_MODEL], int(time.time())
     await response.prepare(request)
     if chat:
         await _send(response, compute_role_chunk(compute_response_id(True, compute_job_hash(job)), created, served.name))

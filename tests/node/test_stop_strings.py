@@ -9,7 +9,8 @@ string, and `verillm.stop` says where. A requester checks it from the receipt al
 import pytest
 from openai import AsyncOpenAI, BadRequestError
 
-from verillm.node.api.openai_format import StopFilter, compute_stopped_text
+from verillm.node.api.openai_format import StopFilter
+from verillm.wire import compute_stopped_text
 
 from test_openai_api import check_verillm_field
 

@@ -66,7 +66,7 @@ class JobTracker:
         self.jobs.append({"n": n, "completion": completion, "status": None, "body": {}, "settled": False})
         worker = self.name("0x" + completion.receipt.worker.hex())
         self.say(f"job {n}: {len(completion.tokens)} tokens from {worker}, receipt root 0x{completion.receipt.commitment_root.hex()[:12]}…  "
-                 f"{completion.text.strip()[:48]!r}")
+                 f"{(completion.text or '').strip()[:48]!r}")  # None: the SDK holds no tokenizer here
         self.say(f"job {n}: job hash 0x{completion.job_hash.hex()}")  # whole: what audit replay and the explorer take
 
     def poll(self) -> None:
