@@ -192,11 +192,11 @@ async def get_summary(request: web.Request) -> web.Response:
 
 async def get_jobs(request: web.Request) -> web.Response:
     """The jobs this node dispatched, newest first, filtered and paged."""
-    service = require_dispatch_service(request, "it has no network view")
     limit, offset = _page(request)
     status = compute_choice_param(request.query, "status", JOB_STATUSES)
     worker = compute_hex_param(request.query, "worker", 20)
     model = compute_hex_param(request.query, "model", 32)
+    service = require_dispatch_service(request, "it has no network view")  # after the input checks: bad input is a 400 on any node
     explorer, head = _explorer(service), service.watcher.head
     total, rows = explorer.get_job_page(head, service.chainio.preset.START_WINDOW_BLOCKS, limit, offset, status, worker, model)
     body = {"head": head, "total": total, "limit": limit, "offset": offset, "jobs": [compute_job_row(r, explorer) for r in rows]}
@@ -205,10 +205,10 @@ async def get_jobs(request: web.Request) -> web.Response:
 
 async def get_audits(request: web.Request) -> web.Response:
     """Every audit the chain started (any dispatcher's), newest first, filtered by outcome and worker, paged."""
-    service = require_dispatch_service(request, "it has no network view")
     limit, offset = _page(request)
     verdict = compute_choice_param(request.query, "verdict", AUDIT_VERDICTS)
     worker = compute_hex_param(request.query, "worker", 20)
+    service = require_dispatch_service(request, "it has no network view")  # after the input checks: bad input is a 400 on any node
     explorer = _explorer(service)
     total, rows = explorer.get_audit_page(limit, offset, verdict, worker)
     audits = []
@@ -254,8 +254,8 @@ def compute_replay_command(job_hash: bytes, origin: str) -> str:
 
 async def get_audit(request: web.Request) -> web.Response:
     """One audit (any dispatcher's): seats and conduct, slashes, timeline; while open, what happens next."""
-    service = require_dispatch_service(request, "it has no network view")
     audit_id = compute_int_param(request.match_info, "audit_id", 0, 0, 2**63 - 1)
+    service = require_dispatch_service(request, "it has no network view")  # after the input checks: bad input is a 400 on any node
     body = compute_audit_body(_explorer(service), audit_id)
     if body is None:
         raise NotFound(f"no audit {audit_id} among the events this node has recorded (head {service.watcher.head})")
@@ -292,8 +292,8 @@ async def get_node(request: web.Request) -> web.Response:
 
 
 async def get_batch(request: web.Request) -> web.Response:
-    service = require_dispatch_service(request, "it has no network view")
     batch_id = compute_int_param(request.match_info, "batch_id", 0, 0, 2**63 - 1)
+    service = require_dispatch_service(request, "it has no network view")  # after the input checks: bad input is a 400 on any node
     body = compute_batch_body(_explorer(service), batch_id, service.watcher.head, service.chainio.preset.START_WINDOW_BLOCKS)
     if body is None:
         raise NotFound(f"no batch {batch_id} among the events this node has recorded")
