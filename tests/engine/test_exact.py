@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from verillm.engine.attacks import ATTACKS, compute_fp8_kv
-from verillm.engine.exact import CPU_KERNEL_CLASS, compute_exact_fingerprints, compute_tree_sum, exact_kernels
+from verillm.engine.exact import compute_exact_fingerprints, compute_tree_sum, exact_kernels
+from verillm.engine.kernel_class import compute_kernel_class
 from verillm.engine.models import load_model
 from verillm.engine.torch_engine import TorchEngine, compute_fingerprints_torch
 from verillm.errors import ConfigError
@@ -49,7 +50,7 @@ def _audit(engine_pair, jobs, manifest, profile):
 
 def test_bf16_defaults_to_exact_and_the_class_is_part_of_the_model_id(exact_tiny):
     _, _, manifest = exact_tiny
-    assert manifest.kernel_class == CPU_KERNEL_CLASS and manifest.token_margin_micrologits == 0
+    assert manifest.kernel_class == compute_kernel_class(exact_tiny[0], manifest.fingerprint_dims) and manifest.token_margin_micrologits == 0
     tolerant = load_model("tiny", "bfloat16", mode="tolerance")[2]
     assert tolerant.kernel_class == "" and tolerant.token_margin_micrologits > 0
     assert compute_model_id(tolerant) != compute_model_id(manifest)

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from verillm.engine.exact import verify_kernel_class, compute_exact_fingerprints, exact_kernels, is_exact
+from verillm.engine.exact import compute_exact_fingerprints, exact_kernels, is_exact
+from verillm.engine.kernel_class import verify_kernel_class
 from verillm.engine.families import get_layer_module
 from verillm.errors import ConfigError
 from verillm.spec.commitment import JobTrace, compute_projection
@@ -138,7 +139,7 @@ class TorchEngine:
 
     def __init__(self, model, tokenizer, manifest: ModelManifest, max_batch_size: int = 8, num_threads: int | None = None, capture: bool = True):
         verify_model_matches(model, manifest)
-        verify_kernel_class(manifest)
+        verify_kernel_class(manifest, model)
         if max_batch_size < 1 or (num_threads is not None and num_threads < 1):
             raise ConfigError(f"max_batch_size ({max_batch_size}) and num_threads ({num_threads}) must be at least 1")
         self.model = model
