@@ -24,7 +24,7 @@ from verillm.spec.receipt import SigningDomain
 from verillm.spec.types import Challenge, Job, Opening, Receipt
 
 from verillm.node import faults
-from verillm.node.worker.commit import BatchRunner, JobOutput, compute_opening_from_blob
+from verillm.node.worker.commit import BatchRunner, JobOutput, compute_opening_from_blob, compute_opening_from_rebuild
 from verillm.node.config import LimitsConfig, QueueConfig
 from verillm.node.worker.engine_queue import EngineQueue
 from verillm.node.worker.engines import ServedModel
@@ -60,7 +60,7 @@ class Worker:
         self.metrics = metrics
         engine = served.engine
         self.queue = EngineQueue(
-            BatchRunner(engine, key, domain, metrics),
+            BatchRunner(engine, key, domain, metrics, retain_traces=not served.rebuilds_traces),
             metrics,
             max_queued_jobs=queue.max_queued_jobs,
             max_batch_size=queue.max_batch_size or engine.max_batch_size,
@@ -190,12 +190,19 @@ class Worker:
         started = time.perf_counter()
         blob = self.store.get_trace_blob(job_hash)
         faults.reach("opening_served")
-        layers = self.served.manifest.committed_layers
-        opening = await asyncio.get_running_loop().run_in_executor(None, compute_opening_from_blob, blob, receipt, layers, cells)
+        opening = await asyncio.get_running_loop().run_in_executor(None, self._compute_opening, record, blob, receipt, cells)
         self.metrics.opening_seconds.observe(time.perf_counter() - started)
         self.metrics.openings.inc()
         self.metrics.opened_cells.inc(len(cells))
         return opening
+
+
+    def _compute_opening(self, record: JobRecord, blob: bytes, receipt: Receipt, cells: list[tuple[int, int]]) -> Opening:
+        """Open from the retained blob, or (an empty blob: exact mode, token retention) from a rebuilt trace."""
+        layers = self.served.manifest.committed_layers
+        if blob:
+            return compute_opening_from_blob(blob, receipt, layers, cells)
+        return compute_opening_from_rebuild(self.served.engine, record.job, record.output_tokens or (), receipt, layers, cells)
 
 
 def _retrieve_exception(task: asyncio.Task) -> None:
