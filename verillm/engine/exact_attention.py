@@ -33,6 +33,8 @@ a function of its argument alone; the known-answer battery checks it at every of
 import math
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from verillm.errors import ConfigError
 
@@ -45,19 +47,21 @@ SHORT_WEIGHT_BITS = 21
 WEIGHT_BITS = 27
 SLICE_BITS = 14
 ROUNDING_MAGIC = 1.5 * 2.0**52
+EXPONENT_MASK = 0x7FF0000000000000
 # Query rows per block in a prefill: bounds the [rows, keys] float64 temporaries, and each block
 # only reads the keys any of its queries may attend (exact sums: dropped keys were zeros).
 QUERY_BLOCK_ROWS = 256
 
 
 def compute_power_of_two(values: torch.Tensor) -> torch.Tensor:
-    """Return 2^floor(log2 x) for each x ≥ 0 (1 where x is 0), exactly.
+    """Return 2^floor(log2 x) for each normal float64 x ≥ 0 (1 where x is 0), exactly.
 
-    x = m · 2^e with m in [0.5, 1) (frexp); x / 2m = 2^(e−1) is representable, so the
-    correctly rounded division returns it exactly (torch.ldexp goes through a float32 pow).
+    Keeps the exponent bits and clears the mantissa. The inputs here are never subnormal: a
+    row peak of bf16 values is at least 2^−133, and a query's largest weighted scale is at
+    least the scale of the key with weight 1.
     """
-    mantissa, _ = torch.frexp(values)
-    return torch.where(mantissa == 0, 1.0, values / torch.where(mantissa == 0, 1.0, 2.0 * mantissa))
+    power = (values.view(torch.int64) & EXPONENT_MASK).view(torch.float64)
+    return power.masked_fill_(power == 0, 1.0)
 
 
 def compute_canonical_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,7 +69,19 @@ def compute_canonical_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     x = x.double()
     magnitude = x.abs()
     peak = magnitude.amax(dim=-1, keepdim=True)
-    return torch.where(magnitude >= peak * ROW_FLUSH, x, 0.0), peak
+    return x.masked_fill_(magnitude < peak * ROW_FLUSH, 0.0).add_(0.0), peak
+
+
+def compute_canonical_kv(key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return the cache form of bf16 k, v [B, KV, T, D]: canonical k (float64) and [v / σ ‖ σ] [B, KV, T, D + 1].
+
+    σ is the power of two of the row's largest |v|; v / σ is exact. Rows are independent, so a
+    KV cache can hold this form and canonicalize only the rows each pass adds (`ExactCache`).
+    """
+    k, _ = compute_canonical_rows(key)
+    v, peak = compute_canonical_rows(value)
+    sigma = compute_power_of_two(peak)
+    return k, torch.cat([v.div_(sigma), sigma], dim=-1)
 
 
 def compute_rounded(x: torch.Tensor) -> torch.Tensor:
@@ -76,59 +92,53 @@ def compute_rounded(x: torch.Tensor) -> torch.Tensor:
     return x.add_(ROUNDING_MAGIC).sub_(ROUNDING_MAGIC)
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, vs: torch.Tensor, sigma: torch.Tensor, allowed: torch.Tensor, scaling: float) -> torch.Tensor:
-    """One block: q [B, KV, G, Tq, D], k [B, KV, Tk, D], vs (v / σ) [B, KV, Tk, D], σ [B, KV, 1, 1, Tk], allowed [B, 1, 1, Tq, Tk].
+def _attend(q: torch.Tensor, k: torch.Tensor, vsig: torch.Tensor, allowed: torch.Tensor, scaling: float) -> torch.Tensor:
+    """One block: q [B, KV, G, Tq, D] (canonical), k [B, KV, Tk, D], vsig [B, KV, Tk, D + 1], allowed [B, 1, 1, Tq, Tk].
 
     In-place ops on two [B, KV, G, Tq, Tk] buffers: a fresh large tensor per op costs more in
     page faults than the op itself.
     """
     b, kv, g, tq, d = q.shape
+    sigma = vsig[..., d].unsqueeze(2).unsqueeze(3)  # [B, KV, 1, 1, Tk]
     weights = torch.matmul(q.reshape(b, kv, g * tq, d), k.transpose(-1, -2)).view(b, kv, g, tq, -1)
-    weights.mul_(scaling).masked_fill_(~allowed, -math.inf)
+    weights.mul_(scaling).masked_fill_(allowed.logical_not(), -math.inf)
     best = weights.amax(dim=-1, keepdim=True)
     weights.sub_(best.masked_fill_(best == -math.inf, 0.0)).exp_()  # masked keys → exactly 0
-    count = allowed.sum(dim=-1, keepdim=True)  # keys each query attends: the same in decode and prefill
     scratch = torch.mul(weights, 2.0**DENOMINATOR_BITS)
-    denominator = compute_rounded(scratch).sum(dim=-1, keepdim=True)
+    denominator = compute_rounded(scratch).sum(dim=-1, keepdim=True).clamp_min_(1.0)  # 0 only with no key (numerator 0)
+    long_rows = allowed.sum(dim=-1, keepdim=True) > SHORT_KEYS  # keys each query attends: the same in decode and prefill
+    scale = long_rows * (2.0**WEIGHT_BITS - 2.0**SHORT_WEIGHT_BITS) + 2.0**SHORT_WEIGHT_BITS  # exact: a power of two
     u = weights.mul_(sigma)
     gamma = compute_power_of_two(u.amax(dim=-1, keepdim=True))
-    short = count <= SHORT_KEYS
-    scale = torch.where(short, 2.0**SHORT_WEIGHT_BITS, 2.0**WEIGHT_BITS).to(torch.float64)
-    units = compute_rounded(u.mul_(scale / gamma))  # exact power-of-two scaling, then integers
-    rows = units.reshape(b, kv, g * tq, -1)
-    if bool(short.all()):
-        numerator = torch.matmul(rows, vs)  # units < 2^22: one exact sum
+    units = compute_rounded(u.mul_(scale / gamma)).reshape(b, kv, g * tq, -1)  # exact scaling, then integers
+    if not bool(long_rows.any()):
+        numerator = torch.matmul(units, vsig)  # units < 2^22: one exact sum (column D: unused)
     else:
-        high = compute_rounded(torch.mul(units, 2.0**-SLICE_BITS, out=scratch))
-        low = units.add_(high, alpha=-(2.0**SLICE_BITS))  # exact: integers, |low| ≤ 2^13
-        numerator = torch.matmul(high.reshape(rows.shape), vs).mul_(2.0**SLICE_BITS)  # exact sum, exact scaling
-        numerator.add_(torch.matmul(low.reshape(rows.shape), vs))  # the one rounding
-    numerator = numerator.view(b, kv, g, tq, d).mul_(gamma * (2.0**DENOMINATOR_BITS / scale))
-    positive = denominator > 0
-    out = numerator.div_(torch.where(positive, denominator, 1.0)).masked_fill_(~positive, 0.0)
-    return out.add_(0.0)  # −0 → +0: a zero sum's sign must not depend on which zeros were added
+        high = compute_rounded(torch.mul(units, 2.0**-SLICE_BITS, out=scratch.view(units.shape)))
+        low = units.sub_(high * 2.0**SLICE_BITS)  # exact: integers, |low| ≤ 2^13
+        numerator = torch.matmul(high, vsig).mul_(2.0**SLICE_BITS)  # exact sum, exact scaling
+        numerator.add_(torch.matmul(low, vsig))  # the one rounding
+    numerator = numerator[..., :d].view(b, kv, g, tq, d).mul_(gamma * (2.0**DENOMINATOR_BITS / scale))
+    return numerator.div_(denominator).add_(0.0)  # −0 → +0: a zero sum's sign must not depend on which zeros were added
 
 
 def compute_exact_sum_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor, scaling: float) -> torch.Tensor:
-    """Attention over bf16 q [B, H, Tq, D], k/v [B, KV, Tk, D] with boolean ``allowed`` [B, 1, Tq, Tk]; returns [B, Tq, H, D] in q's dtype."""
+    """Attention over bf16 q [B, H, Tq, D] and k/v [B, KV, Tk, D] (or their cache form, `compute_canonical_kv`)
+    with boolean ``allowed`` [B, 1, Tq, Tk]; returns [B, Tq, H, D] in q's dtype."""
     b, h, tq, d = query.shape
     kv, tk = key.shape[1], key.shape[2]
     if d > MAX_HEAD_DIM or tk > MAX_KEYS or h % kv:
         raise ConfigError(f"exact attention supports head dim ≤ {MAX_HEAD_DIM}, ≤ {MAX_KEYS} keys and whole query groups; got D={d}, {tk} keys, {h}/{kv} heads")
-    q, _ = compute_canonical_rows(query)
-    k, _ = compute_canonical_rows(key)
-    v, peak = compute_canonical_rows(value)
-    sigma = compute_power_of_two(peak)  # [B, KV, Tk, 1]
-    vs = v / sigma
-    sigma = sigma.transpose(-1, -2).unsqueeze(2)  # [B, KV, 1, 1, Tk]
-    q = q.view(b, kv, h // kv, tq, d)
+    if key.dtype != torch.float64:
+        key, value = compute_canonical_kv(key, value)
+    q = compute_canonical_rows(query)[0].view(b, kv, h // kv, tq, d)
     allowed = allowed[..., :tk].unsqueeze(1)  # [B, 1, 1, Tq, Tk]
     blocks = []
     for start in range(0, tq, QUERY_BLOCK_ROWS):
         stop = min(start + QUERY_BLOCK_ROWS, tq)
         block = allowed[..., start:stop, :]
         extent = tk if tq <= QUERY_BLOCK_ROWS else _get_key_extent(block)
-        blocks.append(_attend(q[:, :, :, start:stop], k[:, :, :extent], vs[:, :, :extent], sigma[..., :extent], block[..., :extent], scaling))
+        blocks.append(_attend(q[:, :, :, start:stop], key[:, :, :extent], value[:, :, :extent], block[..., :extent], scaling))
     out = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=3)
     return out.reshape(b, h, tq, d).to(query.dtype).transpose(1, 2).contiguous()
 
@@ -137,3 +147,85 @@ def _get_key_extent(allowed: torch.Tensor) -> int:
     """Return 1 + the last key index any query of the block may attend (at least 1)."""
     columns = allowed.reshape(-1, allowed.shape[-1]).any(dim=0).nonzero()
     return int(columns[-1]) + 1 if len(columns) else 1
+
+
+# --- the KV cache in canonical form ---------------------------------------------------------
+
+MIN_CACHE_CAPACITY = 64
+
+
+class ExactLayer(DynamicLayer):
+    """A cache layer holding `compute_canonical_kv`'s form: each pass canonicalizes only the rows it adds.
+
+    Rows live in buffers that double when full, so a decode step writes its row in place
+    instead of copying the whole cache (float64 rows are 4× the bytes of bf16 ones).
+    ``keys`` / ``values`` are views of the filled part; attacks that rewrite cache entries in
+    place (`engine/attacks.py`) write through them.
+    """
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = torch.float64, key_states.device
+        self._key_buffer = self._value_buffer = None
+        self.length = 0
+        self.keys = self.values = torch.tensor([], dtype=torch.float64, device=self.device)
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        keys, values = compute_canonical_kv(key_states, value_states)
+        count = keys.shape[-2]
+        if self._key_buffer is None or self.length + count > self._key_buffer.shape[-2]:
+            self._grow(keys, values, max(MIN_CACHE_CAPACITY, 2 * (self.length + count)))
+        self._key_buffer[..., self.length : self.length + count, :] = keys
+        self._value_buffer[..., self.length : self.length + count, :] = values
+        self.length += count
+        self._expose()
+        return self.keys, self.values
+
+    def _grow(self, keys: torch.Tensor, values: torch.Tensor, capacity: int) -> None:
+        key_buffer = keys.new_zeros((*keys.shape[:-2], capacity, keys.shape[-1]))
+        value_buffer = values.new_zeros((*values.shape[:-2], capacity, values.shape[-1]))
+        if self.length:
+            key_buffer[..., : self.length, :] = self.keys
+            value_buffer[..., : self.length, :] = self.values
+        self._key_buffer, self._value_buffer = key_buffer, value_buffer
+
+    def _expose(self) -> None:
+        self.keys = self._key_buffer[..., : self.length, :]
+        self.values = self._value_buffer[..., : self.length, :]
+
+    def get_seq_length(self) -> int:
+        return self.length if self.is_initialized else 0
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.length:
+            self._key_buffer, self._value_buffer = self._key_buffer[indices], self._value_buffer[indices]
+            self._expose()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.length:
+            self._key_buffer = self._key_buffer.repeat_interleave(repeats, dim=0)
+            self._value_buffer = self._value_buffer.repeat_interleave(repeats, dim=0)
+            self._expose()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove < 0:
+            self.length = max(0, self.length + tokens_to_remove)
+            self._expose()
+
+    def reset(self) -> None:
+        self._key_buffer = self._value_buffer = None
+        self.length = 0
+        super().reset()
+
+
+def make_exact_cache(config) -> DynamicCache:
+    """Return a DynamicCache for ``config`` whose full-attention layers hold the canonical form.
+
+    Sliding-window layers keep transformers' own layer (bf16 rows, canonicalized by the
+    attention at every pass: the same bits, more work).
+    """
+    cache = DynamicCache(config=config)
+    cache.layers = [ExactLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from verillm.engine.exact import compute_exact_fingerprints, compute_row_invariant_linear
-from verillm.engine.exact_attention import SHORT_KEYS, compute_exact_sum_attention
+from verillm.engine.exact_attention import SHORT_KEYS, compute_canonical_kv, compute_exact_sum_attention
 from verillm.errors import ConfigError
 from verillm.spec.hashing import blake3_digest
 from verillm.spec.types import ModelManifest
@@ -106,7 +106,8 @@ def _run_attention(heads: int, kv_heads: int, head_dim: int, scaling: float, dev
             for position in sorted({pad, width - 1, *range(pad, width, max(1, real // DECODE_CHECKS))}):
                 keys = slice(pad, position + 1)
                 allowed = torch.ones((1, 1, 1, position + 1 - pad), dtype=torch.bool, device=device)
-                step = compute_exact_sum_attention(q[row : row + 1, :, position : position + 1], k[row : row + 1, :, keys], v[row : row + 1, :, keys], allowed, scaling)
+                cached_k, cached_v = compute_canonical_kv(k[row : row + 1, :, keys], v[row : row + 1, :, keys])  # the decode path: the cache form
+                step = compute_exact_sum_attention(q[row : row + 1, :, position : position + 1], cached_k, cached_v, allowed, scaling)
                 _verify_equal(f"attention decode vs prefill at {position - pad + 1} keys", step[0, 0], prefill[row, position])
         outputs.append(prefill)
     values = torch.linspace(-700.0, 0.0, 4099, dtype=torch.float64, device=device)

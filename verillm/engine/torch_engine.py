@@ -23,6 +23,7 @@ import torch
 from transformers import DynamicCache
 
 from verillm.engine.exact import compute_exact_fingerprints, exact_kernels, is_exact
+from verillm.engine.exact_attention import make_exact_cache
 from verillm.engine.kernel_class import verify_kernel_class
 from verillm.engine.families import get_layer_module
 from verillm.errors import ConfigError
@@ -208,7 +209,7 @@ class TorchEngine:
     def _run_batch(self, jobs: list[Job]) -> list[JobTrace]:
         rows = [_Row(slot=i, job=job) for i, job in enumerate(jobs)]
         captured = _Captured()
-        cache = DynamicCache(config=self.model.config)
+        cache = make_exact_cache(self.model.config) if self.exact else DynamicCache(config=self.model.config)
         mask = self._prefill(rows, cache, captured)
         active = rows
         while True:
