@@ -92,26 +92,36 @@ def compute_rounded(x: torch.Tensor) -> torch.Tensor:
     return x.add_(ROUNDING_MAGIC).sub_(ROUNDING_MAGIC)
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, vsig: torch.Tensor, allowed: torch.Tensor, scaling: float) -> torch.Tensor:
-    """One block: q [B, KV, G, Tq, D] (canonical), k [B, KV, Tk, D], vsig [B, KV, Tk, D + 1], allowed [B, 1, 1, Tq, Tk].
+def _attend(q: torch.Tensor, k: torch.Tensor, vsig: torch.Tensor, allowed: torch.Tensor | None, scaling: float) -> torch.Tensor:
+    """One block: q [B, KV, G, Tq, D] (canonical), k [B, KV, Tk, D], vsig [B, KV, Tk, D + 1], allowed [B, 1, 1, Tq, Tk]
+    (None: every query may attend every key, as in a one-row decode step; fewer ops, the same values).
 
     In-place ops on two [B, KV, G, Tq, Tk] buffers: a fresh large tensor per op costs more in
     page faults than the op itself.
     """
     b, kv, g, tq, d = q.shape
     sigma = vsig[..., d].unsqueeze(2).unsqueeze(3)  # [B, KV, 1, 1, Tk]
-    weights = torch.matmul(q.reshape(b, kv, g * tq, d), k.transpose(-1, -2)).view(b, kv, g, tq, -1)
-    weights.mul_(scaling).masked_fill_(allowed.logical_not(), -math.inf)
+    weights = torch.matmul(q.reshape(b, kv, g * tq, d), k.transpose(-1, -2)).view(b, kv, g, tq, -1).mul_(scaling)
+    if allowed is not None:
+        weights.masked_fill_(allowed.logical_not(), -math.inf)
     best = weights.amax(dim=-1, keepdim=True)
-    weights.sub_(best.masked_fill_(best == -math.inf, 0.0)).exp_()  # masked keys → exactly 0
-    scratch = torch.mul(weights, 2.0**DENOMINATOR_BITS)
-    denominator = compute_rounded(scratch).sum(dim=-1, keepdim=True).clamp_min_(1.0)  # 0 only with no key (numerator 0)
-    long_rows = allowed.sum(dim=-1, keepdim=True) > SHORT_KEYS  # keys each query attends: the same in decode and prefill
-    scale = long_rows * (2.0**WEIGHT_BITS - 2.0**SHORT_WEIGHT_BITS) + 2.0**SHORT_WEIGHT_BITS  # exact: a power of two
+    if allowed is not None:
+        best.masked_fill_(best == -math.inf, 0.0)
+    weights.sub_(best).exp_()  # masked keys → exactly 0
+    scratch = torch.add(ROUNDING_MAGIC, weights, alpha=2.0**DENOMINATOR_BITS)  # the weight on 2^−36, + magic: one rounding
+    denominator = scratch.sub_(ROUNDING_MAGIC).sum(dim=-1, keepdim=True).clamp_min_(1.0)  # exact; 0 only with no key
+    # Bits of a query's weights: from how many keys it attends (the same in decode and prefill).
+    if allowed is None:
+        scale = 2.0**WEIGHT_BITS if k.shape[-2] > SHORT_KEYS else 2.0**SHORT_WEIGHT_BITS
+        long_rows = k.shape[-2] > SHORT_KEYS
+    else:
+        long_mask = allowed.sum(dim=-1, keepdim=True) > SHORT_KEYS
+        scale = long_mask * (2.0**WEIGHT_BITS - 2.0**SHORT_WEIGHT_BITS) + 2.0**SHORT_WEIGHT_BITS  # exact: a power of two
+        long_rows = bool(long_mask.any())
     u = weights.mul_(sigma)
     gamma = compute_power_of_two(u.amax(dim=-1, keepdim=True))
     units = compute_rounded(u.mul_(scale / gamma)).reshape(b, kv, g * tq, -1)  # exact scaling, then integers
-    if not bool(long_rows.any()):
+    if not long_rows:
         numerator = torch.matmul(units, vsig)  # units < 2^22: one exact sum (column D: unused)
     else:
         high = compute_rounded(torch.mul(units, 2.0**-SLICE_BITS, out=scratch.view(units.shape)))
@@ -133,6 +143,8 @@ def compute_exact_sum_attention(query: torch.Tensor, key: torch.Tensor, value: t
         key, value = compute_canonical_kv(key, value)
     q = compute_canonical_rows(query)[0].view(b, kv, h // kv, tq, d)
     allowed = allowed[..., :tk].unsqueeze(1)  # [B, 1, 1, Tq, Tk]
+    if tq == 1 and bool(allowed.all()):
+        return _attend(q, key, value, None, scaling).reshape(b, h, 1, d).to(query.dtype).transpose(1, 2)
     blocks = []
     for start in range(0, tq, QUERY_BLOCK_ROWS):
         stop = min(start + QUERY_BLOCK_ROWS, tq)
