@@ -145,14 +145,32 @@ def compute_exact_sum_attention(query: torch.Tensor, key: torch.Tensor, value: t
     allowed = allowed[..., :tk].unsqueeze(1)  # [B, 1, 1, Tq, Tk]
     if tq == 1 and bool(allowed.all()):
         return _attend(q, key, value, None, scaling).reshape(b, h, 1, d).to(query.dtype).transpose(1, 2)
-    blocks = []
-    for start in range(0, tq, QUERY_BLOCK_ROWS):
-        stop = min(start + QUERY_BLOCK_ROWS, tq)
-        block = allowed[..., start:stop, :]
-        extent = tk if tq <= QUERY_BLOCK_ROWS else _get_key_extent(block)
-        blocks.append(_attend(q[:, :, :, start:stop], key[:, :, :extent], value[:, :, :extent], block[..., :extent], scaling))
-    out = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=3)
+    if tq == 1:
+        out = _attend(q, key, value, allowed, scaling)
+    else:  # a prefill: row by row, each over its own queries and keys only (left padding costs nothing)
+        out = torch.zeros_like(q)
+        for row in range(b):
+            _prefill_row(q[row : row + 1], key[row : row + 1], value[row : row + 1], allowed[row : row + 1], scaling, out[row : row + 1])
     return out.reshape(b, h, tq, d).to(query.dtype).transpose(1, 2).contiguous()
+
+
+def _prefill_row(q: torch.Tensor, k: torch.Tensor, vsig: torch.Tensor, allowed: torch.Tensor, scaling: float, out: torch.Tensor) -> None:
+    """Write one batch row's attention into ``out`` [1, KV, G, Tq, D] (left as zeros for queries that attend no key).
+
+    Only the queries that attend a key and the keys some query attends are computed, in
+    blocks of QUERY_BLOCK_ROWS queries that each read only the keys up to the last one they
+    may attend. Every dropped key or query contributed exact zeros: the same bits.
+    """
+    attended = allowed[0, 0, 0]  # [Tq, Tk]
+    queries, keys = attended.any(dim=1).nonzero(), attended.any(dim=0).nonzero()
+    if not len(queries):
+        return
+    q_first, k_first = int(queries[0]), int(keys[0])
+    for start in range(q_first, q.shape[3], QUERY_BLOCK_ROWS):
+        stop = min(start + QUERY_BLOCK_ROWS, q.shape[3])
+        block = allowed[..., start:stop, k_first:]
+        extent = k_first + _get_key_extent(block)
+        out[:, :, :, start:stop] = _attend(q[:, :, :, start:stop], k[:, :, k_first:extent], vsig[:, :, k_first:extent], allowed[..., start:stop, k_first:extent], scaling)
 
 
 def _get_key_extent(allowed: torch.Tensor) -> int:
