@@ -60,11 +60,12 @@ def _run_in_batches(engines: dict, rng: random.Random, jobs: list[Job]) -> tuple
     return traces, configs
 
 
-def run_honest_audits(model, tokenizer, manifest, model_name: str, audits: int, max_new_tokens: int = 24, seed: str = "audits", long_prompt_tokens: int = 700, progress: Callable[[str], None] | None = None, chunk: int = 64, threads: tuple[int, ...] = (1, 2)) -> dict:
+def run_honest_audits(model, tokenizer, manifest, model_name: str, audits: int, max_new_tokens: int = 24, seed: str = "audits", long_prompt_tokens: int = 700, progress: Callable[[str], None] | None = None, chunk: int = 64, threads: tuple[int, ...] = (1, 2), on_chunk: Callable[[dict], None] | None = None) -> dict:
     """Run ``audits`` fresh honest audits (worker and member: this machine, this kernel class); return the counts.
 
     ``threads``: the torch thread counts each batch draws from (1 and 2 by default; on a
     machine whose cores are busy a 2-thread run spin-waits, so a count of 1 alone is faster).
+    ``on_chunk(report)`` gets the counts so far after every ``chunk`` audits (a long run keeps them).
     """
     profile = select_profile(manifest, model_name)
     engines = {t: TorchEngine(model, tokenizer, manifest, max_batch_size=MAX_BATCH, num_threads=t) for t in threads}
@@ -94,6 +95,12 @@ def run_honest_audits(model, tokenizer, manifest, model_name: str, audits: int, 
         report["batch_shapes"].update(worker_configs + member_configs)
         if progress:
             progress(f"{report['audits']}/{audits} audits, {report['false_rejections']} false rejections, {report['differing_positions']} differing positions")
-    report["batch_shapes"] = sorted(report["batch_shapes"])
-    report.update(model=model_name, kernel_class=manifest.kernel_class, seed=seed, max_new_tokens=max_new_tokens, threads=list(threads), cpu_s=time.process_time() - started)
-    return report
+        if on_chunk:
+            on_chunk(_finished(report, model_name, manifest, seed, max_new_tokens, threads, started))
+    return _finished(report, model_name, manifest, seed, max_new_tokens, threads, started)
+
+
+def _finished(report: dict, model_name: str, manifest, seed: str, max_new_tokens: int, threads: tuple[int, ...], started: float) -> dict:
+    """The report as written: JSON-safe, with what produced it."""
+    meta = {"model": model_name, "kernel_class": manifest.kernel_class, "seed": seed, "max_new_tokens": max_new_tokens, "threads": list(threads), "cpu_s": time.process_time() - started}
+    return {**report, "batch_shapes": sorted(report["batch_shapes"]), **meta}

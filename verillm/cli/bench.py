@@ -122,7 +122,10 @@ def audits(model_name, audit_count, max_new_tokens, long_prompt_tokens, seed_nam
 
     model, tokenizer, manifest = load_model(model_name, "bfloat16", mode="exact")
     threads = tuple(int(t) for t in thread_counts.split(","))
-    report = run_honest_audits(model, tokenizer, manifest, model_name, audit_count, max_new_tokens, seed_name, long_prompt_tokens, progress=lambda line: click.echo(line, err=True), threads=threads)
+    report = run_honest_audits(
+        model, tokenizer, manifest, model_name, audit_count, max_new_tokens, seed_name, long_prompt_tokens,
+        progress=lambda line: click.echo(line, err=True), threads=threads, on_chunk=lambda partial: write_json(json_path, partial),
+    )
     click.echo(format_table(["metric", "value"], [[k, v] for k, v in report.items() if not isinstance(v, (list, dict))]))
     write_json(json_path, report)
     if report["false_rejections"] or report["differing_positions"]:
