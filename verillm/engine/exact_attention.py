@@ -69,7 +69,7 @@ def compute_canonical_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     x = x.double()
     magnitude = x.abs()
     peak = magnitude.amax(dim=-1, keepdim=True)
-    return x.masked_fill_(magnitude < peak * ROW_FLUSH, 0.0).add_(0.0), peak
+    return x.masked_fill_(magnitude < peak * ROW_FLUSH, 0.0), peak  # a −0 kept here only ever adds to exact sums
 
 
 def compute_canonical_kv(key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
