@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from verillm.engine.exact_attention import compute_exact_sum_attention
+from verillm.engine.exact_attention import compute_canonical_rows, compute_exact_sum_attention, compute_power_of_two, compute_rounded
 from verillm.engine.models import load_model
 from verillm.engine.torch_engine import TorchEngine
 from verillm.spec.job import compute_verification_job
@@ -84,3 +84,13 @@ def test_exact_sum_attention_does_not_depend_on_the_order_of_the_keys():
     order = torch.randperm(600, generator=generator)
     first = compute_exact_sum_attention(q, k, v, allowed, 0.2)
     assert torch.equal(first.view(torch.int16), compute_exact_sum_attention(q, k[:, :, order], v[:, :, order], allowed[..., order], 0.2).view(torch.int16))
+
+
+def test_the_exact_helpers_are_exact():
+    values = torch.tensor([0.0, 1.0, 1.5, 3.0 * 2.0**-130, 2.0**100 * 1.75, 0.999999], dtype=torch.float64)
+    assert compute_power_of_two(values).tolist() == [1.0, 1.0, 1.0, 2.0**-129, 2.0**100, 0.5]
+    halves = torch.tensor([0.5, 1.5, 2.5, -0.5, 2.0**40 + 0.5, 7.49], dtype=torch.float64)
+    assert compute_rounded(halves.clone()).tolist() == [0.0, 2.0, 2.0, -0.0, 2.0**40, 7.0]  # ties to even
+    rows = torch.tensor([[1.0, 2.0**-14, 2.0**-15, -0.5], [0.0, 0.0, 0.0, 0.0]], dtype=torch.bfloat16)
+    canonical, peak = compute_canonical_rows(rows)  # kept: ≥ 2^−14 of the row's largest |x|
+    assert canonical.tolist() == [[1.0, 2.0**-14, 0.0, -0.5], [0.0, 0.0, 0.0, 0.0]] and peak[:, 0].tolist() == [1.0, 0.0]
