@@ -34,6 +34,7 @@ from verillm.bench.cost import _timed, make_cost_job
 from verillm.bench.workloads import Workload, make_jobs
 from verillm.engine.exact import exact_kernels
 from verillm.engine.torch_engine import TorchEngine
+from verillm.errors import ConfigError
 from verillm.node.worker.commit import compute_rebuilt_trace
 from verillm.node.worker.trace_blob import encode_trace_blob
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
@@ -178,6 +179,8 @@ def estimate_canonical_pass_overhead(regeneration: dict, verify_over_generate: f
 
 def measure_exact_cost(model, tokenizer, manifest, model_name: str, prompt_tokens: int, output_tokens: int, repeats: int, regeneration_jobs: int, batches: tuple[int, ...] = (1, 8)) -> dict:
     """Return the exact-mode cost report (see module docstring); ``report["components"]`` holds the tables."""
+    if 1 not in batches:
+        raise ConfigError(f"batch sizes {list(batches)} must include 1: the verification ratio is against batch-1 generation")
     no_stop = dataclasses.replace(manifest, stop_tokens=())
     report: dict = {"mode": "exact", "kernel_class": manifest.kernel_class, "components": {}}
     for batch in batches:

@@ -33,9 +33,10 @@ def bench():
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads; times are process CPU time, exact with 1.")
 @click.option("--engine", "engine_kind", type=click.Choice(["torch", "vllm"]), default="torch", show_default=True, help="vllm needs the vLLM environment (make test-vllm builds .venv-vllm).")
 @click.option("--mode", type=click.Choice(["exact", "tolerance"]), default=None, help="Verification mode (default: exact for bf16, tolerance for fp32).")
+@click.option("--batches", "batch_sizes", default="1,8", show_default=True, help="Exact mode: batch sizes of the component table.")
 @click.option("--regeneration-jobs", type=int, default=None, help="Exact mode: jobs decoded with stock kernels to measure the canonical-pass design's regenerations (default 64 tiny, 16 smollm2; 0 skips).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engine_kind, mode, regeneration_jobs, json_path):
+def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engine_kind, mode, batch_sizes, regeneration_jobs, json_path):
     """Verification cost, commitment overhead, retained bytes, check time (batch 1)."""
     import torch
 
@@ -64,6 +65,7 @@ def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engi
         report = measure_exact_cost(
             model, tokenizer, manifest, model_name, prompt_tokens or (512 if tiny else 256), output_tokens or (512 if tiny else 256),
             repeats or (7 if tiny else 3), (64 if tiny else 16) if regeneration_jobs is None else regeneration_jobs,
+            tuple(int(b) for b in batch_sizes.split(",")),
         )
         report = {"model": model_name, "dtype": dtype, "engine": "torch", "clock": "process_cpu", "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), **report}
         click.echo(format_table(["metric", "value"], [[k, v] for k, v in report.items() if not isinstance(v, (list, dict))]))
