@@ -116,8 +116,9 @@ def detect(model_name, dtype, job_count, attack_jobs, max_new_tokens, attack_nam
 @click.option("--long-prompt-tokens", type=int, default=700, show_default=True, help="Longest prompt drawn (5% of jobs are past 512 tokens).")
 @click.option("--seed", "seed_name", default="audits", show_default=True, help="Names the job set; change it for a fresh, independent sample.")
 @click.option("--threads", "thread_counts", default="1,2", show_default=True, help="Torch thread counts the batches draw from.")
+@click.option("--chunk", type=int, default=64, show_default=True, help="Audits per round (jobs drawn, run, checked; the JSON is rewritten after each).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def audits(model_name, audit_count, max_new_tokens, long_prompt_tokens, seed_name, thread_counts, json_path):
+def audits(model_name, audit_count, max_new_tokens, long_prompt_tokens, seed_name, thread_counts, chunk, json_path):
     """Fresh honest bf16 exact-mode audits: false rejections and differing positions (both must be 0)."""
     from verillm.bench.audits import run_honest_audits
     from verillm.engine.models import load_model
@@ -126,7 +127,7 @@ def audits(model_name, audit_count, max_new_tokens, long_prompt_tokens, seed_nam
     threads = tuple(int(t) for t in thread_counts.split(","))
     report = run_honest_audits(
         model, tokenizer, manifest, model_name, audit_count, max_new_tokens, seed_name, long_prompt_tokens,
-        progress=lambda line: click.echo(line, err=True), threads=threads, on_chunk=lambda partial: write_json(json_path, partial),
+        progress=lambda line: click.echo(line, err=True), chunk=chunk, threads=threads, on_chunk=lambda partial: write_json(json_path, partial),
     )
     click.echo(format_table(["metric", "value"], [[k, v] for k, v in report.items() if not isinstance(v, (list, dict))]))
     write_json(json_path, report)
