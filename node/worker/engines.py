@@ -25,6 +25,13 @@ class ServedModel:
     engine: Engine
     tokenizer: Any
     """A Hugging Face tokenizer: encode/decode and apply_chat_template."""
+    retention: str = "tokens"
+    """What the worker keeps of a job for openings (`EngineConfig.retention`)."""
+
+    @property
+    def rebuilds_traces(self) -> bool:
+        """Exact mode with token retention: openings re-run the job's prefill instead of reading a stored trace."""
+        return self.retention == "tokens" and bool(self.manifest.kernel_class)
 
     @property
     def manifest(self) -> ModelManifest:
@@ -55,9 +62,9 @@ def build_torch_model(config: EngineConfig) -> ServedModel:
     from verillm.engine.models import load_model
     from verillm.engine.torch_engine import TorchEngine
 
-    model, tokenizer, manifest = load_model(config.model, config.dtype, get_preset(config.preset))
+    model, tokenizer, manifest = load_model(config.model, config.dtype, get_preset(config.preset), kernel_class=config.kernel_class or None)
     engine = TorchEngine(model, tokenizer, manifest, num_threads=config.threads or None)
-    return ServedModel(alias=config.model, engine=engine, tokenizer=tokenizer)
+    return ServedModel(alias=config.model, engine=engine, tokenizer=tokenizer, retention=config.retention)
 
 
 def build_vllm_model(config: EngineConfig) -> ServedModel:
@@ -69,6 +76,7 @@ def build_vllm_model(config: EngineConfig) -> ServedModel:
 
 
 ENGINE_BUILDERS = {"torch": build_torch_model, "vllm": build_vllm_model}
+RETENTIONS = ("tokens", "full")
 
 
 def build_served_model(config: EngineConfig) -> ServedModel:
@@ -77,6 +85,8 @@ def build_served_model(config: EngineConfig) -> ServedModel:
 
     if config.kind not in ENGINE_BUILDERS:
         raise ConfigError(f"engine.kind {config.kind!r} is not available; known: {sorted(ENGINE_BUILDERS)}")
+    if config.retention not in RETENTIONS:
+        raise ConfigError(f"engine.retention {config.retention!r} is not one of {list(RETENTIONS)}")
     served = ENGINE_BUILDERS[config.kind](config)
     check_servable(config.model, served.manifest, served.model_id, config.profile_dir)
     return served

@@ -21,7 +21,7 @@ from verillm.errors import InvalidInput
 from verillm.jsonsafe import load_json
 from verillm.spec.challenge import compute_opened_cells
 from verillm.spec.encoding import decode
-from verillm.spec.types import Challenge, Receipt
+from verillm.spec.types import Challenge, Opening, Receipt
 from verillm.wire import from_hex, opening_to_json, to_hex
 
 from verillm.node.worker.commit import compute_opening_from_blob
@@ -95,13 +95,23 @@ def compute_unique_cells(cells) -> list[tuple[int, int]]:
     return sorted(set(cells))
 
 
-def compute_opening_answer(job_hash: bytes, payload: bytes, blob: bytes, encoded_receipt: bytes, layers: tuple[int, ...], max_cells: int) -> tuple[bytes, int]:
-    """The JSON answer to an opening request and the number of leaves it opens (runs in the pool)."""
+def compute_answer_cells(payload: bytes, receipt: Receipt, max_cells: int) -> list[tuple[int, int]]:
+    """The distinct cells an opening request asks for (its cells, or its challenge's); InvalidInput naming what is wrong."""
     cells, challenge = parse_opening_payload(payload, max_cells)
-    receipt = decode(Receipt, encoded_receipt)
     if challenge is not None:
         cells = compute_opened_cells(challenge, receipt.num_positions)
     if not cells or len(cells) > max_cells:
         raise InvalidInput(f"cells: between 1 and {max_cells} cells per opening, got {len(cells or [])}")
-    opening = compute_opening_from_blob(blob, receipt, layers, compute_unique_cells(cells))
-    return json.dumps({"job_hash": to_hex(job_hash), "opening": opening_to_json(opening)}).encode(), len(opening.leaves)
+    return compute_unique_cells(cells)
+
+
+def compute_answer_json(job_hash: bytes, opening: Opening) -> bytes:
+    """The JSON body of an opening answer."""
+    return json.dumps({"job_hash": to_hex(job_hash), "opening": opening_to_json(opening)}).encode()
+
+
+def compute_opening_answer(job_hash: bytes, payload: bytes, blob: bytes, encoded_receipt: bytes, layers: tuple[int, ...], max_cells: int) -> tuple[bytes, int]:
+    """The JSON answer to an opening request from a retained blob and the number of leaves it opens (runs in the pool)."""
+    receipt = decode(Receipt, encoded_receipt)
+    opening = compute_opening_from_blob(blob, receipt, layers, compute_answer_cells(payload, receipt, max_cells))
+    return compute_answer_json(job_hash, opening), len(opening.leaves)

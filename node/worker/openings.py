@@ -12,7 +12,10 @@ out committed leaves, so:
   `limits.max_concurrent_openings` computed at once by the whole node (the rest wait their turn);
 - a request from the HTTP route is parsed, computed and serialized in a separate process
   (node/worker/opening_process.py), so `/healthz`, the chain watcher and committee duties keep
-  their pace during a burst; this node's own duties (a challenge's few cells) use a thread.
+  their pace during a burst; this node's own duties (a challenge's few cells) use a thread;
+- a job whose trace was not retained (exact mode, `engine.retention = tokens`: an empty blob) is
+  opened from a trace rebuilt by one prefill over its tokens, in a thread (the engine lives in
+  this process), and only if the rebuilt tree gives the receipt's root (`docs/protocol.md` §9).
 """
 
 import asyncio
@@ -30,8 +33,9 @@ from verillm.node.config import LimitsConfig
 from verillm.node.keys import NodeKey
 from verillm.node.metrics import NodeMetrics
 from verillm.node.store.store import Store
-from verillm.node.worker.commit import compute_opening_from_blob
-from verillm.node.worker.opening_process import compute_opening_answer, compute_unique_cells, start_pool, verify_opening_payload
+from verillm.node.worker.commit import compute_opening_from_blob, compute_opening_from_rebuild
+from verillm.node.worker.opening_process import (compute_answer_cells, compute_answer_json, compute_opening_answer, compute_unique_cells,
+                                                 start_pool, verify_opening_payload)
 
 
 class Openings:
@@ -59,16 +63,21 @@ class Openings:
         await asyncio.get_running_loop().run_in_executor(pool, verify_opening_payload, payload, self.limits.max_opened_cells)
 
     async def answer(self, job_hash: bytes, requester: bytes, payload: bytes) -> bytes:
-        """The JSON answer to an opening request from the HTTP route, computed in the pool."""
+        """The JSON answer to an opening request from the HTTP route, computed in the pool (or rebuilt)."""
         receipt = self.verify_access(job_hash, requester)
         async with self._turn(requester):
             started = time.perf_counter()
             blob = self.store.get_trace_blob(job_hash)
             faults.reach("opening_served")
-            pool = await start_pool(self.limits.max_concurrent_openings)
-            body, leaves = await asyncio.get_running_loop().run_in_executor(
-                pool, compute_opening_answer, job_hash, payload, blob, encode(receipt), self.served.manifest.committed_layers,
-                self.limits.max_opened_cells)
+            layers = self.served.manifest.committed_layers
+            if blob:
+                pool = await start_pool(self.limits.max_concurrent_openings)
+                body, leaves = await asyncio.get_running_loop().run_in_executor(
+                    pool, compute_opening_answer, job_hash, payload, blob, encode(receipt), layers, self.limits.max_opened_cells)
+            else:
+                cells = compute_answer_cells(payload, receipt, self.limits.max_opened_cells)
+                opening = await asyncio.to_thread(self._rebuild_opening, job_hash, receipt, cells)
+                body, leaves = compute_answer_json(job_hash, opening), len(opening.leaves)
         self._count(started, leaves)
         return body
 
@@ -85,9 +94,18 @@ class Openings:
             faults.reach("opening_served")
             layers = self.served.manifest.committed_layers
             unique = compute_unique_cells(cells)
-            opening = await asyncio.get_running_loop().run_in_executor(None, compute_opening_from_blob, blob, receipt, layers, unique)
+            if blob:
+                opening = await asyncio.to_thread(compute_opening_from_blob, blob, receipt, layers, unique)
+            else:
+                opening = await asyncio.to_thread(self._rebuild_opening, job_hash, receipt, unique)
         self._count(started, len(opening.leaves))
         return opening
+
+    def _rebuild_opening(self, job_hash: bytes, receipt: Receipt, cells: list[tuple[int, int]]) -> Opening:
+        """Open ``cells`` from the trace rebuilt from the job's tokens (blocks for one prefill)."""
+        record = self.store.get_job(job_hash)
+        return compute_opening_from_rebuild(self.served.engine, record.job, record.output_tokens or (), receipt,
+                                            self.served.manifest.committed_layers, cells)
 
     @contextlib.asynccontextmanager
     async def _turn(self, requester: bytes):

@@ -74,7 +74,7 @@ class Worker:
         self.metrics = metrics
         engine = served.engine
         self.queue = EngineQueue(
-            BatchRunner(engine, key, domain, metrics),
+            BatchRunner(engine, key, domain, metrics, retain_traces=not served.rebuilds_traces),
             metrics,
             max_queued_jobs=queue.max_queued_jobs,
             max_batch_size=queue.max_batch_size or engine.max_batch_size,

@@ -75,7 +75,7 @@ def test_detect_in_exact_mode_has_zero_tolerance_and_catches_the_new_attacks(tmp
     out = tmp_path / "detect-bf16.json"
     invoke("bench", "detect", "--model", "tiny", "--dtype", "bf16", "--jobs", "1", "--attack-jobs", "2", "--attacks", "kv_fp8,speculative", "--max-new-tokens", "8", "--json", str(out))
     report = json.loads(out.read_text())
-    assert report["kernel_class"].startswith("cpu-") and "torch" in report["kernel_class"] and report["dtype"] == "bfloat16"
+    assert report["kernel_class"].startswith("cpu-kat") and report["dtype"] == "bfloat16"
     assert report["honest"]["audits"] == 2 * 8 and report["honest"]["false_rejections"] == 0
     assert report["honest"]["max_threshold_ratio"] == 0  # every honest leaf bit-identical
     assert any("attention=eager" in config for config in report["honest"]["configurations"])
@@ -87,7 +87,12 @@ def test_cost_in_exact_mode_reports_overhead_and_regenerations(tmp_path):
     out = tmp_path / "cost-bf16.json"
     invoke("bench", "cost", "--model", "tiny", "--dtype", "bf16", "--prompt-tokens", "24", "--output-tokens", "16", "--repeats", "1", "--regeneration-jobs", "2", "--json", str(out))
     report = json.loads(out.read_text())
-    assert report["mode"] == "exact" and report["regeneration_rate_exact_decode"] == 0
-    assert report["exact_generate_s"] > 0 and report["stock_plain_generate_s"] > 0 and 0 < report["verify_over_generate"] < 1
+    assert report["mode"] == "exact" and report["retained_bytes_per_generated_token"] == 0
+    assert report["exact_generate_s_b1"] > 0 and report["stock_generate_s_b8"] > 0 and 0 < report["verify_over_generate"] < 1
+    for batch in ("b1", "b8"):
+        rows = report["components"][batch]
+        assert [r["component"] for r in rows] == ["stock", "linears", "attention", "capture", "commit"]
+        assert abs(sum(r["over_stock"] for r in rows) - report[f"exact_overhead_{batch}"]) < 1e-9
+    assert report["rebuild_positions"] == 1024 and report["rebuild_s_1024"] > 0
     assert report["regeneration_jobs"] == 2 and 0 <= report["regeneration_jobs_rate"] <= 1
     assert report["canonical_pass_overhead"] >= report["verify_over_generate"] * 0.99

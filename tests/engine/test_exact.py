@@ -12,12 +12,14 @@ import pytest
 import torch
 
 from verillm.engine.attacks import ATTACKS, compute_fp8_kv
-from verillm.engine.exact import CPU_KERNEL_CLASS, compute_exact_fingerprints, compute_tree_sum, exact_kernels
+from verillm.engine.exact import compute_exact_fingerprints, compute_tree_sum, exact_kernels
+from verillm.engine.kernel_class import compute_kernel_class
 from verillm.engine.models import load_model
 from verillm.engine.torch_engine import TorchEngine, compute_fingerprints_torch
 from verillm.errors import ConfigError
 from verillm.spec.job import compute_model_id
-from verillm.spec.policy import REASON_FINGERPRINT, REASON_TOKEN
+from verillm.bench.detect import is_attack_effective
+from verillm.spec.policy import REASON_FINGERPRINT, REASON_TOKEN, REASON_TRUNCATION
 from verillm.engine.profiles import select_profile
 from verillm.spec.types import SamplingParams
 from verillm.verifier.local import Party, check_pair, commit_runs, compute_member_jobs
@@ -49,7 +51,7 @@ def _audit(engine_pair, jobs, manifest, profile):
 
 def test_bf16_defaults_to_exact_and_the_class_is_part_of_the_model_id(exact_tiny):
     _, _, manifest = exact_tiny
-    assert manifest.kernel_class == CPU_KERNEL_CLASS and manifest.token_margin_micrologits == 0
+    assert manifest.kernel_class == compute_kernel_class(exact_tiny[0], manifest.fingerprint_dims) and manifest.token_margin_micrologits == 0
     tolerant = load_model("tiny", "bfloat16", mode="tolerance")[2]
     assert tolerant.kernel_class == "" and tolerant.token_margin_micrologits > 0
     assert compute_model_id(tolerant) != compute_model_id(manifest)
@@ -88,13 +90,18 @@ def test_honest_exact_audits_are_bit_identical(exact_tiny, exact_jobs, worker_th
     assert model.config._attn_implementation == "sdpa" and not model.get_decoder().layers[0].mlp.down_proj._forward_hooks
 
 
-@pytest.mark.parametrize(("name", "reason"), [("kv_fp8", REASON_FINGERPRINT), ("speculative", REASON_TOKEN), ("lowrank", REASON_FINGERPRINT), ("wrong_seed", REASON_TOKEN)])
-def test_attacks_are_caught_with_zero_tolerance(exact_tiny, exact_jobs, name, reason):
+REASONS = {"fingerprint": REASON_FINGERPRINT, "token": REASON_TOKEN, "truncation": REASON_TRUNCATION}
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_every_attack_is_caught_with_zero_tolerance(exact_tiny, exact_jobs, name):
     model, tokenizer, manifest = exact_tiny
-    jobs = [j for j in exact_jobs if name != "wrong_seed" or j.sampling.temperature_milli]
     pair = (ATTACKS[name].build(model, tokenizer, manifest, max_batch_size=8), TorchEngine(model, tokenizer, manifest, max_batch_size=8))
-    _, _, results = _audit(pair, jobs, manifest, select_profile(manifest, "tiny"))
-    assert all(reason in r.reason_kinds for r in results), [r.reasons for r in results]
+    worker_runs, _, results = _audit(pair, exact_jobs, manifest, select_profile(manifest, "tiny"))
+    honest_runs = commit_runs(exact_jobs, pair[1].run(exact_jobs), manifest, WORKER)
+    effective = [i for i, (cheat, honest) in enumerate(zip(worker_runs, honest_runs)) if is_attack_effective(cheat, honest)]
+    assert effective, f"{name} changed nothing on any job"
+    assert all(REASONS[ATTACKS[name].category] in results[i].reason_kinds for i in effective), [results[i].reasons for i in effective]
 
 
 def test_exact_fingerprints_do_not_depend_on_the_batch_shape():

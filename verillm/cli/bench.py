@@ -33,9 +33,10 @@ def bench():
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads; times are process CPU time, exact with 1.")
 @click.option("--engine", "engine_kind", type=click.Choice(["torch", "vllm"]), default="torch", show_default=True, help="vllm needs the vLLM environment (make test-vllm builds .venv-vllm).")
 @click.option("--mode", type=click.Choice(["exact", "tolerance"]), default=None, help="Verification mode (default: exact for bf16, tolerance for fp32).")
-@click.option("--regeneration-jobs", type=int, default=None, help="Exact mode: jobs decoded with stock kernels to measure the canonical-pass design's regenerations (default 64 tiny, 16 smollm2).")
+@click.option("--batches", "batch_sizes", default="1,8", show_default=True, help="Exact mode: batch sizes of the component table.")
+@click.option("--regeneration-jobs", type=int, default=None, help="Exact mode: jobs decoded with stock kernels to measure the canonical-pass design's regenerations (default 64 tiny, 16 smollm2; 0 skips).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engine_kind, mode, regeneration_jobs, json_path):
+def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engine_kind, mode, batch_sizes, regeneration_jobs, json_path):
     """Verification cost, commitment overhead, retained bytes, check time (batch 1)."""
     import torch
 
@@ -63,10 +64,14 @@ def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engi
 
         report = measure_exact_cost(
             model, tokenizer, manifest, model_name, prompt_tokens or (512 if tiny else 256), output_tokens or (512 if tiny else 256),
-            repeats or (7 if tiny else 3), regeneration_jobs or (64 if tiny else 16),
+            repeats or (7 if tiny else 3), (64 if tiny else 16) if regeneration_jobs is None else regeneration_jobs,
+            tuple(int(b) for b in batch_sizes.split(",")),
         )
         report = {"model": model_name, "dtype": dtype, "engine": "torch", "clock": "process_cpu", "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), **report}
-        click.echo(format_table(["metric", "value"], [[k, v] for k, v in report.items() if not isinstance(v, list)]))
+        click.echo(format_table(["metric", "value"], [[k, v] for k, v in report.items() if not isinstance(v, (list, dict))]))
+        for batch, rows in report["components"].items():
+            click.echo(f"\ncomponents at batch {batch[1:]} (each step adds to the one above; +x over stock, share of the overhead)")
+            click.echo(format_table(["component", "cpu_s", "+x", "share"], [[r["component"], r["cpu_s"], r["over_stock"], r["share"]] for r in rows]))
         write_json(json_path, report)
         return
     report = measure_cost(
@@ -102,3 +107,29 @@ def detect(model_name, dtype, job_count, attack_jobs, max_new_tokens, attack_nam
     )
     click.echo(summarize_detection(report))
     write_json(json_path, report)
+
+
+@bench.command()
+@click.option("--model", "model_name", default="tiny", show_default=True, help="tiny, smollm2, a Hugging Face directory or a GGUF file.")
+@click.option("--audits", "audit_count", type=int, default=1000, show_default=True, help="Fresh honest audits (the issue-21 bar: 10,000 tiny, 500 smollm2).")
+@click.option("--max-new-tokens", type=int, default=24, show_default=True)
+@click.option("--long-prompt-tokens", type=int, default=700, show_default=True, help="Longest prompt drawn (5% of jobs are past 512 tokens).")
+@click.option("--seed", "seed_name", default="audits", show_default=True, help="Names the job set; change it for a fresh, independent sample.")
+@click.option("--threads", "thread_counts", default="1,2", show_default=True, help="Torch thread counts the batches draw from.")
+@click.option("--chunk", type=int, default=64, show_default=True, help="Audits per round (jobs drawn, run, checked; the JSON is rewritten after each).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def audits(model_name, audit_count, max_new_tokens, long_prompt_tokens, seed_name, thread_counts, chunk, json_path):
+    """Fresh honest bf16 exact-mode audits: false rejections and differing positions (both must be 0)."""
+    from verillm.bench.audits import run_honest_audits
+    from verillm.engine.models import load_model
+
+    model, tokenizer, manifest = load_model(model_name, "bfloat16", mode="exact")
+    threads = tuple(int(t) for t in thread_counts.split(","))
+    report = run_honest_audits(
+        model, tokenizer, manifest, model_name, audit_count, max_new_tokens, seed_name, long_prompt_tokens,
+        progress=lambda line: click.echo(line, err=True), chunk=chunk, threads=threads, on_chunk=lambda partial: write_json(json_path, partial),
+    )
+    click.echo(format_table(["metric", "value"], [[k, v] for k, v in report.items() if not isinstance(v, (list, dict))]))
+    write_json(json_path, report)
+    if report["false_rejections"] or report["differing_positions"]:
+        raise SystemExit(1)

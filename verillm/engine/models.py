@@ -175,20 +175,34 @@ MODEL_NAMES = ALIASES
 MODES = ("exact", "tolerance")
 
 
-def get_kernel_class(dtype: str, mode: str | None) -> str:
-    """Return the manifest's kernel class for ``mode`` (default: exact for bf16, tolerance for fp32)."""
+def is_exact_mode(dtype: str, mode: str | None) -> bool:
+    """Return whether ``mode`` (default: exact for bf16, tolerance otherwise) is exact mode."""
     if mode is None:
         mode = "exact" if dtype == "bfloat16" else "tolerance"
     if mode not in MODES:
         raise ConfigError(f"unknown verification mode {mode!r}; known: {list(MODES)}")
-    if mode == "tolerance":
+    return mode == "exact"
+
+
+def get_kernel_class(model, dtype: str, mode: str | None, preset: Preset = MAINNET, expected: str | None = None) -> str:
+    """Return the manifest's kernel class: "" in tolerance mode, else what ``model`` computes here.
+
+    ``expected``: the class the network's manifest names; a machine that does not reproduce it
+    refuses to start (ConfigError naming both) rather than serve and be slashed.
+    """
+    if not is_exact_mode(dtype, mode):
+        if expected:
+            raise ConfigError(f"kernel class {expected} pinned, but {dtype} in this mode is tolerance mode")
         return ""
-    from verillm.engine.exact import CPU_KERNEL_CLASS  # registers the exact attention with transformers
+    from verillm.engine.kernel_class import compute_kernel_class  # imports the exact kernels (registers the attention)
 
-    return CPU_KERNEL_CLASS
+    computed = compute_kernel_class(model, preset.FINGERPRINT_DIMS)
+    if expected and expected != computed:
+        raise ConfigError(f"the manifest needs kernel class {expected}; this machine computes {computed} (known-answer battery): it cannot serve that model id")
+    return computed
 
 
-def load_model(name: str, dtype: str = "float32", preset: Preset = MAINNET, mode: str | None = None):
+def load_model(name: str, dtype: str = "float32", preset: Preset = MAINNET, mode: str | None = None, kernel_class: str | None = None):
     """Return (model, tokenizer, manifest) for ``name`` and ``dtype``.
 
     ``name`` is an alias (tiny, smollm2), a local Hugging Face directory or a GGUF file
@@ -196,19 +210,23 @@ def load_model(name: str, dtype: str = "float32", preset: Preset = MAINNET, mode
     cache directory) gets every manifest field derived from its files, so the same files give
     the same model id wherever they lie; tiny has no files and keeps its fixed manifest.
     ``mode``: "exact" (a kernel class in the manifest, zero tolerance) or "tolerance"; the
-    default is exact for bfloat16 and tolerance for float32 (`docs/protocol.md` §9).
+    default is exact for bfloat16 and tolerance for float32 (`docs/protocol.md` §9). In exact
+    mode the kernel class is measured here (`engine/kernel_class.py`); ``kernel_class``, when
+    given, is the one the network's manifest names, and a machine that computes another refuses.
     """
     torch_dtype = get_torch_dtype(dtype)
-    kernel_class = get_kernel_class(dtype, mode)
+    is_exact_mode(dtype, mode)  # an unknown mode fails before any loading
     source = resolve_model_source(name)
     if source.kind == "tiny":
         model, tokenizer = build_tiny_llama(seed=0, dtype=dtype)
         stops = get_stop_tokens(tokenizer)
-        return model, tokenizer, build_manifest("tiny-llama-seed0", model, tokenizer, dtype, TINY_COMMITTED_LAYERS, preset, stops, kernel_class=kernel_class)
+        measured = get_kernel_class(model, dtype, mode, preset, kernel_class)
+        return model, tokenizer, build_manifest("tiny-llama-seed0", model, tokenizer, dtype, TINY_COMMITTED_LAYERS, preset, stops, kernel_class=measured)
     if source.alias == "smollm2" and not (source.path / "config.json").exists():
         convert_smollm2(source.path)
     if source.kind == "gguf":
         model, tokenizer = load_gguf(source.path, torch_dtype)
     else:
         model, tokenizer = load_hf_directory(source.path, torch_dtype)
-    return model, tokenizer, build_manifest(None, model, tokenizer, dtype, None, preset, kernel_class=kernel_class)
+    measured = get_kernel_class(model, dtype, mode, preset, kernel_class)
+    return model, tokenizer, build_manifest(None, model, tokenizer, dtype, None, preset, kernel_class=measured)

@@ -22,12 +22,14 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from verillm.engine.exact import verify_kernel_class, compute_exact_fingerprints, exact_kernels, is_exact
+from verillm.engine.exact import compute_exact_fingerprints, exact_kernels, is_exact
+from verillm.engine.exact_attention import make_exact_cache
+from verillm.engine.kernel_class import verify_kernel_class
 from verillm.engine.families import get_layer_module
 from verillm.errors import ConfigError
 from verillm.spec.commitment import JobTrace, compute_projection
 from verillm.spec.job import compute_model_id, verify_job_admission
-from verillm.spec.sampling import compute_sample_and_gaps, compute_token_gaps, is_greedy
+from verillm.spec.sampling import compute_position_flags, compute_sample_and_gaps, compute_token_gaps, is_greedy, is_token_accepted
 from verillm.spec.types import Job, ModelManifest
 from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN
 
@@ -138,7 +140,7 @@ class TorchEngine:
 
     def __init__(self, model, tokenizer, manifest: ModelManifest, max_batch_size: int = 8, num_threads: int | None = None, capture: bool = True):
         verify_model_matches(model, manifest)
-        verify_kernel_class(manifest)
+        verify_kernel_class(manifest, model)
         if max_batch_size < 1 or (num_threads is not None and num_threads < 1):
             raise ConfigError(f"max_batch_size ({max_batch_size}) and num_threads ({num_threads}) must be at least 1")
         self.model = model
@@ -207,7 +209,7 @@ class TorchEngine:
     def _run_batch(self, jobs: list[Job]) -> list[JobTrace]:
         rows = [_Row(slot=i, job=job) for i, job in enumerate(jobs)]
         captured = _Captured()
-        cache = DynamicCache(config=self.model.config)
+        cache = make_exact_cache(self.model.config) if self.exact else DynamicCache(config=self.model.config)
         mask = self._prefill(rows, cache, captured)
         active = rows
         while True:
@@ -299,7 +301,7 @@ class TorchEngine:
                 greedy_stop_gaps = [table[b][0] - s for s in table[b][1:]]
                 gaps = stop_gaps[b] if stop_gaps[b] is not None else greedy_stop_gaps
                 next_gap = 0.0 if tokens[b] == chosen[b] else self._forced_gap(row, logits[b], table[b][0], tokens[b])
-                row.output_flags.append(self._compute_flags(next_gap, gaps))
+                row.output_flags.append(self._compute_flags(tokens[b], chosen[b], next_gap, gaps))
         for row, token in zip(rows, tokens):
             row.outputs.append(token)
             if self._on_token is not None:
@@ -314,14 +316,15 @@ class TorchEngine:
             return best - float(logits[token])
         return compute_token_gaps(logits.cpu().numpy(), row.job.sampling, self._emit_position(row), [token])[0]
 
-    def _compute_flags(self, next_gap: float, stop_gaps: list[float]) -> int:
-        next_flag = FLAG_NEXT_WITHIN_MARGIN if next_gap <= self.margin_logits else 0
-        stop_flag = FLAG_STOP_WITHIN_MARGIN if any(g <= self.margin_logits for g in stop_gaps) else 0
-        return next_flag | stop_flag
+    def _compute_flags(self, token: int, chosen: int, next_gap: float, stop_gaps: list[float]) -> int:
+        """Flags of an emitted ``token`` where the sampler chose ``chosen`` (the tie rule: `spec.sampling.is_token_accepted`)."""
+        margin = self.margin_logits
+        next_flag = FLAG_NEXT_WITHIN_MARGIN if is_token_accepted(token, chosen, next_gap, margin) else 0
+        stops = any(is_token_accepted(stop, chosen, gap, margin) for stop, gap in zip(self.stop_list, stop_gaps))
+        return next_flag | (FLAG_STOP_WITHIN_MARGIN if stops else 0)
 
     def _spec_flags(self, logits: torch.Tensor, job: Job, position: int, next_token: int) -> int:
-        gaps = compute_token_gaps(logits.cpu().numpy(), job.sampling, position, [next_token, *self.stop_list])
-        return self._compute_flags(gaps[0], gaps[1:])
+        return compute_position_flags(logits.cpu().numpy(), job.sampling, position, next_token, self.stop_list, self.margin_logits)
 
     def _prompt_flags(self, rows: list[_Row], hidden: torch.Tensor, width: int) -> None:
         """Flags at every prompt position that predicts another prompt token (all but the last)."""
@@ -394,7 +397,14 @@ class TorchEngine:
 
 
 def compute_greedy_flags(logits: torch.Tensor, next_ids: torch.Tensor, stop_ids: torch.Tensor, margin: float) -> torch.Tensor:
-    """Vectorised flags for greedy sampling: gap = max logit − token logit, in float64 like the spec."""
+    """Vectorised flags for greedy sampling: gap = max logit − token logit, in float64 like the spec.
+
+    Margin 0: the token must be the argmax itself (first maximum: the spec's tie rule), not a tie.
+    """
+    if margin == 0:
+        chosen = logits.argmax(dim=-1)
+        next_flag = (chosen == next_ids).to(torch.uint8) * FLAG_NEXT_WITHIN_MARGIN
+        return next_flag | torch.isin(chosen, stop_ids).to(torch.uint8) * FLAG_STOP_WITHIN_MARGIN
     best = logits.max(dim=-1).values.double()
     next_gap = best - logits.gather(1, next_ids[:, None])[:, 0].double()
     stop_gap = best[:, None] - logits[:, stop_ids].double()

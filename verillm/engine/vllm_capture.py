@@ -31,7 +31,7 @@ from verillm.engine.exact import compute_exact_fingerprints
 from verillm.engine.torch_engine import compute_fingerprints_torch, compute_greedy_flags
 from verillm.errors import EngineError
 from verillm.spec.commitment import compute_projection
-from verillm.spec.sampling import compute_sampled_token, compute_token_gaps, is_greedy
+from verillm.spec.sampling import compute_position_flags, compute_sampled_token, is_greedy, is_token_accepted
 from verillm.spec.types import SamplingParams
 from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN
 
@@ -249,11 +249,8 @@ class CaptureState:
         return torch.cat(pieces)
 
     def compute_spec_flag(self, logits: torch.Tensor, sampling: SamplingParams, position: int, next_token: int) -> int:
-        """Flags at one position from the spec's gaps (any sampling params)."""
-        gaps = compute_token_gaps(logits.cpu().numpy(), sampling, position, [next_token, *self.config.stop_tokens])
-        margin = self.config.margin_logits
-        next_flag = FLAG_NEXT_WITHIN_MARGIN if gaps[0] <= margin else 0
-        return next_flag | (FLAG_STOP_WITHIN_MARGIN if any(g <= margin for g in gaps[1:]) else 0)
+        """Flags at one position from the spec (any sampling params; the tie rule at margin 0)."""
+        return compute_position_flags(logits.cpu().numpy(), sampling, position, next_token, list(self.config.stop_tokens), self.config.margin_logits)
 
     # --- sampling (called by SpecSampler) -----------------------------------------------
 
@@ -276,9 +273,12 @@ class CaptureState:
     def _choose_greedy(self, job: _JobCapture, values: torch.Tensor, position: int) -> tuple[int, int]:
         """Greedy token and its flags; one pass over the vocabulary (= `compute_greedy_flags`)."""
         best, index = values.max(dim=0)  # the first maximum, as np.argmax
-        token = self._apply_forced(job, int(index), values, position)
-        candidates = torch.tensor([token, *self.config.stop_tokens], device=values.device)
-        within = ((best.double() - values[candidates].double()) <= self.config.margin_logits).tolist()
+        chosen = int(index)
+        token = self._apply_forced(job, chosen, values, position)
+        candidates = [token, *self.config.stop_tokens]
+        gaps = (best.double() - values[torch.tensor(candidates, device=values.device)].double()).tolist()
+        margin = self.config.margin_logits
+        within = [is_token_accepted(t, chosen, gap, margin) for t, gap in zip(candidates, gaps)]
         return token, (FLAG_NEXT_WITHIN_MARGIN if within[0] else 0) | (FLAG_STOP_WITHIN_MARGIN if any(within[1:]) else 0)
 
     def _choose_sampled(self, job: _JobCapture, values: torch.Tensor, position: int) -> tuple[int, int]:

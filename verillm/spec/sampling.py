@@ -9,10 +9,17 @@ greedy (no noise). Because the noise depends only on (seed, position), a verifie
 recomputes the logits by prefill gets the same scores up to numerical noise, and can say how
 far a claimed token is from its own choice: the *gap*, in logit units (score gap × T), which
 the token check compares with the model's token margin.
+
+**Tie rule.** Among equal best scores the sampler emits the lowest token id (numpy's and
+torch's argmax). With margin 0 (exact mode: both sides compute the same logits bit for bit)
+a token is accepted only if it *is* the sampler's choice, never merely tied with it: bf16
+logits tie often, and accepting a tied token would let a worker choose among them (steer the
+output, or carry a covert channel). `is_token_accepted` is that rule for every flag.
 """
 
 import numpy as np
 
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN
 from verillm.spec.hashing import DOMAIN_SAMPLER, blake3_digest
 from verillm.spec.types import SamplingParams
 
@@ -96,3 +103,27 @@ def compute_sample_and_gaps(logits: np.ndarray, params: SamplingParams, position
         unfiltered = logits[token] + (0.0 if noise is None else params.temperature_milli / 1000.0 * noise[token])
         gaps.append(float(best - unfiltered + (floor - logits[token])))
     return int(np.argmax(scores)), gaps
+
+
+def is_token_accepted(token: int, chosen: int, gap: float, margin_logits: float) -> bool:
+    """Check if ``token`` passes the token check against the sampler's ``chosen`` token.
+
+    Margin 0 (exact mode): only the sampler's own choice, by the tie rule; a token whose gap
+    is 0 because it ties the best score is rejected. Margin > 0: gap ≤ margin.
+    """
+    if margin_logits == 0:
+        return token == chosen
+    return gap <= margin_logits
+
+
+def compute_position_flags(logits: np.ndarray, params: SamplingParams, position: int, next_token: int, stop_tokens: list[int], margin_logits: float) -> int:
+    """Return the leaf flags at ``position`` (`docs/protocol.md` §4) from the party's own ``logits``.
+
+    FLAG_NEXT_WITHIN_MARGIN: ``next_token`` passes `is_token_accepted`; FLAG_STOP_WITHIN_MARGIN:
+    some stop token does.
+    """
+    chosen, gaps = compute_sample_and_gaps(logits, params, position, [next_token, *stop_tokens])
+    flags = FLAG_NEXT_WITHIN_MARGIN if is_token_accepted(next_token, chosen, gaps[0], margin_logits) else 0
+    if any(is_token_accepted(stop, chosen, gap, margin_logits) for stop, gap in zip(stop_tokens, gaps[1:])):
+        flags |= FLAG_STOP_WITHIN_MARGIN
+    return flags

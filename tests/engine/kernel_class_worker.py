@@ -1,0 +1,38 @@
+"""Run as a separate process (so oneDNN reads ONEDNN_MAX_CPU_ISA at start): load a bf16 model,
+report the kernel class it measures, run the given jobs and write the traces.
+
+    python tests/engine/kernel_class_worker.py MODEL JOBS.json OUT.npz
+
+JOBS.json: a list of [input_tokens, max_new_tokens, temperature_milli, seed]. OUT.npz holds
+``kernel_class``, ``model_id`` and per job ``tokens_i``, ``fingerprints_i``, ``flags_i``; or
+``refused`` with the ConfigError's message.
+"""
+
+import json
+import sys
+
+import numpy as np
+
+from verillm.engine.models import load_model
+from verillm.engine.torch_engine import TorchEngine
+from verillm.errors import ConfigError
+from verillm.spec.types import Job, SamplingParams
+
+
+def main(model_name: str, jobs_path: str, out_path: str) -> None:
+    try:
+        model, tokenizer, manifest = load_model(model_name, "bfloat16")
+    except ConfigError as exc:
+        np.savez(out_path, refused=str(exc))
+        return
+    engine = TorchEngine(model, tokenizer, manifest, max_batch_size=3, num_threads=1)
+    specs = json.loads(open(jobs_path).read())
+    jobs = [Job(engine.model_id, tuple(tokens), SamplingParams(temperature_milli=t, seed=s), n, bytes([i]) * 32) for i, (tokens, n, t, s) in enumerate(specs)]
+    arrays = {"kernel_class": manifest.kernel_class, "model_id": engine.model_id.hex()}
+    for i, trace in enumerate(engine.run(jobs)):
+        arrays.update({f"tokens_{i}": np.asarray(trace.output_tokens), f"fingerprints_{i}": trace.fingerprints, f"flags_{i}": trace.flags})
+    np.savez(out_path, **arrays)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
