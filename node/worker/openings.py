@@ -76,7 +76,7 @@ class Openings:
                     pool, compute_opening_answer, job_hash, payload, blob, encode(receipt), layers, self.limits.max_opened_cells)
             else:
                 cells = compute_answer_cells(payload, receipt, self.limits.max_opened_cells)
-                opening = await asyncio.to_thread(self._rebuild_opening, job_hash, receipt, cells)
+                opening = await asyncio.to_thread(self._rebuild_opening, self.store.get_job(job_hash), receipt, cells)
                 body, leaves = compute_answer_json(job_hash, opening), len(opening.leaves)
         self._count(started, leaves)
         return body
@@ -97,13 +97,13 @@ class Openings:
             if blob:
                 opening = await asyncio.to_thread(compute_opening_from_blob, blob, receipt, layers, unique)
             else:
-                opening = await asyncio.to_thread(self._rebuild_opening, job_hash, receipt, unique)
+                opening = await asyncio.to_thread(self._rebuild_opening, self.store.get_job(job_hash), receipt, unique)
         self._count(started, len(opening.leaves))
         return opening
 
-    def _rebuild_opening(self, job_hash: bytes, receipt: Receipt, cells: list[tuple[int, int]]) -> Opening:
-        """Open ``cells`` from the trace rebuilt from the job's tokens (blocks for one prefill)."""
-        record = self.store.get_job(job_hash)
+    def _rebuild_opening(self, record, receipt: Receipt, cells: list[tuple[int, int]]) -> Opening:
+        """Open ``cells`` from the trace rebuilt from the job's tokens (blocks for one prefill; the
+        record is read on the loop: the store's connection belongs to the loop's thread)."""
         return compute_opening_from_rebuild(self.served.engine, record.job, record.output_tokens or (), receipt,
                                             self.served.manifest.committed_layers, cells)
 

@@ -10,7 +10,6 @@ from verillm.engine.models import load_model
 from verillm.engine.torch_engine import TorchEngine
 from verillm.node.appkeys import APP_STORE
 from verillm.node.dispatcher.peer import PeerClient
-from verillm.node.keys import new_node_key
 from verillm.node.worker.commit import compute_rebuilt_trace
 from verillm.node.worker.engines import ServedModel
 from verillm.spec.challenge import compute_challenge
@@ -39,16 +38,16 @@ def test_a_trace_rebuilt_from_tokens_equals_the_decode_trace(exact_engine, tiny_
         assert np.array_equal(rebuilt.flags, trace.flags)
 
 
-async def test_token_retention_stores_no_trace_and_opens_under_the_committed_root(start, http, exact_engine, tiny_prompts, tmp_path):
+async def test_token_retention_stores_no_trace_and_opens_under_the_committed_root(start, http, exact_engine, tiny_prompts, tmp_path, dispatcher_key):
     nodes = {
-        retention: await start(make_local_config(tmp_path / retention), ServedModel(alias="tiny", engine=exact_engine, tokenizer=exact_engine.tokenizer, retention=retention))
+        retention: await start(make_local_config(tmp_path / retention, auth={"allowed_senders": [dispatcher_key.address_hex]}), ServedModel(alias="tiny", engine=exact_engine, tokenizer=exact_engine.tokenizer, retention=retention))
         for retention in ("tokens", "full")
     }
     jobs = make_jobs(exact_engine, tiny_prompts)
     layers = exact_engine.manifest.committed_layers
     openings = {}
     for retention, node in nodes.items():
-        peer = PeerClient(node.url, new_node_key(), http)
+        peer = PeerClient(node.url, dispatcher_key, http)  # the operator's named dispatcher (admission)
         replies = await asyncio.gather(*(peer.submit_job(job) for job in jobs))
         store = node.app[APP_STORE]
         blobs = [store.get_trace_blob(reply.job_hash) for reply in replies]
