@@ -21,7 +21,7 @@ from verillm.errors import VerillmError
 from verillm.spec.job import compute_job_hash
 from verillm.spec.types import Job
 
-from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_METRICS, APP_MODEL, APP_WORKER
+from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_METRICS, APP_MODEL
 from verillm.node.worker.engines import ServedModel, verify_model_name
 from verillm.node.api.http import get_status_url, read_json
 from verillm.node.middlewares import compute_error_body

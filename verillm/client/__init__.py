@@ -34,7 +34,6 @@ With every job the dispatcher also signs a batching promise (`Completion.promise
 
 import asyncio
 import contextlib
-import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -52,7 +51,7 @@ from verillm.client.completion import (  # noqa: F401  (re-exported: the SDK's s
 )
 from verillm.client.http import DEFAULT_MAX_BODY_BYTES, AsyncHttp, LoopThread
 from verillm.client.promise import InclusionCheck, check_inclusion  # noqa: F401  (re-exported: the SDK's promise check)
-from verillm.client.stream import compute_final_body, get_delta, iterate_events
+from verillm.client.stream import compute_final_body, get_delta, iterate_events, iterate_on_loop
 
 VERDICT_STATUSES = ("verified", "final", "slashed", "tie", "abandoned")
 """Where `wait_verified` stops: the audit has a verdict (node/dispatcher/status.py), final or not."""
@@ -364,32 +363,8 @@ class Client:
             if self._loop is None:
                 self._loop = LoopThread()
             loop = self._loop
-        items: queue.Queue = queue.Queue()
-
-        async def pump() -> None:
-            try:
-                async with contextlib.aclosing(self._async.stream(prompt, tokens=tokens, messages=messages, model=model, **options)) as stream:
-                    async for item in stream:
-                        items.put((True, item))
-            except Exception as exc:  # handed to the caller's thread, raised there
-                items.put((False, exc))
-            else:
-                items.put((False, None))
-
-        future = asyncio.run_coroutine_threadsafe(pump(), loop.loop)
-        try:
-            while True:
-                try:
-                    ok, value = items.get(timeout=self.timeout_s + 5.0)  # the stream's own deadline ends it first
-                except queue.Empty:
-                    raise DeadlineExceeded(f"no answer within {self.timeout_s:g} s") from None
-                if not ok:
-                    if value is not None:
-                        raise value
-                    return
-                yield value
-        finally:
-            future.cancel()
+        return iterate_on_loop(loop, lambda: self._async.stream(prompt, tokens=tokens, messages=messages, model=model, **options),
+                               self.timeout_s)
 
     def get_status(self, job: "Completion | bytes | str") -> dict:
         """Return the node's status body for a job; a Completion carries the read token it needs."""

@@ -20,8 +20,9 @@ whole stream within the client's ``timeout_s``.
 
 import asyncio
 import contextlib
+import queue
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx2
 
@@ -29,7 +30,7 @@ from verillm.errors import BadResponse, DeadlineExceeded, InvalidInput, VerillmE
 from verillm.jsonsafe import load_json
 from verillm.wire import compute_error_from_body
 
-from verillm.client.http import AsyncHttp, parse_error_json, read_bounded, verify_declared_size
+from verillm.client.http import AsyncHttp, LoopThread, parse_error_json, read_bounded, verify_declared_size
 
 
 async def iterate_events(http: AsyncHttp, path: str, body: dict, deadline: float) -> AsyncIterator[dict]:
@@ -125,3 +126,35 @@ def compute_final_body(final: dict, text: str, chat: bool) -> dict:
     """The final chunk as a whole answer's body (the streamed text as the node's text), for the same checks."""
     choice = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
     return {"model": final.get("model"), "choices": [choice], "verillm": final["verillm"]}
+
+
+def iterate_on_loop(loop: LoopThread, make_stream: Callable[[], AsyncIterator], timeout_s: float) -> Iterator:
+    """Yield, in the caller's thread, the items of the async iterator ``make_stream()`` run on ``loop``
+    (the synchronous client's private loop). Its own deadline ends it; ``timeout_s`` per item is a
+    backstop. Leaving early cancels it (and so closes the HTTP stream)."""
+    items: queue.Queue = queue.Queue()
+
+    async def pump() -> None:
+        try:
+            async with contextlib.aclosing(make_stream()) as stream:
+                async for item in stream:
+                    items.put((True, item))
+        except Exception as exc:  # handed to the caller's thread, raised there
+            items.put((False, exc))
+        else:
+            items.put((False, None))
+
+    future = asyncio.run_coroutine_threadsafe(pump(), loop.loop)
+    try:
+        while True:
+            try:
+                more, value = items.get(timeout=timeout_s + 5.0)
+            except queue.Empty:
+                raise DeadlineExceeded(f"no answer within {timeout_s:g} s") from None
+            if not more:
+                if value is not None:
+                    raise value
+                return
+            yield value
+    finally:
+        future.cancel()
