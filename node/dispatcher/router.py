@@ -23,7 +23,7 @@ import aiohttp
 from web3 import Web3
 
 from verillm.spec.receipt import verify_receipt_binding
-from verillm.errors import InvalidProof, InvalidSignature, QueueFull, VerillmError
+from verillm.errors import BadResponse, InvalidProof, InvalidSignature, QueueFull, VerillmError
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain, verify_receipt_signature
 from verillm.spec.types import Job, Receipt
@@ -150,12 +150,16 @@ def verify_worker_receipt(receipt: Receipt, job: Job, output_tokens, worker: byt
         raise InvalidProof("the worker returned no output token")
 
 
-def _relay(on_token: Callable[[int], None] | None, relayed: list[int]) -> Callable[[int], None] | None:
-    """``on_token``, recording in ``relayed`` what it was handed (None stays None: nothing streams)."""
+def _relay(on_token: Callable[[int], None] | None, relayed: list[int], max_tokens: int) -> Callable[[int], None] | None:
+    """``on_token``, recording in ``relayed`` what it was handed (None stays None: nothing streams).
+    A worker streaming past the job's ``max_new_tokens`` is refused at the first token too many
+    (each token costs the gateway a decode: an endless stream would be work for nothing)."""
     if on_token is None:
         return None
 
     def relay(token: int) -> None:
+        if len(relayed) >= max_tokens:
+            raise BadResponse(f"the worker streamed more than the job's {max_tokens} tokens")
         relayed.append(token)
         on_token(token)
 
@@ -215,7 +219,7 @@ class NetworkDispatcher:
         for entry in self.health.compute_order(self._rotation()):
             relayed: list[int] = []
             try:
-                output_tokens, receipt = await self.run_on(entry.address, entry.url, job, _relay(on_token, relayed))
+                output_tokens, receipt = await self.run_on(entry.address, entry.url, job, _relay(on_token, relayed, job.max_new_tokens))
                 verify_streamed_prefix(relayed, output_tokens)
             except WORKER_FAILURES as exc:
                 self.health.on_failure(entry.address)

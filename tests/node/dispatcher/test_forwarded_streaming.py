@@ -15,6 +15,7 @@ failed worker; one that fails after some tokens went out ends the stream with an
 (`worker_failed_mid_stream`), and no other worker's text is ever appended to it.
 """
 
+import json
 import time
 
 import aiohttp
@@ -97,10 +98,11 @@ async def test_a_job_another_worker_runs_streams_through_the_gateway(start, serv
 
 class BadWorkers:
     """Workers on loopback that fail a streamed job: ``refuses`` before its first token (an error
-    line), ``breaks`` after three tokens (the connection ends without a result)."""
+    line), ``breaks`` after three tokens (the connection ends without a result), ``floods`` by
+    streaming more tokens than the job may have."""
 
     def __init__(self):
-        self.hits = {"refuses": 0, "breaks": 0}
+        self.hits = {"refuses": 0, "breaks": 0, "floods": 0}
         self.runners = []
 
     async def refuses(self, request: web.Request) -> web.StreamResponse:
@@ -118,6 +120,18 @@ class BadWorkers:
         for token in (450, 3681, 17354):
             await response.write(b'{"tokens": [%d]}\n' % token)
         await response.write_eof()  # and no result
+        return response
+
+    async def floods(self, request: web.Request) -> web.StreamResponse:
+        """Streams tokens without end: the gateway must stop at the job's max_new_tokens, not decode them all."""
+        self.hits["floods"] += 1
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        try:
+            for _ in range(100_000):
+                await response.write(b'{"tokens": [450, 450, 450, 450]}\n')
+        except (ConnectionResetError, aiohttp.ClientConnectionError):
+            pass  # the gateway hung up
         return response
 
     async def start(self, names: list[str]) -> list[WorkerEntry]:
@@ -147,24 +161,26 @@ async def test_a_worker_failing_before_its_first_token_is_skipped(start, served_
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
         gateway = await _gateway(start, tmp_path, refuses + [entry], session)
         sent_at, arrivals, chunks = await _stream(gateway.url, chat=False)
-    assert bad_workers.hits == {"refuses": 1, "breaks": 0}
+    assert bad_workers.hits == {"refuses": 1, "breaks": 0, "floods": 0}
     assert chunks[-1].model_extra["verillm"]["receipt"]["worker"] == worker.app[APP_KEY].address_hex
     assert compute_spread(sent_at, arrivals) >= 0.5
 
 
-async def test_a_worker_failing_mid_stream_ends_it_with_an_error_never_another_workers_text(start, served_tiny, tmp_path, bad_workers, http):
+@pytest.mark.parametrize("bad", ["breaks", "floods"])
+async def test_a_worker_failing_mid_stream_ends_it_with_an_error_never_another_workers_text(start, served_tiny, tmp_path, bad_workers, http, bad):
     worker, engine, entry = await _slow_worker(start, served_tiny, tmp_path)
-    breaks = await bad_workers.start(["breaks"])
+    breaks = await bad_workers.start([bad])
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
         gateway = await _gateway(start, tmp_path, breaks + [entry], session)
         body = {"model": "tiny", "prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0, "stream": True}
         async with http.post(gateway.url + "/v1/completions", json=body) as response:
             assert response.status == 200
             events = [line[6:] for line in (await response.text()).splitlines() if line.startswith("data: ")]
-    assert bad_workers.hits["breaks"] == 1
+    assert bad_workers.hits[bad] == 1
     assert events[-1] == "[DONE]" and '"worker_failed_mid_stream"' in events[-2], events
-    texts = [e for e in events[:-2]]
-    assert texts and all('"text"' in e and '"verillm"' not in e for e in texts)  # its three tokens, no receipt
+    texts = [json.loads(e)["choices"][0]["text"] for e in events[:-2]]
+    assert texts and all('"verillm"' not in e for e in events[:-2])  # the bad worker's tokens, no receipt
+    assert len(texts) <= 8  # at most the job's max_tokens were relayed
     assert engine.sampled_at == [] and worker.app[APP_STORE].get_job_counts().get("done", 0) == 0  # the honest worker never ran it
 
 
