@@ -92,8 +92,7 @@ async def _generate(request: web.Request, generation: GenerationRequest, chat: b
     served = request.app[APP_MODEL]
     verify_model_name(served, generation.model)
     job = new_request_job(served, generation, request.app[APP_CONFIG].limits.max_new_tokens)
-    if generation.stream:
-        request.app[APP_DISPATCHER].verify_admission(job)  # refusals must come before the stream starts
+    if generation.stream:  # refusals come before the stream starts: it starts with the first text
         return await _stream(request, generation, job, chat)
     result = await request.app[APP_DISPATCHER].dispatch(job, generation.audit)
     reply = _compute_reply(request, result, chat, int(time.time()), generation.stop)

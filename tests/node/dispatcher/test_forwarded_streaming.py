@@ -208,7 +208,7 @@ async def test_a_bad_streamed_request_is_an_error_before_any_chunk(start, served
     assert engine.sampled_at == []
 
 
-async def test_the_router_admits_by_the_readiness_rule(start, tmp_path, make_job):
+async def test_the_router_admits_by_the_readiness_rule(start, tmp_path, make_job, http):
     """Issue 23: the router admitted at committee + 1 workers by its own arithmetic, while readiness
     (`compute_needed_workers`) counts the dispatcher too when it is one of the workers: the contract
     excludes the job's worker AND its dispatcher from the committee. With the gateway and one other
@@ -222,6 +222,9 @@ async def test_the_router_admits_by_the_readiness_rule(start, tmp_path, make_job
         router.view.workers = [me, others[0]]
         with pytest.raises(NoWorkers, match="needs 3"):
             router.verify_admission(job)
+        body = {"model": "tiny", "prompt": "Hello", "max_tokens": 4, "stream": True}
+        async with http.post(gateway.url + "/v1/completions", json=body) as response:  # a stream too: refused before any chunk
+            assert response.status == 503 and (await response.json())["error"]["code"] == "no_workers"
         router.view.workers = [me, *others]
         router.verify_admission(job)
         router.view.workers = others  # a gateway that serves no weight itself: worker + committee
