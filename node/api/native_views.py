@@ -2,7 +2,10 @@
 
     POST /v1/verillm/jobs                      signed envelope, payload = encode(Job)
                                                → 200 {job_hash, status, output_tokens, receipt, status_url}
-                                               (?wait=0 → 202 once the job is durable and queued)
+                                               (?wait=0 → 202 once the job is durable and queued;
+                                               ?stream=1 → 200 NDJSON: {"tokens": [...]} lines as the
+                                               engine samples them, then {"done": <the body above>} or
+                                               {"error": ...}: node/api/streaming.py)
     GET  /v1/verillm/jobs/{0xjob_hash}         → {job_hash, status, error, attempts, ..., receipt, output_tokens}
                                                (the requester's ?token= or a signed read by the submitter: node/api/access.py)
     POST /v1/verillm/jobs/{0xjob_hash}/openings signed envelope, payload = JSON {"cells": [[position, layer], ...]}
@@ -20,6 +23,8 @@ fetch an honest member's leaves before committing could copy its root without co
 Openings are parsed, computed and serialized off the event loop (node/worker/openings.py).
 """
 
+import asyncio
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -34,6 +39,7 @@ from verillm.node.api.admission import compute_lane
 from verillm.node.worker.opening_process import parse_opening_payload  # noqa: F401  (the fuzzers' entry point)
 from verillm.node.appkeys import APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
 from verillm.node.api.http import get_status_url, read_signed_envelope, remember_nonce
+from verillm.node.api.streaming import write_job_stream
 from verillm.node.store.migrations import get_schema_version
 from verillm.wire import from_hex, receipt_to_json, to_hex
 
@@ -47,19 +53,32 @@ async def post_job(request: web.Request) -> web.Response:
     record = worker.verify_acceptance(job, job_hash, envelope.sender, lane)
     remember_nonce(request, envelope)
     faults.reach("nonce_recorded")
-    worker.accept_checked_job(job, envelope.sender, job_hash, record, lane)
-    faults.reach("job_accepted")
-    if request.query.get("wait") == "0":
-        body = {"job_hash": to_hex(job_hash), "status": "accepted", "status_url": get_status_url(request, job_hash)}
-        return web.json_response(body, status=202)
-    result = await worker.wait_job(job_hash)
-    return web.json_response({
-        "job_hash": to_hex(job_hash),
+    # A stream shows the tokens of a run it saw start; a run under way or a stored result comes whole.
+    arrived: asyncio.Queue[int] = asyncio.Queue()
+    streamed = request.query.get("stream") == "1" and worker.is_fresh_run(job_hash, record)
+    unsubscribe = worker.queue.subscribe(job_hash, arrived.put_nowait) if streamed else (lambda: None)
+    try:
+        worker.accept_checked_job(job, envelope.sender, job_hash, record, lane)
+        faults.reach("job_accepted")
+        if request.query.get("wait") == "0":
+            body = {"job_hash": to_hex(job_hash), "status": "accepted", "status_url": get_status_url(request, job_hash)}
+            return web.json_response(body, status=202)
+        if request.query.get("stream") == "1":
+            return await write_job_stream(request, arrived, worker.wait_job(job_hash), lambda result: compute_job_body(request, result))
+        return web.json_response(compute_job_body(request, await worker.wait_job(job_hash)))
+    finally:
+        unsubscribe()
+
+
+def compute_job_body(request: web.Request, result) -> dict:
+    """The answer to a job: its hash, output tokens, signed receipt and status URL."""
+    return {
+        "job_hash": to_hex(result.job_hash),
         "status": "done",
         "output_tokens": list(result.output_tokens),
         "receipt": receipt_to_json(result.receipt),
-        "status_url": get_status_url(request, job_hash),
-    })
+        "status_url": get_status_url(request, result.job_hash),
+    }
 
 
 async def get_job(request: web.Request) -> web.Response:

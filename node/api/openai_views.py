@@ -1,11 +1,12 @@
 """Handlers of the OpenAI-compatible API: /v1/models, /v1/completions, /v1/chat/completions.
 
 Streaming (``"stream": true``) answers with server-sent events: ``data: {chunk}`` lines and a
-final ``data: [DONE]``. A chat stream sends its assistant-role chunk at once; text chunks go
-out as this node's engine samples the tokens (node/api/streaming.py), and the last content chunk
-carries ``finish_reason`` and the receipt. A job another worker ran arrives whole, so its
-text goes out at the end. Errors found before the stream starts
-are ordinary JSON errors; an error after it started is sent as an ``{"error": ...}`` event.
+final ``data: [DONE]``. Text chunks go out as the worker running the job samples the tokens,
+whichever worker that is (node/api/streaming.py: this node's engine, or another worker's native
+stream relayed by the dispatcher), and the last chunk carries ``finish_reason`` and the receipt.
+The status line (and a chat's assistant-role chunk) goes out with the first text: every error
+before it — a bad request, no worker able to start the job — is an ordinary JSON error with its
+status; an error after it is sent as an ``{"error": ...}`` event before ``[DONE]``.
 """
 
 import dataclasses
@@ -20,7 +21,7 @@ from verillm.errors import VerillmError
 from verillm.spec.job import compute_job_hash
 from verillm.spec.types import Job
 
-from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_METRICS, APP_MODEL, APP_WORKER
+from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_METRICS, APP_MODEL
 from verillm.node.worker.engines import ServedModel, verify_model_name
 from verillm.node.api.http import get_status_url, read_json
 from verillm.node.middlewares import compute_error_body
@@ -91,8 +92,7 @@ async def _generate(request: web.Request, generation: GenerationRequest, chat: b
     served = request.app[APP_MODEL]
     verify_model_name(served, generation.model)
     job = new_request_job(served, generation, request.app[APP_CONFIG].limits.max_new_tokens)
-    if generation.stream:
-        request.app[APP_DISPATCHER].verify_admission(job)  # refusals must come before the stream starts
+    if generation.stream:  # refusals come before the stream starts: it starts with the first text
         return await _stream(request, generation, job, chat)
     result = await request.app[APP_DISPATCHER].dispatch(job, generation.audit)
     reply = _compute_reply(request, result, chat, int(time.time()), generation.stop)
@@ -121,25 +121,33 @@ async def _stream(request: web.Request, generation: GenerationRequest, job: Job,
 
 async def _write_stream(request: web.Request, response: web.StreamResponse, generation: GenerationRequest, job: Job, chat: bool) -> web.StreamResponse:
     served, created = request.app[APP_MODEL], int(time.time())
-    await response.prepare(request)
-    if chat:
-        await _send(response, compute_role_chunk(compute_response_id(True, compute_job_hash(job)), created, served.name))
     job_hash = compute_job_hash(job)
     head = compute_stream_head(compute_response_id(chat, job_hash), created, served.name, chat)
     stop_filter = StopFilter(generation.stop)
 
+    async def start() -> None:
+        """Send the status line (and a chat's role chunk) with the first text: until then a failure is an HTTP error."""
+        if not response.prepared:
+            await response.prepare(request)
+            if chat:
+                await _send(response, compute_role_chunk(head["id"], created, served.name))
+
     async def send_text(text: str) -> None:
         text = stop_filter.push(text)
         if text:
+            await start()
             await _send(response, compute_text_chunk(head, text, chat))
 
+    dispatcher = request.app[APP_DISPATCHER]
     try:
-        result, remaining = await stream_dispatch(request.app[APP_WORKER].queue, job_hash,
-                                                  lambda: request.app[APP_DISPATCHER].dispatch(job, generation.audit),
+        result, remaining = await stream_dispatch(lambda on_token: dispatcher.dispatch(job, generation.audit, on_token=on_token),
                                                   served.tokenizer, send_text)
-    except VerillmError as exc:  # the status line is already sent: the error travels as an event
-        await _send(response, compute_error_body(exc.http_status, exc.code, str(exc)))
+    except VerillmError as exc:
+        if not response.prepared:
+            raise  # nothing went out: an ordinary JSON error, with its status (no worker could start the job, ...)
+        await _send(response, compute_error_body(exc.http_status, exc.code, str(exc)))  # the status line is out: an event
         return await _finish_stream(response)
+    await start()
     reply = _compute_reply(request, result, chat, created, generation.stop)
     tail = stop_filter.push(remaining) + stop_filter.flush()
     for chunk in compute_stream_chunks(reply, [tail], chat, generation.include_usage):

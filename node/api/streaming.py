@@ -1,18 +1,38 @@
-"""Token streaming for the OpenAI edge: text deltas as the engine samples tokens, receipt last.
+"""Token streaming, end to end: the engine samples, the worker relays, the gateway turns tokens into text.
 
-The handler subscribes to the job's tokens in this node's engine queue before dispatching it;
-while the dispatch runs, each token that arrives becomes a text delta (held back while it
-ends inside a multi-byte character). When the dispatch returns, whatever was not streamed —
-all of it when another worker ran the job, since peers answer whole — goes out, then the
-final chunk with `finish_reason` and the `verillm` field (receipt, job, job hash).
+Three hops, one rule (tokens go out in the order sampled, the receipt last):
+
+- the engine queue hands each sampled token to its subscribers on the event loop
+  (node/worker/engine_queue.py);
+- a worker asked for a stream on its native job route (``POST /v1/verillm/jobs?stream=1``)
+  answers NDJSON: ``{"tokens": [...]}`` lines as the engine samples them, then one
+  ``{"done": {...}}`` line carrying what the whole answer carries (output tokens, receipt), or
+  one ``{"error": {code, message}}`` line (`write_job_stream`; read by node/dispatcher/peer.py);
+- the dispatcher hands each token of whichever worker runs the job to the OpenAI edge
+  (`Dispatcher.dispatch(..., on_token=)`), which turns tokens into text deltas (`stream_dispatch`),
+  held back while a delta ends inside a multi-byte character.
+
+When the dispatch returns, whatever text was not streamed goes out, then the final chunk with
+`finish_reason` and the `verillm` field (receipt, job, job hash). The streamed tokens must be a
+prefix of the output the receipt signs (`compute_remaining_text`): text another worker wrote
+is never spliced into a stream (node/dispatcher/router.py ends a broken stream instead).
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
 
 from verillm.errors import VerillmError
 
 from verillm.engine.text import compute_text
+from verillm.node.middlewares import compute_error_body
+
+NDJSON = "application/x-ndjson"
+"""The native job route's streamed answer: one JSON object per line."""
+
+OnToken = Callable[[int], None]
 
 
 class TextStream:
@@ -33,39 +53,51 @@ class TextStream:
         return delta
 
 
-async def stream_dispatch(queue, job_hash: bytes, dispatch: Callable[[], Awaitable], tokenizer,
-                          send_text: Callable[[str], Awaitable[None]]):
-    """Run ``dispatch()``, calling ``send_text(delta)`` as this node's engine samples the job's tokens.
+async def iterate_arrivals(arrived: asyncio.Queue, task: asyncio.Future) -> AsyncIterator[list[int]]:
+    """Yield the tokens put in ``arrived`` (all that are waiting, as one list) until ``task`` is done,
+    then what is left. Tokens arrive on the loop before the run's result does (engine_queue.py), so
+    none is lost at the end."""
+    while not task.done():
+        getter = asyncio.ensure_future(arrived.get())
+        try:
+            await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not getter.done():
+                getter.cancel()
+        if getter.done() and not getter.cancelled():
+            yield [getter.result(), *_drain(arrived)]
+    rest = _drain(arrived)
+    if rest:
+        yield rest
+
+
+def _drain(arrived: asyncio.Queue) -> list[int]:
+    tokens = []
+    while not arrived.empty():
+        tokens.append(arrived.get_nowait())
+    return tokens
+
+
+async def stream_dispatch(dispatch: Callable[[OnToken], Awaitable], tokenizer, send_text: Callable[[str], Awaitable[None]]):
+    """Run ``dispatch(on_token)``, calling ``send_text(delta)`` as the worker running the job samples its tokens.
 
     Returns (result, remaining text): the dispatch's result and the text not streamed yet.
     """
     arrived: asyncio.Queue[int] = asyncio.Queue()
-    unsubscribe = queue.subscribe(job_hash, arrived.put_nowait)
     stream, sent = TextStream(tokenizer), []
-    task = asyncio.ensure_future(dispatch())
+    task = asyncio.ensure_future(dispatch(arrived.put_nowait))
     try:
-        while not task.done():
-            getter = asyncio.ensure_future(arrived.get())
-            await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
-            if not getter.done():
-                getter.cancel()
-                continue
-            await _send_delta(stream, getter.result(), sent, send_text)
-        while not arrived.empty():
-            await _send_delta(stream, arrived.get_nowait(), sent, send_text)
+        async for tokens in iterate_arrivals(arrived, task):
+            for token in tokens:
+                delta = stream.push(token)
+                if delta:
+                    sent.append(delta)
+                    await send_text(delta)
     finally:
-        unsubscribe()
         if not task.done():
             task.cancel()
     result = task.result()
     return result, compute_remaining_text(tokenizer, stream, "".join(sent), tuple(result.output_tokens))
-
-
-async def _send_delta(stream: TextStream, token: int, sent: list[str], send_text) -> None:
-    delta = stream.push(token)
-    if delta:
-        sent.append(delta)
-        await send_text(delta)
 
 
 def compute_remaining_text(tokenizer, stream: TextStream, sent: str, output_tokens: tuple[int, ...]) -> str:
@@ -76,3 +108,38 @@ def compute_remaining_text(tokenizer, stream: TextStream, sent: str, output_toke
     if not text.startswith(sent):
         raise VerillmError("the streamed text is not a prefix of the job's output text")
     return text[len(sent):]
+
+
+# --- the worker's side of the native stream ---------------------------------------------------
+
+
+def compute_line(event: dict) -> bytes:
+    """One NDJSON line of the native stream."""
+    return json.dumps(event, separators=(",", ":")).encode() + b"\n"
+
+
+async def write_job_stream(request: web.Request, arrived: asyncio.Queue, wait: Awaitable,
+                           compute_body: Callable[[object], dict]) -> web.StreamResponse:
+    """Answer a native job request as NDJSON: token lines while ``wait`` (the job's run) goes on, then
+    ``{"done": compute_body(result)}``, or the error body the plain route would answer with.
+
+    A dispatcher that hangs up ends the stream, not the job (it is durable and runs to its end)."""
+    response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-cache"})
+    response.enable_chunked_encoding()
+    task = asyncio.ensure_future(wait)
+    try:
+        await response.prepare(request)
+        async for tokens in iterate_arrivals(arrived, task):
+            await response.write(compute_line({"tokens": tokens}))
+        try:
+            last = {"done": compute_body(task.result())}
+        except VerillmError as exc:
+            last = compute_error_body(exc.http_status, exc.code, str(exc))
+        await response.write(compute_line(last))
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the dispatcher went away; the job's result stays in the store for its status route
+    finally:
+        if not task.done():
+            task.cancel()  # only this wait: the run itself is shielded (Worker.wait_job)
+    return response

@@ -7,6 +7,8 @@ and is installed under `APP_DISPATCHER` by `create_app`. Whatever it does, the w
 the job sees only the job: `audit_requested` stays in the dispatcher's table (`dispatched`).
 """
 
+from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Protocol
 
 from verillm.spec.job import compute_job_hash
@@ -23,8 +25,9 @@ class Dispatcher(Protocol):
         """Check ``job`` can be served, before any response starts; raise with the reason."""
         ...
 
-    async def dispatch(self, job: Job, audit_requested: bool) -> JobResult:
-        """Run ``job`` on some worker and return its durable result (receipt included)."""
+    async def dispatch(self, job: Job, audit_requested: bool, on_token: Callable[[int], None] | None = None) -> JobResult:
+        """Run ``job`` on some worker and return its durable result (receipt included); with ``on_token``,
+        hand over each output token as the worker running the job samples it (node/api/streaming.py)."""
         ...
 
 
@@ -39,9 +42,31 @@ class LocalDispatcher:
         """Check the job against the served model, the limits and the queue's capacity."""
         self.worker.verify_acceptance(job)
 
-    async def dispatch(self, job: Job, audit_requested: bool) -> JobResult:
+    async def dispatch(self, job: Job, audit_requested: bool, on_token: Callable[[int], None] | None = None) -> JobResult:
         """Record the dispatch, then run the job on the local worker."""
         job_hash = compute_job_hash(job)
         record = self.worker.verify_acceptance(job, job_hash)
         self.store.insert_dispatched(job_hash, None, "", audit_requested)  # no await from the check to the acceptance
-        return await self.worker.wait_job(self.worker.accept_checked_job(job, None, job_hash, record))
+        with _subscribed(self.worker, job_hash, record, on_token):
+            return await self.worker.wait_job(self.worker.accept_checked_job(job, None, job_hash, record))
+
+
+async def run_local_job(worker: Worker, job: Job, on_token: Callable[[int], None] | None = None) -> JobResult:
+    """Run ``job`` on this node's own worker (or join its run, or return its stored result), handing
+    ``on_token`` each token of a run it sees start."""
+    job_hash = compute_job_hash(job)
+    record = worker.verify_acceptance(job, job_hash)
+    with _subscribed(worker, job_hash, record, on_token):
+        return await worker.wait_job(worker.accept_checked_job(job, None, job_hash, record))
+
+
+@contextmanager
+def _subscribed(worker: Worker, job_hash: bytes, record, on_token: Callable[[int], None] | None):
+    """Subscribe ``on_token`` to the job's tokens when its run starts now (a run under way would be seen from its middle)."""
+    fresh = on_token is not None and worker.is_fresh_run(job_hash, record)
+    unsubscribe = worker.queue.subscribe(job_hash, on_token) if fresh else None
+    try:
+        yield
+    finally:
+        if unsubscribe is not None:
+            unsubscribe()

@@ -1,7 +1,8 @@
 """A node's client for another node's native API: signed job submission, status, openings.
 
 The dispatcher role uses it to send jobs (inference and verification alike) to workers and
-to collect openings; tests and the bench use it as a dispatcher would.
+to collect openings; tests and the bench use it as a dispatcher would. `stream_job` asks the
+worker for its tokens as they are sampled (NDJSON, node/api/streaming.py).
 
 The node at the other end may be hostile: every answer is read with a size cap (checked on the
 declared length and while reading, never buffered past it) and parsed strictly, so a malformed
@@ -11,6 +12,7 @@ the code, node/dispatcher/router.py) — never a `KeyError`.
 """
 
 import json
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -21,6 +23,7 @@ from verillm.spec.encoding import encode
 from verillm.spec.types import Challenge, Job, Opening, Receipt
 
 from verillm.node.api.access import compute_read_headers
+from verillm.node.api.streaming import NDJSON
 from verillm.node.envelope import encode_envelope_json, sign_envelope
 from verillm.node.keys import NodeKey
 from verillm.wire import challenge_to_json, compute_error_from_body, from_hex, opening_from_json, receipt_from_json, to_hex
@@ -76,6 +79,38 @@ def get_reply_field(data: dict, key: str, peer: str, parse=lambda value: value):
         raise BadResponse(f"{peer} answered a malformed {key}: {type(exc).__name__}") from None
 
 
+async def read_events(response: aiohttp.ClientResponse, limit: int, peer: str) -> AsyncIterator[dict]:
+    """Yield each NDJSON line of ``response`` as a JSON object; BadResponse once the lines pass
+    ``limit`` bytes together, for a line that is not a JSON object, or a last line cut short."""
+    pending, size = b"", 0
+    async for chunk in response.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise BadResponse(f"{peer} streamed over {limit} bytes")
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield _parse_event(line, peer)
+    if pending.strip():
+        raise BadResponse(f"{peer} ended its stream inside a line")
+
+
+def _parse_event(line: bytes, peer: str) -> dict:
+    try:
+        event = load_json(line, "stream line")
+    except VerillmError:
+        event = None
+    if not isinstance(event, dict):
+        raise BadResponse(f"{peer} streamed a line that is not a JSON object")
+    return event
+
+
+def _require_dict(value) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError("expected an object")
+    return value
+
+
 def parse_tokens(value) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**32 for t in value):
         raise ValueError("expected a list of token ids")
@@ -115,9 +150,32 @@ class PeerClient:
     async def submit_job(self, job: Job) -> WorkerReply:
         """Run ``job`` on the worker and return its reply (waits for the job to finish)."""
         _, data = await self.post_signed(JOBS_PATH, encode(job))
+        return self._job_reply(data)
+
+    def _job_reply(self, data: dict) -> WorkerReply:
         field = lambda key, parse=lambda v: v: get_reply_field(data, key, self.peer, parse)  # noqa: E731
         return WorkerReply(field("job_hash", lambda v: from_hex(v, "job_hash", 32)), field("output_tokens", parse_tokens),
                            field("receipt", receipt_from_json), field("status_url", _require_str))
+
+    async def stream_job(self, job: Job, on_token: Callable[[int], None]) -> WorkerReply:
+        """Run ``job`` on the worker, calling ``on_token(token)`` as the worker streams its tokens; return its reply.
+
+        The stream is read under the same cap as a whole answer (MAX_REPLY_BYTES, all lines together);
+        a peer answering plain JSON (a node before streaming) is read as `submit_job` reads it."""
+        body = encode_envelope_json(sign_envelope(JOBS_PATH, encode(job), self.key.private_key, await self.get_recipient()))
+        url = f"{self.base_url}{JOBS_PATH}?stream=1"
+        async with self.session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+            if response.status >= 400 or response.content_type != NDJSON:
+                return self._job_reply((await self._read(response, MAX_REPLY_BYTES))[1])
+            async for event in read_events(response, MAX_REPLY_BYTES, self.peer):
+                if "tokens" in event:
+                    for token in get_reply_field(event, "tokens", self.peer, parse_tokens):
+                        on_token(token)
+                elif "done" in event:
+                    return self._job_reply(get_reply_field(event, "done", self.peer, _require_dict))
+                else:
+                    raise compute_error_from_body(502, event)  # {"error": ...}, or junk: a VerillmError either way
+        raise BadResponse(f"{self.peer} ended its stream without the job's result")
 
     async def enqueue_job(self, job: Job) -> bytes:
         """Hand ``job`` to the worker without waiting; return its job hash once it is durable there."""

@@ -16,13 +16,14 @@ audit scheduler may audit it.
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
 from web3 import Web3
 
 from verillm.spec.receipt import verify_receipt_binding
-from verillm.errors import InvalidProof, InvalidSignature, QueueFull, VerillmError
+from verillm.errors import BadResponse, InvalidProof, InvalidSignature, QueueFull, VerillmError
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain, verify_receipt_signature
 from verillm.spec.types import Job, Receipt
@@ -30,7 +31,9 @@ from verillm.spec.types import Job, Receipt
 from verillm.node.dispatcher.chainio import ChainIO
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.keys import NodeKey
+from verillm.node.dispatcher.local import run_local_job
 from verillm.node.dispatcher.peer import PeerClient
+from verillm.node.dispatcher.readiness import compute_needed_workers
 from verillm.node.store.store import Store
 from verillm.node.worker.worker import JobResult, Worker
 
@@ -57,6 +60,14 @@ class NoWorkerCompleted(QueueFull):
     """Every worker tried failed the job (each failure named by its error code); retry later."""
 
     code = "no_worker_completed"
+
+
+class StreamBroken(VerillmError):
+    """The worker streaming a job failed after some of its tokens went out: the stream ends here,
+    since another worker's text is never spliced onto it (the client retries the whole request)."""
+
+    code = "worker_failed_mid_stream"
+    http_status = 502
 
 
 class WorkerHealth:
@@ -139,6 +150,28 @@ def verify_worker_receipt(receipt: Receipt, job: Job, output_tokens, worker: byt
         raise InvalidProof("the worker returned no output token")
 
 
+def _relay(on_token: Callable[[int], None] | None, relayed: list[int], max_tokens: int) -> Callable[[int], None] | None:
+    """``on_token``, recording in ``relayed`` what it was handed (None stays None: nothing streams).
+    A worker streaming past the job's ``max_new_tokens`` is refused at the first token too many
+    (each token costs the gateway a decode: an endless stream would be work for nothing)."""
+    if on_token is None:
+        return None
+
+    def relay(token: int) -> None:
+        if len(relayed) >= max_tokens:
+            raise BadResponse(f"the worker streamed more than the job's {max_tokens} tokens")
+        relayed.append(token)
+        on_token(token)
+
+    return relay
+
+
+def verify_streamed_prefix(streamed: list[int], output_tokens) -> None:
+    """Check the tokens a worker streamed are the start of the output its receipt signs."""
+    if tuple(output_tokens[: len(streamed)]) != tuple(streamed):
+        raise InvalidProof(f"the worker streamed {len(streamed)} tokens that are not the start of the output its receipt signs")
+
+
 class NetworkDispatcher:
     """Routes client jobs to the Registry's workers and records what it dispatched."""
 
@@ -153,14 +186,22 @@ class NetworkDispatcher:
         self.promises = None  # node/dispatcher/promises.py's Promises (set by the service): a batching promise per job
 
     def verify_admission(self, job: Job) -> None:
-        """Check the job fits the model and limits, and enough workers exist to audit it."""
+        """Check the job fits the model and limits, and enough workers exist to audit it: the rule
+        readiness reports (`compute_needed_workers`: a committee, the job's worker, and this
+        dispatcher when it is one of the workers, since the contract excludes both from the draw)."""
         self.worker.verify_admission(job)
-        needed = self.committee_size + 1
+        weighs = any(entry.address == self.key.address for entry in self.view.workers)
+        needed = compute_needed_workers(self.committee_size, weighs)
         if len(self.view.workers) < needed:
-            raise NoWorkers(f"{len(self.view.workers)} active workers serve this model; an audited job needs {needed} (worker + committee)")
+            raise NoWorkers(f"{len(self.view.workers)} active workers serve this model; an audited job needs {needed} "
+                            f"(its worker, {'this dispatcher, ' if weighs else ''}and a committee of {self.committee_size})")
 
-    async def dispatch(self, job: Job, audit_requested: bool) -> JobResult:
-        """Run ``job`` on the next worker that answers with a valid receipt; keep the result."""
+    async def dispatch(self, job: Job, audit_requested: bool, on_token: Callable[[int], None] | None = None) -> JobResult:
+        """Run ``job`` on the next worker that answers with a valid receipt; keep the result.
+
+        With ``on_token``, the worker's tokens are handed over as it samples them. A worker that fails
+        before its first token is that worker's failure like any other (the next one gets the job);
+        one that fails after is `StreamBroken`: the tokens already out cannot be taken back."""
         try:
             self.verify_admission(job)
         except NoWorkers as exc:  # say why, this node's own standing first
@@ -176,12 +217,17 @@ class NetworkDispatcher:
             await self.promises.verify_capacity()
         failures = []
         for entry in self.health.compute_order(self._rotation()):
+            relayed: list[int] = []
             try:
-                output_tokens, receipt = await self.run_on(entry.address, entry.url, job)
+                output_tokens, receipt = await self.run_on(entry.address, entry.url, job, _relay(on_token, relayed, job.max_new_tokens))
+                verify_streamed_prefix(relayed, output_tokens)
             except WORKER_FAILURES as exc:
                 self.health.on_failure(entry.address)
-                log.warning("worker 0x%s (%s) failed job 0x%s: %s %r", entry.address.hex(), entry.url, job_hash.hex(),
-                            type(exc).__name__, str(exc)[:LOGGED_DETAIL_CHARS])
+                log.warning("worker 0x%s (%s) failed job 0x%s%s: %s %r", entry.address.hex(), entry.url, job_hash.hex(),
+                            f" after streaming {len(relayed)} tokens" if relayed else "", type(exc).__name__, str(exc)[:LOGGED_DETAIL_CHARS])
+                if relayed:
+                    raise StreamBroken(f"worker 0x{entry.address.hex()} failed job 0x{job_hash.hex()} after streaming {len(relayed)} "
+                                       f"tokens ({compute_failure_code(exc)}); the stream ends here: retry the request") from None
                 failures.append(f"0x{entry.address.hex()}: {compute_failure_code(exc)}")
                 continue
             self.health.on_success(entry.address)
@@ -203,13 +249,15 @@ class NetworkDispatcher:
         self.store.insert_dispatched(job_hash, entry.address, url, audit_requested)
         self.tables.insert_dispatched_job(job_hash, job, entry.address, url, output_tokens, receipt, audit_requested)
 
-    async def run_on(self, address: bytes, url: str, job: Job) -> tuple[tuple[int, ...], Receipt]:
-        """Run ``job`` on the node at ``address`` (this one: its own worker); check and return its answer."""
+    async def run_on(self, address: bytes, url: str, job: Job, on_token: Callable[[int], None] | None = None) -> tuple[tuple[int, ...], Receipt]:
+        """Run ``job`` on the node at ``address`` (this one: its own worker); check and return its answer.
+        ``on_token``: called with each output token as that worker samples it."""
         if address == self.key.address:
-            result = await self.worker.run_job(job)
+            result = await run_local_job(self.worker, job, on_token)
             output_tokens, receipt = tuple(result.output_tokens), result.receipt
         else:
-            reply = await PeerClient(url, self.key, self.session, recipient=address).submit_job(job)
+            peer = PeerClient(url, self.key, self.session, recipient=address)
+            reply = await (peer.submit_job(job) if on_token is None else peer.stream_job(job, on_token))
             output_tokens, receipt = tuple(reply.output_tokens), reply.receipt
         verify_worker_receipt(receipt, job, output_tokens, address, self.domain)
         return output_tokens, receipt

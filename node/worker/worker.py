@@ -148,6 +148,11 @@ class Worker:
         self._start(job_hash, job, force=True, lane=lane, sender=sender)
         return job_hash
 
+    def is_fresh_run(self, job_hash: bytes, record: JobRecord | None) -> bool:
+        """Whether accepting ``job_hash`` now (``record``: what `verify_acceptance` returned) starts its
+        run, so that a subscriber from now on sees every token (not a run under way, nor a stored result)."""
+        return job_hash not in self._in_flight and (record is None or record.status == "failed")
+
     async def wait_job(self, job_hash: bytes) -> JobResult:
         """Return the result of an accepted job, waiting for its run if it is in flight."""
         if job_hash in self._in_flight:

@@ -18,7 +18,7 @@ NO_DRAWS = MINIMAL.replace(AUDIT_RATE_BPS=0, START_WINDOW_BLOCKS=15)
 
 
 def test_a_client_request_forces_an_audit_the_draw_skipped(tmp_path_factory, anvil_installed):
-    net = start_network(tmp_path_factory, [NodeSpec() for _ in range(4)], "requested", preset=NO_DRAWS)
+    net = start_network(tmp_path_factory, [NodeSpec() for _ in range(5)], "requested", preset=NO_DRAWS)
     try:
         client = Client(net.gateway_url)
         asked = retry_no_workers(lambda: client.complete("The mill by the river", max_tokens=6, temperature=0, audit=True))

@@ -5,7 +5,6 @@ The engine is the reference TorchEngine on the tiny model, throttled to 40 ms pe
 model of SmolLM2's speed on this CPU) so that "before the last token" is a real interval."""
 
 import asyncio
-import threading
 import time
 
 import pytest
@@ -13,27 +12,7 @@ from openai import AsyncOpenAI
 
 from verillm.node.appkeys import APP_MODEL
 from verillm.node.worker.engines import ServedModel
-
-TOKEN_DELAY_S = 0.04
-
-
-class ThrottledEngine:
-    """The tiny TorchEngine, sampling one token per TOKEN_DELAY_S; records when each token was sampled."""
-
-    def __init__(self, inner):
-        self.inner, self.manifest, self.model_id, self.max_batch_size = inner, inner.manifest, inner.model_id, inner.max_batch_size
-        self.sampled_at: list[float] = []
-        self.lock = threading.Lock()
-
-    def run(self, jobs, on_token=None):
-        def slow(index: int, token: int) -> None:
-            time.sleep(TOKEN_DELAY_S)
-            with self.lock:
-                self.sampled_at.append(time.monotonic())
-            if on_token is not None:
-                on_token(index, token)
-
-        return self.inner.run(jobs, on_token=slow)
+from helpers.throttled import ThrottledEngine
 
 
 @pytest.fixture

@@ -6,6 +6,8 @@
     completion = client.complete("The capital of France is", max_tokens=8, temperature=0)
     completion.text                                           # decoded from the signed tokens by the client
     completion.verification.not_checked                       # what could not be checked, and why
+    for item in client.stream("Once upon a time", max_tokens=32):  # text deltas, then the verified Completion
+        ...
 
 Every completion is verified before it is returned (`completion.verify_completion`): the job the
 receipt signs is the request (input tokens, sampling, seed, max_tokens), the signature holds for
@@ -31,11 +33,12 @@ With every job the dispatcher also signs a batching promise (`Completion.promise
 """
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 
-from verillm.errors import ChainError, DeadlineExceeded, InvalidInput, InvalidProof
+from verillm.errors import BadResponse, ChainError, DeadlineExceeded, InvalidInput, InvalidProof
 from verillm.spec.promise import SignedPromise, verify_promise_signature, verify_promise_terms
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash
 from verillm.spec.types import Receipt
@@ -48,6 +51,7 @@ from verillm.client.completion import (  # noqa: F401  (re-exported: the SDK's s
 )
 from verillm.client.http import DEFAULT_MAX_BODY_BYTES, AsyncHttp, LoopThread
 from verillm.client.promise import InclusionCheck, check_inclusion  # noqa: F401  (re-exported: the SDK's promise check)
+from verillm.client.stream import compute_final_body, get_delta, iterate_events, iterate_on_loop
 
 VERDICT_STATUSES = ("verified", "final", "slashed", "tie", "abandoned")
 """Where `wait_verified` stops: the audit has a verdict (node/dispatcher/status.py), final or not."""
@@ -208,6 +212,36 @@ class AsyncClient:
             requested = compute_requested(messages=messages, **options)
             return await self._verified(await self._request("POST", "/v1/chat/completions", body), requested, chat=True)
 
+    async def stream(self, prompt: str | None = None, *, tokens: Sequence[int] | None = None, messages: Sequence[dict] | None = None,
+                     model: str | None = None, **options) -> AsyncIterator["str | Completion"]:
+        """Stream a completion (``messages``: a chat completion): yield each text delta as it arrives (the
+        node's word, not checked yet), then the verified `Completion`, whose text the deltas must
+        concatenate to (verillm/client/stream.py). Options as for `complete`."""
+        chat = messages is not None
+        if chat and (prompt is not None or tokens is not None):
+            raise InvalidInput("give a prompt (or tokens) or messages, not both")
+        deadline, name = time.monotonic() + self.timeout_s, await self._model_name(model)
+        if chat:
+            body, path = compute_chat_request(messages, name, **options), "/v1/chat/completions"
+            requested = compute_requested(messages=messages, **options)
+        else:
+            body, path = compute_completion_request(prompt, tokens, name, **options), "/v1/completions"
+            requested = compute_requested(prompt=prompt, tokens=tokens, **options)
+        pieces, final = [], None
+        async with contextlib.aclosing(iterate_events(self.http, path, body | {"stream": True}, deadline)) as events:
+            async for event in events:
+                delta = get_delta(event, chat)
+                if delta and final is not None:
+                    raise BadResponse("the node streamed text after the chunk that carries the receipt")
+                if delta:
+                    pieces.append(delta)
+                    yield delta
+                if "verillm" in event:
+                    final = event
+        if final is None:
+            raise BadResponse("the stream ended without the chunk that carries the receipt")
+        yield await self._verified(compute_final_body(final, "".join(pieces), chat), requested, chat)
+
     async def _verified(self, body: object, requested: Requested, chat: bool) -> Completion:
         completion, node_text = parse_completion_body(body, chat)
         info = await self.info()
@@ -320,6 +354,17 @@ class Client:
     def chat(self, messages: Sequence[dict], *, model: str | None = None, **options) -> Completion:
         """Chat completion with the model's own chat template, verified. Options as for `complete`."""
         return self._run(self._async.chat(messages, model=model, **options))
+
+    def stream(self, prompt: str | None = None, *, tokens: Sequence[int] | None = None, messages: Sequence[dict] | None = None,
+               model: str | None = None, **options) -> Iterator["str | Completion"]:
+        """`AsyncClient.stream`: text deltas as they arrive, then the verified `Completion`.
+        Leaving the loop early ends the stream (the job still runs to its end on the worker)."""
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = LoopThread()
+            loop = self._loop
+        return iterate_on_loop(loop, lambda: self._async.stream(prompt, tokens=tokens, messages=messages, model=model, **options),
+                               self.timeout_s)
 
     def get_status(self, job: "Completion | bytes | str") -> dict:
         """Return the node's status body for a job; a Completion carries the read token it needs."""

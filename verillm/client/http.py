@@ -52,7 +52,8 @@ def parse_json_body(raw: bytes, what: str) -> object:
         raise BadResponse(f"{what} is not JSON: {exc}") from None
 
 
-def _error_json(raw: bytes) -> object:
+def parse_error_json(raw: bytes) -> object:
+    """An error answer's body as JSON, or None when it is not JSON."""
     try:
         return load_json(raw, "error body")
     except InvalidInput:
@@ -81,13 +82,17 @@ class AsyncHttp:
         except httpx2.HTTPError as exc:
             raise VerillmError(f"cannot reach {self.base_url}: {type(exc).__name__}: {exc}") from None
         if status >= 400:
-            raise compute_error_from_body(status, _error_json(raw))
+            raise compute_error_from_body(status, parse_error_json(raw))
         return parse_json_body(raw, f"{method} {path}: the node's answer")
 
-    async def _exchange(self, method: str, url: str, body: dict | None) -> tuple[int, bytes]:
-        if self._client is None:  # created on the loop that uses it
+    def get_client(self) -> httpx2.AsyncClient:
+        """The connection pool, created on the loop that uses it."""
+        if self._client is None:
             self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(self.timeout_s), follow_redirects=False)
-        async with self._client.stream(method, url, json=body, headers=self.headers) as response:
+        return self._client
+
+    async def _exchange(self, method: str, url: str, body: dict | None) -> tuple[int, bytes]:
+        async with self.get_client().stream(method, url, json=body, headers=self.headers) as response:
             verify_declared_size(response.headers, self.max_body_bytes, url)
             return response.status_code, await read_bounded(response.aiter_bytes(), self.max_body_bytes, url)
 

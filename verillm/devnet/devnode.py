@@ -13,14 +13,19 @@ run` because some of them must cheat, and a production daemon has no switch for 
                     but not what it committed to (only a contest catches it)
     --withhold-jobs   as a dispatcher, never sends the committees their verification jobs (the
                     members claim them and the workers publish, docs/protocol.md §12)
+    --token-delay-ms  the engine samples at most one token per this many ms (honest, only slower):
+                    the tiny model samples in well under a millisecond, so streaming is observable
+                    on a devnet only at a real model's pace
 
 Everything else is the real daemon (`create_app`), configured from the TOML file like any node.
 """
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import signal
+import time
 
 import click
 import numpy as np
@@ -62,6 +67,24 @@ class LazyEngine:
         )
 
 
+class PacedEngine:
+    """``inner`` sampling one token per ``delay_s`` at most: the same traces, at a real model's pace."""
+
+    def __init__(self, inner: Engine, delay_s: float):
+        if "on_token" not in inspect.signature(inner.run).parameters:
+            raise click.UsageError("--token-delay-ms: this engine does not hand over its tokens one by one")
+        self.inner, self.delay_s = inner, delay_s
+        self.manifest, self.model_id, self.max_batch_size = inner.manifest, inner.model_id, inner.max_batch_size
+
+    def run(self, jobs: list[Job], on_token=None) -> list[JobTrace]:
+        def paced(index: int, token: int) -> None:
+            time.sleep(self.delay_s)  # the engine thread: a real model's step takes this long
+            if on_token is not None:
+                on_token(index, token)
+
+        return self.inner.run(jobs, on_token=paced)
+
+
 def build_dishonest_model(config: EngineConfig, attack: str | None, lazy: bool) -> ServedModel:
     """Return the served model of a dishonest node (the honest manifest, another computation)."""
     if attack is None:
@@ -75,13 +98,16 @@ def build_dishonest_model(config: EngineConfig, attack: str | None, lazy: bool) 
     return ServedModel(config.model, LazyEngine(engine) if lazy else engine, tokenizer)
 
 
-async def serve(config: NodeConfig, attack: str | None, lazy: bool, tamper_opening: bool = False, withhold_jobs: bool = False) -> None:
+async def serve(config: NodeConfig, attack: str | None, lazy: bool, tamper_opening: bool = False, withhold_jobs: bool = False,
+                token_delay_ms: float = 0.0) -> None:
     """Run one node until SIGTERM or SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     served = await asyncio.to_thread(build_dishonest_model, config.engine, attack, lazy)
+    if token_delay_ms > 0:
+        served = ServedModel(served.alias, PacedEngine(served.engine, token_delay_ms / 1000), served.tokenizer)
     app = create_app(config, served)
     if lazy or tamper_opening or withhold_jobs:
         app[APP_FAULTS] = PartyFaults(member_vote="always_agree" if lazy else "honest", worker_opening="tampered" if tamper_opening else "honest",
@@ -102,12 +128,14 @@ async def serve(config: NodeConfig, attack: str | None, lazy: bool, tamper_openi
 @click.option("--lazy", is_flag=True, help="Be a lazy committee member (made-up commitments, always agree).")
 @click.option("--tamper-opening", is_flag=True, help="As a worker, post leaves that do not match the committed root.")
 @click.option("--withhold-jobs", is_flag=True, help="As a dispatcher, never send committee members their verification jobs.")
+@click.option("--token-delay-ms", default=0.0, type=click.FloatRange(min=0), help="Sample at most one token per this many ms.")
 @click.option("--log-level", default="INFO")
-def main(config_path: str, attack: str | None, lazy: bool, tamper_opening: bool, withhold_jobs: bool, log_level: str) -> None:
+def main(config_path: str, attack: str | None, lazy: bool, tamper_opening: bool, withhold_jobs: bool, token_delay_ms: float,
+         log_level: str) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = load_config(config_path)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(config, attack, lazy, tamper_opening, withhold_jobs))
+        asyncio.run(serve(config, attack, lazy, tamper_opening, withhold_jobs, token_delay_ms))
 
 
 if __name__ == "__main__":

@@ -55,6 +55,9 @@ class NodeSpec:
     withhold_jobs: bool = False
     """As a dispatcher, never send the committees their verification jobs (not slashable: its
     members claim, the workers publish, docs/protocol.md §13; `is_honest` as a worker)."""
+    token_delay_ms: float = 0.0
+    """The engine samples at most one token per this many ms (honest, only slower: a real model's
+    pace, so that streaming is observable on the tiny model; devnode's --token-delay-ms)."""
 
     @property
     def is_honest(self) -> bool:
@@ -215,6 +218,7 @@ class LocalNetwork:
         argv += ["--lazy"] if node.spec.lazy else []
         argv += ["--tamper-opening"] if node.spec.tamper_opening else []
         argv += ["--withhold-jobs"] if node.spec.withhold_jobs else []
+        argv += ["--token-delay-ms", str(node.spec.token_delay_ms)] if node.spec.token_delay_ms else []
         env = envs.compute_child_environ(OMP_NUM_THREADS="1")
         log_handle = open(node.log_file, "ab")  # noqa: SIM115 (the child keeps it)
         node.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_handle, stderr=subprocess.STDOUT,

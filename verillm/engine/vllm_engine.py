@@ -21,7 +21,7 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -199,8 +199,12 @@ class VllmEngine:
 
     # --- Engine protocol ----------------------------------------------------------------
 
-    def run(self, jobs: Sequence[Job]) -> list[JobTrace]:
-        """Run ``jobs`` through vLLM's scheduler together; one trace per job, in order."""
+    def run(self, jobs: Sequence[Job], on_token: Callable[[int, int], None] | None = None) -> list[JobTrace]:
+        """Run ``jobs`` through vLLM's scheduler together; one trace per job, in order.
+
+        ``on_token(i, token)``, when given, is called in this thread with each output token of
+        ``jobs[i]`` as vLLM's engine steps produce it (`_generate_streaming`), in order, and the
+        tokens of each job are its trace's output tokens."""
         for job in jobs:
             verify_job_admission(job, self.manifest, self.model_id)
         executed = [self.transform_job(job) for job in jobs]
@@ -208,13 +212,48 @@ class VllmEngine:
         keys = [f"{os.getpid()}-{run_id}-{index}" for index in range(len(executed))]
         prompts = [{"prompt_token_ids": list(job.input_tokens)} for job in executed]
         params = [self._sampling_params(run, key, self.forced_tokens(run)) for run, key in zip(executed, keys)]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        if on_token is None:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        else:
+            outputs = self._generate_streaming(prompts, params, keys, on_token)
         tokens = [tuple(output.outputs[0].token_ids) for output in outputs]
         if not self.capture:
             layers, dims = len(self.manifest.committed_layers), self.manifest.fingerprint_dims
             return [JobTrace(t, np.zeros((0, layers, dims), np.float32), np.zeros(0, np.uint8)) for t in tokens]
         captured = self.llm.collective_rpc(self._capture_module.collect_traces, args=(keys,))[0]
         return [compute_trace(job, out, cap, key) for job, out, cap, key in zip(executed, tokens, captured, keys)]
+
+    def _generate_streaming(self, prompts: list[dict], params: list, keys: list[str], on_token: Callable[[int, int], None]) -> list:
+        """`LLM.generate`, stepping vLLM's engine here and handing over each new token as a step yields it.
+
+        `LLM.generate` asks vLLM for final outputs only (`RequestOutputKind.FINAL_ONLY`); here each
+        request asks for its cumulative output at every step, and the tokens past those already
+        handed over go to ``on_token``. Same scheduler, same sampler hooks, same batch: only how
+        often the outputs come back differs, so the traces are those `generate` gives."""
+        from vllm.sampling_params import RequestOutputKind
+
+        engine, ids = self.llm.llm_engine, [f"verillm-stream-{key}" for key in keys]
+        slot = {request_id: index for index, request_id in enumerate(ids)}
+        sent, finished = [0] * len(ids), {}
+        try:
+            for request_id, prompt, param in zip(ids, prompts, params):
+                param.output_kind = RequestOutputKind.CUMULATIVE
+                engine.add_request(request_id, prompt, param)
+            while len(finished) < len(ids):
+                for output in engine.step():
+                    index = slot.get(output.request_id)
+                    if index is None:
+                        continue
+                    new_tokens = output.outputs[0].token_ids[sent[index]:]
+                    sent[index] += len(new_tokens)
+                    for token in new_tokens:
+                        on_token(index, int(token))
+                    if output.finished:
+                        finished[index] = output
+        except BaseException:
+            engine.abort_request([request_id for index, request_id in enumerate(ids) if index not in finished])
+            raise
+        return [finished[index] for index in range(len(ids))]
 
     def _sampling_params(self, job: Job, key: str, forced: dict[int, int | str] | None = None):
         vllm = import_vllm()

@@ -1,0 +1,97 @@
+"""Streaming through a gateway on a devnet (issue 23): every job streams, whichever worker runs it.
+
+Five honest devnode processes on anvil (`minimal` preset: a committee of 3, so the gateway routes
+jobs round-robin to all five, itself included). Each job is streamed with the unmodified `openai`
+client; the worker that ran it is the one whose key signed the receipt in the last chunk.
+
+Spread, per job: ``(last content chunk − first content chunk) / (last chunk − request sent)`` on
+the client's arrival clock. The text of a job another worker ran used to arrive in one burst at
+the end (spread 0, time to first token = total time); streamed token by token it spreads over
+most of the wait. The devnodes pace their engines at TOKEN_DELAY_MS per token (devnode
+``--token-delay-ms``; honest, only slower): the tiny model samples a token in well under a
+millisecond, so without pacing generation is a few hundred ms and the fixed per-job costs (two
+HTTP hops, admission, batching, the receipt check) weigh as much as the text on a loaded machine
+(measured unpaced, 96 tokens: 44–95% under load, one job below 50%). The spreads are printed (`-s`).
+"""
+
+import time
+
+import openai
+import pytest
+
+from verillm.client import Client, Completion
+from verillm.devnet.network import NodeSpec
+
+from e2e_network import start_network
+
+pytestmark = pytest.mark.usefixtures("anvil_installed")
+MAX_TOKENS = 64
+TOKEN_DELAY_MS = 20.0  # SmolLM2-135M's pace on this CPU is ~40 ms per token
+JOBS = 10  # two rounds of the gateway's rotation over five workers
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory):
+    network = start_network(tmp_path_factory, [NodeSpec(token_delay_ms=TOKEN_DELAY_MS) for _ in range(5)], "streaming")
+    yield network
+    network.stop()
+
+
+def _stream(client: openai.OpenAI, index: int, chat: bool) -> tuple[float, list[tuple[float, str]], object]:
+    kwargs = dict(model="tiny", max_tokens=MAX_TOKENS, temperature=0, stream=True)
+    sent_at, arrivals, last = time.monotonic(), [], None
+    if chat:
+        stream = client.chat.completions.create(messages=[{"role": "user", "content": f"Tell story {index}"}], **kwargs)
+    else:
+        stream = client.completions.create(prompt=f"The river {index} runs past the mill", **kwargs)
+    for chunk in stream:
+        text = (chunk.choices[0].delta.content if chat else chunk.choices[0].text) if chunk.choices else None
+        arrivals.append((time.monotonic(), text or ""))
+        last = chunk
+    return sent_at, arrivals, last
+
+
+def compute_spread(sent_at: float, arrivals: list[tuple[float, str]]) -> float:
+    content = [t for t, text in arrivals if text]
+    return (content[-1] - content[0]) / (arrivals[-1][0] - sent_at)
+
+
+def test_every_job_streams_through_the_gateway_whichever_worker_runs_it(net):
+    client = openai.OpenAI(base_url=f"{net.gateway_url}/v1", api_key="unused", max_retries=0)
+    gateway = net.nodes[0].address.lower()
+    rows = []
+    for index in range(JOBS):
+        sent_at, arrivals, last = _stream(client, index, chat=index % 2 == 1)
+        verillm = last.model_extra["verillm"]
+        worker = verillm["receipt"]["worker"]
+        content = [t for t, text in arrivals if text]
+        rows.append((index, worker, len(verillm["output_tokens"]), len(content), content[0] - sent_at, arrivals[-1][0] - sent_at,
+                     compute_spread(sent_at, arrivals)))
+    for index, worker, tokens, chunks, ttft, total, spread in rows:
+        print(f"job {index}: worker {worker[:10]} {'(gateway)' if worker == gateway else '(routed)'} {tokens} tokens in {chunks} chunks, "
+              f"first text {ttft * 1000:.0f} ms, last chunk {total * 1000:.0f} ms, spread {spread:.0%}")
+    workers = {worker for _, worker, *_ in rows}
+    assert len(workers) == 5 and gateway in workers, f"the rotation reached {len(workers)} workers"
+    bad = [row for row in rows if row[-1] < 0.5]
+    assert not bad, f"jobs whose content chunks spread over < 50% of the wait: {bad}"
+
+
+def test_the_sdk_streams_a_job_another_worker_runs_verified(net, tiny_engine):
+    gateway = net.nodes[0].address.lower()
+    with Client(net.gateway_url, tokenizer=tiny_engine.tokenizer) as client:
+        for index in range(5):  # the rotation hands at least four of five to other workers
+            *deltas, completion = client.stream(f"The mill {index} stands by the river", max_tokens=24, temperature=0)
+            assert isinstance(completion, Completion) and "".join(deltas) == completion.text
+            if completion.worker.lower() != gateway:
+                return
+    pytest.fail("no job went to another worker")
+
+
+@pytest.mark.parametrize("change, status", [({"model": "gpt-4"}, 404), ({"prompt": "word " * 5000}, 413)])
+def test_a_bad_streamed_request_is_refused_before_any_chunk(net, change, status):
+    client = openai.OpenAI(base_url=f"{net.gateway_url}/v1", api_key="unused", max_retries=0)
+    body = dict(model="tiny", prompt="Hello", max_tokens=4, stream=True) | change
+    with pytest.raises(openai.APIStatusError) as raised:
+        for _ in client.completions.create(**body):
+            pytest.fail("a chunk before the error")
+    assert raised.value.status_code == status
