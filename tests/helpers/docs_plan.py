@@ -5,8 +5,10 @@ new command must be placed here, or tests/test_docs_walk.py fails naming it.
 Walks (each a scratch directory and its own shell):
 - QUICK (default suite, tests/test_docs_walk.py): keys, a local anvil with its faucet, mining
   and a deployment, the chain library snippet, a tiny checkpoint and its manifest.
-- OPERATOR (slow): docs/operators.md's quick start (a SmolLM2 node) and its walk from an empty
-  machine to a staked node and back out, on `verillm chain anvil`; the own-model section.
+- QUICK_START, OWN_MODEL (slow, one directory): docs/operators.md's quick start (a SmolLM2 node),
+  then its own-model section (a tiny Qwen2 checkpoint, calibrated and served).
+- OPERATOR (slow): docs/operators.md's walk from an empty machine to a staked node and back out,
+  on `verillm chain anvil`.
 - DEVNET (slow): `verillm devnet --model tiny --cheater int8 --keep --workdir …` as docs/devnet.md
   writes it, then every command of devnet.md, auditors.md, sdk.md and chain.md pointed at it.
 """
@@ -26,7 +28,7 @@ SKIPS = {
     ("docs/operators.md", "verillm node withdraw --config node.toml --drive"):
         "the alternative to the plain `withdraw` before it, for a stake an open audit locks; a node withdraws once, "
         "and none locks it in the walk (tests/contracts/test_drive_locks.py drives locked audits)",
-    ("docs/sdk.md", 'verillm promise slash CLAIM_ID --rpc-url URL --deployment addresses.json --key 0x…'):
+    ("docs/sdk.md", 'verillm promise slash CLAIM_ID --rpc-url RPC_URL --deployment addresses.json --key 0x…'):
         "needs an open omission claim: a dispatcher that did not batch a receipt it promised; the devnet's "
         "dispatcher batches every one, so `promise claim` is refused, as the doc says (tests/spec/test_promises.py, "
         "tests/contracts/fuzz_coverage.py slash omissions)",
@@ -86,9 +88,14 @@ QUICK = [
 # docs/operators.md's walk in the order a reader follows it: the local chain first (step 0's
 # "or: verillm chain anvil"), the model added once the reader's node serves it (the owner's
 # "a node serving it"), and the mining of "On a local chain" where the walk says to wait.
-OPERATOR = [
+QUICK_START = [
+    ("docs/operators.md", "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1"),
+    ("docs/operators.md", "verillm keys new --out key.json"),
+    ("docs/operators.md", "cp ops/node.toml node.toml"),
     ("docs/operators.md", "verillm node run --config node.toml"),
     ("docs/operators.md", "curl -s localhost:8000/v1/completions -H 'content-type: application/json' -d '{\"model\": \"smollm2\", \"prompt\": \"The capital of France is\", \"max_tokens\": 8, \"temperature\": 0}'"),
+]
+OPERATOR = [
     ("docs/operators.md", "verillm chain anvil --port 8545"),
     ("docs/operators.md", "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1"),
     ("docs/operators.md", "export VERILLM_RPC_URL=https://rpc.your-testnet.example"),
@@ -115,7 +122,6 @@ OWN_MODEL = [
     ("docs/operators.md", "verillm model tiny-checkpoint --family qwen2 ~/models/tiny-qwen2"),
     ("docs/operators.md", "verillm model inspect ~/models/tiny-qwen2 --profile-dir /srv/verillm/profiles"),
     ("docs/operators.md", "verillm calibrate --model ~/models/tiny-qwen2 --dtype fp32 --profile-dir /srv/verillm/profiles"),
-    ("docs/operators.md", "cp ops/node.toml node.toml"),
     ("docs/operators.md", "verillm node run --config node.toml --model ~/models/tiny-qwen2"),
 ]
 
@@ -133,9 +139,9 @@ DEVNET = [
     ("docs/auditors.md", "verillm audit replay 0xJOB_HASH --node http://DISPATCHER:PORT --key-file party-key.json --addresses deployment.json"),
     ("docs/auditors.md", "verillm audit replay 0xJOB_HASH --db path/to/node.sqlite --addresses deployment.json"),
     ("docs/auditors.md", "verillm audit chain --rpc-url http://127.0.0.1:8545 --addresses deployment.json [--verbose]"),
-    ("docs/sdk.md", 'verillm complete --json --rpc-url URL --deployment addresses.json "..." > job.json'),
-    ("docs/sdk.md", "verillm promise check job.json --rpc-url URL --deployment addresses.json [--node-url URL]"),
-    ("docs/sdk.md", "verillm promise claim job.json --rpc-url URL --deployment addresses.json --key 0x…"),
+    ("docs/sdk.md", 'verillm complete --json --url NODE_URL --rpc-url RPC_URL --deployment addresses.json "..." > job.json'),
+    ("docs/sdk.md", "verillm promise check job.json --rpc-url RPC_URL --deployment addresses.json [--node-url NODE_URL]"),
+    ("docs/sdk.md", "verillm promise claim job.json --rpc-url RPC_URL --deployment addresses.json --key 0x…"),
     ("docs/sdk.md", 'verillm complete --url http://127.0.0.1:8000 --max-tokens 16 "The quick brown fox"'),
     ("docs/sdk.md", 'verillm complete --chat --json --url http://127.0.0.1:8000 --model-id 0x… --chain-id 31337 --jobs-address 0x… "What is the capital of France?"'),
     ("docs/sdk.md", 'verillm complete --chat --rpc-url http://127.0.0.1:8545 --deployment addresses.json "What is the capital of France?"'),
@@ -144,9 +150,9 @@ DEVNET = [
 # Exit codes the docs give for what the walk runs (everything else: 0).
 EXIT_CODES = {
     # "`promise claim` runs the check first and refuses (exit 2, …) when inclusion is proven"
-    ("docs/sdk.md", "verillm promise claim job.json --rpc-url URL --deployment addresses.json --key 0x…"): 2,
+    ("docs/sdk.md", "verillm promise claim job.json --rpc-url RPC_URL --deployment addresses.json --key 0x…"): 2,
 }
 
 
 def walked() -> set[tuple[str, str]]:
-    return {*QUICK, *OPERATOR, *OWN_MODEL, *BENCH, DEVNET_START, *DEVNET}
+    return {*QUICK, *QUICK_START, *OPERATOR, *OWN_MODEL, *BENCH, DEVNET_START, *DEVNET}
