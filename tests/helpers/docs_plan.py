@@ -144,7 +144,7 @@ DEVNET = [
     ("docs/sdk.md", "verillm promise claim job.json --rpc-url RPC_URL --deployment addresses.json --key 0x…"),
     ("docs/sdk.md", 'verillm complete --url http://127.0.0.1:8000 --max-tokens 16 "The quick brown fox"'),
     ("docs/sdk.md", 'verillm complete --chat --json --url http://127.0.0.1:8000 --model-id 0x… --chain-id 31337 --jobs-address 0x… "What is the capital of France?"'),
-    ("docs/sdk.md", 'verillm complete --chat --rpc-url http://127.0.0.1:8545 --deployment addresses.json "What is the capital of France?"'),
+    ("docs/sdk.md", 'verillm complete --chat --url http://127.0.0.1:8000 --rpc-url http://127.0.0.1:8545 --deployment addresses.json "What is the capital of France?"'),
 ]
 
 # Exit codes the docs give for what the walk runs (everything else: 0).
