@@ -59,7 +59,6 @@ MODEL_ID, JOBS_ADDRESS = net["model_id"], net["addresses"]["Jobs"]      # "model
 tokenizer = build_tiny_tokenizer()                                       # "the tiny test model's is build_tiny_tokenizer()"
 protocol = Protocol(connect(net["rpc_url"]), Deployment.load(net["addresses_file"]))  # "Protocol over the deployment's address book"
 chain_id, coverage_address = net["chain_id"], bytes.fromhex(net["addresses"]["Coverage"][2:])  # "the address book's Coverage"
-head = protocol.chain.get_block_number()
 '''
 
 
