@@ -207,3 +207,17 @@ def run_python(shell: Shell, blocks: list[DocCommand], values: dict[str, str], p
         (shell.cwd / "snippet-prelude.py").write_text("# prelude:1\n" + prelude)
         files.insert(0, shell.cwd / "snippet-prelude.py")
     return shell.run("python snippet-runner.py " + " ".join(str(f.name) for f in files))
+
+
+def compute_shown_output(command: DocCommand) -> list[str]:
+    """The output a doc shows for ``command``: the comment-only lines right after it in its block
+    (`# model id   0x…`), without the `# `, whitespace collapsed, elisions (`…`) and `<- notes` dropped."""
+    lines = (ROOT / command.doc).read_text().splitlines()[command.line:]
+    shown = []
+    for line in lines:
+        if not line.startswith("# "):
+            break
+        text = " ".join(line[2:].split("<-")[0].split())
+        if text and text != "…":
+            shown.append(text)
+    return shown
