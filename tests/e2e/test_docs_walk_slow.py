@@ -90,17 +90,15 @@ def test_the_devnet_walk(tmp_path):
                 assert "verdict: ACCEPT" in out, out
             if "audit replay" in key and "--db" not in key:
                 assert "receipt signature valid" in out, out
-            if key.startswith("verillm promise claim"):  # refused: not due yet; once due, because it is batched (below)
+            if key.startswith("verillm promise claim"):  # refused: not due yet; once due (within its claim window), because it is batched
                 assert "claims open at" in out or "refusing to claim" in out, out
+                _wait_for_block(net["rpc_url"], json.loads((shell.cwd / "job.json").read_text())["batch_promise"]["batch_by_block"] + 1)
+                out = _run(shell, doc, key, values[doc])
+                assert "refusing to claim: the receipt is batched" in out, out
         sdk = [c for c in all_commands() if c.doc == "docs/sdk.md" and c.lang == "python" and (c.doc, c.key) not in plan.SKIPS]
         out = run_python(shell, sdk, values["docs/sdk.md"], prelude=SDK_PRELUDE.format(network=tmp_path / "devnet/network.json"))
         for expected in ("verified", "final"):  # `client.wait_verified(completion)["status"]   # verified`, then `# final`
             assert re.search(rf"^\[docs/sdk.md:\d+\] '{expected}'$", out, re.M), out
-        due = json.loads((shell.cwd / "job.json").read_text())["batch_promise"]["batch_by_block"]
-        _wait_for_block(net["rpc_url"], due + 1)
-        claim = next(key for doc, key in plan.DEVNET if key.startswith("verillm promise claim"))
-        out = _run(shell, "docs/sdk.md", claim, values["docs/sdk.md"])
-        assert "refusing to claim: the receipt is batched" in out, out
     finally:
         codes = shell.stop_all()
         (tmp_path / "transcript.txt").write_text("\n".join(shell.transcript))
