@@ -180,8 +180,9 @@ def _protocol_goal(target, addresses_path, next_epoch: bool, unbonding_address: 
 @click.option("--key", envvar="VERILLM_DEPLOYER_KEY", required=True, help="The deployer's private key, hex [$VERILLM_DEPLOYER_KEY].")
 @click.option("--node", "node_url", required=True, help="A node serving the model: its manifest is read from /v1/verillm/info.")
 @click.option("--profile", "profile_path", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="Tolerance profile JSON [default: the shipped one for the node's model and dtype].")
-def add_model(rpc_url, addresses_path, key, node_url, profile_path):
+              help="Tolerance profile JSON [default: PROFILE_DIR/<model id>-<dtype>.json, else the shipped one for the node's model].")
+@click.option("--profile-dir", default="profiles", show_default=True, help="Where `verillm calibrate --profile-dir` wrote the model's profile.")
+def add_model(rpc_url, addresses_path, key, node_url, profile_path, profile_dir):
     """(Deployment owner) Add a model and its calibrated thresholds to the Registry."""
     from eth_account import Account
 
@@ -191,22 +192,46 @@ def add_model(rpc_url, addresses_path, key, node_url, profile_path):
     from verillm.spec.audit import OnchainModel
     from verillm.cli.node import _tx, fetch_node_info
     from verillm.spec.encoding import decode
-    from verillm.engine.profiles import load_profile
+    from verillm.spec.job import compute_model_id
     from verillm.spec.types import ModelManifest
 
     info = fetch_node_info(node_url)
     manifest = decode(ModelManifest, bytes.fromhex(info["model"]["manifest"][2:]))
     model_id = bytes.fromhex(info["model"]["model_id"][2:])
-    profile = load_profile(_profile_alias(manifest.name) if profile_path is None else "", manifest.dtype, profile_path)
-    protocol = Protocol(connect(rpc_url), Deployment.load(addresses_path))
+    if compute_model_id(manifest) != model_id:
+        raise InvalidInput(f"{node_url} reports model id 0x{model_id.hex()}, but its manifest hashes to 0x{compute_model_id(manifest).hex()}")
+    deployment = Deployment.load(addresses_path)
+    profile = compute_add_model_profile(manifest, model_id, deployment.preset, profile_path, profile_dir)
+    protocol = Protocol(connect(rpc_url), deployment)
     announce_transactions(protocol.chain)
     tx = protocol.add_model(Account.from_key(key), OnchainModel.from_profile(model_id, manifest, profile))
     click.echo(f"added model {manifest.name} 0x{model_id.hex()} ({manifest.dtype}, layers {list(manifest.committed_layers)}) ({_tx(tx)})")
 
 
-def _profile_alias(name: str) -> str:
-    """The shipped profiles are named by config alias (tiny, smollm2); manifests by model name."""
-    for alias in ("smollm2", "tiny"):
-        if alias in name.lower():
-            return alias
-    raise ConfigError(f"no shipped tolerance profile for model {name!r}: pass --profile (from `verillm calibrate`)")
+def compute_add_model_profile(manifest, model_id: bytes, preset_name: str, profile_path: str | None, profile_dir: str):
+    """The tolerance profile the owner registers for the node's model: ``--profile``; else the one
+    `verillm calibrate --profile-dir` wrote for this model id; else a shipped alias's (tiny,
+    smollm2) whose manifest hashes to this model id. The manifest's name is no guide: a model
+    loaded from files is named by family and shape (SmolLM2: `llama-30x576-…`)."""
+    from verillm.engine.profiles import get_profile_path, get_shipped_profile_alias, load_profile
+    from verillm.spec.policy import ToleranceProfile
+
+    if profile_path is not None:
+        return load_profile("", manifest.dtype, profile_path)
+    calibrated = get_profile_path(profile_dir, model_id, manifest.dtype)
+    if calibrated.is_file():
+        return ToleranceProfile.from_json(calibrated.read_text())
+    for alias in ("tiny", "smollm2"):
+        if get_shipped_profile_alias(alias, manifest.dtype) == alias and _compute_alias_model_id(alias, manifest.dtype, preset_name) == model_id:
+            return load_profile(alias, manifest.dtype)
+    raise ConfigError(f"no tolerance profile for model {manifest.name} 0x{model_id.hex()} ({manifest.dtype}): none at {calibrated}, "
+                      "and no shipped model has this id; pass --profile (from `verillm calibrate`) or --profile-dir")
+
+
+def _compute_alias_model_id(alias: str, dtype: str, preset_name: str) -> bytes:
+    from verillm.engine.models import load_model
+    from verillm.spec.job import compute_model_id
+    from verillm.spec.params import get_preset
+
+    click.echo(f"loading {alias} ({dtype}) to compare its model id with the node's …", err=True)
+    return compute_model_id(load_model(alias, dtype, get_preset(preset_name))[2])
