@@ -57,7 +57,8 @@ class ChainAuditor:
         self.chain, self.protocol = chain, Protocol(chain, deployment)
         self.preset = self.protocol.preset
         self.domain = SigningDomain(chain.chain_id, bytes.fromhex(self.protocol.jobs.address[2:]))
-        self.events = get_events(chain, [self.protocol.jobs, self.protocol.disputes, self.protocol.registry], deployment.start_block)
+        self.events = get_events(chain, [self.protocol.jobs, self.protocol.batches, self.protocol.disputes, self.protocol.registry],
+                                 deployment.start_block)
         self.findings: list[Finding] = []
         self.states: dict[int, str] = {}
         """Every audit's state, settled, abandoned or open (the report lists them all)."""
@@ -77,7 +78,8 @@ class ChainAuditor:
 
     def _calldata(self, event: ChainEvent) -> dict:
         tx = self.chain.rpc("eth_getTransaction", lambda: self.chain.w3.eth.get_transaction(event.tx_hash))
-        handle = self.protocol.disputes if event.contract == "Disputes" and tx["to"] == self.protocol.disputes.address else self.protocol.jobs
+        handles = (self.protocol.jobs, self.protocol.batches, self.protocol.disputes)  # the contract the transaction called
+        handle = next((h for h in handles if h.address == tx["to"]), self.protocol.jobs)
         return dict(handle.web3.decode_function_input(tx["input"])[1])
 
     def _blockhash(self, number: int) -> bytes:
@@ -108,7 +110,7 @@ class ChainAuditor:
 
     def check_draw(self, event: ChainEvent) -> None:
         batch_id = event.args["batchId"]
-        root, dispatcher, _, posted, *_ = self.protocol.jobs.call("getBatch", batch_id)
+        root, dispatcher, _, posted, *_ = self.protocol.batches.call("getBatch", batch_id)
         subject = f"batch {batch_id} draw"
         seed = spec_audit.compute_draw_seed(bytes(root), self._blockhash(posted + self.preset.AUDIT_DRAW_DELAY_BLOCKS))
         if not self._add(seed == bytes(event.args["seed"]), subject, "seed = keccak(0x13 ‖ root ‖ later blockhash)", "seed does not derive from the batch root and blockhash"):
@@ -125,13 +127,13 @@ class ChainAuditor:
         call = self._calldata(event)
         receipt = compute_receipt_from_struct(call["receipt"], call["signature"])
         receipt_hash = compute_receipt_hash(receipt)
-        root = bytes(self.protocol.jobs.call("getBatch", batch_id)[0])
-        count = self.protocol.jobs.call("getBatch", batch_id)[2]
+        root = bytes(self.protocol.batches.call("getBatch", batch_id)[0])
+        count = self.protocol.batches.call("getBatch", batch_id)[2]
         proof = MerkleProof(index=index, leaf_count=count, siblings=tuple(bytes(s) for s in call["siblings"]))
         self._add(receipt_hash == bytes(event.args["receiptHash"]) and is_valid_merkle_proof(compute_leaf_hash(receipt_hash), proof, root),
                   subject, f"receipt {receipt_hash.hex()[:12]}… is leaf {index} of batch {batch_id}", "receipt hash or its Merkle proof into the batch root is wrong")
         self._add(recover_receipt_signer(receipt, self.domain) == receipt.worker, subject, "receipt signed by its worker (EIP-712)", "receipt signature does not recover to its worker")
-        beta = bytes(self.protocol.jobs.call("getBatch", batch_id)[4])
+        beta = bytes(self.protocol.batches.call("getBatch", batch_id)[4])
         drawn = spec_audit.is_audited(beta, index, self.preset.AUDIT_RATE_BPS)
         self._add(drawn != event.args["requested"], subject, "selected by the draw" if drawn else "requested and paid by a client",
                   "'requested' flag disagrees with the draw")
@@ -142,21 +144,20 @@ class ChainAuditor:
         self._check_settlement(audit_id, receipt)
 
     def _committee_seed(self, audit_id: int, round_index: int, beta: bytes, index: int) -> bytes:
-        if round_index == 0:
-            return spec_audit.compute_committee_seed(beta, index)
-        started = self._named("EscalationStarted", auditId=audit_id)[0]
-        return spec_audit.compute_escalation_seed(audit_id, self._blockhash(started.block_number + self.preset.AUDIT_DRAW_DELAY_BLOCKS))
+        # every round's seed: a blockhash after the round was entered (its start, or its escalation)
+        entered = self._named("AuditStarted" if round_index == 0 else "EscalationStarted", auditId=audit_id)[0].block_number
+        return spec_audit.compute_round_seed(audit_id, round_index, self._blockhash(entered + self.preset.AUDIT_DRAW_DELAY_BLOCKS))
 
     def _check_committee(self, audit_id: int, receipt: Receipt, beta: bytes, index: int, started: ChainEvent) -> None:
         drawn = [e for e in self._named("CommitteeDrawn", auditId=audit_id) if e.args["round"] == 0 and e.args["attempt"] == 0]
         if not drawn:
             return self._note(f"audit {audit_id}", "no committee draw event")
-        candidates, stakes = self._model_nodes(receipt.model_id, started.block_number - 1)
+        candidates, stakes = self._model_nodes(receipt.model_id, drawn[0].block_number - 1)
         weights = spec_audit.compute_excluded_weights([c.lower() for c in candidates], stakes, ["0x" + receipt.worker.hex()])
-        seed = spec_audit.compute_committee_seed(beta, index)
+        seed = self._committee_seed(audit_id, 0, beta, index)
         expected = spec_audit.compute_committee(seed, 0, self.preset.COMMITTEE_SIZE, [c.lower() for c in candidates], weights)
         if [m.lower() for m in drawn[0].args["members"]] == list(expected):
-            self._add(True, f"audit {audit_id}", "committee = stake-weighted sortition from β, worker excluded", "")
+            self._add(True, f"audit {audit_id}", "committee = stake-weighted sortition from a blockhash after the start, worker excluded", "")
         else:
             self._note(f"audit {audit_id}", "committee differs from the sortition over the Registry's state one block earlier "
                        "(stakes may have changed earlier in the same block); not an inconsistency by itself")
@@ -241,7 +242,12 @@ class ChainAuditor:
         self.states[audit_id] = f"abandoned in round {round_index}; slashed {named}"
         if round_index > 0:  # an escalation that could not be staffed lapses: round 0's verdict stands
             return self._note(subject, f"abandoned: escalation round {round_index} could not be staffed and lapsed; slashed {named}")
-        # docs/protocol.md §12: a round that cannot be staffed ends with nobody slashed (issue 9).
+        # docs/protocol.md §12: a round that cannot be staffed ends with nobody slashed (issue 9); a
+        # selected audit whose committee nobody drew slashes its dispatcher (issue 20: the draw was its duty).
+        if abandoned[-1].args["reason"] == "committee never drawn":
+            dispatcher = self.protocol.get_audit(audit_id).dispatcher.lower()
+            return self._add(state.phase == ABANDONED_PHASE and all(e.args["node"].lower() == dispatcher for e in slashes), subject,
+                             f"abandoned: its committee was never drawn; slashed {named}", f"abandoned undrawn but others were slashed: {named}")
         self._add(state.phase == ABANDONED_PHASE and not slashes, subject,
                   "abandoned: no full committee could be drawn in round 0; nobody slashed for it",
                   f"abandoned in round 0 but parties were slashed for it: {named}")

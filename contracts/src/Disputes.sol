@@ -2,7 +2,7 @@
 pragma solidity ^0.8.24;
 
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
-import {AuditCodes, AuditView, PartyView} from "./AuditTypes.sol";
+import {AuditCodes, AuditView, Deadlines, PartyView, Phase} from "./AuditTypes.sol";
 import {Delivery} from "./Delivery.sol";
 import {Fingerprint} from "./Fingerprint.sol";
 import {Jobs} from "./Jobs.sol";
@@ -95,7 +95,7 @@ contract Disputes is ReentrancyGuard, Delivery {
     error NotCoverage();
 
     constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) Delivery(jobs_, registry_, p) {
-        Params.validate(p);
+        if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
         jobs = jobs_;
         registry = registry_;
         disputeBondWei = p.disputeBondWei;
@@ -323,7 +323,7 @@ contract Disputes is ReentrancyGuard, Delivery {
 
     function _context(uint256 auditId, uint8 round) private view returns (Context memory ctx) {
         AuditView memory a = jobs.getAudit(auditId);
-        (,,,, bytes32 seed,,) = jobs.getRound(auditId, round);
+        (,,,, bytes32 seed,,) = jobs.getRound(auditId, round); // the 5th field: challengeSeed (named in Jobs.getRound)
         if (seed == bytes32(0)) revert BadCells("no challenge drawn for this round");
         ctx.numPositions = a.numPositions;
         ctx.outputTokens = a.outputTokens;
@@ -394,10 +394,12 @@ contract Disputes is ReentrancyGuard, Delivery {
         revert NotChallenged(0, layer);
     }
 
+    /// @dev Contests and adjudications of a round: while it is OPENING, or DECIDED by its
+    /// dispute deadline (Jobs.getDeadlines), whether or not an escalation runs after it.
     function _checkDisputeWindow(uint256 auditId, uint8 round) private view {
-        (uint8 phase,,, uint64 verdictBlock,,,) = jobs.getRound(auditId, round);
-        if (phase == AuditCodes.SETTLED || phase == AuditCodes.ABANDONED) revert WindowClosed(verdictBlock);
-        if (verdictBlock != 0 && block.number > verdictBlock + disputeWindowBlocks) revert WindowClosed(verdictBlock + disputeWindowBlocks);
+        (Phase phase, Deadlines memory d) = jobs.getDeadlines(auditId, round);
+        if (phase != Phase.OPENING && phase != Phase.DECIDED) revert WindowClosed(d.disputeBy);
+        if (d.disputeBy != 0 && block.number > d.disputeBy) revert WindowClosed(d.disputeBy);
     }
 
     function _openContest(uint256 contestId) private view returns (Contest storage c) {

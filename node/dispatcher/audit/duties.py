@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verillm.chain.protocol import ABANDONED, COMMITTING, DECIDED, ESCALATING, OPENING, SETTLED
+from verillm.spec.audit import Phase
 from verillm.spec.challenge import compute_challenge
 from verillm.spec.settlement import AGREE, DISAGREE
 
@@ -99,17 +99,17 @@ class PartyDuties:
             await self._answer_contests(duty, info)
             if self._is_over(info, head):
                 self.tables.update_duty(duty, status="closed")
-        elif info.phase == OPENING:
+        elif info.phase == Phase.OPENING:
             await (self._open_worker(duty, info, head) if duty.slot == 0 else self._open_member(duty, info))
-        elif info.phase not in (COMMITTING, ESCALATING):
+        elif info.phase not in (Phase.COMMITTING, Phase.DRAWING):
             self.tables.update_duty(duty, status="closed", error=f"round reached phase {info.phase} before this node opened")
             log.error("audit %d: missed the opening of slot %d (phase %d)", duty.audit_id, duty.slot, info.phase)
 
     def _is_over(self, info, head: int) -> bool:
         preset = self.chainio.preset
-        if info.phase in (SETTLED, ABANDONED):
+        if info.phase in (Phase.SETTLED, Phase.ABANDONED, Phase.LAPSED):
             return True
-        return info.phase == DECIDED and head > info.verdict_block + preset.DISPUTE_WINDOW_BLOCKS + preset.PROOF_WINDOW_BLOCKS
+        return info.phase == Phase.DECIDED and head > info.verdict_block + preset.DISPUTE_WINDOW_BLOCKS + preset.PROOF_WINDOW_BLOCKS
 
     async def _challenge(self, duty: Duty, seed: bytes):
         state = await self.chainio.read(self.chainio.protocol.get_audit, duty.audit_id)
