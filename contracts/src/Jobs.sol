@@ -82,8 +82,8 @@ contract Jobs is EIP712, ReentrancyGuard {
     mapping(uint256 => Audit) private audits;
     mapping(uint256 => mapping(uint256 => Round)) private rounds;
     /// receipt hash → AuditCodes.RECEIPT_*: a worker's receipt enters one audit, whoever batches
-    /// it (a second selected start is skipped, a second request refused); a member's receipt fills
-    /// one seat.
+    /// it (a second selected start is skipped, a second request refused); keccak256(member receipt
+    /// hash ‖ audit id) → used: a member's receipt fills one seat.
     mapping(bytes32 => uint8) public receiptState;
     mapping(address => uint256) public credits;
     uint256 public feePoolWei;
@@ -355,8 +355,10 @@ contract Jobs is EIP712, ReentrancyGuard {
         _checkVerificationReceipt(a, receipt);
         bytes32 receiptHash = Receipts.hash(receipt);
         _checkSigner(receiptHash, signature, m.node);
-        if (receiptState[receiptHash] != AuditCodes.RECEIPT_FREE) revert ReceiptReplayed(receiptHash);
-        receiptState[receiptHash] = AuditCodes.RECEIPT_AUDITED;
+        // A member's receipt fills one seat of this audit (its input is this audit's transcript).
+        bytes32 seat = keccak256(abi.encode(receiptHash, auditId));
+        if (receiptState[seat] != AuditCodes.RECEIPT_FREE) revert ReceiptReplayed(receiptHash);
+        receiptState[seat] = AuditCodes.RECEIPT_AUDITED;
         m.posted = true;
         m.root = receipt.commitmentRoot;
         r.receipts += 1;

@@ -165,17 +165,20 @@ class Protocol:
 
     # --- helpers ---------------------------------------------------------------------------
     def _send(self, handle: ContractHandle, function: str, *args, sender: LocalAccount, value: int = 0,
-              event: str | None = None, field: str | None = None, emitter: ContractHandle | None = None) -> Tx:
-        """Send ``function``; decode ``event`` (emitted by ``emitter``, default ``handle``) into the value."""
+              event: str | None = None, field: str | None = None, emitter: ContractHandle | None = None,
+              optional: bool = False) -> Tx:
+        """Send ``function``; the value is ``event`` (emitted by ``emitter``, default ``handle``)
+        decoded (its ``field``), or None when ``optional`` and the event did not come."""
         receipt = self.chain.transact(handle, function, *args, sender=sender, value=value)
         decoded = None
         if event is not None:
             source = emitter or handle
             own = [log for log in receipt["logs"] if log["address"] == source.address]
             logs = source.web3.events[event]().process_receipt({**receipt, "logs": own}, errors=DISCARD)
-            if not logs:
+            if not logs and not optional:
                 raise ChainError(f"{handle.name}.{function}: no {source.name}.{event} event in the receipt")
-            decoded = logs[0]["args"][field] if field else dict(logs[0]["args"])
+            if logs:
+                decoded = logs[0]["args"][field] if field else dict(logs[0]["args"])
         return Tx(gas_used=receipt["gasUsed"], value=decoded, receipt=receipt)
 
     def get_blockhash(self, number: int) -> bytes:
@@ -263,20 +266,15 @@ class Protocol:
         passed: `AuditSkipped`). Its committee is drawn later: `draw_round`."""
         proof = spec_audit.compute_batch_proof(levels, index)
         tx = self._send(self.batches, "startAudit", batch_id, index, compute_receipt_tuple(receipt), receipt.signature,
-                        list(proof.siblings), sender=sender, value=value_wei)
-        started = self._decode(self.jobs, "AuditStarted", tx.receipt)
-        return Tx(tx.gas_used, started[0]["args"]["auditId"] if started else 0, tx.receipt)
-
-    def _decode(self, emitter: ContractHandle, event: str, receipt: dict) -> list:
-        own = [log for log in receipt["logs"] if log["address"] == emitter.address]
-        return list(emitter.web3.events[event]().process_receipt({**receipt, "logs": own}, errors=DISCARD))
+                        list(proof.siblings), sender=sender, value=value_wei, event="AuditStarted", field="auditId",
+                        emitter=self.jobs, optional=True)
+        return Tx(tx.gas_used, tx.value or 0, tx.receipt)
 
     def draw_round(self, sender: LocalAccount, audit_id: int) -> Tx:
         """Draw the current round's committee (`Jobs.drawRound`, after the round's seed block);
         value = the members drawn (empty when the pool was too small: the audit is abandoned)."""
-        tx = self._send(self.jobs, "drawRound", audit_id, sender=sender)
-        drawn = self._decode(self.jobs, "CommitteeDrawn", tx.receipt)
-        return Tx(tx.gas_used, list(drawn[0]["args"]["members"]) if drawn else [], tx.receipt)
+        tx = self._send(self.jobs, "drawRound", audit_id, sender=sender, event="CommitteeDrawn", field="members", optional=True)
+        return Tx(tx.gas_used, list(tx.value or []), tx.receipt)
 
     def lapse(self, sender: LocalAccount, audit_id: int) -> Tx:
         """End a round nobody drew in its window (`Jobs.lapse`)."""

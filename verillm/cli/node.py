@@ -252,16 +252,22 @@ def models(model_ids, node_url, **options):
 @node.command("unbond")
 @_options
 def unbond(**options):
-    """Deregister: no new jobs or committees from now; the stake stays slashable until withdrawn."""
+    """Deregister: no new jobs, and no seat in a round seeded from now; the stake stays slashable
+    until withdrawn, and the node must stay up until its last duty ends (printed)."""
+    from verillm.spec.params import compute_leaver_schedule
+
     operator = load_operator(**options)
     tx = operator.protocol.deregister(operator.account)
     end = operator.protocol.get_node(operator.address)["unbonding_end_block"]
+    plan = compute_leaver_schedule(tx.receipt["blockNumber"], operator.protocol.preset)
     click.echo(f"{operator.address} deregistered: withdraw from block {end} on, once no audit holds the stake ({_tx(tx)})")
+    click.echo(f"  keep the node up until block {plan.duties_end_block}: drawn at most until block {plan.seated_until_block}, "
+               f"its receipts auditable until block {plan.last_start_block}")
 
 
 @node.command("withdraw")
 @_options
-@click.option("--drive", is_flag=True, help="First make the due permissionless calls (replaceMissing, drawChallenge, finalize, settle, drawEscalation) on every open audit that locks the stake.")
+@click.option("--drive", is_flag=True, help="First make the due permissionless calls (drawRound, lapse, replaceMissing, slashUndelivered, drawChallenge, finalize, settle) on every open audit that locks the stake.")
 def withdraw(drive, **options):
     """Take the stake back after the unbonding period (and, with --drive, once the audits that
     lock it have been pushed to their end: nobody else may make those calls)."""
@@ -290,6 +296,15 @@ def _drive_locks(operator) -> None:
         raise InvalidInput(f"the stake is still locked by {report.locks} (held by {held}); run `verillm node withdraw --drive` again later")
 
 
+def _stay_up_until(protocol, node: dict) -> int | None:
+    """The block a leaving node's duties end (docs/protocol.md §12 "Stake locks and unbonding"); None while it has not unbonded."""
+    from verillm.spec.params import compute_leaver_schedule
+
+    if not node["unbonding_end_block"]:
+        return None
+    return compute_leaver_schedule(node["unbonding_end_block"] - protocol.preset.UNBONDING_BLOCKS, protocol.preset).duties_end_block
+
+
 @node.command("status")
 @_options
 @click.option("--node", "node_url", default=None, help="The node's URL: check its served model too.")
@@ -315,6 +330,7 @@ def status(node_url, model_id, as_json, **options):
             "registered": node["registered"], "active": node["active"], "stake_wei": node["stake_wei"],
             "min_stake_wei": protocol.preset.MIN_STAKE_WEI, "locks": node["locks"],
             "unbonding_end_block": node["unbonding_end_block"], "block": protocol.chain.get_block_number(),
+            "stay_up_until_block": _stay_up_until(protocol, node),
             "endpoint": node["endpoint"], "models": ["0x" + m.hex() for m in node["models"]],
             "ready": not reasons, "reasons": reasons}
     if as_json:
@@ -324,4 +340,6 @@ def status(node_url, model_id, as_json, **options):
     click.echo(f"  registered {body['registered']}  active {body['active']}  stake {_eth(body['stake_wei'])} "
                f"(minimum {_eth(body['min_stake_wei'])})  locks {body['locks']}  unbonding until {body['unbonding_end_block'] or '-'}")
     click.echo(f"  endpoint {body['endpoint'] or '-'}  models {', '.join(body['models']) or '-'}")
+    if body["stay_up_until_block"]:
+        click.echo(f"  unbonding: keep the node up until block {body['stay_up_until_block']} (its last audit duty)")
     click.echo("  ready to serve" if not reasons else "  cannot serve:\n" + "\n".join(f"    - {r}" for r in reasons))

@@ -196,6 +196,35 @@ def compute_timeline(p: Preset) -> Timeline:
     return Timeline(claim, round_draw, round_span, start, audit, p.AUDIT_HORIZON_BLOCKS + start + audit)
 
 
+@dataclass(frozen=True)
+class LeaverSchedule:
+    """What a node that unbonded at ``left_block`` still owes, and until when (docs/protocol.md
+    §12 "Stake locks and unbonding"): it must stay up until ``duties_end_block``."""
+
+    left_block: int
+    seated_until_block: int
+    """The last block a draw can still seat it: redraws of rounds seeded before it left (no round
+    seeded at or after ``left_block`` draws it)."""
+    last_start_block: int
+    """The last block an audit of one of its receipts can start (batches posted by the horizon)."""
+    duties_end_block: int
+    """Every audit that can lock it has settled by this block when every call comes at its first
+    block (openings, votes and answers are its own duties until then)."""
+    withdraw_from_block: int
+
+
+def compute_leaver_schedule(left_block: int, p: Preset) -> LeaverSchedule:
+    """Return the schedule of a node that unbonded at ``left_block`` (`Params.timeline`)."""
+    t = compute_timeline(p)
+    return LeaverSchedule(
+        left_block=left_block,
+        seated_until_block=left_block - 1 - p.AUDIT_DRAW_DELAY_BLOCKS + t.round_draw_span,
+        last_start_block=left_block + p.AUDIT_HORIZON_BLOCKS + t.start_span,
+        duties_end_block=left_block + t.leaver_duty_span,
+        withdraw_from_block=left_block + p.UNBONDING_BLOCKS,
+    )
+
+
 def compute_timeline_problems(p: Preset) -> list[str]:
     """Return every window rule of `Params.validate` / `validateCoverage` that ``p`` breaks
     (empty: the contracts accept it). Same order and wording as the contracts' reasons."""
