@@ -118,6 +118,7 @@ contract Jobs is EIP712, ReentrancyGuard {
     error AlreadyOpened();
     error AlreadyHandled(uint256 auditId, uint8 what);
     error NothingToJudge(uint256 auditId);
+    error AlreadyDrawn(uint256 auditId);
     error BadOpening(uint256 length, uint256 expected);
     error WorkerNotOpened();
     error ContestsPending(uint16 count);
@@ -450,8 +451,13 @@ contract Jobs is EIP712, ReentrancyGuard {
     /// @notice The round's challenge seed: keccak256(0x1a ‖ committee seed ‖ blockhash(ready
     /// block + auditDrawDelayBlocks)), drawn once in (ready + delay, ready + delay + open].
     /// Parties compute the challenged cells from it with verillm.spec.challenge.
-    function drawChallenge(uint256 auditId) public returns (bytes32) {
+    function drawChallenge(uint256 auditId) external returns (bytes32) {
         (Audit storage a, Round storage r) = _at(auditId, Phase.OPENING);
+        if (r.challengeSeed != bytes32(0)) revert AlreadyDrawn(auditId);
+        return _drawChallenge(auditId, a, r);
+    }
+
+    function _drawChallenge(uint256 auditId, Audit storage a, Round storage r) private returns (bytes32) {
         if (r.challengeSeed != bytes32(0)) return r.challengeSeed;
         Deadlines memory d = _deadlines(r);
         _window(d.challengeAfter, d.workerOpenBy);
@@ -466,7 +472,7 @@ contract Jobs is EIP712, ReentrancyGuard {
     function openWorker(uint256 auditId, bytes calldata leaves) external {
         (Audit storage a, Round storage r) = _at(auditId, Phase.OPENING);
         if (msg.sender != a.worker) revert NotParty(msg.sender);
-        drawChallenge(auditId); // the window: (ready + delay, ready + delay + open]
+        _drawChallenge(auditId, a, r); // the window: (ready + delay, ready + delay + open]
         if (r.workerOpened) revert AlreadyOpened();
         Deadlines memory d = _deadlines(r);
         if (block.number > d.workerOpenBy) revert TooLate(d.workerOpenBy + 1);

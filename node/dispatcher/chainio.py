@@ -95,14 +95,14 @@ class ChainIO:
         return tx
 
     async def draw_challenge(self, audit_id: int) -> None:
-        """`Jobs.drawChallenge`: draws the seed, or returns the one already drawn (no event then).
+        """`Jobs.drawChallenge`: draws the seed.
 
-        Too early, or the round has moved on: nothing to do (worker and dispatcher both try).
+        Too early, drawn already, or the round has moved on: nothing to do (worker and dispatcher both try).
         """
         try:
             receipt = await self._run(self.chain.transact, self.protocol.jobs, "drawChallenge", audit_id, sender=self.account)
         except Exception as exc:
-            if not is_revert(exc, "UnexpectedPhase", "TooEarly"):
+            if not is_revert(exc, "UnexpectedPhase", "TooEarly", "AlreadyDrawn"):
                 raise
             return
         faults.reach("tx_mined_draw_challenge")
