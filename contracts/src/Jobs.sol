@@ -69,7 +69,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         bytes32 workerOutputHash; // hash of input ‖ output: a member's verification job's input hash
         bytes32 samplingKey;
         bytes32 receiptHash;
-        address[] drawn; // every member ever drawn: excluded from later draws, unlocked at the end
+        address[] replaced; // members redrawn away (rare): with every round's seats, excluded from later draws and unlocked at the end
     }
 
     Registry public immutable registry;
@@ -291,12 +291,7 @@ contract Jobs is EIP712, ReentrancyGuard {
     /// @dev Draw `count` members into the round's empty (or not-yet-posted) slots; false (and
     /// nothing changed) when the round's epoch has too few candidates or is no longer readable.
     function _drawMembers(uint256 auditId, Audit storage a, Round storage r, uint8 count, uint256 seedBlock) private returns (bool) {
-        address[] memory excluded = new address[](a.drawn.length + 2);
-        excluded[0] = a.worker;
-        excluded[1] = a.dispatcher;
-        for (uint256 i = 0; i < a.drawn.length; i++) {
-            excluded[i + 2] = a.drawn[i];
-        }
+        address[] memory excluded = _everyParty(auditId, a);
         address[] memory chosen;
         try registry.drawCommittee(a.modelId, r.seed, r.attempt, count, excluded, r.epoch, seedBlock) returns (address[] memory c) {
             chosen = c;
@@ -312,8 +307,8 @@ contract Jobs is EIP712, ReentrancyGuard {
         for (uint256 slot = 0; next < count; slot++) {
             if (slot == r.members.length) r.members.push();
             else if (r.members[slot].posted) continue;
+            else a.replaced.push(r.members[slot].node); // still excluded and locked until the end
             r.members[slot] = Member(chosen[next], AuditCodes.NO_VOTE, false, false, false, false, bytes32(0), bytes32(0));
-            a.drawn.push(chosen[next]);
             registry.lock(chosen[next]);
             next++;
         }
@@ -337,7 +332,7 @@ contract Jobs is EIP712, ReentrancyGuard {
             if (withheld && a.escalator == a.dispatcher) feePoolWei += bond;
             else _credit(a.escalator, bond);
         }
-        _unlockAll(a);
+        _unlockAll(auditId, a);
     }
 
     // --- 3. committee receipts and job delivery ------------------------------------------------
@@ -543,12 +538,12 @@ contract Jobs is EIP712, ReentrancyGuard {
         r.phase = Phase.SETTLED;
         _settleParties(auditId, a, verdict);
         _settleBond(a, verdict, firstMajority);
-        _unlockAll(a);
+        _unlockAll(auditId, a);
         emit AuditSettled(auditId, verdict);
     }
 
     function _settleParties(uint256 auditId, Audit storage a, uint8 verdict) private {
-        address[] memory winners = new address[](a.drawn.length);
+        address[] memory winners = new address[](_everyParty(auditId, a).length);
         uint256 winnerCount;
         uint256 pot;
         for (uint256 ri = 0; ri <= a.round; ri++) {
@@ -862,11 +857,30 @@ contract Jobs is EIP712, ReentrancyGuard {
         _credit(to, paid);
     }
 
-    function _unlockAll(Audit storage a) private {
-        registry.unlock(a.worker);
-        registry.unlock(a.dispatcher);
-        for (uint256 i = 0; i < a.drawn.length; i++) {
-            registry.unlock(a.drawn[i]);
+    function _unlockAll(uint256 auditId, Audit storage a) private {
+        address[] memory parties = _everyParty(auditId, a);
+        for (uint256 i = 0; i < parties.length; i++) {
+            registry.unlock(parties[i]);
+        }
+    }
+
+    /// @dev The worker, the dispatcher, every seat of every round so far and every member
+    /// redrawn away: who a draw excludes and who is unlocked at the end (each locked once).
+    function _everyParty(uint256 auditId, Audit storage a) private view returns (address[] memory parties) {
+        Member[] storage first = rounds[auditId][0].members;
+        Member[] storage second = rounds[auditId][1].members;
+        parties = new address[](2 + first.length + second.length + a.replaced.length);
+        parties[0] = a.worker;
+        parties[1] = a.dispatcher;
+        uint256 k = 2;
+        for (uint256 i = 0; i < first.length; i++) {
+            parties[k++] = first[i].node;
+        }
+        for (uint256 i = 0; i < second.length; i++) {
+            parties[k++] = second[i].node;
+        }
+        for (uint256 i = 0; i < a.replaced.length; i++) {
+            parties[k++] = a.replaced[i];
         }
     }
 }

@@ -75,12 +75,17 @@ class HonestParties:
         # pass whose other audits sent ~15 transactions before this audit's turn let the
         # publication window (one commit window) close on an honest worker claimed at the end of
         # the previous pass: slashUndelivered, "honest node 1 lost stake" (seed 3002, harness).
+        # Committee draws too (issue 20): a selected audit's round nobody draws in its window
+        # (10 blocks on MINIMAL) lapses and slashes its honest dispatcher; a draw left for this
+        # audit's turn came after a dozen other transactions of the pass (seed of
+        # test_fuzzer_draws_come_first).
         for t in self.audits:
             state = self.audit(t.run.audit_id)
             if state.phase not in (SETTLED, ABANDONED):
                 self._honest_answers(t)
                 if state.phase == COMMITTING:
                     self._honest_delivery(t, state)
+        self._honest_draws()
         # Batching promises (fuzz_coverage): an answer to an omission claim has the same 5-block
         # proof window. The client's claims and slashes wait for the end of the pass.
         self._honest_coverage_answers()
@@ -101,6 +106,7 @@ class HonestParties:
                 self._honest_opening(t, state)
             self._honest_disputes(t, state)
             self._honest_progress(t, state)
+            self._honest_draws()  # a draw that fell due during this audit's transactions, at once
         self._honest_client()
 
     def _honest_progress(self, t: Tracked, state) -> None:
@@ -118,6 +124,13 @@ class HonestParties:
             if tx is not None:
                 self.stats["due_steps"][step] = self.stats["due_steps"].get(step, 0) + 1
             break  # one call a step per audit: the next reads the new state
+
+    def _honest_draws(self) -> None:
+        """Every committee draw that is due, for every audit (the rounds the cheater owes aside)."""
+        for t in self.audits:
+            state = self.audit(t.run.audit_id)
+            if state.phase == DRAWING:
+                self._honest_progress(t, state)
 
     def round_state(self, audit_id: int, round_index: int | None = None):
         """`Jobs.getRoundState` as `spec.audit.RoundState`."""

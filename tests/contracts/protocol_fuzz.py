@@ -355,6 +355,7 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, Coverag
                 limit = max(t.start_block + bound, ended) + SLACK_BLOCKS
                 assert self.reads.head() <= limit, f"audit {t.run.audit_id} ({t.mode}) not terminal by block {limit}: {t.seen}"
             self._mine(4)
+            self._honest_draws()  # a draw window is 10 blocks on MINIMAL: drawn before the pokes' blocks
             for t in self.audits:
                 for call in ("lapse", "replaceMissing", "finalize", "settle"):  # honest parties draw what they owe
                     self._send(call, t.run.audit_id)

@@ -10,6 +10,7 @@ import pytest
 from helpers.chain import reverts
 from verillm.spec import delivery as spec_delivery
 from verillm.spec import settlement as spec
+from verillm.spec.audit import Phase
 from verillm.spec.hashing import blake3_digest
 from verillm.spec.job import compute_tokens_hash, compute_transcript_hash
 from verillm.spec.receipt import sign_receipt
@@ -18,7 +19,7 @@ from verillm.spec.types import Receipt, SamplingParams
 from helpers.contracts import MODEL_ID, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun, Party
 
 INPUT = tuple(range(1000, 1000 + PROMPT_LEN))
-COMMITTING, OPENING, DECIDED = 1, 2, 3
+COMMITTING, OPENING, DECIDED = Phase.COMMITTING, Phase.OPENING, Phase.DECIDED
 
 
 def _resign(world, party: Party, **fields) -> Party:

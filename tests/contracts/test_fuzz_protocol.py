@@ -176,15 +176,19 @@ def test_contest_answered_while_an_escalation_round_is_staffed(fuzz_world):
     try:
         m.record_floor()
         m.new_audit(worker=CHEATER, dispatcher=0, mode="open")  # A: its cheat fails round 0
-        m.new_audit(worker=0, dispatcher=1, mode="open")  # C: honest (the mode is for cheaters)
-        a, c = (t.run.audit_id for t in m.audits)
+        a = m.audits[0].run.audit_id
         _until(m, lambda: m.audit(a).phase == DECIDED)
         m.grief_escalate(pick=0)
         assert m.audit(a).round == 1, "the escalation did not start"
-        _until(m, lambda: m.audit(a).phase != DRAWING)
-        assert m.audit(a).phase == COMMITTING, f"escalation not staffed: {m.audit(a)}"
-        _until(m, lambda: m.audit(a).phase == OPENING)  # receipts in: next, its challenge and 5 openings
-        honest_seats = [slot + 1 for slot, address in enumerate(m.committee(c, 0)) if m._index(address) in HONEST]
+        m.new_audit(worker=0, dispatcher=1, mode="open")  # C: honest (the mode is for cheaters), alongside A's round 1
+        c = m.audits[1].run.audit_id
+
+        def c_member_opened():
+            seats = [slot + 1 for slot, address in enumerate(m.committee(c, 0)) if m._index(address) in HONEST]
+            return [s for s in seats if m.party(c, 0, s)["opened"]]
+
+        _until(m, lambda: m.audit(a).phase == OPENING and m.audit(c).phase in (OPENING, DECIDED) and c_member_opened())
+        honest_seats = c_member_opened()
         assert m.audit(c).challenge_seed != bytes(32) and honest_seats, m.audit(c)
         count = m.disputes("contestCount")
         m.grief_contest(pick=1, slot=honest_seats[0], count=1, shuffle=False)  # A's challenge and openings land in this step
@@ -399,5 +403,26 @@ def test_fuzzer_a_node_that_unbonds_sits_on_no_round_seeded_after_and_withdraws_
         m.cheater_exits(move="withdraw", wait=False)
         assert m.stats["exits"].get("cheater_withdraw_ok", 0) >= 1
         m.teardown()
+    finally:
+        del fuzz_world.protocol._send
+
+
+def test_fuzzer_draws_come_first(fuzz_world):
+    """Regression (issue 20's fuzzer, seed 0 of the short run, shrunk): honest dispatcher 0 starts
+    the last leaf of a three-leaf batch; its committee draw (a 10-block window on MINIMAL) waited
+    for the audit's turn in the honest pass, after a dozen transactions of the other audits, and
+    the teardown mined 4 blocks and poked every audit between two passes, each transaction a
+    block on anvil: the round lapsed and slashed the honest dispatcher ("honest node 0 lost
+    stake"). Honest parties now make due draws first in a pass, as contest answers, and the
+    teardown draws right after its mined blocks."""
+    m = _machine(fuzz_world, fresh=True)
+    try:
+        m.record_floor()
+        m.honest_deregisters(i=3)
+        m.hostage()  # node 5 audits an old receipt of the leaving node 3 (within its horizon)
+        m.new_batch(dispatcher=0, first=14, mode="open", workers=[0, 0, 0])
+        m.start_batched_leaf(pick=0)
+        m.teardown()  # before the fix: the leaf's round lapsed, node 0 slashed as its dispatcher
+        assert all(m._abandon_reason(t.run.audit_id) != "committee never drawn" for t in m.audits)
     finally:
         del fuzz_world.protocol._send

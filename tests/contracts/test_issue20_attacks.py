@@ -301,3 +301,90 @@ def test_attack4_publication_at_the_bound_fits_a_third_of_a_block(world):
     batch, _, _ = world.post_and_draw(world.nodes[1], [over.receipt])
     with reverts("transcript too long"):  # one token over the bound
         world.protocol.start_audit(world.nodes[1].account, batch.batch_id, 0, over.receipt, batch.levels)
+
+
+# --- 1 (the framing itself), 5: accountable votes ---------------------------------------------------
+
+def _round_opening(world, run: AuditRun, party: Party, round_index: int):
+    """``party``'s opening for round ``round_index``'s challenge (round 0's while round 1 runs)."""
+    from verillm.spec.challenge import compute_challenge, compute_opened_cells
+    from verillm.spec.commitment import compute_opening
+    from helpers.contracts import LAYERS, OUTPUT_TOKENS, PROMPT_LEN
+
+    seed = bytes(world.protocol.jobs.call("getRound", run.audit_id, round_index)[4])
+    challenge = compute_challenge(seed, PROMPT_LEN, OUTPUT_TOKENS, LAYERS, PRESET.CHALLENGE_POSITIONS)
+    return compute_opening(party.trace, party.commitment, compute_opened_cells(challenge, party.trace.num_positions))
+
+
+def test_attack1_framing_costs_the_colluders_their_stakes_once_the_appeal_passes(ten_world):
+    # The framing: two colluders of a round-0 committee commit fabricated, self-consistent data
+    # and vote DISAGREE on an honest worker (before issue 20: FAIL, the worker slashed in full, a
+    # DISAGREE never adjudicated). The worker appeals (escalates: its node does so on a FAIL of
+    # its own honest data); the fresh round passes it; on the token cells both rounds checked the
+    # colluders' committed data are contradicted by the appeal majority: contested (they answer
+    # with their proofs, or lose the contest) and adjudicated, each is slashed in full.
+    from helpers.contracts import LAYERS, OUTPUT_TOKENS, PROMPT_LEN
+    from verillm.spec.audit import compute_appeal_cells
+
+    world = ten_world
+    worker = world.make_worker(world.nodes[0])
+    run = world.start(worker, dispatcher=world.nodes[1])
+    committee = world.committee(run)
+    colluders = committee[:2]
+    round0 = [world.make_member(n, offset=0.3) for n in colluders] + [world.make_member(committee[2])]
+    world.post_members(run, round0)
+    world.open_worker(run)
+    for slot in range(3):
+        world.open_member(run, slot, vote=slot == 2)  # the colluders DISAGREE, the honest member agrees
+    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
+    stakes = world.stakes()
+    world.protocol.escalate(worker.node.account, run.audit_id)  # the appeal
+    world.draw_round(run)
+    world.post_members(run, [world.make_member(n) for n in world.committee(run, 1)], 1)
+    world.open_worker(run)
+    for slot in range(len(run.members)):
+        world.open_member(run, slot)
+    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
+    cells = compute_appeal_cells(PROMPT_LEN, OUTPUT_TOKENS, LAYERS)
+    worker_opening = _round_opening(world, run, worker, 0)
+    for slot, liar in enumerate(round0[:2], start=1):
+        liar_opening = _round_opening(world, run, liar, 0)
+        contest = world.protocol.contest(worker.node.account, run.audit_id, 0, slot, sorted(cells)).value  # round 0, during the appeal's window
+        world.protocol.answer_contest(liar.node.account, contest, sorted(cells), liar_opening)  # its proofs, now public
+        world.protocol.adjudicate(worker.node.account, run.audit_id, 0, slot, worker_opening, liar_opening, only=cells)
+    with reverts("NoFault"):  # the honest round-0 member's data pass: nothing to slash
+        world.protocol.adjudicate(worker.node.account, run.audit_id, 0, 3, worker_opening, _round_opening(world, run, round0[2], 0), only=cells)
+    world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
+    assert world.protocol.settle(world.outsider, run.audit_id).value == spec.PASS
+    after = world.stakes()
+    assert after[worker.node.address] == stakes[worker.node.address] and after[committee[2].address] == stakes[committee[2].address]
+    assert all(after[n.address] == stakes[n.address] * (10_000 - PRESET.SLASH_FRACTION_BPS) // 10_000 for n in colluders)
+
+
+def test_a_disagree_on_honest_data_is_never_slashed_as_a_lie(ten_world):
+    # Attack 6 of issue 9 stays closed: a member that caught a truncation votes DISAGREE on data
+    # that agree with the worker's. An appeal that passes the worker does not make it a liar.
+    from helpers.contracts import LAYERS, OUTPUT_TOKENS, PROMPT_LEN
+    from verillm.spec.audit import compute_appeal_cells
+
+    world = ten_world
+    worker = world.make_worker(world.nodes[0])
+    run = world.start(worker, dispatcher=world.nodes[1])
+    members = [world.make_member(n) for n in world.committee(run)]
+    world.post_members(run, members)
+    world.open_worker(run)
+    for slot in range(3):
+        world.open_member(run, slot, vote=slot == 0)  # two honest-data DISAGREEs (the stop rule)
+    world.protocol.finalize(world.outsider, run.audit_id)
+    world.protocol.escalate(worker.node.account, run.audit_id)
+    world.draw_round(run)
+    world.post_members(run, [world.make_member(n) for n in world.committee(run, 1)], 1)
+    world.open_worker(run)
+    for slot in range(len(run.members)):
+        world.open_member(run, slot)
+    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
+    cells = compute_appeal_cells(PROMPT_LEN, OUTPUT_TOKENS, LAYERS)
+    for slot in (2, 3):
+        with reverts("NoFault"):
+            world.protocol.adjudicate(world.outsider, run.audit_id, 0, slot, _round_opening(world, run, worker, 0),
+                                      _round_opening(world, run, members[slot - 1], 0), only=cells)

@@ -10,6 +10,7 @@ from verillm.chain.protocol import compute_receipt_tuple
 from verillm.spec import vrf
 from verillm.spec.audit import (compute_batch_levels, compute_committee, compute_draw_seed, compute_excluded_weights,
                                 compute_round_seed, is_audited)
+from verillm.spec.audit import Phase
 from verillm.spec.receipt import compute_receipt_hash
 
 from helpers.contracts import PRESET, World
@@ -119,7 +120,7 @@ def test_the_committee_is_drawn_from_a_blockhash_after_the_start_and_never_holds
         worker = world.make_worker(node, nonce=worker_index)
         run = world.start(worker, draw=False)
         state = world.protocol.get_round_state(run.audit_id)
-        assert state.phase == 4 and world.protocol.get_committee(run.audit_id, 0) == []  # DRAWING: nobody knows the committee yet
+        assert state.phase == Phase.DRAWING and world.protocol.get_committee(run.audit_id, 0) == []  # DRAWING: nobody knows the committee yet
         with reverts("TooEarly"):  # the seed block (entered + delay) is not mined
             world.protocol.draw_round(world.outsider, run.audit_id)
         world.draw_round(run)

@@ -7,12 +7,13 @@ import dataclasses
 
 from helpers.chain import reverts
 from verillm.spec import audit as spec_audit
+from verillm.spec.audit import Phase
 from verillm.spec.encoding import encode
 from verillm.spec.receipt import sign_receipt
 
 from helpers.contracts import CHEAT_OFFSET, MODEL_ID, OUTPUT_TOKENS, PRESET, AuditRun
 
-ABANDONED, DECIDED = 6, 3
+ABANDONED, DECIDED = Phase.ABANDONED, Phase.DECIDED
 WORKER_DEFAULT = 4
 
 

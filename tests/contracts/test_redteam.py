@@ -15,6 +15,7 @@ from helpers.chain import reverts
 from verillm.chain import TransactionReverted
 from verillm.chain.protocol import compute_receipt_tuple
 from verillm.spec import audit as spec_audit
+from verillm.spec.audit import Phase
 from verillm.spec import settlement as spec
 
 from eth_account import Account
@@ -24,7 +25,7 @@ from verillm.spec.hashing import keccak256
 
 from helpers.contracts import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun, Node
 
-ABANDONED, DECIDED = 6, 3
+ABANDONED, DECIDED = Phase.ABANDONED, Phase.DECIDED
 
 
 def _works(reason: str):
@@ -128,7 +129,7 @@ def _escalated_to_round_one(world, escalator) -> AuditRun:
 
 def _withhold_round_one(world, run: AuditRun) -> None:
     """Nobody sends the round-1 jobs: every redraw's commit window passes without a receipt."""
-    while world.protocol.get_audit(run.audit_id).phase == 1:  # COMMITTING
+    while world.protocol.get_audit(run.audit_id).phase == Phase.COMMITTING:
         world.chain.mine(PRESET.COMMIT_WINDOW_BLOCKS + 1)
         world.protocol.replace_missing(world.outsider, run.audit_id)
     assert world.protocol.get_audit(run.audit_id).phase == ABANDONED
@@ -333,9 +334,9 @@ def test_a_starved_committee_draw_reverts_instead_of_abandoning(world):
     for gas in (needed // 2, needed * 3 // 4):  # a starved call reverts: it does not abandon the audit
         with pytest.raises(TransactionReverted):
             world.chain.transact(world.protocol.jobs, "drawRound", run.audit_id, sender=dispatcher.account, gas=gas)
-        assert world.protocol.get_audit(run.audit_id).phase == 4  # still DRAWING
+        assert world.protocol.get_audit(run.audit_id).phase == Phase.DRAWING  # still drawing
     world.protocol.draw_round(dispatcher.account, run.audit_id)
-    assert world.protocol.get_audit(run.audit_id).phase == 1  # COMMITTING: a committee was drawn
+    assert world.protocol.get_audit(run.audit_id).phase == Phase.COMMITTING  # a committee was drawn
 
 
 # --- attacks the contracts withstand (not covered by test_onchain_attacks.py) ----------------------------
@@ -436,7 +437,7 @@ def _eth_books(world) -> tuple[int, int]:
     escalation = 0
     for audit_id in range(1, protocol.jobs.call("auditCount") + 1):
         state = protocol.get_audit(audit_id)
-        escalation += PRESET.DISPUTE_BOND_WEI if state.escalator != "0x" + "00" * 20 and state.round == 1 and state.phase != 5 else 0
+        escalation += PRESET.DISPUTE_BOND_WEI if state.escalator != "0x" + "00" * 20 and state.round == 1 and state.phase != Phase.SETTLED else 0
     balances = sum(world.chain.get_balance(c.address) for c in (protocol.registry, protocol.jobs, protocol.disputes))
     return balances, stakes + credits + protocol.jobs.call("feePoolWei") + bonds + escalation
 
@@ -468,7 +469,7 @@ def test_eth_is_conserved_to_the_wei_through_slashes_contests_lapses_and_claims(
     assert books[0] == books[1], books
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     world.protocol.lapse(world.outsider, run.audit_id)  # round 1 LAPSED, the bond to the pool
-    assert world.protocol.get_round_state(run.audit_id, 1).phase == 7  # terminal (it was ESCALATING for ever)
+    assert world.protocol.get_round_state(run.audit_id, 1).phase == Phase.LAPSED  # terminal (it was ESCALATING for ever)
     assert world.protocol.settle(world.outsider, run.audit_id).value == spec.PASS
     for node in world.nodes:
         if world.protocol.get_credit(node.address):

@@ -362,13 +362,15 @@ class Protocol:
         return self._send(self.disputes, "resolveContest", contest_id, sender=sender)
 
     def adjudicate(self, sender: LocalAccount, audit_id: int, round_index: int, slot: int,
-                   worker_opening: Opening, member_opening: Opening) -> Tx:
-        """Re-run member ``slot``'s comparison on-chain over every cell the worker opened."""
+                   worker_opening: Opening, member_opening: Opening, only: set | None = None) -> Tx:
+        """Re-run member ``slot``'s comparison on-chain over every cell the worker opened, or over
+        the (position, layer) cells in ``only`` (the token cells an appeal round checked too)."""
         member_cells = {(i.leaf.position, i.leaf.layer): i for i in member_opening.leaves}
-        pairs = [(w.leaf, w.proof, member_cells[(w.leaf.position, w.leaf.layer)]) for w in worker_opening.leaves]
+        picked = [(k, w) for k, w in enumerate(worker_opening.leaves) if only is None or (w.leaf.position, w.leaf.layer) in only]
+        pairs = [(w.leaf, w.proof, member_cells[(w.leaf.position, w.leaf.layer)]) for _, w in picked]
         cells = [(encode(w), list(wp.siblings), encode(m.leaf), list(m.proof.siblings)) for w, wp, m in pairs]
         # The worker's leaves as it posted them, each cell's leaf at its index there.
-        posted = (spec_audit.encode_opening_leaves(worker_opening), list(range(len(pairs))))
+        posted = (spec_audit.encode_opening_leaves(worker_opening), [k for k, _ in picked])
         return self._send(self.disputes, "adjudicate", audit_id, round_index, slot, cells, posted, sender=sender)
 
     # --- undelivered committee jobs (Disputes' Delivery; verillm.spec.delivery) ----------------

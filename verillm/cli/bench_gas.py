@@ -118,6 +118,8 @@ def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, lay
         fee = 0 if run.protocol.is_audited(batch.batch_id, 0) else preset.COMMITTEE_SIZE * preset.AUDIT_FEE_WEI
         tx = run.protocol.start_audit(run.nodes[1][0], batch.batch_id, 0, w_receipt, batch.levels, fee)
         audit_id, run.gas["start_audit"] = tx.value, tx.gas_used
+        run.mine_past(preset.AUDIT_DRAW_DELAY_BLOCKS)  # the committee is drawn from a blockhash after the start
+        run.gas["draw_round"] = run.protocol.draw_round(run.owner, audit_id).gas_used
         committee = run.protocol.get_committee(audit_id, 0)
         index_of = {a.address: i for i, (a, _) in enumerate(run.nodes)}
         # member 0's data disagree with the worker's, and it votes agree: the dispute below has a lie to find
@@ -152,14 +154,14 @@ def _measure_contest(run: GasRun, audit_id: int, worker_opening) -> None:
 
 def _report(run: GasRun, preset, batch_size: int, prompt: int, output: int, cells: int) -> dict:
     g = run.gas
-    audited = (g["start_audit"] + preset.COMMITTEE_SIZE * (g["committee_receipt"] + g["open_and_vote"]) + g["draw_challenge"]
-               + g["open"] + g["verdict"])
+    audited = (g["start_audit"] + g["draw_round"] + preset.COMMITTEE_SIZE * (g["committee_receipt"] + g["open_and_vote"])
+               + g["draw_challenge"] + g["open"] + g["verdict"])
     return {
         "register": g["register"], "post_batch": g["post_batch"], "post_batch_jobs": batch_size,
         "per_job_amortized": (g["post_batch"] + g["audit_draw"]) // batch_size, "audit_draw": g["audit_draw"],
         "post_batch_first": g["post_batch_first"],
         "open": g["open"], "verdict": g["verdict"], "dispute": g["dispute"],
-        "start_audit": g["start_audit"], "committee_receipt": g["committee_receipt"], "draw_challenge": g["draw_challenge"], "open_and_vote": g["open_and_vote"],
+        "start_audit": g["start_audit"], "draw_round": g["draw_round"], "committee_receipt": g["committee_receipt"], "draw_challenge": g["draw_challenge"], "open_and_vote": g["open_and_vote"],
         "contest": g["contest"], "answer_contest": g["answer_contest"], "escalate": g["escalate"],
         "draw_escalation": g["draw_escalation"], "audited_path_total": audited,
         "preset": preset.name, "committee_size": preset.COMMITTEE_SIZE, "prompt_tokens": prompt, "output_tokens": output,

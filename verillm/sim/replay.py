@@ -27,7 +27,6 @@ from verillm.sim.replay_chain import TRANSCRIPT, ReplayWorld, compute_receipt_ha
 from verillm.sim.settle_paths import Contest
 from verillm.sim.rules import MAIN, RuleSet
 
-PHASE_ABANDONED = Phase.ABANDONED
 REPLAY_STAKES_MIN = (3, 2, 2, 1, 1, 1, 2, 1, 1, 3, 1, 1)
 """Twelve nodes: enough for a committee, a redraw and an escalation, few enough that an
 escalation after redraws sometimes finds the pool exhausted (and lapses)."""
@@ -154,7 +153,7 @@ class Replayer:
         res.undelivered = out.undelivered
         self._drive_round(res, audit_id, 0, first, wtrace, wcommit)
         if first["abandoned"]:
-            if w.round_phase(audit_id, 0) != PHASE_ABANDONED:
+            if w.round_phase(audit_id, 0) != Phase.ABANDONED:
                 res.mismatches.append("simulator abandoned round 0, the contracts did not")
             return self._compare(res, out, stakes0, credits0, bond=0)
         if out.escalated:
@@ -169,7 +168,7 @@ class Replayer:
                 res.mismatches.append("the simulator's first round changed with the escalation seed")
             res.lapsed, res.undelivered = out.lapsed_escalation, out.undelivered
             self._drive_round(res, audit_id, 1, out.trace[1], wtrace, wcommit)
-            chain_unheard = w.round_phase(audit_id, 1) == PHASE_ABANDONED
+            chain_unheard = w.round_phase(audit_id, 1) == Phase.ABANDONED
             if chain_unheard != out.unheard_escalation:
                 res.mismatches.append(f"escalation unheard: simulator {out.unheard_escalation}, contracts {chain_unheard}")
             if out.unheard_escalation:  # the audit is abandoned: nothing to settle

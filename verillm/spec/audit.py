@@ -318,6 +318,13 @@ def compute_prompt_len(num_positions: int, output_tokens: int) -> int:
     return num_positions + 1 - output_tokens
 
 
+def compute_appeal_cells(prompt_len: int, output_tokens: int, committed_layers: Sequence[int]) -> set[tuple[int, int]]:
+    """The cells every round opens and token-checks: the last committed layer at the N positions
+    that predict an output token (P − 1 … P + N − 2). A first-round member whose committed data
+    fail there, after an appeal round decided PASS, is a provable liar (Disputes.adjudicate)."""
+    return {(position, committed_layers[-1]) for position in range(prompt_len - 1, prompt_len - 1 + output_tokens)}
+
+
 def encode_opening_leaves(opening: Opening) -> bytes:
     """Return what a party posts on-chain: its opened leaves, encoded, in opening order."""
     return b"".join(encode(item.leaf) for item in opening.leaves)
