@@ -338,8 +338,8 @@ def test_attack1_framing_costs_the_colluders_their_stakes_once_the_appeal_passes
         world.open_member(run, slot, vote=slot == 2)  # the colluders DISAGREE, the honest member agrees
     assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
     stakes = world.stakes()
-    world.protocol.escalate(worker.node.account, run.audit_id)  # the appeal
-    world.draw_round(run)
+    gas = {"escalate (the appeal)": world.protocol.escalate(worker.node.account, run.audit_id).gas_used}
+    gas["drawRound (5 members)"] = world.draw_round(run).gas_used
     world.post_members(run, [world.make_member(n) for n in world.committee(run, 1)], 1)
     world.open_worker(run)
     for slot in range(len(run.members)):
@@ -349,13 +349,18 @@ def test_attack1_framing_costs_the_colluders_their_stakes_once_the_appeal_passes
     worker_opening = _round_opening(world, run, worker, 0)
     for slot, liar in enumerate(round0[:2], start=1):
         liar_opening = _round_opening(world, run, liar, 0)
-        contest = world.protocol.contest(worker.node.account, run.audit_id, 0, slot, sorted(cells)).value  # round 0, during the appeal's window
-        world.protocol.answer_contest(liar.node.account, contest, sorted(cells), liar_opening)  # its proofs, now public
-        world.protocol.adjudicate(worker.node.account, run.audit_id, 0, slot, worker_opening, liar_opening, only=cells)
+        contest = world.protocol.contest(worker.node.account, run.audit_id, 0, slot, sorted(cells))  # round 0, during the appeal's window
+        gas["contest (10 token cells)"] = contest.gas_used
+        gas["answerContest"] = world.protocol.answer_contest(liar.node.account, contest.value, sorted(cells), liar_opening).gas_used  # its proofs, now public
+        gas["adjudicate (provable-liar slash)"] = world.protocol.adjudicate(worker.node.account, run.audit_id, 0, slot, worker_opening, liar_opening,
+                                                                            only=cells).gas_used
     with reverts("NoFault"):  # the honest round-0 member's data pass: nothing to slash
         world.protocol.adjudicate(worker.node.account, run.audit_id, 0, 3, worker_opening, _round_opening(world, run, round0[2], 0), only=cells)
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
-    assert world.protocol.settle(world.outsider, run.audit_id).value == spec.PASS
+    settled = world.protocol.settle(world.outsider, run.audit_id)
+    assert settled.value == spec.PASS
+    gas["settle (2 rounds, 8 seats)"] = settled.gas_used
+    print("\n" + "\n".join(f"{k}: {v} gas" for k, v in gas.items()))
     after = world.stakes()
     assert after[worker.node.address] == stakes[worker.node.address] and after[committee[2].address] == stakes[committee[2].address]
     assert all(after[n.address] == stakes[n.address] * (10_000 - PRESET.SLASH_FRACTION_BPS) // 10_000 for n in colluders)
