@@ -193,7 +193,7 @@ SLOW_POINTS = [
     "tx_sent_post_batch", "tx_mined_post_batch", "tx_recorded_post_batch",
     "tx_sent_draw_audit", "tx_mined_draw_audit", "tx_recorded_draw_audit",
     "tx_sent_start_audit", "tx_mined_start_audit", "tx_recorded_start_audit",
-    "tx_sent_finalize", "tx_mined_verdict", "tx_recorded_verdict",
+    "tx_sent_finalize", "tx_mined_finalize", "tx_recorded_finalize",
     "tx_sent_settle", "tx_mined_settle", "tx_recorded_settle",
 ]
 

@@ -102,7 +102,7 @@ class AuditDriver:
 
     async def _finalize(self, audit_id: int) -> None:
         try:
-            tx = await self.chainio.send("verdict", audit_id, audit_id=audit_id)
+            tx = await self.chainio.send("finalize", audit_id, audit_id=audit_id)
             log.info("audit %d: round decided, verdict code %s", audit_id, tx.value)
         except Exception as exc:
             if not is_revert(exc, "UnexpectedPhase"):

@@ -153,7 +153,7 @@ class PartyDuties:
         opening = await self.worker.open_cells(duty.job_hash, self.chainio.address, challenge=challenge)
         if self.faults.worker_opening == "tampered":
             opening = compute_tampered_opening(opening)
-        await self._send_once("open", duty, opening)
+        await self._send_once("open_worker", duty, opening)
 
     async def _open_member(self, duty: Duty, info) -> None:
         if not info.worker_opened:
