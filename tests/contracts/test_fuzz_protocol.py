@@ -71,6 +71,7 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     STATS.update({key: set() for key in seen_before})  # this call's own sets, merged back after it
     delivery_before, omission_before = dict(STATS["delivery"]), dict(STATS["omission"])
     exits_before, batches_before = dict(STATS["exits"]), dict(STATS["batches"])
+    issue20_before, due_before = dict(STATS["issue20"]), dict(STATS["due_steps"])
     started = time.monotonic()
     ProtocolMachine.sender = FastSender(world.chain, ProtocolMachine.rpc)
     ProtocolMachine.reads = CachedReads(ProtocolMachine.rpc, ProtocolMachine.sender)
@@ -90,8 +91,11 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     omission["paths"] = len(seen["omission_paths"])
     exits = {k: v - exits_before.get(k, 0) for k, v in sorted(STATS["exits"].items())}
     batches = {k: v - batches_before.get(k, 0) for k, v in sorted(STATS["batches"].items())}
+    issue20 = {k: v - issue20_before.get(k, 0) for k, v in sorted(STATS["issue20"].items())}
+    due_steps = {k: v - due_before.get(k, 0) for k, v in sorted(STATS["due_steps"].items())}
     print(f"\nprotocol fuzz: {steps} steps in {runs} runs, {paths} distinct paths, {lifecycles} distinct audit"
-          f" lifecycles, seed {fuzz_seed}, {wall_s:.0f} s ({steps / wall_s:.1f} steps/s); delivery {delivery}; omission {omission}; exits {exits}; batches {batches}")
+          f" lifecycles, seed {fuzz_seed}, {wall_s:.0f} s ({steps / wall_s:.1f} steps/s); delivery {delivery}; omission {omission}; exits {exits}; batches {batches};"
+          f" issue 20 actors {issue20}; due steps made {due_steps}")
     report = os.environ.get("FUZZ_REPORT")
     if report:  # a long run in chunks: one JSON line per chunk, totals summed by whoever reads them
         with open(report, "a") as f:
@@ -99,7 +103,7 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
                                 "lifecycle_set": sorted(repr(x) for x in seen["lifecycles"]), "wall_s": round(wall_s, 1),
                                 "failures": STATS["failures"] - failures_before, "delivery": delivery, "omission": omission,
                                 "omission_path_set": sorted(repr(x) for x in seen["omission_paths"]),
-                                "exits": exits, "batches": batches}) + "\n")
+                                "exits": exits, "batches": batches, "issue20": issue20, "due_steps": due_steps}) + "\n")
     assert steps > 0
     head = world.chain.w3.eth.get_block("latest")
     return {"steps": steps, "runs": runs, "failures": STATS["failures"] - failures_before, **seen,
