@@ -18,7 +18,8 @@ import aiohttp
 from web3 import Web3
 
 from verillm.spec.receipt import verify_receipt_binding
-from verillm.errors import EngineError, InvalidProof, InvalidSignature, PromptTooLong, QueueFull
+from verillm.errors import EngineError, InvalidProof, InvalidSignature, QueueFull
+from verillm.spec.delivery import verify_transcript_bound
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain, verify_receipt_signature
 from verillm.spec.types import Job, Receipt
@@ -109,11 +110,8 @@ class NetworkDispatcher:
         """Check the job fits the model and limits, and enough workers exist to audit it."""
         self.worker.verify_admission(job)
         # A receipt over the deployment's transcript bound cannot be audited (startAudit refuses
-        # it): never promise to batch one (docs/protocol.md §12 "Bounded everything").
-        bound = self.view.chainio.preset.MAX_TRANSCRIPT_TOKENS
-        if len(job.input_tokens) + job.max_new_tokens > bound:
-            raise PromptTooLong(f"prompt + max_new_tokens = {len(job.input_tokens) + job.max_new_tokens} exceeds the deployment's "
-                                f"MAX_TRANSCRIPT_TOKENS = {bound}")
+        # it): never promise to batch one (docs/protocol.md §12 "Undelivered jobs").
+        verify_transcript_bound(len(job.input_tokens), job.max_new_tokens, self.view.chainio.preset.MAX_TRANSCRIPT_TOKENS)
         needed = self.committee_size + 1
         if len(self.view.workers) < needed:
             raise NoWorkers(f"{len(self.view.workers)} active workers serve this model; an audited job needs {needed} (worker + committee)")
