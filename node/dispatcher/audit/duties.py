@@ -105,7 +105,7 @@ class PartyDuties:
             await self._answer_contests(duty, info)
             if duty.slot == 0 and duty.round == 0 and info.phase == Phase.DECIDED:
                 await self._appeal(duty, info, head)
-            if self._is_over(info, head):
+            if await self._is_over(duty, info, head):
                 self.tables.update_duty(duty, status="closed")
         elif info.phase == Phase.OPENING:
             await (self._open_worker(duty, info, head) if duty.slot == 0 else self._open_member(duty, info))
@@ -129,11 +129,18 @@ class PartyDuties:
             return
         log.warning("audit %d: its first round failed this node's own job; appealed (escalated)", duty.audit_id)
 
-    def _is_over(self, info, head: int) -> bool:
+    async def _is_over(self, duty: Duty, info, head: int) -> bool:
+        """Whether nothing can be asked of this seat any more: the audit has ended, or its last
+        round's dispute and proof windows have passed (a first round's seats stay open while an
+        appeal runs: contests of round 0 are accepted through the appeal's dispute window)."""
         preset = self.chainio.preset
         if info.phase in (Phase.SETTLED, Phase.ABANDONED, Phase.LAPSED):
             return True
-        return info.phase == Phase.DECIDED and head > info.verdict_block + preset.DISPUTE_WINDOW_BLOCKS + preset.PROOF_WINDOW_BLOCKS
+        state = await self.chainio.read(self.chainio.protocol.get_audit, duty.audit_id)
+        if state.phase in (Phase.SETTLED, Phase.ABANDONED):
+            return True
+        last = info if state.round == duty.round else await self.chainio.get_round(duty.audit_id, state.round)
+        return last.phase == Phase.DECIDED and head > last.verdict_block + preset.DISPUTE_WINDOW_BLOCKS + preset.PROOF_WINDOW_BLOCKS
 
     async def _challenge(self, duty: Duty, seed: bytes):
         state = await self.chainio.read(self.chainio.protocol.get_audit, duty.audit_id)
