@@ -323,7 +323,7 @@ def test_attack1_framing_costs_the_colluders_their_stakes_once_the_appeal_passes
     # its own honest data); the fresh round passes it; on the token cells both rounds checked the
     # colluders' committed data are contradicted by the appeal majority: contested (they answer
     # with their proofs, or lose the contest) and adjudicated, each is slashed in full.
-    from helpers.contracts import LAYERS, OUTPUT_TOKENS, PROMPT_LEN
+    from helpers.contracts import LAYERS, MODEL, OUTPUT_TOKENS, PROMPT_LEN
     from verillm.spec.audit import compute_appeal_cells
 
     world = ten_world
@@ -351,8 +351,10 @@ def test_attack1_framing_costs_the_colluders_their_stakes_once_the_appeal_passes
         liar_opening = _round_opening(world, run, liar, 0)
         contest = world.protocol.contest(worker.node.account, run.audit_id, 0, slot, sorted(cells))  # round 0, during the appeal's window
         gas["contest (10 token cells)"] = contest.gas_used
-        gas["answerContest"] = world.protocol.answer_contest(liar.node.account, contest.value, sorted(cells), liar_opening).gas_used  # its proofs, now public
-        gas["adjudicate (provable-liar slash)"] = world.protocol.adjudicate(worker.node.account, run.audit_id, 0, slot, worker_opening, liar_opening,
+        gas["answerContest"] = world.protocol.answer_contest(liar.node.account, contest.value, sorted(cells), liar_opening).gas_used
+        published = world.protocol.get_answered_opening(contest.value, MODEL)  # its proofs, now public: anyone adjudicates with them
+        assert {(i.leaf.position, i.leaf.layer) for i in published.leaves} == cells
+        gas["adjudicate (provable-liar slash)"] = world.protocol.adjudicate(worker.node.account, run.audit_id, 0, slot, worker_opening, published,
                                                                             only=cells).gas_used
     with reverts("NoFault"):  # the honest round-0 member's data pass: nothing to slash
         world.protocol.adjudicate(worker.node.account, run.audit_id, 0, 3, worker_opening, _round_opening(world, run, round0[2], 0), only=cells)

@@ -41,7 +41,8 @@ from verillm.spec.encoding import encode
 from verillm.spec.params import Preset, compute_preset_name
 from verillm.spec.receipt import SigningDomain
 from verillm.spec.audit import PHASE_NAMES, TERMINAL_PHASES, OnchainModel, Phase, RoundState, compute_round_deadlines  # noqa: F401 (re-exported)
-from verillm.spec.types import Opening, Receipt, SamplingParams
+from verillm.spec.merkle import MerkleProof
+from verillm.spec.types import LeafOpening, Opening, Receipt, SamplingParams
 
 
 def get_params_components(artifacts: ArtifactStore, contract: str = "Registry", struct: str = "ProtocolParams") -> list[dict]:
@@ -357,6 +358,27 @@ class Protocol:
         siblings = [list(opening.leaves[i].proof.siblings) for i in indices]
         return self._send(self.disputes, "answerContest", contest_id, [c[0] for c in cells], [c[1] for c in cells],
                           spec_audit.encode_opening_leaves(opening), indices, siblings, sender=sender)
+
+    def get_answered_opening(self, contest_id: int, model: OnchainModel, from_block: int = 0) -> Opening:
+        """The contested party's leaves and Merkle proofs at the contested cells, as its answer
+        (`ContestAnswered`) published them in calldata: what anyone needs to adjudicate the party
+        (a first-round member the appeal contradicts: docs/protocol.md §12 "Accountable votes")."""
+        logs = self.disputes.web3.events.ContestAnswered().get_logs(from_block=from_block, argument_filters={"contestId": contest_id})
+        if not logs:
+            raise InvalidInput(f"contest {contest_id} has no answer on-chain")
+        tx = self.chain.rpc("eth_getTransaction", lambda: self.chain.w3.eth.get_transaction(logs[0]["transactionHash"]))
+        _, args = self.disputes.web3.decode_function_input(tx["input"])
+        contest = self.disputes.call("getContest", contest_id)
+        party = self.get_party(contest[0], contest[1], contest[2])
+        leaves = spec_audit.decode_opening_leaves(bytes(args["opening"]), model.fingerprint_dims)
+        layers = list(model.committed_layers)
+        items = []
+        for index, siblings in zip(args["leafIndices"], args["siblings"], strict=True):
+            leaf = leaves[index]
+            position = leaf.position * len(layers) + layers.index(leaf.layer)
+            proof = MerkleProof(position, party["num_positions"] * len(layers), tuple(bytes(x) for x in siblings))
+            items.append(LeafOpening(leaf, proof))
+        return Opening(party["root"], tuple(items))
 
     def resolve_contest(self, sender: LocalAccount, contest_id: int) -> Tx:
         return self._send(self.disputes, "resolveContest", contest_id, sender=sender)
