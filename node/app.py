@@ -8,8 +8,10 @@ reverse: metrics → key → store → model (engine) → worker (batcher task, 
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
+import time
 from collections import Counter
 
 from aiohttp import web
@@ -32,6 +34,7 @@ from verillm.node.routes import setup_routes
 from verillm.node.store.store import open_store
 from verillm.wire import from_hex
 from verillm.node.worker.worker import Worker
+from verillm.node.worker.opening_process import start_pool
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,13 @@ async def store_context(app: web.Application):
 def _model_context(served: ServedModel | None):
     async def model_context(app: web.Application):
         """Load the engine and model named by the config (in a thread: it takes seconds)."""
-        app[APP_MODEL] = served or await asyncio.to_thread(build_served_model, app[APP_CONFIG].engine)
+        if served is None:
+            engine, started = app[APP_CONFIG].engine, time.monotonic()
+            log.info("loading model %s (%s, engine %s): tens of seconds for a real model ...", engine.model, engine.dtype, engine.kind)
+            app[APP_MODEL] = await asyncio.to_thread(build_served_model, engine)
+            log.info("model %s loaded in %.1f s", app[APP_MODEL].name, time.monotonic() - started)
+        else:
+            app[APP_MODEL] = served
         yield
 
     return model_context
@@ -81,7 +90,8 @@ def _model_context(served: ServedModel | None):
 async def worker_context(app: web.Application):
     """Start the worker's batcher and re-queue jobs left unfinished by the last run."""
     config = app[APP_CONFIG]
-    worker = Worker(app[APP_MODEL], app[APP_STORE], app[APP_KEY], app[APP_DOMAIN], config.limits, config.queue, app[APP_METRICS])
+    worker = Worker(app[APP_MODEL], app[APP_STORE], app[APP_KEY], app[APP_DOMAIN], config.limits, config.queue, app[APP_METRICS],
+                    retention_s=config.store.retention_s)
     app[APP_WORKER] = worker
     batcher = asyncio.get_running_loop().create_task(worker.queue.run_forever(), name="verillm-batcher")
     worker.on_startup()
@@ -121,6 +131,12 @@ async def run_node(config: NodeConfig) -> None:
         loop.add_signal_handler(signum, stop.set)
     install_profile_toggle(loop)  # only with VERILLM_NODE_PROFILE set (`verillm bench node --profile`)
     runner, port = await start_node(config)
+    await start_pool(config.limits.max_concurrent_openings)  # the openings' processes, before any request needs one
+    # The model and every import are loaded now: freeze them out of the cyclic GC, whose full
+    # collections would otherwise walk ~450k objects (~0.3 s with the event loop stopped) each
+    # time a burst of requests (65,536 opening cells) allocates enough to trigger one.
+    gc.collect()
+    gc.freeze()
     log.info("verillm node %s serving %s on http://%s:%d", runner.app[APP_KEY].address_hex, runner.app[APP_MODEL].name, config.server.host, port)
     print(f"verillm node listening on http://{config.server.host}:{port}", flush=True)
     try:

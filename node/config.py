@@ -77,7 +77,9 @@ class QueueConfig:
     max_queued_jobs: int = 256
     """Jobs waiting for the engine before new ones are refused with 503 queue_full."""
     reserved_for_peers: int = 32
-    """Queue slots only node-to-node (signed) jobs may take: OpenAI clients get 503 queue_full first, so a flood of them cannot crowd out a committee job."""
+    """Queue slots only node-to-node (signed) jobs may take: OpenAI clients get 503 queue_full first, so a flood of them cannot crowd out a peer's job."""
+    reserved_for_committee: int = 8
+    """Queue slots, apart from max_queued_jobs, that only verification jobs of audits this node is drawn into (proven from the chain) may take; they run before every other queued job."""
     batch_wait_ms: float = 2.0
     """How long the batcher waits for more jobs after the first before running a batch."""
     max_batch_size: int = 0
@@ -94,6 +96,8 @@ class StoreConfig:
     """SQLite synchronous mode: NORMAL survives process crashes (SIGKILL); FULL also power loss, at one fsync per commit."""
     receipts_synchronous: str = "FULL"
     """Synchronous mode of the one commit per batch that stores receipts and traces before any is returned: FULL makes a returned receipt survive power loss (one fsync per batch)."""
+    retention_s: float = 14 * 24 * 3600.0
+    """How long finished jobs, their receipts and retained traces are kept; must cover the deployment's audit horizon (checked against the chain at startup, node/store/retention.py)."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,13 @@ class LimitsConfig:
     max_request_bytes: int = 4 * 1024 * 1024
     """Largest HTTP request body, in bytes (413 above it)."""
     max_opened_cells: int = 65536
-    """Most (position, layer) cells one opening request may ask for (400 above it)."""
+    """Most (position, layer) cells one opening request may ask for, duplicates included (400 above it); the cells opened are the distinct ones."""
+    max_jobs_per_sender: int = 16
+    """Native jobs one sender may have queued or running (429 above it): a staked peer fills its own share, not the queue."""
+    max_openings_per_sender: int = 2
+    """Opening requests one sender may have in flight (429 above it)."""
+    max_concurrent_openings: int = 2
+    """Openings this node computes at once, all senders together (others wait): openings never starve the event loop or the engine."""
     max_inflight_per_client: int = 16
     """Generation requests one OpenAI client (its API key, else its IP address) may have in flight (429 above it)."""
     body_timeout_s: float = 30.0
@@ -137,7 +147,9 @@ class AuthConfig:
     max_clock_skew_s: int = 60
     """Envelopes with a timestamp further than this from the node's clock are stale (409)."""
     allowed_senders: tuple[str, ...] = ()
-    """Addresses allowed to submit native jobs; empty = any correctly signed sender."""
+    """Addresses admitted to the native job route besides the staked peers (the operator's own tools, a gateway it runs)."""
+    admit_staked_peers: bool = True
+    """Admit native jobs from nodes the Registry shows active and staked for this node's model (the dispatcher role's view of the chain; a node without it admits only allowed_senders)."""
     api_keys: tuple[str, ...] = ()
     """Bearer keys accepted on the OpenAI routes (Authorization: Bearer <key>); empty = open to anyone who can reach the node."""
 
@@ -294,6 +306,11 @@ def verify_config(config: NodeConfig) -> None:
         "limits.max_new_tokens": config.limits.max_new_tokens,
         "limits.max_request_bytes": config.limits.max_request_bytes,
         "limits.max_opened_cells": config.limits.max_opened_cells,
+        "limits.max_jobs_per_sender": config.limits.max_jobs_per_sender,
+        "limits.max_openings_per_sender": config.limits.max_openings_per_sender,
+        "limits.max_concurrent_openings": config.limits.max_concurrent_openings,
+        "queue.reserved_for_committee": config.queue.reserved_for_committee,
+        "store.retention_s": config.store.retention_s,
         "auth.max_clock_skew_s": config.auth.max_clock_skew_s,
         "limits.max_inflight_per_client": config.limits.max_inflight_per_client,
         "limits.body_timeout_s": config.limits.body_timeout_s,

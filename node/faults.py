@@ -17,12 +17,12 @@ Kill points, in the order a job meets them (docs/operators.md lists what each te
     opening_served      an opening's trace blob read, the opening not yet computed or sent
 
 The dispatcher role's chain actions (node/dispatcher/chainio.py; <function> is the `Protocol`
-method, snake case: post_batch, draw_audit, start_audit, post_committee_receipt, verdict,
-settle, draw_challenge, ...; tests/e2e/test_dispatcher_crash_matrix.py):
+method, snake case: post_batch, draw_audit, start_audit, post_committee_receipt, finalize,
+open_worker, settle, draw_challenge, ...; tests/e2e/test_dispatcher_crash_matrix.py):
 
     tx_sent_<function>      the transaction signed and submitted, not yet mined, nothing recorded
-                            (here <function> is the contract's, snake case: `verdict` sends
-                            `finalize`, so its point is tx_sent_finalize)
+                            (here <function> is the contract's, snake case: `open_worker` sends
+                            `openWorker`, so its point is tx_sent_open_worker)
     tx_mined_<function>     its receipt back (mined), its hash not yet recorded in chain_txs
     tx_recorded_<function>  its hash recorded, the step's own state (batch posted, audit
                             started, seat posted, ...) not yet updated

@@ -3,10 +3,16 @@
 For each batch draw: the seed from the batch root and the later blockhash, the dispatcher's
 BLS-VRF proof against its registered key, β = keccak(proof). For each audit: the receipt's
 EIP-712 hash and signature, its Merkle proof into the batch root, whether the draw selected it
-(or a client paid), the committee sortition (replayed on the Registry's state of the block
-before), the challenge seed, every opening's hash and cell set, every vote against the posted
-leaves (`is_onchain_agreement`), the round tallies and verdicts, the parties slashed at
-settlement (`verillm.spec.settlement`), and every adjudication. Nothing here trusts a node.
+(or a client paid), every committee draw and redraw (`verifier/chain_committee.py`: the
+contract's exclusions — the worker, the dispatcher, every member drawn so far — over the
+Registry's weights of the round's epoch), every abandonment for an exhausted pool or missing
+members, the challenge seed, every opening's hash and cell set, every vote against the posted
+leaves (`is_onchain_agreement`), every round's tally and verdict, and at settlement who was
+penalised and why (a missed opening or a minority vote), the worker's slash and each slashed
+amount (`verifier/chain_settlement.py`, `verillm.spec.settlement`), and every adjudication.
+Nothing here trusts a node. Each rule is the contract's own, so on correct contracts every
+check is "ok"; the parties the contracts slashed are listed by name with the rule that
+caught them (`caught`).
 
     findings = ChainAuditor(RpcChain(url), Deployment.load(path)).run()
 """
@@ -29,6 +35,17 @@ from verillm.spec.merkle import MerkleProof, compute_leaf_hash, is_valid_merkle_
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, recover_receipt_signer
 from verillm.spec.types import Leaf, Receipt, SamplingParams
 
+from verillm.verifier.chain_committee import CommitteeReplay, HistoryUnavailable
+from verillm.verifier.chain_settlement import (
+    MEMBER_PENALTY_REASON,
+    WORKER_SLASH_REASON,
+    compute_audit_record,
+    compute_faults,
+    compute_member_penalties,
+    compute_round_record,
+    is_slash_amount,
+)
+
 
 ABANDONED_PHASE = next(code for code, name in PHASE_NAMES.items() if name == "abandoned")
 
@@ -50,6 +67,19 @@ def compute_receipt_from_struct(data: dict, signature: bytes) -> Receipt:
                    input_tokens=data["inputTokens"], output_tokens=data["outputTokens"])
 
 
+def get_struct_field(value, name: str, index: int):
+    """Return a decoded struct's field: web3 gives a struct in calldata as a dict, older versions as a tuple."""
+    return value[name] if isinstance(value, dict) else value[index]
+
+
+def _before(a: ChainEvent, b: ChainEvent) -> bool:
+    return (a.block_number, a.log_index) < (b.block_number, b.log_index)
+
+
+def _eth(wei: int) -> str:
+    return f"{wei / 1e18:g} ETH"
+
+
 class ChainAuditor:
     """Walks one deployment's events and re-derives what each of them claims."""
 
@@ -62,7 +92,10 @@ class ChainAuditor:
         self.findings: list[Finding] = []
         self.states: dict[int, str] = {}
         """Every audit's state, settled, abandoned or open (the report lists them all)."""
+        self.caught: list[str] = []
+        """Every party the contracts slashed in an audit, with the rule that caught it."""
         self._models: dict[bytes, OnchainModel] = {}
+        self.committees = CommitteeReplay(self)
 
     # --- helpers ----------------------------------------------------------------------------------
 
@@ -73,7 +106,8 @@ class ChainAuditor:
     def _note(self, subject: str, detail: str) -> None:
         self.findings.append(Finding("note", subject, detail))
 
-    def _named(self, name: str, **match) -> list[ChainEvent]:
+    def named(self, name: str, **match) -> list[ChainEvent]:
+        """Return the deployment's events called ``name`` whose arguments match, in chain order."""
         return [e for e in self.events if e.name == name and all(e.args.get(k) == v for k, v in match.items())]
 
     def _calldata(self, event: ChainEvent) -> dict:
@@ -95,18 +129,18 @@ class ChainAuditor:
 
     def run(self) -> list[Finding]:
         """Check every draw, audit and adjudication; return the findings."""
-        for event in self._named("AuditDrawn"):
+        for event in self.named("AuditDrawn"):
             self.check_draw(event)
-        for event in self._named("AuditStarted"):
+        for event in self.named("AuditStarted"):
             self.check_audit(event)
-        for event in self._named("Adjudicated"):
+        for event in self.named("Adjudicated"):
             self.check_adjudication(event)
         return self.findings
 
     def summary(self) -> dict:
-        return {"draws": len(self._named("AuditDrawn")), "audits": len(self._named("AuditStarted")),
-                "adjudications": len(self._named("Adjudicated")), "contests": len(self._named("Contested")),
-                "escalations": len(self._named("EscalationStarted"))}
+        return {"draws": len(self.named("AuditDrawn")), "audits": len(self.named("AuditStarted")),
+                "adjudications": len(self.named("Adjudicated")), "contests": len(self.named("Contested")),
+                "escalations": len(self.named("EscalationStarted"))}
 
     def check_draw(self, event: ChainEvent) -> None:
         batch_id = event.args["batchId"]
@@ -127,49 +161,77 @@ class ChainAuditor:
         call = self._calldata(event)
         receipt = compute_receipt_from_struct(call["receipt"], call["signature"])
         receipt_hash = compute_receipt_hash(receipt)
-        root = bytes(self.protocol.batches.call("getBatch", batch_id)[0])
-        count = self.protocol.batches.call("getBatch", batch_id)[2]
+        root, dispatcher, count, posted_block, beta, *_ = self.protocol.batches.call("getBatch", batch_id)
         proof = MerkleProof(index=index, leaf_count=count, siblings=tuple(bytes(s) for s in call["siblings"]))
-        self._add(receipt_hash == bytes(event.args["receiptHash"]) and is_valid_merkle_proof(compute_leaf_hash(receipt_hash), proof, root),
+        self._add(receipt_hash == bytes(event.args["receiptHash"]) and is_valid_merkle_proof(compute_leaf_hash(receipt_hash), proof, bytes(root)),
                   subject, f"receipt {receipt_hash.hex()[:12]}… is leaf {index} of batch {batch_id}", "receipt hash or its Merkle proof into the batch root is wrong")
         self._add(recover_receipt_signer(receipt, self.domain) == receipt.worker, subject, "receipt signed by its worker (EIP-712)", "receipt signature does not recover to its worker")
-        beta = bytes(self.protocol.batches.call("getBatch", batch_id)[4])
-        drawn = spec_audit.is_audited(beta, index, self.preset.AUDIT_RATE_BPS)
+        drawn = spec_audit.is_audited(bytes(beta), index, self.preset.AUDIT_RATE_BPS)
         self._add(drawn != event.args["requested"], subject, "selected by the draw" if drawn else "requested and paid by a client",
                   "'requested' flag disagrees with the draw")
-        self._check_committee(audit_id, receipt, beta, index, event)
+        base = {"worker": "0x" + receipt.worker.hex(), "dispatcher": dispatcher.lower(), "beta": bytes(beta), "index": index,
+                "posted_block": posted_block, "model_id": receipt.model_id}
+        self._check_draws(audit_id, base)
         for round_index in range(2):
-            if self._named("ChallengeDrawn", auditId=audit_id, round=round_index):
-                self._check_round(audit_id, round_index, receipt, beta, index, event.args["outputTokens"])
-        self._check_settlement(audit_id, receipt)
+            if self.named("ChallengeDrawn", auditId=audit_id, round=round_index):
+                self._check_round(audit_id, round_index, receipt, bytes(beta), index, event.args["outputTokens"])
+        self._check_decisions(audit_id, base["worker"])
+        self._check_settlement(audit_id, base["worker"])
+
+    # --- committees -------------------------------------------------------------------------------
+
+    def _check_draws(self, audit_id: int, base: dict) -> None:
+        """Every CommitteeDrawn, and every round abandoned for an exhausted pool or missing members."""
+        for event in self.named("CommitteeDrawn", auditId=audit_id):
+            plan = self.committees.compute_plan(audit_id, event.args["round"], event.args["attempt"], event, base)
+            try:
+                seats = self.committees.compute_draw(plan, base["model_id"], event)
+            except HistoryUnavailable as exc:
+                self._note(f"audit {audit_id}", f"committee not re-derived: {exc} (run against an archive node)")
+                continue
+            what = f"round {plan.round_index} {'committee' if plan.attempt == 0 else f'redraw {plan.attempt}'}"
+            self._add(seats == [m.lower() for m in event.args["members"]], f"audit {audit_id}",
+                      f"{what} = stake-weighted sortition of epoch {plan.epoch}, the worker, the dispatcher and {len(plan.excluded) - 2} earlier members excluded",
+                      f"{what} differs from the sortition (expected {seats or 'an exhausted pool'}, drawn {list(event.args['members'])})")
+        for event in self.named("AuditAbandoned", auditId=audit_id):
+            self._check_abandonment(audit_id, event, base)
+
+    def _check_abandonment(self, audit_id: int, event: ChainEvent, base: dict) -> None:
+        round_index, reason = event.args["round"], event.args["reason"]
+        draws = [e for e in self.named("CommitteeDrawn", auditId=audit_id) if e.args["round"] == round_index and _before(e, event)]
+        if reason == "members missing":
+            posted = {e.args["slot"] for e in self.named("CommitteeReceiptPosted", auditId=audit_id) if e.args["round"] == round_index and _before(e, event)}
+            missing = bool(draws) and len(posted) < len(draws[-1].args["members"])
+            self._add(missing and len(draws) == self.preset.MAX_COMMITTEE_REDRAWS + 1, f"audit {audit_id}",
+                      f"round {round_index} abandoned: receipts still missing after {self.preset.MAX_COMMITTEE_REDRAWS} redraws",
+                      f"round {round_index} abandoned for missing members after {len(draws) - 1} redraws (the limit is {self.preset.MAX_COMMITTEE_REDRAWS})")
+            return
+        if reason == "committee never drawn":  # Jobs.lapse: the round's draw window passed undrawn
+            return self._add(not draws, f"audit {audit_id}", f"round {round_index} abandoned: its committee was never drawn",
+                             f"round {round_index} abandoned as never drawn although {len(draws)} draws were made")
+        plan = self.committees.compute_plan(audit_id, round_index, len(draws), event, base)
+        try:
+            seats = self.committees.compute_draw(plan, base["model_id"], event)
+        except HistoryUnavailable as exc:
+            return self._note(f"audit {audit_id}", f"abandonment not re-derived: {exc} (run against an archive node)")
+        self._add(seats is None, f"audit {audit_id}", f"round {round_index} abandoned: {plan.count} seats to fill, too few candidates (pool exhausted)",
+                  f"round {round_index} abandoned as '{reason}' although the sortition fills it: {seats}")
+
+    # --- challenge, openings, votes ---------------------------------------------------------------
 
     def _committee_seed(self, audit_id: int, round_index: int, beta: bytes, index: int) -> bytes:
         # every round's seed: a blockhash after the round was entered (its start, or its escalation)
-        entered = self._named("AuditStarted" if round_index == 0 else "EscalationStarted", auditId=audit_id)[0].block_number
+        entered = self._entered_block(audit_id, round_index)
         return spec_audit.compute_round_seed(audit_id, round_index, self._blockhash(entered + self.preset.AUDIT_DRAW_DELAY_BLOCKS))
 
-    def _check_committee(self, audit_id: int, receipt: Receipt, beta: bytes, index: int, started: ChainEvent) -> None:
-        drawn = [e for e in self._named("CommitteeDrawn", auditId=audit_id) if e.args["round"] == 0 and e.args["attempt"] == 0]
-        if not drawn:
-            return self._note(f"audit {audit_id}", "no committee draw event")
-        candidates, stakes = self._model_nodes(receipt.model_id, drawn[0].block_number - 1)
-        weights = spec_audit.compute_excluded_weights([c.lower() for c in candidates], stakes, ["0x" + receipt.worker.hex()])
-        seed = self._committee_seed(audit_id, 0, beta, index)
-        expected = spec_audit.compute_committee(seed, 0, self.preset.COMMITTEE_SIZE, [c.lower() for c in candidates], weights)
-        if [m.lower() for m in drawn[0].args["members"]] == list(expected):
-            self._add(True, f"audit {audit_id}", "committee = stake-weighted sortition from a blockhash after the start, worker excluded", "")
-        else:
-            self._note(f"audit {audit_id}", "committee differs from the sortition over the Registry's state one block earlier "
-                       "(stakes may have changed earlier in the same block); not an inconsistency by itself")
-
-    def _model_nodes(self, model_id: bytes, block: int):
-        nodes, stakes = self.chain.call(self.protocol.registry, "getModelNodes", model_id, block=block)
-        return list(nodes), list(stakes)
+    def _entered_block(self, audit_id: int, round_index: int) -> int:
+        """The block a round entered DRAWING (Jobs._enterRound): round 0 at its start, round 1 at its escalation."""
+        return self.named("AuditStarted" if round_index == 0 else "EscalationStarted", auditId=audit_id)[0].block_number
 
     def _check_round(self, audit_id: int, round_index: int, receipt: Receipt, beta: bytes, index: int, output_tokens: int) -> None:
         subject = f"audit {audit_id} round {round_index}"
-        posted = [e for e in self._named("CommitteeReceiptPosted", auditId=audit_id) if e.args["round"] == round_index]
-        drawn_seed = self._named("ChallengeDrawn", auditId=audit_id, round=round_index)[0].args["challengeSeed"]
+        posted = [e for e in self.named("CommitteeReceiptPosted", auditId=audit_id) if e.args["round"] == round_index]
+        drawn_seed = self.named("ChallengeDrawn", auditId=audit_id, round=round_index)[0].args["challengeSeed"]
         ready = max(e.block_number for e in posted)
         seed = spec_audit.compute_challenge_seed(self._committee_seed(audit_id, round_index, beta, index),
                                                  self._blockhash(ready + self.preset.AUDIT_DRAW_DELAY_BLOCKS))
@@ -182,7 +244,7 @@ class ChainAuditor:
 
     def _check_openings(self, subject: str, audit_id: int, round_index: int, challenge, num_positions: int, model) -> dict:
         leaves = {}
-        for event in [e for e in self._named("Opened", auditId=audit_id) if e.args["round"] == round_index]:
+        for event in [e for e in self.named("Opened", auditId=audit_id) if e.args["round"] == round_index]:
             slot, data = event.args["slot"], bytes(self._calldata(event)["leaves"])
             cells = compute_opened_cells(challenge, num_positions + (1 if slot else 0))
             decoded = decode_opening_leaves(data, model.fingerprint_dims)
@@ -195,8 +257,7 @@ class ChainAuditor:
     def _check_votes(self, subject: str, audit_id: int, round_index: int, leaves: dict, model, prompt_len: int, output_tokens: int) -> None:
         if 0 not in leaves:
             return
-        punished = {e.args["member"].lower() for e in self._named("Adjudicated", auditId=audit_id)}
-        punished |= {e.args["node"].lower() for e in self._named("PartySlashed", auditId=audit_id)}
+        punished = {f.node for f in compute_faults(self, audit_id) if f.round_index == round_index and f.slot > 0}
         for slot, (cells, vote, party) in sorted(leaves.items()):
             if slot == 0:
                 continue
@@ -209,37 +270,83 @@ class ChainAuditor:
             else:
                 self._add(True, subject, f"member {party}'s vote matches its posted leaves", "")
 
-    def _check_settlement(self, audit_id: int, receipt: Receipt) -> None:
-        settled = self._named("AuditSettled", auditId=audit_id)
+    # --- verdicts and settlement ------------------------------------------------------------------
+
+    def _check_decisions(self, audit_id: int, worker: str) -> None:
+        """Every RoundDecided: the tally of the members that opened and were not slashed, and its verdict."""
+        for event in self.named("RoundDecided", auditId=audit_id):
+            round_index = event.args["round"]
+            record = compute_audit_record(self, audit_id, worker, event)
+            round_ = compute_round_record(self, audit_id, round_index, event, compute_faults(self, audit_id, event))
+            agree, disagree = spec_settlement.compute_tally(round_)
+            verdict = spec_settlement.compute_round_verdict(record, round_)
+            got = (event.args["verdict"], event.args["agree"], event.args["disagree"])
+            self._add(got == (verdict, agree, disagree), f"audit {audit_id} round {round_index}",
+                      f"decided {spec_settlement.VERDICT_NAMES[verdict]}, {agree} agree / {disagree} disagree, as the votes tally",
+                      f"decided {got}, but the votes tally to {(verdict, agree, disagree)}")
+
+    def _check_settlement(self, audit_id: int, worker: str) -> None:
+        settled = self.named("AuditSettled", auditId=audit_id)
         if not settled:
             return self._check_unsettled(audit_id)
-        verdict = settled[0].args["verdict"]
-        at_settle = [e for e in self._named("PartySlashed", auditId=audit_id) if e.tx_hash == settled[0].tx_hash]
-        self.states[audit_id] = f"settled: {spec_settlement.VERDICT_NAMES[verdict]}; slashed " + (
-            "; ".join(f"{e.args['node']} ({e.args['reason']})" for e in at_settle) or "nobody")
-        decided = self._named("RoundDecided", auditId=audit_id)
-        self._add(bool(decided) and decided[-1].args["verdict"] == verdict, f"audit {audit_id}", f"settled with the round's verdict ({spec_settlement.VERDICT_NAMES[verdict]})",
-                  "settled verdict differs from the decided round's")
-        slashed = {e.args["node"].lower() for e in self._named("PartySlashed", auditId=audit_id) if e.tx_hash == settled[0].tx_hash}
-        worker = "0x" + receipt.worker.hex()
-        expected_worker = verdict in (spec_settlement.FAIL, spec_settlement.WORKER_DEFAULT)
-        contests = {e.args["contestId"] for e in self._named("Contested", auditId=audit_id)}
-        already = {e.args["party"].lower() for e in self._named("ContestLost") if e.args["contestId"] in contests}
-        self._add((worker in slashed) == (expected_worker and worker not in already), f"audit {audit_id}",
-                  "the worker is slashed exactly when the verdict fails it", "worker slashing disagrees with the verdict")
+        subject, event = f"audit {audit_id}", settled[0]
+        record = compute_audit_record(self, audit_id, worker, event)
+        verdict = spec_settlement.compute_round_verdict(record, record.rounds[-1])
+        name = spec_settlement.VERDICT_NAMES.get(event.args["verdict"], str(event.args["verdict"]))
+        self._add(event.args["verdict"] == verdict, subject, f"settled {name}: the final round's verdict over the votes still counted",
+                  f"settled {name}, but the final round's votes give {spec_settlement.VERDICT_NAMES.get(verdict, verdict)}")
+        at_settle = [e for e in self.named("PartySlashed", auditId=audit_id) if e.tx_hash == event.tx_hash]
+        penalties = compute_member_penalties(record, event.args["verdict"])
+        penalised_nodes = {e.args["node"].lower() for e in at_settle if e.args["reason"] == MEMBER_PENALTY_REASON}
+        self._add(penalised_nodes == set(penalties), subject, f"members penalised at settlement: {self._list(penalties) or 'none'}",
+                  f"members penalised {sorted(penalised_nodes)}, but the rules penalise {self._list(penalties) or 'none'}")
+        convicted = event.args["verdict"] in (spec_settlement.FAIL, spec_settlement.WORKER_DEFAULT) and not record.worker_slashed
+        worker_slashed = any(e.args["node"].lower() == worker and e.args["reason"] == WORKER_SLASH_REASON for e in at_settle)
+        self._add(worker_slashed == convicted, subject, "the worker is slashed exactly when the verdict fails it", "worker slashing disagrees with the verdict")
+        self._check_amounts(subject, event, at_settle, worker)
+        # A member penalty (MEMBER_PENALTY_BPS: a minority vote or a missed opening) is not a conviction.
+        slashes = [(e.args["node"], e.args["reason"], e.args["amountWei"]) for e in at_settle if e.args["reason"] != MEMBER_PENALTY_REASON]
+        penalised = [(e.args["node"], "penalised: " + penalties.get(e.args["node"].lower(), "?"), e.args["amountWei"])
+                     for e in at_settle if e.args["reason"] == MEMBER_PENALTY_REASON]
+        self._record_caught(audit_id, slashes + penalised)
+        named = "; ".join(f"{node} ({why}, {_eth(wei)})" for node, why, wei in slashes) or "nobody"
+        self.states[audit_id] = f"settled: {name}; slashed {named}" + (
+            "; penalised " + "; ".join(f"{node} ({why.split(': ')[1]}, {_eth(wei)})" for node, why, wei in penalised) if penalised else "")
+
+    def _check_amounts(self, subject: str, settled: ChainEvent, at_settle: list[ChainEvent], worker: str) -> None:
+        taken = [e for e in self.named("Slashed") if e.tx_hash == settled.tx_hash]
+        penalty_bps = min(self.preset.MEMBER_PENALTY_BPS, self.preset.SLASH_FRACTION_BPS)
+        for event in at_settle:
+            node = event.args["node"].lower()
+            bps = self.preset.SLASH_FRACTION_BPS if node == worker and event.args["reason"] == WORKER_SLASH_REASON else penalty_bps
+            match = [t for t in taken if t.args["node"].lower() == node and t.args["amountWei"] == event.args["amountWei"]]
+            self._add(bool(match) and is_slash_amount(match[0], bps), subject, f"{node} lost {bps / 100:g}% of its stake ({_eth(event.args['amountWei'])})",
+                      f"{node} lost {_eth(event.args['amountWei'])}, not {bps / 100:g}% of the stake it held")
+
+    @staticmethod
+    def _list(penalties: dict[str, str]) -> str:
+        return ", ".join(f"{node} ({why})" for node, why in sorted(penalties.items()))
+
+    def _record_caught(self, audit_id: int, slashes: list[tuple[str, str, int]]) -> None:
+        for fault in compute_faults(self, audit_id):
+            node = self.chain.w3.to_checksum_address(fault.node)
+            self.caught.append(f"audit {audit_id}: {node} ({'worker' if fault.slot == 0 else 'member'}): {fault.how}")
+        for node, why, wei in slashes:
+            self.caught.append(f"audit {audit_id}: {node}: {why} ({_eth(wei)})")
 
     def _check_unsettled(self, audit_id: int) -> None:
         """An audit with no AuditSettled: abandoned (who was slashed for it), or still open (its phase)."""
         subject = f"audit {audit_id}"
         state = self.protocol.get_audit(audit_id)
-        abandoned = self._named("AuditAbandoned", auditId=audit_id)
+        abandoned = self.named("AuditAbandoned", auditId=audit_id)
         if not abandoned:
             self.states[audit_id] = f"open: {PHASE_NAMES.get(state.phase, state.phase)} in round {state.round}"
             return self._note(subject, f"not settled yet: {self.states[audit_id]}")
         round_index = abandoned[-1].args["round"]
-        slashes = [e for e in self._named("PartySlashed", auditId=audit_id) if e.tx_hash == abandoned[-1].tx_hash]
-        named = "; ".join(f"{e.args['node']} ({e.args['reason']}, {e.args['amountWei'] / 1e18:g} ETH)" for e in slashes) or "nobody"
+        slashes = [e for e in self.named("PartySlashed", auditId=audit_id) if e.tx_hash == abandoned[-1].tx_hash]
+        named = "; ".join(f"{e.args['node']} ({e.args['reason']}, {_eth(e.args['amountWei'])})" for e in slashes) or "nobody"
         self.states[audit_id] = f"abandoned in round {round_index}; slashed {named}"
+        self._record_caught(audit_id, [])
         if round_index > 0:  # an escalation that could not be staffed lapses: round 0's verdict stands
             return self._note(subject, f"abandoned: escalation round {round_index} could not be staffed and lapsed; slashed {named}")
         # docs/protocol.md §12: a round that cannot be staffed ends with nobody slashed (issue 9); a
@@ -256,9 +363,9 @@ class ChainAuditor:
         audit_id, round_index, slot = event.args["auditId"], event.args["round"], event.args["slot"]
         state = self.protocol.get_audit(audit_id)
         model = self._model(state.model_id)
-        call = self._calldata(event)
-        worker = {(l.position, l.layer): l for l in (decode(Leaf, bytes(c[0])) for c in call["cells"])}
-        member = {(l.position, l.layer): l for l in (decode(Leaf, bytes(c[2])) for c in call["cells"])}
+        cells = self._calldata(event)["cells"]
+        worker = {(l.position, l.layer): l for l in (decode(Leaf, bytes(get_struct_field(c, "workerLeaf", 0))) for c in cells)}
+        member = {(l.position, l.layer): l for l in (decode(Leaf, bytes(get_struct_field(c, "memberLeaf", 2))) for c in cells)}
         prompt_len = state.num_positions + 1 - state.output_tokens
         agrees = spec_audit.is_onchain_agreement(worker, member, model, prompt_len, state.output_tokens)
         self._add(agrees == event.args["dataAgrees"], f"audit {audit_id} adjudication of member slot {slot} (round {round_index})",

@@ -75,14 +75,16 @@ class Replay:
 
 # --- evidence -------------------------------------------------------------------------------------
 
-def fetch_evidence(node_url: str, job_hash: bytes, timeout_s: float = 30.0, token: str | None = None) -> dict:
-    """GET the evidence of ``job_hash`` from the node that dispatched it (``token``: the requester's read token, node/api/access.py)."""
+def fetch_evidence(node_url: str, job_hash: bytes, timeout_s: float = 30.0, token: str | None = None, headers: dict | None = None) -> dict:
+    """GET the evidence of ``job_hash`` from the node that dispatched it (``token``: the requester's read token;
+    ``headers``: a party's signed read; node/api/access.py)."""
     url = f"{node_url.rstrip('/')}/v1/verillm/audits/0x{job_hash.hex()}/evidence" + (f"?token={token}" if token else "")
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=timeout_s) as response:
             return json.load(response)
     except urllib.error.HTTPError as exc:
-        raise NotFound(f"{url}: HTTP {exc.code} {exc.read().decode(errors='replace')[:200]}") from None
+        hint = " (pass --token, the token= of the job's status_url, or --key-file of a party of its audit)" if exc.code == 401 else ""
+        raise NotFound(f"{url}: HTTP {exc.code} {exc.read().decode(errors='replace')[:200]}{hint}") from None
 
 
 def read_evidence(db_path: str, job_hash: bytes) -> dict:
@@ -166,7 +168,7 @@ def _cells_or_empty(opening: Opening, receipt: Receipt, layers: tuple[int, ...])
 
 def _signature_status(case: ReplayCase) -> str:
     if case.signing_domain is None:
-        return "not checked (the evidence names no signing domain)"
+        return "not checked (the evidence names no signing domain: pass --addresses, the deployment's address book)"
     try:
         verify_receipt_signature(case.receipt, case.signing_domain)
     except InvalidSignature as exc:

@@ -109,11 +109,13 @@ def _verdict_lines(replay) -> list[str]:
     return lines
 
 
-def format_chain_audit(findings: list, summary: dict, states: dict[int, str] | None = None) -> str:
-    """Return the chain audit report: every audit's state, what was checked, and every inconsistency found."""
+def format_chain_audit(findings: list, summary: dict, states: dict[int, str] | None = None, caught: list[str] | None = None) -> str:
+    """Return the chain audit report: every audit's state, who the contracts caught, what was checked, and every inconsistency found."""
     lines = ["Chain audit: " + ", ".join(f"{v} {k}" for k, v in summary.items())]
     if states:
         lines += ["", "audits:"] + [f"  audit {audit_id}: {state}" for audit_id, state in sorted(states.items())] + [""]
+    if caught is not None:
+        lines += ["caught (slashed by the contracts; each rule re-derived above):"] + [f"  {line}" for line in caught or ["nobody"]] + [""]
     problems = [f for f in findings if f.severity == "inconsistent"]
     notes = [f for f in findings if f.severity == "note"]
     lines += [f"  checked: {f.subject}: {f.detail}" for f in findings if f.severity == "ok"]

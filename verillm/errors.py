@@ -146,3 +146,27 @@ class ProfileMissing(ConfigError):
     """A tolerance-mode model has no calibrated profile; the message says which command writes one."""
 
     code = "profile_missing"
+
+
+class BadResponse(VerillmError):
+    """A node's answer that breaks the protocol: malformed, oversized, or not what was asked.
+
+    Raised by the SDK about the node it talks to, and by a gateway about a worker (whose
+    failure it is: the gateway retries the next worker and never relays the worker's text)."""
+
+    code = "bad_response"
+    http_status = 502
+
+
+class DeadlineExceeded(BadResponse):
+    """A node did not finish its answer within the caller's total deadline (a stall or a trickle)."""
+
+    code = "deadline_exceeded"
+    http_status = 504
+
+
+class Forbidden(VerillmError):
+    """A correctly signed sender this node does not serve on that route (not staked, not named)."""
+
+    code = "forbidden"
+    http_status = 403

@@ -130,3 +130,22 @@ def compute_error_from_body(status: int, body: object) -> VerillmError:
     if cls is None:  # an aiohttp-level error (404 route, 413 body size) or a code this client predates
         cls = NotFound if status == 404 else InvalidInput if 400 <= status < 500 else VerillmError
     return cls(f"{message} (HTTP {status}, {code})")
+
+
+# --- stop strings (OpenAI `stop`): the reply's text is cut, the signed tokens are not ------------
+# The node's edge and the client apply the same cut, so the client can check the node's text.
+
+
+def compute_stop_cut(text: str, stops: tuple[str, ...]) -> int | None:
+    """Return where the earliest stop string begins in ``text``, or None when none occurs."""
+    hits = [i for i in (text.find(stop) for stop in stops) if i >= 0]
+    return min(hits) if hits else None
+
+
+def compute_stopped_text(text: str, finish_reason: str, stops: tuple[str, ...]) -> tuple[str, str, dict | None]:
+    """Return (text cut before the first stop string, finish_reason, the ``verillm.stop`` field or None)."""
+    cut = compute_stop_cut(text, stops)
+    if cut is None:
+        return text, finish_reason, None
+    matched = min((s for s in stops if text.find(s) == cut), key=len)
+    return text[:cut], "stop", {"string": matched, "text_chars": cut, "output_text_chars": len(text)}

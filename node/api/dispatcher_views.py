@@ -4,11 +4,11 @@ view, and the inclusion proof of a promised receipt (registered in node/routes.p
 from aiohttp import web
 
 from verillm.errors import NotBatched, NotFound
-from verillm.node.api.access import compute_evidence_parties, verify_reader
+from verillm.node.api.access import verify_reader
 from verillm.node.appkeys import APP_DOMAIN, APP_SERVICE
 from verillm.node.dispatcher.promises import find_stored_inclusion
 from verillm.node.dispatcher.status import compute_job_status
-from verillm.node.store.evidence import compute_evidence
+from verillm.node.store.evidence import compute_evidence, get_evidence_parties
 from verillm.wire import from_hex, to_hex
 
 
@@ -32,9 +32,8 @@ async def get_dispatch_evidence(request: web.Request) -> web.Response:
     """The public data to replay a dispatched job's audit: job, output, receipts, proven openings."""
     service = require_dispatch_service(request)
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
-    evidence = compute_evidence(service.tables, job_hash, request.app[APP_DOMAIN])
-    verify_reader(request, job_hash, compute_evidence_parties(evidence))  # the prompt is the client's: node/api/access.py
-    return web.json_response(evidence)
+    verify_reader(request, job_hash, get_evidence_parties(service.tables, job_hash))  # who asks, before any work: node/api/access.py
+    return web.json_response(compute_evidence(service.tables, job_hash, request.app[APP_DOMAIN]))
 
 
 async def get_dispatcher_info(request: web.Request) -> web.Response:

@@ -11,7 +11,6 @@ from verillm.jsonsafe import load_json
 from verillm.node.api.access import compute_read_token
 from verillm.node.appkeys import APP_CONFIG, APP_KEY, APP_STORE
 from verillm.node.envelope import Envelope, decode_envelope_json, verify_envelope_freshness, verify_envelope_signature
-from verillm.wire import from_hex
 
 
 async def read_json(request: web.Request) -> object:
@@ -33,8 +32,7 @@ async def read_signed_envelope(request: web.Request) -> Envelope:
     """
     config = request.app[APP_CONFIG]
     envelope = decode_envelope_json(await read_json(request))
-    allowed = frozenset(from_hex(a.lower(), "auth.allowed_senders", 20) for a in config.auth.allowed_senders)
-    verify_envelope_signature(envelope, request.path, request.app[APP_KEY].address, allowed)
+    verify_envelope_signature(envelope, request.path, request.app[APP_KEY].address)  # who may do what: node/api/admission.py
     verify_envelope_freshness(envelope, time.time(), config.auth.max_clock_skew_s)
     return envelope
 

@@ -11,26 +11,31 @@
     GET  /healthz                              → {status: "ok", ...}
     GET  /metrics                              → Prometheus text format
 
+Jobs are admitted by accountability (node/api/admission.py): a seat the chain proves, a staked
+peer, or a sender the operator named; anyone else gets 403 with the reason.
+
 Only a job's submitter (the envelope sender that posted it) or this node itself may ask for
 its openings: an opening hands out committed leaves, and a lazy committee member that could
 fetch an honest member's leaves before committing could copy its root without computing.
+Openings are parsed, computed and serialized off the event loop (node/worker/openings.py).
 """
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from verillm.errors import InvalidInput, NotFound
-from verillm.jsonsafe import load_json
+from verillm.errors import NotFound
 from verillm.spec.encoding import decode, encode
 from verillm.spec.job import compute_job_hash
-from verillm.spec.types import Challenge, Job
+from verillm.spec.types import Job
 
 from verillm.node import faults
 from verillm.node.api.access import verify_reader
-from verillm.node.appkeys import APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
+from verillm.node.api.admission import compute_lane
+from verillm.node.worker.opening_process import parse_opening_payload  # noqa: F401  (the fuzzers' entry point)
+from verillm.node.appkeys import APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
 from verillm.node.api.http import get_status_url, read_signed_envelope, remember_nonce
 from verillm.node.store.migrations import get_schema_version
-from verillm.wire import from_hex, opening_to_json, receipt_to_json, to_hex
+from verillm.wire import from_hex, receipt_to_json, to_hex
 
 
 async def post_job(request: web.Request) -> web.Response:
@@ -38,10 +43,11 @@ async def post_job(request: web.Request) -> web.Response:
     envelope = await read_signed_envelope(request)
     job = decode(Job, envelope.payload)
     job_hash, worker = compute_job_hash(job), request.app[APP_WORKER]
-    worker.verify_acceptance(job, job_hash)
+    lane = await compute_lane(request.app, envelope.sender, job, job_hash)  # 403 for a sender nobody answers for
+    record = worker.verify_acceptance(job, job_hash, envelope.sender, lane)
     remember_nonce(request, envelope)
     faults.reach("nonce_recorded")
-    worker.accept_job(job, envelope.sender, job_hash)
+    worker.accept_checked_job(job, envelope.sender, job_hash, record, lane)
     faults.reach("job_accepted")
     if request.query.get("wait") == "0":
         body = {"job_hash": to_hex(job_hash), "status": "accepted", "status_url": get_status_url(request, job_hash)}
@@ -62,7 +68,7 @@ async def get_job(request: web.Request) -> web.Response:
     store = request.app[APP_STORE]
     record = store.get_job(job_hash)
     if record is None:
-        raise NotFound(f"no job 0x{job_hash.hex()} on this node")
+        return web.json_response(get_dispatched_job_body(request, job_hash))
     verify_reader(request, job_hash, {record.sender} if record.sender else set())
     body = {
         "job_hash": to_hex(job_hash), "status": record.status, "error": record.error, "attempts": record.attempts,
@@ -74,28 +80,29 @@ async def get_job(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
+def get_dispatched_job_body(request: web.Request, job_hash: bytes) -> dict:
+    """A job this node dispatched to another worker, as its dispatcher holds it (the receipt it checked):
+    the status URL a gateway hands out names this node, whichever worker ran the job."""
+    tables = getattr(request.app.get(APP_DISPATCHER), "tables", None)
+    dispatched = tables.get_dispatched_job(job_hash) if tables is not None else None
+    if dispatched is None:
+        raise NotFound(f"no job 0x{job_hash.hex()} on this node")
+    verify_reader(request, job_hash, {dispatched.worker})
+    return {"job_hash": to_hex(job_hash), "status": "done", "error": None, "model_id": to_hex(dispatched.job.model_id),
+            "worker": to_hex(dispatched.worker), "receipt": receipt_to_json(dispatched.receipt), "output_tokens": list(dispatched.output_tokens)}
+
+
 async def post_opening(request: web.Request) -> web.Response:
-    """Open cells of a done job for its submitter."""
+    """Open cells of a done job for its submitter: who asks is checked first, the work is done in a
+    separate process (node/worker/openings.py)."""
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     envelope = await read_signed_envelope(request)
-    cells, challenge = parse_opening_payload(envelope.payload)
+    openings = request.app[APP_WORKER].openings
+    openings.verify_access(job_hash, envelope.sender)
+    await openings.verify_payload(envelope.payload)  # a malformed request spends no nonce
     remember_nonce(request, envelope)
-    opening = await request.app[APP_WORKER].open_cells(job_hash, envelope.sender, cells, challenge)
-    return web.json_response({"job_hash": to_hex(job_hash), "opening": opening_to_json(opening)})
-
-
-def parse_opening_payload(payload: bytes) -> tuple[list[tuple[int, int]] | None, Challenge | None]:
-    """Return (cells, challenge) from an opening request's payload; exactly one is set."""
-    data = load_json(payload, "payload")
-    if not isinstance(data, dict) or ("cells" in data) == ("challenge" in data):
-        raise InvalidInput("payload: give exactly one of cells or challenge")
-    if "challenge" in data:
-        return None, decode(Challenge, from_hex(data["challenge"], "challenge"))
-    cells = data["cells"]
-    is_cell = lambda c: isinstance(c, list) and len(c) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in c)  # noqa: E731
-    if not isinstance(cells, list) or not all(is_cell(c) for c in cells):
-        raise InvalidInput("cells: expected a list of [position, layer] pairs of non-negative integers")
-    return [(c[0], c[1]) for c in cells], None
+    body = await openings.answer(job_hash, envelope.sender, envelope.payload)
+    return web.Response(body=body, content_type="application/json")
 
 
 async def get_info(request: web.Request) -> web.Response:

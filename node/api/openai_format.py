@@ -6,9 +6,15 @@ beside the standard body: the signed receipt, job hash, status URL and the token
 
 Sampling maps to the job's integer params: temperature → milli-units (OpenAI's default 1.0),
 top_p → parts per million, top_k (a vLLM extension) as is, seed → the sampler seed (a random
-one, recorded in the receipt, when absent). Unsupported options (n > 1, stop strings,
-logprobs, penalties, ...) are refused rather than silently ignored: generation stops at the
-model's stop tokens, which the manifest binds.
+one, recorded in the receipt, when absent). Unsupported options (n > 1, logprobs, penalties,
+...) are refused rather than silently ignored.
+
+Stop strings (``stop``: a string or up to 4) are a truncation of the text, after the fact:
+generation still ends only at the model's stop tokens or ``max_tokens`` (the manifest and the
+job bind those, and a committee re-checks them), so the receipt covers the whole output; the
+reply's text is cut before the first stop string, ``finish_reason`` is "stop", and the
+``verillm.stop`` field says where (docs/protocol.md §"Stop strings"). `StopFilter` does the
+same to a stream, holding back text that may begin a stop string.
 """
 
 import secrets
@@ -17,7 +23,7 @@ from dataclasses import dataclass
 from verillm.errors import InvalidInput
 from verillm.spec.types import SamplingParams
 
-from verillm.wire import job_to_json, promise_to_json, receipt_to_json, to_hex
+from verillm.wire import compute_stop_cut, job_to_json, promise_to_json, receipt_to_json, to_hex
 
 U64_MAX = 2**64 - 1
 # option -> the value that means "off"; anything else is refused with a 400 naming it.
@@ -42,6 +48,11 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     audit: bool
+    stop: tuple[str, ...] = ()
+    """Stop strings: the text is cut before the first one (the receipt still covers the whole output)."""
+
+
+MAX_STOP_STRINGS = 4  # OpenAI's limit
 
 
 def parse_completion_request(body: object, max_tokens_limit: int = U64_MAX) -> GenerationRequest:
@@ -79,8 +90,6 @@ def _parse_common(data: dict, prompt, messages, default_max: int | None, max_key
     for option, off in UNSUPPORTED_OPTIONS.items():
         if data.get(option) not in (off, None):
             raise InvalidInput(f"{option}: not supported by VeriLLM nodes (only {off!r})")
-    if data.get("stop") not in (None, [], ""):
-        raise InvalidInput("stop: stop strings are not supported; generation ends at the model's stop tokens")
     model = data.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidInput("model: required, a model name from /v1/models")
@@ -100,7 +109,57 @@ def _parse_common(data: dict, prompt, messages, default_max: int | None, max_key
         stream=stream,
         include_usage=_parse_bool(options, "include_usage", False),
         audit=_parse_bool(extension, "audit", False),
+        stop=_parse_stop(data.get("stop")),
     )
+
+
+def _parse_stop(value: object) -> tuple[str, ...]:
+    if value is None or value == "" or value == []:
+        return ()
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not 1 <= len(values) <= MAX_STOP_STRINGS or not all(isinstance(v, str) and v for v in values):
+        raise InvalidInput(f"stop: expected a non-empty string or a list of 1 to {MAX_STOP_STRINGS} non-empty strings")
+    return tuple(dict.fromkeys(_require_text(v, "stop") for v in values))
+
+
+# --- stop strings -----------------------------------------------------------------------------
+
+
+def _held_suffix(text: str, stops: tuple[str, ...]) -> int:
+    """Return the length of the longest end of ``text`` that may begin a stop string."""
+    best = 0
+    for stop in stops:
+        for k in range(min(len(stop) - 1, len(text)), best, -1):
+            if text.endswith(stop[:k]):
+                best = k
+                break
+    return best
+
+
+class StopFilter:
+    """Turns streamed text deltas into the deltas of the cut text: what may begin a stop string
+    is held back until it cannot, and nothing goes out from the first stop string on."""
+
+    def __init__(self, stops: tuple[str, ...]):
+        self.stops, self.pending, self.stopped = stops, "", False
+
+    def push(self, delta: str) -> str:
+        """Return the part of ``delta`` (with what was held back) that may go out now."""
+        if self.stopped or not self.stops:
+            return "" if self.stopped else delta
+        text = self.pending + delta
+        cut = compute_stop_cut(text, self.stops)
+        if cut is not None:
+            self.stopped, self.pending = True, ""
+            return text[:cut]
+        hold = _held_suffix(text, self.stops)
+        out, self.pending = text[: len(text) - hold], text[len(text) - hold:]
+        return out
+
+    def flush(self) -> str:
+        """Return what was held back at the end of the output (it began no stop string after all)."""
+        out, self.pending = ("" if self.stopped else self.pending), ""
+        return out
 
 
 def _parse_sampling(data: dict) -> SamplingParams:

@@ -8,7 +8,9 @@ text goes out at the end. Errors found before the stream starts
 are ordinary JSON errors; an error after it started is sent as an ``{"error": ...}`` event.
 """
 
+import dataclasses
 import json
+import logging
 import secrets
 import time
 
@@ -18,12 +20,13 @@ from verillm.errors import VerillmError
 from verillm.spec.job import compute_job_hash
 from verillm.spec.types import Job
 
-from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_MODEL, APP_WORKER
+from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_METRICS, APP_MODEL, APP_WORKER
 from verillm.node.worker.engines import ServedModel, verify_model_name
 from verillm.node.api.http import get_status_url, read_json
 from verillm.node.middlewares import compute_error_body
 from verillm.node.api.openai_format import (
     GenerationRequest,
+    StopFilter,
     compute_chat_body,
     compute_completion_body,
     compute_reply,
@@ -43,7 +46,9 @@ from verillm.engine.text import (
     compute_text,
 )
 from verillm.node.api.streaming import stream_dispatch
-from verillm.wire import to_hex
+from verillm.wire import compute_stopped_text, to_hex
+
+log = logging.getLogger(__name__)
 
 
 async def get_models(request: web.Request) -> web.Response:
@@ -90,29 +95,43 @@ async def _generate(request: web.Request, generation: GenerationRequest, chat: b
         request.app[APP_DISPATCHER].verify_admission(job)  # refusals must come before the stream starts
         return await _stream(request, generation, job, chat)
     result = await request.app[APP_DISPATCHER].dispatch(job, generation.audit)
-    reply = _compute_reply(request, result, chat, int(time.time()))
+    reply = _compute_reply(request, result, chat, int(time.time()), generation.stop)
     return web.json_response(compute_chat_body(reply) if chat else compute_completion_body(reply))
 
 
-def _compute_reply(request: web.Request, result, chat: bool, created: int):
+def _compute_reply(request: web.Request, result, chat: bool, created: int, stops: tuple[str, ...] = ()):
     served = request.app[APP_MODEL]
     text = compute_text(served.tokenizer, result.output_tokens)
-    finish = compute_finish_reason(result.output_tokens, served.manifest)
+    # Stop strings cut the text only: the receipt covers the whole output (openai_format.py).
+    text, finish, stopped = compute_stopped_text(text, compute_finish_reason(result.output_tokens, served.manifest), stops)
     status_url = get_status_url(request, result.job_hash)
-    return compute_reply(result, text, finish, served.name, status_url, served.model_id, chat, created)
+    reply = compute_reply(result, text, finish, served.name, status_url, served.model_id, chat, created)
+    return reply if stopped is None else dataclasses.replace(reply, verillm={**reply.verillm, "stop": stopped})
 
 
 async def _stream(request: web.Request, generation: GenerationRequest, job: Job, chat: bool) -> web.StreamResponse:
-    served, created = request.app[APP_MODEL], int(time.time())
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    try:
+        return await _write_stream(request, response, generation, job, chat)
+    except ConnectionResetError:  # the client hung up: its choice, not this node's fault (no ERROR, no internal_error)
+        request.app[APP_METRICS].http_errors.labels(code="client_disconnected").inc()
+        log.info("client %s dropped its stream of job 0x%s", request.remote, compute_job_hash(job).hex())
+        return response
+
+
+async def _write_stream(request: web.Request, response: web.StreamResponse, generation: GenerationRequest, job: Job, chat: bool) -> web.StreamResponse:
+    served, created = request.app[APP_MODEL], int(time.time())
     await response.prepare(request)
     if chat:
         await _send(response, compute_role_chunk(compute_response_id(True, compute_job_hash(job)), created, served.name))
     job_hash = compute_job_hash(job)
     head = compute_stream_head(compute_response_id(chat, job_hash), created, served.name, chat)
+    stop_filter = StopFilter(generation.stop)
 
     async def send_text(text: str) -> None:
-        await _send(response, compute_text_chunk(head, text, chat))
+        text = stop_filter.push(text)
+        if text:
+            await _send(response, compute_text_chunk(head, text, chat))
 
     try:
         result, remaining = await stream_dispatch(request.app[APP_WORKER].queue, job_hash,
@@ -121,8 +140,9 @@ async def _stream(request: web.Request, generation: GenerationRequest, job: Job,
     except VerillmError as exc:  # the status line is already sent: the error travels as an event
         await _send(response, compute_error_body(exc.http_status, exc.code, str(exc)))
         return await _finish_stream(response)
-    reply = _compute_reply(request, result, chat, created)
-    for chunk in compute_stream_chunks(reply, [remaining], chat, generation.include_usage):
+    reply = _compute_reply(request, result, chat, created, generation.stop)
+    tail = stop_filter.push(remaining) + stop_filter.flush()
+    for chunk in compute_stream_chunks(reply, [tail], chat, generation.include_usage):
         await _send(response, chunk)
     return await _finish_stream(response)
 

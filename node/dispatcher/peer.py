@@ -2,6 +2,12 @@
 
 The dispatcher role uses it to send jobs (inference and verification alike) to workers and
 to collect openings; tests and the bench use it as a dispatcher would.
+
+The node at the other end may be hostile: every answer is read with a size cap (checked on the
+declared length and while reading, never buffered past it) and parsed strictly, so a malformed
+or oversized answer is a `BadResponse` naming the field, and a refusal the error class its code
+names (with the peer's message: the caller decides what to show; the router shows clients only
+the code, node/dispatcher/router.py) — never a `KeyError`.
 """
 
 import json
@@ -9,6 +15,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from verillm.errors import BadResponse, VerillmError
 from verillm.jsonsafe import load_json
 from verillm.spec.encoding import encode
 from verillm.spec.types import Challenge, Job, Opening, Receipt
@@ -19,8 +26,10 @@ from verillm.node.keys import NodeKey
 from verillm.wire import challenge_to_json, compute_error_from_body, from_hex, opening_from_json, receipt_from_json, to_hex
 
 JOBS_PATH = "/v1/verillm/jobs"
-
-
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+"""Largest job, status or info answer read from a peer (a 4,096-token reply with its receipt is ~40 kB)."""
+MAX_OPENING_BYTES = 64 * 1024 * 1024
+"""Largest opening answer read (a full challenge of the largest committed shape is a few MB)."""
 @dataclass(frozen=True)
 class WorkerReply:
     """A worker's answer to a job: its hash, output tokens and signed receipt."""
@@ -29,6 +38,48 @@ class WorkerReply:
     output_tokens: tuple[int, ...]
     receipt: Receipt
     status_url: str
+
+
+async def read_capped(response: aiohttp.ClientResponse, limit: int, peer: str) -> bytes:
+    """Return ``response``'s body; BadResponse once it passes ``limit`` bytes (declared or read)."""
+    if response.content_length is not None and response.content_length > limit:
+        raise BadResponse(f"{peer} answered a body of {response.content_length} bytes (limit {limit})")
+    parts, size = [], 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise BadResponse(f"{peer} answered a body over {limit} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def parse_reply(status: int, raw: bytes, peer: str) -> dict:
+    """Return a 2xx answer as a JSON object; raise the error an error status names, BadResponse for junk."""
+    try:
+        data = load_json(raw, "worker response")
+    except VerillmError:
+        data = None
+    if status >= 400:
+        raise compute_error_from_body(status, data)
+    if not isinstance(data, dict):
+        raise BadResponse(f"{peer} answered HTTP {status} with a body that is not a JSON object")
+    return data
+
+
+def get_reply_field(data: dict, key: str, peer: str, parse=lambda value: value):
+    """Return ``parse(data[key])``; BadResponse naming the field when it is missing or malformed."""
+    if key not in data:
+        raise BadResponse(f"{peer} answered without {key}")
+    try:
+        return parse(data[key])
+    except (VerillmError, TypeError, ValueError, KeyError) as exc:  # one named field of a peer's answer
+        raise BadResponse(f"{peer} answered a malformed {key}: {type(exc).__name__}") from None
+
+
+def parse_tokens(value) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**32 for t in value):
+        raise ValueError("expected a list of token ids")
+    return tuple(value)
 
 
 class PeerClient:
@@ -41,51 +92,58 @@ class PeerClient:
         self.recipient = recipient
         """The node's address, which every envelope names; None: asked of the node (/v1/verillm/info) once."""
 
+    @property
+    def peer(self) -> str:
+        return f"worker at {self.base_url}"
+
     async def get_recipient(self) -> bytes:
         """Return the address envelopes to this node are addressed to."""
         if self.recipient is None:
-            self.recipient = from_hex((await self.get_info()).get("worker"), "info.worker", 20)
+            self.recipient = get_reply_field(await self.get_info(), "worker", self.peer, lambda v: from_hex(v, "info.worker", 20))
         return self.recipient
 
-    async def post_signed(self, path: str, payload: bytes, query: str = "") -> tuple[int, dict]:
+    async def _read(self, response: aiohttp.ClientResponse, limit: int) -> tuple[int, dict]:
+        return response.status, parse_reply(response.status, await read_capped(response, limit, self.peer), self.peer)
+
+    async def post_signed(self, path: str, payload: bytes, query: str = "", limit: int = MAX_REPLY_BYTES) -> tuple[int, dict]:
         """POST an envelope carrying ``payload`` to ``path``; return (status, JSON body) of a 2xx."""
         body = encode_envelope_json(sign_envelope(path, payload, self.key.private_key, await self.get_recipient()))
         url = f"{self.base_url}{path}{query}"
         async with self.session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
-            data = load_json(await response.read(), "worker response")
-            if response.status >= 400:
-                raise compute_error_from_body(response.status, data)
-            return response.status, data
+            return await self._read(response, limit)
 
     async def submit_job(self, job: Job) -> WorkerReply:
         """Run ``job`` on the worker and return its reply (waits for the job to finish)."""
         _, data = await self.post_signed(JOBS_PATH, encode(job))
-        return WorkerReply(from_hex(data["job_hash"], "job_hash", 32), tuple(data["output_tokens"]), receipt_from_json(data["receipt"]), data["status_url"])
+        field = lambda key, parse=lambda v: v: get_reply_field(data, key, self.peer, parse)  # noqa: E731
+        return WorkerReply(field("job_hash", lambda v: from_hex(v, "job_hash", 32)), field("output_tokens", parse_tokens),
+                           field("receipt", receipt_from_json), field("status_url", _require_str))
 
     async def enqueue_job(self, job: Job) -> bytes:
         """Hand ``job`` to the worker without waiting; return its job hash once it is durable there."""
         _, data = await self.post_signed(JOBS_PATH, encode(job), "?wait=0")
-        return from_hex(data["job_hash"], "job_hash", 32)
+        return get_reply_field(data, "job_hash", self.peer, lambda v: from_hex(v, "job_hash", 32))
 
     async def get_job(self, job_hash: bytes) -> dict:
         """Return the worker's status body for ``job_hash``."""
         path = f"{JOBS_PATH}/{to_hex(job_hash)}"
-        async with self.session.get(f"{self.base_url}{path}", headers=compute_read_headers(path, self.key, await self.get_recipient())) as response:
-            data = load_json(await response.read(), "worker response")
-            if response.status >= 400:
-                raise compute_error_from_body(response.status, data)
-            return data
+        headers = compute_read_headers(path, self.key, await self.get_recipient())
+        async with self.session.get(f"{self.base_url}{path}", headers=headers) as response:
+            return (await self._read(response, MAX_REPLY_BYTES))[1]
 
     async def request_opening(self, job_hash: bytes, cells: list[tuple[int, int]] | None = None, challenge: Challenge | None = None) -> Opening:
         """Ask the worker to open ``cells`` (or ``challenge``'s cells) of a job this key submitted."""
         request = {"challenge": challenge_to_json(challenge)} if challenge is not None else {"cells": [list(c) for c in cells or []]}
-        _, data = await self.post_signed(f"{JOBS_PATH}/{to_hex(job_hash)}/openings", json.dumps(request).encode())
-        return opening_from_json(data["opening"])
+        _, data = await self.post_signed(f"{JOBS_PATH}/{to_hex(job_hash)}/openings", json.dumps(request).encode(), limit=MAX_OPENING_BYTES)
+        return get_reply_field(data, "opening", self.peer, opening_from_json)
 
     async def get_info(self) -> dict:
         """Return the worker's /v1/verillm/info body (address, model, signing domain)."""
         async with self.session.get(f"{self.base_url}/v1/verillm/info") as response:
-            data = load_json(await response.read(), "worker response")
-            if response.status >= 400 or not isinstance(data, dict):
-                raise compute_error_from_body(response.status, data)
-            return data
+            return (await self._read(response, MAX_REPLY_BYTES))[1]
+
+
+def _require_str(value) -> str:
+    if not isinstance(value, str):
+        raise ValueError("expected a string")
+    return value

@@ -9,7 +9,14 @@ node; these reasons say what is missing, in the order an operator fixes them:
 - stake below the protocol minimum (`verillm node top-up`), e.g. after a slash;
 - the model it serves not added to the Registry (the deployer's `verillm chain add-model`),
   or not declared by this node (`verillm node models`);
-- too few active workers for a committee (a job needs a worker plus `committeeSize`).
+- too few workers weigh in this epoch's committee draws: `Jobs._drawMembers` excludes the
+  job's worker AND its dispatcher (and members drawn before), so a job another worker runs
+  leaves the weighted workers minus two (minus one when this dispatcher serves no weight) for
+  a committee of `committeeSize`; fewer, and its audit is abandoned ("pool exhausted").
+  Weights are the Registry's for the current epoch (`getModelWeights`): a registration or a
+  stake change weighs from the next epoch on, so the reason names that epoch's count and block.
+  A node that has unbonded is not counted although it may still weigh this epoch: no round
+  seeded after its unbond draws it (`Registry.drawCommittee`).
 
 `compute_serving_reasons` is pure; `read_serving_state` reads the chain (blocking, through
 `verillm.chain.protocol.Protocol`); `ReadinessMonitor` caches the reasons for /healthz and
@@ -37,15 +44,23 @@ class ServingState:
     models: tuple[bytes, ...]
     model_id: bytes
     model_added: bool
-    active_workers: int
+    weighted_now: tuple[str, ...]
+    """Lower-case addresses with weight in the current epoch's draws of the model, those that
+    unbonded left out (no round seeded after an unbond draws it)."""
+    weighted_next: tuple[str, ...]
+    """... from the next epoch on (a registration, top-up or departure made now weighs then)."""
     min_stake_wei: int
     committee_size: int
+    next_epoch_block: int = 0
 
 
 def read_serving_state(protocol, address: str, model_id: bytes) -> ServingState:
     """Read a node's registration and the model's workers from the contracts (blocking)."""
     node = protocol.get_node(Web3.to_checksum_address(address))
-    workers, _ = protocol.get_model_nodes(model_id)
+    epoch = protocol.registry.call("currentEpoch")
+    now, later = (_weighted(protocol.registry.call("getModelWeights", model_id, e)) for e in (epoch, epoch + 1))
+    leaving = {n for n in set(now) | set(later) if protocol.get_node(Web3.to_checksum_address(n))["unbonding_end_block"]}
+    now, later = tuple(n for n in now if n not in leaving), tuple(n for n in later if n not in leaving)
     try:
         model_added = bool(protocol.registry.call("getModelConfig", model_id)[0])
     except TransactionReverted as exc:  # the view reverts UnknownModel for a model never added
@@ -53,8 +68,36 @@ def read_serving_state(protocol, address: str, model_id: bytes) -> ServingState:
             raise
         model_added = False
     return ServingState(Web3.to_checksum_address(address), node["registered"], node["active"], node["stake_wei"],
-                        node["unbonding_end_block"], tuple(node["models"]), model_id, model_added, len(workers),
-                        protocol.preset.MIN_STAKE_WEI, protocol.preset.COMMITTEE_SIZE)
+                        node["unbonding_end_block"], tuple(node["models"]), model_id, model_added, now, later,
+                        protocol.preset.MIN_STAKE_WEI, protocol.preset.COMMITTEE_SIZE, (epoch + 1) * protocol.preset.EPOCH_BLOCKS)
+
+
+def _weighted(table) -> tuple[str, ...]:
+    nodes, weights = table
+    return tuple(n.lower() for n, w in zip(nodes, weights, strict=True) if w > 0)
+
+
+def compute_needed_workers(committee_size: int, dispatcher_weighted: bool) -> int:
+    """Return how many workers must weigh in a draw for every job this dispatcher routes to be
+    auditable: a committee, plus the job's worker, plus this dispatcher when it weighs too
+    (both are excluded from the committee, `Jobs._drawMembers`)."""
+    return committee_size + 1 + (1 if dispatcher_weighted else 0)
+
+
+def compute_committee_reason(state: ServingState) -> str | None:
+    """Return why jobs routed by this node cannot all be audited in this epoch, or None."""
+    me, model = state.address.lower(), "0x" + state.model_id.hex()
+    weighs = me in state.weighted_now
+    needed = compute_needed_workers(state.committee_size, weighs)
+    if len(state.weighted_now) >= needed:
+        return None
+    reason = (f"{len(state.weighted_now)} workers weigh in this epoch's committee draws for model {model}"
+              f"{' (this node among them)' if weighs else ''}; a job needs {needed}: its worker, "
+              f"{'this dispatcher, ' if weighs else ''}and a committee of {state.committee_size} drawn from the others "
+              f"(Jobs._drawMembers excludes the job's worker and its dispatcher), else its audit is abandoned (pool exhausted)")
+    if set(state.weighted_next) != set(state.weighted_now):
+        reason += f"; {len(state.weighted_next)} weigh from the next epoch (block {state.next_epoch_block})"
+    return reason
 
 
 def compute_serving_reasons(state: ServingState) -> list[str]:
@@ -71,11 +114,8 @@ def compute_serving_reasons(state: ServingState) -> list[str]:
         reasons.append(f"model {model} is not added to the Registry: the deployment's owner runs `verillm chain add-model`")
     elif state.registered and not state.unbonding_end_block and state.model_id not in state.models:
         reasons.append(f"this node does not declare model {model}: run `verillm node models --model-id {model}`")
-    needed = state.committee_size + 1
-    if state.active_workers < needed:
-        reasons.append(f"{state.active_workers} active workers serve model {model}; an audited job needs {needed} "
-                       f"(a worker and a committee of {state.committee_size})")
-    return reasons
+    committee = compute_committee_reason(state) if state.model_added else None
+    return reasons + ([committee] if committee else [])
 
 
 class ReadinessMonitor:

@@ -4,9 +4,13 @@ Workers come from the Registry: the active nodes serving the job's model (this n
 included), with the endpoints they registered. Jobs go round-robin, as signed envelopes over
 the native job API (`PeerClient`), or straight to this node's own worker. A worker's answer is
 kept only if its receipt is signed by that worker for this deployment and binds the job and
-the output; a worker that cannot be reached, fails the job or answers with a bad receipt is
-skipped and the job goes to the next one. A kept answer is durable (`dispatch_jobs`) before
-it is returned: the batcher posts its receipt and the audit scheduler may audit it.
+the output. Anything else a worker does — no answer, an error status, a malformed or oversized
+body, a bad receipt — is that worker's failure: the job goes to the next worker, and the failed
+one is benched (`WorkerHealth`: tried after every other worker, for a time that doubles with
+each failure in a row). The worker's own words never reach the client: they go to this node's
+log (truncated), and the client sees which workers failed and each failure's error code. A kept
+answer is durable (`dispatch_jobs`) before it is returned: the batcher posts its receipt and the
+audit scheduler may audit it.
 """
 
 import asyncio
@@ -18,7 +22,7 @@ import aiohttp
 from web3 import Web3
 
 from verillm.spec.receipt import verify_receipt_binding
-from verillm.errors import EngineError, InvalidProof, InvalidSignature, QueueFull
+from verillm.errors import InvalidProof, InvalidSignature, QueueFull, VerillmError
 from verillm.spec.delivery import verify_transcript_bound
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain, verify_receipt_signature
@@ -33,15 +37,57 @@ from verillm.node.worker.worker import JobResult, Worker
 
 log = logging.getLogger(__name__)
 
-# Failures after which the next worker gets the job: the worker is down, overloaded, broken,
-# or answered with a receipt that does not hold.
-RETRYABLE = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, QueueFull, EngineError, InvalidSignature, InvalidProof)
+# Everything a worker can do wrong, after which the next worker gets the job: down, overloaded,
+# broken, refusing, answering junk or a receipt that does not hold (every VerillmError a peer's
+# answer maps to, BadResponse for a malformed or oversized one).
+WORKER_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, VerillmError)
+BENCH_BASE_S = 10.0
+"""How long a worker that just failed a job is tried after every other one; doubles per failure in a row."""
+BENCH_MAX_S = 600.0
+LOGGED_DETAIL_CHARS = 200
+"""How much of a worker's own error text this node logs (its clients never see it)."""
 
 
 class NoWorkers(QueueFull):
     """Too few registered workers serve the model for its jobs to be audited."""
 
     code = "no_workers"
+
+
+class NoWorkerCompleted(QueueFull):
+    """Every worker tried failed the job (each failure named by its error code); retry later."""
+
+    code = "no_worker_completed"
+
+
+class WorkerHealth:
+    """Failures in a row per worker; a worker with any is benched for BENCH_BASE_S · 2^(n−1) seconds."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.failures: dict[bytes, int] = {}
+        self.benched_until: dict[bytes, float] = {}
+
+    def on_failure(self, address: bytes) -> None:
+        count = self.failures.get(address, 0) + 1
+        self.failures[address] = count
+        self.benched_until[address] = self.clock() + min(BENCH_MAX_S, BENCH_BASE_S * 2 ** (count - 1))
+
+    def on_success(self, address: bytes) -> None:
+        self.failures.pop(address, None)
+        self.benched_until.pop(address, None)
+
+    def is_benched(self, address: bytes) -> bool:
+        return self.benched_until.get(address, 0.0) > self.clock()
+
+    def compute_order(self, entries: list) -> list:
+        """``entries`` with the benched workers moved to the end (tried only when all others failed)."""
+        return [e for e in entries if not self.is_benched(e.address)] + [e for e in entries if self.is_benched(e.address)]
+
+
+def compute_failure_code(exc: BaseException) -> str:
+    """What a client may see of a worker's failure: our own error code, or the transport error's class."""
+    return exc.code if isinstance(exc, VerillmError) else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -103,6 +149,7 @@ class NetworkDispatcher:
         self.key, self.domain, self.session = key, domain, session
         self.committee_size = committee_size
         self._next = 0
+        self.health = WorkerHealth()
         self.readiness = None  # node/dispatcher/readiness.py's ReadinessMonitor (set by the service): why no_workers
         self.promises = None  # node/dispatcher/promises.py's Promises (set by the service): a batching promise per job
 
@@ -132,16 +179,19 @@ class NetworkDispatcher:
         if self.promises is not None:  # never take a job whose receipt this node could not batch in time
             await self.promises.verify_capacity()
         failures = []
-        for entry in self._rotation():
+        for entry in self.health.compute_order(self._rotation()):
             try:
                 output_tokens, receipt = await self.run_on(entry.address, entry.url, job)
-            except RETRYABLE as exc:
-                log.warning("worker 0x%s (%s) failed job 0x%s: %s", entry.address.hex(), entry.url, job_hash.hex(), exc)
-                failures.append(f"0x{entry.address.hex()}: {exc}")
+            except WORKER_FAILURES as exc:
+                self.health.on_failure(entry.address)
+                log.warning("worker 0x%s (%s) failed job 0x%s: %s %r", entry.address.hex(), entry.url, job_hash.hex(),
+                            type(exc).__name__, str(exc)[:LOGGED_DETAIL_CHARS])
+                failures.append(f"0x{entry.address.hex()}: {compute_failure_code(exc)}")
                 continue
+            self.health.on_success(entry.address)
             self._keep(job_hash, job, entry, output_tokens, receipt, audit_requested)
             return JobResult(job_hash, job, receipt, output_tokens, await self._promise(job_hash, receipt))
-        raise EngineError(f"no worker completed job 0x{job_hash.hex()}: " + "; ".join(failures))
+        raise NoWorkerCompleted(f"no worker completed job 0x{job_hash.hex()}: " + "; ".join(failures))
 
     async def _promise(self, job_hash: bytes, receipt: Receipt):
         return await self.promises.make(job_hash, receipt) if self.promises is not None else None

@@ -8,6 +8,7 @@ installs `NetworkDispatcher` under APP_DISPATCHER and runs the `ChainWatcher` un
 
 import asyncio
 import logging
+import time
 
 import aiohttp
 from aiohttp import web
@@ -27,6 +28,8 @@ from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.node.dispatcher.watcher import ChainWatcher
 from verillm.node.dispatcher.readiness import ReadinessMonitor
+from verillm.node.dispatcher.seats import SeatBook
+from verillm.node.store.retention import compute_audit_horizon_blocks, verify_retention
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +37,11 @@ log = logging.getLogger(__name__)
 class DispatchService:
     """Everything the networked dispatcher role runs, for the status route and tests."""
 
-    def __init__(self, chainio: ChainIO, tables: DispatcherTables, router: NetworkDispatcher, watcher: ChainWatcher, tasks: KeyedTasks):
+    def __init__(self, chainio: ChainIO, tables: DispatcherTables, router: NetworkDispatcher, watcher: ChainWatcher, tasks: KeyedTasks,
+                 seats: SeatBook | None = None):
         self.chainio, self.tables, self.router, self.watcher, self.tasks = chainio, tables, router, watcher, tasks
-
+        self.seats = seats
+        """This node's committee seats, as the chain proves them: the committee lane (node/api/admission.py)."""
 
 
 
@@ -69,7 +74,22 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     watcher = ChainWatcher(chainio, tables, view, batches, audits, duties, tasks, metrics, config.poll_interval_s, config.confirmations,
                            delivery, OmissionAnswers(chainio, tables))
     router.readiness = ReadinessMonitor(chainio, key.address, worker.served.model_id, config.registry_refresh_s)
-    return DispatchService(chainio, tables, router, watcher, tasks)
+    seats = SeatBook(chainio, tables, lambda: watcher.head, compute_audit_horizon_blocks(chainio.preset))
+    seats.on_seat = lambda seat: worker.promote_committee_job(seats.admit)  # a job that came before its seat was known
+    return DispatchService(chainio, tables, router, watcher, tasks, seats)
+
+
+SECONDS_PER_BLOCK_SAMPLE = 64
+"""Blocks over which the chain's block interval is measured for the retention check."""
+
+
+def get_seconds_per_block(chain) -> float:
+    """The chain's mean block interval over its last SECONDS_PER_BLOCK_SAMPLE blocks (1 s before it has that many)."""
+    head = chain.get_block_number()
+    if head < SECONDS_PER_BLOCK_SAMPLE:
+        return 1.0
+    newest, oldest = chain.get_block(head), chain.get_block(head - SECONDS_PER_BLOCK_SAMPLE)
+    return max(0.0, (newest["timestamp"] - oldest["timestamp"]) / SECONDS_PER_BLOCK_SAMPLE)
 
 
 async def get_serving(app: web.Application) -> dict:
@@ -86,18 +106,25 @@ async def network_dispatcher_context(app: web.Application):
     config = app[APP_CONFIG]
     deployment = load_deployment(app)
     tables = DispatcherTables(app[APP_STORE].db)
+    started = time.monotonic()
+    log.info("dispatcher: connecting to the chain at %s ...", config.chain.rpc_url)
     chainio = await asyncio.to_thread(ChainIO, config.chain.rpc_url, deployment, app[APP_KEY], tables)
+    verify_retention(config.store.retention_s, chainio.preset, await asyncio.to_thread(get_seconds_per_block, chainio.chain))
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=config.dispatcher.request_timeout_s))
     service = build_service(app, session, chainio, tables)
     await chainio.wait_own_pending_mined()  # a previous run's last transaction lands before its step is redone
+    log.info("dispatcher: catching up with the contracts' events and the Registry ...")
     await service.watcher.tick()  # catch up with the chain (and the Registry) before serving
+    log.info("dispatcher: caught up with the chain at block %s in %.1f s", service.watcher.head, time.monotonic() - started)
     app[APP_DISPATCHER] = service.router
     app[APP_SERVICE] = service
     loop_task = asyncio.get_running_loop().create_task(service.watcher.run_forever(), name="verillm-chain-watcher")
+    seats_task = asyncio.get_running_loop().create_task(service.seats.run_forever(), name="verillm-committee-seats")
     log.info("dispatcher: chain %s, deployment Jobs %s, %d workers serve the model", config.chain.rpc_url,
              deployment.addresses["Jobs"], len(service.router.view.workers))
     yield
     loop_task.cancel()
-    await asyncio.gather(loop_task, return_exceptions=True)
+    seats_task.cancel()
+    await asyncio.gather(loop_task, seats_task, return_exceptions=True)
     await service.tasks.close()
     await session.close()

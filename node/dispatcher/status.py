@@ -70,13 +70,13 @@ def compute_audit_summary(tables: DispatcherTables, audit: dict) -> dict:
     committees = tables.get_events("CommitteeDrawn", audit_id)
     decided = tables.get_events("RoundDecided", audit_id)
     votes = {e["args"]["party"]: e["args"]["vote"] for e in tables.get_events("Opened", audit_id) if e["args"]["slot"] > 0}
-    slashes = [{"node": e["args"]["node"], "amount_wei": e["args"]["amountWei"], "reason": e["args"]["reason"]}
-               for e in tables.get_events("PartySlashed", audit_id)]
+    opened = {e["args"]["party"].lower() for e in tables.get_events("Opened", audit_id)}
+    slashes = [compute_party_slash(e["args"], opened) for e in tables.get_events("PartySlashed", audit_id)]
     contests = {e["contest_id"] for e in tables.get_events("Contested", audit_id)}  # ContestLost names no audit
-    slashes += [{"node": e["args"]["party"], "amount_wei": e["args"]["slashedWei"], "reason": "lost a contest: could not prove its opening"}
+    slashes += [{"node": e["args"]["party"], "amount_wei": e["args"]["slashedWei"], "reason": "lost a contest: could not prove its opening", "penalty": False}
                 for e in tables.get_events("ContestLost") if e["contest_id"] in contests]
     amounts = {e["tx_hash"]: e["args"]["amountWei"] for e in tables.get_events("Slashed")}
-    slashes += [{"node": e["args"]["member"], "amount_wei": amounts.get(e["tx_hash"]), "reason": "adjudicated: vote contradicts its own data"}
+    slashes += [{"node": e["args"]["member"], "amount_wei": amounts.get(e["tx_hash"]), "reason": "adjudicated: vote contradicts its own data", "penalty": False}
                 for e in tables.get_events("Adjudicated", audit_id)]
     round_verdict = decided[-1]["args"]["verdict"] if decided else None
     return {
@@ -86,3 +86,18 @@ def compute_audit_summary(tables: DispatcherTables, audit: dict) -> dict:
         "verdict": VERDICT_NAMES.get(audit["verdict"]) if audit["verdict"] else None,
         "escalated": audit["escalated"] == 1, "slashed": slashes,
     }
+
+
+MEMBER_PENALTY_REASON = "missed opening or minority vote"  # Jobs._settleParties names both rules at once
+
+
+def compute_party_slash(args: dict, opened: set[str]) -> dict:
+    """Return one `PartySlashed` as the status lists it, saying which rule a member penalty applied:
+    a member that opened was outvoted (a minority vote), one that did not missed its opening.
+    ``penalty``: a member penalty (a small share of the stake, not a provable lie), not a conviction."""
+    reason = args["reason"]
+    penalty = reason == MEMBER_PENALTY_REASON
+    if penalty:
+        reason = ("minority vote: it opened and voted against the verdict" if args["node"].lower() in opened
+                  else "missed opening: it did not open after the worker did")
+    return {"node": args["node"], "amount_wei": args["amountWei"], "reason": reason, "penalty": penalty}

@@ -15,6 +15,9 @@ from verillm.spec.types import Job, Opening, Receipt
 
 from verillm.node.store.migrations import transaction
 
+FULL = 2
+"""SQLite's PRAGMA synchronous value for FULL (0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA)."""
+
 
 @dataclass(frozen=True)
 class DispatchedJob:
@@ -83,13 +86,25 @@ class DispatcherTables:
         with transaction(self.db):
             return self.db.conn.execute(sql, params).rowcount
 
+    def _write_durable(self, sql: str, params: tuple) -> int:
+        """`_write` at synchronous = FULL at least (the WAL fsynced before COMMIT returns), whatever the
+        connection's own mode: for what this node signs and hands out, whose loss costs its stake."""
+        previous = self.db.execute("PRAGMA synchronous").fetchone()[0]
+        self.db.conn.execute(f"PRAGMA synchronous = {max(previous, FULL)}")
+        try:
+            return self._write(sql, params)
+        finally:
+            self.db.conn.execute(f"PRAGMA synchronous = {previous}")
+
     def _rows(self, sql: str, params: list | tuple = ()) -> list[dict]:
         return list(self.db.query(sql, params))
 
     # --- dispatched jobs ------------------------------------------------------------------
 
     def insert_dispatched_job(self, job_hash: bytes, job: Job, worker: bytes, worker_url: str, output_tokens, receipt: Receipt, audit_requested: bool) -> None:
-        self._write(
+        """Keep a worker's answer before it is returned with a batching promise: durable (`_write_durable`),
+        since the receipt must reach a batch by the promised block."""
+        self._write_durable(
             "INSERT OR IGNORE INTO dispatch_jobs (job_hash, job, worker, worker_url, output_tokens, receipt, receipt_hash, audit_requested, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (job_hash.hex(), encode(job), worker.hex(), worker_url, json.dumps(list(output_tokens)), encode(receipt),
@@ -115,7 +130,9 @@ class DispatcherTables:
     # --- batching promises (verillm.spec.promise) --------------------------------------------
 
     def insert_promise(self, job_hash: bytes, receipt_hash: bytes, batch_by_block: int, signature: bytes) -> None:
-        self._write("INSERT OR IGNORE INTO batch_promises (job_hash, receipt_hash, batch_by_block, signature, created_at) VALUES (?, ?, ?, ?, ?)",
+        """Store a signed batching promise before it is returned: durable against a power cut (a lost
+        promise the client holds is an omission this node cannot answer: its stake)."""
+        self._write_durable("INSERT OR IGNORE INTO batch_promises (job_hash, receipt_hash, batch_by_block, signature, created_at) VALUES (?, ?, ?, ?, ?)",
                     (job_hash.hex(), receipt_hash.hex(), batch_by_block, signature.hex(), time.time()))
 
     def get_promise(self, job_hash: bytes) -> tuple[int, bytes] | None:
@@ -279,6 +296,12 @@ class DispatcherTables:
             rows = self._rows("SELECT * FROM chain_events WHERE name = ? ORDER BY block_number, log_index", [name])
         else:
             rows = self._rows("SELECT * FROM chain_events WHERE name = ? AND audit_id = ? ORDER BY block_number, log_index", [name, audit_id])
+        return [{**r, "args": json.loads(r["args"])} for r in rows]
+
+    def get_events_since(self, name: str, block_number: int) -> list[dict]:
+        """Return recorded events called ``name`` from ``block_number`` on, in chain order, args decoded."""
+        rows = self._rows("SELECT * FROM chain_events WHERE name = ? AND block_number >= ? ORDER BY block_number, log_index",
+                          [name, block_number])
         return [{**r, "args": json.loads(r["args"])} for r in rows]
 
     def record_tx(self, tx_hash: bytes, function: str, gas_used: int, block_number: int, audit_id: int | None = None, batch_id: int | None = None) -> None:

@@ -10,6 +10,19 @@ from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.wire import job_to_json, opening_to_json, receipt_to_json
 
 
+def get_evidence_parties(tables: DispatcherTables, job_hash: bytes) -> set[bytes]:
+    """The addresses that may read a job's evidence (besides its requester): its worker and every
+    member whose receipt for its audit was posted. Read before any evidence is built."""
+    job = tables.get_dispatched_job(job_hash)
+    if job is None:
+        raise NotFound(f"this node did not dispatch job 0x{job_hash.hex()}")
+    parties = {job.worker}
+    audit = tables.get_audit_for_leaf(job.batch_row, job.batch_index) if job.batch_row is not None else None
+    if audit is not None:
+        parties |= {seat.member for seat in tables.get_committee_jobs(audit["audit_id"]) if seat.status == "posted"}
+    return parties
+
+
 def compute_evidence(tables: DispatcherTables, job_hash: bytes, domain: SigningDomain | None = None) -> dict:
     """Return the public data an auditor replays a job from (`verillm audit replay`).
 

@@ -171,6 +171,20 @@ class Store:
         counts.update({row["status"]: row["n"] for row in self.db.query("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")})
         return counts
 
+    def prune_finished(self, before_s: float, limit: int = 500) -> int:
+        """Delete up to ``limit`` done or failed jobs received before ``before_s``, with their receipts
+        and traces, keeping any a party duty still needs (node/store/retention.py); return how many."""
+        rows = self.db.execute(
+            "SELECT job_hash FROM jobs WHERE status IN ('done', 'failed') AND received_at < ?"
+            " AND job_hash NOT IN (SELECT job_hash FROM party_duties WHERE status != 'closed') LIMIT ?",
+            (before_s, limit),
+        ).fetchall()
+        hashes = [(row[0],) for row in rows]
+        with transaction(self.db):
+            for table in ("traces", "receipts", "dispatched", "jobs"):
+                self.db.conn.executemany(f"DELETE FROM {table} WHERE job_hash = ?", hashes)
+        return len(hashes)
+
     # --- receipts and traces ----------------------------------------------------------------
 
     def get_receipt(self, job_hash: bytes) -> Receipt:

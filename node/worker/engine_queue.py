@@ -5,6 +5,11 @@ arrives the batcher waits `batch_wait_s` for more, up to `max_batch_size`), and 
 dedicated thread (torch blocks, and one engine must not run two batches at once). The queue
 knows nothing about jobs beyond their hash: `run_batch` (the worker's) does the work.
 
+One priority lane beside it: jobs submitted with ``priority=True`` (the worker does so only for
+the verification jobs of audits the chain says this node sits on) have `max_priority_jobs` slots
+of their own, which no other job can take, and go into the next batch before any other job: a
+flood of ordinary jobs, however large, delays a committee job by at most the batch running now.
+
 Streaming: `subscribe(job_hash, callback)` gets each output token of that job as the engine
 samples it, on the event loop (the engine thread hands tokens over with
 `call_soon_threadsafe`), when `run_batch` takes an ``on_token`` argument (BatchRunner does).
@@ -51,17 +56,20 @@ class EngineQueue:
         max_queued_jobs: int,
         max_batch_size: int,
         batch_wait_s: float,
+        max_priority_jobs: int = 0,
         on_batch_start: Callable[[list[bytes]], None] | None = None,
         on_batch_end: Callable[[list[bytes], list[Any]], None] | None = None,
     ):
         self.run_batch = run_batch
         self.metrics = metrics
         self.max_queued_jobs = max_queued_jobs
+        self.max_priority_jobs = max_priority_jobs
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self.on_batch_start = on_batch_start
         self.on_batch_end = on_batch_end
         self._pending: deque[QueuedJob] = deque()
+        self._priority: deque[QueuedJob] = deque()
         self._listeners: dict[bytes, list[Callable[[int], None]]] = {}
         self._streams = "on_token" in inspect.signature(run_batch).parameters
         self._wakeup = asyncio.Event()
@@ -69,23 +77,45 @@ class EngineQueue:
 
     @property
     def depth(self) -> int:
-        """Jobs waiting (not yet handed to the engine)."""
+        """Ordinary jobs waiting (not yet handed to the engine)."""
         return len(self._pending)
 
-    def verify_capacity(self) -> None:
-        """Check a new job would fit; raise QueueFull (503) if not."""
-        if len(self._pending) >= self.max_queued_jobs:
+    @property
+    def priority_depth(self) -> int:
+        """Priority (committee) jobs waiting."""
+        return len(self._priority)
+
+    def verify_capacity(self, priority: bool = False) -> None:
+        """Check a new job would fit its lane; raise QueueFull (503) if not."""
+        if priority and len(self._priority) >= self.max_priority_jobs:
+            raise QueueFull(f"the committee lane holds {len(self._priority)} jobs (limit {self.max_priority_jobs}); retry later")
+        if not priority and len(self._pending) >= self.max_queued_jobs:
             raise QueueFull(f"the engine queue holds {len(self._pending)} jobs (limit {self.max_queued_jobs}); retry later")
 
-    def submit(self, job_hash: bytes, job: Job, force: bool = False) -> asyncio.Future:
-        """Queue ``job``; return the future of its result. ``force`` skips the capacity check (restart recovery)."""
+    def submit(self, job_hash: bytes, job: Job, force: bool = False, priority: bool = False) -> asyncio.Future:
+        """Queue ``job`` in its lane; return the future of its result. ``force`` skips the capacity check (restart recovery)."""
         if not force:
-            self.verify_capacity()
+            self.verify_capacity(priority)
         future = asyncio.get_running_loop().create_future()
-        self._pending.append(QueuedJob(job_hash, job, future))
-        self.metrics.queue_depth.set(len(self._pending))
+        (self._priority if priority else self._pending).append(QueuedJob(job_hash, job, future))
+        self.metrics.queue_depth.set(len(self._pending) + len(self._priority))
         self._wakeup.set()
         return future
+
+    def get_waiting(self) -> list[QueuedJob]:
+        """The ordinary jobs waiting, oldest first."""
+        return list(self._pending)
+
+    def promote(self, job_hash: bytes) -> bool:
+        """Move a waiting ordinary job into the priority lane (if it has room); whether it moved."""
+        if len(self._priority) >= self.max_priority_jobs:
+            return False
+        for item in self._pending:
+            if item.job_hash == job_hash:
+                self._pending.remove(item)
+                self._priority.append(item)
+                return True
+        return False
 
     def subscribe(self, job_hash: bytes, callback: Callable[[int], None]) -> Callable[[], None]:
         """Call ``callback(token)`` on the event loop for each token of ``job_hash`` as it is sampled; return the unsubscribe."""
@@ -123,20 +153,22 @@ class EngineQueue:
             await self._run(batch)
 
     async def _take_batch(self) -> list[QueuedJob]:
-        while not self._pending:
+        while not self._pending and not self._priority:
             self._wakeup.clear()
             await self._wakeup.wait()
         await self._gather_more()
-        size = min(len(self._pending), self.max_batch_size)
-        batch = [self._pending.popleft() for _ in range(size)]
-        self.metrics.queue_depth.set(len(self._pending))
+        # Committee jobs run in a batch of their own: one token each, not held until an ordinary
+        # job of a thousand tokens ends beside them.
+        lane = self._priority if self._priority else self._pending
+        batch = [lane.popleft() for _ in range(min(len(lane), self.max_batch_size))]
+        self.metrics.queue_depth.set(len(self._pending) + len(self._priority))
         return batch
 
     async def _gather_more(self) -> None:
         """Wait up to batch_wait_s for more jobs to join the batch; stop as soon as it is full."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.batch_wait_s
-        while len(self._pending) < self.max_batch_size:
+        while len(self._pending) + len(self._priority) < self.max_batch_size:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return

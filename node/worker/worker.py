@@ -4,6 +4,14 @@ One path for every job: admission → durable `received` → engine queue → co
 the engine thread → durable `done` (receipt, trace blob) → result.
 Nothing here knows, or could know, whether a job is an inference or an audit.
 
+Three lanes in, one path through: ``local`` (this node's own API and dispatcher), ``peer`` (the
+native route's admitted senders: each may have `limits.max_jobs_per_sender` jobs queued or
+running) and ``committee`` (verification jobs of an audit the chain says this node sits on:
+their own queue slots, run first; node/api/admission.py decides). The engine never sees a lane.
+
+Finished jobs are kept `retention_s` (node/store/retention.py: at least the audit horizon), then
+pruned a few hundred at a time as later jobs finish.
+
 Jobs are idempotent by job hash: the same job submitted twice (a dispatcher's retry) waits
 for the same run or returns the stored receipt; a failed job submitted again runs again.
 After a restart every job still `received` or `running` is re-run (`on_startup`): engines
@@ -15,16 +23,16 @@ returned and stored is the re-run's, and it is the only one ever acknowledged.
 import asyncio
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 
-from verillm.errors import EngineError, InvalidInput, InvalidSignature, NotFound, PromptTooLong, UnknownModel, VerillmError
-from verillm.spec.challenge import compute_opened_cells
+from verillm.errors import EngineError, InvalidInput, NotFound, PromptTooLong, TooManyRequests, UnknownModel, VerillmError
 from verillm.spec.job import compute_job_hash, verify_job_admission
 from verillm.spec.receipt import SigningDomain
 from verillm.spec.types import Challenge, Job, Opening, Receipt
 
-from verillm.node import faults
-from verillm.node.worker.commit import BatchRunner, JobOutput, compute_opening_from_blob
+from verillm.node.worker.commit import BatchRunner, JobOutput
+from verillm.node.worker.openings import Openings
 from verillm.node.config import LimitsConfig, QueueConfig
 from verillm.node.worker.engine_queue import EngineQueue
 from verillm.node.worker.engines import ServedModel
@@ -33,6 +41,11 @@ from verillm.node.metrics import NodeMetrics
 from verillm.node.store.store import JobRecord, Store
 
 log = logging.getLogger(__name__)
+
+LANES = ("local", "peer", "committee")
+PRUNE_EVERY_S = 60.0
+"""How often finishing jobs look for jobs past their retention (each pass deletes at most PRUNE_BATCH)."""
+PRUNE_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -51,7 +64,8 @@ class JobResult:
 class Worker:
     """Runs jobs on one served model and answers openings from the store."""
 
-    def __init__(self, served: ServedModel, store: Store, key: NodeKey, domain: SigningDomain, limits: LimitsConfig, queue: QueueConfig, metrics: NodeMetrics):
+    def __init__(self, served: ServedModel, store: Store, key: NodeKey, domain: SigningDomain, limits: LimitsConfig, queue: QueueConfig,
+                 metrics: NodeMetrics, retention_s: float | None = None):
         self.served = served
         self.store = store
         self.key = key
@@ -65,10 +79,18 @@ class Worker:
             max_queued_jobs=queue.max_queued_jobs,
             max_batch_size=queue.max_batch_size or engine.max_batch_size,
             batch_wait_s=queue.batch_wait_ms / 1000,
+            max_priority_jobs=queue.reserved_for_committee,
             on_batch_start=store.mark_running,
             on_batch_end=lambda hashes, results: store.record_outcomes(list(zip(hashes, results))),
         )
         self._in_flight: dict[bytes, asyncio.Task] = {}
+        self._by_sender: Counter[bytes] = Counter()
+        """Peer-lane jobs queued or running, per sender (limits.max_jobs_per_sender)."""
+        self._senders: dict[bytes, bytes] = {}
+        """The sender of each peer-lane job in flight (a committee job may arrive as one: `promote_committee_job`)."""
+        self.openings = Openings(served, store, key, limits, metrics)
+        self.retention_s = retention_s
+        self._pruned_at = 0.0
 
     # --- jobs -------------------------------------------------------------------------------
 
@@ -82,27 +104,39 @@ class Worker:
             raise InvalidInput(f"max_new_tokens: {job.max_new_tokens} exceeds this node's limit of {self.limits.max_new_tokens}")
         verify_job_admission(job, self.served.manifest, self.served.model_id)
 
-    def verify_acceptance(self, job: Job, job_hash: bytes | None = None) -> JobRecord | None:
-        """Check ``job`` would be accepted now (admission, then queue room unless known); return its stored record."""
+    def verify_acceptance(self, job: Job, job_hash: bytes | None = None, sender: bytes | None = None, lane: str = "local") -> JobRecord | None:
+        """Check ``job`` would be accepted now in ``lane`` (admission, then room unless known); return its stored record."""
+        if lane not in LANES:
+            raise ValueError(f"unknown lane {lane!r}")
         self.verify_admission(job)
         job_hash = job_hash or compute_job_hash(job)
         if job_hash in self._in_flight:
             return None
         record = self.store.get_job(job_hash)
         if record is None or record.status == "failed":
-            self.queue.verify_capacity()
+            self.queue.verify_capacity(priority=lane == "committee")
+            if lane == "peer":
+                self.verify_sender_room(sender)
         return record
 
-    def accept_job(self, job: Job, sender: bytes | None = None, job_hash: bytes | None = None) -> bytes:
+    def verify_sender_room(self, sender: bytes | None) -> None:
+        """Check a peer may queue one more job; TooManyRequests (429) at limits.max_jobs_per_sender."""
+        limit = self.limits.max_jobs_per_sender
+        if self._by_sender[sender] >= limit:
+            raise TooManyRequests(f"sender 0x{(sender or b'').hex()} already has {limit} jobs queued or running here "
+                                  "(limits.max_jobs_per_sender); retry when one ends")
+
+    def accept_job(self, job: Job, sender: bytes | None = None, job_hash: bytes | None = None, lane: str = "local") -> bytes:
         """Admit ``job``, make it durable and queue it (unless known); return its job hash."""
         job_hash = job_hash or compute_job_hash(job)
         if job_hash in self._in_flight:
             return job_hash
-        return self.accept_checked_job(job, sender, job_hash, self.verify_acceptance(job, job_hash))  # a refused job leaves no trace
+        record = self.verify_acceptance(job, job_hash, sender, lane)  # a refused job leaves no trace
+        return self.accept_checked_job(job, sender, job_hash, record, lane)
 
-    def accept_checked_job(self, job: Job, sender: bytes | None, job_hash: bytes, record: JobRecord | None) -> bytes:
-        """`accept_job` for a caller that has just run `verify_acceptance(job, job_hash)` (which returned
-        ``record``) with no await since, so the check and its store read are not repeated; return the job hash."""
+    def accept_checked_job(self, job: Job, sender: bytes | None, job_hash: bytes, record: JobRecord | None, lane: str = "local") -> bytes:
+        """`accept_job` for a caller that has just run `verify_acceptance(job, job_hash, sender, lane)` (which
+        returned ``record``) with no await since, so the check and its store read are not repeated; return the job hash."""
         if job_hash in self._in_flight:
             return job_hash
         if record is not None and record.status == "done":
@@ -111,7 +145,7 @@ class Worker:
             self.store.insert_job(job_hash, job, sender)
         else:
             self.store.reset_failed_job(job_hash)
-        self._start(job_hash, job, force=True)
+        self._start(job_hash, job, force=True, lane=lane, sender=sender)
         return job_hash
 
     async def wait_job(self, job_hash: bytes) -> JobResult:
@@ -131,13 +165,17 @@ class Worker:
         """Run ``job`` (or join its run, or return its stored receipt); the result is durable."""
         return await self.wait_job(self.accept_job(job, sender, job_hash))
 
-    def _start(self, job_hash: bytes, job: Job, force: bool) -> None:
-        future = self.queue.submit(job_hash, job, force=force)
-        task = asyncio.get_running_loop().create_task(self._finish(job_hash, job, future))
+    def _start(self, job_hash: bytes, job: Job, force: bool, lane: str = "local", sender: bytes | None = None) -> None:
+        future = self.queue.submit(job_hash, job, force=force, priority=lane == "committee")
+        owner = sender if lane == "peer" else None
+        if owner is not None:
+            self._by_sender[owner] += 1
+            self._senders[job_hash] = owner
+        task = asyncio.get_running_loop().create_task(self._finish(job_hash, job, future, owner))
         task.add_done_callback(_retrieve_exception)
         self._in_flight[job_hash] = task
 
-    async def _finish(self, job_hash: bytes, job: Job, future: asyncio.Future) -> JobResult:
+    async def _finish(self, job_hash: bytes, job: Job, future: asyncio.Future, owner: bytes | None = None) -> JobResult:
         # The queue records the batch's outcomes in the store before it resolves ``future``.
         started = time.perf_counter()
         try:
@@ -147,9 +185,38 @@ class Worker:
             raise
         finally:
             self._in_flight.pop(job_hash, None)
+            self._senders.pop(job_hash, None)
+            self._release(owner)
         self.metrics.on_job_finished("done", len(job.input_tokens), len(output.output_tokens))
         self.metrics.job_seconds.observe(time.perf_counter() - started)
+        self._maybe_prune()
         return JobResult(job_hash, job, output.receipt, output.output_tokens)
+
+    def promote_committee_job(self, admit) -> int:
+        """Move each waiting peer job that ``admit(job, job_hash, sender)`` finds a seat for into the
+        committee lane (it came before this node knew its seat: node/dispatcher/seats.py); return how many."""
+        moved = 0
+        for item in self.queue.get_waiting():
+            if admit(item.job, item.job_hash, self._senders.get(item.job_hash)) is not None and self.queue.promote(item.job_hash):
+                moved += 1
+                log.info("job 0x%s moved into the committee lane", item.job_hash.hex())
+        return moved
+
+    def _release(self, owner: bytes | None) -> None:
+        if owner is not None:
+            self._by_sender[owner] -= 1
+            if self._by_sender[owner] <= 0:
+                del self._by_sender[owner]
+
+    def _maybe_prune(self) -> None:
+        """Delete a batch of jobs past their retention, at most every PRUNE_EVERY_S (node/store/retention.py)."""
+        now = time.time()
+        if self.retention_s is None or now - self._pruned_at < PRUNE_EVERY_S:
+            return
+        self._pruned_at = now
+        pruned = self.store.prune_finished(now - self.retention_s, PRUNE_BATCH)
+        if pruned:
+            log.info("pruned %d jobs older than store.retention_s = %g s", pruned, self.retention_s)
 
     def get_result(self, record: JobRecord) -> JobResult:
         """Return the stored result of a done job."""
@@ -174,28 +241,8 @@ class Worker:
     # --- openings ---------------------------------------------------------------------------
 
     async def open_cells(self, job_hash: bytes, requester: bytes, cells: list[tuple[int, int]] | None = None, challenge: Challenge | None = None) -> Opening:
-        """Open ``cells`` (or the cells of ``challenge``) of a done job for the job's submitter."""
-        record = self.store.get_job(job_hash)
-        if record is None:
-            raise NotFound(f"no job {job_hash.hex()} on this node")
-        if requester not in (record.sender, self.key.address):
-            raise InvalidSignature(f"0x{requester.hex()} did not submit job {job_hash.hex()}; only its submitter may ask for openings")
-        if record.status != "done":
-            raise NotFound(f"job {job_hash.hex()} is {record.status}: it has no commitment to open yet")
-        receipt = self.store.get_receipt(job_hash)
-        if challenge is not None:
-            cells = compute_opened_cells(challenge, receipt.num_positions)
-        if not cells or len(cells) > self.limits.max_opened_cells:
-            raise InvalidInput(f"cells: between 1 and {self.limits.max_opened_cells} cells per opening, got {len(cells or [])}")
-        started = time.perf_counter()
-        blob = self.store.get_trace_blob(job_hash)
-        faults.reach("opening_served")
-        layers = self.served.manifest.committed_layers
-        opening = await asyncio.get_running_loop().run_in_executor(None, compute_opening_from_blob, blob, receipt, layers, cells)
-        self.metrics.opening_seconds.observe(time.perf_counter() - started)
-        self.metrics.openings.inc()
-        self.metrics.opened_cells.inc(len(cells))
-        return opening
+        """Open ``cells`` (or the cells of ``challenge``) of a done job for the job's submitter (node/worker/openings.py)."""
+        return await self.openings.open(job_hash, requester, cells, challenge)
 
 
 def _retrieve_exception(task: asyncio.Task) -> None:

@@ -19,12 +19,14 @@ from verillm.spec.receipt import SigningDomain
 
 
 def test_sync_complete_and_chat(threaded_node, served_tiny):
-    client = Client(threaded_node.url)
+    domain = threaded_node.app[APP_DOMAIN]
+    client = Client(threaded_node.url, model_id=served_tiny.model_id, domain=domain, tokenizer=served_tiny.tokenizer)
     completion = client.complete("The quick brown fox", max_tokens=5, temperature=0)
     assert len(completion.tokens) == 5 and completion.finish_reason == "length"
     assert completion.text == served_tiny.tokenizer.decode(list(completion.tokens), skip_special_tokens=True)
+    # pinned model, domain and tokenizer: only the chain's view of the signer stays unchecked
+    assert completion.verification.not_checked == ("signer's registration and stake (no chain: use --rpc-url / protocol=)",)
     assert completion.job_hash == compute_job_hash(completion.job) == completion.receipt.job_hash
-    domain = threaded_node.app[APP_DOMAIN]
     signer = verify_receipt(completion.receipt, domain, manifest=served_tiny.manifest, job=completion.job, output_tokens=completion.tokens)
     assert signer == to_checksum_address(threaded_node.app[APP_KEY].address)
     same = client.complete(tokens=completion.prompt_tokens, max_tokens=5, temperature=0)
@@ -121,10 +123,13 @@ def test_plain_openai_sync_client_streams(threaded_node):
     assert chunks[-1].choices[0].finish_reason in ("stop", "length") and "verillm" in chunks[-1].model_extra
 
 
-def test_complete_command(threaded_node):
+def test_complete_command(threaded_node, served_tiny):
     result = CliRunner().invoke(complete, ["--url", threaded_node.url, "--max-tokens", "4", "--json", "The river"])
     assert result.exit_code == 0, result.output
     body = json.loads(result.output)
     assert len(body["tokens"]) == 4 and body["receipt"]["worker"] == threaded_node.app[APP_KEY].address_hex
-    result = CliRunner().invoke(complete, ["--url", threaded_node.url, "--max-tokens", "2", "--chain-id", "5", "Hi"])
+    assert body["text"] == served_tiny.tokenizer.decode(body["tokens"], skip_special_tokens=True)  # decoded by the CLI (auto: tiny)
+    assert any(n.startswith("model 0x") for n in body["not_checked"]) and any(n.startswith("deployment") for n in body["not_checked"])
+    jobs = "0x" + threaded_node.app[APP_DOMAIN].verifying_contract.hex()
+    result = CliRunner().invoke(complete, ["--url", threaded_node.url, "--max-tokens", "2", "--chain-id", "5", "--jobs-address", jobs, "Hi"])
     assert result.exit_code != 0 and isinstance(result.exception, InvalidSignature)

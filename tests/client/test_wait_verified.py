@@ -22,6 +22,51 @@ def test_wait_verified_follows_an_audit_to_its_verdict(tmp_path):
         status = client.wait_verified(completion, timeout_s=600, poll_s=1.0)
         assert status["status"] in ("verified", "final"), status
         assert status["audit_requested"]
+        final = client.wait_final(completion, timeout_s=600, poll_s=1.0)
+        assert final["status"] == "final" and final["audit"]["status"] == "settled", final
+
+
+def test_wait_verified_stops_at_the_verdict_and_wait_final_at_the_settlement(tmp_path):
+    """Issue 23: `wait_verified` returns at `verified` (the dispute window still open), so there must
+    be a way to wait for `final`. A dispatcher's status route on loopback walks a job through its
+    statuses, one step per read."""
+    import asyncio
+    import threading
+
+    from aiohttp import web
+
+    steps = [("committed", None), ("audited", "open"), ("verified", "open"), ("verified", "open"), ("final", "settled")]
+    reads = []
+
+    async def status(request: web.Request) -> web.Response:
+        name, audit = steps[min(len(reads), len(steps) - 1)]
+        reads.append(name)
+        body = {"job_hash": request.match_info["job"], "status": name} | ({"audit": {"status": audit}} if audit else {})
+        return web.json_response(body)
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    async def serve():
+        app = web.Application()
+        app.router.add_get("/v1/verillm/audits/{job}", status)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return runner
+
+    runner = asyncio.run_coroutine_threadsafe(serve(), loop).result(30)
+    try:
+        client = Client(f"http://127.0.0.1:{runner.addresses[0][1]}")
+        job = "0x" + "11" * 32
+        assert client.wait_verified(job, timeout_s=30, poll_s=0.01)["status"] == "verified"
+        assert reads == ["committed", "audited", "verified"]
+        body = client.wait_final(job, timeout_s=30, poll_s=0.01)
+        assert body["status"] == "final" and reads[-2:] == ["verified", "final"]
+        client.close()
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
 
 
 def test_audit_status_needs_the_networked_dispatcher(tmp_path, served_tiny):

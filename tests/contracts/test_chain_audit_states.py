@@ -31,7 +31,8 @@ def test_an_abandoned_audit_is_reported_with_nobody_slashed_and_an_open_one_with
     assert state == "abandoned in round 0; slashed nobody"  # an unstaffable round slashes no one (issue 9)
     assert auditor.states[open_run.audit_id] == "open: committing in round 0"
     mine = [f for f in findings if f.subject == f"audit {abandoned.audit_id}" and "abandoned" in f.detail]
-    assert [f.severity for f in mine] == ["ok"]
+    assert [f.severity for f in mine] == ["ok", "ok"]  # why it was abandoned (re-derived), and that nobody was slashed
+    assert any("pool exhausted" in f.detail or "receipts still missing" in f.detail for f in mine)
     assert not any("not settled yet" in f.detail for f in findings if f.subject == f"audit {abandoned.audit_id}")
     report = format_chain_audit([], auditor.summary(), auditor.states)
     assert f"audit {abandoned.audit_id}: abandoned in round 0; slashed nobody" in report

@@ -4,6 +4,7 @@ no honest node slashed, the lazy member slashed) and exits 0 only then; it must 
 process behind."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,12 @@ def test_devnet_tiny_with_a_lazy_member_exits_0(tmp_path):
     assert "every job settled as the protocol says it should" in run.stdout
     assert "adjudicated: vote contradicts its own data" in run.stdout
     assert "Jobs.postBatch" in run.stdout and "Disputes.adjudicate" in run.stdout
+    # The devnet's own `verillm audit chain`: every rule re-derived agrees with the contracts
+    # (issue 23: committees flagged on honest audits, a KeyError on the adjudication), and the
+    # lazy member is named with the rule that caught it.
+    assert re.search(r"chain audit: \d+ consistent checks, 0 inconsistencies", run.stdout), run.stdout[-3000:]
+    assert "(member): adjudicated: voted agree against its own posted data" in run.stdout
+    assert "--token" in run.stdout and "--addresses" in run.stdout  # the replay command, filled in
     pids = [int(line.split()[0]) for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()[1:]
             if str(workdir) in line]
     assert pids == [], f"processes left behind: {pids}"

@@ -138,9 +138,12 @@ def test_verillm_complete_checks_the_promise_against_the_chain_on_receipt(cheate
     run = subprocess.run(args + ["--json", "Hello"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     body = json.loads(run.stdout)
-    assert body["promise_check"].startswith("ok: ") and "batch_promise" in body
-    offline = args[:-4] + ["--jobs-address", net.protocol.jobs.address]  # the receipt's domain given by hand, no chain
-    run = subprocess.run(offline + ["Hello"], capture_output=True, text=True, timeout=120)  # the unchecked deadline is said, not hidden
-    assert run.returncode == 0 and "[promise: deadline not checked" in run.stderr, run.stdout + run.stderr
+    assert body["promise_check"].startswith("checked: ") and "batch_promise" in body
+    assert any("registered, active and staked on-chain" in c for c in body["checked"])  # the chain vouches for the signer
+    # the receipt's domain given by hand, no chain: the unchecked deadline and stake are said, not hidden
+    offline = args[:-4] + ["--chain-id", str(net.protocol.chain.chain_id), "--jobs-address", net.protocol.jobs.address]
+    run = subprocess.run(offline + ["Hello"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "[promise: not checked: its deadline" in run.stderr, run.stdout + run.stderr
+    assert "[not checked: signer's registration and stake" in run.stderr
     run = subprocess.run(args[:-2] + ["Hello"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "--rpc-url and --deployment go together" in run.stderr, run.stdout + run.stderr

@@ -80,8 +80,12 @@ def test_register_stake_models_status_unbond_withdraw(walk):
     assert f"registered {address}: stake 0.05 ETH" in out
     status = json.loads(run_cli("node", "status", *operator, "--node", node.url, "--json"))
     assert status["registered"] and status["active"] and status["stake_wei"] == 5 * 10**16
-    assert status["reasons"] == ["1 active workers serve model " + status["models"][0] + "; an audited job needs 4 (a worker and a committee of 3)"]
+    assert len(status["reasons"]) == 1, status["reasons"]  # a registration weighs in draws from the next epoch on
+    assert status["reasons"][0].startswith("0 workers weigh in this epoch's committee draws for model " + status["models"][0]), status["reasons"]
+    assert "1 weigh from the next epoch" in status["reasons"][0]
     wait_reasons(node, lambda reasons: reasons == status["reasons"])
+    explorer = get_json(f"{node.url}/v1/verillm/explorer/network")["serving"]  # the explorer's banner says the same
+    assert explorer["ready"] is False and explorer["reasons"] == status["reasons"]
 
     assert "stake now 0.15 ETH" in run_cli("node", "stake", *operator, "--amount", "0.1")
     assert "stake now 0.2 ETH" in run_cli("node", "top-up", *operator, "--amount", "0.05")

@@ -33,11 +33,15 @@ class RunningNode:
 
 
 @pytest.fixture
-async def start(served_tiny, tmp_path):
-    """``await start(**sections)`` starts a node (per-section config overrides); all stop at teardown."""
+async def start(served_tiny, tmp_path, dispatcher_key):
+    """``await start(**sections)`` starts a node (per-section config overrides); all stop at teardown.
+
+    Unless ``auth`` is given, its operator names ``dispatcher_key`` for the native job route
+    (node/api/admission.py): the tests' dispatcher is accountable, a fresh key is not."""
     runners = []
 
     async def _start(config: NodeConfig | None = None, served: ServedModel | None = None, **sections) -> RunningNode:
+        sections.setdefault("auth", {"allowed_senders": [dispatcher_key.address_hex]})
         config = config or make_local_config(tmp_path, **sections)
         runner, port = await start_node(config, served or served_tiny)
         runners.append(runner)
@@ -50,7 +54,7 @@ async def start(served_tiny, tmp_path):
 
 @pytest.fixture
 async def node(start):
-    """A node with the default config."""
+    """A node with the default config (its operator naming ``dispatcher_key`` for the native job route)."""
     return await start()
 
 

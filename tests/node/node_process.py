@@ -17,7 +17,8 @@ STARTUP_TIMEOUT_S = 120
 class NodeProcess:
     """One node daemon on loopback with its key, config and store in ``directory``."""
 
-    def __init__(self, directory: Path, sections: dict[str, dict] | None = None):
+    def __init__(self, directory: Path, sections: dict[str, dict] | None = None, dispatcher=None):
+        """``dispatcher``: a NodeKey the operator names for the native job route (node/api/admission.py)."""
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.key = new_node_key()
@@ -29,6 +30,8 @@ class NodeProcess:
         self.url = ""
         tables = {"identity": {"key_file": str(self.directory / "key.json")}, "server": {"port": 0},
                   "store": {"path": str(self.store_path)}, "queue": {"max_batch_size": 1}}
+        if dispatcher is not None:
+            tables["auth"] = {"allowed_senders": [dispatcher.address_hex]}
         for section, values in (sections or {}).items():
             tables.setdefault(section, {}).update(values)
         self.config_path.write_text("".join(f"[{s}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in t.items()) for s, t in tables.items()))

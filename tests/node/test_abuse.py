@@ -107,15 +107,14 @@ async def test_oversized_bodies_are_refused_before_they_are_read(start, http):
             assert (await response.json())["error"]["code"] == "request_too_large"
 
 
-async def test_client_floods_leave_the_peers_reserved_slots(start, http, served_tiny):
+async def test_client_floods_leave_the_peers_reserved_slots(start, http, served_tiny, dispatcher_key):
     """OpenAI clients stop at max_queued_jobs - reserved_for_peers; a node's (e.g. a committee's) job still gets in."""
     from verillm.node.appkeys import APP_WORKER
-    from verillm.node.keys import new_node_key
     from verillm.node.dispatcher.peer import PeerClient
     from verillm.spec.types import Job, SamplingParams
 
     node = await start(queue={"max_queued_jobs": 4, "reserved_for_peers": 2, "max_batch_size": 1, "batch_wait_ms": 0})
-    peer = PeerClient(node.url, new_node_key(), http)
+    peer = PeerClient(node.url, dispatcher_key, http)
     make = lambda i, n: Job(served_tiny.model_id, (5, 6, 7 + i), SamplingParams(), n, bytes([i]) * 32)  # noqa: E731
     running = await peer.enqueue_job(make(1, 200))
     for _ in range(500):

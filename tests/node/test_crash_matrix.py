@@ -90,7 +90,7 @@ async def check_after_restart(node: NodeProcess, engine, dispatcher, job: Job, e
 
 async def crash_at(tmp_path, point: str, job: Job, dispatcher, wait: bool = True) -> NodeProcess:
     """Start a daemon that dies at ``point``, submit ``job`` (the kill ends the request), reap it."""
-    node = NodeProcess(tmp_path)
+    node = NodeProcess(tmp_path, dispatcher=dispatcher)
     url = node.start({"VERILLM_FAULT_POINT": point})
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
         with pytest.raises(SERVER_GONE):
@@ -125,7 +125,7 @@ async def test_sigkill_at_a_worker_step_loses_and_re_signs_nothing(tmp_path, tin
 
 
 async def test_sigkill_after_the_receipt_was_returned_keeps_it(tmp_path, tiny_engine, dispatcher_key):
-    node = NodeProcess(tmp_path)
+    node = NodeProcess(tmp_path, dispatcher=dispatcher_key)
     job = make_job(tiny_engine, 2)
     async with aiohttp.ClientSession() as http:
         peer = PeerClient(node.start(), dispatcher_key, http)
@@ -146,7 +146,7 @@ async def test_sigkill_after_the_receipt_was_returned_keeps_it(tmp_path, tiny_en
 
 @pytest.mark.slow
 async def test_sigkill_while_an_opening_is_served(tmp_path, tiny_engine, dispatcher_key):
-    node = NodeProcess(tmp_path)
+    node = NodeProcess(tmp_path, dispatcher=dispatcher_key)
     job = make_job(tiny_engine, 3)
     async with aiohttp.ClientSession() as http:
         node.kill()
@@ -164,7 +164,7 @@ async def test_sigkill_while_an_opening_is_served(tmp_path, tiny_engine, dispatc
 
 @pytest.mark.parametrize("number", [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)])
 async def test_sigkill_during_a_schema_migration(tmp_path, tiny_engine, dispatcher_key, number):
-    node = NodeProcess(tmp_path)
+    node = NodeProcess(tmp_path, dispatcher=dispatcher_key)
     assert node.start({"VERILLM_FAULT_POINT": f"migration_{number}"}) == ""
     assert node.wait_exit() == -9
     with sqlite3.connect(node.store_path) as db:
@@ -190,7 +190,7 @@ async def check_after_restart_fresh(node: NodeProcess, engine, dispatcher) -> No
 async def test_sigkill_at_random_moments_under_load(tmp_path, tiny_engine, dispatcher_key):
     """Eight jobs queued at once, killed at a random moment, three rounds: every job ends done, signed as an uncrashed node would."""
     rng = random.Random(11)
-    node = NodeProcess(tmp_path)
+    node = NodeProcess(tmp_path, dispatcher=dispatcher_key)
     jobs = [make_job(tiny_engine, 10 + i, max_new_tokens=rng.randint(4, 24)) for i in range(8)]
     for round_ in range(3):
         url = node.start()

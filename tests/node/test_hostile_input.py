@@ -22,9 +22,12 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
 ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/verillm/jobs", "/v1/verillm/jobs/0x" + "11" * 32 + "/openings")
 
 
+DISPATCHER = new_node_key()  # the sender the daemon's operator names for native jobs
+
+
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    node = NodeProcess(tmp_path_factory.mktemp("hostile"))
+    node = NodeProcess(tmp_path_factory.mktemp("hostile"), dispatcher=DISPATCHER)
     node.start()
     yield node
     assert node.stop() == 0, node.log_path.read_text()
@@ -48,10 +51,22 @@ def test_100000_nested_brackets_get_a_400_and_the_node_lives(daemon, route):
     assert daemon.alive(), daemon.log_path.read_text()
 
 
-def test_deep_json_inside_a_signed_opening_payload_gets_a_400(daemon):
+def test_deep_json_inside_a_signed_opening_payload_gets_a_400(daemon, tiny_engine):
+    from verillm.spec.encoding import encode
+    from verillm.spec.job import compute_job_hash
+    from verillm.spec.types import Job, SamplingParams
+
+    # a stranger's, on a job it did not submit: refused before its payload is even parsed
     path = "/v1/verillm/jobs/0x" + "11" * 32 + "/openings"
     body = encode_envelope_json(sign_envelope(path, DEEP, new_node_key().private_key, daemon.key.address))
     status, reply = post(daemon.url + path, body)
+    assert (status, reply["error"]["code"]) == (404, "not_found")
+    # the submitter's, on its done job: the payload is parsed (in the openings' process pool) and refused
+    job = Job(tiny_engine.model_id, (5, 6, 7), SamplingParams(), 2, b"\x05" * 32)
+    status, _ = post(daemon.url + "/v1/verillm/jobs", encode_envelope_json(sign_envelope("/v1/verillm/jobs", encode(job), DISPATCHER.private_key, daemon.key.address)))
+    assert status == 200
+    path = f"/v1/verillm/jobs/0x{compute_job_hash(job).hex()}/openings"
+    status, reply = post(daemon.url + path, encode_envelope_json(sign_envelope(path, DEEP, DISPATCHER.private_key, daemon.key.address)))
     assert (status, reply["error"]["code"]) == (400, "invalid_input") and "payload" in reply["error"]["message"]
     assert daemon.alive()
 

@@ -9,7 +9,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from verillm.errors import EngineError
 from verillm.node.appkeys import APP_STORE
 from verillm.node.worker.engines import ServedModel
-from verillm.node.keys import new_node_key
 from verillm.node.store.migrations import MIGRATIONS
 from verillm.node.dispatcher.peer import PeerClient
 from verillm.spec.types import Job, SamplingParams
@@ -50,9 +49,9 @@ async def test_metrics_count_jobs_tokens_and_latency(node, peer, http, served_ti
     assert health["status"] == "ok" and health["jobs"]["done"] == 3 and health["schema_version"] == len(MIGRATIONS)
 
 
-async def test_concurrent_jobs_are_batched(start, http, served_tiny):
+async def test_concurrent_jobs_are_batched(start, http, served_tiny, dispatcher_key):
     node = await start(queue={"batch_wait_ms": 50})
-    peer = PeerClient(node.url, new_node_key(), http)
+    peer = PeerClient(node.url, dispatcher_key, http)
     await asyncio.gather(*(peer.submit_job(make_job(served_tiny, n)) for n in range(4)))
     samples = await scrape(http, node.url)
     assert samples["verillm_node_batch_size_jobs_count{}"] < 4  # fewer engine calls than jobs
@@ -72,10 +71,10 @@ class PoisonEngine:
         return self.inner.run(jobs)
 
 
-async def test_a_failing_job_fails_alone_and_can_be_resubmitted(start, http, served_tiny):
+async def test_a_failing_job_fails_alone_and_can_be_resubmitted(start, http, served_tiny, dispatcher_key):
     served = ServedModel(alias="tiny", engine=PoisonEngine(served_tiny.engine), tokenizer=served_tiny.tokenizer)
     node = await start(served=served, queue={"batch_wait_ms": 50})
-    peer = PeerClient(node.url, new_node_key(), http)
+    peer = PeerClient(node.url, dispatcher_key, http)
     poisoned = make_job(served_tiny, 1, tokens=(5, 13, 7))
     results = await asyncio.gather(peer.submit_job(make_job(served_tiny, 2)), peer.submit_job(poisoned), return_exceptions=True)
     assert not isinstance(results[0], Exception)

@@ -45,8 +45,8 @@ def check_store_consistent(store, done: int, nonces: int, dispatched: int = 0) -
     assert q("SELECT COUNT(*) FROM seen_nonces") == nonces
 
 
-async def test_signed_envelope_refusals(node, http, served_tiny):
-    url, key, ME = node.url + JOBS, new_node_key(), node.app[APP_KEY].address
+async def test_signed_envelope_refusals(node, http, served_tiny, dispatcher_key):
+    url, key, ME = node.url + JOBS, dispatcher_key, node.app[APP_KEY].address
     payload = encode(make_job(served_tiny))
     # wrong signature: signed by another key than the claimed sender
     forged = sign_envelope(JOBS, payload, new_node_key().private_key, ME)
@@ -71,19 +71,20 @@ async def test_signed_envelope_refusals(node, http, served_tiny):
     check_store_consistent(node.app[APP_STORE], done=1, nonces=1)
 
 
-async def test_an_envelope_for_one_node_is_refused_by_another(start, http, served_tiny, tmp_path):
+async def test_an_envelope_for_one_node_is_refused_by_another(start, http, served_tiny, tmp_path, dispatcher_key):
     """Cross-node replay within the clock window: node B never saw the nonce, but the envelope names A."""
-    a, b = await start(make_local_config(tmp_path / "a")), await start(make_local_config(tmp_path / "b"))
+    auth = {"allowed_senders": [dispatcher_key.address_hex]}  # both operators name the dispatcher
+    a, b = await start(make_local_config(tmp_path / "a", auth=auth)), await start(make_local_config(tmp_path / "b", auth=auth))
     assert a.app[APP_KEY].address != b.app[APP_KEY].address
-    envelope = encode_envelope_json(sign_envelope(JOBS, encode(make_job(served_tiny)), new_node_key().private_key, a.app[APP_KEY].address))
+    envelope = encode_envelope_json(sign_envelope(JOBS, encode(make_job(served_tiny)), dispatcher_key.private_key, a.app[APP_KEY].address))
     expect(await post(http, b.url + JOBS, envelope), 401, "invalid_signature", "addressed to")
     status, _ = await post(http, a.url + JOBS, envelope)
     assert status == 200
     check_store_consistent(b.app[APP_STORE], done=0, nonces=0)
 
 
-async def test_malformed_envelopes_and_payloads(node, http, served_tiny):
-    url, key, ME = node.url + JOBS, new_node_key(), node.app[APP_KEY].address
+async def test_malformed_envelopes_and_payloads(node, http, served_tiny, dispatcher_key):
+    url, key, ME = node.url + JOBS, dispatcher_key, node.app[APP_KEY].address
     expect(await post(http, url, b"{not json"), 400, "invalid_input", "body")
     good = json.loads(encode_envelope_json(sign_envelope(JOBS, encode(make_job(served_tiny)), key.private_key, ME)))
     for field, value in [("nonce", None), ("sender", "0x1234"), ("recipient", None), ("signature", "zz"), ("timestamp_s", "now"), ("payload", "0xzz")]:
@@ -106,7 +107,7 @@ async def test_openai_refusals(start, http):
     expect(await post(http, url, {"model": "tiny", "prompt": "hi", "max_tokens": 33}), 400, "invalid_input", "max_new_tokens")
     expect(await post(http, url, {"model": "tiny", "prompt": "hi", "temperature": "hot"}), 400, "invalid_input", "temperature")
     expect(await post(http, url, {"model": "tiny", "prompt": "hi", "n": 2}), 400, "invalid_input", "n:")
-    expect(await post(http, url, {"model": "tiny", "prompt": "hi", "stop": ["\n"]}), 400, "invalid_input", "stop")
+    expect(await post(http, url, {"model": "tiny", "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}), 400, "invalid_input", "stop")  # up to 4 stop strings (cut after the fact: test_stop_strings.py)
     expect(await post(http, url, {"model": "tiny", "prompt": [1, -2]}), 400, "invalid_input", "prompt")
     expect(await post(http, url, {"model": "tiny"}), 400, "invalid_input", "prompt")
     expect(await post(http, url, [1, 2]), 400, "invalid_input", "body")
@@ -125,18 +126,18 @@ async def test_openai_refusals(start, http):
     assert node.app[APP_STORE].db.execute("SELECT COUNT(*) FROM dispatched").fetchone()[0] == 0
 
 
-async def test_queue_full_is_503_and_leaves_no_trace(start, http, served_tiny):
+async def test_queue_full_is_503_and_leaves_no_trace(start, http, served_tiny, dispatcher_key):
     from verillm.node.dispatcher.peer import PeerClient
 
     node = await start(queue={"max_queued_jobs": 1, "batch_wait_ms": 0, "reserved_for_peers": 0})
-    peer, ME = PeerClient(node.url, new_node_key(), http), node.app[APP_KEY].address
+    peer, ME = PeerClient(node.url, dispatcher_key, http), node.app[APP_KEY].address
     running = await peer.enqueue_job(make_job(served_tiny, max_new_tokens=120, nonce=b"\x0a" * 32))
     for _ in range(400):
         if (await peer.get_job(running))["status"] == "running":
             break
         await asyncio.sleep(0.01)
     queued = await peer.enqueue_job(make_job(served_tiny, nonce=b"\x0b" * 32))
-    refused = sign_envelope(JOBS, encode(make_job(served_tiny, nonce=b"\x0c" * 32)), new_node_key().private_key, ME)
+    refused = sign_envelope(JOBS, encode(make_job(served_tiny, nonce=b"\x0c" * 32)), dispatcher_key.private_key, ME)
     expect(await post(http, node.url + JOBS, encode_envelope_json(refused)), 503, "queue_full", "limit 1")
     status, body = await post(http, node.url + "/v1/completions", {"model": "tiny", "prompt": "hi", "max_tokens": 2})
     assert status == 503 and body["error"]["code"] == "queue_full"

@@ -115,8 +115,8 @@ async def test_a_full_disk_gets_503_and_acknowledges_nothing_unstored(tmp_path, 
     disk = tmp_path / "disk"
     if not _mount_tmpfs(disk, "3m"):
         pytest.skip("mounting a size-limited tmpfs needs root; the full-disk path is not exercised here")
-    node = NodeProcess(disk)
     dispatcher = new_node_key()
+    node = NodeProcess(disk, dispatcher=dispatcher)
     try:
         url = node.start()
         async with aiohttp.ClientSession() as http:

@@ -25,7 +25,7 @@ from verillm.spec.types import Job, SamplingParams
 STARTUP_TIMEOUT_S = 120
 
 
-def write_config(tmp_path) -> str:
+def write_config(tmp_path, dispatcher=None) -> str:
     write_key_file(new_node_key(), tmp_path / "key.json")
     config = tmp_path / "node.toml"
     config.write_text(
@@ -33,6 +33,7 @@ def write_config(tmp_path) -> str:
         f'[server]\nport = 0\n'
         f'[store]\npath = "{tmp_path / "node.sqlite"}"\n'
         f'[queue]\nmax_batch_size = 1\n'
+        + (f'[auth]\nallowed_senders = ["{dispatcher.address_hex}"]\n' if dispatcher is not None else "")
     )
     return str(config)
 
@@ -72,9 +73,9 @@ async def wait_for(peer, job_hash, status, timeout_s=60.0) -> dict:
 
 
 async def test_sigkill_mid_job_then_restart(tmp_path, tiny_engine):
-    config = write_config(tmp_path)
-    store_path = tmp_path / "node.sqlite"
     dispatcher = new_node_key()
+    config = write_config(tmp_path, dispatcher)
+    store_path = tmp_path / "node.sqlite"
     make = lambda n, nonce: Job(tiny_engine.model_id, (5, 17, 300, 42, 7), SamplingParams(), n, bytes([nonce]) * 32)  # noqa: E731
     finished, long_job, queued = make(4, 1), make(80, 2), make(6, 3)
     log_path = tmp_path / "node-first.log"

@@ -4,6 +4,7 @@ receipt comes in the last chunk. Driven by the unmodified `openai` package.
 The engine is the reference TorchEngine on the tiny model, throttled to 40 ms per token (a
 model of SmolLM2's speed on this CPU) so that "before the last token" is a real interval."""
 
+import asyncio
 import threading
 import time
 
@@ -66,3 +67,26 @@ async def test_chunks_arrive_while_the_engine_samples(slow_node, chat):
     assert final.choices[0].finish_reason in ("length", "stop") and len(verillm["output_tokens"]) == len(engine.sampled_at)
     text = "".join(text for _, text, _ in arrivals)
     assert text == node.app[APP_MODEL].tokenizer.decode(verillm["output_tokens"], skip_special_tokens=True)
+
+
+async def test_a_client_that_drops_a_stream_is_not_a_node_error(slow_node, http, caplog):
+    """Issue 22 item 5: a client hanging up mid-stream was logged at ERROR and counted internal_error,
+    so any client could set off the operator's alerts. It is the client's choice: INFO, its own code."""
+    from verillm.node.appkeys import APP_STORE
+
+    node, _ = slow_node
+    body = {"model": "tiny", "prompt": "The river", "max_tokens": 40, "temperature": 0, "stream": True}
+    with caplog.at_level("INFO"):
+        async with http.post(node.url + "/v1/completions", json=body) as response:
+            await response.content.readline()  # the first chunk is on its way: the stream is open
+            response.connection.transport.close()  # and the client hangs up
+        store = node.app[APP_STORE]
+        while store.get_job_counts()["done"] == 0:  # the job runs to its end on the engine
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0)
+    async with http.get(node.url + "/metrics") as response:
+        metrics = await response.text()
+    assert 'verillm_node_http_errors_total{code="internal_error"} 0.0' in metrics
+    assert 'verillm_node_http_errors_total{code="client_disconnected"} 1.0' in metrics
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("dropped its stream" in r.getMessage() for r in caplog.records)

@@ -57,6 +57,14 @@ def test_fingerprints_of_different_lengths_are_infinitely_far_apart():
     assert compute_cell_error(leaf(0, 1, 1.0), leaf(0, 1, 1.0, 1.0)) == math.inf
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_cell_with_a_value_that_is_not_finite_is_infinitely_far_from_anything(bad):
+    """As on-chain (`spec.audit.compute_cell_squared_error`): a NaN must never pass as "within"."""
+    assert compute_cell_error(leaf(0, 1, bad, 0.0), leaf(0, 1, 0.0, 0.0)) == math.inf
+    assert compute_cell_error(leaf(0, 1, 0.0, 0.0), leaf(0, 1, 0.0, bad)) == math.inf
+    assert compute_cell_error(leaf(0, 1, bad), leaf(0, 1, bad)) == math.inf
+
+
 def test_layer_statistics_report_the_largest_error_where_it_is_and_the_rms():
     worker = cells(leaf(5, 1, 1.0), leaf(6, 1, 7.0))
     member = cells(leaf(5, 1, 0.0), leaf(6, 1, 0.0))

@@ -147,3 +147,14 @@ def test_a_profile_survives_a_json_round_trip_with_its_provenance():
 
 def test_provenance_does_not_take_part_in_profile_equality():
     assert ToleranceProfile("toy", "float32", PROFILE.layers, 2, {"a": 1}) == ToleranceProfile("toy", "float32", PROFILE.layers, 2, {"b": 2})
+
+
+def test_a_nan_fingerprint_is_rejected_even_under_the_exact_profile():
+    """A worker committing NaN at a challenged cell cannot hide there, nor hide the layer's other errors."""
+    worker = {(0, 1): Leaf(0, 1, (float("nan"),), 1), (1, 1): Leaf(1, 1, (5.0,), 1)}
+    member = {(0, 1): Leaf(0, 1, (0.0,), 1), (1, 1): Leaf(1, 1, (0.0,), 1)}
+    challenge = Challenge(seed=b"\x00" * 32, positions=(0, 1), layers=(1,), token_positions=())
+    measurement = compute_audit_measurement(worker, member, challenge, prompt_len=2, output_tokens=(), max_new_tokens=1,
+                                           member_output_tokens=(), stop_tokens=())
+    result = compute_check_result(measurement, compute_exact_profile("m", "bfloat16", (1,)), ())
+    assert not result.accepted and any(r.kind == REASON_FINGERPRINT for r in result.reasons)

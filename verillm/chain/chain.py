@@ -81,8 +81,9 @@ class Chain:
         self.artifacts = artifacts or ArtifactStore()
         self.error_decoder = self.artifacts.error_decoder()
         self.nonces = NonceManager(self._get_pending_nonce)
-        # Called with "Contract.function" once a transaction is submitted, before waiting for its
-        # block: the node's crash matrix kills itself there (node/faults.py); None everywhere else.
+        # Called with "Contract.function" ("Name.constructor", "transfer") once a transaction is
+        # submitted, before waiting for its block: the node's crash matrix kills itself there
+        # (node/faults.py), the CLI says it is waiting (verillm/cli/chain.py); None elsewhere.
         self.after_send: Callable[[str], None] | None = None
         self.chain_id: int = self.rpc("eth_chainId", lambda: w3.eth.chain_id)
         self.dev_accounts = []
@@ -101,6 +102,8 @@ class Chain:
         factory = self.w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
         data = factory.constructor(*args).data_in_transaction
         tx_hash = self._send_raw({"data": data, "value": value}, sender, gas, f"{name}.constructor")
+        if self.after_send is not None:
+            self.after_send(f"{name}.constructor")
         receipt = self.wait_for_receipt(tx_hash, label=f"{name}.constructor")
         return self.at(name, receipt["contractAddress"])
 
@@ -148,6 +151,8 @@ class Chain:
     def transfer(self, sender: LocalAccount, to: str, value_wei: int) -> dict:
         """Send plain ether; return the receipt."""
         tx_hash = self._send_raw({"to": Web3.to_checksum_address(to), "value": value_wei}, sender, 21_000, "transfer")
+        if self.after_send is not None:
+            self.after_send("transfer")
         return self.wait_for_receipt(tx_hash, label="transfer")
 
     def wait_for_receipt(self, tx_hash: bytes, timeout_s: float | None = None, label: str = "transaction") -> dict:

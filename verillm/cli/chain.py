@@ -1,4 +1,10 @@
-"""`verillm chain ...`: deploy the protocol contracts, run a local anvil."""
+"""`verillm chain ...`: deploy the protocol contracts; and Foundry-style tools for a local dev chain
+(`anvil` with its funded accounts printed, `fund` an address, `mine` past a block, an epoch
+boundary or a node's unbonding).
+
+Every command that sends a transaction says so on stderr ("waiting for the transaction …")
+before it waits for its block: on a chain with 12 s blocks a command is otherwise silent.
+"""
 
 import json
 import signal
@@ -7,7 +13,17 @@ import time
 import click
 from eth_account import Account
 
-from verillm.errors import ConfigError
+from verillm.errors import ConfigError, InvalidInput
+
+
+def announce_transactions(chain) -> None:
+    """Print a line on stderr for every transaction ``chain`` sends, before waiting for its block."""
+    started = time.monotonic()
+
+    def say(label: str) -> None:
+        click.echo(f"[{time.monotonic() - started:5.1f}s] {label}: sent; waiting for the transaction to be mined …", err=True)
+
+    chain.after_send = say
 
 
 @click.group()
@@ -32,7 +48,9 @@ def deploy(rpc_url, preset, key, out):
     if not key:
         raise ConfigError("no deployer key: pass --key HEX or set VERILLM_DEPLOYER_KEY")
     sender = _load_key(key)
-    deployment = deploy_plan(RpcChain(rpc_url), get_preset(preset), sender, protocol.PROTOCOL_STEPS)
+    target = RpcChain(rpc_url)
+    announce_transactions(target)
+    deployment = deploy_plan(target, get_preset(preset), sender, protocol.PROTOCOL_STEPS)
     deployment.save(out)
     click.echo(json.dumps({"out": out, "chain_id": deployment.chain_id, "addresses": deployment.addresses}, indent=2))
 
@@ -48,21 +66,112 @@ def _load_key(key: str):
 @click.option("--port", type=int, default=8545, show_default=True)
 @click.option("--chain-id", type=int, default=31337, show_default=True)
 @click.option("--block-time", type=float, default=None, help="seconds per block (default: one block per transaction)")
-def anvil(port, chain_id, block_time):
-    """Run a local anvil on 127.0.0.1 until interrupted."""
+@click.option("--accounts", type=int, default=10, show_default=True, help="funded dev accounts")
+@click.option("--balance", "balance_ether", type=int, default=10_000, show_default=True, help="ether in each")
+def anvil(port, chain_id, block_time, accounts, balance_ether):
+    """Run a local anvil on 127.0.0.1 until interrupted; print its funded dev accounts and keys."""
     from verillm.chain.anvil import AnvilConfig, AnvilProcess
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)  # SIGTERM stops anvil as Ctrl-C does (the with block's exit)
-    with AnvilProcess(AnvilConfig(port=port, chain_id=chain_id, block_time_s=block_time)) as node:
+    config = AnvilConfig(port=port, chain_id=chain_id, block_time_s=block_time, accounts=accounts, balance_ether=balance_ether)
+    with AnvilProcess(config) as node:
         click.echo(f"anvil listening on {node.url} (chain id {chain_id}, pid {node.process.pid}); Ctrl-C or SIGTERM stops it")
+        click.echo(format_dev_accounts(accounts, balance_ether))
         try:
             while node.process.poll() is None:
                 time.sleep(0.5)
         except KeyboardInterrupt:
             pass
+
+
+def format_dev_accounts(count: int, balance_ether: int) -> str:
+    """Return anvil's funded accounts as anvil prints them: index, address, private key (public test keys)."""
+    from verillm.chain.backends import compute_anvil_accounts
+
+    lines = [f"funded dev accounts ({balance_ether:,} ETH each; anvil's public test mnemonic: never use these keys on a real chain)"]
+    lines += [f"  ({i}) {a.address}  key 0x{bytes(a.key).hex()}" for i, a in enumerate(compute_anvil_accounts(count))]
+    lines.append("  account (0) is the usual deployer: OWNER_KEY=<its key> in docs/operators.md")
+    return "\n".join(lines)
+
+
+@chain.command()
+@click.argument("address")
+@click.argument("amount")
+@click.option("--rpc-url", envvar="VERILLM_RPC_URL", required=True, help="JSON-RPC endpoint [$VERILLM_RPC_URL].")
+@click.option("--key", envvar="VERILLM_FUNDER_KEY", default=None,
+              help="Pay from this key [$VERILLM_FUNDER_KEY]; default: anvil's dev account (0) on a dev chain.")
+def fund(address, amount, rpc_url, key):
+    """Send AMOUNT ether (1.5, or 15wei) to ADDRESS: a faucet for a dev chain."""
+    from web3 import Web3
+
+    from verillm.chain import connect
+    from verillm.chain.backends import compute_anvil_accounts
+    from verillm.cli.node import parse_ether
+
+    if not Web3.is_address(address):
+        raise InvalidInput(f"ADDRESS: not an Ethereum address: {address!r}")
+    target = connect(rpc_url)
+    if key is None and not _is_dev_chain(target):
+        raise ConfigError(f"chain {target.chain_id} at {rpc_url} has no known dev account (anvil's mnemonic is unfunded there): pass --key")
+    sender = _load_key(key) if key else compute_anvil_accounts(1)[0]
+    wei = parse_ether(amount, "AMOUNT")
+    announce_transactions(target)
+    receipt = target.transfer(sender, address, wei)
+    click.echo(f"sent {wei / 1e18:g} ETH from {sender.address} to {Web3.to_checksum_address(address)} "
+               f"(tx 0x{bytes(receipt['transactionHash']).hex()}); balance now {target.get_balance(address) / 1e18:g} ETH")
+
+
+def _is_dev_chain(target) -> bool:
+    """anvil's dev account (0) holds ether here: anvil (any chain id) or a chain that funds its mnemonic."""
+    from verillm.chain.backends import compute_anvil_accounts
+
+    return target.get_balance(compute_anvil_accounts(1)[0].address) > 0
+
+
+@chain.command()
+@click.option("--rpc-url", envvar="VERILLM_RPC_URL", required=True, help="JSON-RPC endpoint of a dev chain (anvil) [$VERILLM_RPC_URL].")
+@click.option("--blocks", type=int, default=None, help="Mine this many blocks.")
+@click.option("--to-block", type=int, default=None, help="Mine until the head is this block.")
+@click.option("--next-epoch", is_flag=True, help="Mine to the first block of the next stake epoch (registrations and stake changes weigh from then): needs --addresses.")
+@click.option("--past-unbonding", "unbonding_address", default=None, help="Mine until the node at this address may withdraw (its unbonding ended): needs --addresses.")
+@click.option("--addresses", "addresses_path", envvar="VERILLM_ADDRESSES", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Address book (for --next-epoch and --past-unbonding) [$VERILLM_ADDRESSES].")
+def mine(rpc_url, blocks, to_block, next_epoch, unbonding_address, addresses_path):
+    """(Dev chains) Mine blocks now: a number, up to a block, to the next epoch, or past a node's unbonding."""
+    from verillm.chain import connect
+
+    chosen = [name for name, value in (("--blocks", blocks), ("--to-block", to_block), ("--next-epoch", next_epoch or None),
+                                       ("--past-unbonding", unbonding_address)) if value is not None]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --blocks N, --to-block B, --next-epoch, --past-unbonding ADDRESS")
+    target = connect(rpc_url)
+    head = target.get_block_number()
+    goal = head + blocks if blocks is not None else to_block if to_block is not None else _protocol_goal(target, addresses_path, next_epoch, unbonding_address)
+    if goal < head:
+        raise InvalidInput(f"the head is already block {head}, past {goal}")
+    target.mine(goal - head)
+    click.echo(f"mined {goal - head} blocks: head {target.get_block_number()}")
+
+
+def _protocol_goal(target, addresses_path, next_epoch: bool, unbonding_address: str | None) -> int:
+    from web3 import Web3
+
+    from verillm.chain.deploy import Deployment
+    from verillm.chain.protocol import Protocol
+
+    if not addresses_path:
+        raise ConfigError("--next-epoch and --past-unbonding read the Registry: pass --addresses (or $VERILLM_ADDRESSES)")
+    protocol = Protocol(target, Deployment.load(addresses_path))
+    if next_epoch:
+        epoch_blocks = protocol.registry.call("epochBlocks")
+        return (target.get_block_number() // epoch_blocks + 1) * epoch_blocks
+    end = protocol.get_node(Web3.to_checksum_address(unbonding_address))["unbonding_end_block"]
+    if not end:
+        raise InvalidInput(f"{unbonding_address} is not unbonding: run `verillm node unbond` first")
+    return end
 
 
 @chain.command("add-model")
@@ -90,6 +199,7 @@ def add_model(rpc_url, addresses_path, key, node_url, profile_path):
     model_id = bytes.fromhex(info["model"]["model_id"][2:])
     profile = load_profile(_profile_alias(manifest.name) if profile_path is None else "", manifest.dtype, profile_path)
     protocol = Protocol(connect(rpc_url), Deployment.load(addresses_path))
+    announce_transactions(protocol.chain)
     tx = protocol.add_model(Account.from_key(key), OnchainModel.from_profile(model_id, manifest, profile))
     click.echo(f"added model {manifest.name} 0x{model_id.hex()} ({manifest.dtype}, layers {list(manifest.committed_layers)}) ({_tx(tx)})")
 

@@ -1,16 +1,27 @@
-"""`verillm complete`: one completion from a node, with its receipt checked offline."""
+"""`verillm complete`: one completion from a node, shown only as far as the client verified it.
+
+The text is decoded here from the receipt's output tokens (never the node's text); the job is
+compared with the request; the model is pinned by ``--model-id`` or the chain, the deployment by
+``--chain-id``/``--jobs-address`` or the chain, never by the node under test; with ``--rpc-url``
+the signer must be registered and staked for the model. What could not be checked is printed
+as "not checked: …". A mismatch exits with code 2 naming it.
+"""
 
 import json
+from pathlib import Path
 
 import click
 
-from verillm.errors import InvalidProof
+from verillm.errors import ConfigError, InvalidProof
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash
 
-from verillm.client import Client, verify_receipt
+from verillm.client import Client
+from verillm.client.checks import compute_tokenizer_digest
 from verillm.cli.promise import open_protocol
 from verillm.client.promise import verify_promise_on_receipt
 from verillm.wire import from_hex, promise_to_json, receipt_to_json, to_hex
+
+TINY_MANIFEST_NAME = "tiny-llama-seed0"
 
 
 @click.command()
@@ -24,57 +35,92 @@ from verillm.wire import from_hex, promise_to_json, receipt_to_json, to_hex
 @click.option("--top-k", type=int, default=None)
 @click.option("--seed", type=int, default=None)
 @click.option("--audit", is_flag=True, help="Ask the dispatcher to audit this job (the committee's fee applies).")
-@click.option("--model-id", default=None, help="Expected model id (0x…); default: the id the node reports.")
-@click.option("--chain-id", type=int, default=31337, show_default=True, help="Receipt signing domain: chain id.")
-@click.option("--jobs-address", default="0x" + "00" * 20, show_default=True, help="Receipt signing domain: Jobs contract.")
-@click.option("--rpc-url", default=None, envvar="VERILLM_RPC_URL", help="With --deployment: take the signing domain from the chain and check the batching promise's deadline against its head.")
+@click.option("--model-id", default=None, help="Pin the model id (0x…); without it (or --rpc-url) the model is 'not checked'.")
+@click.option("--chain-id", type=int, default=None, help="Pin the receipt signing domain: chain id (with --jobs-address).")
+@click.option("--jobs-address", default=None, help="Pin the receipt signing domain: the Jobs contract (with --chain-id).")
+@click.option("--rpc-url", default=None, envvar="VERILLM_RPC_URL", help="With --deployment: the deployment pins the domain, the signer must be staked for a registered model, and the batching promise is checked against the head.")
 @click.option("--deployment", "deployment_file", default=None, type=click.Path(exists=True, dir_okay=False), help="The deployment's address book (verillm chain deploy --out).")
-@click.option("--json", "as_json", is_flag=True, help="Print the completion and receipt as JSON.")
-def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, seed, audit, model_id, chain_id, jobs_address, rpc_url, deployment_file, as_json):
-    """Complete PROMPT on a node and check the receipt's signature and model offline; with
-    --rpc-url and --deployment, also check the batching promise against the chain's head (a
-    backdated or far promise is refused now, while that can still be told)."""
+@click.option("--tokenizer", default="auto", show_default=True, help="Tokenizer that decodes the signed tokens: 'auto' (tiny, or the cached smollm2, when the model's manifest names its digest), a Hugging Face directory, or 'none'.")
+@click.option("--timeout-s", type=float, default=600.0, show_default=True, help="Total deadline of the call, bodies included.")
+@click.option("--json", "as_json", is_flag=True, help="Print the completion, receipt and checks as JSON.")
+def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, seed, audit, model_id, chain_id, jobs_address,
+             rpc_url, deployment_file, tokenizer, timeout_s, as_json):
+    """Complete PROMPT on a node and show what the client verified of it (see docs/sdk.md)."""
     if (rpc_url is None) != (deployment_file is None):
         raise click.UsageError("--rpc-url and --deployment go together")
-    client = Client(url)
-    options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, audit=audit)
-    if chat:
-        completion = client.chat([{"role": "user", "content": prompt}], model=model, **options)
-    else:
-        completion = client.complete(prompt, model=model, **options)
-    expected = from_hex(model_id, "--model-id", 32) if model_id else _reported_model_id(client, completion.model)
+    if (chain_id is None) != (jobs_address is None):
+        raise click.UsageError("--chain-id and --jobs-address go together (the receipt's signing domain)")
     protocol = open_protocol(rpc_url, deployment_file) if rpc_url else None
-    if protocol is not None:
-        domain = SigningDomain(protocol.chain.chain_id, from_hex(protocol.jobs.address, "Jobs address", 20))
-    else:
-        domain = SigningDomain(chain_id=chain_id, verifying_contract=from_hex(jobs_address, "--jobs-address", 20))
-    worker = verify_receipt(completion.receipt, domain, model_id=expected, job=completion.job, output_tokens=completion.tokens)
+    domain = SigningDomain(chain_id, from_hex(jobs_address, "--jobs-address", 20)) if chain_id is not None else None
+    pins = dict(model_id=from_hex(model_id, "--model-id", 32) if model_id else None, domain=domain, protocol=protocol)
+    with Client(url, timeout_s=timeout_s, **pins) as probe:
+        held = resolve_tokenizer(tokenizer, probe.info().manifest)
+    options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, audit=audit)
+    with Client(url, timeout_s=timeout_s, tokenizer=held, **pins) as client:
+        if chat:
+            completion = client.chat([{"role": "user", "content": prompt}], model=model, **options)
+        else:
+            completion = client.complete(prompt, model=model, **options)
     promise_note = _check_promise(completion, protocol)
     if as_json:
-        body = {"text": completion.text, "tokens": list(completion.tokens), "finish_reason": completion.finish_reason,
-                "job_hash": to_hex(completion.job_hash), "status_url": completion.status_url, "receipt": receipt_to_json(completion.receipt)}
-        if completion.promise is not None:  # what `verillm promise claim` takes if the receipt is never batched
-            body["batch_promise"] = promise_to_json(completion.promise)
-        body["promise_check"] = promise_note
-        click.echo(json.dumps(body, indent=2))
+        click.echo(json.dumps(compute_json(completion, promise_note), indent=2))
         return
-    click.echo(completion.text)
-    click.echo(f"\n[receipt ok: job {to_hex(completion.job_hash)} signed by {worker}; status {completion.status_url}]", err=True)
+    click.echo(completion.text if completion.text is not None else f"(output tokens, not decoded) {list(completion.tokens)}")
+    click.echo(f"\n[receipt: job {to_hex(completion.job_hash)} signed by {completion.worker}; status {completion.status_url}]", err=True)
+    for line in completion.verification.lines():
+        click.echo(f"[{line}]", err=True)
     click.echo(f"[promise: {promise_note}]", err=True)
+
+
+def compute_json(completion, promise_note: str) -> dict:
+    """The --json body: the verified completion, its receipt, what was and was not checked."""
+    body = {"text": completion.text, "tokens": list(completion.tokens), "finish_reason": completion.finish_reason,
+            "job_hash": to_hex(completion.job_hash), "status_url": completion.status_url, "receipt": receipt_to_json(completion.receipt),
+            "checked": list(completion.verification.checked), "not_checked": list(completion.verification.not_checked)}
+    if completion.promise is not None:  # what `verillm promise claim` takes if the receipt is never batched
+        body["batch_promise"] = promise_to_json(completion.promise)
+    body["promise_check"] = promise_note
+    return body
+
+
+def resolve_tokenizer(choice: str, manifest):
+    """The tokenizer named by --tokenizer; with 'auto', the known one whose digest is the manifest's, else None."""
+    if choice == "none":
+        return None
+    if choice != "auto":
+        return _load_directory(Path(choice))
+    for candidate in _auto_candidates(manifest):
+        tokenizer = candidate()
+        if tokenizer is not None and compute_tokenizer_digest(tokenizer) == manifest.tokenizer_digest:
+            return tokenizer
+    return None
+
+
+def _auto_candidates(manifest):
+    if manifest.name == TINY_MANIFEST_NAME:
+        from verillm.engine.models import build_tiny_tokenizer
+
+        yield build_tiny_tokenizer
+    from verillm.engine.checkpoints import get_smollm2_directory
+
+    directory = get_smollm2_directory()
+    if (directory / "tokenizer.json").exists():
+        yield lambda: _load_directory(directory)
+
+
+def _load_directory(path: Path):
+    if not path.is_dir():
+        raise ConfigError(f"--tokenizer {path}: not a Hugging Face directory (or 'auto', 'none')")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
 
 
 def _check_promise(completion, protocol) -> str:
     """Return what was checked of the completion's batching promise (raise when it fails)."""
     if protocol is None:
-        return "deadline not checked (no --rpc-url/--deployment)" if completion.promise else "none (a node without a chain)"
+        return "not checked: its deadline (no --rpc-url/--deployment)" if completion.promise else "none (a node without a chain)"
     if completion.promise is None:
         raise InvalidProof("the node sent no batching promise: nothing binds its dispatcher to batch this receipt")
     head = verify_promise_on_receipt(completion.promise, compute_receipt_hash(completion.receipt), protocol)
-    return f"ok: {completion.promise.promise.batch_by_block - head} blocks to batch it (due by block {completion.promise.promise.batch_by_block}, head {head})"
-
-
-def _reported_model_id(client: Client, name: str) -> bytes:
-    for model in client.models():
-        if model["id"] == name:
-            return from_hex(model["verillm"]["model_id"], "model_id", 32)
-    raise click.ClickException(f"the node does not list model {name!r}")
+    return f"checked: {completion.promise.promise.batch_by_block - head} blocks to batch it (due by block {completion.promise.promise.batch_by_block}, head {head})"

@@ -11,19 +11,21 @@ import click
 from verillm.devnet.keep import compute_network_info, print_network, wait_until_interrupted, write_network_file
 from verillm.devnet.network import LocalNetwork
 from verillm.devnet.progress import prepare_model
-from verillm.devnet.run import CHEATERS, PROMPTS, Clock, JobTracker, _node_specs, _raise_interrupt, compute_gas_table, follow, print_summary, retry_no_workers, send_jobs
+from verillm.devnet.run import (CHEATERS, PROMPTS, Clock, JobTracker, _node_specs, _raise_interrupt, compute_gas_table, follow, print_replay_commands,
+                                print_summary, retry_no_workers, send_jobs)
 from verillm.devnet.windows import compute_timed_preset
 from verillm.spec.params import MINIMAL
 
 
 @click.command()
-@click.option("--nodes", type=int, default=None, help="Node processes [default: 5, or 6 with --cheater].")
+@click.option("--nodes", type=int, default=None, help="Node processes [default: 5, plus one per --cheater].")
 @click.option("--model", default="smollm2", show_default=True,
               help="tiny (a seeded random 4-layer model: gibberish text, no conversion; a run still takes 75-90 s on 2 cores, "
                    "mostly node start-up and audit windows), smollm2 (~100 s, plus about a minute to convert it the first time), "
                    "a Hugging Face directory or a GGUF file.")
 @click.option("--profile-dir", default="profiles", show_default=True, help="Where `verillm calibrate --model PATH` wrote the model's tolerance profile.")
-@click.option("--cheater", type=click.Choice(sorted(CHEATERS)), default=None, help="Make the last node dishonest.")
+@click.option("--cheater", "cheaters", type=click.Choice(sorted(CHEATERS)), multiple=True,
+              help="Make the last node dishonest; repeat for several (--cheater int8 --cheater lazy: a cheating worker and a lazy member).")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True, help="bf16: an exact-mode manifest (kernel class, zero tolerance).")
 @click.option("--jobs", "job_count", type=int, default=8, show_default=True, help="Requests to send.")
 @click.option("--max-tokens", type=int, default=16, show_default=True)
@@ -41,11 +43,11 @@ from verillm.spec.params import MINIMAL
 @click.option("--minutes", "soak_minutes", type=float, default=30.0, show_default=True, help="--soak: how long to send requests.")
 @click.option("--soak-interval", "soak_interval_s", type=float, default=10.0, show_default=True, help="--soak: seconds between requests.")
 @click.option("--soak-json", "soak_json", type=click.Path(dir_okay=False), default=None, help="--soak: write the report (and every sample) here.")
-def devnet(nodes, model, profile_dir, cheater, dtype, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s, keep, stall_s,
+def devnet(nodes, model, profile_dir, cheaters, dtype, job_count, max_tokens, chain_kind, block_time, workdir, timeout_s, keep, stall_s,
            window_s, soak, soak_minutes, soak_interval_s, soak_json):
     """Run a local VeriLLM network end to end: serve, batch, audit, vote, settle, slash."""
     say = Clock()
-    specs = _node_specs(nodes, cheater)
+    specs = _node_specs(nodes, cheaters)
     temporary = workdir is None
     directory = Path(workdir or tempfile.mkdtemp(prefix="verillm-devnet-"))
     for signum in (signal.SIGINT, signal.SIGTERM):  # also when started with SIGINT ignored (a background job)
@@ -73,9 +75,11 @@ def devnet(nodes, model, profile_dir, cheater, dtype, job_count, max_tokens, cha
             send_jobs(net, tracker, job_count, max_tokens)
             follow(tracker, timeout_s, stall_s)
         problems = print_summary(net, tracker, compute_gas_table(net, first_block), say.elapsed()) + soak_problems
+        problems += audit_chain(net, say)
+        print_replay_commands(net, tracker)
         if keep:
             _report(problems)
-            print_network(compute_network_info(net), write_network_file(net))
+            print_network(compute_network_info(net, tracker.jobs), write_network_file(net, tracker.jobs))
             kept = True
             wait_until_interrupted(net, say)
     except KeyboardInterrupt:
@@ -90,6 +94,22 @@ def devnet(nodes, model, profile_dir, cheater, dtype, job_count, max_tokens, cha
             shutil.rmtree(directory, ignore_errors=True)
     if not _report(problems):
         sys.exit(1)
+
+
+def audit_chain(net: LocalNetwork, say) -> list[str]:
+    """Run `verillm audit chain` over the run: every rule the auditor re-derives must agree with
+    what the contracts did (a difference is a problem of this run); print who was caught."""
+    from verillm.verifier.chain_audit import ChainAuditor
+
+    say("re-checking every audit from the chain alone (verillm audit chain)")
+    auditor = ChainAuditor(net.protocol.chain, net.protocol.deployment)
+    findings = auditor.run()
+    bad = [f for f in findings if f.severity == "inconsistent"]
+    checked = sum(1 for f in findings if f.severity == "ok")
+    click.echo(f"\n  chain audit: {checked} consistent checks, {len(bad)} inconsistencies; caught by the contracts:")
+    for line in auditor.caught or ["nobody"]:
+        click.echo(f"    {line}")
+    return [f"verillm audit chain: {f.subject}: {f.detail}" for f in bad]
 
 
 def _report(problems: list[str]) -> bool:

@@ -61,6 +61,7 @@ def node():
 def run(log_level, **options):
     """Start the node daemon (precedence: defaults < TOML file < VERILLM_* env < flags)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger(__name__).info("starting the node: importing the engine and the chain stack ...")
     from verillm.node.app import run_node
 
     config = _load(**options)
@@ -148,8 +149,12 @@ def load_operator(config_path, rpc_url, addresses_path, key_file, password_env) 
     missing = [name for name, value in (("--rpc-url", rpc_url), ("--addresses", addresses_path), ("--key-file", key_file)) if not value]
     if missing:
         raise ConfigError(f"missing {', '.join(missing)} (or --config node.toml naming them)")
+    from verillm.cli.chain import announce_transactions
+
     key = read_key_file(key_file, envs.get_secret(password_env))
-    return Operator(Protocol(connect(rpc_url), Deployment.load(addresses_path)), key)
+    chain = connect(rpc_url)
+    announce_transactions(chain)
+    return Operator(Protocol(chain, Deployment.load(addresses_path)), key)
 
 
 def parse_ether(value: str, name: str) -> int:
@@ -332,7 +337,8 @@ def status(node_url, model_id, as_json, **options):
             "unbonding_end_block": node["unbonding_end_block"], "block": protocol.chain.get_block_number(),
             "stay_up_until_block": _stay_up_until(protocol, node),
             "endpoint": node["endpoint"], "models": ["0x" + m.hex() for m in node["models"]],
-            "ready": not reasons, "reasons": reasons}
+            "ready": not reasons, "reasons": reasons,
+            "leaving": compute_leave_advice(node, protocol.chain.get_block_number(), protocol.preset)}
     if as_json:
         click.echo(json.dumps(body, indent=2))
         return
@@ -343,3 +349,36 @@ def status(node_url, model_id, as_json, **options):
     if body["stay_up_until_block"]:
         click.echo(f"  unbonding: keep the node up until block {body['stay_up_until_block']} (its last audit duty)")
     click.echo("  ready to serve" if not reasons else "  cannot serve:\n" + "\n".join(f"    - {r}" for r in reasons))
+    if body["leaving"]:
+        click.echo(f"  leaving: {body['leaving']['advice']}")
+
+
+def compute_leave_advice(node: dict, head: int, preset) -> dict | None:
+    """When a node that unbonds may stop its daemon without being penalised (docs/operators.md),
+    from its leaver schedule (`verillm.spec.params.compute_leaver_schedule`, `Params.timeline`).
+
+    After `unbond` no round seeded at or after its unbond block draws it (Registry.drawCommittee),
+    but redraws of rounds seeded before may still seat it until ``seated_until_block``, and then it
+    must open and vote (a missed opening is penalised). Its own receipts can be audited from
+    batches posted by unbond + AUDIT_HORIZON_BLOCKS, so audits of them can start until
+    ``last_start_block``. Every open audit it is a party to locks its stake. As a dispatcher, the
+    batching promises it signed can be claimed until about its withdrawal block (BATCH_BY_BLOCKS
+    + OMISSION_CLAIM_WINDOW_BLOCKS < UNBONDING_BLOCKS), and an unanswered claim is slashed: a
+    dispatcher stops only once it has withdrawn.
+    """
+    from verillm.spec.params import compute_leaver_schedule
+
+    if not node["registered"] or not node["unbonding_end_block"]:
+        return None
+    end = node["unbonding_end_block"]
+    schedule = compute_leaver_schedule(end - preset.UNBONDING_BLOCKS, preset)
+    drawable_until = schedule.seated_until_block
+    quiet_after = max(drawable_until, schedule.last_start_block)
+    worker_may_stop = head > quiet_after and node["locks"] == 0
+    advice = (f"committees may seat it until block {drawable_until} (redraws of rounds seeded before it left); audits of its receipts "
+              f"may start until block {schedule.last_start_block}; {node['locks']} open audits lock its stake; its duties end by block "
+              f"{schedule.duties_end_block}; withdraw from block {end}. A worker-only node may stop after block {quiet_after} with no locks "
+              f"({'now' if worker_may_stop else 'not yet'}); a dispatcher keeps running until `verillm node withdraw --drive` succeeds "
+              f"(claims on its batching promises)")
+    return {"drawable_until_block": drawable_until, "last_start_block": schedule.last_start_block, "duties_end_block": schedule.duties_end_block,
+            "withdraw_from_block": end, "locks": node["locks"], "worker_may_stop": worker_may_stop, "advice": advice}

@@ -1,108 +1,64 @@
-"""The VeriLLM client SDK: completions with receipts, and offline receipt checks.
+"""The VeriLLM client SDK: completions the client has verified, and offline receipt checks.
 
-    from verillm.client import Client, verify_receipt
-    client = Client("http://127.0.0.1:8000")
+    from verillm.client import Client
+    client = Client("http://127.0.0.1:8000", model_id=MODEL_ID, domain=SigningDomain(chain_id, jobs),
+                    tokenizer=tokenizer)                      # pins: never taken from the node under test
     completion = client.complete("The capital of France is", max_tokens=8, temperature=0)
-    completion.text, completion.tokens, completion.receipt, completion.job_hash
-    verify_receipt(completion.receipt, model_id=..., domain=SigningDomain(chain_id, jobs_address),
-                   job=completion.job, output_tokens=completion.tokens)   # -> "0x…" worker address
+    completion.text                                           # decoded from the signed tokens by the client
+    completion.verification.not_checked                       # what could not be checked, and why
 
-Ids go in as bytes or 0x-hex strings (the `model_id` that `/v1/models` reports is hex) and
-come out as printable 0x-hex: `verify_receipt` returns the worker's checksummed address,
-`Completion.job_id` and `Completion.worker` are hex (the raw bytes stay in `job_hash` and
-`receipt`).
+Every completion is verified before it is returned (`completion.verify_completion`): the job the
+receipt signs is the request (input tokens, sampling, seed, max_tokens), the signature holds for
+the pinned deployment, the receipt is for the pinned model (or, with ``protocol=``, a model
+registered on-chain whose signer is registered, active and staked for it), and the text is
+decoded from the signed output tokens with a tokenizer whose digest is the model manifest's. A
+mismatch raises (`InvalidProof`, `InvalidSignature`, `BadResponse`: the CLI's exit 2); a check
+without its pin is listed in ``completion.verification.not_checked``, never passed as "ok".
 
-`Client` is synchronous (stdlib urllib); `AsyncClient` has the same methods as coroutines
-(aiohttp). Both speak the node's OpenAI-compatible API and read the ``verillm`` field of its
-responses; any OpenAI client works against a node too, without the receipt checks.
+Ids go in as bytes or 0x-hex strings and come out as printable 0x-hex (`Completion.job_id`,
+`Completion.worker`, `verify_receipt`'s return).
 
-A Completion is parsed strictly: its job must hash to the receipt's job hash and its tokens
-to the receipt's token hashes, or parsing raises. Whether the receipt is signed by the
-worker, for the model and deployment you expect, is `verify_receipt` (offline).
+`AsyncClient` holds the logic (httpx2, each call bounded in bytes and in total time:
+verillm/client/http.py); `Client` runs the same coroutines on a private event loop thread.
 
-On-chain status comes from the node that dispatched the job (its dispatcher role runs with
-``[dispatcher] enabled = true``): `get_audit_status` reads it once, `wait_verified` follows
-it until it settles — verified, final, slashed, tie or abandoned. The body names the batch
-and audit ids, so the claim can be checked against the contracts directly
-(`verillm.chain.protocol.Protocol.get_audit`).
+On-chain status comes from the node that dispatched the job (``[dispatcher] enabled = true``):
+`get_audit_status` reads it once; `wait_verified` follows it until the audit has a verdict
+(``verified``: the round passed the worker, its dispute window still open) or ends;
+`wait_final` until nothing can change it any more (``final``, or settled / abandoned).
 
 With every job the dispatcher also signs a batching promise (`Completion.promise`,
-`verify_promise`): the receipt will be in one of its batches by a block. `check_inclusion`
-(verillm/client/promise.py) fetches the dispatcher's inclusion proof and verifies it on-chain; only
-when none holds after that block does the holder claim the omission, and then the dispatcher is
-slashed (`verillm promise check` / `claim`, `Protocol.claim_omitted`; docs/protocol.md §12
-"Batching promises").
+`verify_promise`; `check_inclusion` in verillm/client/promise.py; docs/protocol.md §12).
 """
 
 import asyncio
-import json
+import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from verillm.errors import ChainError, InvalidInput, InvalidProof, VerillmError
-from verillm.jsonsafe import load_json
-from verillm.spec.encoding import decode
-from verillm.spec.job import compute_model_id
-from verillm.spec.promise import SignedPromise, verify_promise_terms, verify_promise_signature
-from verillm.spec.receipt import SigningDomain, compute_receipt_hash, verify_receipt_signature, verify_receipt_binding
-from verillm.spec.types import Job, ModelManifest, Receipt
+from verillm.errors import ChainError, DeadlineExceeded, InvalidInput, InvalidProof
+from verillm.spec.promise import SignedPromise, verify_promise_signature, verify_promise_terms
+from verillm.spec.receipt import SigningDomain, compute_receipt_hash
+from verillm.spec.types import Receipt
+from verillm.wire import from_hex
 
-from verillm.wire import compute_error_from_body, from_hex, promise_from_json, receipt_from_json
+from verillm.client.checks import Requested, Verification  # noqa: F401  (re-exported)
+from verillm.client.completion import (  # noqa: F401  (re-exported: the SDK's surface)
+    Completion, NodeInfo, Pins, compute_address_hex, compute_id_bytes, get_field, parse_completion, parse_completion_body,
+    parse_node_info, verify_completion, verify_receipt,
+)
+from verillm.client.http import DEFAULT_MAX_BODY_BYTES, AsyncHttp, LoopThread
 from verillm.client.promise import InclusionCheck, check_inclusion  # noqa: F401  (re-exported: the SDK's promise check)
 
-
-# Where an audit can end (node/dispatcher/status.py): passed, window closed, failed, split, never filled.
-SETTLED_STATUSES = ("verified", "final", "slashed", "tie", "abandoned")
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One completion and the receipt that commits to it."""
-
-    text: str
-    tokens: tuple[int, ...]
-    """Output token ids (the stop token included when one ended the completion)."""
-    prompt_tokens: tuple[int, ...]
-    finish_reason: str
-    model: str
-    job: Job
-    receipt: Receipt
-    job_hash: bytes
-    status_url: str
-    promise: SignedPromise | None = None
-    """The dispatcher's signed promise to batch the receipt by a block (docs/protocol.md §12
-    "Batching promises"); None from a node without a chain. Check it with `verify_promise`."""
-
-    @property
-    def job_id(self) -> str:
-        """The job hash as 0x-hex (what the node's status routes and the explorer take)."""
-        return "0x" + self.job_hash.hex()
-
-    @property
-    def worker(self) -> str:
-        """The signing worker's checksummed 0x address."""
-        return compute_address_hex(self.receipt.worker)
+VERDICT_STATUSES = ("verified", "final", "slashed", "tie", "abandoned")
+"""Where `wait_verified` stops: the audit has a verdict (node/dispatcher/status.py), final or not."""
+FINAL_AUDIT_STATES = ("settled", "abandoned")
+SETTLED_STATUSES = VERDICT_STATUSES  # the name before `wait_final` existed
 
 
-def compute_id_bytes(value: "bytes | str", name: str, size: int) -> bytes:
-    """Return an id given as bytes or as a 0x-hex string; raise InvalidInput naming ``name`` otherwise."""
-    if isinstance(value, (bytes, bytearray)):
-        if len(value) != size:
-            raise InvalidInput(f"{name}: expected {size} bytes, got {len(value)}")
-        return bytes(value)
-    if isinstance(value, str):
-        return from_hex(value if value.startswith("0x") else "0x" + value, name, size)
-    raise InvalidInput(f"{name}: expected bytes or a 0x-hex string, got {type(value).__name__}")
-
-
-def compute_address_hex(address: bytes) -> str:
-    """Return a 20-byte address as an EIP-55 checksummed 0x string."""
-    from eth_utils import to_checksum_address
-
-    return to_checksum_address(address)
+def is_final(body: dict) -> bool:
+    """Whether a status body can no longer change: ``final``, or its audit settled or abandoned."""
+    audit = body.get("audit")
+    return body.get("status") == "final" or (isinstance(audit, dict) and audit.get("status") in FINAL_AUDIT_STATES)
 
 
 def compute_completion_request(prompt: str | None, tokens: Sequence[int] | None, model: str, **options) -> dict:
@@ -117,71 +73,31 @@ def compute_chat_request(messages: Sequence[dict], model: str, **options) -> dic
     return {"model": model, "messages": list(messages), **compute_options(**options)}
 
 
-def compute_options(max_tokens=None, temperature=None, top_p=None, top_k=None, seed=None, audit=False) -> dict:
+def compute_options(max_tokens=None, temperature=None, top_p=None, top_k=None, seed=None, audit=False, stop=None) -> dict:
     """Return the sampling and VeriLLM options of a request, leaving unset ones to the node."""
-    options = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed}
+    options = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
+               "stop": None if stop is None else ([stop] if isinstance(stop, str) else list(stop))}
     body = {name: value for name, value in options.items() if value is not None}
     if audit:
         body["verillm"] = {"audit": True}
     return body
 
 
-def parse_completion(body: dict, chat: bool) -> Completion:
-    """Return the Completion in a node's response; raise if receipt, job and tokens disagree."""
-    if not isinstance(body, dict) or "verillm" not in body:
-        raise InvalidInput("response has no verillm field: is this a VeriLLM node?")
-    extra, choice = body["verillm"], body["choices"][0]
-    job = decode(Job, from_hex(extra["job"]["encoded"], "verillm.job.encoded"))
-    receipt = receipt_from_json(extra["receipt"])
-    tokens = tuple(extra["output_tokens"])
-    verify_receipt_binding(receipt, job, tokens)
-    promise = promise_from_json(extra["batch_promise"]) if "batch_promise" in extra else None
-    if promise is not None and promise.promise.receipt_hash != compute_receipt_hash(receipt):
-        raise InvalidProof("the batching promise is about another receipt")
-    return Completion(
-        text=choice["message"]["content"] if chat else choice["text"],
-        tokens=tokens,
-        prompt_tokens=tuple(job.input_tokens),
-        finish_reason=choice["finish_reason"],
-        model=body["model"],
-        job=job,
-        receipt=receipt,
-        job_hash=receipt.job_hash,
-        status_url=extra["status_url"],
-        promise=promise,
-    )
+def compute_requested(prompt=None, tokens=None, messages=None, max_tokens=None, temperature=None, top_p=None, top_k=None,
+                      seed=None, audit=False, stop=None) -> Requested:
+    """Return what a call asks for, as the checks compare it with the signed job."""
+    stops = () if stop is None else ((stop,) if isinstance(stop, str) else tuple(stop))
+    return Requested(prompt=prompt, tokens=None if tokens is None else tuple(tokens),
+                     messages=None if messages is None else tuple(messages), max_tokens=max_tokens,
+                     temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=stops)
 
 
-def verify_receipt(
-    receipt: Receipt,
-    domain: SigningDomain,
-    model_id: "bytes | str | None" = None,
-    manifest: ModelManifest | None = None,
-    worker: "bytes | str | None" = None,
-    job: Job | None = None,
-    output_tokens: Sequence[int] | None = None,
-) -> str:
-    """Check a receipt offline; return the checksummed 0x address of the worker that signed it.
-
-    Checks the EIP-712 signature for ``domain`` (chain id + Jobs contract), the model (its
-    id as bytes or 0x-hex, or the id of ``manifest``), and when given, the worker (bytes or
-    0x-hex), the job and the output tokens. Raises InvalidSignature or InvalidProof saying
-    what is wrong, InvalidInput for an id that is neither.
-    """
-    verify_receipt_signature(receipt, domain)
-    if manifest is not None:
-        expected_model = compute_model_id(manifest)
-    elif model_id is not None:
-        expected_model = compute_id_bytes(model_id, "model_id", 32)
-    else:
-        raise InvalidInput("verify_receipt needs the model: pass model_id or manifest")
-    if receipt.model_id != expected_model:
-        raise InvalidProof(f"receipt is for model 0x{receipt.model_id.hex()}, expected 0x{expected_model.hex()}")
-    if worker is not None and receipt.worker != compute_id_bytes(worker, "worker", 20):
-        raise InvalidProof(f"receipt is from worker {compute_address_hex(receipt.worker)}, expected {worker if isinstance(worker, str) else '0x' + worker.hex()}")
-    if job is not None:
-        verify_receipt_binding(receipt, job, output_tokens if output_tokens is not None else ())
-    return compute_address_hex(receipt.worker)
+def compute_pins(model_id=None, domain: SigningDomain | None = None, tokenizer=None, protocol=None) -> Pins:
+    """Return the caller's pins; with a chain (``protocol``) and no domain, the deployment's own."""
+    if domain is None and protocol is not None:
+        domain = SigningDomain(protocol.chain.chain_id, from_hex(protocol.jobs.address, "Jobs address", 20))
+    return Pins(model_id=None if model_id is None else compute_id_bytes(model_id, "model_id", 32), domain=domain,
+                tokenizer=tokenizer, protocol=protocol)
 
 
 def verify_promise(
@@ -216,150 +132,6 @@ def get_job_hash(job: "Completion | Receipt | bytes | str") -> bytes:
     return job.job_hash
 
 
-class _Api:
-    """What both clients share: URLs, request bodies, model discovery."""
-
-    def __init__(self, base_url: str, api_key: str | None, timeout_s: float):
-        self.base_url = base_url.rstrip("/").removesuffix("/v1")
-        self.headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
-        self.timeout_s = timeout_s
-        self._model: str | None = None
-
-    def pick_model(self, models: list[dict]) -> str:
-        if len(models) != 1:
-            raise InvalidInput(f"the node serves {len(models)} models; pass model=")
-        return models[0]["id"]
-
-
-class Client(_Api):
-    """Synchronous client for one node (standard library HTTP)."""
-
-    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 600.0):
-        super().__init__(base_url, api_key, timeout_s)
-
-    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=self.headers)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return load_json(response.read(), "node response")
-        except urllib.error.HTTPError as exc:
-            raise compute_error_from_body(exc.code, _json_or_none(exc.read())) from None
-        except urllib.error.URLError as exc:
-            raise VerillmError(f"cannot reach {self.base_url}: {exc.reason}") from None
-
-    def models(self) -> list[dict]:
-        """Return the node's /v1/models entries."""
-        return self._request("GET", "/v1/models")["data"]
-
-    def _model_name(self, model: str | None) -> str:
-        if model is None and self._model is None:
-            self._model = self.pick_model(self.models())
-        return model or self._model
-
-    def complete(self, prompt: str | None = None, *, tokens: Sequence[int] | None = None, model: str | None = None, **options) -> Completion:
-        """Complete a text prompt or token ids. Options: max_tokens, temperature, top_p, top_k, seed, audit."""
-        body = compute_completion_request(prompt, tokens, self._model_name(model), **options)
-        return parse_completion(self._request("POST", "/v1/completions", body), chat=False)
-
-    def chat(self, messages: Sequence[dict], *, model: str | None = None, **options) -> Completion:
-        """Chat completion with the model's own chat template. Options as for `complete`."""
-        body = compute_chat_request(messages, self._model_name(model), **options)
-        return parse_completion(self._request("POST", "/v1/chat/completions", body), chat=True)
-
-    def get_status(self, job: "Completion | bytes | str") -> dict:
-        """Return the node's status body for a job (status, receipt once done); a Completion carries the read token it needs."""
-        return self._request("GET", get_status_path(job))
-
-    def get_audit_status(self, job: "Completion | Receipt | bytes | str") -> dict:
-        """Return the dispatcher's on-chain status of a job it dispatched (batch, audit, verdict)."""
-        return self._request("GET", f"/v1/verillm/audits/0x{get_job_hash(job).hex()}")
-
-    def wait_verified(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
-        """Follow a job's on-chain status until it settles; return the status body (check its ``status``)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            body = self.get_audit_status(job)
-            if body["status"] in SETTLED_STATUSES:
-                return body
-            if time.monotonic() > deadline:
-                raise ChainError(f"job 0x{get_job_hash(job).hex()} is still {body['status']} after {timeout_s:g} s")
-            time.sleep(poll_s)
-
-
-class AsyncClient(_Api):
-    """Asynchronous client for one node (aiohttp); use as ``async with AsyncClient(url) as client``."""
-
-    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 600.0, session=None):
-        super().__init__(base_url, api_key, timeout_s)
-        self._session = session
-        self._owns_session = session is None
-
-    async def __aenter__(self) -> "AsyncClient":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Close the HTTP session if this client created it."""
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    async def _request(self, method: str, path: str, body: dict | None = None) -> dict:
-        import aiohttp
-
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
-        try:
-            async with self._session.request(method, self.base_url + path, json=body, headers=self.headers) as response:
-                data = _json_or_none(await response.read())
-                if response.status >= 400:
-                    raise compute_error_from_body(response.status, data)
-                return data
-        except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
-            raise VerillmError(f"cannot reach {self.base_url}: {exc!r}") from None
-
-    async def models(self) -> list[dict]:
-        """Return the node's /v1/models entries."""
-        return (await self._request("GET", "/v1/models"))["data"]
-
-    async def _model_name(self, model: str | None) -> str:
-        if model is None and self._model is None:
-            self._model = self.pick_model(await self.models())
-        return model or self._model
-
-    async def complete(self, prompt: str | None = None, *, tokens: Sequence[int] | None = None, model: str | None = None, **options) -> Completion:
-        """Complete a text prompt or token ids. Options: max_tokens, temperature, top_p, top_k, seed, audit."""
-        body = compute_completion_request(prompt, tokens, await self._model_name(model), **options)
-        return parse_completion(await self._request("POST", "/v1/completions", body), chat=False)
-
-    async def chat(self, messages: Sequence[dict], *, model: str | None = None, **options) -> Completion:
-        """Chat completion with the model's own chat template. Options as for `complete`."""
-        body = compute_chat_request(messages, await self._model_name(model), **options)
-        return parse_completion(await self._request("POST", "/v1/chat/completions", body), chat=True)
-
-    async def get_status(self, job: "Completion | bytes | str") -> dict:
-        """Return the node's status body for a job (status, receipt once done); a Completion carries the read token it needs."""
-        return await self._request("GET", get_status_path(job))
-
-    async def get_audit_status(self, job: "Completion | Receipt | bytes | str") -> dict:
-        """Return the dispatcher's on-chain status of a job it dispatched (batch, audit, verdict)."""
-        return await self._request("GET", f"/v1/verillm/audits/0x{get_job_hash(job).hex()}")
-
-    async def wait_verified(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
-        """Follow a job's on-chain status until it settles; return the status body (check its ``status``)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            body = await self.get_audit_status(job)
-            if body["status"] in SETTLED_STATUSES:
-                return body
-            if time.monotonic() > deadline:
-                raise ChainError(f"job 0x{get_job_hash(job).hex()} is still {body['status']} after {timeout_s:g} s")
-            await asyncio.sleep(poll_s)
-
-
 def get_status_path(job: "Completion | bytes | str") -> str:
     """Return the path (and read token, node/api/access.py) of a job's status on the node that answered it.
 
@@ -371,8 +143,196 @@ def get_status_path(job: "Completion | bytes | str") -> str:
     return f"/v1/verillm/jobs/0x{job.job_hash.hex()}" + (f"?{query}" if sep else "")
 
 
-def _json_or_none(raw: bytes):
-    try:
-        return load_json(raw, "error body")
-    except InvalidInput:
-        return None
+class AsyncClient:
+    """Asynchronous client for one node; use as ``async with AsyncClient(url, ...) as client``.
+
+    ``timeout_s`` bounds each call (all its requests, bodies included); ``max_body_bytes`` each
+    answer. The pins (``model_id``, ``domain``, ``tokenizer``, ``protocol``) are what every
+    completion is checked against (`Pins`)."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 600.0, *, model_id=None,
+                 domain: SigningDomain | None = None, tokenizer=None, protocol=None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
+        self.http = AsyncHttp(self.base_url, headers, timeout_s, max_body_bytes)
+        self.timeout_s = timeout_s
+        self.pins = compute_pins(model_id, domain, tokenizer, protocol)
+        self._model: str | None = None
+        self._info: NodeInfo | None = None
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self.http.close()
+
+    async def _request(self, method: str, path: str, body: dict | None = None) -> object:
+        return await self.http.request(method, path, body)
+
+    async def models(self) -> list[dict]:
+        """Return the node's /v1/models entries."""
+        data = get_field(await self._request("GET", "/v1/models"), "data")
+        if not isinstance(data, list):
+            raise InvalidInput("the node's /v1/models has no list of models")
+        return data
+
+    async def info(self) -> NodeInfo:
+        """Return the node's /v1/verillm/info (its manifest is trusted only where it hashes to a receipt's model)."""
+        if self._info is None:
+            self._info = parse_node_info(await self._request("GET", "/v1/verillm/info"))
+        return self._info
+
+    async def _model_name(self, model: str | None) -> str:
+        if model is None and self._model is None:
+            models = await self.models()
+            if len(models) != 1 or not isinstance(models[0], dict) or not isinstance(models[0].get("id"), str):
+                raise InvalidInput(f"the node serves {len(models)} models; pass model=")
+            self._model = models[0]["id"]
+        return model or self._model
+
+    async def complete(self, prompt: str | None = None, *, tokens: Sequence[int] | None = None, model: str | None = None, **options) -> Completion:
+        """Complete a text prompt or token ids, verified. Options: max_tokens, temperature, top_p, top_k, seed, stop, audit."""
+        async with self._deadline():
+            body = compute_completion_request(prompt, tokens, await self._model_name(model), **options)
+            requested = compute_requested(prompt=prompt, tokens=tokens, **options)
+            return await self._verified(await self._request("POST", "/v1/completions", body), requested, chat=False)
+
+    async def chat(self, messages: Sequence[dict], *, model: str | None = None, **options) -> Completion:
+        """Chat completion with the model's own chat template, verified. Options as for `complete`."""
+        async with self._deadline():
+            body = compute_chat_request(messages, await self._model_name(model), **options)
+            requested = compute_requested(messages=messages, **options)
+            return await self._verified(await self._request("POST", "/v1/chat/completions", body), requested, chat=True)
+
+    async def _verified(self, body: object, requested: Requested, chat: bool) -> Completion:
+        completion, node_text = parse_completion_body(body, chat)
+        info = await self.info()
+        if self.pins.protocol is None:
+            return verify_completion(completion, node_text, requested, self.pins, info, chat)
+        return await asyncio.to_thread(verify_completion, completion, node_text, requested, self.pins, info, chat)  # chain reads block
+
+    def _deadline(self):
+        return _CallDeadline(self.timeout_s)
+
+    async def get_status(self, job: "Completion | bytes | str") -> dict:
+        """Return the node's status body for a job (status, receipt once done); a Completion carries the read token it needs."""
+        return await self._request("GET", get_status_path(job))
+
+    async def get_audit_status(self, job: "Completion | Receipt | bytes | str") -> dict:
+        """Return the dispatcher's on-chain status of a job it dispatched (batch, audit, verdict)."""
+        body = await self._request("GET", f"/v1/verillm/audits/0x{get_job_hash(job).hex()}")
+        get_field(body, "status")
+        return body
+
+    async def wait_verified(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
+        """Follow a job's on-chain status until its audit has a verdict (``verified``, which its dispute
+        window may still overturn) or ends (final, slashed, tie, abandoned); return the status body.
+        `wait_final` waits until nothing can change it."""
+        return await self._wait(job, lambda body: body["status"] in VERDICT_STATUSES, timeout_s, poll_s)
+
+    async def wait_final(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
+        """Follow a job's on-chain status until it is final (settled, abandoned, or never selected
+        for audit once the start window closed); return the status body."""
+        return await self._wait(job, is_final, timeout_s, poll_s)
+
+    async def _wait(self, job, done, timeout_s: float, poll_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            body = await self.get_audit_status(job)
+            if done(body):
+                return body
+            if time.monotonic() > deadline:
+                raise ChainError(f"job 0x{get_job_hash(job).hex()} is still {body['status']} after {timeout_s:g} s")
+            await asyncio.sleep(poll_s)
+
+
+class _CallDeadline:
+    """``async with``: one call's total deadline, as DeadlineExceeded."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout = asyncio.timeout(timeout_s)
+        self.timeout_s = timeout_s
+
+    async def __aenter__(self):
+        await self.timeout.__aenter__()
+
+    async def __aexit__(self, kind, exc, tb):
+        try:
+            return await self.timeout.__aexit__(kind, exc, tb)
+        except TimeoutError:
+            raise DeadlineExceeded(f"the call did not finish within {self.timeout_s:g} s (the client's total deadline)") from None
+
+
+class Client:
+    """Synchronous client for one node: `AsyncClient`'s calls, run on a private event loop thread."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 600.0, **pins):
+        self._async = AsyncClient(base_url, api_key, timeout_s, **pins)
+        self._loop: LoopThread | None = None
+        self._loop_lock = threading.Lock()  # one client may be shared by threads (the devnet's senders are)
+        self.timeout_s = timeout_s
+
+    @property
+    def pins(self) -> Pins:
+        return self._async.pins
+
+    @property
+    def base_url(self) -> str:
+        return self._async.base_url
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _run(self, coroutine, timeout_s: float | None = None):
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = LoopThread()
+            loop = self._loop
+        return loop.run(coroutine, timeout_s or self.timeout_s)
+
+    def close(self) -> None:
+        """Close the connections and stop the client's loop thread."""
+        with self._loop_lock:
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.run(self._async.close(), 10)
+            loop.close()
+
+    def models(self) -> list[dict]:
+        """Return the node's /v1/models entries."""
+        return self._run(self._async.models())
+
+    def info(self) -> NodeInfo:
+        """Return the node's /v1/verillm/info."""
+        return self._run(self._async.info())
+
+    def complete(self, prompt: str | None = None, *, tokens: Sequence[int] | None = None, model: str | None = None, **options) -> Completion:
+        """Complete a text prompt or token ids, verified. Options: max_tokens, temperature, top_p, top_k, seed, audit."""
+        return self._run(self._async.complete(prompt, tokens=tokens, model=model, **options))
+
+    def chat(self, messages: Sequence[dict], *, model: str | None = None, **options) -> Completion:
+        """Chat completion with the model's own chat template, verified. Options as for `complete`."""
+        return self._run(self._async.chat(messages, model=model, **options))
+
+    def get_status(self, job: "Completion | bytes | str") -> dict:
+        """Return the node's status body for a job; a Completion carries the read token it needs."""
+        return self._run(self._async.get_status(job))
+
+    def get_audit_status(self, job: "Completion | Receipt | bytes | str") -> dict:
+        """Return the dispatcher's on-chain status of a job it dispatched (batch, audit, verdict)."""
+        return self._run(self._async.get_audit_status(job))
+
+    def wait_verified(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
+        """`AsyncClient.wait_verified`: until the audit has a verdict (``verified`` may still be overturned)."""
+        return self._run(self._async.wait_verified(job, timeout_s, poll_s), timeout_s + self.timeout_s)
+
+    def wait_final(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
+        """`AsyncClient.wait_final`: until nothing can change the job's status."""
+        return self._run(self._async.wait_final(job, timeout_s, poll_s), timeout_s + self.timeout_s)

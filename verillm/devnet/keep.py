@@ -4,7 +4,8 @@ Printed once, and written to ``WORKDIR/network.json`` for scripts and tests: the
 JSON-RPC URL and chain id, the contracts' addresses (and the address-book file `verillm
 audit chain --addresses` reads), every node's URL, address and key file, the funded dev
 account that deployed the contracts (its private key: a local chain's well-known test key,
-never a real one), the model and its on-chain id, and the explorer's URL.
+never a real one), the model and its on-chain id, the explorer's URL, and every job of the run
+with its read token and the `verillm audit replay` command that works as printed.
 """
 
 import json
@@ -14,12 +15,13 @@ from pathlib import Path
 import click
 
 from verillm.devnet.network import LocalNetwork
+from verillm.devnet.run import compute_read_token
 
 NETWORK_FILE = "network.json"
 
 
-def compute_network_info(net: LocalNetwork) -> dict:
-    """Return what a client needs to use the running network."""
+def compute_network_info(net: LocalNetwork, jobs: list[dict] = ()) -> dict:
+    """Return what a client needs to use the running network (``jobs``: the run's, `JobTracker.jobs`)."""
     deployment = net.protocol.deployment
     return {
         "rpc_url": net.rpc_url,
@@ -35,14 +37,24 @@ def compute_network_info(net: LocalNetwork) -> dict:
         "nodes": [{"index": n.index, "url": n.url, "address": n.address, "key_file": str(n.key_file),
                    "log_file": str(n.log_file), "store": str(n.key_file.parent / "node.sqlite"), "role": n.spec.label}
                   for n in net.nodes],
+        "jobs": [compute_job_info(net, job) for job in jobs],
     }
 
 
-def write_network_file(net: LocalNetwork) -> Path:
+def compute_job_info(net: LocalNetwork, job: dict) -> dict:
+    """Return one job of the run: its hash, status, read token and the replay command that works as printed."""
+    completion, body = job["completion"], job["body"]
+    job_hash, token = "0x" + completion.job_hash.hex(), compute_read_token(completion)
+    return {"n": job["n"], "job_hash": job_hash, "status": body.get("status"), "worker": body.get("worker"),
+            "status_url": completion.status_url, "read_token": token,
+            "replay": f"verillm audit replay {job_hash} --node {net.gateway_url} --token {token} --addresses {net.deployment_file}"}
+
+
+def write_network_file(net: LocalNetwork, jobs: list[dict] = ()) -> Path:
     """Write ``network.json`` into the workdir (atomically: a reader never sees half a file)."""
     path = net.workdir / NETWORK_FILE
     scratch = path.with_suffix(".tmp")
-    scratch.write_text(json.dumps(compute_network_info(net), indent=2))
+    scratch.write_text(json.dumps(compute_network_info(net, jobs), indent=2))
     scratch.replace(path)
     return path
 
@@ -61,10 +73,19 @@ def print_network(info: dict, path: Path) -> None:
         f"  verillm complete --url {info['gateway_url']} --rpc-url {info['rpc_url']} --deployment {info['addresses_file']} 'Hello'",
         f"  openai client: base_url={info['gateway_url']}/v1, api_key=anything, model={info['model']}",
         f"  verillm audit chain --rpc-url {info['rpc_url']} --addresses {info['addresses_file']}",
-        f"  verillm audit replay JOB_ID --node {info['gateway_url']}",
+        *_replay_lines(info),
         f"  verillm node status --rpc-url {info['rpc_url']} --addresses {info['addresses_file']} --key-file {info['nodes'][0]['key_file']}",
     ]
     click.echo("\n".join(lines))
+
+
+def _replay_lines(info: dict) -> list[str]:
+    """The replay command of the run's most telling job (a slashed one if any), ready to paste."""
+    if not info["jobs"]:
+        return [f"  verillm audit replay JOB_HASH --node {info['gateway_url']} --token TOKEN --addresses {info['addresses_file']}"
+                "   (TOKEN: the token= of the job's status_url)"]
+    job = next((j for j in info["jobs"] if j["status"] == "slashed"), info["jobs"][0])
+    return [f"  {job['replay']}   (job {job['n']}, {job['status']}; every job's command is in network.json)"]
 
 
 def wait_until_interrupted(net: LocalNetwork, say) -> None:

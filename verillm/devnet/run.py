@@ -66,7 +66,7 @@ class JobTracker:
         self.jobs.append({"n": n, "completion": completion, "status": None, "body": {}, "settled": False})
         worker = self.name("0x" + completion.receipt.worker.hex())
         self.say(f"job {n}: {len(completion.tokens)} tokens from {worker}, receipt root 0x{completion.receipt.commitment_root.hex()[:12]}…  "
-                 f"{completion.text.strip()[:48]!r}")
+                 f"{(completion.text or '').strip()[:48]!r}")  # None: the SDK holds no tokenizer here
         self.say(f"job {n}: job hash 0x{completion.job_hash.hex()}")  # whole: what audit replay and the explorer take
 
     def poll(self) -> None:
@@ -162,15 +162,19 @@ def compute_gas_table(net: LocalNetwork, from_block: int) -> list[tuple[str, int
 
 
 def print_summary(net: LocalNetwork, tracker: JobTracker, gas_rows: list, wall_s: float) -> list[str]:
-    """Print the per-job table, totals and gas; return the problems found (empty = as expected)."""
-    click.echo("\n  job  worker   status    committee votes      slashed")
+    """Print the per-job table, totals and gas; return the problems found (empty = as expected).
+
+    ``slashed``: convictions (a worker that failed its audit, a member whose vote contradicted its
+    own data or who could not prove its opening); ``penalised``: members that lost a small share
+    for a minority vote or a missed opening, which an honest job's audit may well have."""
+    click.echo("\n  job  worker   status    committee votes      slashed          penalised")
     verified, slashed, problems = 0, 0, []
     for job in tracker.jobs:
         body, audit = job["body"], job["body"].get("audit") or {}
         worker = tracker.name(body["worker"])
         votes = "".join("✓" if v == 1 else "✗" for v in audit.get("votes", {}).values()) or "-"
-        slashes = ", ".join(sorted({tracker.name(s["node"]) for s in audit.get("slashed", [])})) or "-"
-        click.echo(f"  {job['n']:>3}  {worker:<8} {body['status']:<9} {votes:<16} {slashes}")
+        convicted, penalised = compute_slash_columns(tracker.name, audit.get("slashed", []))
+        click.echo(f"  {job['n']:>3}  {worker:<8} {body['status']:<9} {votes:<16} {convicted:<16} {penalised}")
         verified += body["status"] == "final" and bool(audit)
         slashed += body["status"] == "slashed"
         problems += _check_outcome(net, tracker, job)
@@ -184,6 +188,28 @@ def print_summary(net: LocalNetwork, tracker: JobTracker, gas_rows: list, wall_s
     if tracker.jobs:
         click.echo(f"  {'per job (all audited, MINIMAL)':<32} {'':>4} {audited // len(tracker.jobs):>11,}")
     return problems
+
+
+def compute_slash_columns(name, slashes: list[dict]) -> tuple[str, str]:
+    """Return the summary's (slashed, penalised) cells of a job's slashes (its status body's), each
+    node named by ``name(address)``: convictions apart from member penalties."""
+    def names(rows):
+        return ", ".join(sorted({name(s["node"]) + (f" ({s['reason'].split(':')[0]})" if s.get("penalty") else "") for s in rows})) or "-"
+
+    return names([s for s in slashes if not s.get("penalty")]), names([s for s in slashes if s.get("penalty")])
+
+
+def print_replay_commands(net: LocalNetwork, tracker: JobTracker) -> None:
+    """Print how to replay each job: its read token (only the requester has it: the token= of its status_url)."""
+    click.echo(f"\n  replay a job's audit here (the read token is the requester's, from its status_url):")
+    click.echo(f"    verillm audit replay JOB_HASH --node {net.gateway_url} --token TOKEN --addresses {net.deployment_file}")
+    for job in tracker.jobs:
+        click.echo(f"    job {job['n']:>2}  0x{job['completion'].job_hash.hex()}  token {compute_read_token(job['completion'])}")
+
+
+def compute_read_token(completion) -> str:
+    """Return the read token in a completion's status_url (node/api/access.py)."""
+    return completion.status_url.partition("?token=")[2]
 
 
 def _check_outcome(net: LocalNetwork, tracker: JobTracker, job: dict) -> list[str]:
@@ -229,16 +255,18 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _node_specs(nodes: int | None, cheater: str | None) -> list[NodeSpec]:
+def _node_specs(nodes: int | None, cheaters: str | tuple[str, ...] | None) -> list[NodeSpec]:
+    """Return the node specs: honest nodes, then one dishonest node per name in ``cheaters``, last."""
     # A committee of 3 is drawn without the worker and without the dispatcher (node 0, the gateway:
-    # Jobs._drawMembers excludes both), so a job served by node k > 0 needs 5 active nodes; with a
-    # cheater, 6: once it is slashed, 5 remain. Fewer, and such audits end abandoned (pool too small).
-    count = nodes or (6 if cheater else 5)
-    minimum = 6 if cheater else 5
+    # Jobs._drawMembers excludes both), so a job served by node k > 0 needs 5 active nodes; with
+    # cheaters, one more each: once they are slashed, 5 remain. Fewer, and such audits end abandoned.
+    cheaters = (cheaters,) if isinstance(cheaters, str) else tuple(cheaters or ())
+    minimum = 5 + len(cheaters)
+    count = nodes or minimum
     if count < minimum:
         raise click.UsageError(f"--nodes {count}: need at least {minimum} (a worker, the dispatcher and a committee of 3 "
-                               f"drawn from the others{', after the cheater is slashed' if cheater else ''})")
+                               f"drawn from the others{', after the cheaters are slashed' if cheaters else ''})")
     specs = [NodeSpec() for _ in range(count)]
-    if cheater:
-        specs[-1] = CHEATERS[cheater]
+    for offset, name in enumerate(cheaters):
+        specs[count - len(cheaters) + offset] = CHEATERS[name]
     return specs

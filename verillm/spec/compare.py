@@ -56,10 +56,12 @@ class AuditMeasurement:
 
 
 def compute_cell_error(worker: Leaf, member: Leaf) -> float:
-    """Return the fingerprint error of one cell."""
+    """Return the fingerprint error of one cell; infinite when the shapes differ or any value is
+    not finite (as on-chain: `spec.audit.compute_cell_squared_error` fails such a cell). A NaN
+    must never compare as "within": NaN > threshold is False."""
     a = np.asarray(worker.fingerprint, dtype=np.float64)
     b = np.asarray(member.fingerprint, dtype=np.float64)
-    if a.shape != b.shape:
+    if a.shape != b.shape or not (np.isfinite(a).all() and np.isfinite(b).all()):
         return math.inf
     return float(np.linalg.norm(a - b) / math.sqrt(len(a)))
 

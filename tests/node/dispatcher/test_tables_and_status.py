@@ -89,3 +89,26 @@ def test_evidence_read_from_the_store_file_replays_the_same_case(tmp_path):
     assert from_file == served
     case = load_case(from_file)
     assert (case.audit_id, case.challenge_seed, case.worker_opening, case.receipt) == (3, b"\x0c" * 32, opening, receipt)
+
+
+def test_a_member_penalty_says_whether_the_member_was_outvoted_or_missed_its_opening(tmp_path):
+    """The contract names both rules in one string ("missed opening or minority vote"); the node
+    knows which applied (did the member open?) and says it, marking both as penalties, not convictions."""
+    tables = DispatcherTables(open_store(tmp_path / "n.sqlite").db)
+    receipt = _dispatch(tables, 3)
+    row = tables.insert_batch(b"\x0a" * 32, [receipt.job_hash])
+    tables.update_batch(row, status="started", batch_id=1, posted_block=5)
+    tables.insert_audit(4, receipt.job_hash, row, 0, requested=False)
+    worker = "0x" + receipt.worker.hex()
+    penalty = "missed opening or minority vote"
+    tables.record_events("protocol", [
+        _event(9, "CommitteeDrawn", 4, members=["0xaa", "0xbb", "0xcc"], round=0, attempt=0),
+        _event(11, "Opened", 4, round=0, slot=0, party=worker, openingHash="0x00", vote=0),
+        _event(12, "Opened", 4, round=0, slot=1, party="0xAA", openingHash="0x00", vote=1),
+        _event(13, "Opened", 4, round=0, slot=2, party="0xBB", openingHash="0x00", vote=2),  # one event a block: (block, log index) is the key
+        _event(20, "PartySlashed", 4, node="0xBB", amountWei=5, reason=penalty),
+        _event(21, "PartySlashed", 4, node="0xCC", amountWei=5, reason=penalty),
+    ], 22)
+    slashed = {s["node"]: s for s in compute_job_status(tables, receipt.job_hash, 22, PRESET)["audit"]["slashed"]}
+    assert slashed["0xBB"]["reason"].startswith("minority vote") and slashed["0xCC"]["reason"].startswith("missed opening")
+    assert slashed["0xBB"]["penalty"] and slashed["0xCC"]["penalty"]

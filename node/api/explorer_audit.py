@@ -1,0 +1,178 @@
+"""One audit as the explorer shows it, computed from its recorded events: rounds, seats, what each
+party did and what its vote turned out to be; and, while it is open, what happens next, who
+must act and by which block, with the deadlines `Jobs.sol` enforces (docs/protocol.md §12).
+
+Pure functions over event rows (``{"name", "block_number", "args", ...}``) and a Preset.
+"""
+
+from verillm.spec.audit import TERMINAL_PHASES, Phase, RoundState, is_claim_standing
+from verillm.spec.params import Preset
+from verillm.spec.settlement import AGREE, VERDICT_NAMES
+
+MEMBER_PENALTY_REASON = "missed opening or minority vote"  # Jobs._settleParties names both rules at once
+
+
+def compute_rounds(events: list[dict]) -> list[dict]:
+    """Return the audit's rounds: each committee draw, every seat (receipt, opening, vote) and the decision."""
+    rounds: dict[int, dict] = {}
+
+    def round_of(index: int) -> dict:
+        return rounds.setdefault(index, {"round": index, "draws": [], "members": [], "challenge_block": None, "worker_opened_block": None,
+                                         "decided": None, "receipts": {}, "openings": {}})
+
+    for e in events:
+        args, name = e["args"], e["name"]
+        if name == "CommitteeDrawn":
+            round_of(args["round"])["draws"].append({"attempt": args["attempt"], "block": e["block_number"], "members": args["members"]})
+        elif name == "CommitteeReceiptPosted":
+            round_of(args["round"])["receipts"][args["slot"]] = {"block": e["block_number"], "root": args["commitmentRoot"], "tx_hash": _hex(e["tx_hash"])}
+        elif name == "ChallengeDrawn":
+            round_of(args["round"])["challenge_block"] = e["block_number"]
+        elif name == "Opened" and args["slot"] == 0:
+            round_of(args["round"])["worker_opened_block"] = e["block_number"]
+        elif name == "Opened":
+            round_of(args["round"])["openings"][args["slot"] - 1] = {"block": e["block_number"], "vote": args["vote"], "tx_hash": _hex(e["tx_hash"])}
+        elif name == "RoundDecided":
+            round_of(args["round"])["decided"] = {"block": e["block_number"], "verdict": VERDICT_NAMES.get(args["verdict"], str(args["verdict"])),
+                                                  "agree": args["agree"], "disagree": args["disagree"]}
+    for r in rounds.values():
+        r["members"] = _seats(r)
+        del r["receipts"], r["openings"]
+    return [rounds[i] for i in sorted(rounds)]
+
+
+def _hex(value: str) -> str:
+    return value if value.startswith("0x") else "0x" + value
+
+
+def _seats(r: dict) -> list[dict]:
+    """Every node drawn into the round: the seats of the last draw, then those it replaced (no receipt)."""
+    current = r["draws"][-1]["members"] if r["draws"] else []
+    seats = [{"slot": slot, "node": node, "receipt": r["receipts"].get(slot), "opening": r["openings"].get(slot), "replaced": False}
+             for slot, node in enumerate(current)]
+    earlier = {m.lower() for draw in r["draws"][:-1] for m in draw["members"]} - {m.lower() for m in current}
+    seats += [{"slot": None, "node": node, "receipt": None, "opening": None, "replaced": True} for node in sorted(earlier)]
+    return seats
+
+
+def compute_conduct(events: list[dict], contest_events: list[dict], rounds: list[dict], worker: str) -> dict:
+    """Return, per address (lower case), what its part in the audit came to: a label, whether it was a
+    proven lie, and the slash it cost. A caught liar's vote is shown as what it was, not as a vote."""
+    lost = {e["contest_id"] for e in contest_events if e["name"] == "ContestLost"}
+    contested = {(e["args"]["round"], e["args"]["slot"]) for e in events if e["name"] == "Contested" and e["contest_id"] in lost}
+    adjudicated = {(e["args"]["round"], e["args"]["slot"]) for e in events if e["name"] == "Adjudicated"}
+    slashes = {e["args"]["node"].lower(): e["args"] for e in events if e["name"] == "PartySlashed"}
+    conduct = {}
+    for r in rounds:
+        for seat in r["members"]:
+            conduct[seat["node"].lower()] = _member_conduct(r, seat, adjudicated, contested, slashes.get(seat["node"].lower()))
+    slash = slashes.get(worker.lower())
+    proved_wrong = any(slot == 0 for _, slot in contested)
+    label = ("could not prove its opening (contest lost)" if proved_wrong else f"slashed: {slash['reason']}" if slash else "")
+    conduct[worker.lower()] = {"label": label or "worker", "lie": bool(slash) or proved_wrong, "slashed_wei": slash["amountWei"] if slash else None}
+    return conduct
+
+
+def _member_conduct(r: dict, seat: dict, adjudicated: set, contested: set, slash: dict | None) -> dict:
+    party_slot = None if seat["slot"] is None else seat["slot"] + 1
+    opening = seat["opening"]
+    vote = opening["vote"] if opening else None
+    lie, label = False, ""
+    if (r["round"], party_slot) in adjudicated:
+        lie, label = True, ("lied: voted agree, but its own committed data disagrees with the worker's (adjudicated)" if vote == AGREE else
+                            "lied: its committed data contradict the worker's data that the appeal round found honest (adjudicated)")
+    elif (r["round"], party_slot) in contested:
+        lie, label = True, "could not prove the opening it voted on (contest lost)"
+    elif slash and slash["reason"] == MEMBER_PENALTY_REASON:
+        label = "minority vote (penalised)" if opening else "missed its opening (penalised)"
+    elif seat["replaced"]:
+        label = "replaced: its receipt never came (nobody slashed)"
+    elif opening:
+        label = "voted with the verdict" if r["decided"] and r["decided"]["verdict"] in ("pass", "fail") else "voted"
+    elif seat["receipt"]:
+        label = "committed; has not opened"
+    else:
+        label = "has not posted its receipt"
+    return {"label": label, "vote": vote, "lie": lie, "slashed_wei": slash["amountWei"] if slash else None}
+
+
+def compute_next_step(state: RoundState, audit: dict, rounds: list[dict], preset: Preset, head: int) -> dict | None:
+    """What the open audit waits for: ``steps`` (what, who, from/by block, in contract terms) and
+    ``then`` (what the contract lets happen once the deadline passes). None once it is over.
+
+    ``state``: the current round as `Jobs.getRoundState` gives it (phase and the deadlines the
+    contract computes, `verillm.spec.audit.RoundState`); ``audit``: its ``worker``, ``dispatcher``
+    and whether a client ``requested`` it (`Jobs.getAudit`). No window is re-derived here."""
+    if state.phase in TERMINAL_PHASES or state.phase in (Phase.NONE, Phase.LAPSED):
+        return None
+    current = next((r for r in rounds if r["round"] == state.round), {"members": [], "draws": []})
+    seats = [s for s in current["members"] if not s["replaced"]]
+    anyone = {"anyone": True, "usually": audit["dispatcher"]}
+    if state.phase == Phase.DRAWING:
+        return _drawing(state, audit, preset, anyone)
+    if state.phase == Phase.COMMITTING:
+        return _committing(state, audit, current, seats, preset, anyone)
+    if state.phase == Phase.OPENING:
+        return _opening(state, audit, seats, preset, head, anyone)
+    return _decided(state, preset, anyone)
+
+
+def _step(action: str, what: str, who, by_block: int | None = None, from_block: int | None = None) -> dict:
+    """``action``: the contract function that takes the step; ``by_block``: the last block it may be sent in."""
+    return {"action": action, "what": what, "who": who, "from_block": from_block, "by_block": by_block}
+
+
+def _drawing(state: RoundState, audit: dict, preset: Preset, anyone) -> dict:
+    d = state.deadlines
+    size = preset.COMMITTEE_SIZE if state.round == 0 else preset.ESCALATION_COMMITTEE_SIZE
+    what = f"draw the {'appeal' if state.round else 'first'} round's committee of {size} from the blockhash of block {d.draw_after} (drawRound)"
+    if state.round > 0:
+        then = f"if nobody does, from block {d.draw_by + 1} anyone may call lapse: the appeal lapses, the first verdict stands, the bond goes to the pool"
+    elif audit["requested"]:
+        then = f"if nobody does, from block {d.draw_by + 1} anyone may call lapse: the audit is abandoned, nobody slashed, the receipt never requested again"
+    else:
+        then = f"if nobody does, from block {d.draw_by + 1} anyone may call lapse: the audit is abandoned and its dispatcher slashed (the draw was its duty)"
+    return {"phase": "drawing", "steps": [_step("drawRound", what, anyone, from_block=d.draw_after + 1, by_block=d.draw_by)], "then": then}
+
+
+def _committing(state: RoundState, audit: dict, current, seats, preset: Preset, anyone) -> dict:
+    if is_claim_standing(state):  # only a publication or the worker's default ends the round now
+        return {"phase": "committing", "steps": [_step("publishTranscript", "publish the claimed job's transcript (publishTranscript)",
+                                                        {"parties": [audit["worker"]]}, by_block=state.publish_deadline)],
+                "then": f"if it does not, from block {state.publish_deadline + 1} anyone may call slashUndelivered: the worker defaults and is slashed"}
+    missing = [s["node"] for s in seats if not s["receipt"]]
+    deadline = state.deadlines.commit_by
+    then = (f"from block {deadline + 1} anyone may call replaceMissing: the missing seats are redrawn "
+            f"(redraw {state.attempt + 1} of {preset.MAX_COMMITTEE_REDRAWS}); nobody is slashed for a missing receipt"
+            if state.attempt < preset.MAX_COMMITTEE_REDRAWS else
+            f"from block {deadline + 1} anyone may call replaceMissing, which abandons the audit (no redraws left); nobody is slashed")
+    return {"phase": "committing", "steps": [_step("postCommitteeReceipt", "post their committee receipts (each runs the verification job the dispatcher sends it)",
+                                                   {"parties": missing}, by_block=deadline)], "then": then}
+
+
+def _opening(state: RoundState, audit: dict, seats, preset: Preset, head: int, anyone) -> dict:
+    d = state.deadlines
+    if not state.challenge_drawn:
+        return {"phase": "opening", "steps": [_step("drawChallenge", "draw the challenge (drawChallenge): which cells every party opens", anyone,
+                                                    from_block=d.challenge_after + 1, by_block=d.worker_open_by)],
+                "then": f"the worker opens the challenged cells by block {d.worker_open_by}"}
+    if not state.worker_opened:
+        return {"phase": "opening", "steps": [_step("openWorker", "open the challenged cells (openWorker)", {"parties": [audit["worker"]]}, by_block=d.worker_open_by)],
+                "then": f"if it does not, from block {d.worker_open_by + 1} anyone may finalize: the worker defaults and is slashed"}
+    pending = [s["node"] for s in seats if not s["opening"]]
+    if pending:
+        return {"phase": "opening", "steps": [_step("openAndVote", "open the same cells and vote (openAndVote)", {"parties": pending}, by_block=d.members_open_by)],
+                "then": (f"from block {d.members_open_by + 1} anyone may finalize (or as soon as every member has voted); a member that did not "
+                         f"open loses {preset.MEMBER_PENALTY_BPS / 100:g}% of its stake at settlement")}
+    return {"phase": "opening", "steps": [_step("finalize", "finalize: decide the round from the votes", anyone, from_block=head)],
+            "then": "the dispute window opens"}
+
+
+def _decided(state: RoundState, preset: Preset, anyone) -> dict:
+    closes = state.deadlines.dispute_by
+    actions = "contest an opening or adjudicate a member's committed data" + (
+        f", or appeal (escalate) to a committee of {preset.ESCALATION_COMMITTEE_SIZE} (bond {preset.DISPUTE_BOND_WEI / 1e18:g} ETH)" if state.round == 0 else "")
+    settle = f"settle: slashes and payments (after the {state.pending_contests} pending contests resolve)" if state.pending_contests else \
+        "settle: slashes and payments"
+    return {"phase": "decided", "steps": [_step("dispute", actions, {"anyone": True}, by_block=closes), _step("settle", settle, anyone, from_block=closes + 1)],
+            "then": "the verdict becomes final"}

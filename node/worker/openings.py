@@ -1,0 +1,118 @@
+"""Openings: committed leaves of a done job, for its submitter only, at a cost bounded by the answer.
+
+An opening costs the node a rebuild of the job's tree and one Merkle proof per cell, and hands
+out committed leaves, so:
+
+- only the job's submitter (or this node) may ask, checked before anything is parsed or built
+  (`verify_access`);
+- the cells opened are the distinct ones, sorted (`compute_unique_cells`): 65,536 copies of one
+  cell cost one leaf, and an answer never holds more leaves than the job has cells;
+- at most `limits.max_opened_cells` cells per request (duplicates counted), at most
+  `limits.max_openings_per_sender` requests in flight per sender (429), and at most
+  `limits.max_concurrent_openings` computed at once by the whole node (the rest wait their turn);
+- a request from the HTTP route is parsed, computed and serialized in a separate process
+  (node/worker/opening_process.py), so `/healthz`, the chain watcher and committee duties keep
+  their pace during a burst; this node's own duties (a challenge's few cells) use a thread.
+"""
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+
+from verillm.errors import InvalidInput, InvalidSignature, NotFound, TooManyRequests
+from verillm.spec.challenge import compute_opened_cells
+from verillm.spec.encoding import encode
+from verillm.spec.types import Challenge, Opening, Receipt
+
+from verillm.node import faults
+from verillm.node.config import LimitsConfig
+from verillm.node.keys import NodeKey
+from verillm.node.metrics import NodeMetrics
+from verillm.node.store.store import Store
+from verillm.node.worker.commit import compute_opening_from_blob
+from verillm.node.worker.opening_process import compute_opening_answer, compute_unique_cells, start_pool, verify_opening_payload
+
+
+class Openings:
+    """Serves openings of the worker's done jobs under the limits above."""
+
+    def __init__(self, served, store: Store, key: NodeKey, limits: LimitsConfig, metrics: NodeMetrics):
+        self.served, self.store, self.key, self.limits, self.metrics = served, store, key, limits, metrics
+        self._by_sender: Counter[bytes] = Counter()
+        self._slots: asyncio.Semaphore | None = None  # made on the loop that uses it
+
+    def verify_access(self, job_hash: bytes, requester: bytes) -> Receipt:
+        """Check ``requester`` submitted the done job ``job_hash`` (or is this node); return its receipt."""
+        record = self.store.get_job(job_hash)
+        if record is None:
+            raise NotFound(f"no job {job_hash.hex()} on this node")
+        if requester not in (record.sender, self.key.address):
+            raise InvalidSignature(f"0x{requester.hex()} did not submit job {job_hash.hex()}; only its submitter may ask for openings")
+        if record.status != "done":
+            raise NotFound(f"job {job_hash.hex()} is {record.status}: it has no commitment to open yet")
+        return self.store.get_receipt(job_hash)
+
+    async def verify_payload(self, payload: bytes) -> None:
+        """Check an opening request's payload parses, in the pool; InvalidInput (400) naming what is wrong."""
+        pool = await start_pool(self.limits.max_concurrent_openings)
+        await asyncio.get_running_loop().run_in_executor(pool, verify_opening_payload, payload, self.limits.max_opened_cells)
+
+    async def answer(self, job_hash: bytes, requester: bytes, payload: bytes) -> bytes:
+        """The JSON answer to an opening request from the HTTP route, computed in the pool."""
+        receipt = self.verify_access(job_hash, requester)
+        async with self._turn(requester):
+            started = time.perf_counter()
+            blob = self.store.get_trace_blob(job_hash)
+            faults.reach("opening_served")
+            pool = await start_pool(self.limits.max_concurrent_openings)
+            body, leaves = await asyncio.get_running_loop().run_in_executor(
+                pool, compute_opening_answer, job_hash, payload, blob, encode(receipt), self.served.manifest.committed_layers,
+                self.limits.max_opened_cells)
+        self._count(started, leaves)
+        return body
+
+    async def open(self, job_hash: bytes, requester: bytes, cells: list[tuple[int, int]] | None = None,
+                   challenge: Challenge | None = None) -> Opening:
+        """Open ``cells`` (or the cells of ``challenge``) of a done job for the job's submitter (this node's duties)."""
+        receipt = self.verify_access(job_hash, requester)
+        if challenge is not None:
+            cells = compute_opened_cells(challenge, receipt.num_positions)
+        verify_cell_count(cells, self.limits.max_opened_cells)
+        async with self._turn(requester):
+            started = time.perf_counter()
+            blob = self.store.get_trace_blob(job_hash)
+            faults.reach("opening_served")
+            layers = self.served.manifest.committed_layers
+            unique = compute_unique_cells(cells)
+            opening = await asyncio.get_running_loop().run_in_executor(None, compute_opening_from_blob, blob, receipt, layers, unique)
+        self._count(started, len(opening.leaves))
+        return opening
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, requester: bytes):
+        """One opening of ``requester``: its share first (429), then one of the node's slots (waits)."""
+        if self._by_sender[requester] >= self.limits.max_openings_per_sender:
+            raise TooManyRequests(f"0x{requester.hex()} already has {self._by_sender[requester]} openings in flight "
+                                  "(limits.max_openings_per_sender); retry when one ends")
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.limits.max_concurrent_openings)
+        self._by_sender[requester] += 1
+        try:
+            async with self._slots:
+                yield
+        finally:
+            self._by_sender[requester] -= 1
+            if not self._by_sender[requester]:
+                del self._by_sender[requester]
+
+    def _count(self, started: float, leaves: int) -> None:
+        self.metrics.opening_seconds.observe(time.perf_counter() - started)
+        self.metrics.openings.inc()
+        self.metrics.opened_cells.inc(leaves)
+
+
+def verify_cell_count(cells, max_cells: int) -> None:
+    """Check 1..max_cells cells (duplicates included); InvalidInput (400) otherwise."""
+    if not cells or len(cells) > max_cells:
+        raise InvalidInput(f"cells: between 1 and {max_cells} cells per opening, got {len(cells or [])}")

@@ -1,0 +1,38 @@
+"""Readiness counts the committee the contract will draw: `Jobs._drawMembers` excludes the job's
+worker and its dispatcher, over the Registry's weights of the current epoch. Four weighted
+workers, the dispatcher among them, cannot audit a job another worker runs (the devnet of
+issue 23: every job routed away from the gateway was abandoned while /healthz said ready)."""
+
+from verillm.spec import vrf
+from verillm.node.dispatcher.readiness import compute_serving_reasons, read_serving_state
+
+from helpers.contracts import MODEL_ID
+
+
+def _reasons(world, address: str) -> list[str]:
+    return compute_serving_reasons(read_serving_state(world.protocol, address, MODEL_ID))
+
+
+def test_four_weighted_workers_cannot_audit_for_a_dispatcher_among_them(world):
+    dispatcher = world.nodes[0]
+    assert _reasons(world, dispatcher.address) == []  # six weighted: 6 − worker − dispatcher = 4 ≥ 3
+    for leaving in world.nodes[4:]:
+        world.protocol.deregister(leaving.account)
+    assert _reasons(world, dispatcher.address) == []  # a departure weighs from the next epoch on
+    world.protocol.advance_to_next_epoch()
+    reasons = _reasons(world, dispatcher.address)
+    assert len(reasons) == 1 and reasons[0].startswith("4 workers weigh in this epoch's committee draws"), reasons
+    assert "a job needs 5: its worker, this dispatcher, and a committee of 3" in reasons[0]
+    # A dispatcher that serves no weight itself is not excluded twice: 4 − worker = 3 is enough.
+    assert _reasons(world, world.outsider.address) == [r for r in _reasons(world, world.outsider.address) if "not registered" in r]
+
+
+def test_a_worker_that_registers_now_is_counted_from_the_next_epoch(world):
+    for leaving in world.nodes[3:]:
+        world.protocol.deregister(leaving.account)
+    world.protocol.advance_to_next_epoch()
+    newcomer = world.chain.dev_accounts[7]
+    world.protocol.register(newcomer, vrf.derive_secret_key(b"\x77" * 32), "http://127.0.0.1:9999", [MODEL_ID], world.preset.MIN_STAKE_WEI)
+    reasons = _reasons(world, world.nodes[0].address)
+    assert len(reasons) == 1 and reasons[0].startswith("3 workers weigh in this epoch's committee draws"), reasons
+    assert f"4 weigh from the next epoch (block {(world.chain.get_block_number() // world.preset.EPOCH_BLOCKS + 1) * world.preset.EPOCH_BLOCKS})" in reasons[0]
