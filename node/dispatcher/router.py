@@ -144,10 +144,12 @@ class NetworkDispatcher:
     """Routes client jobs to the Registry's workers and records what it dispatched."""
 
     def __init__(self, worker: Worker, store: Store, tables: DispatcherTables, view: RegistryView, key: NodeKey,
-                 domain: SigningDomain, session: aiohttp.ClientSession, committee_size: int):
+                 domain: SigningDomain, session: aiohttp.ClientSession, committee_size: int, max_transcript_tokens: int):
         self.worker, self.store, self.tables, self.view = worker, store, tables, view
         self.key, self.domain, self.session = key, domain, session
         self.committee_size = committee_size
+        self.max_transcript_tokens = max_transcript_tokens
+        """The deployment's MAX_TRANSCRIPT_TOKENS: a longer job's receipt could never be audited."""
         self._next = 0
         self.health = WorkerHealth()
         self.readiness = None  # node/dispatcher/readiness.py's ReadinessMonitor (set by the service): why no_workers
@@ -158,7 +160,7 @@ class NetworkDispatcher:
         self.worker.verify_admission(job)
         # A receipt over the deployment's transcript bound cannot be audited (startAudit refuses
         # it): never promise to batch one (docs/protocol.md §12 "Undelivered jobs").
-        verify_transcript_bound(len(job.input_tokens), job.max_new_tokens, self.view.chainio.preset.MAX_TRANSCRIPT_TOKENS)
+        verify_transcript_bound(len(job.input_tokens), job.max_new_tokens, self.max_transcript_tokens)
         needed = self.committee_size + 1
         if len(self.view.workers) < needed:
             raise NoWorkers(f"{len(self.view.workers)} active workers serve this model; an audited job needs {needed} (worker + committee)")
