@@ -87,7 +87,8 @@ class ChainAuditor:
         self.chain, self.protocol = chain, Protocol(chain, deployment)
         self.preset = self.protocol.preset
         self.domain = SigningDomain(chain.chain_id, bytes.fromhex(self.protocol.jobs.address[2:]))
-        self.events = get_events(chain, [self.protocol.jobs, self.protocol.disputes, self.protocol.registry], deployment.start_block)
+        self.events = get_events(chain, [self.protocol.jobs, self.protocol.batches, self.protocol.disputes, self.protocol.registry],
+                                 deployment.start_block)
         self.findings: list[Finding] = []
         self.states: dict[int, str] = {}
         """Every audit's state, settled, abandoned or open (the report lists them all)."""
@@ -111,7 +112,8 @@ class ChainAuditor:
 
     def _calldata(self, event: ChainEvent) -> dict:
         tx = self.chain.rpc("eth_getTransaction", lambda: self.chain.w3.eth.get_transaction(event.tx_hash))
-        handle = self.protocol.disputes if event.contract == "Disputes" and tx["to"] == self.protocol.disputes.address else self.protocol.jobs
+        handles = (self.protocol.jobs, self.protocol.batches, self.protocol.disputes)  # the contract the transaction called
+        handle = next((h for h in handles if h.address == tx["to"]), self.protocol.jobs)
         return dict(handle.web3.decode_function_input(tx["input"])[1])
 
     def _blockhash(self, number: int) -> bytes:
@@ -142,7 +144,7 @@ class ChainAuditor:
 
     def check_draw(self, event: ChainEvent) -> None:
         batch_id = event.args["batchId"]
-        root, dispatcher, _, posted, *_ = self.protocol.jobs.call("getBatch", batch_id)
+        root, dispatcher, _, posted, *_ = self.protocol.batches.call("getBatch", batch_id)
         subject = f"batch {batch_id} draw"
         seed = spec_audit.compute_draw_seed(bytes(root), self._blockhash(posted + self.preset.AUDIT_DRAW_DELAY_BLOCKS))
         if not self._add(seed == bytes(event.args["seed"]), subject, "seed = keccak(0x13 ‖ root ‖ later blockhash)", "seed does not derive from the batch root and blockhash"):
@@ -159,7 +161,7 @@ class ChainAuditor:
         call = self._calldata(event)
         receipt = compute_receipt_from_struct(call["receipt"], call["signature"])
         receipt_hash = compute_receipt_hash(receipt)
-        root, dispatcher, count, posted_block, beta, *_ = self.protocol.jobs.call("getBatch", batch_id)
+        root, dispatcher, count, posted_block, beta, *_ = self.protocol.batches.call("getBatch", batch_id)
         proof = MerkleProof(index=index, leaf_count=count, siblings=tuple(bytes(s) for s in call["siblings"]))
         self._add(receipt_hash == bytes(event.args["receiptHash"]) and is_valid_merkle_proof(compute_leaf_hash(receipt_hash), proof, bytes(root)),
                   subject, f"receipt {receipt_hash.hex()[:12]}… is leaf {index} of batch {batch_id}", "receipt hash or its Merkle proof into the batch root is wrong")
@@ -204,6 +206,9 @@ class ChainAuditor:
                       f"round {round_index} abandoned: receipts still missing after {self.preset.MAX_COMMITTEE_REDRAWS} redraws",
                       f"round {round_index} abandoned for missing members after {len(draws) - 1} redraws (the limit is {self.preset.MAX_COMMITTEE_REDRAWS})")
             return
+        if reason == "committee never drawn":  # Jobs.lapse: the round's draw window passed undrawn
+            return self._add(not draws, f"audit {audit_id}", f"round {round_index} abandoned: its committee was never drawn",
+                             f"round {round_index} abandoned as never drawn although {len(draws)} draws were made")
         plan = self.committees.compute_plan(audit_id, round_index, len(draws), event, base)
         try:
             seats = self.committees.compute_draw(plan, base["model_id"], event)
@@ -215,10 +220,13 @@ class ChainAuditor:
     # --- challenge, openings, votes ---------------------------------------------------------------
 
     def _committee_seed(self, audit_id: int, round_index: int, beta: bytes, index: int) -> bytes:
-        if round_index == 0:
-            return spec_audit.compute_committee_seed(beta, index)
-        started = self.named("EscalationStarted", auditId=audit_id)[0]
-        return spec_audit.compute_escalation_seed(audit_id, self._blockhash(started.block_number + self.preset.AUDIT_DRAW_DELAY_BLOCKS))
+        # every round's seed: a blockhash after the round was entered (its start, or its escalation)
+        entered = self._entered_block(audit_id, round_index)
+        return spec_audit.compute_round_seed(audit_id, round_index, self._blockhash(entered + self.preset.AUDIT_DRAW_DELAY_BLOCKS))
+
+    def _entered_block(self, audit_id: int, round_index: int) -> int:
+        """The block a round entered DRAWING (Jobs._enterRound): round 0 at its start, round 1 at its escalation."""
+        return self.named("AuditStarted" if round_index == 0 else "EscalationStarted", auditId=audit_id)[0].block_number
 
     def _check_round(self, audit_id: int, round_index: int, receipt: Receipt, beta: bytes, index: int, output_tokens: int) -> None:
         subject = f"audit {audit_id} round {round_index}"
@@ -341,7 +349,12 @@ class ChainAuditor:
         self._record_caught(audit_id, [])
         if round_index > 0:  # an escalation that could not be staffed lapses: round 0's verdict stands
             return self._note(subject, f"abandoned: escalation round {round_index} could not be staffed and lapsed; slashed {named}")
-        # docs/protocol.md §12: a round that cannot be staffed ends with nobody slashed (issue 9).
+        # docs/protocol.md §12: a round that cannot be staffed ends with nobody slashed (issue 9); a
+        # selected audit whose committee nobody drew slashes its dispatcher (issue 20: the draw was its duty).
+        if abandoned[-1].args["reason"] == "committee never drawn":
+            dispatcher = self.protocol.get_audit(audit_id).dispatcher.lower()
+            return self._add(state.phase == ABANDONED_PHASE and all(e.args["node"].lower() == dispatcher for e in slashes), subject,
+                             f"abandoned: its committee was never drawn; slashed {named}", f"abandoned undrawn but others were slashed: {named}")
         self._add(state.phase == ABANDONED_PHASE and not slashes, subject,
                   "abandoned: no full committee could be drawn in round 0; nobody slashed for it",
                   f"abandoned in round 0 but parties were slashed for it: {named}")

@@ -2,18 +2,22 @@
 
 A draw (round r, attempt k) of audit a, made in block B:
 
-    seed      round 0: keccak(0x18 ‖ β ‖ index); an escalation: keccak(0x1b ‖ audit id ‖
-              blockhash(escalation block + delay))           (`verillm.spec.audit`)
-    epoch     round 0: the batch's posted block // epochBlocks; an escalation: its block // epochBlocks
+    seed      keccak(0x1c ‖ u64 audit id ‖ u8 round ‖ blockhash(entered + delay)), entered = the
+              round's start (AuditStarted) or its escalation (EscalationStarted)
+              (`verillm.spec.audit.compute_round_seed`)
+    epoch     the entered block // epochBlocks (`Jobs._enterRound`)
     excluded  the worker, the batch's dispatcher, every member drawn for the audit so far
-              (`spec.audit.compute_round_exclusions`, as the contract passes them)
+              (`spec.audit.compute_round_exclusions`, as the contract passes them), and every
+              node that unbonded at or before entered + delay (`Registry.drawCommittee`: the
+              draw repeated without it, `spec.audit.compute_round_committee`)
     count     attempt 0: the committee size of the round; a redraw: the seats whose receipt
               never came, filled in seat order (seats that posted keep their member)
     weights   `Registry.getModelWeights(model, epoch)` read at block B − 1, each capped by any
               slash earlier in block B (a slash lowers the readable epochs at once:
               min(weight, stake left), 0 below the minimum stake — `Registry._take`)
 
-The draw is then `spec.audit.compute_committee(seed, attempt, count, slots, weights)`. A round
+The draw is then `spec.audit.compute_round_committee(seed, attempt, count, slots, weights,
+left blocks, entered + delay)`. A round
 whose draw has too few candidates, or whose epoch is no longer readable, is abandoned
 ("pool exhausted"): that is re-derived too. Every rule here is the contract's, so on a chain
 whose contracts are correct every check is "ok": a difference is an inconsistency.
@@ -41,6 +45,7 @@ class DrawPlan:
     attempt: int
     seed: bytes
     epoch: int
+    seed_block: int
     excluded: tuple[str, ...]
     count: int
     kept: tuple[str | None, ...]
@@ -68,6 +73,7 @@ class CommitteeReplay:
     def __init__(self, auditor):
         self.auditor = auditor
         self.chain, self.protocol, self.preset = auditor.chain, auditor.protocol, auditor.preset
+        self._unbonding: int | None = None
 
     # --- what a draw must be --------------------------------------------------------------------
 
@@ -76,22 +82,18 @@ class CommitteeReplay:
         before = [e for e in self.auditor.named("CommitteeDrawn", auditId=audit_id) if self._key(e) < self._key(at)]
         drawn = tuple(dict.fromkeys(m.lower() for e in before for m in e.args["members"]))
         excluded = spec_audit.compute_round_exclusions(base["worker"], base["dispatcher"], drawn)
-        seed, epoch = self._seed_and_epoch(audit_id, round_index, base)
+        entered = self.auditor.named("AuditStarted" if round_index == 0 else "EscalationStarted", auditId=audit_id)[0].block_number
+        seed_block = entered + self.preset.AUDIT_DRAW_DELAY_BLOCKS
+        seed = spec_audit.compute_round_seed(audit_id, round_index, self.protocol.get_blockhash(seed_block))
+        epoch = spec_audit.compute_epoch(entered, self.preset.EPOCH_BLOCKS)
         if attempt == 0:
             size = self.preset.COMMITTEE_SIZE if round_index == 0 else self.preset.ESCALATION_COMMITTEE_SIZE
-            return DrawPlan(round_index, 0, seed, epoch, excluded, size, ())
+            return DrawPlan(round_index, 0, seed, epoch, seed_block, excluded, size, ())
         previous = [e for e in before if e.args["round"] == round_index][-1].args["members"]
         posted = {e.args["slot"] for e in self.auditor.named("CommitteeReceiptPosted", auditId=audit_id)
                   if e.args["round"] == round_index and self._key(e) < self._key(at)}
         kept = tuple(m.lower() if slot in posted else None for slot, m in enumerate(previous))
-        return DrawPlan(round_index, attempt, seed, epoch, excluded, kept.count(None), kept)
-
-    def _seed_and_epoch(self, audit_id: int, round_index: int, base: dict) -> tuple[bytes, int]:
-        if round_index == 0:
-            return spec_audit.compute_committee_seed(base["beta"], base["index"]), base["posted_block"] // self.preset.EPOCH_BLOCKS
-        started = self.auditor.named("EscalationStarted", auditId=audit_id)[0].block_number
-        seed_hash = self.protocol.get_blockhash(started + self.preset.AUDIT_DRAW_DELAY_BLOCKS)
-        return spec_audit.compute_escalation_seed(audit_id, seed_hash), started // self.preset.EPOCH_BLOCKS
+        return DrawPlan(round_index, attempt, seed, epoch, seed_block, excluded, kept.count(None), kept)
 
     def compute_weights(self, model_id: bytes, epoch: int, at: ChainEvent) -> tuple[list[str], list[int]]:
         """Return the sortition table of ``epoch`` as the draw emitting ``at`` read it."""
@@ -107,6 +109,16 @@ class CommitteeReplay:
                     weights[slots.index(node)] = min(weights[slots.index(node)], cap)
         return slots, weights
 
+    def _left_block(self, node: str, block: int) -> int:
+        """The block ``node`` unbonded in, as of ``block`` (0: it has not; `Registry._leftBlock`)."""
+        end = self._read_past(lambda: self.chain.call(self.protocol.registry, "getNode", self.chain.w3.to_checksum_address(node), block=block)[1], block)
+        return 0 if end == 0 else end - self._unbonding_blocks()
+
+    def _unbonding_blocks(self) -> int:
+        if self._unbonding is None:
+            self._unbonding = self.protocol.registry.call("unbondingBlocks")  # immutable
+        return self._unbonding
+
     def _serves(self, node: str, model_id: bytes, block: int) -> bool:
         models = self._read_past(lambda: self.chain.call(self.protocol.registry, "getNode", self.chain.w3.to_checksum_address(node), block=block)[6], block)
         return model_id in {bytes(m) for m in models}
@@ -117,8 +129,9 @@ class CommitteeReplay:
             return None
         slots, weights = self.compute_weights(model_id, plan.epoch, at)
         weights = spec_audit.compute_excluded_weights(slots, weights, plan.excluded)
+        left = [self._left_block(slot, at.block_number - 1) if weight else 0 for slot, weight in zip(slots, weights)]
         try:
-            chosen = spec_audit.compute_committee(plan.seed, plan.attempt, plan.count, slots, weights)
+            chosen = spec_audit.compute_round_committee(plan.seed, plan.attempt, plan.count, slots, weights, left, plan.seed_block)
         except InvalidInput:  # fewer candidates than seats: the contract's NotEnoughCandidates
             return None
         return compute_filled_seats(plan.kept, chosen)

@@ -4,8 +4,8 @@ pragma solidity ^0.8.24;
 import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+import {Batches} from "./Batches.sol";
 import {Disputes} from "./Disputes.sol";
-import {Jobs} from "./Jobs.sol";
 import {MerkleLib} from "./MerkleLib.sol";
 import {CoverageParams, Params, ProtocolParams} from "./Params.sol";
 import {Registry} from "./Registry.sol";
@@ -42,7 +42,7 @@ contract Coverage is EIP712, ReentrancyGuard {
     uint8 public constant ANSWERED = 2;
     uint8 public constant SLASHED = 3;
 
-    Jobs public immutable jobs;
+    Batches public immutable batches;
     Registry public immutable registry;
     Disputes public immutable disputes;
     uint256 public immutable batchByBlocks; // what a promise gives (read by nodes and clients; a claim checks the signature, not the span)
@@ -77,11 +77,12 @@ contract Coverage is EIP712, ReentrancyGuard {
     error InvalidMerkleProof();
     error NotRegistry();
 
-    constructor(Jobs jobs_, Registry registry_, Disputes disputes_, ProtocolParams memory p, CoverageParams memory c)
+    constructor(Batches batches_, Registry registry_, Disputes disputes_, ProtocolParams memory p, CoverageParams memory c)
         EIP712("VeriLLM", "1")
     {
+        if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
         Params.validateCoverage(p, c);
-        jobs = jobs_;
+        batches = batches_;
         registry = registry_;
         disputes = disputes_;
         batchByBlocks = c.batchByBlocks;
@@ -125,7 +126,7 @@ contract Coverage is EIP712, ReentrancyGuard {
     function proveIncluded(uint256 claimId, uint256 batchId, uint32 leafIndex, bytes32[] calldata siblings) external nonReentrant {
         Claim storage c = _open(claimId);
         if (block.number > c.proveDeadline) revert ProofWindowClosed(uint256(c.proveDeadline) + 1);
-        Jobs.Batch memory b = jobs.getBatch(batchId);
+        Batches.Batch memory b = batches.getBatch(batchId);
         if (b.dispatcher != c.dispatcher) revert ForeignBatch(batchId, b.dispatcher);
         if (b.postedBlock > c.batchByBlock) revert BatchTooLate(b.postedBlock, c.batchByBlock);
         if (!MerkleLib.isValidProof(MerkleLib.leafHash(abi.encodePacked(c.receiptHash)), leafIndex, b.count, siblings, b.root)) {

@@ -2,7 +2,7 @@
 pragma solidity ^0.8.24;
 
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
-import {AuditCodes, AuditView, PartyView} from "./AuditTypes.sol";
+import {AuditCodes, AuditView, Deadlines, PartyView, Phase} from "./AuditTypes.sol";
 import {Delivery} from "./Delivery.sol";
 import {Fingerprint} from "./Fingerprint.sol";
 import {Jobs} from "./Jobs.sol";
@@ -95,7 +95,7 @@ contract Disputes is ReentrancyGuard, Delivery {
     error NotCoverage();
 
     constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) Delivery(jobs_, registry_, p) {
-        Params.validate(p);
+        if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
         jobs = jobs_;
         registry = registry_;
         disputeBondWei = p.disputeBondWei;
@@ -225,10 +225,14 @@ contract Disputes is ReentrancyGuard, Delivery {
     /// @notice Re-run member `slot`'s comparison with the worker on-chain over `cells` (sorted by
     /// (position, layer), each challenged, each proven under both roots, the worker's leaf the
     /// one it posted, at workerLeafIndices[i] of its opening: votes are judged against exactly
-    /// what the members were shown). A member
-    /// that voted "agree" while a cell fails is slashed; the caller gets slashRewardBps of it.
-    /// A "disagree" is never slashed here: it may rest on the stop rule, which needs the output
-    /// tokens the contract does not have (a minority "disagree" is settled by the vote).
+    /// what the members were shown). A member whose committed data fail there is a provable
+    /// liar, slashed in full (the caller gets slashRewardBps of it), when it voted "agree", or —
+    /// whatever it voted — when a later round of the audit (the appeal) has decided PASS and
+    /// every cell is one that round checked too: a last-layer token cell (every round opens and
+    /// token-checks them), so the appeal majority's data contradict the member's on the very
+    /// cell (docs/protocol.md §12 "Accountable votes"). Otherwise a "disagree" is not slashed
+    /// here: it may rest on the stop rule, which needs the output tokens the contract does not
+    /// have (a minority "disagree" is settled by the vote).
     function adjudicate(
         uint256 auditId,
         uint8 round,
@@ -243,12 +247,28 @@ contract Disputes is ReentrancyGuard, Delivery {
         if (!member.opened) revert NotOpened(slot);
         _checkDisputeWindow(auditId, round);
         _checkPosted(auditId, round, cells, posted);
-        bool agrees = _compare(_context(auditId, round), jobs.getParty(auditId, round, 0), member, cells);
+        Context memory ctx = _context(auditId, round);
+        bool agrees = _compare(ctx, jobs.getParty(auditId, round, 0), member, cells);
         emit Adjudicated(auditId, round, slot, member.node, agrees, member.vote);
-        if (agrees || member.vote != AuditCodes.AGREE) revert NoFault();
+        if (agrees || (member.vote != AuditCodes.AGREE && !_isContradictedByAppeal(ctx, auditId, round, cells))) revert NoFault();
         jobs.recordFault(auditId, round, slot);
         uint256 slashed = registry.slash(member.node);
         jobs.depositCredit{value: slashed}(msg.sender, slashed * slashRewardBps / Params.BPS);
+    }
+
+    /// @dev A later round decided PASS, and every cell is a last-layer token cell: one that round
+    /// opened and token-checked too.
+    function _isContradictedByAppeal(Context memory ctx, uint256 auditId, uint8 round, CellPair[] calldata cells) private view returns (bool) {
+        AuditView memory a = jobs.getAudit(auditId);
+        if (a.round <= round || (a.phase != Phase.DECIDED && a.phase != Phase.SETTLED) || jobs.currentVerdict(auditId) != AuditCodes.PASS) {
+            return false;
+        }
+        uint16 lastLayer = ctx.model.committedLayers[ctx.model.committedLayers.length - 1];
+        for (uint256 i = 0; i < cells.length; i++) {
+            Fingerprint.Leaf memory w = Fingerprint.decodeLeaf(cells[i].workerLeaf, ctx.model.fingerprintDims);
+            if (w.layer != lastLayer || w.position < ctx.firstOutput || w.position >= ctx.firstOutput + ctx.outputTokens) return false;
+        }
+        return true;
     }
 
     /// @dev Each cell's worker leaf is the one at its index in the worker's posted opening.
@@ -323,7 +343,7 @@ contract Disputes is ReentrancyGuard, Delivery {
 
     function _context(uint256 auditId, uint8 round) private view returns (Context memory ctx) {
         AuditView memory a = jobs.getAudit(auditId);
-        (,,,, bytes32 seed,,) = jobs.getRound(auditId, round);
+        (,,,, bytes32 seed,,) = jobs.getRound(auditId, round); // the 5th field: challengeSeed (named in Jobs.getRound)
         if (seed == bytes32(0)) revert BadCells("no challenge drawn for this round");
         ctx.numPositions = a.numPositions;
         ctx.outputTokens = a.outputTokens;
@@ -394,10 +414,22 @@ contract Disputes is ReentrancyGuard, Delivery {
         revert NotChallenged(0, layer);
     }
 
+    /// @dev Contests and adjudications of a round: while it is OPENING, or DECIDED by its
+    /// dispute deadline (Jobs.getDeadlines), whether or not an escalation runs after it; and a
+    /// first round's, while the appeal round that may contradict it is OPENING or DECIDED by its own.
     function _checkDisputeWindow(uint256 auditId, uint8 round) private view {
-        (uint8 phase,,, uint64 verdictBlock,,,) = jobs.getRound(auditId, round);
-        if (phase == AuditCodes.SETTLED || phase == AuditCodes.ABANDONED) revert WindowClosed(verdictBlock);
-        if (verdictBlock != 0 && block.number > verdictBlock + disputeWindowBlocks) revert WindowClosed(verdictBlock + disputeWindowBlocks);
+        (Phase phase, Deadlines memory d) = jobs.getDeadlines(auditId, round);
+        if (_isDisputable(phase, d)) return;
+        uint8 current = jobs.getAudit(auditId).round;
+        if (current > round) {
+            (phase, d) = jobs.getDeadlines(auditId, current);
+            if (_isDisputable(phase, d)) return;
+        }
+        revert WindowClosed(d.disputeBy);
+    }
+
+    function _isDisputable(Phase phase, Deadlines memory d) private view returns (bool) {
+        return (phase == Phase.OPENING || phase == Phase.DECIDED) && (d.disputeBy == 0 || block.number <= d.disputeBy);
     }
 
     function _openContest(uint256 contestId) private view returns (Contest storage c) {

@@ -4,56 +4,44 @@ pragma solidity ^0.8.24;
 import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
-import {AuditCodes, AuditView, PartyView, ReceiptData} from "./AuditTypes.sol";
-import {BlsVrf} from "./BlsVrf.sol";
-import {MerkleLib} from "./MerkleLib.sol";
+import {AuditCodes, AuditRequest, AuditView, Deadlines, PartyView, Phase, ReceiptData, Receipts, RoundState} from "./AuditTypes.sol";
 import {Domains, Params, ProtocolParams} from "./Params.sol";
 import {Registry} from "./Registry.sol";
 import {Sortition} from "./Sortition.sol";
 
-/// @notice Receipt batches, the audit draw, committees, openings, votes, verdicts and settlement.
-/// The rules, windows and who is slashed when are in docs/protocol.md §12; the arithmetic is
-/// mirrored by verillm/spec/audit.py and verillm/spec/settlement.py.
+/// @notice The audit state machine (docs/protocol.md §12 "The audit state machine"): committees,
+/// their receipts, the job-delivery claims, openings, votes, verdicts, escalation and settlement,
+/// and the money (fee pool, credits). Each round is in one Phase; every external function names
+/// the phase it runs in (`_at`) and the window it runs in (`_deadlines`, the round's deadlines
+/// composed in one place), the way OpenZeppelin's Governor validates `state(id)`. Batches
+/// (Batches.sol) open audits; Disputes adjudicates and relays delivery. The arithmetic is mirrored
+/// by verillm/spec/audit.py and verillm/spec/settlement.py.
 contract Jobs is EIP712, ReentrancyGuard {
-    bytes32 public constant RECEIPT_TYPEHASH = keccak256(
-        "Receipt(bytes32 jobHash,bytes32 modelId,bytes32 inputHash,bytes32 outputHash,"
-        "uint32 temperatureMilli,uint32 topK,uint32 topPPpm,uint64 seed,"
-        "uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,uint32 inputTokens,uint32 outputTokens,address worker)"
-    );
-
-    struct Batch {
-        bytes32 root;
-        address dispatcher;
-        uint32 count;
-        uint64 postedBlock;
-        bytes32 beta; // VRF output, 0 until drawn
-        uint64 drawnBlock;
-        bool drawMissed;
-    }
-
     struct Member {
         address node;
         uint8 vote;
         bool posted;
         bool opened;
         bool slashed;
+        bool claimed; // claimed its verification job never came (Delivery)
         bytes32 root;
         bytes32 openingHash;
     }
 
     struct Round {
-        bytes32 seed; // the committee seed of this round
+        bytes32 seed; // the committee seed: keccak256(0x1c ‖ u64 auditId ‖ u8 round ‖ blockhash(entered + delay))
         bytes32 challengeSeed;
         bytes32 workerOpeningHash;
+        uint64 enteredBlock;
         uint64 commitDeadline;
         uint64 readyBlock; // when the last committee receipt arrived
         uint64 verdictBlock;
-        uint64 escalationBlock;
-        uint64 epoch; // whose weights the round's draws read
+        uint64 epoch; // whose weights the round's draws read: the epoch it was entered in
+        uint64 publishDeadline; // its one claim window (0: nobody claimed)
         uint8 attempt;
         uint8 receipts;
         uint8 opens;
-        uint8 phase;
+        Phase phase;
         bool workerOpened;
         Member[] members;
     }
@@ -71,6 +59,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         uint16 pendingContests;
         bool requested;
         bool workerSlashed;
+        bool published; // the transcript is public (Delivery): no claim after it, in any round
         address worker;
         address dispatcher;
         address escalator;
@@ -79,29 +68,28 @@ contract Jobs is EIP712, ReentrancyGuard {
         bytes32 workerRoot;
         bytes32 workerOutputHash; // hash of input ‖ output: a member's verification job's input hash
         bytes32 samplingKey;
-        address[] drawn; // every member ever drawn: excluded from later draws, unlocked at the end
+        bytes32 receiptHash;
+        address[] replaced; // members redrawn away (rare): with every round's seats, excluded from later draws and unlocked at the end
     }
 
     Registry public immutable registry;
     address public immutable deployer;
     address public disputes;
+    address public batches;
     ProtocolParams public params;
 
-    Batch[] private batches;
     uint256 public auditCount;
     mapping(uint256 => Audit) private audits;
     mapping(uint256 => mapping(uint256 => Round)) private rounds;
-    mapping(uint256 => mapping(uint256 => uint256)) private handledBits; // batch → index word → started-or-slashed
-    /// keccak256(receipt hash ‖ scope) → used. A worker's receipt enters at most one audit per
-    /// dispatcher (scope = the batch's dispatcher), a member's one seat (scope = the audit id):
-    /// nobody else holding a receipt can use it up.
-    mapping(bytes32 => bool) public receiptUsed;
+    /// receipt hash → AuditCodes.RECEIPT_*: a worker's receipt enters one audit, whoever batches
+    /// it (a second selected start is skipped, a second request refused); keccak256(member receipt
+    /// hash ‖ audit id) → used: a member's receipt fills one seat.
+    mapping(bytes32 => uint8) public receiptState;
     mapping(address => uint256) public credits;
     uint256 public feePoolWei;
 
-    event BatchPosted(uint256 indexed batchId, address indexed dispatcher, bytes32 root, uint32 count);
-    event AuditDrawn(uint256 indexed batchId, bytes32 seed, bytes32 beta);
     event AuditStarted(uint256 indexed auditId, uint256 indexed batchId, uint32 index, address indexed worker, bytes32 receiptHash, uint32 outputTokens, bool requested);
+    event AuditSkipped(uint256 indexed batchId, uint32 index, bytes32 receiptHash);
     event CommitteeDrawn(uint256 indexed auditId, uint8 round, uint8 attempt, address[] members);
     event CommitteeReceiptPosted(uint256 indexed auditId, uint8 round, uint8 slot, address indexed member, bytes32 receiptHash, bytes32 commitmentRoot);
     event ChallengeDrawn(uint256 indexed auditId, uint8 round, bytes32 challengeSeed);
@@ -112,233 +100,267 @@ contract Jobs is EIP712, ReentrancyGuard {
     event AuditAbandoned(uint256 indexed auditId, uint8 round, string reason);
     event AuditSettled(uint256 indexed auditId, uint8 verdict);
     event PartySlashed(uint256 indexed auditId, address indexed node, uint256 amountWei, string reason);
-    event DispatcherSlashed(uint256 indexed batchId, address indexed dispatcher, uint256 amountWei, string reason);
     event Credited(address indexed to, uint256 amountWei);
     event Claimed(address indexed to, uint256 amountWei);
 
     error NotDeployer();
-    error NotDisputes();
+    error NotProtocol();
     error NotActiveNode(address node);
-    error BadBatch(string reason);
-    error WrongFee(uint256 givenWei, uint256 expectedWei);
-    error UnknownBatch(uint256 batchId);
     error UnknownAudit(uint256 auditId);
-    error AlreadyDrawn(uint256 batchId);
-    error NotDrawn(uint256 batchId);
+    error UnexpectedPhase(uint256 auditId, Phase actual, Phase expected);
     error TooEarly(uint256 untilBlock);
     error TooLate(uint256 sinceBlock);
-    error InvalidVrfProof();
-    error IndexOutOfBatch(uint32 index, uint32 count);
-    error AlreadyHandled(uint256 batchId, uint32 index);
-    error NotAudited(uint256 batchId, uint32 index);
-    error InvalidMerkleProof();
     error InvalidSignature(address expected);
     error ReceiptReplayed(bytes32 receiptHash);
+    error ReceiptExpired(uint256 closedAt);
     error ReceiptMismatch(string field);
-    error WrongPhase(uint8 phase);
     error NotParty(address caller);
     error AlreadyOpened();
+    error AlreadyHandled(uint256 auditId, uint8 what);
+    error NothingToJudge(uint256 auditId);
+    error AlreadyDrawn(uint256 auditId);
     error BadOpening(uint256 length, uint256 expected);
     error WorkerNotOpened();
     error ContestsPending(uint16 count);
+    error ClaimStanding(uint256 publishDeadline);
+    error AlreadyClaimed(uint8 slot);
+    error AlreadyPublished(uint256 auditId);
+    error JobDelivered(uint8 slot);
+    error ClaimClosed(uint256 closedAt);
+    error NoClaim(uint256 auditId);
+    error WrongFee(uint256 givenWei, uint256 expectedWei);
     error NothingToClaim();
     error TransferFailed();
     error DrawFailed();
 
     constructor(Registry registry_, ProtocolParams memory p) EIP712("VeriLLM", "1") {
-        Params.validate(p);
+        if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
         registry = registry_;
         deployer = msg.sender;
         params = p;
     }
 
     modifier onlyDisputes() {
-        if (msg.sender != disputes) revert NotDisputes();
+        if (msg.sender != disputes) revert NotProtocol();
         _;
     }
 
-    /// @notice Name the Disputes contract (once, by the deployer).
-    function bindDisputes(address disputes_) external {
+    /// @notice Name the Disputes and Batches contracts (once, by the deployer).
+    function bindProtocol(address disputes_, address batches_) external {
         if (msg.sender != deployer || disputes != address(0)) revert NotDeployer();
         disputes = disputes_;
+        batches = batches_;
     }
 
     receive() external payable {
-        if (msg.sender != address(registry)) revert NotDisputes(); // slashed stake only
+        if (msg.sender != address(registry)) revert NotProtocol(); // slashed stake only
     }
 
-    // --- 1. batches --------------------------------------------------------------------------
-
-    /// @notice Post the Merkle root over `count` receipt hashes (EIP-712 struct hashes) of jobs
-    /// msg.sender dispatched, paying jobFeeWei per job into the audit fee pool.
-    function postBatch(bytes32 root, uint32 count) external payable returns (uint256 batchId) {
-        if (!registry.isActive(msg.sender)) revert NotActiveNode(msg.sender);
-        if (count == 0 || count > params.maxBatchReceipts) revert BadBatch("count outside [1, maxBatchReceipts]");
-        uint256 fee = uint256(count) * params.jobFeeWei;
-        if (msg.value != fee) revert WrongFee(msg.value, fee);
-        feePoolWei += fee;
-        batchId = batches.length;
-        batches.push(Batch(root, msg.sender, count, uint64(block.number), bytes32(0), 0, false));
-        emit BatchPosted(batchId, msg.sender, root, count);
+    /// @notice Add to the audit fee pool (Batches forwards every batch's job fees here).
+    function fundPool() external payable {
+        feePoolWei += msg.value;
     }
 
-    // --- 2. the audit draw -----------------------------------------------------------------
+    // --- 1. opening an audit (from Batches) ---------------------------------------------------
 
-    /// @notice The VRF input of a batch: keccak256(0x13 ‖ batch root ‖ blockhash(posted block +
-    /// auditDrawDelayBlocks)). Known to nobody when the root is posted.
-    function drawSeed(uint256 batchId) public view returns (bytes32) {
-        Batch storage b = _batch(batchId);
-        uint256 seedBlock = b.postedBlock + params.auditDrawDelayBlocks;
-        if (block.number <= seedBlock) revert TooEarly(seedBlock + 1);
-        if (block.number > seedBlock + params.drawWindowBlocks) revert TooLate(seedBlock + params.drawWindowBlocks + 1);
-        return keccak256(abi.encodePacked(Domains.AUDIT_SEED, b.root, blockhash(seedBlock)));
-    }
-
-    /// @notice Submit the dispatcher's BLS-VRF proof over the batch's seed (anyone may relay it).
-    /// One draw per batch; its output decides every job of the batch.
-    function drawAudit(uint256 batchId, uint256[2] calldata proof) external {
-        Batch storage b = _batch(batchId);
-        if (b.drawnBlock != 0) revert AlreadyDrawn(batchId);
-        bytes32 seed = drawSeed(batchId);
-        uint256[4] memory key = registry.getVrfPublicKey(b.dispatcher);
-        if (!BlsVrf.verify(key, abi.encodePacked(seed), proof)) revert InvalidVrfProof();
-        b.beta = BlsVrf.output(proof);
-        b.drawnBlock = uint64(block.number);
-        emit AuditDrawn(batchId, seed, b.beta);
-    }
-
-    /// @notice Whether job `index` of a drawn batch is audited: keccak256(0x17 ‖ β ‖ u32 index)
-    /// mod 10000 < auditRateBps.
-    function isAudited(uint256 batchId, uint32 index) public view returns (bool) {
-        Batch storage b = _batch(batchId);
-        if (b.drawnBlock == 0) revert NotDrawn(batchId);
-        return uint256(keccak256(abi.encodePacked(Domains.AUDIT_PICK, b.beta, index))) % Params.BPS < params.auditRateBps;
-    }
-
-    /// @notice After the draw window, anyone may slash a dispatcher that never drew its batch.
-    function slashMissedDraw(uint256 batchId) external nonReentrant {
-        Batch storage b = _batch(batchId);
-        uint256 closes = b.postedBlock + params.auditDrawDelayBlocks + params.drawWindowBlocks;
-        if (b.drawnBlock != 0) revert AlreadyDrawn(batchId);
-        if (block.number <= closes) revert TooEarly(closes + 1);
-        if (b.drawMissed) revert AlreadyHandled(batchId, 0);
-        b.drawMissed = true;
-        _slashDispatcher(batchId, b.dispatcher, "missed draw");
-    }
-
-    /// @notice After the start window, anyone may slash a dispatcher that did not start an audit
-    /// its draw selected.
-    function slashMissedStart(uint256 batchId, uint32 index) external nonReentrant {
-        Batch storage b = _batch(batchId);
-        if (!isAudited(batchId, index)) revert NotAudited(batchId, index);
-        if (index >= b.count) revert IndexOutOfBatch(index, b.count);
-        if (block.number <= b.drawnBlock + params.startWindowBlocks) revert TooEarly(b.drawnBlock + params.startWindowBlocks + 1);
-        _markHandled(batchId, index);
-        _slashDispatcher(batchId, b.dispatcher, "missed audit start");
-    }
-
-    // --- 3. starting an audit ----------------------------------------------------------------
-
-    /// @notice Start the audit of job `index` of a drawn batch: the signed receipt (it signs P
-    /// and N, numPositions = P + N − 1) and its Merkle proof into the batch. A job the draw did
-    /// not select is audited on request when msg.value pays committeeSize × auditFeeWei. The
-    /// committee is drawn from the VRF output with the weights of the batch's epoch, the worker
-    /// and the dispatcher excluded; a pool too small for it ends the audit, nobody slashed.
-    function startAudit(
-        uint256 batchId,
-        uint32 index,
-        ReceiptData calldata receipt,
-        bytes calldata signature,
-        bytes32[] calldata siblings
-    ) external payable nonReentrant returns (uint256 auditId) {
-        Batch storage b = _batch(batchId);
-        bool requested = _checkStartable(b, batchId, index);
-        bytes32 receiptHash = hashReceipt(receipt);
-        if (!MerkleLib.isValidProof(MerkleLib.leafHash(abi.encodePacked(receiptHash)), index, b.count, siblings, b.root)) {
-            revert InvalidMerkleProof();
-        }
-        _checkSigner(receiptHash, signature, receipt.worker);
-        _useReceipt(receiptHash, uint256(uint160(b.dispatcher)));
+    /// @notice Batches hands over a batched, proven receipt. The worker's signature, the signed
+    /// lengths (numPositions = P + N − 1, P + N ≤ maxTranscriptTokens) and the receipt's state
+    /// are checked here; the audit starts DRAWING: its committee is drawn from a blockhash after
+    /// this block (drawRound), with the weights of this epoch. A selected job whose receipt
+    /// another audit already owns, or whose worker left before the horizon, is skipped (id 0).
+    function openAudit(AuditRequest calldata q, ReceiptData calldata receipt, bytes calldata signature)
+        external
+        payable
+        returns (uint256 auditId)
+    {
+        if (msg.sender != batches) revert NotProtocol();
+        _checkSigner(q.receiptHash, signature, receipt.worker);
         _checkLengths(receipt);
-        if (!registry.isRegistered(receipt.worker)) revert NotActiveNode(receipt.worker);
-        _markHandled(batchId, index);
-        auditId = _createAudit(batchId, index, b.dispatcher, receipt, requested);
-        emit AuditStarted(auditId, batchId, index, receipt.worker, receiptHash, receipt.outputTokens, requested);
-        Round storage r = rounds[auditId][0];
-        r.seed = keccak256(abi.encodePacked(Domains.COMMITTEE, b.beta, index));
-        r.epoch = uint64(b.postedBlock / registry.epochBlocks());
-        if (!_drawMembers(auditId, 0, params.committeeSize)) _abandonRound(auditId, audits[auditId], "pool exhausted", false);
+        if (_isSkipped(q, receipt.worker)) {
+            emit AuditSkipped(q.batchId, q.index, q.receiptHash);
+            return 0;
+        }
+        receiptState[q.receiptHash] = AuditCodes.RECEIPT_AUDITED;
+        feePoolWei += msg.value;
+        auditId = _createAudit(q, receipt);
+        emit AuditStarted(auditId, q.batchId, q.index, receipt.worker, q.receiptHash, receipt.outputTokens, !q.selected);
+        _enterRound(auditId, 0);
     }
 
-    /// @dev The signed lengths: at least one output token, no more than allowed, and
-    /// numPositions = P + N − 1.
-    function _checkLengths(ReceiptData calldata receipt) private pure {
+    /// @dev The signed lengths: at least one output token, no more than allowed, numPositions =
+    /// P + N − 1, and P + N within the bound whose publication fits a block (Delivery).
+    function _checkLengths(ReceiptData calldata receipt) private view {
         if (receipt.outputTokens == 0 || receipt.outputTokens > receipt.maxNewTokens || receipt.inputTokens == 0) {
             revert ReceiptMismatch("outputTokens");
         }
-        if (uint256(receipt.inputTokens) + receipt.outputTokens - 1 != receipt.numPositions) revert ReceiptMismatch("numPositions");
+        uint256 tokens = uint256(receipt.inputTokens) + receipt.outputTokens;
+        if (tokens > params.maxTranscriptTokens) revert ReceiptMismatch("transcript too long");
+        if (tokens - 1 != receipt.numPositions) revert ReceiptMismatch("numPositions");
     }
 
-    function _checkStartable(Batch storage b, uint256 batchId, uint32 index) private returns (bool requested) {
-        if (b.drawnBlock == 0) revert NotDrawn(batchId);
-        if (index >= b.count) revert IndexOutOfBatch(index, b.count);
-        if (block.number > b.drawnBlock + params.startWindowBlocks) revert TooLate(b.drawnBlock + params.startWindowBlocks + 1);
-        requested = !isAudited(batchId, index);
-        uint256 fee = requested ? uint256(params.committeeSize) * params.auditFeeWei : 0;
-        if (msg.value != fee) revert WrongFee(msg.value, fee);
-        feePoolWei += fee;
+    /// @dev A selected start is skipped (its dispatcher did its duty) when the receipt already
+    /// has its audit or its worker left more than auditHorizonBlocks before the batch; a request
+    /// is refused then, and for a receipt whose requested audit lapsed.
+    function _isSkipped(AuditRequest calldata q, address worker) private view returns (bool) {
+        (bool registered, uint64 left) = registry.leaveOf(worker);
+        uint256 horizon = uint256(left) + params.auditHorizonBlocks;
+        bool expired = !registered || (left != 0 && q.postedBlock > horizon);
+        uint8 state = receiptState[q.receiptHash];
+        bool taken = state == AuditCodes.RECEIPT_AUDITED || (!q.selected && state == AuditCodes.RECEIPT_LAPSED);
+        if (!expired && !taken) return false;
+        if (q.selected) return true;
+        if (!registered) revert NotActiveNode(worker);
+        if (expired) revert ReceiptExpired(horizon + 1);
+        revert ReceiptReplayed(q.receiptHash);
     }
 
-    function _createAudit(uint256 batchId, uint32 index, address dispatcher, ReceiptData calldata receipt, bool requested)
-        private
-        returns (uint256 auditId)
-    {
+    function _createAudit(AuditRequest calldata q, ReceiptData calldata receipt) private returns (uint256 auditId) {
         Registry.ModelConfig memory model = registry.getModelConfig(receipt.modelId);
         auditId = ++auditCount;
         Audit storage a = audits[auditId];
-        a.batchId = uint64(batchId);
-        a.index = index;
+        a.batchId = q.batchId;
+        a.index = q.index;
         a.numPositions = receipt.numPositions;
         a.outputTokens = receipt.outputTokens;
         a.inputTokens = receipt.inputTokens;
         a.workerOutputHash = receipt.outputHash;
         a.fingerprintDims = model.fingerprintDims;
         a.layerCount = uint16(model.committedLayers.length);
-        a.requested = requested;
+        a.requested = !q.selected;
         a.worker = receipt.worker;
-        a.dispatcher = dispatcher;
+        a.dispatcher = q.dispatcher;
         a.modelId = receipt.modelId;
         a.workerRoot = receipt.commitmentRoot;
         a.samplingKey = _samplingKey(receipt);
+        a.receiptHash = q.receiptHash;
         registry.lock(receipt.worker);
-        registry.lock(dispatcher);
+        registry.lock(q.dispatcher);
     }
 
-    // --- 4. committee receipts ---------------------------------------------------------------
+    /// @dev A round starts DRAWING at this block, reading this epoch's weights.
+    function _enterRound(uint256 auditId, uint8 roundIndex) private {
+        Round storage r = rounds[auditId][roundIndex];
+        r.phase = Phase.DRAWING;
+        r.enteredBlock = uint64(block.number);
+        r.epoch = uint64(registry.currentEpoch());
+    }
+
+    // --- 2. the committee draw ------------------------------------------------------------------
+
+    /// @notice Draw the current round's committee (anyone may), in (entered + delay, entered +
+    /// delay + draw]: seed keccak256(0x1c ‖ u64 auditId ‖ u8 round ‖ blockhash(entered + delay)),
+    /// weights of the round's epoch, excluded the worker, the dispatcher, every member drawn
+    /// before in the audit and every node that unbonded by the seed block. Its size: committeeSize
+    /// in round 0, escalationCommitteeSize after. Too small a pool abandons the audit.
+    function drawRound(uint256 auditId) external nonReentrant {
+        (Audit storage a, Round storage r) = _at(auditId, Phase.DRAWING);
+        Deadlines memory d = _deadlines(r);
+        _window(d.drawAfter, d.drawBy);
+        r.seed = keccak256(abi.encodePacked(Domains.ROUND_SEED, uint64(auditId), a.round, blockhash(d.drawAfter)));
+        uint8 size = a.round == 0 ? params.committeeSize : params.escalationCommitteeSize;
+        if (!_drawMembers(auditId, a, r, size, d.drawAfter)) _abandonRound(auditId, a, r, "pool exhausted", false);
+    }
+
+    /// @notice After a round's draw window passed undrawn (anyone may call): an escalation round
+    /// LAPSES (bond to the pool; the audit settles its first round); a first round is ABANDONED,
+    /// and when the batch's draw selected the job, its dispatcher — whose duty the draw was — is
+    /// slashed (the caller rewarded). A requested job whose round lapsed may still be audited by a
+    /// selected start, never requested again.
+    function lapse(uint256 auditId) external nonReentrant {
+        (Audit storage a, Round storage r) = _at(auditId, Phase.DRAWING);
+        Deadlines memory d = _deadlines(r);
+        if (block.number <= d.drawBy) revert TooEarly(d.drawBy + 1);
+        if (a.round > 0) {
+            r.phase = Phase.LAPSED;
+            a.round -= 1;
+            feePoolWei += a.escalationBondWei;
+            a.escalationBondWei = 0;
+            emit EscalationLapsed(auditId);
+            return;
+        }
+        if (a.requested) {
+            receiptState[a.receiptHash] = AuditCodes.RECEIPT_LAPSED;
+        } else {
+            uint256 amount = _slash(auditId, a.dispatcher, "missed committee draw");
+            _credit(msg.sender, _rewardOf(amount));
+            feePoolWei += amount - _rewardOf(amount);
+        }
+        _abandonRound(auditId, a, r, "committee never drawn", false);
+    }
+
+    /// @dev Draw `count` members into the round's empty (or not-yet-posted) slots; false (and
+    /// nothing changed) when the round's epoch has too few candidates or is no longer readable.
+    function _drawMembers(uint256 auditId, Audit storage a, Round storage r, uint8 count, uint256 seedBlock) private returns (bool) {
+        address[] memory excluded = _everyParty(auditId, a);
+        address[] memory chosen;
+        try registry.drawCommittee(a.modelId, r.seed, r.attempt, count, excluded, r.epoch, seedBlock) returns (address[] memory c) {
+            chosen = c;
+        } catch (bytes memory reason) {
+            // Only a pool that is really too small (or an epoch no longer readable: a redraw
+            // called later than the timeline allows) ends the round; anything else (out of gas on
+            // a starved call) reverts, so nobody can kill an audit by calling with too little gas.
+            bytes4 code = reason.length >= 4 ? bytes4(reason) : bytes4(0);
+            if (code != Sortition.NotEnoughCandidates.selector && code != Registry.EpochNotReadable.selector) revert DrawFailed();
+            return false;
+        }
+        uint256 next;
+        for (uint256 slot = 0; next < count; slot++) {
+            if (slot == r.members.length) r.members.push();
+            else if (r.members[slot].posted) continue;
+            else a.replaced.push(r.members[slot].node); // still excluded and locked until the end
+            r.members[slot] = Member(chosen[next], AuditCodes.NO_VOTE, false, false, false, false, bytes32(0), bytes32(0));
+            registry.lock(chosen[next]);
+            next++;
+        }
+        r.commitDeadline = uint64(block.number + params.commitWindowBlocks);
+        r.phase = Phase.COMMITTING;
+        emit CommitteeDrawn(auditId, a.round, r.attempt, _memberNodes(r));
+        return true;
+    }
+
+    /// @dev A round that cannot fill ends the audit, nobody slashed, every lock released. An
+    /// escalation that cannot be heard does not reinstate the verdict it disputes (a colluding
+    /// FAIL would slash the honest worker): the audit is abandoned, the job's fees stay in the
+    /// pool. The bond is refunded, unless the escalator is the dispatcher and the round lapsed
+    /// for missing receipts: it had to send the round's jobs (docs/protocol.md §13).
+    function _abandonRound(uint256 auditId, Audit storage a, Round storage r, string memory reason, bool withheld) private {
+        emit AuditAbandoned(auditId, a.round, reason);
+        r.phase = Phase.ABANDONED;
+        if (a.round > 0) {
+            uint256 bond = a.escalationBondWei;
+            a.escalationBondWei = 0;
+            if (withheld && a.escalator == a.dispatcher) feePoolWei += bond;
+            else _credit(a.escalator, bond);
+        }
+        _unlockAll(auditId, a);
+    }
+
+    // --- 3. committee receipts and job delivery ------------------------------------------------
 
     /// @notice Post member `slot`'s signed receipt of its verification job (anyone may relay it:
-    /// the member runs it as an ordinary job). It must be for the worker's model and sampling,
-    /// one new token, over P + N positions, and its input must be the worker's input ‖ output:
-    /// inputHash = the worker's outputHash (a receipt's outputHash hashes input ‖ output).
+    /// the member runs it as an ordinary job), by the commit deadline. It must be for the worker's
+    /// model and sampling, one new token, over P + N positions, and its input must be the
+    /// worker's input ‖ output: inputHash = the worker's outputHash.
     function postCommitteeReceipt(uint256 auditId, uint8 slot, ReceiptData calldata receipt, bytes calldata signature) external {
-        Audit storage a = _audit(auditId);
-        Round storage r = rounds[auditId][a.round];
-        if (r.phase != AuditCodes.COMMITTING) revert WrongPhase(r.phase);
+        (Audit storage a, Round storage r) = _at(auditId, Phase.COMMITTING);
         if (block.number > r.commitDeadline) revert TooLate(r.commitDeadline + 1);
         if (slot >= r.members.length) revert NotParty(receipt.worker);
         Member storage m = r.members[slot];
         if (m.posted) revert AlreadyOpened();
         if (receipt.worker != m.node) revert NotParty(receipt.worker);
         _checkVerificationReceipt(a, receipt);
-        bytes32 receiptHash = hashReceipt(receipt);
+        bytes32 receiptHash = Receipts.hash(receipt);
         _checkSigner(receiptHash, signature, m.node);
-        _useReceipt(receiptHash, auditId);
+        // A member's receipt fills one seat of this audit (its input is this audit's transcript).
+        bytes32 seat = keccak256(abi.encode(receiptHash, auditId));
+        if (receiptState[seat] != AuditCodes.RECEIPT_FREE) revert ReceiptReplayed(receiptHash);
+        receiptState[seat] = AuditCodes.RECEIPT_AUDITED;
         m.posted = true;
         m.root = receipt.commitmentRoot;
         r.receipts += 1;
         emit CommitteeReceiptPosted(auditId, a.round, slot, m.node, receiptHash, receipt.commitmentRoot);
         if (r.receipts == r.members.length) {
-            r.phase = AuditCodes.OPENING;
+            r.phase = Phase.OPENING;
             r.readyBlock = uint64(block.number);
         }
     }
@@ -352,108 +374,103 @@ contract Jobs is EIP712, ReentrancyGuard {
         if (receipt.numPositions != uint256(a.numPositions) + 1) revert ReceiptMismatch("numPositions");
     }
 
-    /// @notice After the commit window, replace members whose receipt never came (nobody is
+    /// @notice After the commit deadline, replace members whose receipt never came (nobody is
     /// slashed: a missing receipt cannot be pinned on the member rather than on whoever had to
     /// send it the job). After maxCommitteeRedraws redraws, or when the pool has nobody left,
-    /// the audit is abandoned, nobody slashed (an unheard escalation: see _abandonRound).
+    /// the audit is abandoned, nobody slashed. Refused while a claimed job stands unpublished:
+    /// that round ends only by the worker's default (Delivery.slashUndelivered).
     function replaceMissing(uint256 auditId) external nonReentrant {
-        Audit storage a = _audit(auditId);
-        Round storage r = rounds[auditId][a.round];
-        if (r.phase != AuditCodes.COMMITTING) revert WrongPhase(r.phase);
+        (Audit storage a, Round storage r) = _at(auditId, Phase.COMMITTING);
         if (block.number <= r.commitDeadline) revert TooEarly(r.commitDeadline + 1);
+        if (r.publishDeadline != 0 && !a.published) revert ClaimStanding(r.publishDeadline);
         if (r.attempt >= params.maxCommitteeRedraws) {
-            _abandonRound(auditId, a, "members missing", true);
+            _abandonRound(auditId, a, r, "members missing", true);
             return;
         }
         r.attempt += 1;
-        if (!_drawMembers(auditId, a.round, uint8(r.members.length - r.receipts))) _abandonRound(auditId, a, "pool exhausted", true);
+        uint8 missing = uint8(r.members.length - r.receipts);
+        if (!_drawMembers(auditId, a, r, missing, _deadlines(r).drawAfter)) _abandonRound(auditId, a, r, "pool exhausted", true);
     }
 
-    /// @dev Draw `count` members into the round's empty (or not-yet-posted) slots; false (and
-    /// nothing changed) when the round's epoch has too few candidates or is no longer readable.
-    function _drawMembers(uint256 auditId, uint8 roundIndex, uint8 count) private returns (bool) {
-        Audit storage a = audits[auditId];
-        Round storage r = rounds[auditId][roundIndex];
-        address[] memory excluded = new address[](a.drawn.length + 2);
-        excluded[0] = a.worker;
-        excluded[1] = a.dispatcher;
-        for (uint256 i = 0; i < a.drawn.length; i++) {
-            excluded[i + 2] = a.drawn[i];
+    /// @notice Delivery (Disputes) relays member `slot`'s claim that its job never came: only a
+    /// drawn member of the current round without a posted receipt, by the commit deadline, before
+    /// the transcript is public. The round's first claim opens its one publication window (publish
+    /// deadline = now + commit; the commit deadline moves to at least its end + commit); later
+    /// claims join it, and after it only the worker's default (or a publication) ends the round.
+    function onClaim(uint256 auditId, uint8 slot, address claimant) external onlyDisputes returns (uint8 roundIndex, uint64 publishDeadline) {
+        (Audit storage a, Round storage r) = _at(auditId, Phase.COMMITTING);
+        if (block.number > r.commitDeadline) revert ClaimClosed(r.commitDeadline + 1);
+        if (a.published) revert AlreadyPublished(auditId);
+        if (slot >= r.members.length || r.members[slot].node != claimant) revert NotParty(claimant);
+        Member storage m = r.members[slot];
+        if (m.posted) revert JobDelivered(slot);
+        if (m.claimed) revert AlreadyClaimed(slot);
+        if (r.publishDeadline == 0) {
+            r.publishDeadline = uint64(block.number + params.commitWindowBlocks);
+            _extendCommit(r, r.publishDeadline + params.commitWindowBlocks);
+        } else if (block.number > r.publishDeadline) {
+            revert ClaimClosed(r.publishDeadline + 1);
         }
-        address[] memory chosen;
-        try registry.drawCommittee(a.modelId, r.seed, r.attempt, count, excluded, r.epoch) returns (address[] memory c) {
-            chosen = c;
-        } catch (bytes memory reason) {
-            // Only a pool that is really too small (or an epoch no longer readable) ends the
-            // round; anything else (out of gas on a starved call) reverts, so nobody can kill
-            // an audit by starting it with too little gas.
-            bytes4 code = reason.length >= 4 ? bytes4(reason) : bytes4(0);
-            if (code != Sortition.NotEnoughCandidates.selector && code != Registry.EpochNotReadable.selector) revert DrawFailed();
-            return false;
-        }
-        uint256 next;
-        for (uint256 slot = 0; next < count; slot++) {
-            if (slot == r.members.length) r.members.push();
-            else if (r.members[slot].posted) continue;
-            r.members[slot] = Member(chosen[next], AuditCodes.NO_VOTE, false, false, false, bytes32(0), bytes32(0));
-            a.drawn.push(chosen[next]);
-            registry.lock(chosen[next]);
-            next++;
-        }
-        r.commitDeadline = uint64(block.number + params.commitWindowBlocks);
-        r.phase = AuditCodes.COMMITTING;
-        emit CommitteeDrawn(auditId, roundIndex, r.attempt, _memberNodes(r));
-        return true;
+        m.claimed = true;
+        return (a.round, r.publishDeadline);
     }
 
-    /// @dev A round that cannot fill ends the audit, nobody slashed, every lock released. An
-    /// escalation that cannot be heard does not reinstate the verdict it disputes (a colluding
-    /// FAIL would slash the honest worker): the audit is abandoned, the job's fees stay in the
-    /// pool. The bond is refunded, unless the escalator is the dispatcher and the round lapsed
-    /// for missing receipts: it had to send the round's jobs (docs/protocol.md §13).
-    function _abandonRound(uint256 auditId, Audit storage a, string memory reason, bool withheld) private {
-        emit AuditAbandoned(auditId, a.round, reason);
-        rounds[auditId][a.round].phase = AuditCodes.ABANDONED;
-        if (a.round > 0) {
-            uint256 bond = a.escalationBondWei;
-            a.escalationBondWei = 0;
-            if (withheld && a.escalator == a.dispatcher) feePoolWei += bond;
-            else _credit(a.escalator, bond);
-        }
-        _unlockAll(a);
+    /// @notice Delivery relays the transcript's publication (checked there against the receipt):
+    /// by the publish deadline of a claim; every member now has its job, and a commit window.
+    function onPublish(uint256 auditId) external onlyDisputes {
+        (Audit storage a, Round storage r) = _at(auditId, Phase.COMMITTING);
+        if (r.publishDeadline == 0) revert NoClaim(auditId);
+        if (a.published) revert AlreadyPublished(auditId);
+        if (block.number > r.publishDeadline) revert TooLate(r.publishDeadline + 1);
+        a.published = true;
+        _extendCommit(r, block.number + params.commitWindowBlocks);
     }
 
-    // --- 5. challenge, openings, votes -----------------------------------------------------
+    /// @notice Delivery relays the worker's default: a claim's publication window passed with
+    /// nothing published. The round is decided as WORKER_DEFAULT; returns the worker to slash.
+    function onUndelivered(uint256 auditId) external onlyDisputes returns (address worker) {
+        (Audit storage a, Round storage r) = _at(auditId, Phase.COMMITTING);
+        if (r.publishDeadline == 0 || a.published) revert NoClaim(auditId);
+        if (block.number <= r.publishDeadline) revert TooEarly(r.publishDeadline + 1);
+        a.workerSlashed = true;
+        _decide(auditId, a, r);
+        return a.worker;
+    }
+
+    function _extendCommit(Round storage r, uint256 until) private {
+        if (until > r.commitDeadline) r.commitDeadline = uint64(until);
+    }
+
+    // --- 4. challenge, openings, votes -----------------------------------------------------
 
     /// @notice The round's challenge seed: keccak256(0x1a ‖ committee seed ‖ blockhash(ready
-    /// block + auditDrawDelayBlocks)), stored on first use. Parties compute the challenged cells
-    /// from it with verillm.spec.challenge.
-    function drawChallenge(uint256 auditId) public returns (bytes32) {
-        Audit storage a = _audit(auditId);
-        Round storage r = rounds[auditId][a.round];
+    /// block + auditDrawDelayBlocks)), drawn once in (ready + delay, ready + delay + open].
+    /// Parties compute the challenged cells from it with verillm.spec.challenge.
+    function drawChallenge(uint256 auditId) external returns (bytes32) {
+        (Audit storage a, Round storage r) = _at(auditId, Phase.OPENING);
+        if (r.challengeSeed != bytes32(0)) revert AlreadyDrawn(auditId);
+        return _drawChallenge(auditId, a, r);
+    }
+
+    function _drawChallenge(uint256 auditId, Audit storage a, Round storage r) private returns (bytes32) {
         if (r.challengeSeed != bytes32(0)) return r.challengeSeed;
-        if (r.phase != AuditCodes.OPENING) revert WrongPhase(r.phase);
-        uint256 seedBlock = r.readyBlock + params.auditDrawDelayBlocks;
-        if (block.number <= seedBlock) revert TooEarly(seedBlock + 1);
-        if (block.number > seedBlock + params.openWindowBlocks) revert TooLate(seedBlock + params.openWindowBlocks + 1);
-        r.challengeSeed = keccak256(abi.encodePacked(Domains.CHALLENGE_SEED, r.seed, blockhash(seedBlock)));
+        Deadlines memory d = _deadlines(r);
+        _window(d.challengeAfter, d.workerOpenBy);
+        r.challengeSeed = keccak256(abi.encodePacked(Domains.CHALLENGE_SEED, r.seed, blockhash(d.challengeAfter)));
         emit ChallengeDrawn(auditId, a.round, r.challengeSeed);
         return r.challengeSeed;
     }
 
     /// @notice The worker posts its opening: the encoded leaves at the challenged cells, sorted
-    /// by (position, layer), without proofs (calldata; the contract keeps their keccak256).
-    /// Proofs go on-chain only if someone contests (Disputes). Only in the OPENING phase and
-    /// within the worker's window: a late opening cannot change a verdict.
+    /// by (position, layer), without proofs (calldata; the contract keeps their keccak256), by
+    /// ready + delay + open. Proofs go on-chain only if someone contests (Disputes).
     function openWorker(uint256 auditId, bytes calldata leaves) external {
-        Audit storage a = _audit(auditId);
+        (Audit storage a, Round storage r) = _at(auditId, Phase.OPENING);
         if (msg.sender != a.worker) revert NotParty(msg.sender);
-        Round storage r = rounds[auditId][a.round];
-        if (r.phase != AuditCodes.OPENING) revert WrongPhase(r.phase);
-        uint256 closes = r.readyBlock + params.auditDrawDelayBlocks + params.openWindowBlocks;
-        if (block.number > closes) revert TooLate(closes + 1);
-        drawChallenge(auditId);
+        _drawChallenge(auditId, a, r); // the window: (ready + delay, ready + delay + open]
         if (r.workerOpened) revert AlreadyOpened();
+        Deadlines memory d = _deadlines(r);
+        if (block.number > d.workerOpenBy) revert TooLate(d.workerOpenBy + 1);
         _checkOpeningLength(a, leaves.length, 0);
         r.workerOpened = true;
         r.workerOpeningHash = keccak256(leaves);
@@ -461,15 +478,13 @@ contract Jobs is EIP712, ReentrancyGuard {
     }
 
     /// @notice A member posts its own opening and its vote on the worker (agree = within
-    /// tolerance and every output token within margin), after the worker has opened.
+    /// tolerance and every output token within margin), after the worker, by ready + delay + 2·open.
     function openAndVote(uint256 auditId, uint8 slot, bytes calldata leaves, bool agree) external {
-        Audit storage a = _audit(auditId);
-        Round storage r = rounds[auditId][a.round];
-        if (r.phase != AuditCodes.OPENING) revert WrongPhase(r.phase);
+        (Audit storage a, Round storage r) = _at(auditId, Phase.OPENING);
         if (slot >= r.members.length || r.members[slot].node != msg.sender) revert NotParty(msg.sender);
         if (!r.workerOpened) revert WorkerNotOpened();
-        uint256 closes = r.readyBlock + params.auditDrawDelayBlocks + 2 * uint256(params.openWindowBlocks);
-        if (block.number > closes) revert TooLate(closes + 1);
+        Deadlines memory d = _deadlines(r);
+        if (block.number > d.membersOpenBy) revert TooLate(d.membersOpenBy + 1);
         Member storage m = r.members[slot];
         if (m.opened) revert AlreadyOpened();
         _checkOpeningLength(a, leaves.length, 1);
@@ -490,52 +505,45 @@ contract Jobs is EIP712, ReentrancyGuard {
     }
 
     /// @notice Close the round once every member has voted, or its windows have passed: the
-    /// worker's at ready + delay + openWindow, the members' one openWindow later.
+    /// worker's at ready + delay + open, the members' one open window later.
     function finalize(uint256 auditId) external {
-        Audit storage a = _audit(auditId);
-        Round storage r = rounds[auditId][a.round];
-        if (r.phase != AuditCodes.OPENING) revert WrongPhase(r.phase);
-        uint256 workerCloses = r.readyBlock + params.auditDrawDelayBlocks + params.openWindowBlocks;
-        uint256 membersClose = workerCloses + params.openWindowBlocks;
-        if (!r.workerOpened && block.number <= workerCloses) revert TooEarly(workerCloses + 1);
-        if (r.workerOpened && r.opens < r.members.length && block.number <= membersClose) revert TooEarly(membersClose + 1);
-        r.phase = AuditCodes.DECIDED;
+        (Audit storage a, Round storage r) = _at(auditId, Phase.OPENING);
+        Deadlines memory d = _deadlines(r);
+        if (!r.workerOpened && block.number <= d.workerOpenBy) revert TooEarly(d.workerOpenBy + 1);
+        if (r.workerOpened && r.opens < r.members.length && block.number <= d.membersOpenBy) revert TooEarly(d.membersOpenBy + 1);
+        _decide(auditId, a, r);
+    }
+
+    function _decide(uint256 auditId, Audit storage a, Round storage r) private {
+        r.phase = Phase.DECIDED;
         r.verdictBlock = uint64(block.number);
         (uint8 agree, uint8 disagree) = _tally(r);
         emit RoundDecided(auditId, a.round, _verdictOf(a, r), agree, disagree);
     }
 
-    // --- 6. settlement -----------------------------------------------------------------------
+    // --- 5. settlement -----------------------------------------------------------------------
 
     /// @notice After the dispute window, with no contest pending: slash and pay (see
     /// docs/protocol.md §12, "Verdict and settlement"). Rewards from slashes go to the members on the
     /// verdict's side; fees come from the pool.
     function settle(uint256 auditId) external nonReentrant {
-        Audit storage a = _audit(auditId);
-        Round storage r = rounds[auditId][a.round];
-        if (r.phase == AuditCodes.ESCALATING) {
-            uint256 lapses = r.escalationBlock + params.auditDrawDelayBlocks + params.drawWindowBlocks;
-            // Nobody drew the escalation committee in its window: the bond goes to the pool.
-            if (block.number <= lapses) revert TooEarly(lapses + 1);
-            _lapseEscalation(auditId, a);
-            r = rounds[auditId][0];
-        }
-        if (r.phase != AuditCodes.DECIDED) revert WrongPhase(r.phase);
-        if (block.number <= r.verdictBlock + params.disputeWindowBlocks) revert TooEarly(r.verdictBlock + params.disputeWindowBlocks + 1);
+        (Audit storage a, Round storage r) = _at(auditId, Phase.DECIDED);
+        Deadlines memory d = _deadlines(r);
+        if (block.number <= d.disputeBy) revert TooEarly(d.disputeBy + 1);
         if (a.pendingContests != 0) revert ContestsPending(a.pendingContests);
         uint8 verdict = _verdictOf(a, r);
         // Read before settling slashes anyone: the first round's majority as it was decided.
         uint8 firstMajority = _majorityOf(rounds[auditId][0]);
         a.verdict = verdict;
-        r.phase = AuditCodes.SETTLED;
+        r.phase = Phase.SETTLED;
         _settleParties(auditId, a, verdict);
         _settleBond(a, verdict, firstMajority);
-        _unlockAll(a);
+        _unlockAll(auditId, a);
         emit AuditSettled(auditId, verdict);
     }
 
     function _settleParties(uint256 auditId, Audit storage a, uint8 verdict) private {
-        address[] memory winners = new address[](a.drawn.length);
+        address[] memory winners = new address[](_everyParty(auditId, a).length);
         uint256 winnerCount;
         uint256 pot;
         for (uint256 ri = 0; ri <= a.round; ri++) {
@@ -607,48 +615,25 @@ contract Jobs is EIP712, ReentrancyGuard {
         else feePoolWei += bond;
     }
 
-    // --- 7. escalation (through Disputes) --------------------------------------------------
+    // --- 6. escalation (through Disputes) --------------------------------------------------
 
-    /// @notice Disputes forwards a bonded escalation of a decided first round.
+    /// @notice Disputes forwards a bonded escalation of a decided first round, by its dispute
+    /// deadline: round 1 starts DRAWING (its committee is drawn like round 0's, larger and fresh).
     function startEscalation(uint256 auditId, address escalator) external payable onlyDisputes {
-        Audit storage a = _audit(auditId);
-        Round storage r0 = rounds[auditId][0];
-        if (a.round != 0 || r0.phase != AuditCodes.DECIDED) revert WrongPhase(r0.phase);
-        if (!r0.workerOpened || a.workerSlashed) revert WrongPhase(AuditCodes.DECIDED); // nothing to re-judge
-        if (a.escalator != address(0)) revert AlreadyHandled(auditId, 1); // one escalation per audit
-        if (block.number > r0.verdictBlock + params.disputeWindowBlocks) revert TooLate(r0.verdictBlock + params.disputeWindowBlocks + 1);
+        (Audit storage a, Round storage r0) = _at(auditId, Phase.DECIDED);
+        if (a.round != 0 || a.escalator != address(0)) revert AlreadyHandled(auditId, 1); // one escalation per audit
+        if (!r0.workerOpened || a.workerSlashed) revert NothingToJudge(auditId);
+        Deadlines memory d = _deadlines(r0);
+        if (block.number > d.disputeBy) revert TooLate(d.disputeBy + 1);
         if (msg.value != params.disputeBondWei) revert WrongFee(msg.value, params.disputeBondWei);
         a.round = 1;
         a.escalator = escalator;
         a.escalationBondWei = msg.value;
-        Round storage r1 = rounds[auditId][1];
-        r1.phase = AuditCodes.ESCALATING;
-        r1.escalationBlock = uint64(block.number);
+        _enterRound(auditId, 1);
         emit EscalationStarted(auditId, escalator);
     }
 
-    /// @notice Draw the escalation committee from a blockhash after the escalation: excluded are
-    /// the worker and every member drawn so far.
-    function drawEscalation(uint256 auditId) external {
-        Audit storage a = _audit(auditId);
-        Round storage r = rounds[auditId][a.round];
-        if (r.phase != AuditCodes.ESCALATING) revert WrongPhase(r.phase);
-        uint256 seedBlock = r.escalationBlock + params.auditDrawDelayBlocks;
-        if (block.number <= seedBlock) revert TooEarly(seedBlock + 1);
-        if (block.number > seedBlock + params.drawWindowBlocks) revert TooLate(seedBlock + params.drawWindowBlocks + 1);
-        r.seed = keccak256(abi.encodePacked(Domains.ESCALATION, uint64(auditId), blockhash(seedBlock)));
-        r.epoch = uint64(r.escalationBlock / registry.epochBlocks());
-        if (!_drawMembers(auditId, a.round, params.escalationCommitteeSize)) _abandonRound(auditId, a, "pool exhausted", false);
-    }
-
-    function _lapseEscalation(uint256 auditId, Audit storage a) private {
-        a.round = 0;
-        feePoolWei += a.escalationBondWei;
-        a.escalationBondWei = 0;
-        emit EscalationLapsed(auditId);
-    }
-
-    // --- 8. hooks for Disputes -----------------------------------------------------------------
+    // --- 7. hooks for Disputes -----------------------------------------------------------------
 
     /// @notice Record that party `slot` (0 = worker) of `round` lost a contest or an
     /// adjudication; returns its address for Disputes to slash. A party is slashed once per audit.
@@ -665,21 +650,6 @@ contract Jobs is EIP712, ReentrancyGuard {
         return m.node;
     }
 
-    /// @notice Delivery (Disputes) moves the current round's commit deadline out to `until` (a
-    /// claimed job's publication window, then a commit window), or with 0 decides the round as
-    /// the worker's default: it never published the job a member claimed (docs/protocol.md §12).
-    function onDelivery(uint256 auditId, uint64 until) external onlyDisputes {
-        Audit storage a = _audit(auditId);
-        Round storage r = rounds[auditId][a.round];
-        if (r.phase != AuditCodes.COMMITTING) revert WrongPhase(r.phase);
-        if (until == 0) {
-            r.phase = AuditCodes.DECIDED;
-            r.verdictBlock = uint64(block.number);
-        } else if (until > r.commitDeadline) {
-            r.commitDeadline = until;
-        }
-    }
-
     /// @notice What a published job must hash to: the worker's outputHash (input ‖ output), its
     /// sampling key and its token count P + N.
     function transcriptOf(uint256 auditId) external view returns (bytes32 outputHash, bytes32 samplingKey, uint256 tokens) {
@@ -692,13 +662,15 @@ contract Jobs is EIP712, ReentrancyGuard {
         a.pendingContests = uint16(int16(a.pendingContests) + delta);
     }
 
-    /// @notice Disputes passes on slashed stake and bonds: `creditWei` to `to`, the rest to the pool.
-    function depositCredit(address to, uint256 creditWei) external payable onlyDisputes {
+    /// @notice Disputes and Batches pass on slashed stake and bonds: `creditWei` to `to`, the
+    /// rest to the pool.
+    function depositCredit(address to, uint256 creditWei) external payable {
+        if (msg.sender != disputes && msg.sender != batches) revert NotProtocol();
         _credit(to, creditWei);
         feePoolWei += msg.value - creditWei;
     }
 
-    // --- 9. credits ------------------------------------------------------------------------
+    // --- 8. credits ------------------------------------------------------------------------
 
     function claim() external nonReentrant {
         uint256 amount = credits[msg.sender];
@@ -711,24 +683,8 @@ contract Jobs is EIP712, ReentrancyGuard {
 
     // --- views -----------------------------------------------------------------------------
 
-    function hashReceipt(ReceiptData calldata r) public pure returns (bytes32) {
-        // abi.encode of static values is their 32-byte words in order: two halves, concatenated,
-        // are the EIP-712 encoding (one call with 15 values is too deep for the stack).
-        bytes memory head = abi.encode(RECEIPT_TYPEHASH, r.jobHash, r.modelId, r.inputHash, r.outputHash, r.temperatureMilli, r.topK, r.topPPpm);
-        bytes memory tail = abi.encode(r.seed, r.maxNewTokens, r.commitmentRoot, r.numPositions, r.inputTokens, r.outputTokens, r.worker);
-        return keccak256(bytes.concat(head, tail));
-    }
-
     function domainSeparator() external view returns (bytes32) {
         return _domainSeparatorV4();
-    }
-
-    function batchCount() external view returns (uint256) {
-        return batches.length;
-    }
-
-    function getBatch(uint256 batchId) external view returns (Batch memory) {
-        return _batch(batchId);
     }
 
     function getAudit(uint256 auditId) external view returns (AuditView memory v) {
@@ -749,10 +705,41 @@ contract Jobs is EIP712, ReentrancyGuard {
     function getRound(uint256 auditId, uint8 roundIndex)
         external
         view
-        returns (uint8 phase, uint64 commitDeadline, uint64 readyBlock, uint64 verdictBlock, bytes32 challengeSeed, bool workerOpened, address[] memory members)
+        returns (Phase phase, uint64 commitDeadline, uint64 readyBlock, uint64 verdictBlock, bytes32 challengeSeed, bool workerOpened, address[] memory members)
     {
         Round storage r = rounds[auditId][roundIndex];
         return (r.phase, r.commitDeadline, r.readyBlock, r.verdictBlock, r.challengeSeed, r.workerOpened, _memberNodes(r));
+    }
+
+    /// @notice A round's phase and every deadline it has (verillm.spec.audit.compute_round_deadlines).
+    function getDeadlines(uint256 auditId, uint8 roundIndex) external view returns (Phase phase, Deadlines memory d) {
+        Round storage r = rounds[auditId][roundIndex];
+        return (r.phase, _deadlines(r));
+    }
+
+    /// @notice Round `roundIndex` as the state machine sees it: its phase, counts, delivery state
+    /// and deadlines (verillm.spec.audit.compute_due_steps reads it to find the call that is due).
+    function getRoundState(uint256 auditId, uint8 roundIndex) external view returns (RoundState memory s) {
+        Audit storage a = _audit(auditId);
+        Round storage r = rounds[auditId][roundIndex];
+        return RoundState(
+            r.phase, roundIndex, r.attempt, uint8(r.members.length), r.receipts, r.opens, r.workerOpened, r.challengeSeed != bytes32(0),
+            a.published, a.pendingContests, r.publishDeadline, _deadlines(r)
+        );
+    }
+
+    /// @notice The current round's job-delivery state: its publish deadline (0: no claim), the
+    /// round, and whether the transcript is public.
+    function availability(uint256 auditId) external view returns (uint64 publishDeadline, uint8 round, bool published) {
+        Audit storage a = _audit(auditId);
+        return (rounds[auditId][a.round].publishDeadline, a.round, a.published);
+    }
+
+    /// @notice Who claimed seat `slot` of round `key >> 8` (key = round << 8 | slot), or 0.
+    function claimants(uint256 auditId, uint256 key) external view returns (address) {
+        Member[] storage members = rounds[auditId][key >> 8].members;
+        uint256 slot = key & 0xff;
+        return slot < members.length && members[slot].claimed ? members[slot].node : address(0);
     }
 
     function getParty(uint256 auditId, uint8 roundIndex, uint8 slot) external view returns (PartyView memory) {
@@ -777,27 +764,39 @@ contract Jobs is EIP712, ReentrancyGuard {
 
     // --- internals -------------------------------------------------------------------------
 
-    function _batch(uint256 batchId) private view returns (Batch storage) {
-        if (batchId >= batches.length) revert UnknownBatch(batchId);
-        return batches[batchId];
+    /// @dev The guard of every function on an audit: its current round must be in `expected`.
+    function _at(uint256 auditId, Phase expected) private view returns (Audit storage a, Round storage r) {
+        a = _audit(auditId);
+        r = rounds[auditId][a.round];
+        if (r.phase != expected) revert UnexpectedPhase(auditId, r.phase, expected);
+    }
+
+    /// @dev The window (after, by]: TooEarly before, TooLate after.
+    function _window(uint256 after_, uint256 by) private view {
+        if (block.number <= after_) revert TooEarly(after_ + 1);
+        if (block.number > by) revert TooLate(by + 1);
+    }
+
+    /// @dev Every deadline of a round, from the blocks it recorded (docs/protocol.md §12).
+    function _deadlines(Round storage r) private view returns (Deadlines memory d) {
+        uint64 delay = uint64(params.auditDrawDelayBlocks);
+        uint64 open = uint64(params.openWindowBlocks);
+        d.enteredBlock = r.enteredBlock;
+        d.drawAfter = r.enteredBlock + delay;
+        d.drawBy = d.drawAfter + uint64(params.drawWindowBlocks);
+        d.commitBy = r.commitDeadline;
+        if (r.readyBlock != 0) {
+            d.challengeAfter = r.readyBlock + delay;
+            d.workerOpenBy = d.challengeAfter + open;
+            d.membersOpenBy = d.workerOpenBy + open;
+        }
+        d.verdictBlock = r.verdictBlock;
+        if (r.verdictBlock != 0) d.disputeBy = r.verdictBlock + uint64(params.disputeWindowBlocks);
     }
 
     function _audit(uint256 auditId) private view returns (Audit storage a) {
         a = audits[auditId];
         if (a.worker == address(0)) revert UnknownAudit(auditId);
-    }
-
-    function _markHandled(uint256 batchId, uint32 index) private {
-        uint256 bit = uint256(1) << (index & 255);
-        uint256 word = handledBits[batchId][index >> 8];
-        if (word & bit != 0) revert AlreadyHandled(batchId, index);
-        handledBits[batchId][index >> 8] = word | bit;
-    }
-
-    function _useReceipt(bytes32 receiptHash, uint256 scope) private {
-        bytes32 key = keccak256(abi.encode(receiptHash, scope));
-        if (receiptUsed[key]) revert ReceiptReplayed(receiptHash);
-        receiptUsed[key] = true;
     }
 
     function _checkSigner(bytes32 receiptHash, bytes calldata signature, address expected) private view {
@@ -846,13 +845,6 @@ contract Jobs is EIP712, ReentrancyGuard {
         emit PartySlashed(auditId, node, amount, reason);
     }
 
-    function _slashDispatcher(uint256 batchId, address dispatcher, string memory reason) private {
-        uint256 amount = registry.slash(dispatcher);
-        emit DispatcherSlashed(batchId, dispatcher, amount, reason);
-        _credit(msg.sender, _rewardOf(amount));
-        feePoolWei += amount - _rewardOf(amount);
-    }
-
     function _credit(address to, uint256 amountWei) private {
         if (amountWei == 0) return;
         credits[to] += amountWei;
@@ -865,11 +857,30 @@ contract Jobs is EIP712, ReentrancyGuard {
         _credit(to, paid);
     }
 
-    function _unlockAll(Audit storage a) private {
-        registry.unlock(a.worker);
-        registry.unlock(a.dispatcher);
-        for (uint256 i = 0; i < a.drawn.length; i++) {
-            registry.unlock(a.drawn[i]);
+    function _unlockAll(uint256 auditId, Audit storage a) private {
+        address[] memory parties = _everyParty(auditId, a);
+        for (uint256 i = 0; i < parties.length; i++) {
+            registry.unlock(parties[i]);
+        }
+    }
+
+    /// @dev The worker, the dispatcher, every seat of every round so far and every member
+    /// redrawn away: who a draw excludes and who is unlocked at the end (each locked once).
+    function _everyParty(uint256 auditId, Audit storage a) private view returns (address[] memory parties) {
+        Member[] storage first = rounds[auditId][0].members;
+        Member[] storage second = rounds[auditId][1].members;
+        parties = new address[](2 + first.length + second.length + a.replaced.length);
+        parties[0] = a.worker;
+        parties[1] = a.dispatcher;
+        uint256 k = 2;
+        for (uint256 i = 0; i < first.length; i++) {
+            parties[k++] = first[i].node;
+        }
+        for (uint256 i = 0; i < second.length; i++) {
+            parties[k++] = second[i].node;
+        }
+        for (uint256 i = 0; i < a.replaced.length; i++) {
+            parties[k++] = a.replaced[i];
         }
     }
 }

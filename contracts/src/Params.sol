@@ -27,6 +27,8 @@ struct ProtocolParams {
     uint32 maxBatchReceipts;
     uint32 epochBlocks; // stake and membership changes take effect for draws at the next epoch
     uint16 memberPenaltyBps; // a member's minority vote or missed opening: not a provable lie, a small share
+    uint32 maxTranscriptTokens; // input + output tokens a receipt may sign to be auditable: its publication fits a block
+    uint32 auditHorizonBlocks; // a leaver's receipts are auditable from batches posted within this many blocks of its unbond
 }
 
 /// @notice The omission challenge's parameters (contracts/src/Coverage.sol), a struct of their own
@@ -46,10 +48,25 @@ library Domains {
     bytes1 internal constant CHALLENGE = 0x10;
     bytes1 internal constant AUDIT_SEED = 0x13;
     bytes1 internal constant AUDIT_PICK = 0x17;
-    bytes1 internal constant COMMITTEE = 0x18;
     bytes1 internal constant SORTITION = 0x19;
     bytes1 internal constant CHALLENGE_SEED = 0x1a;
-    bytes1 internal constant ESCALATION = 0x1b;
+    bytes1 internal constant ROUND_SEED = 0x1c; // every round's committee seed (0x18 and 0x1b: the β- and escalation-seeded draws before issue 20)
+}
+
+/// @notice The protocol's timeline, composed once (docs/protocol.md §12 "One timeline", mirrored by
+/// verillm.spec.params.compute_timeline). Each span is the longest the windows allow when every
+/// party acts at the last block of its window and every permissionless call comes at its first.
+/// A round is entered (E) by startAudit or an escalation; its committee is drawn in
+/// (E + delay, E + delay + draw]; each redraw comes one block after a commit deadline and adds a
+/// commit window; one claim window per round adds at most two commit windows (publish deadline =
+/// claim + commit, commit deadline ≥ publish deadline + commit).
+struct Timeline {
+    uint256 claimExtension; // 2 × commit: the round's one publication window and the commit window after it
+    uint256 roundDrawSpan; // E → the round's last draw: delay + draw + redraws × (commit + 1) + claimExtension
+    uint256 roundSpan; // E → the verdict: roundDrawSpan + commit + delay + 2 × open + 1 (finalize)
+    uint256 startSpan; // a batch's posting → its last audit start: delay + draw + start
+    uint256 auditSpan; // a start → the last settle: round, dispute, escalation round, dispute, proof, settle
+    uint256 leaverDutySpan; // an unbond → the end of its last duty: horizon + startSpan + auditSpan
 }
 
 library Params {
@@ -60,6 +77,19 @@ library Params {
     /// must close before its seed block leaves that range.
     uint256 internal constant BLOCKHASH_RANGE = 256;
     uint256 internal constant MAX_ANSWER_GAS = 30_000_000;
+    /// publishTranscript costs ≈ 1.1k gas per token (tests/contracts/test_bounds.py measures it at
+    /// the bound): 8,192 tokens ≈ 9 M gas, under a third of a 30 M block.
+    uint256 internal constant MAX_TRANSCRIPT_TOKENS = 8_192;
+
+    function timeline(ProtocolParams memory p) internal pure returns (Timeline memory t) {
+        uint256 commit = p.commitWindowBlocks;
+        t.claimExtension = 2 * commit;
+        t.roundDrawSpan = uint256(p.auditDrawDelayBlocks) + p.drawWindowBlocks + uint256(p.maxCommitteeRedraws) * (commit + 1) + t.claimExtension;
+        t.roundSpan = t.roundDrawSpan + commit + p.auditDrawDelayBlocks + 2 * uint256(p.openWindowBlocks) + 1;
+        t.startSpan = uint256(p.auditDrawDelayBlocks) + p.drawWindowBlocks + p.startWindowBlocks;
+        t.auditSpan = 2 * (t.roundSpan + p.disputeWindowBlocks) + p.proofWindowBlocks + 1;
+        t.leaverDutySpan = uint256(p.auditHorizonBlocks) + t.startSpan + t.auditSpan;
+    }
 
     function validate(ProtocolParams memory p) internal pure {
         if (p.minStakeWei == 0) revert InvalidParams("minStakeWei must be positive");
@@ -69,7 +99,12 @@ library Params {
         if (p.escalationCommitteeSize <= p.committeeSize || p.escalationCommitteeSize % 2 == 0) {
             revert InvalidParams("escalationCommitteeSize must be odd and larger than committeeSize");
         }
-        if (p.challengePositions == 0 || p.maxBatchReceipts == 0) revert InvalidParams("challengePositions and maxBatchReceipts must be positive");
+        if (p.challengePositions == 0 || p.maxBatchReceipts == 0 || p.maxBatchReceipts > type(uint16).max) {
+            revert InvalidParams("challengePositions and maxBatchReceipts must be positive, maxBatchReceipts < 65536");
+        }
+        if (p.maxTranscriptTokens < 2 || p.maxTranscriptTokens > MAX_TRANSCRIPT_TOKENS) {
+            revert InvalidParams("maxTranscriptTokens must be in [2, 8192]: a publication fits a third of a block");
+        }
         // The per-job levy must pay, in expectation, every audit's fees: the committee and the
         // worker each earn auditFeeWei per passed audit.
         if (uint256(p.auditRateBps) * (uint256(p.committeeSize) + 1) * p.auditFeeWei > BPS * p.jobFeeWei) {
@@ -80,9 +115,9 @@ library Params {
 
     /// @dev A promise made while active is claimable before its dispatcher can withdraw: a
     /// deregistering node posts no batch, so it waits unbondingBlocks, longer than a promise's
-    /// batching and claim windows together; a claim locks the stake until it is resolved.
+    /// batching and claim windows together; a claim locks the stake until it is resolved. And a
+    /// receipt served before its worker left is batched under its promise within the horizon.
     function validateCoverage(ProtocolParams memory p, CoverageParams memory c) internal pure {
-        validate(p);
         if (c.batchByBlocks == 0 || c.omissionClaimWindowBlocks == 0 || c.omissionClaimBondWei == 0 || c.omissionAnswerGas == 0) {
             revert InvalidParams("batchByBlocks, omissionClaimWindowBlocks, omissionClaimBondWei and omissionAnswerGas must be positive");
         }
@@ -91,6 +126,7 @@ library Params {
         if (uint256(c.batchByBlocks) + c.omissionClaimWindowBlocks >= p.unbondingBlocks) {
             revert InvalidParams("batchByBlocks + omissionClaimWindowBlocks must be shorter than unbondingBlocks");
         }
+        if (c.batchByBlocks > p.auditHorizonBlocks) revert InvalidParams("auditHorizonBlocks shorter than batchByBlocks");
     }
 
     function _validateWindows(ProtocolParams memory p) private pure {
@@ -100,16 +136,15 @@ library Params {
         if (p.startWindowBlocks == 0 || p.commitWindowBlocks == 0 || p.disputeWindowBlocks == 0 || p.proofWindowBlocks == 0) {
             revert InvalidParams("every window must be positive");
         }
-        // A node that deregisters stays slashable until every batch it posted before leaving
-        // has been drawn and every audited job in it started (after that, audits lock stake).
-        uint256 batchLifetime = uint256(p.auditDrawDelayBlocks) + p.drawWindowBlocks + p.startWindowBlocks;
-        if (p.unbondingBlocks < batchLifetime) revert InvalidParams("unbondingBlocks shorter than a batch's draw and start windows");
-        // Draws read the weights of the epoch their seed's batch (or escalation) began in, and
-        // only the current or the previous epoch can be read: every draw a round makes in its
-        // windows must fall within one epoch of its start, and a node that leaves stays
-        // registered until no readable epoch still weighs it.
-        uint256 drawSpan = batchLifetime + (uint256(p.maxCommitteeRedraws) + 1) * p.commitWindowBlocks;
-        if (p.epochBlocks < drawSpan) revert InvalidParams("epochBlocks shorter than a round's draws");
+        Timeline memory t = timeline(p);
+        // A round's draws read the weights of the epoch it was entered in, and only the current
+        // or the previous epoch is readable: every draw of a round, redraws and the claim window
+        // included, falls within one epoch of its entry, wherever in its epoch the round began.
+        if (p.epochBlocks < t.roundDrawSpan) revert InvalidParams("epochBlocks shorter than a round's draws");
+        // A node that unbonds knows the block its duties end: every audit of its receipts and
+        // every seat it can still be drawn into ends before it may withdraw; and no readable
+        // epoch weighs a node that has withdrawn.
+        if (p.unbondingBlocks < t.leaverDutySpan) revert InvalidParams("unbondingBlocks shorter than a leaver's duties");
         if (p.unbondingBlocks < 2 * uint256(p.epochBlocks)) revert InvalidParams("unbondingBlocks shorter than two epochs");
     }
 }

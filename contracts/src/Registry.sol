@@ -43,7 +43,11 @@ contract Registry is ReentrancyGuard {
     uint256 public immutable slashFractionBps;
     uint256 public immutable unbondingBlocks;
     uint256 public immutable epochBlocks;
+    /// keccak256(abi.encode(params)): the parameters validated here, once, and checked by every
+    /// other contract's constructor (one place validates the timeline: Params.validate).
+    bytes32 public immutable paramsHash;
     address public jobs;
+    address public batches;
     address public disputes;
     address public coverage; // the omission challenge (Coverage.sol): slashes and locks too
 
@@ -86,12 +90,13 @@ contract Registry is ReentrancyGuard {
     }
 
     modifier onlyProtocol() {
-        if (msg.sender != jobs && msg.sender != disputes && msg.sender != coverage) revert NotProtocol();
+        if (msg.sender != jobs && msg.sender != batches && msg.sender != disputes && msg.sender != coverage) revert NotProtocol();
         _;
     }
 
     constructor(ProtocolParams memory p) {
         Params.validate(p);
+        paramsHash = keccak256(abi.encode(p));
         deployer = msg.sender;
         minStakeWei = p.minStakeWei;
         slashFractionBps = p.slashFractionBps;
@@ -101,10 +106,11 @@ contract Registry is ReentrancyGuard {
 
     // --- deployment ------------------------------------------------------------------------
 
-    /// @notice Name the two contracts allowed to slash and lock (once, by the deployer).
-    function bindProtocol(address jobs_, address disputes_) external onlyDeployer {
+    /// @notice Name the three contracts allowed to slash and lock (once, by the deployer).
+    function bindProtocol(address jobs_, address batches_, address disputes_) external onlyDeployer {
         if (jobs != address(0)) revert AlreadyBound();
         jobs = jobs_;
+        batches = batches_;
         disputes = disputes_;
     }
 
@@ -191,7 +197,10 @@ contract Registry is ReentrancyGuard {
         emit StakeAdded(msg.sender, msg.value, node.stakeWei);
     }
 
-    /// @notice Leave: no new draws or batches from now; stake stays slashable until withdrawal.
+    /// @notice Leave ("unbond"): no batches from now, and no seat in any round whose committee
+    /// seed block is this block or later (drawCommittee); the stake stays slashable until
+    /// withdrawal, after unbondingBlocks ≥ the longest duty a leaver can still have
+    /// (Params.timeline: leaverDutySpan).
     function deregister() external {
         Node storage node = _requireRegistered(msg.sender);
         if (node.unbondingEndBlock != 0) revert Deregistering();
@@ -260,6 +269,12 @@ contract Registry is ReentrancyGuard {
         return nodes[node_].registered;
     }
 
+    /// @notice Whether `node_` is registered, and the block it unbonded in (0: it has not).
+    function leaveOf(address node_) external view returns (bool registered, uint64 leftBlock) {
+        Node storage n = nodes[node_];
+        return (n.registered, _leftBlock(n));
+    }
+
     function getNode(address node_)
         external
         view
@@ -319,16 +334,42 @@ contract Registry is ReentrancyGuard {
 
     /// @notice Draw `size` distinct nodes serving `modelId`, none of them in `excluded`, with
     /// probability proportional to their weight in `epoch` (verillm.spec.audit.compute_committee
-    /// over getModelWeights). Only the current and the previous epoch are readable (a node gone
+    /// over getModelWeights), and none that unbonded at or before `seedBlock`: a pick that did is
+    /// excluded and the draw repeated (verillm.spec.audit.compute_round_committee): a node that
+    /// leaves before a seed exists takes no seat from it, and one that leaves after could not
+    /// re-roll it by leaving. Only the current and the previous epoch are readable (a node gone
     /// for two epochs may have withdrawn); a pool with fewer than `size` candidates reverts
-    /// NotEnoughCandidates. O(size × log2(slots)) reads (StakeTree.draw).
-    function drawCommittee(bytes32 modelId, bytes32 seed, uint8 attempt, uint256 size, address[] calldata excluded, uint256 epoch)
-        external
-        view
-        returns (address[] memory)
-    {
+    /// NotEnoughCandidates. O(size × log2(slots)) reads per pass (StakeTree.draw).
+    function drawCommittee(
+        bytes32 modelId,
+        bytes32 seed,
+        uint8 attempt,
+        uint256 size,
+        address[] calldata excluded,
+        uint256 epoch,
+        uint256 seedBlock
+    ) external view returns (address[] memory chosen) {
         _requireReadable(epoch, false);
-        return trees[modelId].draw(seed, attempt, size, excluded, epoch);
+        address[] memory out = excluded;
+        while (true) {
+            chosen = trees[modelId].draw(seed, attempt, size, out, epoch);
+            uint256 gone;
+            for (uint256 i = 0; i < chosen.length; i++) {
+                uint64 left = _leftBlock(nodes[chosen[i]]);
+                if (left != 0 && left <= seedBlock) gone++;
+            }
+            if (gone == 0) return chosen;
+            address[] memory more = new address[](out.length + gone);
+            for (uint256 i = 0; i < out.length; i++) {
+                more[i] = out[i];
+            }
+            uint256 k = out.length;
+            for (uint256 i = 0; i < chosen.length; i++) {
+                uint64 left = _leftBlock(nodes[chosen[i]]);
+                if (left != 0 && left <= seedBlock) more[k++] = chosen[i];
+            }
+            out = more;
+        }
     }
 
     /// @notice The pure sortition, exposed so tests compare it with the Python spec.
@@ -341,6 +382,10 @@ contract Registry is ReentrancyGuard {
     }
 
     // --- internals -------------------------------------------------------------------------
+
+    function _leftBlock(Node storage n) private view returns (uint64) {
+        return n.unbondingEndBlock == 0 ? 0 : uint64(n.unbondingEndBlock - unbondingBlocks);
+    }
 
     function _requireRegistered(address node_) private view returns (Node storage node) {
         node = nodes[node_];

@@ -77,7 +77,7 @@ library StakeTree {
     /// the excluded), but each pick descends the tree, subtracting the weight of the excluded and
     /// of the nodes drawn so far where the walk passes them. O(size · log2(capacity) ·
     /// (excluded + size)) reads and comparisons, whatever the number of departed nodes.
-    function draw(Tree storage t, bytes32 seed, uint8 attempt, uint256 size, address[] calldata excluded, uint256 epoch)
+    function draw(Tree storage t, bytes32 seed, uint8 attempt, uint256 size, address[] memory excluded, uint256 epoch)
         internal
         view
         returns (address[] memory chosen)

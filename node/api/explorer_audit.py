@@ -5,11 +5,10 @@ must act and by which block, with the deadlines `Jobs.sol` enforces (docs/protoc
 Pure functions over event rows (``{"name", "block_number", "args", ...}``) and a Preset.
 """
 
-from verillm.chain.protocol import ABANDONED, COMMITTING, DECIDED, OPENING, PHASE_NAMES, SETTLED
+from verillm.spec.audit import TERMINAL_PHASES, Phase, RoundState, is_claim_standing
 from verillm.spec.params import Preset
-from verillm.spec.settlement import VERDICT_NAMES
+from verillm.spec.settlement import AGREE, VERDICT_NAMES
 
-AGREE, DISAGREE = 1, 2
 MEMBER_PENALTY_REASON = "missed opening or minority vote"  # Jobs._settleParties names both rules at once
 
 
@@ -80,7 +79,8 @@ def _member_conduct(r: dict, seat: dict, adjudicated: set, contested: set, slash
     vote = opening["vote"] if opening else None
     lie, label = False, ""
     if (r["round"], party_slot) in adjudicated:
-        lie, label = True, "lied: voted agree, but its own committed data disagrees with the worker's (adjudicated)"
+        lie, label = True, ("lied: voted agree, but its own committed data disagrees with the worker's (adjudicated)" if vote == AGREE else
+                            "lied: its committed data contradict the worker's data that the appeal round found honest (adjudicated)")
     elif (r["round"], party_slot) in contested:
         lie, label = True, "could not prove the opening it voted on (contest lost)"
     elif slash and slash["reason"] == MEMBER_PENALTY_REASON:
@@ -96,26 +96,25 @@ def _member_conduct(r: dict, seat: dict, adjudicated: set, contested: set, slash
     return {"label": label, "vote": vote, "lie": lie, "slashed_wei": slash["amountWei"] if slash else None}
 
 
-def compute_next_step(view: dict, rounds: list[dict], preset: Preset, head: int) -> dict | None:
+def compute_next_step(state: RoundState, audit: dict, rounds: list[dict], preset: Preset, head: int) -> dict | None:
     """What the open audit waits for: ``steps`` (what, who, from/by block, in contract terms) and
     ``then`` (what the contract lets happen once the deadline passes). None once it is over.
 
-    ``view``: the live `Jobs.getAudit` + `getRound` of the current round (phase, round, commit_deadline,
-    ready_block, verdict_block, challenge_drawn, worker_opened, members, pending_contests, worker,
-    dispatcher) and the block its escalation started (``escalation_block``, from its event)."""
-    phase = view["phase"]
-    if phase in (SETTLED, ABANDONED) or phase not in PHASE_NAMES or phase == 0:
+    ``state``: the current round as `Jobs.getRoundState` gives it (phase and the deadlines the
+    contract computes, `verillm.spec.audit.RoundState`); ``audit``: its ``worker``, ``dispatcher``
+    and whether a client ``requested`` it (`Jobs.getAudit`). No window is re-derived here."""
+    if state.phase in TERMINAL_PHASES or state.phase in (Phase.NONE, Phase.LAPSED):
         return None
-    current = next((r for r in rounds if r["round"] == view["round"]), {"members": [], "draws": []})
+    current = next((r for r in rounds if r["round"] == state.round), {"members": [], "draws": []})
     seats = [s for s in current["members"] if not s["replaced"]]
-    anyone = {"anyone": True, "usually": view["dispatcher"]}
-    if phase == COMMITTING:
-        return _committing(view, current, seats, preset, anyone)
-    if phase == OPENING:
-        return _opening(view, seats, preset, head, anyone)
-    if phase == DECIDED:
-        return _decided(view, preset, anyone)
-    return _escalating(view, preset, anyone)
+    anyone = {"anyone": True, "usually": audit["dispatcher"]}
+    if state.phase == Phase.DRAWING:
+        return _drawing(state, audit, preset, anyone)
+    if state.phase == Phase.COMMITTING:
+        return _committing(state, audit, current, seats, preset, anyone)
+    if state.phase == Phase.OPENING:
+        return _opening(state, audit, seats, preset, head, anyone)
+    return _decided(state, preset, anyone)
 
 
 def _step(action: str, what: str, who, by_block: int | None = None, from_block: int | None = None) -> dict:
@@ -123,51 +122,57 @@ def _step(action: str, what: str, who, by_block: int | None = None, from_block: 
     return {"action": action, "what": what, "who": who, "from_block": from_block, "by_block": by_block}
 
 
-def _committing(view, current, seats, preset: Preset, anyone) -> dict:
+def _drawing(state: RoundState, audit: dict, preset: Preset, anyone) -> dict:
+    d = state.deadlines
+    size = preset.COMMITTEE_SIZE if state.round == 0 else preset.ESCALATION_COMMITTEE_SIZE
+    what = f"draw the {'appeal' if state.round else 'first'} round's committee of {size} from the blockhash of block {d.draw_after} (drawRound)"
+    if state.round > 0:
+        then = f"if nobody does, from block {d.draw_by + 1} anyone may call lapse: the appeal lapses, the first verdict stands, the bond goes to the pool"
+    elif audit["requested"]:
+        then = f"if nobody does, from block {d.draw_by + 1} anyone may call lapse: the audit is abandoned, nobody slashed, the receipt never requested again"
+    else:
+        then = f"if nobody does, from block {d.draw_by + 1} anyone may call lapse: the audit is abandoned and its dispatcher slashed (the draw was its duty)"
+    return {"phase": "drawing", "steps": [_step("drawRound", what, anyone, from_block=d.draw_after + 1, by_block=d.draw_by)], "then": then}
+
+
+def _committing(state: RoundState, audit: dict, current, seats, preset: Preset, anyone) -> dict:
+    if is_claim_standing(state):  # only a publication or the worker's default ends the round now
+        return {"phase": "committing", "steps": [_step("publishTranscript", "publish the claimed job's transcript (publishTranscript)",
+                                                        {"parties": [audit["worker"]]}, by_block=state.publish_deadline)],
+                "then": f"if it does not, from block {state.publish_deadline + 1} anyone may call slashUndelivered: the worker defaults and is slashed"}
     missing = [s["node"] for s in seats if not s["receipt"]]
-    attempt = current["draws"][-1]["attempt"] if current["draws"] else 0
-    deadline = view["commit_deadline"]
+    deadline = state.deadlines.commit_by
     then = (f"from block {deadline + 1} anyone may call replaceMissing: the missing seats are redrawn "
-            f"(redraw {attempt + 1} of {preset.MAX_COMMITTEE_REDRAWS}); nobody is slashed for a missing receipt"
-            if attempt < preset.MAX_COMMITTEE_REDRAWS else
+            f"(redraw {state.attempt + 1} of {preset.MAX_COMMITTEE_REDRAWS}); nobody is slashed for a missing receipt"
+            if state.attempt < preset.MAX_COMMITTEE_REDRAWS else
             f"from block {deadline + 1} anyone may call replaceMissing, which abandons the audit (no redraws left); nobody is slashed")
     return {"phase": "committing", "steps": [_step("postCommitteeReceipt", "post their committee receipts (each runs the verification job the dispatcher sends it)",
                                                    {"parties": missing}, by_block=deadline)], "then": then}
 
 
-def _opening(view, seats, preset: Preset, head: int, anyone) -> dict:
-    seed_block = view["ready_block"] + preset.AUDIT_DRAW_DELAY_BLOCKS
-    worker_closes = seed_block + preset.OPEN_WINDOW_BLOCKS
-    members_close = worker_closes + preset.OPEN_WINDOW_BLOCKS
-    if not view["challenge_drawn"]:
+def _opening(state: RoundState, audit: dict, seats, preset: Preset, head: int, anyone) -> dict:
+    d = state.deadlines
+    if not state.challenge_drawn:
         return {"phase": "opening", "steps": [_step("drawChallenge", "draw the challenge (drawChallenge): which cells every party opens", anyone,
-                                                    from_block=seed_block + 1, by_block=seed_block + preset.OPEN_WINDOW_BLOCKS)],
-                "then": f"the worker opens the challenged cells by block {worker_closes}"}
-    if not view["worker_opened"]:
-        return {"phase": "opening", "steps": [_step("openWorker", "open the challenged cells (openWorker)", {"parties": [view["worker"]]}, by_block=worker_closes)],
-                "then": f"if it does not, from block {worker_closes + 1} anyone may finalize: the worker defaults and is slashed"}
+                                                    from_block=d.challenge_after + 1, by_block=d.worker_open_by)],
+                "then": f"the worker opens the challenged cells by block {d.worker_open_by}"}
+    if not state.worker_opened:
+        return {"phase": "opening", "steps": [_step("openWorker", "open the challenged cells (openWorker)", {"parties": [audit["worker"]]}, by_block=d.worker_open_by)],
+                "then": f"if it does not, from block {d.worker_open_by + 1} anyone may finalize: the worker defaults and is slashed"}
     pending = [s["node"] for s in seats if not s["opening"]]
     if pending:
-        return {"phase": "opening", "steps": [_step("openAndVote", "open the same cells and vote (openAndVote)", {"parties": pending}, by_block=members_close)],
-                "then": (f"from block {members_close + 1} anyone may finalize (or as soon as every member has voted); a member that did not "
+        return {"phase": "opening", "steps": [_step("openAndVote", "open the same cells and vote (openAndVote)", {"parties": pending}, by_block=d.members_open_by)],
+                "then": (f"from block {d.members_open_by + 1} anyone may finalize (or as soon as every member has voted); a member that did not "
                          f"open loses {preset.MEMBER_PENALTY_BPS / 100:g}% of its stake at settlement")}
     return {"phase": "opening", "steps": [_step("finalize", "finalize: decide the round from the votes", anyone, from_block=head)],
             "then": "the dispute window opens"}
 
 
-def _decided(view, preset: Preset, anyone) -> dict:
-    closes = view["verdict_block"] + preset.DISPUTE_WINDOW_BLOCKS
-    actions = "contest an opening or adjudicate a member's vote" + (
-        f", or escalate to a committee of {preset.ESCALATION_COMMITTEE_SIZE} (bond {preset.DISPUTE_BOND_WEI / 1e18:g} ETH)" if view["round"] == 0 else "")
-    settle = f"settle: slashes and payments (after the {view['pending_contests']} pending contests resolve)" if view["pending_contests"] else \
+def _decided(state: RoundState, preset: Preset, anyone) -> dict:
+    closes = state.deadlines.dispute_by
+    actions = "contest an opening or adjudicate a member's committed data" + (
+        f", or appeal (escalate) to a committee of {preset.ESCALATION_COMMITTEE_SIZE} (bond {preset.DISPUTE_BOND_WEI / 1e18:g} ETH)" if state.round == 0 else "")
+    settle = f"settle: slashes and payments (after the {state.pending_contests} pending contests resolve)" if state.pending_contests else \
         "settle: slashes and payments"
     return {"phase": "decided", "steps": [_step("dispute", actions, {"anyone": True}, by_block=closes), _step("settle", settle, anyone, from_block=closes + 1)],
             "then": "the verdict becomes final"}
-
-
-def _escalating(view, preset: Preset, anyone) -> dict:
-    seed_block = (view["escalation_block"] or 0) + preset.AUDIT_DRAW_DELAY_BLOCKS
-    lapses = seed_block + preset.DRAW_WINDOW_BLOCKS
-    return {"phase": "escalating", "steps": [_step("drawEscalation", f"draw the escalation committee of {preset.ESCALATION_COMMITTEE_SIZE} (drawEscalation)", anyone,
-                                                   from_block=seed_block + 1, by_block=lapses)],
-            "then": f"if nobody does, from block {lapses + 1} settling lapses the escalation: the first verdict stands, the bond goes to the pool"}

@@ -265,17 +265,14 @@ async def get_audit(request: web.Request) -> web.Response:
 
 
 async def _next_step(service, body: dict) -> dict | None:
-    """Read the audit's live phase and its round's deadlines from Jobs, and say what happens next."""
+    """Read the audit's current round from Jobs (its phase and the deadlines the contract computes,
+    `getRoundState`), and say what happens next."""
     chainio, head = service.chainio, service.watcher.head
-    state = await chainio.read(chainio.protocol.get_audit, body["audit_id"])
-    info = await chainio.get_round(body["audit_id"], state.round)
-    escalations = [e["block"] for e in body["timeline"] if e["event"] == "EscalationStarted"]
-    view = {"phase": info.phase, "round": state.round, "commit_deadline": info.commit_deadline, "ready_block": info.ready_block,
-            "verdict_block": info.verdict_block, "challenge_drawn": info.challenge_seed != b"\x00" * 32, "worker_opened": info.worker_opened,
-            "members": ["0x" + m.hex() for m in info.members], "pending_contests": state.pending_contests, "worker": state.worker,
-            "dispatcher": state.dispatcher, "escalation_block": escalations[-1] if escalations else None}
-    step = compute_next_step(view, body["rounds"], chainio.preset, head)
-    return None if step is None else {**step, "read_at_block": head, "phase_code": info.phase}
+    audit = await chainio.read(chainio.protocol.get_audit, body["audit_id"])
+    state = await chainio.get_round_state(body["audit_id"], audit.round)
+    parties = {"worker": audit.worker, "dispatcher": audit.dispatcher, "requested": audit.requested}
+    step = compute_next_step(state, parties, body["rounds"], chainio.preset, head)
+    return None if step is None else {**step, "read_at_block": head, "phase_code": int(state.phase)}
 
 
 async def get_node(request: web.Request) -> web.Response:

@@ -1,12 +1,15 @@
 """Receipt batches, the audit draw and audit starts (docs/protocol.md §12 "Messages, in order", steps 1–2).
 
-    posting  the batch row and its leaf indices are written, then `Jobs.postBatch(root, count)`
+    posting  the batch row and its leaf indices are written, then `Batches.postBatch(root, count)`
     posted   once the seed block (posted + AUDIT_DRAW_DELAY_BLOCKS) is mined: `drawAudit` with
              this node's BLS-VRF proof over keccak(0x13 ‖ root ‖ blockhash(seed block))
     drawn    every job the VRF output selects, or whose client asked for an audit, gets
-             `startAudit` (receipt, Merkle proof into the batch, output length); the contract
-             draws the committee from the VRF output
-    started  every selected job has its audit id (`dispatch_audits`)
+             `startAudit` (receipt, Merkle proof into the batch, output length); its committee
+             is drawn later from a blockhash after the start (`Jobs.drawRound`, by the audit
+             driver: a selected audit whose round is never drawn slashes this dispatcher)
+    started  every selected job has its audit id (`dispatch_audits`), or was skipped by the
+             contract (`AuditSkipped`: another audit owns the receipt, or its worker's horizon
+             passed; the duty is done)
 
 A batch is posted when `batch_max_receipts` receipts wait, the oldest has waited
 `batch_max_wait_s`, or a receipt's batching promise is near its deadline (node/dispatcher/promises.py). A restart finds a batch still 'posting' and looks for its BatchPosted
@@ -84,7 +87,7 @@ class BatchScheduler:
         seed_block = batch["posted_block"] + delay
         if head <= seed_block:
             return
-        on_chain = await self.chainio.read(self.chainio.protocol.jobs.call, "getBatch", batch["batch_id"])
+        on_chain = await self.chainio.read(self.chainio.protocol.batches.call, "getBatch", batch["batch_id"])
         if on_chain[5] == 0 and head > seed_block + window:
             self.tables.update_batch(batch["id"], status="missed", error=f"draw window closed at block {seed_block + window}")
             log.error("batch %d: missed its draw window; the dispatcher is slashable", batch["batch_id"])
@@ -95,7 +98,7 @@ class BatchScheduler:
             except Exception as exc:
                 if not is_revert(exc, "AlreadyDrawn"):
                     raise
-            on_chain = await self.chainio.read(self.chainio.protocol.jobs.call, "getBatch", batch["batch_id"])
+            on_chain = await self.chainio.read(self.chainio.protocol.batches.call, "getBatch", batch["batch_id"])
         self.tables.update_batch(batch["id"], status="drawn", beta=bytes(on_chain[4]).hex())
         for job in self.tables.get_batch_jobs(batch["id"]):
             selected = spec_audit.is_audited(bytes(on_chain[4]), job.batch_index, self.chainio.preset.AUDIT_RATE_BPS)
@@ -114,14 +117,19 @@ class BatchScheduler:
         """Start every selected audit not started yet; mark the batch started when all are recorded."""
         unrecorded = 0
         for job, requested in self.get_selection(batch):
-            if self.tables.get_audit_for_leaf(batch["id"], job.batch_index) is None:
-                await self.start_audit(batch, job, requested)
+            if self._is_handled(batch, job.batch_index):
+                continue
+            await self.start_audit(batch, job, requested)
             # A run killed after its startAudit was mined leaves the audit unrecorded here until the
             # watcher has replayed the AuditStarted event: keep the batch 'drawn' so the next head
             # retries, instead of marking it started with the audit lost (the job stuck 'committed').
-            unrecorded += self.tables.get_audit_for_leaf(batch["id"], job.batch_index) is None
+            unrecorded += not self._is_handled(batch, job.batch_index)
         if not unrecorded:
             self.tables.update_batch(batch["id"], status="started")
+
+    def _is_handled(self, batch: dict, index: int) -> bool:
+        """Whether the leaf has its audit recorded, or the contract skipped its start."""
+        return self.tables.get_audit_for_leaf(batch["id"], index) is not None or self._find_started(batch["batch_id"], index) == 0
 
     async def start_audit(self, batch: dict, job, requested: bool) -> None:
         levels = spec_audit.compute_batch_levels([compute_receipt_hash(j.receipt) for j in self.tables.get_batch_jobs(batch["id"])])
@@ -131,16 +139,25 @@ class BatchScheduler:
                                          value_wei=fee, batch_id=batch["batch_id"])
             audit_id = tx.value
         except Exception as exc:
-            if not is_revert(exc, "AlreadyHandled", "ReceiptReplayed"):
+            if not is_revert(exc, "AlreadyHandled", "ReceiptReplayed", "ReceiptExpired"):
                 raise
             audit_id = self._find_started(batch["batch_id"], job.batch_index)
             if audit_id is None:
-                return  # started by a previous run; its event is not recorded yet
+                return  # started by a previous run (or refused as a request): its event is not recorded yet
+        if audit_id == 0:
+            log.info("job 0x%s (batch %d #%d): start skipped, its receipt has its audit already", job.job_hash.hex(),
+                     batch["batch_id"], job.batch_index)
+            return
         self.tables.insert_audit(audit_id, job.job_hash, batch["id"], job.batch_index, requested)
         log.info("audit %d started for job 0x%s (batch %d #%d)", audit_id, job.job_hash.hex(), batch["batch_id"], job.batch_index)
 
     def _find_started(self, batch_id: int, index: int) -> int | None:
+        """The audit id the chain recorded for the leaf, 0 when it skipped the start, None when
+        neither event is recorded (yet)."""
         for event in self.tables.get_events("AuditStarted"):
             if event["args"]["batchId"] == batch_id and event["args"]["index"] == index:
                 return event["audit_id"]
+        for event in self.tables.get_events("AuditSkipped"):
+            if event["args"]["batchId"] == batch_id and event["args"]["index"] == index:
+                return 0
         return None

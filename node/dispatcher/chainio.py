@@ -20,7 +20,7 @@ from verillm.chain import connect
 from verillm.chain.deploy import Deployment
 from verillm.chain.errors import TransactionReverted
 from verillm.chain.protocol import Protocol, Tx
-from verillm.spec.audit import OnchainModel
+from verillm.spec.audit import OnchainModel, RoundState
 from verillm.errors import ConfigError
 from verillm.spec.hashing import keccak256
 
@@ -95,14 +95,14 @@ class ChainIO:
         return tx
 
     async def draw_challenge(self, audit_id: int) -> None:
-        """`Jobs.drawChallenge`: draws the seed, or returns the one already drawn (no event then).
+        """`Jobs.drawChallenge`: draws the seed.
 
-        Too early, or the round has moved on: nothing to do (worker and dispatcher both try).
+        Too early, drawn already, or the round has moved on: nothing to do (worker and dispatcher both try).
         """
         try:
             receipt = await self._run(self.chain.transact, self.protocol.jobs, "drawChallenge", audit_id, sender=self.account)
         except Exception as exc:
-            if not is_revert(exc, "WrongPhase", "TooEarly"):
+            if not is_revert(exc, "UnexpectedPhase", "TooEarly", "AlreadyDrawn"):
                 raise
             return
         faults.reach("tx_mined_draw_challenge")
@@ -133,6 +133,10 @@ class ChainIO:
     async def block_number(self) -> int:
         return await self._run(self.chain.get_block_number)
 
+    async def get_round_state(self, audit_id: int, round_index: int | None = None) -> RoundState:
+        """`Jobs.getRoundState`: phase, counts, delivery state and deadlines (spec.audit.RoundState)."""
+        return await self._run(self.protocol.get_round_state, audit_id, round_index)
+
     async def get_round(self, audit_id: int, round_index: int) -> RoundInfo:
         raw = await self._run(self.protocol.jobs.call, "getRound", audit_id, round_index)
         phase, deadline, ready, verdict_block, seed, opened, members = raw
@@ -146,10 +150,12 @@ class ChainIO:
         return self._models[model_id]
 
     async def get_calldata(self, tx_hash: bytes) -> dict:
-        """Return the decoded arguments of a Jobs transaction."""
+        """Return the decoded arguments of a protocol transaction (Jobs, Batches or Disputes)."""
         def fetch():
             tx = self.chain.rpc("eth_getTransaction", lambda: self.chain.w3.eth.get_transaction(tx_hash))
-            _, args = self.protocol.jobs.web3.decode_function_input(tx["input"])
+            handles = (self.protocol.jobs, self.protocol.batches, self.protocol.disputes)
+            handle = next((h for h in handles if h.address.lower() == tx["to"].lower()), self.protocol.jobs)
+            _, args = handle.web3.decode_function_input(tx["input"])
             return dict(args)
 
         return await self._run(fetch)

@@ -15,6 +15,8 @@ node; these reasons say what is missing, in the order an operator fixes them:
   a committee of `committeeSize`; fewer, and its audit is abandoned ("pool exhausted").
   Weights are the Registry's for the current epoch (`getModelWeights`): a registration or a
   stake change weighs from the next epoch on, so the reason names that epoch's count and block.
+  A node that has unbonded is not counted although it may still weigh this epoch: no round
+  seeded after its unbond draws it (`Registry.drawCommittee`).
 
 `compute_serving_reasons` is pure; `read_serving_state` reads the chain (blocking, through
 `verillm.chain.protocol.Protocol`); `ReadinessMonitor` caches the reasons for /healthz and
@@ -43,7 +45,8 @@ class ServingState:
     model_id: bytes
     model_added: bool
     weighted_now: tuple[str, ...]
-    """Lower-case addresses with weight in the current epoch's draws of the model."""
+    """Lower-case addresses with weight in the current epoch's draws of the model, those that
+    unbonded left out (no round seeded after an unbond draws it)."""
     weighted_next: tuple[str, ...]
     """... from the next epoch on (a registration, top-up or departure made now weighs then)."""
     min_stake_wei: int
@@ -56,6 +59,8 @@ def read_serving_state(protocol, address: str, model_id: bytes) -> ServingState:
     node = protocol.get_node(Web3.to_checksum_address(address))
     epoch = protocol.registry.call("currentEpoch")
     now, later = (_weighted(protocol.registry.call("getModelWeights", model_id, e)) for e in (epoch, epoch + 1))
+    leaving = {n for n in set(now) | set(later) if protocol.get_node(Web3.to_checksum_address(n))["unbonding_end_block"]}
+    now, later = tuple(n for n in now if n not in leaving), tuple(n for n in later if n not in leaving)
     try:
         model_added = bool(protocol.registry.call("getModelConfig", model_id)[0])
     except TransactionReverted as exc:  # the view reverts UnknownModel for a model never added

@@ -24,6 +24,7 @@ from web3 import Web3
 
 from verillm.spec.receipt import verify_receipt_binding
 from verillm.errors import BadResponse, InvalidProof, InvalidSignature, QueueFull, VerillmError
+from verillm.spec.delivery import verify_transcript_bound
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain, verify_receipt_signature
 from verillm.spec.types import Job, Receipt
@@ -176,10 +177,12 @@ class NetworkDispatcher:
     """Routes client jobs to the Registry's workers and records what it dispatched."""
 
     def __init__(self, worker: Worker, store: Store, tables: DispatcherTables, view: RegistryView, key: NodeKey,
-                 domain: SigningDomain, session: aiohttp.ClientSession, committee_size: int):
+                 domain: SigningDomain, session: aiohttp.ClientSession, committee_size: int, max_transcript_tokens: int):
         self.worker, self.store, self.tables, self.view = worker, store, tables, view
         self.key, self.domain, self.session = key, domain, session
         self.committee_size = committee_size
+        self.max_transcript_tokens = max_transcript_tokens
+        """The deployment's MAX_TRANSCRIPT_TOKENS: a longer job's receipt could never be audited."""
         self._next = 0
         self.health = WorkerHealth()
         self.readiness = None  # node/dispatcher/readiness.py's ReadinessMonitor (set by the service): why no_workers
@@ -190,6 +193,9 @@ class NetworkDispatcher:
         readiness reports (`compute_needed_workers`: a committee, the job's worker, and this
         dispatcher when it is one of the workers, since the contract excludes both from the draw)."""
         self.worker.verify_admission(job)
+        # A receipt over the deployment's transcript bound cannot be audited (startAudit refuses
+        # it): never promise to batch one (docs/protocol.md §12 "Undelivered jobs").
+        verify_transcript_bound(len(job.input_tokens), job.max_new_tokens, self.max_transcript_tokens)
         weighs = any(entry.address == self.key.address for entry in self.view.workers)
         needed = compute_needed_workers(self.committee_size, weighs)
         if len(self.view.workers) < needed:

@@ -63,7 +63,8 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     config, worker, metrics, key = app[APP_CONFIG].dispatcher, app[APP_WORKER], app[APP_METRICS], app[APP_KEY]
     tasks = KeyedTasks()
     view = RegistryView(chainio, worker.served.model_id, config.registry_refresh_s)
-    router = NetworkDispatcher(worker, app[APP_STORE], tables, view, key, app[APP_DOMAIN], session, chainio.preset.COMMITTEE_SIZE)
+    router = NetworkDispatcher(worker, app[APP_STORE], tables, view, key, app[APP_DOMAIN], session, chainio.preset.COMMITTEE_SIZE,
+                               chainio.preset.MAX_TRANSCRIPT_TOKENS)
     batches = BatchScheduler(chainio, tables, metrics, compute_vrf_secret_key(key), config.batch_max_receipts, config.batch_max_wait_s)
     audits = AuditDriver(chainio, tables, router, view, tasks, metrics, config.escalate)
     faults = app.get(APP_FAULTS, PartyFaults())

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 log = logging.getLogger(__name__)
 
 # Reverts no retry can fix: the window or phase is over, the party is not (or no longer) allowed.
-GIVE_UP_ERRORS = ("TooLate", "WrongPhase", "NotActiveNode", "AlreadyHandled", "AlreadyOpened", "AlreadyDrawn",
+GIVE_UP_ERRORS = ("TooLate", "UnexpectedPhase", "NotActiveNode", "AlreadyHandled", "AlreadyOpened", "AlreadyDrawn",
                   "ReceiptReplayed", "NotParty", "WindowClosed", "AlreadySlashed", "ContestClosed")
 
 

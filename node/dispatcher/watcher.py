@@ -1,6 +1,6 @@
 """The chain watcher: one loop that follows the contracts and advances every pending item.
 
-Each tick: read the head; record the new protocol events (Jobs, Disputes, Registry, Coverage) in
+Each tick: read the head; record the new protocol events (Jobs, Batches, Disputes, Registry, Coverage) in
 `chain_events` and move the cursor, in one transaction, after handing the events that name
 this node a seat to `PartyDuties` (idempotent, so a crash in between repeats nothing); then
 give every pending item — batches, this dispatcher's audits, this node's seats — its next
@@ -62,7 +62,8 @@ class ChainWatcher:
         self.poll_interval_s = poll_interval_s
         protocol = chainio.protocol
         start = tables.get_cursor(CURSOR, chainio.deployment.start_block)
-        self.poller = EventPoller(chainio.chain, [protocol.jobs, protocol.disputes, protocol.registry, protocol.coverage], start, confirmations)
+        self.poller = EventPoller(chainio.chain, [protocol.jobs, protocol.batches, protocol.disputes, protocol.registry, protocol.coverage],
+                                  start, confirmations)
         self.head = 0
         self.ticks = 0
 

@@ -2,11 +2,12 @@
 
 A receipt can be touched by an audit until the longest path through the protocol's windows has
 passed since it was signed (`compute_audit_horizon_blocks`): batched by its promise's deadline,
-drawn, started, then two rounds (the first and an escalation), each with every commit-window
-redraw and the delivery claim's extensions, the opening, the dispute window and the proof window
-of a contest; and the dispatcher's omission answer after its promise's deadline. Past that
-horizon nothing can open the job's cells or ask for its receipt, so `Store.prune_finished` may
-delete it; before it, the node would lose stake if it could not answer.
+then the timeline's start span and audit span (`verillm.spec.params.compute_timeline`, the one
+place the windows are composed, `Params.timeline`'s twin: draw, start, two rounds each with
+every redraw and the delivery claim's windows, openings, disputes, the proof window, settle);
+and the dispatcher's omission answer after its promise's deadline. Past that horizon nothing
+can open the job's cells or ask for its receipt, so `Store.prune_finished` may delete it;
+before it, the node would lose stake if it could not answer.
 
 ``store.retention_s`` is the operator's setting in seconds; a node with a chain checks at startup
 that it covers the horizon at the chain's measured block interval (`verify_retention`), with a
@@ -14,27 +15,17 @@ factor of two for a chain that slows down.
 """
 
 from verillm.errors import ConfigError
-from verillm.spec.params import Preset
+from verillm.spec.params import Preset, compute_timeline
 
-DELIVERY_EXTENSION_WINDOWS = 3
-"""Commit windows a delivery claim and the transcript's publication can add to one round
-(docs/protocol.md §12 "Undelivered jobs": D = claim + W, deadline ≥ D + W, then publish + W)."""
 SAFETY_FACTOR = 2
 """Retention over the horizon at the measured block interval: blocks may come slower later."""
 
 
-def compute_round_blocks(preset: Preset) -> int:
-    """The longest one audit round can stay open, in blocks, from its draw to the end of its proof window."""
-    commits = (preset.MAX_COMMITTEE_REDRAWS + 1 + DELIVERY_EXTENSION_WINDOWS) * preset.COMMIT_WINDOW_BLOCKS
-    return commits + preset.OPEN_WINDOW_BLOCKS + preset.DISPUTE_WINDOW_BLOCKS + preset.PROOF_WINDOW_BLOCKS
-
-
 def compute_audit_horizon_blocks(preset: Preset) -> int:
     """Blocks after a job is served past which no audit or omission claim can involve its receipt."""
-    start = preset.AUDIT_DRAW_DELAY_BLOCKS + preset.DRAW_WINDOW_BLOCKS + preset.START_WINDOW_BLOCKS
-    audit = start + 2 * compute_round_blocks(preset)  # the first round and one escalation
+    t = compute_timeline(preset)
     omission = preset.OMISSION_CLAIM_WINDOW_BLOCKS + preset.PROOF_WINDOW_BLOCKS
-    return preset.BATCH_BY_BLOCKS + max(audit, omission)
+    return preset.BATCH_BY_BLOCKS + max(t.start_span + t.audit_span, omission)
 
 
 def compute_min_retention_s(preset: Preset, seconds_per_block: float) -> float:

@@ -11,7 +11,7 @@ from verillm.chain import CallStep, Deployment, DeployStep, deploy_plan
 from verillm.chain import protocol
 from verillm.cli.chain import chain as chain_cli
 from verillm.errors import ConfigError
-from verillm.spec.params import MINIMAL
+from verillm.spec.params import MINIMAL, compute_sized_preset
 
 # A plan in the protocol's shape, over the test contract: args from the preset, then wiring.
 PROBE_PLAN = (
@@ -75,10 +75,9 @@ def _preset_for_contracts(**overrides):
     fields = {f.name: getattr(MINIMAL, f.name) for f in dataclasses.fields(MINIMAL)}
     extra = {"MAX_COMMITTEE_REDRAWS": 4, "DRAW_WINDOW_BLOCKS": 20, "START_WINDOW_BLOCKS": 20, "PROOF_WINDOW_BLOCKS": 20}
     merged = {**extra, **fields, **overrides}
-    # the contracts require unbonding to outlast a batch's draw delay + draw and start windows
-    lifetime = merged["AUDIT_DRAW_DELAY_BLOCKS"] + merged["DRAW_WINDOW_BLOCKS"] + merged["START_WINDOW_BLOCKS"]
-    merged["UNBONDING_BLOCKS"] = max(merged["UNBONDING_BLOCKS"], lifetime)
-    return SimpleNamespace(**merged)
+    # the contracts require epochs and unbonding to cover the timeline (Params.validate)
+    sized = compute_sized_preset(MINIMAL.replace(**{k: v for k, v in merged.items() if k != "name"}))
+    return SimpleNamespace(**{f.name: getattr(sized, f.name) for f in dataclasses.fields(sized)})
 
 
 def test_protocol_params_follow_the_struct_in_the_abi(artifacts):
@@ -96,9 +95,11 @@ def test_protocol_params_follow_the_struct_in_the_abi(artifacts):
 def test_protocol_plan_deploys_and_wires_the_contracts(anvil_chain):
     preset = _preset_for_contracts()
     deployment = deploy_plan(anvil_chain, preset, anvil_chain.dev_accounts[0], protocol.PROTOCOL_STEPS)
-    assert set(deployment.addresses) == {"Registry", "Jobs", "Disputes", "Coverage"}
+    assert set(deployment.addresses) == {"Registry", "Jobs", "Batches", "Disputes", "Coverage"}
     registry = deployment.get(anvil_chain, "Registry")
     assert registry.call("jobs") == deployment.addresses["Jobs"]
+    assert registry.call("batches") == deployment.addresses["Batches"]
+    assert deployment.get(anvil_chain, "Jobs").call("batches") == deployment.addresses["Batches"]
     assert registry.call("disputes") == deployment.addresses["Disputes"]
     assert registry.call("coverage") == deployment.addresses["Coverage"]
     assert deployment.get(anvil_chain, "Jobs").call("disputes") == deployment.addresses["Disputes"]

@@ -28,19 +28,24 @@ class RoundAttacks:
         self._step("late_open")
 
     @precondition(lambda self: self.audits)
-    @rule(pick=st.integers(0, MAX_AUDITS - 1), slot=st.integers(0, 3), count=st.integers(1, 20), shuffle=st.booleans())
-    def grief_contest(self, pick, slot, count, shuffle):
+    @rule(pick=st.integers(0, MAX_AUDITS - 1), slot=st.integers(0, 3), count=st.integers(1, 20), shuffle=st.booleans(),
+          first_round=st.booleans())
+    def grief_contest(self, pick, slot, count, shuffle, first_round=False):
+        """Contest any party's cells; with ``first_round``, round 0's while an appeal runs (issue 20
+        keeps round 0 contestable through the appeal's dispute window: its honest seats answer)."""
         t = self.audits[pick % len(self.audits)]
         state = self.audit(t.run.audit_id)
-        if state.challenge_seed != bytes(32):
-            challenge = compute_challenge(state.challenge_seed, PROMPT_LEN, OUTPUT_TOKENS, LAYERS, PRESET.CHALLENGE_POSITIONS)
+        round_index = 0 if first_round else state.round
+        seed = bytes(self.jobs("getRound", t.run.audit_id, round_index)[4])
+        if seed != bytes(32):
+            challenge = compute_challenge(seed, PROMPT_LEN, OUTPUT_TOKENS, LAYERS, PRESET.CHALLENGE_POSITIONS)
             cells = sorted(set(compute_opened_cells(challenge, state.num_positions + (1 if slot else 0))))[:count]
             if shuffle:
                 random.Random(count).shuffle(cells)
-            tx = self._try(self.p.contest, self.world.outsider, t.run.audit_id, state.round, slot, cells)
+            tx = self._try(self.p.contest, self.world.outsider, t.run.audit_id, round_index, slot, cells)
             if tx is not None:
                 self.cells[tx.value] = cells
-        self._step("grief_contest")
+        self._step("grief_contest:round0" if first_round and state.round else "grief_contest")
 
     @precondition(lambda self: self.audits)
     @rule(pick=st.integers(0, MAX_AUDITS - 1), slot=st.integers(1, 3))

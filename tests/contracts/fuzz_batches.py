@@ -97,6 +97,7 @@ class BatchRules:
     def _honest(self) -> None:
         super()._honest()
         self._start_due_leaves()
+        self._honest_missed_starts()  # fuzz_issue20
 
     @precondition(lambda self: any(pr.leaves for pr in self.promises))
     @rule(pick=st.integers(0, MAX_PROMISES - 1), index=st.integers(0, 5), draw=st.booleans())
@@ -105,7 +106,7 @@ class BatchRules:
         pr = batched[pick % len(batched)]
         call, args = ("slashMissedDraw", (pr.batch_id,)) if draw else ("slashMissedStart", (pr.batch_id, index))
         try:
-            self.p._send(self.p.jobs, call, *args, sender=self.world.outsider)
+            self.p._send(self.p.batches, call, *args, sender=self.world.outsider)
         except TransactionReverted as exc:
             self._count_batch(f"grief_{call}:{_error(exc)}")
         else:

@@ -109,10 +109,10 @@ class CoverageParties:
     # --- what the client sees ---------------------------------------------------------------------
     def _included(self, pr: Promised) -> bool:
         """Whether the leaf is provably in a batch of the promise's dispatcher posted by its
-        deadline, as the client checks it: the batch as `Jobs.getBatch` returns it."""
+        deadline, as the client checks it: the batch as `Batches.getBatch` returns it."""
         if pr.batch_id is None:
             return False
-        root, dispatcher, count, posted, *_ = self.jobs("getBatch", pr.batch_id)
+        root, dispatcher, count, posted, *_ = self.batches("getBatch", pr.batch_id)
         record = spec.BatchRecord(bytes(root), bytes.fromhex(dispatcher[2:]), count, posted)
         return spec.is_inclusion_proof(pr.signed.promise, record, pr.proof())
 

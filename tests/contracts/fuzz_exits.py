@@ -152,6 +152,8 @@ class ExitRules:
         if wait:
             self._wait_toward(end)
         error = self._withdraw_error(self._row(i))
+        if error == "StakeLocked":
+            self._check_leaver_not_held(i, end, self._row(i)[2])  # fuzz_issue20: the hostage-taker holds nobody
         if error:
             self._expect_revert("honest_withdraw", self.p.withdraw, self._node(i).account, allowed=(error,))
             self._step(f"honest_withdraws:{error}")

@@ -14,10 +14,12 @@ from types import SimpleNamespace
 from eth_utils import to_checksum_address
 
 from verillm.spec import audit as spec_audit
+from verillm.spec.audit import Phase, compute_due_steps
 
 from helpers.contracts import MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun
 
-COMMITTING, OPENING, DECIDED, ESCALATING, SETTLED, ABANDONED = 1, 2, 3, 4, 5, 6
+COMMITTING, OPENING, DECIDED, DRAWING, SETTLED, ABANDONED, LAPSED = (
+    Phase.COMMITTING, Phase.OPENING, Phase.DECIDED, Phase.DRAWING, Phase.SETTLED, Phase.ABANDONED, Phase.LAPSED)
 HONEST = (0, 1, 3, 4, 6, 7, 8, 9)
 EXTRA_NODES = 4
 MAX_ACTIVE = 3  # audits in flight at once
@@ -57,7 +59,7 @@ class HonestParties:
             if view[5] in (SETTLED, ABANDONED):
                 continue
             calls += [(jobs, "getRound", (t.run.audit_id, r)) for r in range(view[4] + 1)]
-            calls.append((disputes, "availability", (t.run.audit_id,)))
+            calls += [(jobs, "availability", (t.run.audit_id,)), (jobs, "getRoundState", (t.run.audit_id, view[4]))]
             calls += [(jobs, "getParty", (t.run.audit_id, view[4], slot)) for slot in range(view[8] + 1)]
         self.reads.prefetch(calls)
 
@@ -73,12 +75,17 @@ class HonestParties:
         # pass whose other audits sent ~15 transactions before this audit's turn let the
         # publication window (one commit window) close on an honest worker claimed at the end of
         # the previous pass: slashUndelivered, "honest node 1 lost stake" (seed 3002, harness).
+        # Committee draws too (issue 20): a selected audit's round nobody draws in its window
+        # (10 blocks on MINIMAL) lapses and slashes its honest dispatcher; a draw left for this
+        # audit's turn came after a dozen other transactions of the pass (seed of
+        # test_fuzzer_draws_come_first).
         for t in self.audits:
             state = self.audit(t.run.audit_id)
             if state.phase not in (SETTLED, ABANDONED):
                 self._honest_answers(t)
                 if state.phase == COMMITTING:
                     self._honest_delivery(t, state)
+        self._honest_draws()
         # Batching promises (fuzz_coverage): an answer to an omission claim has the same 5-block
         # proof window. The client's claims and slashes wait for the end of the pass.
         self._honest_coverage_answers()
@@ -99,20 +106,40 @@ class HonestParties:
                 self._honest_opening(t, state)
             self._honest_disputes(t, state)
             self._honest_progress(t, state)
+            self._honest_draws()  # a draw that fell due during this audit's transactions, at once
         self._honest_client()
 
     def _honest_progress(self, t: Tracked, state) -> None:
-        """What an honest dispatcher does once it is due: finalize a round whose windows closed,
-        settle after the dispute window, draw an escalation once its seed block is mined."""
-        state = self.audit(t.run.audit_id)
-        _, _, ready, verdict_block, _, _, _ = self.jobs("getRound", t.run.audit_id, state.round)
-        head = self.reads.head()
-        if state.phase == OPENING and head >= ready + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.OPEN_WINDOW_BLOCKS:
-            self._send("finalize", t.run.audit_id)
-        elif state.phase == DECIDED and head >= verdict_block + PRESET.DISPUTE_WINDOW_BLOCKS:
-            self._send("settle", t.run.audit_id)
-        elif state.phase == ESCALATING and t.dispatcher != CHEATER:
-            self._send("drawEscalation", t.run.audit_id)
+        """Every permissionless call the state machine says is due (`spec.audit.compute_due_steps`
+        over `Jobs.getRoundState`, the contract's guards mirrored), made at once by an honest
+        party: draw a round once its seed block is mined, redraw, slash an unpublished claim,
+        finalize, settle, lapse. Two draws are left to the cheater: round 0 of an audit it both
+        works and dispatches (its own duty: a lapse slashes it) and an escalation of an audit it
+        dispatches (it escalated its own FAIL hoping for an unheard round, and draws it itself)."""
+        rs = self.round_state(t.run.audit_id)
+        for step in compute_due_steps(rs, self.reads.head() + 1):
+            if step == "draw_round" and CHEATER == t.dispatcher and (rs.round > 0 or t.worker == CHEATER):
+                continue
+            tx = self._try(getattr(self.p, step), self.world.outsider, t.run.audit_id)
+            if tx is not None:
+                self.stats["due_steps"][step] = self.stats["due_steps"].get(step, 0) + 1
+            break  # one call a step per audit: the next reads the new state
+
+    def _honest_draws(self) -> None:
+        """Every committee draw that is due, for every audit (the rounds the cheater owes aside)."""
+        for t in self.audits:
+            state = self.audit(t.run.audit_id)
+            if state.phase == DRAWING:
+                self._honest_progress(t, state)
+
+    def round_state(self, audit_id: int, round_index: int | None = None):
+        """`Jobs.getRoundState` as `spec.audit.RoundState`."""
+        if round_index is None:
+            round_index = self.audit(audit_id).round
+        (phase, r, attempt, members, receipts, opens, worker_opened, drawn, published, pending, publish_deadline,
+         d) = self.jobs("getRoundState", audit_id, round_index)
+        return spec_audit.RoundState(Phase(phase), r, attempt, members, receipts, opens, worker_opened, drawn, published, pending,
+                                     publish_deadline, spec_audit.RoundDeadlines(*d))
 
     def _honest_receipts(self, t: Tracked, state) -> None:
         if state.phase != COMMITTING:

@@ -29,15 +29,19 @@ class Reporting:
         """Every PartySlashed / ContestLost of this run (the chain was reverted before it), for
         a failure's record: who lost stake in which audit, and why."""
         topics = {"0x" + keccak256(b"PartySlashed(uint256,address,uint256,string)").hex(): "PartySlashed",
-                  "0x" + keccak256(b"ContestLost(uint256,address,uint256)").hex(): "ContestLost"}
-        logs = self.rpc.call("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": [self.p.jobs.address, self.p.disputes.address]}])
+                  "0x" + keccak256(b"ContestLost(uint256,address,uint256)").hex(): "ContestLost",
+                  "0x" + keccak256(b"DispatcherSlashed(uint256,address,uint256,string)").hex(): "DispatcherSlashed",
+                  "0x" + keccak256(b"DeliveryDefaulted(uint256,address,uint256)").hex(): "DeliveryDefaulted"}
+        addresses = [self.p.jobs.address, self.p.disputes.address, self.p.batches.address]
+        logs = self.rpc.call("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": addresses}])
         out = []
         for log in logs:
             name = topics.get(log["topics"][0])
             if name:
                 who = self._index(to_checksum_address("0x" + log["topics"][2][-40:]))
-                detail = abi_decode(["uint256", "string"], bytes.fromhex(log["data"][2:]))[1] if name == "PartySlashed" else "contest lost"
-                out.append((name, int(log["topics"][1], 16), who, detail))
+                reasoned = name in ("PartySlashed", "DispatcherSlashed")
+                detail = abi_decode(["uint256", "string"], bytes.fromhex(log["data"][2:]))[1] if reasoned else name
+                out.append((name, int(log["topics"][1], 16), who, detail, int(log["blockNumber"], 16)))
         return out
 
     def _report_progress(self) -> None:

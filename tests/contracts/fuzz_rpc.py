@@ -123,7 +123,8 @@ class FastSender:
             self.functions[key] = (function_abi_to_4byte_selector(items[0]), [_abi_type(i) for i in items[0]["inputs"]])
         return self.functions[key]
 
-    def __call__(self, handle, function: str, *args, sender, value: int = 0, event: str | None = None, field: str | None = None) -> Tx:
+    def __call__(self, handle, function: str, *args, sender, value: int = 0, event: str | None = None, field: str | None = None,
+                 emitter=None, optional: bool = False) -> Tx:
         selector, types = self._function(handle, function)
         tx = {"from": sender.address, "to": handle.address, "data": "0x" + (selector + abi_encode(types, list(args))).hex(), "value": hex(value)}
         # One eth_call on the pending block (where the transaction will land) instead of
@@ -139,7 +140,7 @@ class FastSender:
         receipt = self._receipt(tx_hash)
         if int(receipt["status"], 16) != 1:
             raise TransactionReverted(f"{handle.name}.{function} reverted when mined")
-        decoded = self._event(handle, event, field, receipt) if event else None
+        decoded = self._event(emitter or handle, event, field, receipt, optional) if event else None
         return Tx(gas_used=int(receipt["gasUsed"], 16), value=decoded, receipt=receipt)
 
     def _receipt(self, tx_hash: str) -> dict:
@@ -151,7 +152,7 @@ class FastSender:
             time.sleep(0.005)
         raise ChainError(f"no receipt for {tx_hash}")
 
-    def _event(self, handle, name: str, field: str | None, receipt: dict):
+    def _event(self, handle, name: str, field: str | None, receipt: dict, optional: bool = False):
         key = (handle.address, name)
         if key not in self.events:
             item = next(i for i in handle.web3.abi if i.get("type") == "event" and i["name"] == name)
@@ -166,6 +167,8 @@ class FastSender:
             for i in inputs:
                 values[i["name"]] = next(indexed_it) if i["indexed"] else next(plain_it)
             return values[field] if field else values
+        if optional:
+            return None
         raise ChainError(f"{handle.name}: no {name} event in the receipt")
 
 

@@ -15,7 +15,7 @@ committee of 5 besides the worker, the dispatcher and a first committee of 3):
     nodes 3, 4, 6–9 honest members
     node 5          adversarial member: a lazy receipt (data it never computed), any vote, a
                     claim of its job whether or not it had it
-    outsider        griefer: finalize, settle, replaceMissing, drawChallenge, drawEscalation,
+    outsider        griefer: finalize, settle, replaceMissing, drawChallenge, drawRound, lapse,
                     escalate, contest, adjudicate, Jobs.claim, slashUndelivered (any slot),
                     publishTranscript (wrong token, length or sampling, or the right one),
                     claimUndelivered, and the omission challenge (claimOmitted on any promise at
@@ -77,6 +77,7 @@ from fuzz_delivery import DeliveryParties, signed_member, signed_worker
 from fuzz_batches import BatchRules
 from fuzz_exits import ExitRules
 from fuzz_attacks import RoundAttacks
+from fuzz_issue20 import Issue20Rules
 from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, HONEST, MAX_ACTIVE, MAX_AUDITS, SETTLED, HonestParties, Tracked
 from fuzz_report import Reporting
 from fuzz_rpc import CachedReader, CachedReads, FastReader, FastSender, RawRpc, read_batch
@@ -93,14 +94,15 @@ BOUND_BLOCKS = 2 * _ROUND_BLOCKS + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_
 CLAIM_WINDOW_BLOCKS = 2 * PRESET.COMMIT_WINDOW_BLOCKS
 SLACK_BLOCKS = 60  # the teardown mines 4 blocks a round, and each of its transactions mines one
 
-STATS = {"steps": 0, "runs": 0, "paths": set(), "lifecycles": set(), "failures": 0, "reported": set(),
+STATS = {"steps": 0, "runs": 0, "paths": set(), "lifecycles": set(), "failures": 0, "reported": set(), "due_steps": {}, "issue20": {},
          "delivery": {"audits": 0, "claimed": 0, "published": 0, "slashed_undelivered": 0},
          "omission": {"promises": 0, "keep": 0, "never": 0, "late": 0, "wrong": 0, "claims": 0, "client_claims": 0,
                       "griefer_claims": 0, "answered": 0, "slashed": 0},
          "omission_paths": set(), "exits": {}, "batches": {}}
 
 
-class ProtocolMachine(ExitRules, BatchRules, RoundAttacks, CoverageParties, DeliveryParties, HonestParties, Reporting, RuleBasedStateMachine):
+class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, CoverageParties, DeliveryParties, HonestParties, Reporting,
+                      RuleBasedStateMachine):
     """One deployment, reverted to its registered state before every run."""
 
     stats = STATS
@@ -121,6 +123,7 @@ class ProtocolMachine(ExitRules, BatchRules, RoundAttacks, CoverageParties, Deli
         self.base[0] = chain.snapshot()
         self.reads.clear()
         self.jobs = CachedReader(FastReader(self.rpc, self.p.jobs), self.reads)
+        self.batches = CachedReader(FastReader(self.rpc, self.p.batches), self.reads)
         self.registry = CachedReader(FastReader(self.rpc, self.p.registry), self.reads)
         self.disputes = CachedReader(FastReader(self.rpc, self.p.disputes), self.reads)
         self.coverage = CachedReader(FastReader(self.rpc, self.p.coverage), self.reads)
@@ -137,6 +140,7 @@ class ProtocolMachine(ExitRules, BatchRules, RoundAttacks, CoverageParties, Deli
         self.leaving: dict[int, int] = {}  # honest node → its unbonding end block (fuzz_exits)
         self.exited: list = []  # (node, stake, credits) paid out (fuzz_exits)
         self.pending_starts: list = []  # leaves of multi-leaf batches not started yet (fuzz_batches)
+        self.unstartable: list = []  # (batch id, drawn block) of the cheater's over-bound receipts (fuzz_issue20)
         STATS["runs"] += 1
 
     # --- helpers ---------------------------------------------------------------------------
@@ -242,7 +246,7 @@ class ProtocolMachine(ExitRules, BatchRules, RoundAttacks, CoverageParties, Deli
         self._step("mine")
 
     @precondition(lambda self: self.audits)
-    @rule(pick=st.integers(0, MAX_AUDITS - 1), call=st.sampled_from(["finalize", "settle", "replaceMissing", "drawChallenge", "drawEscalation"]))
+    @rule(pick=st.integers(0, MAX_AUDITS - 1), call=st.sampled_from(["finalize", "settle", "replaceMissing", "drawChallenge", "drawRound", "lapse"]))
     def poke(self, pick, call):
         t = self.audits[pick % len(self.audits)]
         self._send(call, t.run.audit_id)
@@ -351,8 +355,9 @@ class ProtocolMachine(ExitRules, BatchRules, RoundAttacks, CoverageParties, Deli
                 limit = max(t.start_block + bound, ended) + SLACK_BLOCKS
                 assert self.reads.head() <= limit, f"audit {t.run.audit_id} ({t.mode}) not terminal by block {limit}: {t.seen}"
             self._mine(4)
+            self._honest_draws()  # a draw window is 10 blocks on MINIMAL: drawn before the pokes' blocks
             for t in self.audits:
-                for call in ("replaceMissing", "finalize", "settle"):
+                for call in ("lapse", "replaceMissing", "finalize", "settle"):  # honest parties draw what they owe
                     self._send(call, t.run.audit_id)
             self._check_invariants()
         for t in self.audits:
@@ -368,6 +373,9 @@ class ProtocolMachine(ExitRules, BatchRules, RoundAttacks, CoverageParties, Deli
             if t.mode != "honest" and state.phase == ABANDONED and not slashed:
                 # §13: its escalation was unheard. Withholding its committee's jobs is no longer a way
                 # out: an honest member claims, and it publishes (then it is judged) or is slashed.
-                assert state.round == 1, f"cheater ({t.mode}) escaped by an abandonment: {t.seen}"
+                # Nor is leaving its own audit's committee undrawn (issue 20): the lapse slashes it as
+                # the dispatcher whose duty the draw was.
+                assert state.round == 1 or self._abandon_reason(t.run.audit_id) == "committee never drawn" and t.dispatcher == CHEATER, \
+                    f"cheater ({t.mode}) escaped by an abandonment: {t.seen}"
         self._check_promises()
         assert all(self.registry("getNode", n.address)[2] == 0 for n in self.world.nodes), "a lock outlived its audits and claims"

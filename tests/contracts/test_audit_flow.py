@@ -6,6 +6,7 @@ import dataclasses
 
 from helpers.chain import reverts
 from verillm.spec import settlement as spec
+from verillm.spec.audit import Phase
 from verillm.spec.receipt import sign_receipt
 
 from helpers.contracts import CHEAT_OFFSET, PRESET, AuditRun
@@ -151,7 +152,7 @@ def test_missing_members_are_replaced_then_the_audit_is_abandoned(world):
     world.chain.mine(PRESET.COMMIT_WINDOW_BLOCKS + 1)
     stakes = world.stakes()
     world.protocol.replace_missing(world.outsider, run.audit_id)  # MINIMAL redraws once, then abandons
-    assert world.protocol.get_audit(run.audit_id).phase == 6
+    assert world.protocol.get_audit(run.audit_id).phase == Phase.ABANDONED
     assert world.stakes() == stakes  # abandonment slashes nobody (docs/protocol.md §12)
     assert all(world.protocol.get_node(n.address)["locks"] == 0 for n in world.nodes)
 

@@ -86,8 +86,8 @@ def test_a_missed_opening_and_a_minority_vote_are_told_apart(world):
 
 
 def test_every_draw_and_redraw_is_the_contracts_own_draw(world):
-    """The auditor's plan (seed, epoch, exclusions: worker, dispatcher, members so far; seats to
-    fill) run through the spec's sortition gives the members the contract drew, and the
+    """The auditor's plan (seed from the blockhash after the round's entry, epoch, exclusions:
+    worker, dispatcher, members so far, nodes unbonded by the seed block; seats to fill) run through the spec's sortition gives the members the contract drew, and the
     Registry's own `drawCommittee` over the same plan agrees with it."""
     runs = [world.start(world.make_worker(world.nodes[w], nonce=10 + w), dispatcher=world.nodes[d]) for w, d in ((0, 1), (2, 0), (3, 3))]
     redrawn = runs[0]
@@ -108,14 +108,15 @@ def test_every_draw_and_redraw_is_the_contracts_own_draw(world):
         plan = auditor.committees.compute_plan(audit_id, event.args["round"], event.args["attempt"], event, base)
         seats = auditor.committees.compute_draw(plan, base["model_id"], event)
         contract = world.chain.call(world.protocol.registry, "drawCommittee", base["model_id"], plan.seed, plan.attempt, plan.count,
-                                    [world.chain.w3.to_checksum_address(a) for a in plan.excluded], plan.epoch, block=event.block_number - 1)
+                                    [world.chain.w3.to_checksum_address(a) for a in plan.excluded], plan.epoch, plan.seed_block,
+                                    block=event.block_number - 1)
         assert [s for s in seats if s not in plan.kept] == [c.lower() for c in contract] == [m.lower() for m in event.args["members"] if m.lower() not in plan.kept]
         assert base["dispatcher"] in plan.excluded and base["worker"] in plan.excluded
 
 
 def _base(world, auditor, audit_id):
     started = auditor.named("AuditStarted", auditId=audit_id)[0]
-    root, dispatcher, count, posted, beta, *_ = world.protocol.jobs.call("getBatch", started.args["batchId"])
+    root, dispatcher, count, posted, beta, *_ = world.protocol.batches.call("getBatch", started.args["batchId"])
     return {"worker": started.args["worker"].lower(), "dispatcher": dispatcher.lower(), "beta": bytes(beta),
             "index": started.args["index"], "posted_block": posted, "model_id": world.protocol.get_audit(audit_id).model_id}
 
@@ -128,9 +129,9 @@ def test_a_committee_that_did_not_exclude_the_dispatcher_is_an_inconsistency(wor
         auditor = ChainAuditor(world.chain, world.protocol.deployment)
         drawn = auditor.named("CommitteeDrawn", auditId=run.audit_id)[0]
         base = _base(world, auditor, run.audit_id)
-        slots, weights = auditor.committees.compute_weights(base["model_id"], base["posted_block"] // PRESET.EPOCH_BLOCKS, drawn)
-        seed = spec_audit.compute_committee_seed(base["beta"], base["index"])
-        worker_only = spec_audit.compute_committee(seed, 0, PRESET.COMMITTEE_SIZE, slots,
+        plan = auditor.committees.compute_plan(run.audit_id, 0, 0, drawn, base)  # the round's seed and epoch
+        slots, weights = auditor.committees.compute_weights(base["model_id"], plan.epoch, drawn)
+        worker_only = spec_audit.compute_committee(plan.seed, 0, PRESET.COMMITTEE_SIZE, slots,
                                                    spec_audit.compute_excluded_weights(slots, weights, [base["worker"]]))
         if base["dispatcher"] in worker_only:
             break

@@ -1,5 +1,7 @@
 """`verillm audit chain` reports every audit's state: settled, abandoned (nobody slashed), open."""
 
+import dataclasses
+
 from click.testing import CliRunner
 
 from verillm.chain import protocol as chain_protocol
@@ -42,3 +44,27 @@ def test_an_abandoned_audit_is_reported_with_nobody_slashed_and_an_open_one_with
     assert f"audit {abandoned.audit_id}: abandoned in round 0" in result.output, result.output
     assert f"audit {open_run.audit_id}: open: committing" in result.output
     assert chain_protocol.PHASE_NAMES[world.protocol.get_audit(abandoned.audit_id).phase] == "abandoned"
+
+
+def test_a_selected_audit_never_drawn_slashes_only_its_dispatcher_and_a_draw_hidden_from_it_is_flagged(world):
+    """Issue 20: a selected first round nobody drew lapses (`Jobs.lapse`): abandoned, its dispatcher
+    slashed for the missed draw, nobody else. The auditor re-derives both; a recorded draw for a
+    round abandoned as never drawn is an inconsistency."""
+    run = world.start(world.make_worker(world.nodes[0], nonce=61), dispatcher=world.nodes[1], draw=False)
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + 1)
+    world.protocol.lapse(world.outsider, run.audit_id)
+    auditor = ChainAuditor(world.chain, world.protocol.deployment)
+    findings = [f for f in auditor.run() if f.subject.startswith(f"audit {run.audit_id}")]
+    assert [f for f in findings if f.severity != "ok"] == [], findings
+    dispatcher = world.nodes[1].address
+    assert auditor.states[run.audit_id].startswith(f"abandoned in round 0; slashed {dispatcher} (missed committee draw")
+    assert any("its committee was never drawn" in f.detail for f in findings)
+    abandoned = auditor.named("AuditAbandoned", auditId=run.audit_id)[0]
+    forged = ChainAuditor(world.chain, world.protocol.deployment)
+    started = forged.named("AuditStarted", auditId=run.audit_id)[0]
+    fake_draw = dataclasses.replace(started, name="CommitteeDrawn", log_index=started.log_index + 1,
+                                    args={"auditId": run.audit_id, "round": 0, "attempt": 0, "members": []})
+    forged.events = sorted(forged.events + [fake_draw], key=lambda e: (e.block_number, e.log_index))
+    flagged = [f for f in forged.run() if f.subject == f"audit {run.audit_id}" and f.severity == "inconsistent"]
+    assert any("never drawn although" in f.detail for f in flagged), flagged
+    assert abandoned.args["reason"] == "committee never drawn"

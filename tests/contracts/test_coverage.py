@@ -207,7 +207,7 @@ def test_batch_posted_one_block_late_or_by_another_node_does_not_answer(world, c
     foreign = world.protocol.post_batch(colluder.account, hashes).value
     _mine_to(world, late.promise.batch_by_block - 1)
     at_deadline = world.protocol.post_batch(dispatcher.account, [hashes[0]]).value  # mined in batchByBlock
-    assert world.protocol.jobs.call("getBatch", at_deadline.batch_id)[3] == on_time.promise.batch_by_block
+    assert world.protocol.batches.call("getBatch", at_deadline.batch_id)[3] == on_time.promise.batch_by_block
     too_late = world.protocol.post_batch(dispatcher.account, [hashes[1]]).value  # one block after
     answered = world.protocol.claim_omitted(client, on_time).value
     world.protocol.prove_included(dispatcher.account, answered, at_deadline.batch_id, spec.compute_inclusion_proof([hashes[0]], hashes[0]))

@@ -150,7 +150,7 @@ def test_escalation_overturns_a_colluding_majority(big_world):
         assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
         escalator = run.members[0].node.account
         world.protocol.escalate(escalator, run.audit_id)
-        with reverts("WrongPhase"):
+        with reverts("UnexpectedPhase"):
             world.protocol.escalate(world.outsider, run.audit_id)
         world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
         world.protocol.draw_escalation(world.outsider, run.audit_id)
@@ -217,10 +217,11 @@ def test_reentrancy_is_refused_on_claim(world):
 def test_only_disputes_drives_the_jobs_hooks_and_only_the_registry_pays_in(world):
     jobs, disputes, caller = world.protocol.jobs, world.protocol.disputes, world.nodes[0].account
     for function, args in (("recordFault", (1, 0, 0)), ("addPendingContest", (1, 1)), ("depositCredit", (caller.address, 0)),
-                           ("startEscalation", (1, caller.address))):
-        with reverts("NotDisputes"):
+                           ("startEscalation", (1, caller.address)), ("onClaim", (1, 0, caller.address)), ("onPublish", (1,)),
+                           ("onUndelivered", (1,))):
+        with reverts("NotProtocol"):
             world.chain.transact(jobs, function, *args, sender=caller)
-    for target, error in ((jobs, "NotDisputes"), (disputes, "NotRegistry")):  # plain ether is refused
+    for target, error in ((jobs, "NotProtocol"), (disputes, "NotRegistry"), (world.protocol.batches, "NotRegistry")):  # plain ether is refused
         with reverts(error):
             world.chain.rpc("send ether", lambda: world.chain.w3.eth.estimate_gas({"from": caller.address, "to": target.address, "value": 1}))
     with reverts("UnknownContest"):

@@ -1,4 +1,5 @@
-"""Jobs: receipt batches, the VRF audit draw, starting audits, and the deadlines around them."""
+"""Batches and Jobs: receipt batches, the VRF audit draw, starting audits, the committee draw
+after the start, and the deadlines around them."""
 
 import dataclasses
 
@@ -7,42 +8,43 @@ from helpers.chain import reverts
 from verillm.chain import RpcChain
 from verillm.chain.protocol import compute_receipt_tuple
 from verillm.spec import vrf
-from verillm.spec.audit import (compute_batch_levels, compute_committee, compute_committee_seed, compute_draw_seed,
-                                compute_excluded_weights, is_audited)
+from verillm.spec.audit import (compute_batch_levels, compute_committee, compute_draw_seed, compute_excluded_weights,
+                                compute_round_seed, is_audited)
+from verillm.spec.audit import Phase
 from verillm.spec.receipt import compute_receipt_hash
 
 from helpers.contracts import PRESET, World
 
 
 def test_post_batch_checks_node_count_and_fee(world):
-    jobs, node = world.protocol.jobs, world.nodes[0].account
+    batches, node = world.protocol.batches, world.nodes[0].account
     with reverts("NotActiveNode"):
         world.protocol.post_batch(world.outsider, [b"\x01" * 32])
     with reverts("BadBatch"):
-        world.chain.transact(jobs, "postBatch", b"\x01" * 32, 0, sender=node)
+        world.chain.transact(batches, "postBatch", b"\x01" * 32, 0, sender=node)
     with reverts("BadBatch"):
-        world.chain.transact(jobs, "postBatch", b"\x01" * 32, PRESET.MAX_BATCH_RECEIPTS + 1, sender=node,
+        world.chain.transact(batches, "postBatch", b"\x01" * 32, PRESET.MAX_BATCH_RECEIPTS + 1, sender=node,
                              value=(PRESET.MAX_BATCH_RECEIPTS + 1) * PRESET.JOB_FEE_WEI)
     with reverts("WrongFee"):
-        world.chain.transact(jobs, "postBatch", b"\x01" * 32, 2, sender=node, value=PRESET.JOB_FEE_WEI)
+        world.chain.transact(batches, "postBatch", b"\x01" * 32, 2, sender=node, value=PRESET.JOB_FEE_WEI)
     posted = world.protocol.post_batch(node, [b"\x01" * 32, b"\x02" * 32]).value
     assert posted.root == compute_batch_levels([b"\x01" * 32, b"\x02" * 32])[-1][0]
-    assert jobs.call("feePoolWei") == 2 * PRESET.JOB_FEE_WEI
+    assert world.protocol.jobs.call("feePoolWei") == 2 * PRESET.JOB_FEE_WEI  # the fees go to the pool in Jobs
 
 
 def test_draw_is_the_dispatchers_vrf_over_a_later_blockhash(world):
     dispatcher = world.nodes[1]
     posted = world.protocol.post_batch(dispatcher.account, [b"\x03" * 32]).value
     with reverts("TooEarly"):
-        world.chain.transact(world.protocol.jobs, "drawAudit", posted.batch_id, [1, 2], sender=dispatcher.account)
+        world.chain.transact(world.protocol.batches, "drawAudit", posted.batch_id, [1, 2], sender=dispatcher.account)
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
     seed = world.protocol.get_draw_seed(posted.batch_id)
-    batch = world.protocol.jobs.call("getBatch", posted.batch_id)
+    batch = world.protocol.batches.call("getBatch", posted.batch_id)
     assert seed == compute_draw_seed(posted.root, world.protocol.get_blockhash(batch[3] + PRESET.AUDIT_DRAW_DELAY_BLOCKS))
     # another node's proof over the same seed is not the dispatcher's draw
     other = vrf.compute_words(vrf.compute_vrf_proof(world.nodes[2].vrf_key, seed))
     with reverts("InvalidVrfProof"):
-        world.chain.transact(world.protocol.jobs, "drawAudit", posted.batch_id, other, sender=dispatcher.account)
+        world.chain.transact(world.protocol.batches, "drawAudit", posted.batch_id, other, sender=dispatcher.account)
     beta = world.protocol.draw_audit(world.outsider, posted.batch_id, dispatcher.vrf_key).value  # anyone may relay
     assert beta == vrf.compute_vrf_output(vrf.compute_vrf_proof(dispatcher.vrf_key, seed))
     assert world.protocol.is_audited(posted.batch_id, 0) == is_audited(beta, 0, PRESET.AUDIT_RATE_BPS)
@@ -56,9 +58,9 @@ def test_a_vrf_proof_cannot_be_replayed_on_another_batch(world):
     second = world.protocol.post_batch(dispatcher.account, [b"\x04" * 32]).value  # same root, later block
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
     proof = vrf.compute_words(vrf.compute_vrf_proof(dispatcher.vrf_key, world.protocol.get_draw_seed(first.batch_id)))
-    world.chain.transact(world.protocol.jobs, "drawAudit", first.batch_id, proof, sender=dispatcher.account)
+    world.chain.transact(world.protocol.batches, "drawAudit", first.batch_id, proof, sender=dispatcher.account)
     with reverts("InvalidVrfProof"):
-        world.chain.transact(world.protocol.jobs, "drawAudit", second.batch_id, proof, sender=dispatcher.account)
+        world.chain.transact(world.protocol.batches, "drawAudit", second.batch_id, proof, sender=dispatcher.account)
 
 
 def test_missed_draw_slashes_the_dispatcher_once_after_the_window(world):
@@ -89,7 +91,7 @@ def test_start_audit_checks_proof_signature_and_replay(world):
     batch = _drawn_batch(world, [worker.receipt, other.receipt], dispatcher)
     start = world.protocol.start_audit
     with reverts("InvalidMerkleProof"):  # a proof for index 1 presented at index 0
-        world.chain.transact(world.protocol.jobs, "startAudit", batch.batch_id, 0, compute_receipt_tuple(worker.receipt), worker.receipt.signature,
+        world.chain.transact(world.protocol.batches, "startAudit", batch.batch_id, 0, compute_receipt_tuple(worker.receipt), worker.receipt.signature,
                              [compute_batch_levels([compute_receipt_hash(worker.receipt), compute_receipt_hash(other.receipt)])[0][0]],
                              sender=dispatcher.account)
     forged = dataclasses.replace(worker.receipt, signature=other.receipt.signature)  # someone else's signature
@@ -97,26 +99,39 @@ def test_start_audit_checks_proof_signature_and_replay(world):
         start(dispatcher.account, batch.batch_id, 0, forged, batch.levels)
     audit_id = start(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels).value
     assert world.protocol.get_audit(audit_id).worker == worker.node.address
-    with reverts("AlreadyHandled|ReceiptReplayed"):
+    with reverts("AlreadyHandled"):
         start(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels)
-    # the same receipt batched again cannot open a second audit
-    again = _drawn_batch(world, [worker.receipt], dispatcher)
-    with reverts("ReceiptReplayed"):
-        start(dispatcher.account, again.batch_id, 0, worker.receipt, again.levels)
+    # the same receipt batched again, by anyone, opens no second audit: the selected start is
+    # skipped (its dispatcher did its duty, AuditSkipped), and it cannot be started twice
+    for again_by in (dispatcher, world.nodes[3]):
+        again = _drawn_batch(world, [worker.receipt], again_by)
+        skipped = start(again_by.account, again.batch_id, 0, worker.receipt, again.levels)
+        assert skipped.value == 0 and world.protocol.jobs.call("auditCount") == audit_id
+        with reverts("AlreadyHandled"):
+            start(again_by.account, again.batch_id, 0, worker.receipt, again.levels)
+    world.chain.mine(PRESET.START_WINDOW_BLOCKS + 1)
+    with reverts("AlreadyHandled"):  # a skipped start is a start done: nobody slashes the dispatcher for it
+        world.protocol.slash_missed_start(world.outsider, again.batch_id, 0)
 
 
-def test_the_committee_is_the_vrf_draw_and_never_holds_the_worker(world):
+def test_the_committee_is_drawn_from_a_blockhash_after_the_start_and_never_holds_the_worker(world):
     for worker_index in range(3):  # the worker is its own dispatcher: the most it could control
         node = world.nodes[worker_index]
         worker = world.make_worker(node, nonce=worker_index)
-        run = world.start(worker)
+        run = world.start(worker, draw=False)
+        state = world.protocol.get_round_state(run.audit_id)
+        assert state.phase == Phase.DRAWING and world.protocol.get_committee(run.audit_id, 0) == []  # DRAWING: nobody knows the committee yet
+        with reverts("TooEarly"):  # the seed block (entered + delay) is not mined
+            world.protocol.draw_round(world.outsider, run.audit_id)
+        world.draw_round(run)
         committee = world.protocol.get_committee(run.audit_id, 0)
         assert node.address not in committee and len(set(committee)) == PRESET.COMMITTEE_SIZE
-        audit = world.protocol.get_audit(run.audit_id)
-        beta = world.protocol.jobs.call("getBatch", audit.batch_id)[4]
-        nodes, stakes = world.protocol.get_model_nodes(worker.receipt.model_id)
-        want = compute_committee(compute_committee_seed(beta, 0), 0, PRESET.COMMITTEE_SIZE, nodes,
-                                 compute_excluded_weights(nodes, stakes, [node.address]))
+        seed_block = state.deadlines.draw_after
+        assert seed_block == state.deadlines.entered_block + PRESET.AUDIT_DRAW_DELAY_BLOCKS
+        seed = compute_round_seed(run.audit_id, 0, world.protocol.get_blockhash(seed_block))
+        epoch = world.protocol.registry.call("epochOf", state.deadlines.entered_block)
+        nodes, stakes = world.protocol.registry.call("getModelWeights", worker.receipt.model_id, epoch)
+        want = compute_committee(seed, 0, PRESET.COMMITTEE_SIZE, nodes, compute_excluded_weights(nodes, stakes, [node.address]))
         assert committee == list(want)
 
 

@@ -7,12 +7,13 @@ import dataclasses
 
 from helpers.chain import reverts
 from verillm.spec import audit as spec_audit
+from verillm.spec.audit import Phase
 from verillm.spec.encoding import encode
 from verillm.spec.receipt import sign_receipt
 
 from helpers.contracts import CHEAT_OFFSET, MODEL_ID, OUTPUT_TOKENS, PRESET, AuditRun
 
-ABANDONED, DECIDED = 6, 3
+ABANDONED, DECIDED = Phase.ABANDONED, Phase.DECIDED
 WORKER_DEFAULT = 4
 
 
@@ -27,34 +28,40 @@ def _opened(world, worker_cheats: bool = False) -> AuditRun:
     return run
 
 
+def _seeded(world, worker, dispatcher):
+    """Start the audit and mine its round's seed block: from here the seed is public, the
+    committee not drawn yet (the window in which an attacker would re-roll the table)."""
+    run = world.start(worker, dispatcher=dispatcher, draw=False)
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
+    return run
+
+
 def test_attack1_committee_grinding_by_topup_cannot_pick_the_committee(world):
     worker, dispatcher, attacker = world.make_worker(world.nodes[0]), world.nodes[1], world.nodes[5]
-    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])  # β is public from here on
+    run = _seeded(world, worker, dispatcher)
     snapshot = world.chain.snapshot()
-    honest = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels).value
-    committee = world.protocol.get_committee(honest, 0)
+    committee = world.protocol.draw_round(world.outsider, run.audit_id).value
     world.chain.revert(snapshot)
     # The attacker re-rolls the table after seeing the seed: a few wei, then a whole new stake.
     world.protocol.top_up(attacker.account, 7)
     world.protocol.top_up(world.nodes[4].account, 50 * PRESET.MIN_STAKE_WEI)
     world.protocol.update_models(world.nodes[3].account, [MODEL_ID])
-    ground = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels).value
-    assert world.protocol.get_committee(ground, 0) == committee  # the draw read the batch's epoch
+    ground = world.protocol.draw_round(world.outsider, run.audit_id).value
+    assert len(committee) == PRESET.COMMITTEE_SIZE and ground == committee  # the draw read the round's epoch
 
 
 def test_attack1_registration_after_the_seed_is_not_drawable(world):
     worker, dispatcher = world.make_worker(world.nodes[0]), world.nodes[1]
-    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
+    run = _seeded(world, worker, dispatcher)
     snapshot = world.chain.snapshot()
-    committee = world.protocol.get_committee(world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels).value, 0)
+    committee = world.protocol.draw_round(world.outsider, run.audit_id).value
     world.chain.revert(snapshot)
     sybils = [world._funded_account(40 + i) for i in range(3)]
     for i, sybil in enumerate(sybils):
         key = 1234 + i
         world.protocol.register(sybil, key, "http://127.0.0.1:1", [MODEL_ID], PRESET.MIN_STAKE_WEI * 10)
-    audit_id = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels).value
-    drawn = world.protocol.get_committee(audit_id, 0)
-    assert drawn == committee and not set(drawn) & {s.address for s in sybils}
+    drawn = world.protocol.draw_round(world.outsider, run.audit_id).value
+    assert len(committee) == PRESET.COMMITTEE_SIZE and drawn == committee and not set(drawn) & {s.address for s in sybils}
 
 
 def test_attack2_opening_after_the_verdict_is_refused_and_the_worker_defaults(world):
@@ -67,7 +74,7 @@ def test_attack2_opening_after_the_verdict_is_refused_and_the_worker_defaults(wo
     with reverts("TooLate"):
         world.protocol.open_worker(run.worker.node.account, run.audit_id, late)
     world.protocol.finalize(world.outsider, run.audit_id)  # worker default recorded
-    with reverts("WrongPhase"):  # and nothing it opens now can change it
+    with reverts("UnexpectedPhase"):  # and nothing it opens now can change it
         world.protocol.open_worker(run.worker.node.account, run.audit_id, late)
     stakes = world.stakes()
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
@@ -155,15 +162,18 @@ def test_attack5_output_length_and_member_input_are_bound_by_the_receipts(world)
 
 
 def test_attack7_receipt_consumed_elsewhere_does_not_block_its_dispatcher(world):
+    # Issue 20: one audit per receipt whoever batches it (receiptState is global). The thief's
+    # audit takes the receipt; the dispatcher's selected start is then skipped (AuditSkipped, no
+    # second committee for the receipt) and counts as done: nobody slashes the dispatcher.
     worker, dispatcher, thief = world.make_worker(world.nodes[0]), world.nodes[1], world.nodes[3]
     mine, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
     stolen, _, _ = world.post_and_draw(thief, [worker.receipt])  # the client's copy of the receipt
-    world.protocol.start_audit(thief.account, stolen.batch_id, 0, worker.receipt, stolen.levels)  # first
+    first = world.protocol.start_audit(thief.account, stolen.batch_id, 0, worker.receipt, stolen.levels).value
     stakes = world.stakes()
-    audit_id = world.protocol.start_audit(dispatcher.account, mine.batch_id, 0, worker.receipt, mine.levels).value
-    assert world.protocol.get_audit(audit_id).worker == worker.node.address
+    assert world.protocol.start_audit(dispatcher.account, mine.batch_id, 0, worker.receipt, mine.levels).value == 0
+    assert world.protocol.jobs.call("auditCount") == first and world.protocol.get_audit(first).worker == worker.node.address
     world.chain.mine(PRESET.START_WINDOW_BLOCKS + 1)
-    with reverts("AlreadyHandled"):  # its dispatcher started it: nothing to slash
+    with reverts("AlreadyHandled"):  # its dispatcher started it (skipped): nothing to slash
         world.protocol.slash_missed_start(world.outsider, mine.batch_id, 0)
     assert world.stakes() == stakes
 
@@ -183,10 +193,10 @@ def test_attack8_start_with_too_small_a_pool_slashes_nobody(world):
         world.protocol.deregister(node.account)
     world.protocol.advance_to_next_epoch()  # 1 candidate left besides worker and dispatcher
     worker, dispatcher = world.make_worker(world.nodes[0]), world.nodes[1]
-    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
     stakes = world.stakes()
-    audit_id = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels).value
-    assert world.protocol.get_audit(audit_id).phase == ABANDONED
+    run = world.start(worker, dispatcher=dispatcher, draw=False)
+    world.draw_round(run)  # the committee draw finds too few candidates
+    assert world.protocol.get_audit(run.audit_id).phase == ABANDONED
     assert world.stakes() == stakes and _locks(world) == [0] * len(world.nodes)
     world.chain.mine(PRESET.UNBONDING_BLOCKS)
     world.protocol.withdraw(world.nodes[2].account)  # nothing stays locked
@@ -207,5 +217,5 @@ def test_any_party_may_escalate_a_pass(world):
     assert world.protocol.get_audit(run.audit_id).phase == DECIDED
     world.protocol.escalate(world.outsider, run.audit_id)  # a PASS, escalated by a non-party
     assert world.protocol.get_audit(run.audit_id).round == 1
-    with reverts("AlreadyHandled|WrongPhase"):
+    with reverts("AlreadyHandled|UnexpectedPhase"):
         world.protocol.escalate(world.nodes[5].account, run.audit_id)

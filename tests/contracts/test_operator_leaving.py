@@ -1,6 +1,6 @@
 """An operator leaving, with the commands: `node unbond` (announcing its transaction),
-`node status` saying until which block committees may still draw the node and when it may
-stop, `chain mine --next-epoch` and `--past-unbonding` on a dev chain, then `node withdraw`."""
+`node status` saying until which block committees may still seat the node, when its duties end
+and when it may stop, `chain mine --next-epoch` and `--past-unbonding` on a dev chain, then `node withdraw`."""
 
 import json
 
@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from verillm.cli.chain import chain as chain_cli
 from verillm.cli.node import node as node_cli
+from verillm.spec.params import compute_leaver_schedule, compute_timeline
 
 
 def _operator(world, tmp_path, index: int = 5) -> list[str]:
@@ -33,8 +34,11 @@ def test_a_leaving_worker_learns_when_it_may_stop_and_mines_past_its_unbonding(w
     assert "Registry.deregister: sent; waiting for the transaction to be mined" in unbond.stderr
     left = world.chain.get_block_number()
     status = json.loads(_run(node_cli, ["status", *operator, "--json"]).stdout)
-    drawable = (left // preset.EPOCH_BLOCKS + 2) * preset.EPOCH_BLOCKS - 1
-    assert status["leaving"]["drawable_until_block"] == drawable and not status["leaving"]["worker_may_stop"]
+    schedule = compute_leaver_schedule(left, preset)  # no round seeded at or after `left` draws it (Registry.drawCommittee)
+    assert status["leaving"]["drawable_until_block"] == schedule.seated_until_block < status["stay_up_until_block"] == schedule.duties_end_block
+    assert status["leaving"]["last_start_block"] == left + preset.AUDIT_HORIZON_BLOCKS + compute_timeline(preset).start_span
+    assert not status["leaving"]["worker_may_stop"]
+    quiet_after = max(schedule.seated_until_block, schedule.last_start_block)
     assert status["leaving"]["withdraw_from_block"] == left + preset.UNBONDING_BLOCKS
     book = operator[3]
     _run(chain_cli, ["mine", "--rpc-url", world.chain.url, "--next-epoch", "--addresses", book])
@@ -42,6 +46,6 @@ def test_a_leaving_worker_learns_when_it_may_stop_and_mines_past_its_unbonding(w
     _run(chain_cli, ["mine", "--rpc-url", world.chain.url, "--past-unbonding", world.nodes[5].address, "--addresses", book])
     assert world.chain.get_block_number() == left + preset.UNBONDING_BLOCKS
     status = json.loads(_run(node_cli, ["status", *operator, "--json"]).stdout)
-    assert status["leaving"]["worker_may_stop"] == (world.chain.get_block_number() > drawable)
+    assert status["leaving"]["worker_may_stop"] == (world.chain.get_block_number() > quiet_after)
     assert "withdrew" in _run(node_cli, ["withdraw", *operator]).stdout
     assert json.loads(_run(node_cli, ["status", *operator, "--json"]).stdout)["leaving"] is None

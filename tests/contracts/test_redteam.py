@@ -15,6 +15,7 @@ from helpers.chain import reverts
 from verillm.chain import TransactionReverted
 from verillm.chain.protocol import compute_receipt_tuple
 from verillm.spec import audit as spec_audit
+from verillm.spec.audit import Phase
 from verillm.spec import settlement as spec
 
 from eth_account import Account
@@ -24,7 +25,7 @@ from verillm.spec.hashing import keccak256
 
 from helpers.contracts import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun, Node
 
-ABANDONED, DECIDED = 6, 3
+ABANDONED, DECIDED = Phase.ABANDONED, Phase.DECIDED
 
 
 def _works(reason: str):
@@ -76,7 +77,7 @@ def test_self_dispatched_cheat_withholds_the_committee_jobs_and_keeps_its_stake(
     world.chain.mine(deadline - world.chain.get_block_number() + 1)
     with reverts("TooEarly"):  # the claims hold the round open: no redraw, no abandonment
         world.protocol.replace_missing(world.outsider, run.audit_id)
-    world.protocol.slash_undelivered(world.outsider, run.audit_id, 0)
+    world.protocol.slash_undelivered(world.outsider, run.audit_id)
     assert world.protocol.get_audit(run.audit_id).phase != ABANDONED
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     assert world.protocol.settle(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
@@ -102,7 +103,7 @@ def test_unfillable_escalation_enforces_the_colluding_verdict_it_disputes(world)
     world.protocol.draw_escalation(world.outsider, run.audit_id)  # pool exhausted: the escalation is unheard
     assert world.protocol.get_audit(run.audit_id).phase == ABANDONED
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
-    with reverts("WrongPhase"):  # nothing left to settle: the disputed FAIL is never enforced
+    with reverts("UnexpectedPhase"):  # nothing left to settle: the disputed FAIL is never enforced
         world.protocol.settle(world.outsider, run.audit_id)
     after = world.stakes()
     # Safe outcome: a verdict whose escalation could not be heard slashes no honest party.
@@ -128,7 +129,7 @@ def _escalated_to_round_one(world, escalator) -> AuditRun:
 
 def _withhold_round_one(world, run: AuditRun) -> None:
     """Nobody sends the round-1 jobs: every redraw's commit window passes without a receipt."""
-    while world.protocol.get_audit(run.audit_id).phase == 1:  # COMMITTING
+    while world.protocol.get_audit(run.audit_id).phase == Phase.COMMITTING:
         world.chain.mine(PRESET.COMMIT_WINDOW_BLOCKS + 1)
         world.protocol.replace_missing(world.outsider, run.audit_id)
     assert world.protocol.get_audit(run.audit_id).phase == ABANDONED
@@ -262,7 +263,7 @@ def _draw_gas(world) -> int:
     """Gas of Registry.drawCommittee for a first committee in the current epoch."""
     registry = world.protocol.registry
     call = {"to": registry.address, "data": registry.web3.encode_abi(
-        "drawCommittee", args=[MODEL_ID, b"\x01" * 32, 0, PRESET.COMMITTEE_SIZE, [world.nodes[0].address], registry.call("currentEpoch")])}
+        "drawCommittee", args=[MODEL_ID, b"\x01" * 32, 0, PRESET.COMMITTEE_SIZE, [world.nodes[0].address], registry.call("currentEpoch"), 0])}
     return world.chain.w3.eth.estimate_gas(call)
 
 
@@ -280,42 +281,43 @@ def test_departed_identities_stay_in_every_draw(world):
     assert after - before < count * 1_000, (before, after)
 
 
-def _start_needed(world, dispatcher, worker):
-    """Post and draw a batch of the worker's receipt; return the start's arguments and its gas estimate."""
-    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
-    proof = spec_audit.compute_batch_proof(batch.levels, 0)
-    args = (batch.batch_id, 0, compute_receipt_tuple(worker.receipt), worker.receipt.signature, list(proof.siblings))
-    data = world.protocol.jobs.web3.encode_abi("startAudit", args=list(args))
-    return batch, args, world.chain.w3.eth.estimate_gas({"from": dispatcher.address, "to": world.protocol.jobs.address, "data": data})
+def _draw_needed(world, dispatcher, worker):
+    """Start an audit of the worker's receipt and mine past its seed block; return it and the
+    gas estimate of its committee draw (Jobs.drawRound)."""
+    run = world.start(worker, dispatcher=dispatcher, draw=False)
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
+    data = world.protocol.jobs.web3.encode_abi("drawRound", args=[run.audit_id])
+    return run, world.chain.w3.eth.estimate_gas({"from": dispatcher.address, "to": world.protocol.jobs.address, "data": data})
 
 
 def test_identity_flood_makes_starts_unfittable_and_slashes_honest_dispatchers(world):
     # Scale model of the old docs/protocol.md §13 "Scale" (30 M gas at ~3,900 identities): the
-    # block gas limit is set to what a start cost before a flood of 10 departed identities plus
-    # 40k, half of what the flood used to add (~8k gas each), and the honest dispatcher must then
-    # start. Closed (StakeTree): the flood adds at most one tree level, the start fits, and the
-    # dispatcher that started is never slashed for a missed start. (A pool really too small ends
-    # the audit with nobody slashed: test_attack8_start_with_too_small_a_pool_slashes_nobody.)
+    # block gas limit is set to what a committee draw cost before a flood of 10 departed
+    # identities plus 40k, half of what the flood used to add (~8k gas each), and the honest
+    # dispatcher must then draw (since issue 20 the draw is `drawRound`, after the start; a
+    # selected audit never drawn slashes its dispatcher). Closed (StakeTree): the flood adds at
+    # most one tree level, the draw fits, and the dispatcher is never slashed for it. (A pool
+    # really too small ends the audit with nobody slashed: test_attack8_start_with_too_small_a_pool_slashes_nobody.)
     chain = world.chain
     dispatcher = world.nodes[1]
-    batch, args, needed_before = _start_needed(world, dispatcher, world.make_worker(world.nodes[0], nonce=1))
-    world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, world.make_worker(world.nodes[0], nonce=1).receipt, batch.levels)
+    run, needed_before = _draw_needed(world, dispatcher, world.make_worker(world.nodes[0], nonce=1))
+    world.protocol.draw_round(dispatcher.account, run.audit_id)
     _flood_departed(world, 10)
     world.protocol.advance_to_next_epoch()
-    batch, args, needed = _start_needed(world, dispatcher, world.make_worker(world.nodes[0], nonce=2))
+    run, needed = _draw_needed(world, dispatcher, world.make_worker(world.nodes[0], nonce=2))
     assert needed - needed_before < 40_000, (needed_before, needed)
     limit = chain.get_block()["gasLimit"]
     chain.w3.provider.make_request("anvil_setBlockGasLimit", [hex(needed_before + 40_000)])
     try:
         chain.mine(1)
-        chain.transact(world.protocol.jobs, "startAudit", *args, sender=dispatcher.account, gas=needed_before + 40_000)
+        chain.transact(world.protocol.jobs, "drawRound", run.audit_id, sender=dispatcher.account, gas=needed_before + 40_000)
     finally:
         chain.w3.provider.make_request("anvil_setBlockGasLimit", [hex(limit)])
     stake = world.stakes()[dispatcher.address]
-    world.chain.mine(PRESET.START_WINDOW_BLOCKS + 1)
-    with reverts("AlreadyHandled"):
-        world.protocol.slash_missed_start(world.outsider, batch.batch_id, 0)
-    # Safe outcome: a dispatcher that could not start an audit for the pool's size is not slashed.
+    world.chain.mine(PRESET.DRAW_WINDOW_BLOCKS + 1)
+    with reverts("UnexpectedPhase"):  # drawn: nothing lapses
+        world.protocol.lapse(world.outsider, run.audit_id)
+    # Safe outcome: a dispatcher that could not draw a committee for the pool's size is not slashed.
     assert world.stakes()[dispatcher.address] == stake
 
 
@@ -328,13 +330,13 @@ def test_a_starved_committee_draw_reverts_instead_of_abandoning(world):
     _, weights = world.protocol.get_model_nodes(MODEL_ID)
     assert sum(1 for w in weights if w) == 106
     worker, dispatcher = world.make_worker(world.nodes[0], offset=CHEAT_OFFSET), world.nodes[1]
-    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
-    proof = spec_audit.compute_batch_proof(batch.levels, 0)
-    args = (batch.batch_id, 0, compute_receipt_tuple(worker.receipt), worker.receipt.signature, list(proof.siblings))
-    with pytest.raises(TransactionReverted):  # the gas that used to abandon it
-        world.chain.transact(world.protocol.jobs, "startAudit", *args, sender=dispatcher.account, gas=1_116_073)
-    audit_id = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels).value
-    assert world.protocol.get_audit(audit_id).phase == 1  # COMMITTING: a committee was drawn
+    run, needed = _draw_needed(world, dispatcher, worker)  # since issue 20 the draw is drawRound, after the start
+    for gas in (needed // 2, needed * 3 // 4):  # a starved call reverts: it does not abandon the audit
+        with pytest.raises(TransactionReverted):
+            world.chain.transact(world.protocol.jobs, "drawRound", run.audit_id, sender=dispatcher.account, gas=gas)
+        assert world.protocol.get_audit(run.audit_id).phase == Phase.DRAWING  # still drawing
+    world.protocol.draw_round(dispatcher.account, run.audit_id)
+    assert world.protocol.get_audit(run.audit_id).phase == Phase.COMMITTING  # a committee was drawn
 
 
 # --- attacks the contracts withstand (not covered by test_onchain_attacks.py) ----------------------------
@@ -435,7 +437,7 @@ def _eth_books(world) -> tuple[int, int]:
     escalation = 0
     for audit_id in range(1, protocol.jobs.call("auditCount") + 1):
         state = protocol.get_audit(audit_id)
-        escalation += PRESET.DISPUTE_BOND_WEI if state.escalator != "0x" + "00" * 20 and state.round == 1 and state.phase != 5 else 0
+        escalation += PRESET.DISPUTE_BOND_WEI if state.escalator != "0x" + "00" * 20 and state.round == 1 and state.phase != Phase.SETTLED else 0
     balances = sum(world.chain.get_balance(c.address) for c in (protocol.registry, protocol.jobs, protocol.disputes))
     return balances, stakes + credits + protocol.jobs.call("feePoolWei") + bonds + escalation
 
@@ -466,6 +468,8 @@ def test_eth_is_conserved_to_the_wei_through_slashes_contests_lapses_and_claims(
     books = _eth_books(world)
     assert books[0] == books[1], books
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + PRESET.DISPUTE_WINDOW_BLOCKS + 1)
+    world.protocol.lapse(world.outsider, run.audit_id)  # round 1 LAPSED, the bond to the pool
+    assert world.protocol.get_round_state(run.audit_id, 1).phase == Phase.LAPSED  # terminal (it was ESCALATING for ever)
     assert world.protocol.settle(world.outsider, run.audit_id).value == spec.PASS
     for node in world.nodes:
         if world.protocol.get_credit(node.address):

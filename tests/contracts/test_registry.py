@@ -87,15 +87,15 @@ def test_only_jobs_and_disputes_slash_or_lock(world):
 def test_only_deployer_binds_and_adds_models_and_configs_are_frozen(world):
     registry = world.protocol.registry
     with reverts("NotDeployer"):
-        world.chain.transact(registry, "bindProtocol", world.outsider.address, world.outsider.address, sender=world.outsider)
+        world.chain.transact(registry, "bindProtocol", *[world.outsider.address] * 3, sender=world.outsider)
     with reverts("AlreadyBound"):
-        world.chain.transact(registry, "bindProtocol", world.outsider.address, world.outsider.address, sender=world.owner)
+        world.chain.transact(registry, "bindProtocol", *[world.outsider.address] * 3, sender=world.owner)
     with reverts("NotDeployer"):
         world.protocol.add_model(world.outsider, MODEL)
     with reverts("ModelExists"):
         world.protocol.add_model(world.owner, MODEL)
     with reverts("NotDeployer"):
-        world.chain.transact(world.protocol.jobs, "bindDisputes", world.outsider.address, sender=world.owner)
+        world.chain.transact(world.protocol.jobs, "bindProtocol", world.outsider.address, world.outsider.address, sender=world.owner)
 
 
 def test_draw_committee_matches_the_spec_and_excludes(world):
@@ -104,14 +104,43 @@ def test_draw_committee_matches_the_spec_and_excludes(world):
     seed = b"\x42" * 32
     for attempt in (0, 1):
         excluded = [nodes[0], nodes[2]]
-        got = world.protocol.registry.call("drawCommittee", MODEL_ID, seed, attempt, 3, excluded, epoch)
+        got = world.protocol.registry.call("drawCommittee", MODEL_ID, seed, attempt, 3, excluded, epoch, 0)
         want = compute_committee(seed, attempt, 3, nodes, compute_excluded_weights(nodes, stakes, excluded))
         assert list(got) == list(want)
         assert not set(got) & set(excluded) and len(set(got)) == 3
     with reverts("NotEnoughCandidates"):
-        world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 5, [nodes[0], nodes[1]], epoch)
+        world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 5, [nodes[0], nodes[1]], epoch, 0)
     with reverts("EpochNotReadable"):  # only the current and the previous epoch's weights are read
-        world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 3, [], epoch + 1)
+        world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 3, [], epoch + 1, 0)
+
+
+def test_a_node_that_unbonds_sits_on_no_round_seeded_at_or_after_its_unbond(world):
+    """Issue 20 (the unbond duty): after `deregister` (unbond) at block U, a draw whose seed block is
+    ≥ U skips the node (it is excluded and the draw repeated, `compute_round_committee`); a draw
+    whose seed block is < U still weighs it (leaving after the seed was known re-rolls nothing).
+    Before the fix the node was drawn into 3 of the next 4 committees of its epoch."""
+    from verillm.spec.audit import compute_round_committee
+
+    registry = world.protocol.registry
+    epoch = registry.call("currentEpoch")
+    nodes, stakes = registry.call("getModelWeights", MODEL_ID, epoch)
+    heavy = world.node(nodes[stakes.index(max(stakes))])  # the heaviest node: most often drawn
+    left = world.protocol.deregister(heavy.account).receipt["blockNumber"]
+    assert registry.call("leaveOf", heavy.address) == [True, left]
+    assert registry.call("currentEpoch") == epoch  # its snapshot weight still stands this epoch
+    drawn_before = drawn_after = 0
+    for i in range(24):
+        seed = bytes([i]) * 32
+        lefts = [left if n == heavy.address else 0 for n in nodes]
+        for seed_block in (left - 1, left, left + 5):
+            got = list(registry.call("drawCommittee", MODEL_ID, seed, 0, 3, [], epoch, seed_block))
+            assert got == list(compute_round_committee(seed, 0, 3, nodes, stakes, lefts, seed_block))
+            if seed_block < left:
+                drawn_before += heavy.address in got
+            else:
+                assert heavy.address not in got, f"a node that left at {left} was drawn for seed block {seed_block}"
+        drawn_after += heavy.address in got
+    assert drawn_before > 0 and drawn_after == 0
 
 
 def test_weights_change_at_the_next_epoch_as_the_spec_computes(world):

@@ -56,7 +56,7 @@ def _register_crowd(world, count: int, first: int = 0, chunk: int = 1_000) -> li
 
 def _draw_gas(world, seed: bytes, size: int = PRESET.COMMITTEE_SIZE, excluded=()) -> int:
     registry = world.protocol.registry
-    data = registry.web3.encode_abi("drawCommittee", args=[MODEL_ID, seed, 0, size, list(excluded), registry.call("currentEpoch")])
+    data = registry.web3.encode_abi("drawCommittee", args=[MODEL_ID, seed, 0, size, list(excluded), registry.call("currentEpoch"), 0])
     return world.chain.w3.eth.estimate_gas({"to": registry.address, "data": data})
 
 
@@ -106,7 +106,7 @@ def _assert_draws_equal_the_spec(world, rng: random.Random) -> None:
             excluded.append(excluded[0])  # a repeat, as when the worker dispatches itself
             size = rng.choice([s for s in (1, 3, 7) if s <= len(live) - 3])
             want = compute_committee(seed, attempt, size, nodes, compute_excluded_weights(nodes, weights, excluded))
-            assert list(registry.call("drawCommittee", MODEL_ID, seed, attempt, size, excluded, epoch)) == list(want)
+            assert list(registry.call("drawCommittee", MODEL_ID, seed, attempt, size, excluded, epoch, 0)) == list(want)
 
 
 def test_contract_draws_equal_the_spec_over_the_slot_table_through_changes(world):
@@ -138,7 +138,8 @@ def test_contract_draws_equal_the_spec_over_the_slot_table_through_changes(world
 
 @pytest.mark.slow  # 10,000 registrations, each a BLS proof of possession computed in Python: long
 def test_draw_and_start_gas_with_10000_registered_nodes(world):
-    """The issue's scale figure: drawCommittee and startAudit with 10,000 nodes serving the model."""
+    """The issue's scale figure: drawCommittee and the start's draw (drawRound, since issue 20)
+    with 10,000 nodes serving the model."""
     rows = [(len(world.nodes), _mean_draw_gas(world), None)]
     registered = 0
     for target in (1_000, 10_000):
@@ -146,10 +147,10 @@ def test_draw_and_start_gas_with_10000_registered_nodes(world):
         registered = target - len(world.nodes)
         rows.append((target, _mean_draw_gas(world), None))
     worker, dispatcher = world.make_worker(world.nodes[0]), world.nodes[1]
-    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
-    start = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels)
+    run = world.start(worker, dispatcher=dispatcher, draw=False)
+    start = world.draw_round(run)
     rows[-1] = (rows[-1][0], rows[-1][1], start.gas_used)
-    print("\nnodes  drawCommittee(3, 2 excluded)  startAudit")
+    print("\nnodes  drawCommittee(3, 2 excluded)  drawRound")
     for nodes, draw, start_gas in rows:
         print(f"{nodes:>6}  {draw:>28}  {start_gas or '':>10}")
     assert _tree_size(world) == (10_000, 16_384)

@@ -25,7 +25,7 @@ def test_devnet_tiny_with_a_lazy_member_exits_0(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "every job settled as the protocol says it should" in run.stdout
     assert "adjudicated: vote contradicts its own data" in run.stdout
-    assert "Jobs.postBatch" in run.stdout and "Disputes.adjudicate" in run.stdout
+    assert "Batches.postBatch" in run.stdout and "Disputes.adjudicate" in run.stdout
     # The devnet's own `verillm audit chain`: every rule re-derived agrees with the contracts
     # (issue 23: committees flagged on honest audits, a KeyError on the adjudication), and the
     # lazy member is named with the rule that caught it.

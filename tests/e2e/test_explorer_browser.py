@@ -225,8 +225,11 @@ def _open_audit_next_step(kept, page, shots: Path) -> None:
         audit_id = int(page.locator("dl.facts a[data-link=audit]").first.inner_text().split("#")[1])
         state = protocol.get_audit(audit_id)
         phase, commit_deadline, ready, verdict_block = protocol.jobs.call("getRound", audit_id, state.round)[:4]
+        live = protocol.get_round_state(audit_id, state.round)
+        entered = live.deadlines.entered_block  # the round's start, or its appeal
         if phase == code and by_block:
-            expected = {"postCommitteeReceipt": commit_deadline, "drawChallenge": ready + p.AUDIT_DRAW_DELAY_BLOCKS + p.OPEN_WINDOW_BLOCKS,
+            expected = {"drawRound": entered + p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS,
+                        "postCommitteeReceipt": commit_deadline, "publishTranscript": live.publish_deadline, "drawChallenge": ready + p.AUDIT_DRAW_DELAY_BLOCKS + p.OPEN_WINDOW_BLOCKS,
                         "openWorker": ready + p.AUDIT_DRAW_DELAY_BLOCKS + p.OPEN_WINDOW_BLOCKS,
                         "openAndVote": ready + p.AUDIT_DRAW_DELAY_BLOCKS + 2 * p.OPEN_WINDOW_BLOCKS,
                         "dispute": verdict_block + p.DISPUTE_WINDOW_BLOCKS}[action]

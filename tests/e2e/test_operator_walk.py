@@ -17,7 +17,7 @@ from verillm.chain.anvil import AnvilProcess
 from verillm.chain.backends import compute_anvil_accounts
 from verillm.client import Client
 from verillm.errors import InvalidInput, QueueFull
-from verillm.spec.params import MINIMAL
+from verillm.spec.params import MINIMAL, compute_leaver_schedule
 from verillm.devnet.network import get_json
 from verillm.node.worker.engines import ServedModel
 from helpers.nodes import ThreadedNode, make_local_config
@@ -92,7 +92,15 @@ def test_register_stake_models_status_unbond_withdraw(walk):
     model_id = status["models"][0]
     assert f"declares {model_id}" in run_cli("node", "models", *operator, "--model-id", model_id)
 
-    assert "deregistered: withdraw from block" in run_cli("node", "unbond", *operator)
+    unbond = run_cli("node", "unbond", *operator)
+    assert "deregistered: withdraw from block" in unbond
+    # the node is told until when it must stay up (its last audit duty), as the status says
+    left = chain.get_block_number()
+    stay_up = compute_leaver_schedule(left, MINIMAL).duties_end_block
+    assert f"keep the node up until block {stay_up}" in unbond
+    status = json.loads(run_cli("node", "status", *operator, "--json"))
+    assert status["stay_up_until_block"] == stay_up <= status["unbonding_end_block"]
+    assert f"keep the node up until block {stay_up}" in run_cli("node", "status", *operator)
     wait_reasons(node, lambda reasons: any("unbonding until block" in r for r in reasons))
     with pytest.raises(InvalidInput, match="still unbonding"):
         run_cli("node", "withdraw", *operator)

@@ -140,12 +140,21 @@ class World:
         drawn = self.protocol.draw_audit(dispatcher.account, posted.value.batch_id, dispatcher.vrf_key)
         return posted.value, posted.gas_used, drawn.gas_used
 
-    def start(self, worker: Party, dispatcher: Node | None = None) -> AuditRun:
-        """Batch the worker's receipt alone, draw, start its audit (MINIMAL audits every job)."""
+    def start(self, worker: Party, dispatcher: Node | None = None, draw: bool = True) -> AuditRun:
+        """Batch the worker's receipt alone, draw, start its audit (MINIMAL audits every job) and,
+        unless ``draw`` is False, draw its committee once the round's seed block is mined."""
         dispatcher = dispatcher or worker.node
         batch, _, _ = self.post_and_draw(dispatcher, [worker.receipt])
         tx = self.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels)
-        return AuditRun(tx.value, worker)
+        run = AuditRun(tx.value, worker)
+        if draw:
+            self.draw_round(run)
+        return run
+
+    def draw_round(self, run: AuditRun):
+        """Mine past the current round's seed block (entered + delay) and draw its committee."""
+        self.chain.mine(self.preset.AUDIT_DRAW_DELAY_BLOCKS + 1)
+        return self.protocol.draw_round(self.outsider, run.audit_id)
 
     def committee(self, run: AuditRun, round_index: int = 0) -> list[Node]:
         return [self.node(a) for a in self.protocol.get_committee(run.audit_id, round_index)]
@@ -166,7 +175,8 @@ class World:
 
     def open_worker(self, run: AuditRun, opening: Opening | None = None):
         self.chain.mine(self.preset.AUDIT_DRAW_DELAY_BLOCKS + 1)
-        self.protocol.draw_challenge(self.outsider, run.audit_id)
+        if self.protocol.get_audit(run.audit_id).challenge_seed == bytes(32):
+            self.protocol.draw_challenge(self.outsider, run.audit_id)
         return self.protocol.open_worker(run.worker.node.account, run.audit_id, opening or self.opening(run, run.worker))
 
     def honest_vote(self, run: AuditRun, member: Party) -> bool:

@@ -14,10 +14,10 @@ from verillm.errors import ConfigError, Forbidden, QueueFull, TooManyRequests
 from verillm.node.appkeys import APP_STORE, APP_WORKER
 from verillm.node.dispatcher.peer import PeerClient
 from verillm.node.keys import new_node_key
-from verillm.node.store.retention import compute_audit_horizon_blocks, compute_round_blocks, verify_retention
+from verillm.node.store.retention import compute_audit_horizon_blocks, verify_retention
 from verillm.node.worker.engines import ServedModel
 from verillm.spec.job import compute_job_hash
-from verillm.spec.params import MAINNET, MINIMAL
+from verillm.spec.params import MAINNET, MINIMAL, compute_timeline
 from verillm.spec.types import Job, SamplingParams
 
 
@@ -88,14 +88,15 @@ async def test_the_committee_lane_has_slots_of_its_own_and_runs_first(start, ser
 
 
 def test_the_audit_horizon_composes_every_window():
-    # MINIMAL, by hand: batch by 30; start = 1 + 10 + 80 = 91; a round = (1 + 1 + 3) × 20 commit
-    # + 20 open + 10 dispute + 5 proof = 135; two rounds; omission path 100 + 5 = 105 < 361.
-    assert compute_round_blocks(MINIMAL) == 135
-    assert compute_audit_horizon_blocks(MINIMAL) == 30 + 91 + 2 * 135 == 391
-    # MAINNET: 300 + (2 + 100 + 100) + 2 × ((2 + 1 + 3) × 50 + 50 + 100 + 50) = 1,502 blocks (5 h at 12 s)
-    assert compute_audit_horizon_blocks(MAINNET) == 1502
-    verify_retention(2 * 1502 * 12.0, MAINNET, 12.0)
-    with pytest.raises(ConfigError, match="needs at least 36048 s"):
+    # MINIMAL, by hand: batch by 30; start = 1 + 10 + 80 = 91; a round's draws = 1 + 10 + 1 × (20 + 1)
+    # redraw + 2 × 20 claim = 72, a round = 72 + 20 commit + 1 + 2 × 20 open + 1 = 134; the audit =
+    # 2 × (134 + 10 dispute) + 5 proof + 1 = 294; omission path 100 + 5 = 105 < 385.
+    assert compute_timeline(MINIMAL).audit_span == 294
+    assert compute_audit_horizon_blocks(MINIMAL) == 30 + 91 + 294 == 415
+    # MAINNET: 300 + (2 + 100 + 100) + 2 × (457 + 100) + 50 + 1 = 1,667 blocks (5.6 h at 12 s)
+    assert compute_audit_horizon_blocks(MAINNET) == 1667
+    verify_retention(2 * 1667 * 12.0, MAINNET, 12.0)
+    with pytest.raises(ConfigError, match="needs at least 40008 s"):
         verify_retention(24 * 3600 / 4, MAINNET, 12.0)
 
 

@@ -1,12 +1,14 @@
 """What the explorer says about one audit (node/api/explorer_audit.py): each seat's conduct from the
 recorded events (a proven lie is a lie, not a vote; a penalty says which rule), and, while the audit is
 open, what happens next, by whom, by which block: the deadlines Jobs.sol enforces (the revert bounds
-of postCommitteeReceipt, drawChallenge, openWorker, openAndVote, startEscalation and drawEscalation)."""
+of drawRound, lapse, postCommitteeReceipt, publishTranscript, drawChallenge, openWorker, openAndVote and
+escalate), read from the round's state as `Jobs.getRoundState` gives it (spec.audit.RoundState)."""
 
 import pytest
 
-from verillm.chain.protocol import ABANDONED, COMMITTING, DECIDED, ESCALATING, OPENING, SETTLED
+from verillm.chain.protocol import ABANDONED, COMMITTING, DECIDED, DRAWING, LAPSED, OPENING, SETTLED
 from verillm.node.api.explorer_audit import compute_conduct, compute_next_step, compute_rounds
+from verillm.spec.audit import Phase, RoundState, compute_round_deadlines
 from verillm.spec.params import MINIMAL
 
 WORKER, DISPATCHER = "0x" + "0a" * 20, "0x" + "0d" * 20
@@ -31,10 +33,13 @@ def _opened(slot, vote, block=20):
     return (block, "Opened", {"round": 0, "slot": slot, "party": WORKER if slot == 0 else (A, B, C)[slot - 1], "vote": vote})
 
 
-def _view(phase, **changes):
-    view = {"phase": phase, "round": 0, "commit_deadline": 21, "ready_block": 30, "verdict_block": 50, "challenge_drawn": True,
-            "worker_opened": True, "members": [A, B, C], "pending_contests": 0, "worker": WORKER, "dispatcher": DISPATCHER, "escalation_block": None}
-    return {**view, **changes}
+AUDIT = {"worker": WORKER, "dispatcher": DISPATCHER, "requested": False}
+
+
+def _view(phase, *, round=0, attempt=0, entered_block=5, commit_deadline=21, ready_block=30, verdict_block=50, challenge_drawn=True,
+          worker_opened=True, pending_contests=0, publish_deadline=0, published=False) -> RoundState:
+    deadlines = compute_round_deadlines(entered_block, commit_deadline, ready_block, verdict_block, PRESET)
+    return RoundState(Phase(phase), round, attempt, 3, 3, 0, worker_opened, challenge_drawn, published, pending_contests, publish_deadline, deadlines)
 
 
 def test_a_lie_proven_by_adjudication_is_shown_as_a_lie_and_penalties_say_which_rule():
@@ -66,7 +71,7 @@ def test_a_member_that_lost_a_contest_is_caught_and_a_replaced_seat_says_nobody_
 @pytest.mark.parametrize("attempt, then", [(0, "redrawn"), (PRESET.MAX_COMMITTEE_REDRAWS, "abandons the audit")])
 def test_committing_names_the_members_without_a_receipt_and_the_commit_deadline(attempt, then):
     rounds = compute_rounds(_events(_drawn(attempt=attempt), _posted(1)))
-    step = compute_next_step(_view(COMMITTING, commit_deadline=21), rounds, PRESET, head=15)
+    step = compute_next_step(_view(COMMITTING, attempt=attempt, commit_deadline=21), AUDIT, rounds, PRESET, head=15)
     assert step["steps"][0]["action"] == "postCommitteeReceipt" and step["steps"][0]["who"]["parties"] == [A, C]
     assert step["steps"][0]["by_block"] == 21 and then in step["then"] and "block 22" in step["then"]  # replaceMissing: TooEarly until deadline + 1
 
@@ -74,34 +79,44 @@ def test_committing_names_the_members_without_a_receipt_and_the_commit_deadline(
 def test_opening_goes_challenge_then_worker_then_members_with_the_contract_s_windows():
     rounds = compute_rounds(_events(_drawn(), _posted(0), _posted(1), _posted(2), _opened(1, 1)))
     seed = 30 + PRESET.AUDIT_DRAW_DELAY_BLOCKS
-    challenge = compute_next_step(_view(OPENING, challenge_drawn=False, worker_opened=False), rounds, PRESET, head=31)["steps"][0]
+    challenge = compute_next_step(_view(OPENING, challenge_drawn=False, worker_opened=False), AUDIT, rounds, PRESET, head=31)["steps"][0]
     assert (challenge["action"], challenge["from_block"], challenge["by_block"]) == ("drawChallenge", seed + 1, seed + PRESET.OPEN_WINDOW_BLOCKS)
-    worker = compute_next_step(_view(OPENING, worker_opened=False), rounds, PRESET, head=35)
+    worker = compute_next_step(_view(OPENING, worker_opened=False), AUDIT, rounds, PRESET, head=35)
     assert worker["steps"][0]["who"]["parties"] == [WORKER] and worker["steps"][0]["by_block"] == seed + PRESET.OPEN_WINDOW_BLOCKS
     assert "defaults" in worker["then"]
-    members = compute_next_step(_view(OPENING), rounds, PRESET, head=40)["steps"][0]
+    members = compute_next_step(_view(OPENING), AUDIT, rounds, PRESET, head=40)["steps"][0]
     assert members["action"] == "openAndVote" and members["who"]["parties"] == [B, C] and members["by_block"] == seed + 2 * PRESET.OPEN_WINDOW_BLOCKS
     everyone = compute_rounds(_events(_drawn(), _posted(0), _posted(1), _posted(2), _opened(1, 1), _opened(2, 1), _opened(3, 2)))
-    final = compute_next_step(_view(OPENING), everyone, PRESET, head=40)["steps"][0]
+    final = compute_next_step(_view(OPENING), AUDIT, everyone, PRESET, head=40)["steps"][0]
     assert final["action"] == "finalize" and final["who"] == {"anyone": True, "usually": DISPATCHER} and final["from_block"] == 40
 
 
 def test_decided_offers_disputes_until_the_window_closes_then_settlement():
-    step = compute_next_step(_view(DECIDED, verdict_block=50), [], PRESET, head=55)
+    step = compute_next_step(_view(DECIDED, verdict_block=50), AUDIT, [], PRESET, head=55)
     dispute, settle = step["steps"]
     assert dispute["by_block"] == 50 + PRESET.DISPUTE_WINDOW_BLOCKS and "escalate" in dispute["what"]
     assert settle["action"] == "settle" and settle["from_block"] == 51 + PRESET.DISPUTE_WINDOW_BLOCKS
-    second = compute_next_step(_view(DECIDED, round=1, pending_contests=2), [], PRESET, head=55)["steps"]
+    second = compute_next_step(_view(DECIDED, round=1, pending_contests=2), AUDIT, [], PRESET, head=55)["steps"]
     assert "escalate" not in second[0]["what"] and "2 pending contests" in second[1]["what"]  # one escalation per audit
 
 
-def test_escalating_draws_a_committee_from_the_escalation_s_blockhash_or_lapses():
-    step = compute_next_step(_view(ESCALATING, round=1, escalation_block=60), [], PRESET, head=61)
+@pytest.mark.parametrize("round_index, requested, then", [(1, False, "first verdict stands"), (0, False, "dispatcher slashed"), (0, True, "nobody slashed")])
+def test_drawing_draws_a_committee_from_the_blockhash_after_entry_or_lapses(round_index, requested, then):
+    step = compute_next_step(_view(DRAWING, round=round_index, entered_block=60), {**AUDIT, "requested": requested}, [], PRESET, head=61)
     seed = 60 + PRESET.AUDIT_DRAW_DELAY_BLOCKS
+    assert step["steps"][0]["action"] == "drawRound"
     assert step["steps"][0]["from_block"] == seed + 1 and step["steps"][0]["by_block"] == seed + PRESET.DRAW_WINDOW_BLOCKS
-    assert f"block {seed + PRESET.DRAW_WINDOW_BLOCKS + 1}" in step["then"]
+    assert f"block {seed + PRESET.DRAW_WINDOW_BLOCKS + 1}" in step["then"] and then in step["then"]
 
 
-@pytest.mark.parametrize("phase", [SETTLED, ABANDONED, 0])
+def test_a_standing_claim_waits_for_the_worker_s_publication_or_its_default():
+    step = compute_next_step(_view(COMMITTING, publish_deadline=44), AUDIT, [], PRESET, head=30)
+    assert step["steps"][0]["action"] == "publishTranscript" and step["steps"][0]["who"]["parties"] == [WORKER]
+    assert step["steps"][0]["by_block"] == 44 and "block 45" in step["then"] and "slashUndelivered" in step["then"]
+    published = compute_next_step(_view(COMMITTING, publish_deadline=44, published=True), AUDIT, [], PRESET, head=30)
+    assert published["steps"][0]["action"] == "postCommitteeReceipt"
+
+
+@pytest.mark.parametrize("phase", [SETTLED, ABANDONED, LAPSED, 0])
 def test_an_audit_that_is_over_has_no_next_step(phase):
-    assert compute_next_step(_view(phase), [], PRESET, head=100) is None
+    assert compute_next_step(_view(phase), AUDIT, [], PRESET, head=100) is None

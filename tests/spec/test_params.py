@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 from verillm.errors import ConfigError
-from verillm.spec.params import MAINNET, MINIMAL, PRESETS, Preset, compute_preset_name, get_preset
+from verillm.spec.params import MAINNET, MINIMAL, PRESETS, Preset, compute_preset_name, compute_timeline, compute_timeline_problems, get_preset
 
 PARAMETER_NAMES = [f.name for f in dataclasses.fields(Preset) if f.name != "name"]
 
@@ -93,11 +93,12 @@ def test_every_preset_satisfies_the_contracts_parameter_rules(p):
     # The per-job levy pays, in expectation, every audit's fees (committee + worker).
     assert p.AUDIT_RATE_BPS * (p.COMMITTEE_SIZE + 1) * p.AUDIT_FEE_WEI <= 10_000 * p.JOB_FEE_WEI
     assert 0 < p.DRAW_WINDOW_BLOCKS < 256 and 0 < p.OPEN_WINDOW_BLOCKS < 256, "a seed block hash must stay readable"
-    batch_lifetime = p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.START_WINDOW_BLOCKS
-    assert p.UNBONDING_BLOCKS >= batch_lifetime
-    assert p.EPOCH_BLOCKS >= batch_lifetime + (p.MAX_COMMITTEE_REDRAWS + 1) * p.COMMIT_WINDOW_BLOCKS
-    assert p.UNBONDING_BLOCKS >= 2 * p.EPOCH_BLOCKS
+    t = compute_timeline(p)  # the windows composed once (Params.timeline), hand-checked in test_timeline.py
+    assert p.EPOCH_BLOCKS >= t.round_draw_span
+    assert p.UNBONDING_BLOCKS >= t.leaver_duty_span and p.UNBONDING_BLOCKS >= 2 * p.EPOCH_BLOCKS
     assert p.BATCH_BY_BLOCKS + p.OMISSION_CLAIM_WINDOW_BLOCKS < p.UNBONDING_BLOCKS
+    assert p.BATCH_BY_BLOCKS <= p.AUDIT_HORIZON_BLOCKS and p.MAX_TRANSCRIPT_TOKENS <= 8_192
+    assert compute_timeline_problems(p) == []
 
 
 def test_minimal_audits_every_job_and_mainnet_five_percent():

@@ -5,18 +5,14 @@ round's committee) is not SETTLED or ABANDONED (`Registry.lock`, docs/protocol.m
 locks and unbonding"). Contracts do not act by themselves: an audit whose dispatcher stalls
 ends only when someone makes the next permissionless call once its deadline has passed. This
 module is that someone for an operator who wants its stake back: for each audit locking the
-address it tries the permissionless steps in order and sends the first the chain accepts
-(`Chain.transact` estimates gas first, so a step that is not due reverts without spending).
+address it reads the round's state (`Jobs.getRoundState`) and sends exactly the step the state
+machine says is due (`verillm.spec.audit.compute_due_steps`, the contract's guards mirrored).
 It never acts for another party: opening, voting, contesting and escalating are left to them.
 """
 
 from dataclasses import dataclass
 
-from verillm.chain.errors import TransactionReverted
-from verillm.chain.protocol import TERMINAL_PHASES
-
-# Permissionless steps (Protocol method names), each valid once some deadline has passed.
-STEPS = ("replace_missing", "draw_challenge", "finalize", "settle", "draw_escalation")
+from verillm.spec.audit import TERMINAL_PHASES, compute_due_steps
 
 
 @dataclass(frozen=True)
@@ -52,10 +48,11 @@ def drive_audit(protocol, sender, audit_id: int) -> tuple[list[str], bool]:
     steps sent and whether the audit has ended."""
     sent = []
     while protocol.get_audit(audit_id).phase not in TERMINAL_PHASES:
-        step = _send_first_due(protocol, sender, audit_id)
-        if step is None:
+        due = compute_due_steps(protocol.get_round_state(audit_id), protocol.chain.get_block_number() + 1)
+        if not due:
             return sent, False
-        sent.append(step)
+        getattr(protocol, due[0])(sender, audit_id)
+        sent.append(due[0])
     return sent, True
 
 
@@ -70,12 +67,3 @@ def drive_locking_audits(protocol, sender) -> DriveReport:
             waiting.append(audit_id)
     return DriveReport(tuple(sent), tuple(waiting), protocol.get_node(sender.address)["locks"])
 
-
-def _send_first_due(protocol, sender, audit_id: int) -> str | None:
-    for step in STEPS:
-        try:
-            getattr(protocol, step)(sender, audit_id)
-        except TransactionReverted:
-            continue
-        return step
-    return None

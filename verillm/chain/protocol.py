@@ -6,10 +6,13 @@ field added on both sides needs no change here; a field missing from the preset 
 naming it.
 
 Below the plan, `Protocol`: typed bindings, one method per protocol message (register,
-post_batch, draw_audit, start_audit, post_committee_receipt, open, open_and_vote, verdict,
-settle, escalate, contest, adjudicate, withdraw, ...). Every write returns a `Tx` (gas used,
-the value decoded from its event, the receipt). The arithmetic lives in `verillm.spec.audit`
-and `verillm.spec.settlement`; the rules in docs/protocol.md §12.
+post_batch, draw_audit, start_audit, draw_round, post_committee_receipt, open, open_and_vote,
+finalize, settle, escalate, contest, adjudicate, withdraw, ...), whichever contract runs it
+(Batches: batches, draws and starts; Jobs: the audit state machine and credits; Disputes:
+contests, adjudication, escalation and job delivery; Coverage: batching promises). Every write
+returns a `Tx` (gas used, the value decoded from its event, the receipt). The arithmetic and
+the state machine's codes and deadlines live in `verillm.spec.audit` and
+`verillm.spec.settlement`; the rules in docs/protocol.md §12.
 
     protocol = Protocol.deploy(chain, MINIMAL, sender=chain.dev_accounts[0])
     protocol.add_model(owner, OnchainModel.from_profile(model_id, manifest, profile))
@@ -17,6 +20,7 @@ and `verillm.spec.settlement`; the rules in docs/protocol.md §12.
     batch = protocol.post_batch(dispatcher, receipt_hashes).value
     protocol.draw_audit(dispatcher, batch.batch_id, vrf_secret_key)
     audit_id = protocol.start_audit(dispatcher, batch.batch_id, index, receipt, batch.levels).value
+    protocol.draw_round(anyone, audit_id)   # after the round's seed block (entered + delay)
 """
 
 from dataclasses import dataclass
@@ -36,8 +40,9 @@ from verillm.spec import vrf
 from verillm.spec.encoding import encode
 from verillm.spec.params import Preset, compute_preset_name
 from verillm.spec.receipt import SigningDomain
-from verillm.spec.audit import OnchainModel
-from verillm.spec.types import Opening, Receipt, SamplingParams
+from verillm.spec.audit import PHASE_NAMES, TERMINAL_PHASES, OnchainModel, Phase, RoundState, compute_round_deadlines  # noqa: F401 (re-exported)
+from verillm.spec.merkle import MerkleProof
+from verillm.spec.types import LeafOpening, Opening, Receipt, SamplingParams
 
 
 def get_params_components(artifacts: ArtifactStore, contract: str = "Registry", struct: str = "ProtocolParams") -> list[dict]:
@@ -65,17 +70,18 @@ def _params(ctx: DeployContext) -> tuple:
 
 def _coverage_args(ctx: DeployContext) -> tuple:
     coverage = compute_protocol_params(ctx.preset, ctx.artifacts, "Coverage", "CoverageParams")
-    return ctx.addresses["Jobs"], ctx.addresses["Registry"], ctx.addresses["Disputes"], _params(ctx), coverage
+    return ctx.addresses["Batches"], ctx.addresses["Registry"], ctx.addresses["Disputes"], _params(ctx), coverage
 
 
 PROTOCOL_STEPS = (
-    DeployStep("Registry", lambda ctx: (_params(ctx),)),
+    DeployStep("Registry", lambda ctx: (_params(ctx),)),  # validates the parameters, once (Params.validate)
     DeployStep("Jobs", lambda ctx: (ctx.addresses["Registry"], _params(ctx))),
+    DeployStep("Batches", lambda ctx: (ctx.addresses["Registry"], ctx.addresses["Jobs"], _params(ctx))),
     DeployStep("Disputes", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Registry"], _params(ctx))),
     DeployStep("Coverage", _coverage_args),
-    CallStep("Registry", "bindProtocol", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Disputes"])),
+    CallStep("Registry", "bindProtocol", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Batches"], ctx.addresses["Disputes"])),
     CallStep("Registry", "bindCoverage", lambda ctx: (ctx.addresses["Coverage"],)),
-    CallStep("Jobs", "bindDisputes", lambda ctx: (ctx.addresses["Disputes"],)),
+    CallStep("Jobs", "bindProtocol", lambda ctx: (ctx.addresses["Disputes"], ctx.addresses["Batches"])),
 )
 
 
@@ -96,9 +102,9 @@ class PostedBatch:
     """The batch tree, to prove receipts into it later."""
 
 
-# Jobs.sol `AuditCodes`: the phase of an audit's current round (`AuditState.phase`).
-COMMITTING, OPENING, DECIDED, ESCALATING, SETTLED, ABANDONED = 1, 2, 3, 4, 5, 6
-TERMINAL_PHASES = (SETTLED, ABANDONED)
+# The phase of an audit's current round (`AuditState.phase`): verillm.spec.audit.Phase, the codes once.
+COMMITTING, OPENING, DECIDED, DRAWING, SETTLED, ABANDONED, LAPSED = (
+    Phase.COMMITTING, Phase.OPENING, Phase.DECIDED, Phase.DRAWING, Phase.SETTLED, Phase.ABANDONED, Phase.LAPSED)
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,6 @@ class AuditState:
     requested: bool
 
 
-PHASE_NAMES = {0: "none", 1: "committing", 2: "opening", 3: "decided", 4: "escalating", 5: "settled", 6: "abandoned"}
 
 
 def compute_receipt_tuple(receipt: Receipt) -> tuple:
@@ -144,6 +149,7 @@ class Protocol:
         self.deployment = deployment
         self.registry: ContractHandle = deployment.get(chain, "Registry")
         self.jobs: ContractHandle = deployment.get(chain, "Jobs")
+        self.batches: ContractHandle = deployment.get(chain, "Batches")
         self.disputes: ContractHandle = deployment.get(chain, "Disputes")
         self.coverage: ContractHandle = deployment.get(chain, "Coverage")
         names = [c["name"] for c in get_params_components(chain.artifacts, "Jobs")]
@@ -155,19 +161,25 @@ class Protocol:
 
     @classmethod
     def deploy(cls, chain: Chain, preset: Preset, sender: LocalAccount) -> "Protocol":
-        """Deploy Registry, Jobs and Disputes with ``preset``'s parameters and wire them."""
+        """Deploy Registry, Jobs, Batches, Disputes and Coverage with ``preset``'s parameters and wire them."""
         return cls(chain, deploy_plan(chain, preset, sender, PROTOCOL_STEPS))
 
     # --- helpers ---------------------------------------------------------------------------
     def _send(self, handle: ContractHandle, function: str, *args, sender: LocalAccount, value: int = 0,
-              event: str | None = None, field: str | None = None) -> Tx:
+              event: str | None = None, field: str | None = None, emitter: ContractHandle | None = None,
+              optional: bool = False) -> Tx:
+        """Send ``function``; the value is ``event`` (emitted by ``emitter``, default ``handle``)
+        decoded (its ``field``), or None when ``optional`` and the event did not come."""
         receipt = self.chain.transact(handle, function, *args, sender=sender, value=value)
         decoded = None
         if event is not None:
-            logs = handle.web3.events[event]().process_receipt(receipt, errors=DISCARD)
-            if not logs:
-                raise ChainError(f"{handle.name}.{function}: no {event} event in the receipt")
-            decoded = logs[0]["args"][field] if field else dict(logs[0]["args"])
+            source = emitter or handle
+            own = [log for log in receipt["logs"] if log["address"] == source.address]
+            logs = source.web3.events[event]().process_receipt({**receipt, "logs": own}, errors=DISCARD)
+            if not logs and not optional:
+                raise ChainError(f"{handle.name}.{function}: no {source.name}.{event} event in the receipt")
+            if logs:
+                decoded = logs[0]["args"][field] if field else dict(logs[0]["args"])
         return Tx(gas_used=receipt["gasUsed"], value=decoded, receipt=receipt)
 
     def get_blockhash(self, number: int) -> bytes:
@@ -214,13 +226,19 @@ class Protocol:
         """Post the Merkle root over ``receipt_hashes``, paying the per-job fee."""
         levels = spec_audit.compute_batch_levels(receipt_hashes)
         fee = len(receipt_hashes) * self.preset.JOB_FEE_WEI
-        tx = self._send(self.jobs, "postBatch", levels[-1][0], len(receipt_hashes), sender=dispatcher, value=fee,
+        tx = self._send(self.batches, "postBatch", levels[-1][0], len(receipt_hashes), sender=dispatcher, value=fee,
                         event="BatchPosted", field="batchId")
         return Tx(tx.gas_used, PostedBatch(tx.value, levels[-1][0], levels), tx.receipt)
 
+    def get_batch(self, batch_id: int) -> dict:
+        """`Batches.getBatch`: root, dispatcher, count, posted block, β, drawn block, draw missed."""
+        root, dispatcher, count, posted, beta, drawn, missed = self.batches.call("getBatch", batch_id)
+        return {"root": bytes(root), "dispatcher": dispatcher, "count": count, "posted_block": posted, "beta": bytes(beta),
+                "drawn_block": drawn, "draw_missed": missed}
+
     def get_draw_seed(self, batch_id: int) -> bytes:
         """Return the VRF input of a batch (its seed block must be mined)."""
-        batch = self.jobs.call("getBatch", batch_id)
+        batch = self.batches.call("getBatch", batch_id)
         seed_block = batch[3] + self.preset.AUDIT_DRAW_DELAY_BLOCKS
         if self.chain.get_block_number() <= seed_block:  # eth_estimateGas may run at the latest block
             raise InvalidInput(f"batch {batch_id}'s seed block {seed_block} is not mined yet")
@@ -229,26 +247,39 @@ class Protocol:
     def draw_audit(self, sender: LocalAccount, batch_id: int, vrf_secret_key: int) -> Tx:
         """Prove the dispatcher's VRF over the batch seed and post it; value = β."""
         proof = vrf.compute_vrf_proof(vrf_secret_key, self.get_draw_seed(batch_id))
-        return self._send(self.jobs, "drawAudit", batch_id, vrf.compute_words(proof), sender=sender,
+        return self._send(self.batches, "drawAudit", batch_id, vrf.compute_words(proof), sender=sender,
                           event="AuditDrawn", field="beta")
 
     def is_audited(self, batch_id: int, index: int) -> bool:
-        return self.jobs.call("isAudited", batch_id, index)
+        return self.batches.call("isAudited", batch_id, index)
 
     def slash_missed_draw(self, sender: LocalAccount, batch_id: int) -> Tx:
-        return self._send(self.jobs, "slashMissedDraw", batch_id, sender=sender)
+        return self._send(self.batches, "slashMissedDraw", batch_id, sender=sender)
 
     def slash_missed_start(self, sender: LocalAccount, batch_id: int, index: int) -> Tx:
-        return self._send(self.jobs, "slashMissedStart", batch_id, index, sender=sender)
+        return self._send(self.batches, "slashMissedStart", batch_id, index, sender=sender)
 
     # --- Jobs: audits --------------------------------------------------------------------------
     def start_audit(self, sender: LocalAccount, batch_id: int, index: int, receipt: Receipt, levels: list,
                     value_wei: int = 0) -> Tx:
-        """Start the audit of a batched receipt (its signed token counts give N); value = the audit id."""
+        """Start the audit of a batched receipt (its signed token counts give N); value = the audit
+        id, 0 when the start was skipped (the receipt has its audit already, or its worker's horizon
+        passed: `AuditSkipped`). Its committee is drawn later: `draw_round`."""
         proof = spec_audit.compute_batch_proof(levels, index)
-        return self._send(self.jobs, "startAudit", batch_id, index, compute_receipt_tuple(receipt), receipt.signature,
-                          list(proof.siblings), sender=sender, value=value_wei,
-                          event="AuditStarted", field="auditId")
+        tx = self._send(self.batches, "startAudit", batch_id, index, compute_receipt_tuple(receipt), receipt.signature,
+                        list(proof.siblings), sender=sender, value=value_wei, event="AuditStarted", field="auditId",
+                        emitter=self.jobs, optional=True)
+        return Tx(tx.gas_used, tx.value or 0, tx.receipt)
+
+    def draw_round(self, sender: LocalAccount, audit_id: int) -> Tx:
+        """Draw the current round's committee (`Jobs.drawRound`, after the round's seed block);
+        value = the members drawn (empty when the pool was too small: the audit is abandoned)."""
+        tx = self._send(self.jobs, "drawRound", audit_id, sender=sender, event="CommitteeDrawn", field="members", optional=True)
+        return Tx(tx.gas_used, list(tx.value or []), tx.receipt)
+
+    def lapse(self, sender: LocalAccount, audit_id: int) -> Tx:
+        """End a round nobody drew in its window (`Jobs.lapse`)."""
+        return self._send(self.jobs, "lapse", audit_id, sender=sender)
 
     def post_committee_receipt(self, sender: LocalAccount, audit_id: int, slot: int, receipt: Receipt) -> Tx:
         return self._send(self.jobs, "postCommitteeReceipt", audit_id, slot, compute_receipt_tuple(receipt), receipt.signature, sender=sender)
@@ -288,6 +319,17 @@ class Protocol:
     def get_committee(self, audit_id: int, round_index: int) -> list[str]:
         return list(self.jobs.call("getRound", audit_id, round_index)[6])
 
+    def get_round_state(self, audit_id: int, round_index: int | None = None) -> RoundState:
+        """`Jobs.getRoundState` of ``round_index`` (default: the audit's current round)."""
+        if round_index is None:
+            round_index = self.get_audit(audit_id).round
+        raw = self.jobs.call("getRoundState", audit_id, round_index)
+        (phase, round_, attempt, members, receipts, opens, worker_opened, challenge_drawn, published, pending,
+         publish_deadline, d) = raw
+        deadlines = spec_audit.RoundDeadlines(*d)
+        return RoundState(Phase(phase), round_, attempt, members, receipts, opens, worker_opened, challenge_drawn, published,
+                          pending, publish_deadline, deadlines)
+
     def get_party(self, audit_id: int, round_index: int, slot: int) -> dict:
         node, root, num_positions, opening_hash, opened, vote, slashed = self.jobs.call("getParty", audit_id, round_index, slot)
         return {"node": node, "root": bytes(root), "num_positions": num_positions, "opening_hash": bytes(opening_hash),
@@ -298,7 +340,8 @@ class Protocol:
         return self._send(self.disputes, "escalate", audit_id, sender=sender, value=self.preset.DISPUTE_BOND_WEI)
 
     def draw_escalation(self, sender: LocalAccount, audit_id: int) -> Tx:
-        return self._send(self.jobs, "drawEscalation", audit_id, sender=sender)
+        """The escalation round's committee draw: `draw_round` of round 1."""
+        return self.draw_round(sender, audit_id)
 
     def contest(self, sender: LocalAccount, audit_id: int, round_index: int, slot: int, cells: list[tuple[int, int]]) -> Tx:
         """Demand proofs of party ``slot``'s leaves at (position, layer) ``cells``; value = contest id."""
@@ -316,17 +359,40 @@ class Protocol:
         return self._send(self.disputes, "answerContest", contest_id, [c[0] for c in cells], [c[1] for c in cells],
                           spec_audit.encode_opening_leaves(opening), indices, siblings, sender=sender)
 
+    def get_answered_opening(self, contest_id: int, model: OnchainModel, from_block: int = 0) -> Opening:
+        """The contested party's leaves and Merkle proofs at the contested cells, as its answer
+        (`ContestAnswered`) published them in calldata: what anyone needs to adjudicate the party
+        (a first-round member the appeal contradicts: docs/protocol.md §12 "Accountable votes")."""
+        logs = self.disputes.web3.events.ContestAnswered().get_logs(from_block=from_block, argument_filters={"contestId": contest_id})
+        if not logs:
+            raise InvalidInput(f"contest {contest_id} has no answer on-chain")
+        tx = self.chain.rpc("eth_getTransaction", lambda: self.chain.w3.eth.get_transaction(logs[0]["transactionHash"]))
+        _, args = self.disputes.web3.decode_function_input(tx["input"])
+        contest = self.disputes.call("getContest", contest_id)
+        party = self.get_party(contest[0], contest[1], contest[2])
+        leaves = spec_audit.decode_opening_leaves(bytes(args["opening"]), model.fingerprint_dims)
+        layers = list(model.committed_layers)
+        items = []
+        for index, siblings in zip(args["leafIndices"], args["siblings"], strict=True):
+            leaf = leaves[index]
+            position = leaf.position * len(layers) + layers.index(leaf.layer)
+            proof = MerkleProof(position, party["num_positions"] * len(layers), tuple(bytes(x) for x in siblings))
+            items.append(LeafOpening(leaf, proof))
+        return Opening(party["root"], tuple(items))
+
     def resolve_contest(self, sender: LocalAccount, contest_id: int) -> Tx:
         return self._send(self.disputes, "resolveContest", contest_id, sender=sender)
 
     def adjudicate(self, sender: LocalAccount, audit_id: int, round_index: int, slot: int,
-                   worker_opening: Opening, member_opening: Opening) -> Tx:
-        """Re-run member ``slot``'s comparison on-chain over every cell the worker opened."""
+                   worker_opening: Opening, member_opening: Opening, only: set | None = None) -> Tx:
+        """Re-run member ``slot``'s comparison on-chain over every cell the worker opened, or over
+        the (position, layer) cells in ``only`` (the token cells an appeal round checked too)."""
         member_cells = {(i.leaf.position, i.leaf.layer): i for i in member_opening.leaves}
-        pairs = [(w.leaf, w.proof, member_cells[(w.leaf.position, w.leaf.layer)]) for w in worker_opening.leaves]
+        picked = [(k, w) for k, w in enumerate(worker_opening.leaves) if only is None or (w.leaf.position, w.leaf.layer) in only]
+        pairs = [(w.leaf, w.proof, member_cells[(w.leaf.position, w.leaf.layer)]) for _, w in picked]
         cells = [(encode(w), list(wp.siblings), encode(m.leaf), list(m.proof.siblings)) for w, wp, m in pairs]
         # The worker's leaves as it posted them, each cell's leaf at its index there.
-        posted = (spec_audit.encode_opening_leaves(worker_opening), list(range(len(pairs))))
+        posted = (spec_audit.encode_opening_leaves(worker_opening), [k for k, _ in picked])
         return self._send(self.disputes, "adjudicate", audit_id, round_index, slot, cells, posted, sender=sender)
 
     # --- undelivered committee jobs (Disputes' Delivery; verillm.spec.delivery) ----------------
@@ -340,13 +406,14 @@ class Protocol:
         return self._send(self.disputes, "publishTranscript", audit_id, spec_delivery.encode_transcript_tokens(tokens),
                           sampling.temperature_milli, sampling.top_k, sampling.top_p_ppm, sampling.seed, sender=sender)
 
-    def slash_undelivered(self, sender: LocalAccount, audit_id: int, slot: int) -> Tx:
+    def slash_undelivered(self, sender: LocalAccount, audit_id: int) -> Tx:
         """After an unanswered publication window: slash the worker; value = the slashed wei."""
-        return self._send(self.disputes, "slashUndelivered", audit_id, slot, sender=sender,
+        return self._send(self.disputes, "slashUndelivered", audit_id, sender=sender,
                           event="DeliveryDefaulted", field="slashedWei")
 
     def get_availability(self, audit_id: int) -> dict:
-        deadline, round_index, published = self.disputes.call("availability", audit_id)
+        """The current round's claim window: publish deadline (0: no claim), round, published."""
+        deadline, round_index, published = self.jobs.call("availability", audit_id)
         return {"publish_deadline": deadline, "round": round_index, "published": published}
 
     def get_published_transcript(self, audit_id: int, from_block: int = 0) -> spec_delivery.Transcript | None:

@@ -257,16 +257,22 @@ def models(model_ids, node_url, **options):
 @node.command("unbond")
 @_options
 def unbond(**options):
-    """Deregister: no new jobs or committees from now; the stake stays slashable until withdrawn."""
+    """Deregister: no new jobs, and no seat in a round seeded from now; the stake stays slashable
+    until withdrawn, and the node must stay up until its last duty ends (printed)."""
+    from verillm.spec.params import compute_leaver_schedule
+
     operator = load_operator(**options)
     tx = operator.protocol.deregister(operator.account)
     end = operator.protocol.get_node(operator.address)["unbonding_end_block"]
+    plan = compute_leaver_schedule(tx.receipt["blockNumber"], operator.protocol.preset)
     click.echo(f"{operator.address} deregistered: withdraw from block {end} on, once no audit holds the stake ({_tx(tx)})")
+    click.echo(f"  keep the node up until block {plan.duties_end_block}: drawn at most until block {plan.seated_until_block}, "
+               f"its receipts auditable until block {plan.last_start_block}")
 
 
 @node.command("withdraw")
 @_options
-@click.option("--drive", is_flag=True, help="First make the due permissionless calls (replaceMissing, drawChallenge, finalize, settle, drawEscalation) on every open audit that locks the stake.")
+@click.option("--drive", is_flag=True, help="First make the due permissionless calls (drawRound, lapse, replaceMissing, slashUndelivered, drawChallenge, finalize, settle) on every open audit that locks the stake.")
 def withdraw(drive, **options):
     """Take the stake back after the unbonding period (and, with --drive, once the audits that
     lock it have been pushed to their end: nobody else may make those calls)."""
@@ -295,6 +301,15 @@ def _drive_locks(operator) -> None:
         raise InvalidInput(f"the stake is still locked by {report.locks} (held by {held}); run `verillm node withdraw --drive` again later")
 
 
+def _stay_up_until(protocol, node: dict) -> int | None:
+    """The block a leaving node's duties end (docs/protocol.md §12 "Stake locks and unbonding"); None while it has not unbonded."""
+    from verillm.spec.params import compute_leaver_schedule
+
+    if not node["unbonding_end_block"]:
+        return None
+    return compute_leaver_schedule(node["unbonding_end_block"] - protocol.preset.UNBONDING_BLOCKS, protocol.preset).duties_end_block
+
+
 @node.command("status")
 @_options
 @click.option("--node", "node_url", default=None, help="The node's URL: check its served model too.")
@@ -320,6 +335,7 @@ def status(node_url, model_id, as_json, **options):
             "registered": node["registered"], "active": node["active"], "stake_wei": node["stake_wei"],
             "min_stake_wei": protocol.preset.MIN_STAKE_WEI, "locks": node["locks"],
             "unbonding_end_block": node["unbonding_end_block"], "block": protocol.chain.get_block_number(),
+            "stay_up_until_block": _stay_up_until(protocol, node),
             "endpoint": node["endpoint"], "models": ["0x" + m.hex() for m in node["models"]],
             "ready": not reasons, "reasons": reasons,
             "leaving": compute_leave_advice(node, protocol.chain.get_block_number(), protocol.preset)}
@@ -330,29 +346,39 @@ def status(node_url, model_id, as_json, **options):
     click.echo(f"  registered {body['registered']}  active {body['active']}  stake {_eth(body['stake_wei'])} "
                f"(minimum {_eth(body['min_stake_wei'])})  locks {body['locks']}  unbonding until {body['unbonding_end_block'] or '-'}")
     click.echo(f"  endpoint {body['endpoint'] or '-'}  models {', '.join(body['models']) or '-'}")
+    if body["stay_up_until_block"]:
+        click.echo(f"  unbonding: keep the node up until block {body['stay_up_until_block']} (its last audit duty)")
     click.echo("  ready to serve" if not reasons else "  cannot serve:\n" + "\n".join(f"    - {r}" for r in reasons))
     if body["leaving"]:
         click.echo(f"  leaving: {body['leaving']['advice']}")
 
 
 def compute_leave_advice(node: dict, head: int, preset) -> dict | None:
-    """When a node that unbonds may stop its daemon without being penalised (docs/operators.md).
+    """When a node that unbonds may stop its daemon without being penalised (docs/operators.md),
+    from its leaver schedule (`verillm.spec.params.compute_leaver_schedule`, `Params.timeline`).
 
-    After `unbond` its weight is 0 from the next epoch, but a committee draw reads the epoch in
-    which the audited batch was posted, readable one epoch on: it may still be drawn until the
-    end of the epoch after the one it left in, and must then open and vote (a missed opening
-    is penalised). Every open audit it is a party to locks its stake. As a dispatcher, the
+    After `unbond` no round seeded at or after its unbond block draws it (Registry.drawCommittee),
+    but redraws of rounds seeded before may still seat it until ``seated_until_block``, and then it
+    must open and vote (a missed opening is penalised). Its own receipts can be audited from
+    batches posted by unbond + AUDIT_HORIZON_BLOCKS, so audits of them can start until
+    ``last_start_block``. Every open audit it is a party to locks its stake. As a dispatcher, the
     batching promises it signed can be claimed until about its withdrawal block (BATCH_BY_BLOCKS
     + OMISSION_CLAIM_WINDOW_BLOCKS < UNBONDING_BLOCKS), and an unanswered claim is slashed: a
     dispatcher stops only once it has withdrawn.
     """
+    from verillm.spec.params import compute_leaver_schedule
+
     if not node["registered"] or not node["unbonding_end_block"]:
         return None
     end = node["unbonding_end_block"]
-    drawable_until = ((end - preset.UNBONDING_BLOCKS) // preset.EPOCH_BLOCKS + 2) * preset.EPOCH_BLOCKS - 1
-    worker_may_stop = head > drawable_until and node["locks"] == 0
-    advice = (f"committees may draw it until block {drawable_until}; {node['locks']} open audits lock its stake; withdraw from block {end}. "
-              f"A worker-only node may stop after block {drawable_until} with no locks ({'now' if worker_may_stop else 'not yet'}); "
-              f"a dispatcher keeps running until `verillm node withdraw --drive` succeeds (claims on its batching promises)")
-    return {"drawable_until_block": drawable_until, "withdraw_from_block": end, "locks": node["locks"],
-            "worker_may_stop": worker_may_stop, "advice": advice}
+    schedule = compute_leaver_schedule(end - preset.UNBONDING_BLOCKS, preset)
+    drawable_until = schedule.seated_until_block
+    quiet_after = max(drawable_until, schedule.last_start_block)
+    worker_may_stop = head > quiet_after and node["locks"] == 0
+    advice = (f"committees may seat it until block {drawable_until} (redraws of rounds seeded before it left); audits of its receipts "
+              f"may start until block {schedule.last_start_block}; {node['locks']} open audits lock its stake; its duties end by block "
+              f"{schedule.duties_end_block}; withdraw from block {end}. A worker-only node may stop after block {quiet_after} with no locks "
+              f"({'now' if worker_may_stop else 'not yet'}); a dispatcher keeps running until `verillm node withdraw --drive` succeeds "
+              f"(claims on its batching promises)")
+    return {"drawable_until_block": drawable_until, "last_start_block": schedule.last_start_block, "duties_end_block": schedule.duties_end_block,
+            "withdraw_from_block": end, "locks": node["locks"], "worker_may_stop": worker_may_stop, "advice": advice}

@@ -29,7 +29,7 @@ def sim():
 @sim.command()
 @click.option("--preset", default="mainnet", show_default=True)
 @click.option("--rules", "rules_name", default="main", show_default=True,
-              help="first-landing | issue-9 | member-penalty | before-coverage | main | issue-9-full (docs/simulation.md)")
+              help="first-landing | issue-9 | member-penalty | before-coverage | before-issue-20 | main | issue-9-full (docs/simulation.md)")
 @click.option("--workers", type=int, default=1000, show_default=True)
 @click.option("--stake", type=click.Choice(["equal", "lognormal"]), default="equal", show_default=True)
 @click.option("--adversary-share", type=float, default=0.1, show_default=True)

@@ -7,7 +7,7 @@
 
 The dispatcher serves the receipt's inclusion proof (`GET /v1/verillm/receipts/{hash}/inclusion`,
 at the node URL given or else the one it registered); the proof is checked against the chain,
-never trusted: `Jobs.getBatch(batchId)` must name the promise's dispatcher, a posted block ≤
+never trusted: `Batches.getBatch(batchId)` must name the promise's dispatcher, a posted block ≤
 batchByBlock, the proof's leaf count and a root the Merkle proof reaches from the receipt hash
 (`verillm.spec.promise.verify_inclusion_proof`, the rule `Coverage.proveIncluded` applies). An
 included receipt's claim would be answered with that proof and cost the claimant its bond, so
@@ -93,9 +93,9 @@ def parse_inclusion(body: object) -> tuple[int, MerkleProof]:
 
 
 def read_batch(protocol, batch_id: int) -> spec.BatchRecord:
-    """Return `Jobs.getBatch(batch_id)`; raise InvalidProof for a batch that does not exist."""
+    """Return `Batches.getBatch(batch_id)`; raise InvalidProof for a batch that does not exist."""
     try:
-        root, dispatcher, count, posted_block, *_ = protocol.jobs.call("getBatch", batch_id)
+        root, dispatcher, count, posted_block, *_ = protocol.batches.call("getBatch", batch_id)
     except ChainError as exc:
         if getattr(exc, "error", None) == "UnknownBatch":
             raise InvalidProof(f"batch {batch_id} does not exist on-chain") from None

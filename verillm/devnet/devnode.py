@@ -109,9 +109,11 @@ async def serve(config: NodeConfig, attack: str | None, lazy: bool, tamper_openi
     if token_delay_ms > 0:
         served = ServedModel(served.alias, PacedEngine(served.engine, token_delay_ms / 1000), served.tokenizer)
     app = create_app(config, served)
-    if lazy or tamper_opening or withhold_jobs:
+    if attack or lazy or tamper_opening or withhold_jobs:
+        # A node serving an attack is the adversary's: it does not appeal the FAIL its cheat
+        # earns (an honest node's appeal of its own FAIL: docs/protocol.md §12 "Accountable votes").
         app[APP_FAULTS] = PartyFaults(member_vote="always_agree" if lazy else "honest", worker_opening="tampered" if tamper_opening else "honest",
-                                      committee_jobs="withhold" if withhold_jobs else "deliver")
+                                      committee_jobs="withhold" if withhold_jobs else "deliver", appeal="never" if attack else "fail")
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, config.server.host, config.server.port).start()

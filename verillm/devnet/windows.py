@@ -16,7 +16,7 @@ absent party is waited for longer. The waiting periods (draw delay, dispute wind
 
 import math
 
-from verillm.spec.params import Preset
+from verillm.spec.params import Preset, compute_sized_preset
 
 BLOCKHASH_RANGE = 256  # drawWindowBlocks and openWindowBlocks must be below it (Params.sol)
 
@@ -24,8 +24,8 @@ BLOCKHASH_RANGE = 256  # drawWindowBlocks and openWindowBlocks must be below it 
 def compute_timed_preset(base: Preset, block_time_s: float, window_s: float) -> Preset:
     """``base`` with commit, open and proof windows of ``window_s`` seconds at ``block_time_s``
     per block, draw and start windows twice that (a dispatcher restart must fit in them), and
-    the epoch and unbonding period grown as the contracts require (Params._validateWindows);
-    batching promises and their claim window at least a window each."""
+    the epoch, the audit horizon and the unbonding period grown as the timeline requires
+    (`compute_sized_preset`); batching promises and their claim window at least a window each."""
     if block_time_s <= 0 or window_s <= 0:
         raise ValueError(f"block time and window must be positive, got {block_time_s} s and {window_s} s")
     blocks = math.ceil(window_s / block_time_s)
@@ -33,16 +33,17 @@ def compute_timed_preset(base: Preset, block_time_s: float, window_s: float) -> 
     opening = min(BLOCKHASH_RANGE - 1, max(base.OPEN_WINDOW_BLOCKS, blocks))
     draw = min(BLOCKHASH_RANGE - 1, max(base.DRAW_WINDOW_BLOCKS, 2 * blocks))
     start = max(base.START_WINDOW_BLOCKS, 2 * blocks)
-    lifetime = base.AUDIT_DRAW_DELAY_BLOCKS + draw + start
-    epoch = max(base.EPOCH_BLOCKS, _round_up(lifetime + (base.MAX_COMMITTEE_REDRAWS + 1) * commit, 50))
     # A batching promise covers a restart too (a window), and its claims a window more; both
     # must close before a node that leaves can withdraw (Params.validateCoverage).
     batch_by = max(base.BATCH_BY_BLOCKS, blocks)
     claims = max(base.OMISSION_CLAIM_WINDOW_BLOCKS, blocks)
-    return base.replace(COMMIT_WINDOW_BLOCKS=commit, OPEN_WINDOW_BLOCKS=opening, PROOF_WINDOW_BLOCKS=max(base.PROOF_WINDOW_BLOCKS, blocks),
-                        DRAW_WINDOW_BLOCKS=draw, START_WINDOW_BLOCKS=start, EPOCH_BLOCKS=epoch,
-                        BATCH_BY_BLOCKS=batch_by, OMISSION_CLAIM_WINDOW_BLOCKS=claims,
-                        UNBONDING_BLOCKS=max(base.UNBONDING_BLOCKS, 2 * epoch, lifetime, batch_by + claims + 1))
+    timed = base.replace(COMMIT_WINDOW_BLOCKS=commit, OPEN_WINDOW_BLOCKS=opening, PROOF_WINDOW_BLOCKS=max(base.PROOF_WINDOW_BLOCKS, blocks),
+                         DRAW_WINDOW_BLOCKS=draw, START_WINDOW_BLOCKS=start, BATCH_BY_BLOCKS=batch_by, OMISSION_CLAIM_WINDOW_BLOCKS=claims)
+    # The epoch, the audit horizon and the unbonding period grow as the timeline needs (one
+    # place: verillm.spec.params.compute_timeline, the contracts' Params.timeline), in whole 50s.
+    sized = compute_sized_preset(timed)
+    return sized.replace(EPOCH_BLOCKS=_round_up(sized.EPOCH_BLOCKS, 50), UNBONDING_BLOCKS=max(
+        _round_up(sized.UNBONDING_BLOCKS, 50), 2 * _round_up(sized.EPOCH_BLOCKS, 50)))
 
 
 def _round_up(value: int, step: int) -> int:

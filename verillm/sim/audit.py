@@ -52,6 +52,10 @@ class Behaviour:
     """An adversarial worker that cheated never opens (hoping nobody finalizes)."""
     stake_grind: bool = False
     """Top up an adversarial node 1 unit at a time until the committee is captured (live stakes only)."""
+    edge_escape: bool = False
+    """Issue 20, attack 2: a self-dispatched cheat times every window at its edge and an adversarial
+    member of its committee claims falsely at the last block: unless the epoch covers the claim
+    window (`timeline_covers_claims`), the redraw reads an unreadable epoch and the round is abandoned."""
     grind_max_trials: int = 5000
 
 
@@ -129,6 +133,9 @@ def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, se
     hostile = (not adv[worker]) and ctx.behaviour.grief  # the adversary wants it to FAIL
     excluded = {worker, dispatcher} if ctx.rules.dispatcher_excluded else {worker}
     first = _first_round(ctx, out, worker, dispatcher, cheated, seed, excluded, favoured or hostile, rng)
+    if first is not None and _edge_escapes(ctx, first, worker, dispatcher, cheated):
+        out.trace[-1]["abandoned"] = True  # EpochNotReadable at the redraw: ABANDONED, nobody slashed
+        first = None
     if first is None:
         return _finish(ctx, out, worker, dispatcher, [], cheated)
     if first.posted is not None:  # the worker never published a claimed job: slashed, no escalation
@@ -146,6 +153,14 @@ def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, se
         else:
             rounds.append(second)
     return _finish(ctx, out, worker, dispatcher, rounds, cheated, escalator)
+
+
+def _edge_escapes(ctx, first, worker, dispatcher, cheated) -> bool:
+    """Attack 2: the self-dispatched cheat's colluding member claims at the commit window's last
+    block and withholds its receipt; before issue 20 the redraw then fell past the readable epoch."""
+    adv = ctx.pool.adversarial
+    return (ctx.behaviour.edge_escape and cheated and bool(adv[worker]) and worker == dispatcher
+            and not ctx.rules.timeline_covers_claims and any(adv[s] for s in first.seats))
 
 
 def _first_round(ctx, out, worker, dispatcher, cheated, seed, excluded, contested, rng):
@@ -268,7 +283,7 @@ def _escalator(ctx, first: _Round, verdict: int, worker: int, dispatcher: int, c
             for s, v, o in zip(first.seats, first.votes, first.opened or [True] * len(first.seats)):
                 if o and v == DISAGREE and not adv[s] and not _lazy(ctx, s):
                     return s
-        if verdict in (FAIL, TIE) and not cheated and not adv[worker]:
+        if verdict in (FAIL, TIE) and not cheated and not adv[worker] and ctx.rules.worker_node_appeals:
             return worker
         return None
     # the first landing's node code (verillm/spec/honest.py is_escalation_warranted): the

@@ -27,6 +27,7 @@ from verillm.sim.grief import draw_contest
 from verillm.sim.inputs import PAPER_GPU_VERIFY_OVER_GENERATE, load_detection
 from verillm.sim.latency import audit_latency_blocks
 from verillm.sim.montecarlo import make_pool
+from verillm.sim.sortition import draw_committee
 from verillm.sim.rules import get_rules
 from verillm.sim.strategies import choose_adaptive_rate, get_strategy
 from verillm.sim.summary import summarize
@@ -183,6 +184,56 @@ class Simulation:
         for k in range(int(self.rng.binomial(n_hon, self.a))):
             worker = int(self.rng.choice(honest_active))
             self._start_audit(block, compute_committee_seed(beta, n_adv + k), worker, self._dispatcher(worker), False)
+        if self.strategy.shop and len(adv_active):
+            self._shop(block, beta, honest_active, n_hon)
+        if self.strategy.hostage and block % max(1, int(3600 / s.block_s)) == 0:
+            self._hold_leavers(honest_active)
+
+    # shops among this many unselected honest jobs a block (scanning is free before issue 20)
+    SHOP_SCAN = 32
+    # blind, after issue 20: the share of scanned jobs it still requests (it cannot see the committee)
+    SHOP_BLIND_RATE = 0.01
+
+    def _shop(self, block: int, beta: bytes, honest_active, n_hon: int) -> None:
+        """Attack 1: pay (COMMITTEE_SIZE × AUDIT_FEE_WEI) for audits of honest jobs whose committee
+        is captured (≥ 2 of 3 adversarial), its members voting DISAGREE. Before issue 20 the
+        committee is the β-seeded draw: the shopper sees it and requests only captured ones; after,
+        the committee is drawn after payment: it can only request blind."""
+        scan = min(self.SHOP_SCAN, int(self.rng.binomial(n_hon, 1 - self.a)))
+        size = self.preset.COMMITTEE_SIZE
+        for k in range(scan):
+            worker = int(self.rng.choice(honest_active))
+            dispatcher = self._dispatcher(worker)
+            seed = keccak256(b"verillm sim request" + beta + k.to_bytes(4, "big"))
+            if not self.rules.committee_after_payment:
+                seats = draw_committee(self.pool, seed, 0, size, {worker, dispatcher})
+                if 2 * sum(bool(self.pool.adversarial[x]) for x in seats) <= size:
+                    continue  # not captured: the shopper does not pay for it
+            elif self.rng.random() >= self.SHOP_BLIND_RATE:
+                continue
+            self.t.adversary_savings_wei -= size * self.preset.AUDIT_FEE_WEI  # the request fee
+            self._start_audit(block, seed, worker, dispatcher, False)
+
+    LEAVE_SHARE_PER_HOUR = 0.002
+    """Honest nodes that unbond each hour (a node that leaves has its node off once unbonded)."""
+
+    def _hold_leavers(self, honest_active) -> None:
+        """Attack 3: each honest node leaving this hour is held by a request on an old receipt in
+        the block before its withdrawal; its node is off, it never opens: a worker default,
+        slashed in full. After issue 20 no audit of its receipts starts past its horizon."""
+        leavers = int(self.rng.binomial(len(honest_active), self.LEAVE_SHARE_PER_HOUR))
+        for leaver in self.rng.choice(honest_active, size=min(leavers, len(honest_active)), replace=False):
+            if self.rules.leaver_horizon:
+                continue  # the request reverts ReceiptExpired: the leaver withdraws at its end block
+            node = int(leaver)
+            self.t.adversary_savings_wei -= self.preset.COMMITTEE_SIZE * self.preset.AUDIT_FEE_WEI + self.preset.JOB_FEE_WEI
+            wei = self.pool.stake_wei(node) * self.preset.SLASH_FRACTION_BPS // 10_000
+            units = min(int(self.pool.stake_units[node]), wei // self.pool.unit_wei)
+            self.pool.stake_units[node] -= units
+            if self.pool.stake_units[node] * self.pool.unit_wei < self.preset.MIN_STAKE_WEI:
+                self.pool.stake_units[node] = 0
+            self.t.honest_slashed_events["worker"] += 1
+            self.t.honest_slashed_wei += units * self.pool.unit_wei
 
     def _dispatcher(self, worker: int) -> int:
         if self.rng.random() < self.s.self_dispatch:

@@ -4,11 +4,11 @@ Each case is one audit as `verillm.sim.audit.run_audit` plays it under the `main
 a worker (honest or cheating), a dispatcher, and members that are honest, offline, colluding,
 lazy, griefing, withholding their receipt or their opening. The replay batches the worker's
 receipt on anvil, lets the contracts draw the committee, and runs the simulator with the
-chain's seeds (the first round's from β, the escalation's from the blockhash after
-`escalate`), so both draw the same committees. It then plays the simulator's decisions step
+chain's seeds (each round's from the blockhash after its start or its `escalate`, `drawRound`),
+so both draw the same committees. It then plays the simulator's decisions step
 by step — receipts, delivery claims (`claimUndelivered`) with the worker's `publishTranscript` or,
 unpublished, `slashUndelivered`, `replaceMissing`, openings and votes, `finalize`, `escalate`,
-`drawEscalation`, the second round (an unheard one abandons the audit), `settle` — and compares:
+`drawRound` of the escalation, the second round (an unheard one abandons the audit), `settle` — and compares:
 every committee drawn, abandoned or not, escalation unheard or not, the verdict, each node's stake
 change and credit (wei).
 Every chain action is reverted after its case, so every case starts from the same stakes.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from verillm.spec.audit import compute_committee_seed, compute_escalation_seed
+from verillm.spec.audit import Phase, compute_round_seed
 from verillm.spec.params import MINIMAL, Preset
 from verillm.spec.settlement import AGREE, VERDICT_NAMES
 from verillm.sim.audit import AuditContext, Behaviour, run_audit
@@ -27,7 +27,6 @@ from verillm.sim.replay_chain import TRANSCRIPT, ReplayWorld, compute_receipt_ha
 from verillm.sim.settle_paths import Contest
 from verillm.sim.rules import MAIN, RuleSet
 
-PHASE_ABANDONED = 6
 REPLAY_STAKES_MIN = (3, 2, 2, 1, 1, 1, 2, 1, 1, 3, 1, 1)
 """Twelve nodes: enough for a committee, a redraw and an escalation, few enough that an
 escalation after redraws sometimes finds the pool exhausted (and lapses)."""
@@ -142,15 +141,19 @@ class Replayer:
         wreceipt, wcommit = w.receipt(worker, wtrace, member=False, nonce=case.index)
         posted = p.post_batch(dispatcher.account, [compute_receipt_hash(wreceipt)]).value
         self.chain.mine(pre.AUDIT_DRAW_DELAY_BLOCKS + 1)
-        beta = p.draw_audit(dispatcher.account, posted.batch_id, dispatcher.vrf_key).value
-        audit_id = p.start_audit(dispatcher.account, posted.batch_id, 0, wreceipt, posted.levels).value
-        out = self.simulate(case, compute_committee_seed(bytes(beta), 0), audit_id)
+        p.draw_audit(dispatcher.account, posted.batch_id, dispatcher.vrf_key)
+        started = p.start_audit(dispatcher.account, posted.batch_id, 0, wreceipt, posted.levels)
+        audit_id = started.value
+        self.chain.mine(pre.AUDIT_DRAW_DELAY_BLOCKS + 1)
+        p.draw_round(self.world.outsider, audit_id)
+        seed = compute_round_seed(audit_id, 0, p.get_blockhash(started.receipt["blockNumber"] + pre.AUDIT_DRAW_DELAY_BLOCKS))
+        out = self.simulate(case, seed, audit_id)
         res.abandoned, res.escalated = out.abandoned, out.escalated
         first = out.trace[0]
         res.undelivered = out.undelivered
         self._drive_round(res, audit_id, 0, first, wtrace, wcommit)
         if first["abandoned"]:
-            if w.round_phase(audit_id, 0) != PHASE_ABANDONED:
+            if w.round_phase(audit_id, 0) != Phase.ABANDONED:
                 res.mismatches.append("simulator abandoned round 0, the contracts did not")
             return self._compare(res, out, stakes0, credits0, bond=0)
         if out.escalated:
@@ -158,14 +161,14 @@ class Replayer:
             tx = p.escalate(escalator.account, audit_id)
             esc_block = tx.receipt["blockNumber"]
             self.chain.mine(pre.AUDIT_DRAW_DELAY_BLOCKS + 1)
-            p.draw_escalation(self.world.outsider, audit_id)
-            esc_seed = compute_escalation_seed(audit_id, p.get_blockhash(esc_block + pre.AUDIT_DRAW_DELAY_BLOCKS))
-            out = self.simulate(case, compute_committee_seed(bytes(beta), 0), audit_id, escalation_seed=esc_seed)
+            p.draw_round(self.world.outsider, audit_id)
+            esc_seed = compute_round_seed(audit_id, 1, p.get_blockhash(esc_block + pre.AUDIT_DRAW_DELAY_BLOCKS))
+            out = self.simulate(case, seed, audit_id, escalation_seed=esc_seed)
             if out.trace[0] != first:
                 res.mismatches.append("the simulator's first round changed with the escalation seed")
             res.lapsed, res.undelivered = out.lapsed_escalation, out.undelivered
             self._drive_round(res, audit_id, 1, out.trace[1], wtrace, wcommit)
-            chain_unheard = w.round_phase(audit_id, 1) == PHASE_ABANDONED
+            chain_unheard = w.round_phase(audit_id, 1) == Phase.ABANDONED
             if chain_unheard != out.unheard_escalation:
                 res.mismatches.append(f"escalation unheard: simulator {out.unheard_escalation}, contracts {chain_unheard}")
             if out.unheard_escalation:  # the audit is abandoned: nothing to settle
@@ -218,7 +221,7 @@ class Replayer:
             if undelivered:
                 # nobody publishes: after the publication window the claimant slashes the worker
                 self.chain.mine(pre.COMMIT_WINDOW_BLOCKS + 1)
-                p.slash_undelivered(w.nodes[trace["claimant"]].account, audit_id, claims[0])
+                p.slash_undelivered(w.nodes[trace["claimant"]].account, audit_id)
                 return
             if all(done):
                 break

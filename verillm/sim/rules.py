@@ -61,6 +61,20 @@ class RuleSet:
     sortition_log_n: bool = False
     """Sortition costs O(log n) gas (a stake sum tree pruned of departed identities): `startAudit`
     fits a block at any N. False: O(n), the measured curve of `verillm.sim.gas`."""
+    committee_after_payment: bool = False
+    """Issue 20: a requested audit's committee is drawn from a blockhash after its fee is paid (and
+    a receipt gets one audit, whoever batches it). False: the committee is the β-seeded draw,
+    public once the batch is drawn, so a shopper pays only for a captured one."""
+    timeline_covers_claims: bool = False
+    """Issue 20: the epoch covers a round's draws, its one claim window included. False: a false
+    claim at a window's edge pushes the redraw past its readable epoch, and the round is abandoned."""
+    leaver_horizon: bool = False
+    """Issue 20: a leaver's receipts are auditable only from batches posted by its unbond +
+    AUDIT_HORIZON_BLOCKS. False: anyone holding an old receipt can start its audit before each
+    withdrawal, and a leaver whose node is off is slashed in full."""
+    worker_node_appeals: bool = True
+    """The honest worker's node escalates a FAIL of its own job (issue 20; the simulator always
+    assumed it). False: as the nodes did before issue 20, nobody escalates a captured FAIL."""
 
     def with_changes(self, **changes) -> "RuleSet":
         return replace(self, **changes)
@@ -117,10 +131,16 @@ LANDED = {
     # answers (proveIncluded), unanswered the dispatcher is slashed (slashOmission)
     "receipt-coverage": {"omission_possible": False},
 }
+# Issue 20 (one change set: docs/protocol.md §12-13): committees drawn after the request is paid,
+# one timeline, the leave horizon, and the worker's node appealing its FAIL.
+ISSUE20 = {"committee_after_payment": True, "timeline_covers_claims": True, "leaver_horizon": True, "worker_node_appeals": True}
 # main before Coverage.sol merged (2026-11-24): every change of LANDED but receipt coverage.
 BEFORE_COVERAGE = MEMBER_PENALTY.with_changes(
     name="before-coverage", **{k: v for name, change in LANDED.items() if name != "receipt-coverage" for k, v in change.items()})
-MAIN = MEMBER_PENALTY.with_changes(name="main", **{k: v for change in LANDED.values() for k, v in change.items()})
+# main before issue 20 merged: LANDED, and the nodes of the time (no worker appeal).
+BEFORE_ISSUE20 = MEMBER_PENALTY.with_changes(name="before-issue-20", worker_node_appeals=False,
+                                             **{k: v for change in LANDED.values() for k, v in change.items()})
+MAIN = BEFORE_ISSUE20.with_changes(name="main", **ISSUE20)
 
 # What issue 9 asks beyond that (its "structural weaknesses"), as a what-if over main:
 # a non-answer penalty (1% of stake), a fresh committee after an abandoned round, windows in seconds.
@@ -131,7 +151,7 @@ ISSUE9_FULL = MAIN.with_changes(
     windows_in_seconds=True,
 )
 
-RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9, MEMBER_PENALTY, BEFORE_COVERAGE, MAIN, ISSUE9_FULL)}
+RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9, MEMBER_PENALTY, BEFORE_COVERAGE, BEFORE_ISSUE20, MAIN, ISSUE9_FULL)}
 
 
 def get_rules(name: str) -> RuleSet:

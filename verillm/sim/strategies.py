@@ -21,6 +21,12 @@ class Strategy:
     flood: bool = False
     """Register extra minimum-stake identities (serving nothing) until `startAudit` no longer fits
     a block under O(n) sortition: no audit starts. The stake stays the adversary's, locked."""
+    shop: bool = False
+    """Issue 20, attack 1: request (and pay for) audits of honest jobs whose committee it can see
+    is captured (≥ 2 of 3), its members voting DISAGREE; blind once committees follow payment."""
+    hostage: bool = False
+    """Issue 20, attack 3: request an audit of an old receipt of every honest node that leaves,
+    in the block before its withdrawal, when its node is already off."""
 
 
 STRATEGIES = {s.name: s for s in (
@@ -44,6 +50,11 @@ STRATEGIES = {s.name: s for s in (
     Strategy("grief-contest", "no cheating; contest the worker of every audit (bond each)", 0.0, contest=True),
     Strategy("flood-identities", "cheat always; flood the model with identities until audits cannot start", 1.0, flood=True),
     Strategy("adaptive", "collude; cheat rate re-chosen every hour to maximise expected profit", 0.05, Behaviour(collude=True), adaptive=True),
+    Strategy("shop-committees", "no cheating; pay for audits of honest jobs whose committee is captured, vote DISAGREE (issue 20, attack 1)", 0.0,
+             Behaviour(grief=True), shop=True),
+    Strategy("window-edge-escape", "cheat always, self-dispatched; a colluding member's false claim at the window's edge pushes the "
+             "redraw past its epoch (issue 20, attack 2)", 1.0, Behaviour(collude=True, edge_escape=True)),
+    Strategy("hostage", "no cheating; request audits of leavers' old receipts before each withdrawal (issue 20, attack 3)", 0.0, hostage=True),
 )}
 
 ADAPTIVE_GRID = (0.0, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0)

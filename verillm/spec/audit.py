@@ -1,14 +1,19 @@
-"""The audit draw, committees and on-chain adjudication arithmetic, as the contracts run them.
+"""The audit draw, committees, the audit state machine and on-chain adjudication arithmetic,
+as the contracts run them.
 
-Everything here has a twin in `contracts/src` (Jobs.sol, Registry.sol/Sortition.sol,
+Everything here has a twin in `contracts/src` (Batches.sol, Jobs.sol, Registry.sol/Sortition.sol,
 Disputes.sol/Fingerprint.sol), checked by shared vectors (`tests/vectors/audit.json`,
-`fingerprint.json`) and property tests. The rules are in `docs/protocol.md §12`.
+`fingerprint.json`) and property tests. The rules are in `docs/protocol.md §12`, the state
+machine's table in §12 "The audit state machine": `Phase`, `TRANSITIONS`,
+`compute_round_deadlines` and `compute_due_steps` below are its twin (Jobs.sol `_at`,
+`_deadlines` and the guard of each function).
 
     batch draw seed   keccak256(0x13 ‖ batch root ‖ blockhash(posted block + AUDIT_DRAW_DELAY_BLOCKS))
     β                 the dispatcher's BLS-VRF output over that seed (`verillm.spec.vrf`)
     job audited       uint256(keccak256(0x17 ‖ β ‖ u32 index)) mod 10000 < AUDIT_RATE_BPS
-    committee seed    keccak256(0x18 ‖ β ‖ u32 index)                (first round)
-                      keccak256(0x1b ‖ u64 audit id ‖ blockhash(escalation block + delay))   (escalation)
+    committee seed    keccak256(0x1c ‖ u64 audit id ‖ u8 round ‖ blockhash(entered block + delay))
+                      (every round, entered at the start or the escalation: nobody knows a
+                      committee before its audit is paid for and started)
     draw i            uint256(keccak256(0x19 ‖ committee seed ‖ u8 attempt ‖ u32 i)) mod (stake in play)
     challenge seed    keccak256(0x1a ‖ committee seed ‖ blockhash(ready block + delay))
 
@@ -22,6 +27,7 @@ import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 
 from verillm.errors import EncodingError, InvalidInput
 from verillm.spec.constants import BPS, FLAG_NEXT_WITHIN_MARGIN, PPB
@@ -32,6 +38,7 @@ from verillm.spec.hashing import (
     DOMAIN_CHALLENGE_SEED,
     DOMAIN_COMMITTEE,
     DOMAIN_ESCALATION,
+    DOMAIN_ROUND_SEED,
     DOMAIN_SORTITION,
     keccak256,
 )
@@ -67,13 +74,19 @@ def is_audited(beta: bytes, index: int, audit_rate_bps: int) -> bool:
     return int.from_bytes(word, "big") % BPS < audit_rate_bps
 
 
+def compute_round_seed(audit_id: int, round_index: int, seed_blockhash: bytes) -> bytes:
+    """Return a round's committee seed: the blockhash is of the round's entered block + delay."""
+    return keccak256(DOMAIN_ROUND_SEED + struct.pack(">QB", audit_id, round_index) + seed_blockhash)
+
+
 def compute_committee_seed(beta: bytes, index: int) -> bytes:
-    """Return the first-round committee seed of job ``index``."""
+    """The β-seeded first-round seed of the contracts before issue 20: anyone could compute it
+    as soon as a batch was drawn (committee shopping). Kept for the simulator's older rule sets."""
     return keccak256(DOMAIN_COMMITTEE + beta + struct.pack(">I", index))
 
 
 def compute_escalation_seed(audit_id: int, seed_blockhash: bytes) -> bytes:
-    """Return the escalation committee's seed."""
+    """The escalation seed of the contracts before issue 20 (the simulator's older rule sets)."""
     return keccak256(DOMAIN_ESCALATION + struct.pack(">Q", audit_id) + seed_blockhash)
 
 
@@ -108,6 +121,21 @@ def compute_committee(seed: bytes, attempt: int, size: int, candidates: Sequence
         total -= weights[picked]
         weights[picked] = 0
     return tuple(chosen)
+
+
+def compute_round_committee(seed: bytes, attempt: int, size: int, candidates: Sequence[bytes], weights: Sequence[int],
+                            left_blocks: Sequence[int], seed_block: int) -> tuple[bytes, ...]:
+    """Draw as `Registry.drawCommittee`: `compute_committee`, and while a pick unbonded at or
+    before ``seed_block`` (``left_blocks[i]``, 0 = has not), its weight goes to 0 and the draw is
+    repeated. ``weights`` already 0 for the round's exclusions (worker, dispatcher, drawn)."""
+    weights = list(weights)
+    while True:
+        chosen = compute_committee(seed, attempt, size, candidates, weights)
+        gone = [c for c in chosen if 0 < left_blocks[candidates.index(c)] <= seed_block]
+        if not gone:
+            return chosen
+        for c in gone:
+            weights[candidates.index(c)] = 0
 
 
 def _walk(r: int, weights: list[int]) -> int:
@@ -151,6 +179,133 @@ def compute_round_exclusions(worker: bytes, dispatcher: bytes, drawn: Sequence[b
     return (worker, dispatcher, *drawn)
 
 
+# --- the audit state machine (Jobs.sol) ------------------------------------------------------
+
+class Phase(IntEnum):
+    """The phase of an audit round (contracts/src/AuditTypes.sol `Phase`): the codes, once."""
+
+    NONE = 0
+    COMMITTING = 1
+    OPENING = 2
+    DECIDED = 3
+    DRAWING = 4
+    SETTLED = 5
+    ABANDONED = 6
+    LAPSED = 7
+
+
+TERMINAL_PHASES = (Phase.SETTLED, Phase.ABANDONED)
+"""Where an audit ends (its current round's phase). LAPSED ends an escalation round only: the
+audit goes back to its first round, DECIDED, and settles it."""
+PHASE_NAMES = {p: p.name.lower() for p in Phase}
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One row of docs/protocol.md §12's table: ``call`` runs in ``phase`` within ``window``
+    (by ``who``), and leaves the round in one of ``to``."""
+
+    phase: Phase
+    call: str
+    """The Protocol method (verillm.chain.protocol) sending it."""
+    who: str
+    window: str
+    to: tuple[Phase, ...]
+    permissionless: bool = True
+
+
+TRANSITIONS = (
+    Transition(Phase.DRAWING, "draw_round", "anyone", "(entered + delay, entered + delay + draw]", (Phase.COMMITTING, Phase.ABANDONED)),
+    Transition(Phase.DRAWING, "lapse", "anyone", "> entered + delay + draw", (Phase.LAPSED, Phase.ABANDONED)),
+    Transition(Phase.COMMITTING, "post_committee_receipt", "anyone (a member's signed receipt)", "≤ commit deadline", (Phase.COMMITTING, Phase.OPENING), False),
+    Transition(Phase.COMMITTING, "claim_undelivered", "a drawn member without a receipt", "≤ commit deadline, ≤ publish deadline once claimed, nothing published", (Phase.COMMITTING,), False),
+    Transition(Phase.COMMITTING, "publish_transcript", "anyone (the worker)", "≤ publish deadline", (Phase.COMMITTING,), False),
+    Transition(Phase.COMMITTING, "slash_undelivered", "anyone", "> publish deadline, nothing published", (Phase.DECIDED,)),
+    Transition(Phase.COMMITTING, "replace_missing", "anyone", "> commit deadline, no claim standing unpublished", (Phase.COMMITTING, Phase.ABANDONED)),
+    Transition(Phase.OPENING, "draw_challenge", "anyone", "(ready + delay, ready + delay + open]", (Phase.OPENING,)),
+    Transition(Phase.OPENING, "open_worker", "the worker", "(ready + delay, ready + delay + open]", (Phase.OPENING,), False),
+    Transition(Phase.OPENING, "open_and_vote", "a member, after the worker", "≤ ready + delay + 2·open", (Phase.OPENING,), False),
+    Transition(Phase.OPENING, "finalize", "anyone", "every member voted, or > ready + delay + open (worker silent) / + 2·open", (Phase.DECIDED,)),
+    Transition(Phase.DECIDED, "escalate", "anyone (bond)", "round 0, ≤ verdict + dispute, worker opened and not slashed", (Phase.DRAWING,), False),
+    Transition(Phase.DECIDED, "settle", "anyone", "> verdict + dispute, no contest pending", (Phase.SETTLED,)),
+)
+
+
+@dataclass(frozen=True)
+class RoundDeadlines:
+    """A round's deadlines (Jobs `Deadlines`): a window "(a, b]" opens the block after a; 0 = not known yet."""
+
+    entered_block: int
+    draw_after: int
+    draw_by: int
+    commit_by: int
+    challenge_after: int
+    worker_open_by: int
+    members_open_by: int
+    verdict_block: int
+    dispute_by: int
+
+
+def compute_round_deadlines(entered_block: int, commit_deadline: int, ready_block: int, verdict_block: int, preset) -> RoundDeadlines:
+    """Return a round's deadlines from the blocks it recorded (`Jobs._deadlines`)."""
+    delay, opening = preset.AUDIT_DRAW_DELAY_BLOCKS, preset.OPEN_WINDOW_BLOCKS
+    draw_after = entered_block + delay
+    challenge_after = ready_block + delay if ready_block else 0
+    return RoundDeadlines(
+        entered_block, draw_after, draw_after + preset.DRAW_WINDOW_BLOCKS, commit_deadline, challenge_after,
+        challenge_after + opening if ready_block else 0, challenge_after + 2 * opening if ready_block else 0,
+        verdict_block, verdict_block + preset.DISPUTE_WINDOW_BLOCKS if verdict_block else 0,
+    )
+
+
+@dataclass(frozen=True)
+class RoundState:
+    """A round as the state machine sees it (`Jobs.getRoundState`)."""
+
+    phase: Phase
+    round: int
+    attempt: int
+    members: int
+    receipts: int
+    opens: int
+    worker_opened: bool
+    challenge_drawn: bool
+    published: bool
+    pending_contests: int
+    publish_deadline: int
+    deadlines: RoundDeadlines
+
+
+def is_claim_standing(state: RoundState) -> bool:
+    """Return whether a member's claim waits for a publication: only that, or the worker's
+    default, can end the round then (no redraw, no abandonment)."""
+    return state.publish_deadline != 0 and not state.published
+
+
+def compute_due_steps(state: RoundState, block: int) -> tuple[str, ...]:
+    """Return the permissionless calls (Protocol method names) the contract accepts in ``block``
+    for this round, in the order a driver should send them. Empty: only a party can act (a
+    receipt, an opening, a vote, a publication) or nothing is due before a later block."""
+    d = state.deadlines
+    if state.phase == Phase.DRAWING:
+        return ("draw_round",) if d.draw_after < block <= d.draw_by else ("lapse",) if block > d.draw_by else ()
+    if state.phase == Phase.COMMITTING:
+        if is_claim_standing(state):
+            return ("slash_undelivered",) if block > state.publish_deadline else ()
+        return ("replace_missing",) if block > d.commit_by else ()
+    if state.phase == Phase.OPENING:
+        steps = []
+        if not state.challenge_drawn and d.challenge_after < block <= d.worker_open_by:
+            steps.append("draw_challenge")
+        all_voted = state.worker_opened and state.opens == state.members
+        if all_voted or block > (d.members_open_by if state.worker_opened else d.worker_open_by):
+            steps.append("finalize")
+        return tuple(steps)
+    if state.phase == Phase.DECIDED:
+        return ("settle",) if block > d.dispute_by and state.pending_contests == 0 else ()
+    return ()
+
+
 LEAF_FIXED_BYTES = 11  # encode(Leaf): u32 position, u16 layer, u32 count, u8 flags; + 4 bytes per dim
 
 
@@ -161,6 +316,13 @@ def compute_prompt_len(num_positions: int, output_tokens: int) -> int:
     if not 1 <= output_tokens <= num_positions:
         raise InvalidInput(f"{output_tokens} output tokens do not fit {num_positions} positions")
     return num_positions + 1 - output_tokens
+
+
+def compute_appeal_cells(prompt_len: int, output_tokens: int, committed_layers: Sequence[int]) -> set[tuple[int, int]]:
+    """The cells every round opens and token-checks: the last committed layer at the N positions
+    that predict an output token (P − 1 … P + N − 2). A first-round member whose committed data
+    fail there, after an appeal round decided PASS, is a provable liar (Disputes.adjudicate)."""
+    return {(position, committed_layers[-1]) for position in range(prompt_len - 1, prompt_len - 1 + output_tokens)}
 
 
 def encode_opening_leaves(opening: Opening) -> bytes:

@@ -21,7 +21,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from verillm.errors import InvalidInput
+from verillm.errors import InvalidInput, PromptTooLong
 from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_transcript_hash
 from verillm.spec.types import SamplingParams
@@ -62,6 +62,15 @@ def verify_transcript(tokens: Sequence[int], input_tokens: int, output_tokens: i
         raise InvalidInput(f"transcript has {len(tokens)} tokens, the receipt signed {input_tokens} + {output_tokens}")
     if compute_transcript_hash(tokens[:input_tokens], tokens[input_tokens:]) != output_hash:
         raise InvalidInput("transcript does not hash to the receipt's outputHash")
+
+
+def verify_transcript_bound(input_tokens: int, max_new_tokens: int, max_transcript_tokens: int) -> None:
+    """Raise PromptTooLong unless a job's longest transcript (its prompt and every token it may
+    generate) fits MAX_TRANSCRIPT_TOKENS: a longer receipt cannot be audited (`Jobs.openAudit`
+    refuses it), so a dispatcher must not serve, promise or batch it."""
+    if input_tokens + max_new_tokens > max_transcript_tokens:
+        raise PromptTooLong(f"prompt + max_new_tokens = {input_tokens + max_new_tokens} exceeds the deployment's "
+                            f"MAX_TRANSCRIPT_TOKENS = {max_transcript_tokens}: its receipt could not be audited")
 
 
 def compute_publish_deadline(claim_block: int, commit_window_blocks: int) -> int:

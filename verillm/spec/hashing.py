@@ -25,10 +25,11 @@ DOMAIN_JOB = b"\x15"
 DOMAIN_TOKENS = b"\x16"
 # The audit draw and committees (verillm/spec/audit.py, contracts/src/Params.sol `Domains`).
 DOMAIN_AUDIT_PICK = b"\x17"
-DOMAIN_COMMITTEE = b"\x18"
+DOMAIN_COMMITTEE = b"\x18"  # the β-seeded first-round draw before issue 20 (the simulator's rule sets)
 DOMAIN_SORTITION = b"\x19"
 DOMAIN_CHALLENGE_SEED = b"\x1a"
-DOMAIN_ESCALATION = b"\x1b"
+DOMAIN_ESCALATION = b"\x1b"  # the escalation draw before issue 20 (the simulator's rule sets)
+DOMAIN_ROUND_SEED = b"\x1c"  # every round's committee seed, from a blockhash after the round began
 
 
 def sha256(data: bytes) -> bytes:

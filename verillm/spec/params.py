@@ -13,6 +13,12 @@ from dataclasses import dataclass
 
 from verillm.errors import ConfigError
 
+BLOCKHASH_RANGE = 256
+"""blockhash() sees the last 256 blocks: a window that ends in a blockhash read is shorter."""
+TRANSCRIPT_TOKENS_LIMIT = 8_192
+"""Params.MAX_TRANSCRIPT_TOKENS: the most a deployment may set MAX_TRANSCRIPT_TOKENS to (a
+publication of 8,192 tokens costs ≈ 9 M gas, under a third of a 30 M block)."""
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -62,12 +68,14 @@ class Preset:
     """Blocks after a verdict during which anyone may escalate."""
     PROOF_WINDOW_BLOCKS: int = 50
     """Blocks a contested party has to prove its opened leaves on-chain."""
-    UNBONDING_BLOCKS: int = 1_000
-    """Blocks a deregistered worker waits before withdrawing its stake (≥ 2 epochs)."""
-    EPOCH_BLOCKS: int = 400
+    UNBONDING_BLOCKS: int = 2_000
+    """Blocks a node that unbonds waits before withdrawing its stake: at least the longest duty it
+    can still have (`Timeline.leaver_duty_span`) and 2 epochs."""
+    EPOCH_BLOCKS: int = 600
     """Blocks per stake epoch: a change of stake or models weighs in draws from the next epoch
-    on, and a round's draws read the weights of the epoch its batch (or escalation) began in.
-    At least a round's draw span: draw delay + draw + start windows + (redraws + 1) × commit window."""
+    on, and a round's draws read the weights of the epoch the round was entered in (its start or
+    escalation). At least a round's draw span (`Timeline.round_draw_span`); the rest is the slack
+    a late redraw has before its epoch stops being readable."""
     # --- batching promises (docs/protocol.md §12, "Batching promises") ---
     BATCH_BY_BLOCKS: int = 300
     """Blocks a dispatcher promises, with every job, to post the batch holding its receipt in
@@ -88,8 +96,17 @@ class Preset:
     levels), ≈ 1.7k per level (a sha256 call and a calldata word), so ≈ 176k for 1,024 (10
     levels); 190k leaves ≈ 8% for a cold-slot repricing. A withholding dispatcher farms at most
     this surplus over its real gas; less would leave an honest one out of pocket."""
+    AUDIT_HORIZON_BLOCKS: int = 300
+    """A worker that unbonds at block U stays auditable only on batches posted by U + this
+    (≥ BATCH_BY_BLOCKS: every receipt it served before leaving is batched in time under its
+    promise); a later start of its receipt is skipped, a request refused (attack: hostage)."""
     # --- limits ---
     MAX_BATCH_RECEIPTS: int = 1_024
+    MAX_TRANSCRIPT_TOKENS: int = 8_192
+    """Input + output tokens a receipt may sign and still be auditable: a publication of the
+    transcript (Delivery.publishTranscript, ≈ 1.1k gas per token, measured) fits a third of a
+    block. A longer receipt cannot be started (its dispatcher must not batch it), and a node
+    refuses a job whose prompt + max_new_tokens exceed it."""
 
     @classmethod
     def from_contract_params(cls, params: Mapping[str, int], name: str = "onchain") -> "Preset":
@@ -128,8 +145,8 @@ MINIMAL = Preset(
     COMMIT_WINDOW_BLOCKS=20,
     OPEN_WINDOW_BLOCKS=20,
     DISPUTE_WINDOW_BLOCKS=10,
-    UNBONDING_BLOCKS=300,  # ≥ 2 epochs and ≥ draw delay + draw window + start window (checked by the contracts)
-    EPOCH_BLOCKS=150,  # ≥ 1 + 10 + 80 + 2 × 20 = 131, the round's draw span
+    UNBONDING_BLOCKS=450,  # ≥ the leaver's duty span (30 + 91 + 294 = 415) and 2 epochs (checked by the contracts)
+    EPOCH_BLOCKS=150,  # ≥ the round's draw span 1 + 10 + 1 × 21 + 2 × 20 = 72
     MAX_BATCH_RECEIPTS=64,
     DRAW_WINDOW_BLOCKS=10,
     START_WINDOW_BLOCKS=80,  # every job of a batch is audited in MINIMAL: one start tx each
@@ -138,9 +155,124 @@ MINIMAL = Preset(
     BATCH_BY_BLOCKS=30,  # the node posts every ≤ 3 s and at the latest BATCH_POST_MARGIN before this
     OMISSION_CLAIM_WINDOW_BLOCKS=100,  # 30 + 100 < UNBONDING_BLOCKS = 300
     OMISSION_CLAIM_BOND_WEI=10**14,
+    AUDIT_HORIZON_BLOCKS=30,  # = BATCH_BY_BLOCKS
 )
 
 PRESETS = {p.name: p for p in (MAINNET, MINIMAL)}
+
+
+# --- the timeline (contracts/src/Params.sol `timeline` and `_validateWindows`) ---------------
+
+@dataclass(frozen=True)
+class Timeline:
+    """Every span of the protocol, composed in one place from a preset's windows (Params.sol
+    `Timeline`; docs/protocol.md §12 "One timeline"). Each is the longest the windows allow
+    when every party acts at the last block of its window and every permissionless call comes
+    at its first: a round entered at E draws in (E + delay, E + delay + draw]; a redraw comes
+    the block after a commit deadline and adds a commit window; the round's one claim window
+    adds at most two commit windows."""
+
+    claim_extension: int
+    round_draw_span: int
+    """E → the round's last draw (redraws and the claim window included)."""
+    round_span: int
+    """E → the round's verdict."""
+    start_span: int
+    """A batch's posting → its last audit start."""
+    audit_span: int
+    """A start → the last settle (round, dispute, escalation round, dispute, proof window, settle)."""
+    leaver_duty_span: int
+    """An unbond → the end of the node's last duty (horizon, start span, audit span)."""
+
+
+def compute_timeline(p: Preset) -> Timeline:
+    """Return the composed spans of ``p`` (`Params.timeline`)."""
+    commit = p.COMMIT_WINDOW_BLOCKS
+    claim = 2 * commit
+    round_draw = p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.MAX_COMMITTEE_REDRAWS * (commit + 1) + claim
+    round_span = round_draw + commit + p.AUDIT_DRAW_DELAY_BLOCKS + 2 * p.OPEN_WINDOW_BLOCKS + 1
+    start = p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.START_WINDOW_BLOCKS
+    audit = 2 * (round_span + p.DISPUTE_WINDOW_BLOCKS) + p.PROOF_WINDOW_BLOCKS + 1
+    return Timeline(claim, round_draw, round_span, start, audit, p.AUDIT_HORIZON_BLOCKS + start + audit)
+
+
+@dataclass(frozen=True)
+class LeaverSchedule:
+    """What a node that unbonded at ``left_block`` still owes, and until when (docs/protocol.md
+    §12 "Stake locks and unbonding"): it must stay up until ``duties_end_block``."""
+
+    left_block: int
+    seated_until_block: int
+    """The last block a draw can still seat it: redraws of rounds seeded before it left (no round
+    seeded at or after ``left_block`` draws it)."""
+    last_start_block: int
+    """The last block an audit of one of its receipts can start (batches posted by the horizon)."""
+    duties_end_block: int
+    """Every audit that can lock it has settled by this block when every call comes at its first
+    block (openings, votes and answers are its own duties until then)."""
+    withdraw_from_block: int
+
+
+def compute_leaver_schedule(left_block: int, p: Preset) -> LeaverSchedule:
+    """Return the schedule of a node that unbonded at ``left_block`` (`Params.timeline`)."""
+    t = compute_timeline(p)
+    return LeaverSchedule(
+        left_block=left_block,
+        seated_until_block=left_block - 1 - p.AUDIT_DRAW_DELAY_BLOCKS + t.round_draw_span,
+        last_start_block=left_block + p.AUDIT_HORIZON_BLOCKS + t.start_span,
+        duties_end_block=left_block + t.leaver_duty_span,
+        withdraw_from_block=left_block + p.UNBONDING_BLOCKS,
+    )
+
+
+def compute_timeline_problems(p: Preset) -> list[str]:
+    """Return every window rule of `Params.validate` / `validateCoverage` that ``p`` breaks
+    (empty: the contracts accept it). Same order and wording as the contracts' reasons."""
+    problems = []
+    if p.MAX_BATCH_RECEIPTS <= 0 or p.MAX_BATCH_RECEIPTS > 0xFFFF:
+        problems.append("maxBatchReceipts must be positive, maxBatchReceipts < 65536")
+    if not 2 <= p.MAX_TRANSCRIPT_TOKENS <= TRANSCRIPT_TOKENS_LIMIT:
+        problems.append("maxTranscriptTokens must be in [2, 8192]: a publication fits a third of a block")
+    if p.AUDIT_DRAW_DELAY_BLOCKS <= 0:
+        problems.append("auditDrawDelayBlocks must be positive")
+    if not 0 < p.DRAW_WINDOW_BLOCKS < BLOCKHASH_RANGE:
+        problems.append("drawWindowBlocks must be in [1, 255]")
+    if not 0 < p.OPEN_WINDOW_BLOCKS < BLOCKHASH_RANGE:
+        problems.append("openWindowBlocks must be in [1, 255]")
+    if min(p.START_WINDOW_BLOCKS, p.COMMIT_WINDOW_BLOCKS, p.DISPUTE_WINDOW_BLOCKS, p.PROOF_WINDOW_BLOCKS) <= 0:
+        problems.append("every window must be positive")
+    if problems:
+        return problems
+    t = compute_timeline(p)
+    if p.EPOCH_BLOCKS < t.round_draw_span:
+        problems.append("epochBlocks shorter than a round's draws")
+    if p.UNBONDING_BLOCKS < t.leaver_duty_span:
+        problems.append("unbondingBlocks shorter than a leaver's duties")
+    if p.UNBONDING_BLOCKS < 2 * p.EPOCH_BLOCKS:
+        problems.append("unbondingBlocks shorter than two epochs")
+    if p.BATCH_BY_BLOCKS + p.OMISSION_CLAIM_WINDOW_BLOCKS >= p.UNBONDING_BLOCKS:
+        problems.append("batchByBlocks + omissionClaimWindowBlocks must be shorter than unbondingBlocks")
+    if p.BATCH_BY_BLOCKS > p.AUDIT_HORIZON_BLOCKS:
+        problems.append("auditHorizonBlocks shorter than batchByBlocks")
+    return problems
+
+
+def verify_timeline(p: Preset) -> None:
+    """Raise ConfigError naming every window rule ``p`` breaks (the contracts would refuse it)."""
+    problems = compute_timeline_problems(p)
+    if problems:
+        raise ConfigError(f"preset {p.name!r}: " + "; ".join(problems))
+
+
+def compute_sized_preset(p: Preset) -> Preset:
+    """Return ``p`` with EPOCH_BLOCKS, UNBONDING_BLOCKS and AUDIT_HORIZON_BLOCKS grown to the
+    least the timeline needs (windows unchanged): for presets whose windows were rescaled."""
+    horizon = max(p.AUDIT_HORIZON_BLOCKS, p.BATCH_BY_BLOCKS)
+    sized = p.replace(AUDIT_HORIZON_BLOCKS=horizon)
+    t = compute_timeline(sized)
+    epoch = max(p.EPOCH_BLOCKS, t.round_draw_span)
+    unbonding = max(p.UNBONDING_BLOCKS, t.leaver_duty_span, 2 * epoch, p.BATCH_BY_BLOCKS + p.OMISSION_CLAIM_WINDOW_BLOCKS + 1)
+    return sized.replace(EPOCH_BLOCKS=epoch, UNBONDING_BLOCKS=unbonding)
 
 
 def get_preset(name: str) -> Preset:

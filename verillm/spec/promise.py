@@ -59,7 +59,7 @@ class SignedPromise:
 
 @dataclass(frozen=True)
 class BatchRecord:
-    """What `Jobs.getBatch` says of a batch that an answer proves into."""
+    """What `Batches.getBatch` says of a batch that an answer proves into."""
 
     root: bytes
     dispatcher: bytes

@@ -16,18 +16,24 @@ function describe(event) {
     case "RoundDecided": return [`round ${a.round} decided: ${VERDICTS[a.verdict] || a.verdict} (${a.agree} agree, ${a.disagree} disagree)`];
     case "PartySlashed": return ["slashed ", n(a.node), `: ${a.reason}, ${eth(a.amountWei)}`];
     case "Slashed": return ["Registry: ", n(a.node), ` stake now ${eth(a.stakeLeftWei)}`];
-    case "Adjudicated": return ["adjudicated ", n(a.member), ": it voted agree, but its own committed data disagrees with the worker's: a lie, slashed"];
-    case "EscalationStarted": return ["escalated by ", n(a.escalator), ": a larger committee will re-judge"];
+    case "Adjudicated": return ["adjudicated ", n(a.member), a.vote === 1 ? ": it voted agree, but its own committed data disagrees with the worker's: a lie, slashed"
+                                                                  : ": its committed data contradict the worker's data the appeal round found honest: a lie, slashed"];
+    case "EscalationStarted": return ["appealed (escalated) by ", n(a.escalator), ": a larger committee, drawn from a later blockhash, will re-judge"];
     case "EscalationLapsed": return ["escalation lapsed: nobody drew its committee in time"];
     case "Contested": return ["contest #" + a.contestId + " by ", n(a.challenger), `: party slot ${a.slot} must prove its opened leaves`];
     case "ContestLost": return ["contest #" + a.contestId + " lost by ", n(a.party), `: slashed ${eth(a.slashedWei)}`];
-    case "AuditAbandoned": return [`audit abandoned in round ${a.round}: ${a.reason}; nobody slashed for it`];
+    case "AuditAbandoned": return [`audit abandoned in round ${a.round}: ${a.reason}` + (a.reason === "committee never drawn" ? " (a selected job's dispatcher is slashed for it)" : "; nobody slashed for it")];
+    case "AuditSkipped": return [`leaf ${a.index} of `, batchLink(a.batchId), ` selected but not audited: another audit owns its receipt, or its worker left beyond the horizon`];
+    case "DispatcherSlashed": return ["dispatcher ", n(a.dispatcher), ` slashed: ${a.reason}, ${eth(a.amountWei)}`];
+    case "DeliveryClaimed": return [n(a.member), ` (round ${a.round}) claims its verification job never came: the worker publishes the transcript by block ${a.publishDeadline}`];
+    case "TranscriptPublished": return ["transcript published by ", n(a.publisher)];
     case "AuditSettled": return [`settled: ${VERDICTS[a.verdict] || a.verdict}`];
     default: return [event.event + " " + JSON.stringify(a)];
   }
 }
 
-const slashNode = (e) => (e.event === "PartySlashed" ? e.args.node : e.event === "Adjudicated" ? e.args.member : e.event === "ContestLost" ? e.args.party : null);
+const slashNode = (e) => (e.event === "PartySlashed" ? e.args.node : e.event === "Adjudicated" ? e.args.member : e.event === "ContestLost" ? e.args.party
+                          : e.event === "DispatcherSlashed" ? e.args.dispatcher : null);
 
 export function timeline(events, body, extra = []) {
   const items = extra.concat(events.map((event) => {

@@ -7,13 +7,16 @@ it over the ordinary native job API, checks the member's receipt and relays it w
 `postCommitteeReceipt` (anyone may). The member cannot tell the job from a scoring request.
 
 A member that does not answer before the round's commit deadline is replaced with
-`replaceMissing` (the contract redraws the empty seats; it does not slash: nobody can prove
-the member was ever asked). After MAX_COMMITTEE_REDRAWS the contract abandons the audit.
+`replaceMissing` when the state machine says it is due (`spec.audit.compute_due_steps`: not
+while a member's claim waits for the worker's publication) — the contract redraws the empty
+seats; it does not slash: nobody can prove the member was ever asked. After
+MAX_COMMITTEE_REDRAWS the contract abandons the audit.
 """
 
 import logging
 import os
 
+from verillm.spec.audit import compute_due_steps
 from verillm.spec.job import compute_job_hash, compute_verification_job
 
 from verillm.node.dispatcher.chainio import ChainIO, RoundInfo, is_revert
@@ -46,7 +49,7 @@ class CommitteeDriver:
             committee_job = self._get_or_create(audit_id, round_index, slot, member)
             key = f"seat:{audit_id}:{round_index}:{slot}:{member.hex()}"
             self.tasks.spawn(key, lambda cj=committee_job: self._fill_seat(cj))
-        if open_slots and head > info.commit_deadline:
+        if open_slots and "replace_missing" in compute_due_steps(await self.chainio.get_round_state(audit_id, round_index), head + 1):
             self.tasks.spawn(f"replace:{audit_id}:{round_index}", lambda: self._replace_missing(audit_id, open_slots))
 
     def _get_or_create(self, audit_id: int, round_index: int, slot: int, member: bytes) -> CommitteeJob:
@@ -90,5 +93,5 @@ class CommitteeDriver:
         try:
             await self.chainio.send("replace_missing", audit_id, audit_id=audit_id)
         except Exception as exc:
-            if not is_revert(exc, "WrongPhase"):  # someone else replaced them, or the round moved on
+            if not is_revert(exc, "UnexpectedPhase", "ClaimStanding"):  # replaced by someone else, the round moved on, or a claim waits for its publication
                 raise

@@ -7,9 +7,10 @@
              runs the verification job itself — the published input ‖ output, the published
              sampling, one new token — and posts its own receipt; from there its seat is an
              ordinary member duty (`duties.py`), found through the receipt like any other.
-    worker   answers every `DeliveryClaimed` on an audit of its own receipt by publishing the
-             transcript its receipt signed (`publishTranscript`), whoever claimed: a publication
-             costs gas, a missed one costs the stake.
+    worker   answers every `DeliveryClaimed` on an audit of its own receipt, while the round is
+             committing, by publishing the transcript its receipt signed (`publishTranscript`),
+             whoever claimed and whether or not the claimant's job came since: once claimed, only
+             a publication lets the round go on (a publication costs gas, a missed one the stake).
 
 Stateless between ticks: every step re-reads the recorded events and the chain, so a restart
 repeats nothing (claims and publications are one per seat and audit; repeats revert, ignored).
@@ -17,7 +18,7 @@ repeats nothing (claims and publications are one per seat and audit; repeats rev
 
 import logging
 
-from verillm.chain.protocol import COMMITTING
+from verillm.spec.audit import Phase
 from verillm.spec import delivery as spec_delivery
 from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_tokens_hash
@@ -87,35 +88,23 @@ class DeliveryDuties:
         seats = [d for d in self.tables.get_duties(("waiting", "opened", "closed")) if d.audit_id == audit_id and d.slot == 0]
         if not seats or self.tables.get_events("TranscriptPublished", audit_id):
             return
-        if not await self._claim_stands(audit_id):
-            return  # every claimant has its receipt on-chain (the job came late): nothing owed
+        if (await self.chainio.read(self.chainio.protocol.get_audit, audit_id)).phase != Phase.COMMITTING:
+            return  # every seat's receipt came: the round went on, nothing owed
         record = self.store.get_job(seats[0].job_hash)
         tokens = list(record.job.input_tokens) + list(record.output_tokens or ())
         try:
             await self.chainio.send("publish_transcript", audit_id, tokens, record.job.sampling, audit_id=audit_id)
         except Exception as exc:
-            if not is_revert(exc, "AlreadyPublished", "PublishClosed", "WrongPhase"):
+            if not is_revert(exc, "AlreadyPublished", "TooLate", "UnexpectedPhase"):
                 raise
             return
         log.info("audit %d: a member claimed its job; published the transcript (%d tokens)", audit_id, len(tokens))
-
-    async def _claim_stands(self, audit_id: int) -> bool:
-        """Whether some claimant of the audit's current round still sits without a receipt."""
-        state = await self.chainio.read(self.chainio.protocol.get_audit, audit_id)
-        for event in self.tables.get_events("DeliveryClaimed", audit_id):
-            args = event["args"]
-            if args["round"] != state.round:
-                continue
-            party = await self.chainio.read(self.chainio.protocol.get_party, audit_id, args["round"], args["slot"] + 1)
-            if party["node"].lower() != args["member"].lower() or party["root"] == EMPTY_ROOT:
-                return True
-        return False
 
     # --- member --------------------------------------------------------------------------------
 
     async def _member_step(self, audit_id: int, round_index: int, slot: int, draw_block: int, head: int) -> None:
         info = await self.chainio.get_round(audit_id, round_index)
-        if info.phase != COMMITTING or slot >= len(info.members) or "0x" + info.members[slot].hex() != self.me:
+        if info.phase != Phase.COMMITTING or slot >= len(info.members) or "0x" + info.members[slot].hex() != self.me:
             return
         party = await self.chainio.read(self.chainio.protocol.get_party, audit_id, round_index, slot + 1)
         if party["root"] != EMPTY_ROOT:
@@ -141,14 +130,14 @@ class DeliveryDuties:
         return False
 
     async def _claim(self, audit_id: int, round_index: int, slot: int, head: int) -> None:
-        claimant = await self.chainio.read(self.chainio.protocol.disputes.call, "claimants", audit_id, (round_index << 8) | slot)
+        claimant = await self.chainio.read(self.chainio.protocol.jobs.call, "claimants", audit_id, (round_index << 8) | slot)
         if claimant.lower() == self.me:
             await self._slash_if_unanswered(audit_id, round_index, slot, head)
             return
         try:
             await self.chainio.send("claim_undelivered", audit_id, slot, audit_id=audit_id)
         except Exception as exc:
-            if not is_revert(exc, "AlreadyClaimed", "AlreadyPublished", "ClaimClosed", "JobDelivered", "WrongPhase"):
+            if not is_revert(exc, "AlreadyClaimed", "AlreadyPublished", "ClaimClosed", "JobDelivered", "UnexpectedPhase"):
                 raise
             return
         log.warning("audit %d: no verification job for member slot %d of round %d; claimed it on-chain", audit_id, slot, round_index)
@@ -159,9 +148,9 @@ class DeliveryDuties:
         if availability["published"] or availability["round"] != round_index or head <= availability["publish_deadline"]:
             return
         try:
-            await self.chainio.send("slash_undelivered", audit_id, slot, audit_id=audit_id)
+            await self.chainio.send("slash_undelivered", audit_id, audit_id=audit_id)
         except Exception as exc:
-            if not is_revert(exc, "AlreadyHandled", "AlreadyPublished", "PublishOpen", "JobDelivered", "WrongPhase", "NoClaim"):
+            if not is_revert(exc, "AlreadyHandled", "TooEarly", "UnexpectedPhase", "NoClaim"):
                 raise
             return
         log.warning("audit %d: the worker never published the job claimed for slot %d; slashed it", audit_id, slot)
@@ -176,7 +165,7 @@ class DeliveryDuties:
         try:
             await self.chainio.send("post_committee_receipt", audit_id, slot, result.receipt, audit_id=audit_id)
         except Exception as exc:
-            if not is_revert(exc, "AlreadyOpened", "WrongPhase", "TooLate"):
+            if not is_revert(exc, "AlreadyOpened", "UnexpectedPhase", "TooLate"):
                 raise
             return
         log.info("audit %d: ran the published job of member slot %d of round %d and posted its receipt", audit_id, slot, round_index)

@@ -1,5 +1,8 @@
 """The dispatcher's side of each audit it started, phase by phase (docs/protocol.md §12 "Messages, in order", steps 3–7).
 
+    drawing      `drawRound` once the round's seed block (entered + delay) is mined — round 0 of
+                 every audit it started (a selected audit nobody draws slashes this dispatcher)
+                 and an escalation round; `lapse` once the draw window has passed
     committing   committee jobs and receipts (`committee.py`); redraws after the deadline
     opening      draws the challenge when due; as each party opens, fetches its opening with
                  proofs from its node (this dispatcher sent both jobs, so it may) and checks it:
@@ -9,8 +12,10 @@
                  then `finalize` once every party has opened or the windows have passed
     decided      resolves its contests past their proof window; escalates when warranted
                  (`votes.is_escalation_warranted`); `settle` after the dispute window
-    escalating   `drawEscalation` once the escalation's seed block is mined
     settled      records the verdict and the slashes; counts them in the metrics
+
+Which permissionless call is due comes from the state machine's twin
+(`verillm.spec.audit.compute_due_steps` over `Jobs.getRoundState`), never from trying calls.
 """
 
 import logging
@@ -18,7 +23,7 @@ import logging
 import aiohttp
 
 from verillm.errors import InvalidProof, VerillmError
-from verillm.spec.audit import compute_opening_hash, is_onchain_agreement
+from verillm.spec.audit import Phase, compute_due_steps, compute_opening_hash, is_onchain_agreement
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.job import compute_job_hash
 from verillm.spec.commitment import verify_opening
@@ -36,7 +41,6 @@ from verillm.node.metrics import NodeMetrics
 
 log = logging.getLogger(__name__)
 
-COMMITTING, OPENING, DECIDED, ESCALATING, SETTLED, ABANDONED = 1, 2, 3, 4, 5, 6
 CONTESTED_CELLS = 3  # cells a contest asks for: one unprovable cell is enough to slash
 
 
@@ -55,17 +59,17 @@ class AuditDriver:
         audit_id = row["audit_id"]
         state = await self.chainio.read(self.chainio.protocol.get_audit, audit_id)
         info = await self.chainio.get_round(audit_id, state.round)
-        if info.phase == COMMITTING:
+        if info.phase == Phase.DRAWING:
+            await self._advance_drawing(audit_id, head)
+        elif info.phase == Phase.COMMITTING:
             await self.committee.advance(audit_id, state.round, info, head)
-        elif info.phase == OPENING:
+        elif info.phase == Phase.OPENING:
             await self._advance_opening(row, state, info, head)
-        elif info.phase == DECIDED:
+        elif info.phase == Phase.DECIDED:
             await self._advance_decided(row, state, info, head)
-        elif info.phase == ESCALATING:
-            await self._advance_escalating(audit_id, head)
-        elif info.phase == SETTLED:  # read again: `state` may predate the settling transaction
+        elif info.phase == Phase.SETTLED:  # read again: `state` may predate the settling transaction
             self._on_settled(row, await self.chainio.read(self.chainio.protocol.get_audit, audit_id))
-        elif info.phase == ABANDONED:
+        elif info.phase == Phase.ABANDONED:
             self.tables.update_audit(audit_id, status="abandoned")
             log.error("audit %d abandoned: its committee never filled", audit_id)
 
@@ -89,13 +93,11 @@ class AuditDriver:
             worker_checked = f"{round_index}:0" in checks
             if party["opened"] and f"{round_index}:{slot}" not in checks and (slot == 0 or worker_checked):
                 self.tasks.spawn(f"check:{audit_id}:{round_index}:{slot}", lambda s=slot: self._check_party(row, state, info, s))
-        opens = sum(1 for p in parties[1:] if p["opened"])
         all_checked = all(f"{round_index}:{s}" in checks for s, p in enumerate(parties) if p["opened"])
-        worker_closes = info.ready_block + self.preset.AUDIT_DRAW_DELAY_BLOCKS + self.preset.OPEN_WINDOW_BLOCKS
-        members_close = worker_closes + self.preset.OPEN_WINDOW_BLOCKS
-        done = info.worker_opened and opens == len(info.members) and all_checked
-        late = (not info.worker_opened and head > worker_closes) or head > members_close
-        if done or late:
+        round_state = await self.chainio.get_round_state(audit_id, round_index)
+        d = round_state.deadlines
+        late = head >= (d.members_open_by if info.worker_opened else d.worker_open_by)  # no vote can come any more
+        if "finalize" in compute_due_steps(round_state, head + 1) and (all_checked or late):
             self.tasks.spawn(f"finalize:{audit_id}", lambda: self._finalize(audit_id))
 
     async def _finalize(self, audit_id: int) -> None:
@@ -103,7 +105,7 @@ class AuditDriver:
             tx = await self.chainio.send("finalize", audit_id, audit_id=audit_id)
             log.info("audit %d: round decided, verdict code %s", audit_id, tx.value)
         except Exception as exc:
-            if not is_revert(exc, "WrongPhase"):
+            if not is_revert(exc, "UnexpectedPhase"):
                 raise
 
     async def _check_party(self, row: dict, state, info, slot: int) -> None:
@@ -224,7 +226,7 @@ class AuditDriver:
                 self.tasks.spawn(f"resolve:{event['contest_id']}", lambda e=event: self._resolve(e, head))
         if self.escalate and state.round == 0 and not row["escalated"]:
             await self._maybe_escalate(row, state)
-        if head > info.verdict_block + self.preset.DISPUTE_WINDOW_BLOCKS and state.pending_contests == 0:
+        if "settle" in compute_due_steps(await self.chainio.get_round_state(audit_id, state.round), head + 1):
             self.tasks.spawn(f"settle:{audit_id}", lambda: self._settle(audit_id))
 
     async def _resolve(self, event: dict, head: int) -> None:
@@ -253,14 +255,13 @@ class AuditDriver:
         try:
             await self.chainio.send("settle", audit_id, audit_id=audit_id)
         except Exception as exc:
-            if not is_revert(exc, "WrongPhase"):
+            if not is_revert(exc, "UnexpectedPhase"):
                 raise
 
-    async def _advance_escalating(self, audit_id: int, head: int) -> None:
-        started = self.tables.get_events("EscalationStarted", audit_id)
-        if not started or head <= started[-1]["block_number"] + self.preset.AUDIT_DRAW_DELAY_BLOCKS:
-            return
-        self.tasks.spawn(f"escalation-draw:{audit_id}", lambda: self.chainio.send("draw_escalation", audit_id, audit_id=audit_id))
+    async def _advance_drawing(self, audit_id: int, head: int) -> None:
+        """Draw the round's committee once its seed block is mined, or lapse it once too late."""
+        for step in compute_due_steps(await self.chainio.get_round_state(audit_id), head + 1):
+            self.tasks.spawn(f"{step}:{audit_id}", lambda s=step: self.chainio.send(s, audit_id, audit_id=audit_id))
 
     def _on_settled(self, row: dict, state) -> None:
         if not self.tables.get_events("AuditSettled", row["audit_id"]):

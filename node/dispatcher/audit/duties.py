@@ -10,6 +10,9 @@ first). From there:
     member   once the worker has opened, reads the worker's leaves from that transaction,
              opens its own cells and votes (`votes.compute_member_vote`): `openAndVote`
     either   answers every contest against its seat with Merkle proofs (`answerContest`)
+    worker   appeals a FAIL of its first round (`escalate`, the bond refunded when the appeal
+             passes it): its node ran the job, so a FAIL of its data is a committee's lie or
+             error (docs/protocol.md §12 "Accountable votes"); faults.appeal = "never" turns it off
 
 A seat is kept until the audit settles or its dispute and proof windows have passed.
 """
@@ -20,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verillm.chain.protocol import ABANDONED, COMMITTING, DECIDED, ESCALATING, OPENING, SETTLED
+from verillm.spec.audit import Phase
 from verillm.spec.challenge import compute_challenge
-from verillm.spec.settlement import AGREE, DISAGREE
+from verillm.spec.settlement import AGREE, DISAGREE, FAIL
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
 from verillm.spec.audit import decode_opening_leaves
@@ -48,6 +51,9 @@ class PartyFaults:
     committee_jobs: str = "deliver"
     """"deliver", or "withhold": as dispatcher, never send the committee their verification jobs
     (their claims then make the worker publish its transcript, docs/protocol.md §12)."""
+    appeal: str = "fail"
+    """"fail": as worker, escalate a first-round FAIL of its own job (an honest node's data are
+    honest: the FAIL is the committee's); "never": leave it (a cheater's node, in the tests)."""
 
 
 def compute_tampered_opening(opening):
@@ -97,19 +103,44 @@ class PartyDuties:
             if duty.status == "waiting":
                 self.tables.update_duty(duty, status="opened")
             await self._answer_contests(duty, info)
-            if self._is_over(info, head):
+            if duty.slot == 0 and duty.round == 0 and info.phase == Phase.DECIDED:
+                await self._appeal(duty, info, head)
+            if await self._is_over(duty, info, head):
                 self.tables.update_duty(duty, status="closed")
-        elif info.phase == OPENING:
+        elif info.phase == Phase.OPENING:
             await (self._open_worker(duty, info, head) if duty.slot == 0 else self._open_member(duty, info))
-        elif info.phase not in (COMMITTING, ESCALATING):
+        elif info.phase not in (Phase.COMMITTING, Phase.DRAWING):
             self.tables.update_duty(duty, status="closed", error=f"round reached phase {info.phase} before this node opened")
             log.error("audit %d: missed the opening of slot %d (phase %d)", duty.audit_id, duty.slot, info.phase)
 
-    def _is_over(self, info, head: int) -> bool:
+    async def _appeal(self, duty: Duty, info, head: int) -> None:
+        """Escalate a FAIL of round 0 on this node's own job, once, within the dispute window."""
+        if self.faults.appeal != "fail" or head >= info.verdict_block + self.chainio.preset.DISPUTE_WINDOW_BLOCKS:
+            return
+        state = await self.chainio.read(self.chainio.protocol.get_audit, duty.audit_id)
+        verdict = await self.chainio.read(self.chainio.protocol.jobs.call, "currentVerdict", duty.audit_id)
+        if state.round != 0 or state.escalator != "0x" + "00" * 20 or verdict != FAIL:
+            return
+        try:
+            await self.chainio.send("escalate", duty.audit_id, audit_id=duty.audit_id)
+        except Exception as exc:
+            if not is_revert(exc, "AlreadyHandled", "UnexpectedPhase", "TooLate"):
+                raise
+            return
+        log.warning("audit %d: its first round failed this node's own job; appealed (escalated)", duty.audit_id)
+
+    async def _is_over(self, duty: Duty, info, head: int) -> bool:
+        """Whether nothing can be asked of this seat any more: the audit has ended, or its last
+        round's dispute and proof windows have passed (a first round's seats stay open while an
+        appeal runs: contests of round 0 are accepted through the appeal's dispute window)."""
         preset = self.chainio.preset
-        if info.phase in (SETTLED, ABANDONED):
+        if info.phase in (Phase.SETTLED, Phase.ABANDONED, Phase.LAPSED):
             return True
-        return info.phase == DECIDED and head > info.verdict_block + preset.DISPUTE_WINDOW_BLOCKS + preset.PROOF_WINDOW_BLOCKS
+        state = await self.chainio.read(self.chainio.protocol.get_audit, duty.audit_id)
+        if state.phase in (Phase.SETTLED, Phase.ABANDONED):
+            return True
+        last = info if state.round == duty.round else await self.chainio.get_round(duty.audit_id, state.round)
+        return last.phase == Phase.DECIDED and head > last.verdict_block + preset.DISPUTE_WINDOW_BLOCKS + preset.PROOF_WINDOW_BLOCKS
 
     async def _challenge(self, duty: Duty, seed: bytes):
         state = await self.chainio.read(self.chainio.protocol.get_audit, duty.audit_id)

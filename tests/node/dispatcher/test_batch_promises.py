@@ -67,7 +67,7 @@ async def test_a_kept_job_gets_a_promise_the_batcher_keeps_and_a_claim_is_answer
     assert not batches.is_batch_due(due_at - 1) and batches.is_batch_due(due_at)
     protocol.chain.mine(due_at - protocol.chain.get_block_number())
     await batches.post_batch(batches.create_batch())
-    posted = protocol.jobs.call("getBatch", tables.get_batch(1)["batch_id"])
+    posted = protocol.batches.call("getBatch", tables.get_batch(1)["batch_id"])
     assert posted[3] <= signed.promise.batch_by_block
     # A griefer claims anyway; the node's watcher step answers from its own tables.
     protocol.chain.mine(signed.promise.batch_by_block + 1 - protocol.chain.get_block_number())

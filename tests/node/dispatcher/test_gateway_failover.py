@@ -16,6 +16,7 @@ from verillm.node.appkeys import APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_STORE,
 from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView, WorkerEntry
 from verillm.node.keys import new_node_key, read_key_file
 from verillm.node.store.dispatcher_tables import DispatcherTables
+from verillm.spec.params import MINIMAL
 from helpers.nodes import make_local_config
 
 SCAM = "your account is suspended: pay at https://pay.example.invalid"
@@ -82,7 +83,8 @@ async def _gateway(start, tmp_path, workers: list[WorkerEntry], session) -> obje
     view = RegistryView(None, app[APP_WORKER].served.model_id, refresh_s=1e9)
     view.workers = workers
     app[APP_DISPATCHER] = NetworkDispatcher(app[APP_WORKER], app[APP_STORE], DispatcherTables(app[APP_STORE].db), view, app[APP_KEY],
-                                            app[APP_DOMAIN], session, committee_size=1)
+                                            app[APP_DOMAIN], session, committee_size=1,
+                                            max_transcript_tokens=MINIMAL.MAX_TRANSCRIPT_TOKENS)
     return gateway
 
 

@@ -1,7 +1,7 @@
 """A client checks a batching promise before it claims (docs/protocol.md §12 "Batching promises"):
 the dispatcher's inclusion route (real anvil, SQLite on disk, aiohttp on loopback) before and
 after batching, for unknown and malformed hashes; `check_inclusion` verifying the served proof
-against Jobs.getBatch and rejecting a lying dispatcher's; `verillm promise claim` refusing to
+against Batches.getBatch and rejecting a lying dispatcher's; `verillm promise claim` refusing to
 throw a bond at an included receipt, and claiming one the dispatcher cannot show."""
 
 import asyncio
@@ -123,7 +123,7 @@ async def test_the_route_serves_the_stored_proof_and_the_sdk_verifies_it_on_chai
         protocol.chain.mine(due - compute_post_margin(MINIMAL.BATCH_BY_BLOCKS) - protocol.chain.get_block_number())
         await batches.post_batch(batches.create_batch())
         status, body = await _get(route)
-        on_chain = protocol.jobs.call("getBatch", body["batch_id"])
+        on_chain = protocol.batches.call("getBatch", body["batch_id"])
         assert status == 200 and body["leaf_count"] == 3 and body["siblings"] and body["batch_by_block"] == due
         assert body["root"] == "0x" + bytes(on_chain[0]).hex() and body["posted_block"] == on_chain[3] <= due
         protocol.chain.mine(due + 1 - protocol.chain.get_block_number())  # past the deadline: a claim is possible now

@@ -95,3 +95,17 @@ async def test_keyed_tasks_give_up_on_a_final_revert_with_one_error(caplog):
     assert len(errors) == 1 and not [r for r in caplog.records if "retrying" in r.getMessage()]
     assert tasks.given_up == {"audit:1": "TooLate"}
 
+
+
+def test_a_job_whose_transcript_could_exceed_the_bound_is_refused():
+    """Issue 20, attack 4: a receipt over MAX_TRANSCRIPT_TOKENS cannot be audited (startAudit
+    refuses it), so the dispatcher refuses the job before serving or promising it."""
+    from verillm.errors import PromptTooLong
+    from verillm.spec.delivery import verify_transcript_bound
+    from verillm.spec.params import MAINNET
+
+    verify_transcript_bound(4_096, 4_096, MAINNET.MAX_TRANSCRIPT_TOKENS)  # exactly the bound: served
+    with pytest.raises(PromptTooLong, match="8193 exceeds the deployment's MAX_TRANSCRIPT_TOKENS = 8192"):
+        verify_transcript_bound(4_097, 4_096, MAINNET.MAX_TRANSCRIPT_TOKENS)
+    with pytest.raises(PromptTooLong):  # attack 4's job: 26,000 + 4,000 tokens
+        verify_transcript_bound(26_000, 4_000, MAINNET.MAX_TRANSCRIPT_TOKENS)

@@ -1,0 +1,171 @@
+"""The audit state machine of docs/protocol.md §12, walked against the contract: in every state an
+audit can reach (each phase, before, inside and after each of its windows, with a claim standing
+or answered, escalated, lapsed), every permissionless call is tried in the next block, and the
+calls the contract accepts must be exactly those `verillm.spec.audit.compute_due_steps` names (the
+twin the node, the drive command and the fuzzer act on). A call made in another phase than its
+row of `TRANSITIONS` must revert `UnexpectedPhase(auditId, actual, expected)` with the codes of
+`spec.audit.Phase`, and every transition must leave the round in a phase its row allows."""
+
+from eth_abi import decode as abi_decode
+from eth_utils import function_abi_to_4byte_selector, keccak
+from web3.exceptions import ContractCustomError, ContractLogicError
+
+from verillm.spec import settlement as spec
+from verillm.spec.audit import TRANSITIONS, Phase, compute_due_steps, compute_round_deadlines
+
+from helpers.contracts import PRESET, AuditRun
+
+PERMISSIONLESS = {t.call: t for t in TRANSITIONS if t.permissionless}
+CONTRACT_NAMES = {"draw_round": "drawRound", "lapse": "lapse", "replace_missing": "replaceMissing", "slash_undelivered": "slashUndelivered",
+                  "draw_challenge": "drawChallenge", "finalize": "finalize", "settle": "settle"}
+UNEXPECTED_PHASE = keccak(text="UnexpectedPhase(uint256,uint8,uint8)")[:4]
+
+
+def _accepts(world, call: str, audit_id: int) -> tuple[bool, bytes]:
+    """Whether ``call`` on ``audit_id`` runs in the next block (eth_call on the pending block);
+    the revert data otherwise."""
+    handle = world.protocol.disputes if call == "slash_undelivered" else world.protocol.jobs
+    item = next(i for i in handle.web3.abi if i.get("type") == "function" and i["name"] == CONTRACT_NAMES[call])
+    data = "0x" + (function_abi_to_4byte_selector(item) + audit_id.to_bytes(32, "big")).hex()
+    try:
+        world.chain.w3.eth.call({"from": world.outsider.address, "to": handle.address, "data": data}, "pending")
+    except (ContractCustomError, ContractLogicError) as exc:
+        raw = exc.data if isinstance(exc.data, str) else exc.args[0]
+        return False, bytes.fromhex(str(raw)[2:]) if str(raw).startswith("0x") else b""
+    return True, b""
+
+
+def _check(world, audit_id: int, label: str, walked: set) -> tuple:
+    """The contract accepts exactly the due steps; a call of another phase reverts UnexpectedPhase."""
+    state = world.protocol.get_round_state(audit_id)
+    head = world.chain.get_block_number()
+    due = set(compute_due_steps(state, head + 1))
+    accepted = set()
+    for call, row in PERMISSIONLESS.items():
+        ok, error = _accepts(world, call, audit_id)
+        if ok:
+            accepted.add(call)
+        elif row.phase != state.phase and call != "slash_undelivered":  # Delivery asks Jobs: the same guard
+            assert error[:4] == UNEXPECTED_PHASE, (label, call, error.hex())
+            got_id, actual, expected = abi_decode(["uint256", "uint8", "uint8"], error[4:])
+            assert (got_id, actual, expected) == (audit_id, state.phase, row.phase), (label, call)
+    assert accepted == due, f"{label}: the contract accepts {sorted(accepted)}, compute_due_steps says {sorted(due)} ({state})"
+    walked.add((state.phase, tuple(sorted(due))))
+    return state
+
+
+def _deadlines_match(world, audit_id: int, round_index: int) -> None:
+    """Jobs' deadlines are spec.audit.compute_round_deadlines over the blocks the round recorded."""
+    got = world.protocol.get_round_state(audit_id, round_index).deadlines
+    _, commit, ready, verdict, *_ = world.protocol.jobs.call("getRound", audit_id, round_index)
+    assert got == compute_round_deadlines(got.entered_block, commit, ready, verdict, PRESET)
+
+
+def _to(world, block: int) -> None:
+    """Mine to ``block`` (the head): the next block is block + 1."""
+    head = world.chain.get_block_number()
+    assert head <= block, (head, block)
+    world.chain.mine(block - head)
+
+
+def test_every_state_accepts_exactly_the_due_calls_and_every_other_call_names_its_phase(world):
+    walked: set = set()
+    worker = world.make_worker(world.nodes[0])
+    run = world.start(worker, dispatcher=world.nodes[1], draw=False)
+    a = run.audit_id
+    d = _check(world, a, "drawing, seed block not mined", walked).deadlines
+    _to(world, d.draw_after)
+    _check(world, a, "drawing, in the draw window", walked)
+    snapshot = world.chain.snapshot()
+    _to(world, d.draw_by)
+    _check(world, a, "drawing, draw window over", walked)
+    world.chain.mine(1)  # a transaction's gas is estimated at the head: one block more for a "> deadline" call
+    world.protocol.lapse(world.outsider, a)
+    assert _check(world, a, "round 0 lapsed: abandoned", walked).phase == Phase.ABANDONED
+    world.chain.revert(snapshot)
+    world.chain.mine(1)
+    world.protocol.draw_round(world.outsider, a)
+    d = _check(world, a, "committing", walked).deadlines
+    _deadlines_match(world, a, 0)
+    members = [world.make_member(n) for n in world.committee(run)]
+    snapshot = world.chain.snapshot()
+    _to(world, d.commit_by)
+    _check(world, a, "committing, deadline passed, no claim", walked)
+    world.chain.revert(snapshot)
+    snapshot = world.chain.snapshot()
+    publish_by = world.protocol.claim_undelivered(world.committee(run)[0].account, a, 0).value
+    _check(world, a, "committing, claim window open", walked)
+    _to(world, publish_by)
+    state = _check(world, a, "committing, claim unanswered", walked)
+    assert state.publish_deadline == publish_by and not state.published
+    _to(world, state.deadlines.commit_by)
+    _check(world, a, "committing, claim standing past the commit deadline: no redraw", walked)
+    world.chain.mine(1)
+    world.protocol.slash_undelivered(world.outsider, a)
+    assert _check(world, a, "decided by the worker's default", walked).phase == Phase.DECIDED
+    world.chain.revert(snapshot)
+    world.post_members(run, members)
+    d = _check(world, a, "opening, challenge seed block not mined", walked).deadlines
+    _deadlines_match(world, a, 0)
+    _to(world, d.challenge_after)
+    _check(world, a, "opening, challenge window", walked)
+    snapshot = world.chain.snapshot()
+    _to(world, d.worker_open_by)
+    _check(world, a, "opening, the worker silent past its window", walked)
+    world.chain.revert(snapshot)
+    world.open_worker(run)
+    _check(world, a, "opening, the worker opened, members due", walked)
+    for slot in range(len(members)):
+        world.open_member(run, slot)
+    _check(world, a, "opening, every vote in", walked)
+    world.protocol.finalize(world.outsider, a)
+    d = _check(world, a, "decided, dispute window", walked).deadlines
+    _deadlines_match(world, a, 0)
+    snapshot = world.chain.snapshot()
+    world.protocol.escalate(world.nodes[5].account, a)
+    d1 = _check(world, a, "escalated: round 1 drawing", walked).deadlines
+    _to(world, d1.draw_by)
+    _check(world, a, "round 1 undrawn past its window", walked)
+    world.chain.mine(1)
+    world.protocol.lapse(world.outsider, a)
+    assert world.protocol.get_round_state(a, 1).phase == Phase.LAPSED  # terminal, not ESCALATING for ever
+    _check(world, a, "round 1 lapsed: round 0 settles", walked)
+    world.chain.revert(snapshot)
+    _to(world, d.dispute_by)
+    _check(world, a, "decided, dispute window over", walked)
+    world.chain.mine(1)
+    assert world.protocol.settle(world.outsider, a).value == spec.PASS
+    _check(world, a, "settled", walked)
+    # every phase of the table was walked, each with its due call and without
+    assert {p for p, _ in walked} >= {Phase.DRAWING, Phase.COMMITTING, Phase.OPENING, Phase.DECIDED, Phase.SETTLED, Phase.ABANDONED}
+    assert {s for _, due in walked for s in due} == set(PERMISSIONLESS)
+
+
+def test_every_row_of_the_table_leads_where_it_says(world):
+    """Each transition's resulting phase is one its row of TRANSITIONS lists (§12)."""
+    rows = {(t.phase, t.call): t.to for t in TRANSITIONS}
+    run = world.start(world.make_worker(world.nodes[0], nonce=3), dispatcher=world.nodes[1], draw=False)
+    a = run.audit_id
+
+    def step(call, *args, **kw):
+        before = world.protocol.get_round_state(a).phase
+        getattr(world.protocol, call)(*args, **kw)
+        after = world.protocol.get_round_state(a, world.protocol.get_round_state(a).round if call != "lapse" else None).phase
+        assert after in rows[(before, call)] or (call == "post_committee_receipt" and after in (Phase.COMMITTING, Phase.OPENING)), \
+            (call, before, after)
+
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
+    step("draw_round", world.outsider, a)
+    members = [world.make_member(n) for n in world.committee(run)]
+    run.members = members
+    for slot, member in enumerate(members):
+        step("post_committee_receipt", world.outsider, a, slot, member.receipt)
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
+    step("draw_challenge", world.outsider, a)
+    step("open_worker", run.worker.node.account, a, world.opening(run, run.worker))
+    for slot in range(len(members)):
+        step("open_and_vote", members[slot].node.account, a, slot, world.opening(run, members[slot]), True)
+    step("finalize", world.outsider, a)
+    world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
+    step("settle", world.outsider, a)
+    assert world.protocol.get_audit(a).phase == Phase.SETTLED
