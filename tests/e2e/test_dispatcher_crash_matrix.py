@@ -83,16 +83,19 @@ def send_concurrently(net, count: int) -> list:
 
 
 def node0_transactions(net, from_block: int) -> list[tuple[str, dict, dict]]:
-    """(function, args, receipt) of every Jobs transaction node 0 sent since ``from_block``."""
-    chain, jobs = net.protocol.chain, net.protocol.jobs
+    """(function, args, receipt) of every Jobs and Batches transaction node 0 sent since ``from_block``
+    (batches, their draws and starts go to Batches; rounds, votes and settlement to Jobs)."""
+    chain = net.protocol.chain
+    contracts = {handle.address.lower(): handle for handle in (net.protocol.jobs, net.protocol.batches)}
     address = net.nodes[0].address.lower()
     found = []
     for number in range(from_block, chain.get_block_number() + 1):
         block = chain.w3.eth.get_block(number, full_transactions=True)
         for tx in block["transactions"]:
-            if tx["from"].lower() != address or (tx.get("to") or "").lower() != jobs.address.lower():
+            contract = contracts.get((tx.get("to") or "").lower())
+            if tx["from"].lower() != address or contract is None:
                 continue
-            function, args = jobs.web3.decode_function_input(tx["input"])
+            function, args = contract.web3.decode_function_input(tx["input"])
             found.append((function.fn_name, dict(args), chain.w3.eth.get_transaction_receipt(tx["hash"])))
     return found
 

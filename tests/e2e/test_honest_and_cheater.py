@@ -3,7 +3,6 @@ manifest. Every job is audited (MINIMAL): honest jobs end verified, the cheater'
 the cheater is slashed (as a worker, and as a member that votes against honest workers); the
 audit tools then agree with the chain from public data alone."""
 
-import json
 import subprocess
 import sys
 import time
@@ -127,23 +126,3 @@ def test_every_job_came_with_a_batching_promise_the_gateway_kept_and_defends(che
     paid = protocol.jobs.call("credits", gateway) - credit
     refunded = protocol.jobs.call("credits", griefer.address) - griefer_credit
     assert paid > 0 and paid + refunded == protocol.preset.OMISSION_CLAIM_BOND_WEI
-
-
-def test_verillm_complete_checks_the_promise_against_the_chain_on_receipt(cheater_network):
-    """`verillm complete --rpc-url --deployment`: the receipt is checked in the deployment's domain
-    and the batching promise against the chain's head at once (a backdated promise can be told
-    only then). Runs last: the extra job it sends is not among the fixture's settled jobs."""
-    net, _, _ = cheater_network
-    args = [VERILLM, "complete", "--url", net.gateway_url, "--max-tokens", "4", "--rpc-url", net.rpc_url, "--deployment", str(net.deployment_file)]
-    run = subprocess.run(args + ["--json", "Hello"], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout + run.stderr
-    body = json.loads(run.stdout)
-    assert body["promise_check"].startswith("checked: ") and "batch_promise" in body
-    assert any("registered, active and staked on-chain" in c for c in body["checked"])  # the chain vouches for the signer
-    # the receipt's domain given by hand, no chain: the unchecked deadline and stake are said, not hidden
-    offline = args[:-4] + ["--chain-id", str(net.protocol.chain.chain_id), "--jobs-address", net.protocol.jobs.address]
-    run = subprocess.run(offline + ["Hello"], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0 and "[promise: not checked: its deadline" in run.stderr, run.stdout + run.stderr
-    assert "[not checked: signer's registration and stake" in run.stderr
-    run = subprocess.run(args[:-2] + ["Hello"], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and "--rpc-url and --deployment go together" in run.stderr, run.stdout + run.stderr

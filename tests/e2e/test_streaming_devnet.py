@@ -14,7 +14,11 @@ HTTP hops, admission, batching, the receipt check) weigh as much as the text on 
 (measured unpaced, 96 tokens: 44–95% under load, one job below 50%). The spreads are printed (`-s`).
 """
 
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import openai
 import pytest
@@ -27,6 +31,7 @@ from e2e_network import start_network
 pytestmark = pytest.mark.usefixtures("anvil_installed")
 MAX_TOKENS = 64
 TOKEN_DELAY_MS = 20.0  # SmolLM2-135M's pace on this CPU is ~40 ms per token
+VERILLM = str(Path(sys.executable).parent / "verillm")
 JOBS = 10  # two rounds of the gateway's rotation over five workers
 
 
@@ -95,3 +100,23 @@ def test_a_bad_streamed_request_is_refused_before_any_chunk(net, change, status)
         for _ in client.completions.create(**body):
             pytest.fail("a chunk before the error")
     assert raised.value.status_code == status
+
+
+def test_verillm_complete_checks_the_promise_against_the_chain_on_receipt(net):
+    """`verillm complete --rpc-url --deployment`: the receipt is checked in the deployment's domain
+    and the batching promise against the chain's head at once (a backdated promise can be told
+    only then). Here, not on the cheater devnet: once its cheater is slashed that network has 4
+    workers, below the 5 a job needs (its worker, the gateway, a committee of 3), and refuses jobs."""
+    args = [VERILLM, "complete", "--url", net.gateway_url, "--max-tokens", "4", "--rpc-url", net.rpc_url, "--deployment", str(net.deployment_file)]
+    run = subprocess.run(args + ["--json", "Hello"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    body = json.loads(run.stdout)
+    assert body["promise_check"].startswith("checked: ") and "batch_promise" in body
+    assert any("registered, active and staked on-chain" in c for c in body["checked"])  # the chain vouches for the signer
+    # the receipt's domain given by hand, no chain: the unchecked deadline and stake are said, not hidden
+    offline = args[:-4] + ["--chain-id", str(net.protocol.chain.chain_id), "--jobs-address", net.protocol.jobs.address]
+    run = subprocess.run(offline + ["Hello"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "[promise: not checked: its deadline" in run.stderr, run.stdout + run.stderr
+    assert "[not checked: signer's registration and stake" in run.stderr
+    run = subprocess.run(args[:-2] + ["Hello"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "--rpc-url and --deployment go together" in run.stderr, run.stdout + run.stderr

@@ -67,6 +67,12 @@ SKIPS = {
         "SmolLM2 256 in / 256 out, 3 repeats: a timing benchmark of many minutes",
     ("docs/benchmarks.md", "verillm bench cost --dtype bf16 --json docs/results/cost-tiny-bf16-exact.json"):
         "7 repeats and 64 regeneration jobs: a timing benchmark of minutes",
+    ("docs/benchmarks.md", "verillm bench cost --model smollm2 --dtype bf16 --repeats 2 --regeneration-jobs 0 --json docs/results/cost-smollm2-bf16-exact.json"):
+        "SmolLM2 exact, 2 repeats at batch 1 and 8: a timing benchmark of many minutes",
+    ("docs/benchmarks.md", "verillm bench audits --model tiny --audits 10000 --seed issue21-tiny-10k --chunk 256 --json docs/results/audits-tiny-bf16-exact-10k.json"):
+        "10,000 fresh exact audits: ~45 CPU minutes (tests/engine/test_exact_audits_at_scale.py runs a sample)",
+    ("docs/benchmarks.md", "verillm bench audits --model smollm2 --audits 500 --seed issue21-smollm2-500b --chunk 32 --json docs/results/audits-smollm2-bf16-exact.json"):
+        "500 fresh SmolLM2 exact audits: ~40 CPU minutes",
 }
 
 CHAIN_SNIPPET = ("docs/chain.md", "from verillm.chain import connect")

@@ -28,6 +28,7 @@ from verillm.node.dispatcher.router import NetworkDispatcher, NoWorkers, Registr
 from verillm.node.keys import new_node_key, read_key_file
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.worker.engines import ServedModel
+from verillm.spec.params import MINIMAL
 from helpers.nodes import make_local_config
 from helpers.throttled import ThrottledEngine
 
@@ -46,7 +47,8 @@ async def _gateway(start, tmp_path, workers: list[WorkerEntry], session, committ
     view = RegistryView(None, app[APP_WORKER].served.model_id, refresh_s=1e9)
     view.workers = workers
     app[APP_DISPATCHER] = NetworkDispatcher(app[APP_WORKER], app[APP_STORE], DispatcherTables(app[APP_STORE].db), view, app[APP_KEY],
-                                            app[APP_DOMAIN], session, committee_size=committee_size)
+                                            app[APP_DOMAIN], session, committee_size=committee_size,
+                                            max_transcript_tokens=MINIMAL.MAX_TRANSCRIPT_TOKENS)
     return gateway
 
 
