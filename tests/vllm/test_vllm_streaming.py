@@ -15,6 +15,7 @@ from verillm.spec.types import SamplingParams
 
 pytestmark = pytest.mark.vllm
 
+FP32_DRIFT = 1e-4  # fingerprint units: a few fp32 ulps of values of order 1, with room
 SAMPLED = SamplingParams(temperature_milli=800, top_k=50, top_p_ppm=900_000, seed=7)
 
 
@@ -25,7 +26,13 @@ def test_a_streamed_run_is_the_plain_run_and_hands_over_every_token_in_order(vll
     streamed = vllm_tiny.run(jobs, on_token=lambda index, token: handed[index].append(token))
     for index, (a, b) in enumerate(zip(plain, streamed, strict=True)):
         assert handed[index] == list(b.output_tokens) == list(a.output_tokens)
-        assert np.array_equal(a.flags, b.flags) and np.array_equal(a.fingerprints, b.fingerprints)
+        assert np.array_equal(a.flags, b.flags)
+        # fp32 tolerance mode: run alone the two runs agree bit for bit; after the rest of the vLLM
+        # suite (the engine's prefix cache warm with these prompts, its scheduler splitting the
+        # prefill otherwise) fp32 sums moved in their last bits once. A streaming bug (a token
+        # handed to the wrong row or position) moves fingerprints by O(1), far above this bound.
+        drift = float(np.max(np.abs(a.fingerprints - b.fingerprints)))
+        assert drift <= FP32_DRIFT, f"streamed fingerprints moved by {drift:.3g} (> {FP32_DRIFT})"
     from verillm.node.worker.commit import BatchRunner  # the node's runner passes on_token to an engine whose run takes it
 
     assert "on_token" in inspect.signature(vllm_tiny.run).parameters and "on_token" in inspect.signature(BatchRunner.__call__).parameters
