@@ -74,9 +74,8 @@ class Openings:
                 pool = await start_pool(self.limits.max_concurrent_openings)
                 body, leaves = await asyncio.get_running_loop().run_in_executor(
                     pool, compute_opening_answer, job_hash, payload, blob, encode(receipt), layers, self.limits.max_opened_cells)
-            else:
-                cells = compute_answer_cells(payload, receipt, self.limits.max_opened_cells)
-                opening = await asyncio.to_thread(self._rebuild_opening, self.store.get_job(job_hash), receipt, cells)
+            else:  # parsed in the thread too: a payload of many cells is never parsed on the loop
+                opening = await asyncio.to_thread(self._rebuild_answer, self.store.get_job(job_hash), receipt, payload)
                 body, leaves = compute_answer_json(job_hash, opening), len(opening.leaves)
         self._count(started, leaves)
         return body
@@ -100,6 +99,10 @@ class Openings:
                 opening = await asyncio.to_thread(self._rebuild_opening, self.store.get_job(job_hash), receipt, unique)
         self._count(started, len(opening.leaves))
         return opening
+
+    def _rebuild_answer(self, record, receipt: Receipt, payload: bytes) -> Opening:
+        """The opening an HTTP payload asks for, from a rebuilt trace (in a thread, like `_rebuild_opening`)."""
+        return self._rebuild_opening(record, receipt, compute_answer_cells(payload, receipt, self.limits.max_opened_cells))
 
     def _rebuild_opening(self, record, receipt: Receipt, cells: list[tuple[int, int]]) -> Opening:
         """Open ``cells`` from the trace rebuilt from the job's tokens (blocks for one prefill; the
