@@ -96,3 +96,17 @@ def test_cost_in_exact_mode_reports_overhead_and_regenerations(tmp_path):
     assert report["rebuild_positions"] == 1024 and report["rebuild_s_1024"] > 0
     assert report["regeneration_jobs"] == 2 and 0 <= report["regeneration_jobs_rate"] <= 1
     assert report["canonical_pass_overhead"] >= report["verify_over_generate"] * 0.99
+
+
+def test_device_check_runs_every_step_on_the_cpu(tmp_path):
+    """`bench device` (written for a lent GPU) dry-runs on the CPU: class, audits, timings, cross-device."""
+    out = tmp_path / "device.json"
+    output = invoke("bench", "device", "--device", "cpu", "--models", "tiny", "--audits", "3", "--cross-jobs", "2", "--prompt-tokens", "8", "--output-tokens", "4", "--repeats", "1", "--json", str(out))
+    report = json.loads(out.read_text())
+    exact = report["models"]["tiny"]["exact"]
+    assert exact["kernel_class"].startswith("cpu-kat") and exact["audits"] == 3
+    assert exact["false_rejections"] == 0 and exact["differing_positions"] == 0
+    assert set(report["models"]["tiny"]["wall"]) == {"tolerance", "exact", "exact_over_stock"}
+    cross = report["cross_device_fp32"]["cpu_worker_cpu_member"]
+    assert cross["jobs"] == 2 and cross["rejected"] == 0 and 0 <= cross["largest_error_share_max"] < 1
+    assert "cpu-kat" in output

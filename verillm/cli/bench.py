@@ -133,3 +133,25 @@ def audits(model_name, audit_count, max_new_tokens, long_prompt_tokens, seed_nam
     write_json(json_path, report)
     if report["false_rejections"] or report["differing_positions"]:
         raise SystemExit(1)
+
+
+@bench.command()
+@click.option("--device", default="cuda", show_default=True, help="The accelerator to measure (cpu runs the same steps, for a dry run).")
+@click.option("--models", "shape_names", default="tiny,smollm2-shape", show_default=True, help="Seeded model shapes: tiny, smollm2-shape (SmolLM2-135M's shapes, tiny vocabulary).")
+@click.option("--audits", "audit_count", type=int, default=200, show_default=True, help="Fresh honest exact audits per model on the device.")
+@click.option("--cross-jobs", type=int, default=64, show_default=True, help="fp32 tiny jobs run on the device and verified on the CPU, and the reverse (0 skips).")
+@click.option("--prompt-tokens", type=int, default=256, show_default=True)
+@click.option("--output-tokens", type=int, default=256, show_default=True)
+@click.option("--repeats", type=int, default=3, show_default=True, help="Timed repeats per row; medians are reported.")
+@click.option("--seed", "seed_name", default="device", show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def device(device, shape_names, audit_count, cross_jobs, prompt_tokens, output_tokens, repeats, seed_name, json_path):
+    """The reference engine on a GPU: kernel class, exact audits, cross-device tolerance, wall-time ratios."""
+    from verillm.bench.device import run_device_check, summarize_device_check
+
+    report = run_device_check(
+        device, tuple(shape_names.split(",")), audit_count, cross_jobs, seed_name, prompt_tokens, output_tokens, repeats,
+        progress=lambda line: click.echo(line, err=True),
+    )
+    click.echo(summarize_device_check(report))
+    write_json(json_path, report)
