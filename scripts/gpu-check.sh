@@ -13,7 +13,7 @@ export PYTHONPATH=$site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$out/gpu.txt"
 run() {  # name, timeout, models, audits, cross jobs
-  timeout "$2" python3 -c "
+  timeout "$2" python3 -P -c "
 import sys
 from verillm.bench.device import run_device_check, summarize_device_check
 from verillm.bench.tables import write_json
