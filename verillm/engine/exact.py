@@ -14,7 +14,12 @@ bit, so commitments are compared with zero tolerance (`docs/protocol.md` §9).
 - fingerprints (`compute_exact_fingerprints`): float64 products summed by a fixed pairwise
   tree of elementwise adds, so each row's value is the same IEEE computation whatever the
   batch shape, thread count or vector width;
-- RMSNorm, RoPE, SiLU and the residual adds are per row already (the battery checks the norm).
+- RoPE, SiLU and the residual adds are elementwise, so per row already;
+- RMSNorm: on the CPU aten's norm reduces each row in one fixed loop (row-invariant; the battery
+  checks it, 10,000 audits measured it). On any other device the stock reduction's order follows
+  the kernel's launch shape (on an H200 a stock Llama norm broke decode ≡ prefill at SmolLM2's
+  shapes: docs/vllm.md), so there the norm runs as `compute_exact_rms_norm`, a fixed pairwise
+  tree of float64 adds, and a norm of another form refuses exact mode.
 """
 
 import contextlib
@@ -81,13 +86,54 @@ def _make_linear_forward(module: torch.nn.Linear):
     return forward
 
 
+# Norms of the form weight · x / sqrt(mean(x²) + eps), weight applied in the input dtype.
+# Gemma's (1 + weight) form is not among them: off the CPU its models refuse exact mode.
+WEIGHTED_RMS_NORMS = frozenset({"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "Qwen2MoeRMSNorm", "Qwen3MoeRMSNorm", "MixtralRMSNorm", "Phi3RMSNorm"})
+
+
+def compute_exact_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm whose row never depends on the rows beside it, on any device.
+
+    x² and the mean's adds run in float64 as a fixed pairwise tree of elementwise ops, then one
+    IEEE division and square root: every operation is elementwise, so a row is the same IEEE
+    computation whatever the batch shape, sequence length or launch configuration.
+    """
+    rows = x.double()
+    mean_square = compute_tree_sum(rows * rows) / x.shape[-1]
+    normed = rows / torch.sqrt(mean_square + eps).unsqueeze(-1)
+    return weight * normed.to(x.dtype)
+
+
+def is_stock_norm_row_invariant(device: torch.device) -> bool:
+    """Whether the stock norm is kept on ``device`` (the CPU's per-row loop) rather than replaced."""
+    return device.type == "cpu"
+
+
+def get_exact_norm(module: torch.nn.Module):
+    """The norm exact mode runs for ``module`` on its device: itself on the CPU, else the exact form.
+
+    Raises ConfigError off the CPU for a norm that is not of the weighted RMS form.
+    """
+    if is_stock_norm_row_invariant(module.weight.device):
+        return module
+    if type(module).__name__ not in WEIGHTED_RMS_NORMS:
+        raise ConfigError(f"exact mode off the CPU needs an RMSNorm of the weighted form; {type(module).__name__} is not (docs/vllm.md)")
+    return lambda x: compute_exact_rms_norm(x, module.weight, module.variance_epsilon)
+
+
+def is_exact_norm_module(module: torch.nn.Module) -> bool:
+    """Whether exact mode routes ``module`` through `get_exact_norm` (a norm with a weight)."""
+    return "norm" in type(module).__name__.lower() and isinstance(getattr(module, "weight", None), torch.Tensor)
+
+
 @contextlib.contextmanager
 def exact_kernels(model: torch.nn.Module, linears: bool = True, attention: bool = True):
     """Run ``model`` with the exact kernels for the duration of the block, then restore it.
 
     The model object may be shared with tolerance-mode engines: the attention choice and the
     linears' forwards are set here and undone on exit, never left on the model. ``linears`` /
-    ``attention`` False leave that part stock (only `verillm bench cost` measures them apart).
+    ``attention`` False leave that part stock (only `verillm bench cost` measures them apart);
+    ``linears`` covers the per-row kernels: the linears and, off the CPU, the norms.
     """
     config = model.config
     previous = config._attn_implementation
@@ -98,6 +144,9 @@ def exact_kernels(model: torch.nn.Module, linears: bool = True, attention: bool 
         for module in model.modules() if linears else ():
             if isinstance(module, torch.nn.Linear) and "forward" not in module.__dict__:
                 module.forward = _make_linear_forward(module)
+                patched.append(module)
+            elif is_exact_norm_module(module) and "forward" not in module.__dict__ and not is_stock_norm_row_invariant(module.weight.device):
+                module.forward = get_exact_norm(module)
                 patched.append(module)
         yield
     finally:

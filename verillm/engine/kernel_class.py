@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from verillm.engine.exact import compute_exact_fingerprints, compute_row_invariant_linear
+from verillm.engine.exact import compute_exact_fingerprints, compute_row_invariant_linear, get_exact_norm, is_exact_norm_module
 from verillm.engine.exact_attention import SHORT_KEYS, compute_canonical_kv, compute_exact_sum_attention
 from verillm.errors import ConfigError
 from verillm.spec.hashing import blake3_digest
@@ -138,9 +138,12 @@ def compute_battery_outputs(model: torch.nn.Module, fingerprint_dims: int) -> li
         hidden = compute_battery_tensor("hidden", (NORM_ROWS, config.hidden_size), -6, 4).to(device)
         projection = compute_battery_tensor("projection", (config.hidden_size, fingerprint_dims), -3, 0, torch.float32).to(device)
         outputs.append(_run_rows("the exact fingerprint", lambda h: compute_exact_fingerprints(h, projection), hidden))
+        for module in model.modules():  # off the CPU a norm without an exact form refuses here
+            if is_exact_norm_module(module):
+                get_exact_norm(module)
         norm = copy.deepcopy(get_final_norm(model))
         norm.weight.copy_(compute_battery_tensor("norm", tuple(norm.weight.shape), -2, 1).to(norm.weight.dtype))
-        outputs.append(_run_rows("the final norm", norm, hidden.to(norm.weight.dtype)))
+        outputs.append(_run_rows("the final norm", get_exact_norm(norm), hidden.to(norm.weight.dtype)))
     return outputs
 
 
