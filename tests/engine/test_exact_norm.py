@@ -57,12 +57,13 @@ def test_with_the_exact_norm_forced_honest_exact_audits_still_match_bit_for_bit(
     """The whole engine with the off-CPU norm: decode ≡ prefill holds bit for bit through it."""
     model, tokenizer, manifest = load_model("tiny", "bfloat16", mode="exact")
     monkeypatch.setattr(exact, "is_stock_norm_row_invariant", lambda device: False)
+    monkeypatch.setattr("verillm.engine.kernel_class.is_stock_norm_row_invariant", lambda device: False)
     monkeypatch.setattr("verillm.engine.kernel_class._CLASSES", {})
     import dataclasses
 
-    # The battery now runs the exact norm (on its data the digest may or may not move: both
-    # norms are within a rounding of each other); the engine checks the class it computes.
+    # The battery runs the exact norm and the class names it: never shared with a stock-norm worker.
     forced = dataclasses.replace(manifest, kernel_class=compute_kernel_class(model, manifest.fingerprint_dims))
+    assert forced.kernel_class != manifest.kernel_class
     patched = []
     monkeypatch.setattr(exact, "compute_exact_rms_norm", _counting(exact.compute_exact_rms_norm, patched))
     report = run_honest_audits(model, tokenizer, forced, "tiny", 24, max_new_tokens=12, seed="exact-norm", long_prompt_tokens=600, chunk=24, threads=(1,))

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from verillm.engine.exact import compute_exact_fingerprints, compute_row_invariant_linear, get_exact_norm, is_exact_norm_module
+from verillm.engine.exact import compute_exact_fingerprints, compute_row_invariant_linear, get_exact_norm, is_exact_norm_module, is_stock_norm_row_invariant
 from verillm.engine.exact_attention import SHORT_KEYS, compute_canonical_kv, compute_exact_sum_attention
 from verillm.errors import ConfigError
 from verillm.spec.hashing import blake3_digest
@@ -168,7 +168,11 @@ def compute_kernel_class(model: torch.nn.Module, fingerprint_dims: int) -> str:
     signature = (parameter.device.type, str(parameter.dtype), shapes, attention, type(norm).__name__, getattr(norm, "variance_epsilon", None), fingerprint_dims)
     if signature not in _CLASSES:
         outputs = compute_battery_outputs(model, fingerprint_dims)
-        digest = blake3_digest(b"".join(_bits(out).cpu().numpy().tobytes() for out in outputs))
+        # Off the CPU the norm is exact mode's own (`exact.get_exact_norm`): named in the digest,
+        # because on the battery's data it can round as the stock norm does, and a class must
+        # never be shared by a worker running the other norm.
+        norm_form = b"" if is_stock_norm_row_invariant(parameter.device) else b"norm:f64-tree;"
+        digest = blake3_digest(norm_form + b"".join(_bits(out).cpu().numpy().tobytes() for out in outputs))
         _CLASSES[signature] = f"{parameter.device.type}-kat{BATTERY_VERSION}-{digest[:12].hex()}"
     return _CLASSES[signature]
 
