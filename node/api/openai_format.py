@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from verillm.errors import InvalidInput
 from verillm.spec.types import SamplingParams
 
-from verillm.wire import compute_stop_cut, job_to_json, promise_to_json, receipt_to_json, to_hex
+from verillm.wire import compute_stop_cut, from_hex, job_to_json, promise_to_json, receipt_to_json, to_hex
 
 U64_MAX = 2**64 - 1
 # option -> the value that means "off"; anything else is refused with a 400 naming it.
@@ -50,6 +50,10 @@ class GenerationRequest:
     audit: bool
     stop: tuple[str, ...] = ()
     """Stop strings: the text is cut before the first one (the receipt still covers the whole output)."""
+    nonce: bytes | None = None
+    """The client's job nonce (``verillm.nonce``, 32 bytes): the receipt then signs it, so a client that
+    sent a fresh one knows the receipt is for this request, not a replay of an identical earlier one.
+    None: the node draws one (an OpenAI client that knows nothing of VeriLLM)."""
 
 
 MAX_STOP_STRINGS = 4  # OpenAI's limit
@@ -110,6 +114,7 @@ def _parse_common(data: dict, prompt, messages, default_max: int | None, max_key
         include_usage=_parse_bool(options, "include_usage", False),
         audit=_parse_bool(extension, "audit", False),
         stop=_parse_stop(data.get("stop")),
+        nonce=None if extension.get("nonce") is None else from_hex(extension["nonce"], "verillm.nonce", 32),
     )
 
 

@@ -74,7 +74,7 @@ async def post_chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 def new_request_job(served: ServedModel, request: GenerationRequest, max_new_tokens_limit: int) -> Job:
-    """Return the job for a parsed request: tokenized input, sampling, a fresh random nonce."""
+    """Return the job for a parsed request: tokenized input, sampling, the client's nonce or a fresh random one."""
     if request.messages is not None:
         tokens = compute_chat_tokens(served.tokenizer, request.messages)
     else:
@@ -84,7 +84,7 @@ def new_request_job(served: ServedModel, request: GenerationRequest, max_new_tok
         input_tokens=tokens,
         sampling=request.sampling,
         max_new_tokens=compute_max_new_tokens(request.max_new_tokens, len(tokens), served.manifest, max_new_tokens_limit),
-        nonce=secrets.token_bytes(32),
+        nonce=request.nonce if request.nonce is not None else secrets.token_bytes(32),
     )
 
 

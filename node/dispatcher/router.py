@@ -187,6 +187,10 @@ class NetworkDispatcher:
         self.health = WorkerHealth()
         self.readiness = None  # node/dispatcher/readiness.py's ReadinessMonitor (set by the service): why no_workers
         self.promises = None  # node/dispatcher/promises.py's Promises (set by the service): a batching promise per job
+        self._routing: dict[bytes, asyncio.Future] = {}
+        """Job hash → its run in progress. A client chooses its job's nonce, so the same job can arrive twice
+        at once: the second joins the first (one worker, one receipt), never a second worker whose receipt
+        would get a promise while the first's is the one kept and batched."""
 
     def verify_admission(self, job: Job) -> None:
         """Check the job fits the model and limits, and enough workers exist to audit it: the rule
@@ -219,6 +223,32 @@ class NetworkDispatcher:
         known = self.tables.get_dispatched_job(job_hash)
         if known is not None:
             return JobResult(job_hash, known.job, known.receipt, known.output_tokens, await self._promise(job_hash, known.receipt))
+        running = self._routing.get(job_hash)
+        if running is not None:
+            try:
+                return await asyncio.shield(running)  # a joiner that leaves cancels nothing
+            except asyncio.CancelledError:
+                if not running.cancelled():
+                    raise  # this joiner itself was cancelled
+                raise NoWorkerCompleted(f"job 0x{job_hash.hex()} was running for an identical request (same nonce) "
+                                        "whose caller left; retry") from None
+        running = self._routing[job_hash] = asyncio.get_running_loop().create_future()
+        try:
+            result = await self._route(job, job_hash, audit_requested, on_token)
+        except asyncio.CancelledError:  # the first caller left: its run ends, as without joiners
+            running.cancel()
+            raise
+        except BaseException as exc:
+            running.set_exception(exc)
+            running.exception()  # retrieved here: with no joiner nobody else reads it
+            raise
+        else:
+            running.set_result(result)
+            return result
+        finally:
+            del self._routing[job_hash]
+
+    async def _route(self, job: Job, job_hash: bytes, audit_requested: bool, on_token: Callable[[int], None] | None) -> JobResult:
         if self.promises is not None:  # never take a job whose receipt this node could not batch in time
             await self.promises.verify_capacity()
         failures = []

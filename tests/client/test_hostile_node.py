@@ -85,6 +85,25 @@ def test_b_a_genuine_receipt_for_another_request_exits_2(hostile, capsys, field,
     assert "the receipt is for another request" in err and field in err
 
 
+def test_d_a_receipt_kept_from_an_identical_earlier_request_exits_2(hostile, capsys):
+    """A node that runs a request once and answers every identical request with that genuine receipt
+    (no work, and a receipt that may already be batched, audited or slashed) is refused: the SDK sends
+    a fresh nonce each call and the signed job must carry it."""
+    kept = {}
+
+    def replay(path, body):
+        if path == "/v1/completions" and "verillm" in body:
+            return kept.setdefault("body", body)
+        return body
+
+    node = hostile(on_answer=replay)
+    code, out, err = run_verillm(capsys, "complete", "--url", node.url, "--max-tokens", "4", "The river")
+    assert code == 0, err
+    code, out, err = run_verillm(capsys, "complete", "--url", node.url, "--max-tokens", "4", "The river")
+    assert code == 2, (out, err)
+    assert "the receipt is for another request: nonce (signed 0x" in err
+
+
 def forge_for_made_up_model(served, domain):
     """The rewrite of a node that signs with a fresh key for a model id it made up, and reports that model."""
     fresh = new_node_key()

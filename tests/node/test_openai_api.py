@@ -103,3 +103,25 @@ async def test_streamed_chat_sends_role_then_content_then_receipt(openai_client,
     verillm = chunks[-1].model_extra["verillm"]
     check_verillm_field(node, verillm, verillm["output_tokens"])
     assert content == node.app[APP_MODEL].tokenizer.decode(verillm["output_tokens"], skip_special_tokens=True)
+
+
+async def test_a_client_nonce_is_the_jobs_nonce_and_the_same_request_again_is_the_same_receipt(openai_client, node):
+    """`verillm.nonce`: the receipt signs the client's nonce; sending the same request and nonce again
+    (a retry, with its seed: a node-chosen seed makes another job) returns the same job and receipt."""
+    nonce = "0x" + "ab" * 32
+    kwargs = dict(model="tiny", prompt=[5, 17, 300], max_tokens=4, temperature=0, seed=3, extra_body={"verillm": {"nonce": nonce}})
+    first = (await openai_client.completions.create(**kwargs)).model_extra["verillm"]
+    job = decode(Job, bytes.fromhex(first["job"]["encoded"][2:]))
+    assert "0x" + job.nonce.hex() == nonce
+    check_verillm_field(node, first, first["output_tokens"])
+    again = (await openai_client.completions.create(**kwargs)).model_extra["verillm"]
+    assert again["job_hash"] == first["job_hash"] and again["receipt"] == first["receipt"]
+
+
+@pytest.mark.parametrize(("nonce", "says"), [("ab" * 32, "0x-prefixed"), ("0x" + "ab" * 31, "expected 32 bytes"), ("0xzz" + "ab" * 31, "not valid hex"), (7, "0x-prefixed")])
+async def test_a_malformed_client_nonce_is_refused_naming_the_field(openai_client, nonce, says):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as refused:
+        await openai_client.completions.create(model="tiny", prompt="x", max_tokens=2, extra_body={"verillm": {"nonce": nonce}})
+    assert "verillm.nonce" in str(refused.value) and says in str(refused.value)

@@ -34,6 +34,7 @@ With every job the dispatcher also signs a batching promise (`Completion.promise
 
 import asyncio
 import contextlib
+import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -42,7 +43,7 @@ from verillm.errors import BadResponse, ChainError, DeadlineExceeded, InvalidInp
 from verillm.spec.promise import SignedPromise, verify_promise_signature, verify_promise_terms
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash
 from verillm.spec.types import Receipt
-from verillm.wire import from_hex
+from verillm.wire import from_hex, to_hex
 
 from verillm.client.checks import Requested, Verification  # noqa: F401  (re-exported)
 from verillm.client.completion import (  # noqa: F401  (re-exported: the SDK's surface)
@@ -77,23 +78,44 @@ def compute_chat_request(messages: Sequence[dict], model: str, **options) -> dic
     return {"model": model, "messages": list(messages), **compute_options(**options)}
 
 
-def compute_options(max_tokens=None, temperature=None, top_p=None, top_k=None, seed=None, audit=False, stop=None) -> dict:
+def compute_options(max_tokens=None, temperature=None, top_p=None, top_k=None, seed=None, audit=False, stop=None, nonce=None) -> dict:
     """Return the sampling and VeriLLM options of a request, leaving unset ones to the node."""
     options = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
                "stop": None if stop is None else ([stop] if isinstance(stop, str) else list(stop))}
     body = {name: value for name, value in options.items() if value is not None}
-    if audit:
-        body["verillm"] = {"audit": True}
+    extension = {"audit": True} if audit else {}
+    if nonce is not None:
+        extension["nonce"] = to_hex(compute_nonce(nonce))
+    if extension:
+        body["verillm"] = extension
     return body
 
 
+def compute_nonce(nonce: "bytes | str") -> bytes:
+    """Return a job nonce given as 32 bytes or 0x-hex; raise InvalidInput otherwise."""
+    if isinstance(nonce, bytes):
+        if len(nonce) != 32:
+            raise InvalidInput(f"nonce: expected 32 bytes, got {len(nonce)}")
+        return nonce
+    return from_hex(nonce, "nonce", 32)
+
+
+def with_fresh_nonce(options: dict) -> dict:
+    """The call's options with a fresh random job nonce, unless the caller chose one (to retry a job as itself).
+
+    The node signs the nonce into the job, so the receipt cannot be one a node kept from an identical
+    earlier request (`checks.verify_job_is_request` compares it)."""
+    return options if options.get("nonce") is not None else {**options, "nonce": secrets.token_bytes(32)}
+
+
 def compute_requested(prompt=None, tokens=None, messages=None, max_tokens=None, temperature=None, top_p=None, top_k=None,
-                      seed=None, audit=False, stop=None) -> Requested:
+                      seed=None, audit=False, stop=None, nonce=None) -> Requested:
     """Return what a call asks for, as the checks compare it with the signed job."""
     stops = () if stop is None else ((stop,) if isinstance(stop, str) else tuple(stop))
     return Requested(prompt=prompt, tokens=None if tokens is None else tuple(tokens),
                      messages=None if messages is None else tuple(messages), max_tokens=max_tokens,
-                     temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=stops)
+                     temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=stops,
+                     nonce=None if nonce is None else compute_nonce(nonce))
 
 
 def compute_pins(model_id=None, domain: SigningDomain | None = None, tokenizer=None, protocol=None) -> Pins:
@@ -199,7 +221,9 @@ class AsyncClient:
         return model or self._model
 
     async def complete(self, prompt: str | None = None, *, tokens: Sequence[int] | None = None, model: str | None = None, **options) -> Completion:
-        """Complete a text prompt or token ids, verified. Options: max_tokens, temperature, top_p, top_k, seed, stop, audit."""
+        """Complete a text prompt or token ids, verified. Options: max_tokens, temperature, top_p, top_k, seed, stop, audit,
+        nonce (32 bytes or 0x-hex; default a fresh random one, which the receipt must sign)."""
+        options = with_fresh_nonce(options)
         async with self._deadline():
             body = compute_completion_request(prompt, tokens, await self._model_name(model), **options)
             requested = compute_requested(prompt=prompt, tokens=tokens, **options)
@@ -207,6 +231,7 @@ class AsyncClient:
 
     async def chat(self, messages: Sequence[dict], *, model: str | None = None, **options) -> Completion:
         """Chat completion with the model's own chat template, verified. Options as for `complete`."""
+        options = with_fresh_nonce(options)
         async with self._deadline():
             body = compute_chat_request(messages, await self._model_name(model), **options)
             requested = compute_requested(messages=messages, **options)
@@ -221,6 +246,7 @@ class AsyncClient:
         if chat and (prompt is not None or tokens is not None):
             raise InvalidInput("give a prompt (or tokens) or messages, not both")
         deadline, name = time.monotonic() + self.timeout_s, await self._model_name(model)
+        options = with_fresh_nonce(options)
         if chat:
             body, path = compute_chat_request(messages, name, **options), "/v1/chat/completions"
             requested = compute_requested(messages=messages, **options)

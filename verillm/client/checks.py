@@ -42,6 +42,9 @@ class Requested:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     """OpenAI stop strings: the node cuts its text before the first; the client cuts the decoded text the same way."""
+    nonce: bytes | None = None
+    """The job nonce the client sent (``verillm.nonce``): the signed job must carry it, so the receipt is this
+    request's and not one a node kept from an identical earlier request."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,8 @@ def verify_job_is_request(job: Job, requested: Requested, tokenizer, findings: F
         wanted["seed"] = (s.seed, requested.seed)
     if requested.max_tokens is not None:
         wanted["max_tokens"] = (job.max_new_tokens, requested.max_tokens)
+    if requested.nonce is not None:
+        wanted["nonce"] = ("0x" + job.nonce.hex(), "0x" + requested.nonce.hex())
     expected = compute_expected_tokens(requested, tokenizer)
     if expected is not None:
         wanted["input tokens"] = (tuple(job.input_tokens), expected)
@@ -145,6 +150,9 @@ def verify_job_is_request(job: Job, requested: Requested, tokenizer, findings: F
         findings.not_checked.append(f"seed {s.seed} (chosen by the node: pass seed= to fix it)")
     if requested.max_tokens is None:
         findings.not_checked.append(f"max_tokens {job.max_new_tokens} (left to the node)")
+    if requested.nonce is None:
+        findings.not_checked.append("freshness (the node chose the job's nonce: a receipt kept from an identical earlier request "
+                                    "would pass; send verillm.nonce)")
 
 
 def _show(value) -> str:

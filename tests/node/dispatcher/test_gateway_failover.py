@@ -145,3 +145,57 @@ async def test_get_status_through_the_gateway_for_a_job_another_worker_ran(start
         async with AsyncClient(honest.url) as at_worker:  # the gateway's token is the gateway's, not the worker's
             with pytest.raises(InvalidSignature):
                 await at_worker.get_status(completion)
+
+
+async def test_the_same_job_twice_at_once_is_routed_once(start, tmp_path, hostile_workers):
+    """A client picks its job's nonce (`verillm.nonce`), so the same job can reach a gateway twice at once.
+    The second joins the first's run: one worker, one receipt, one kept row (two workers would give the
+    client a promise for a receipt the gateway never batches)."""
+    import asyncio
+
+    from verillm.node.dispatcher.router import JobResult
+    from verillm.spec.job import compute_job_hash
+    from verillm.spec.types import Job, SamplingParams
+
+    hostile = await hostile_workers.start()
+    async with aiohttp.ClientSession() as session:
+        gateway = await _gateway(start, tmp_path, hostile, session)
+        dispatcher = gateway.app[APP_DISPATCHER]
+        served = gateway.app[APP_WORKER].served
+        job = Job(served.model_id, (5, 17, 300), SamplingParams(), 3, b"\xab" * 32)
+        release, routed = asyncio.Event(), []
+
+        async def route(job, job_hash, audit_requested, on_token):
+            routed.append(job_hash)
+            await release.wait()
+            return JobResult(job_hash, job, None, (1, 2, 3), None)
+
+        dispatcher._route = route
+        first = asyncio.create_task(dispatcher.dispatch(job, False))
+        second = asyncio.create_task(dispatcher.dispatch(job, False))
+        while not routed or compute_job_hash(job) not in dispatcher._routing:
+            await asyncio.sleep(0)  # yields to the two tasks; no wall-clock wait
+        for _ in range(20):
+            await asyncio.sleep(0)  # let the second reach its join
+        release.set()
+        one, two = await first, await second
+        assert routed == [compute_job_hash(job)] and one is two
+        assert dispatcher._routing == {}
+        # the first caller leaving ends its run, as without joiners; a joiner is told so in words, and retries
+        routed.clear()
+        release.clear()
+        leaving = asyncio.create_task(dispatcher.dispatch(job, False))
+        staying = asyncio.create_task(dispatcher.dispatch(job, False))
+        while not routed:
+            await asyncio.sleep(0)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        staying_result = asyncio.ensure_future(staying)
+        leaving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+        from verillm.node.dispatcher.router import NoWorkerCompleted
+
+        with pytest.raises(NoWorkerCompleted, match="identical request .* whose caller left; retry"):
+            await staying_result
+        assert dispatcher._routing == {}
