@@ -13,7 +13,8 @@ import {Registry} from "./Registry.sol";
 /// @notice Where openings are adjudicated on-chain, only when someone contests:
 /// - `contest`: a bonded demand that a party prove some of its opened leaves against its
 ///   committed root. Unanswered within proofWindowBlocks → the party is slashed and the
-///   challenger refunded and rewarded; answered → the bond goes to the party.
+///   challenger refunded and rewarded; answered → the bond goes to the party, and comes back to
+///   the challenger if the party is then adjudicated a liar (`_payHunter`, `refundContest`).
 /// - `adjudicate`: anyone with both parties' leaves and proofs re-runs the tolerance test and
 ///   the token check for one member; a member whose vote contradicts its own committed data
 ///   is slashed.
@@ -29,6 +30,18 @@ contract Disputes is ReentrancyGuard, Delivery {
         uint64 deadline;
         uint256 bondWei;
         bytes32 cellsHash;
+        bool answered; // proven by its party: the bond went to the party
+        bool refunded; // the bond came back to the challenger once the party was proven a liar
+    }
+
+    /// @dev Per party (audit, round, slot): its answered contests, and — once adjudication proved
+    /// it a liar — the share of its slashed stake kept to refund them (docs/protocol.md §12
+    /// "Accountable votes": a hunt that proves a liar costs the hunter nothing).
+    struct Hunt {
+        uint64 firstAnswered; // contestId + 1 of the first answered contest: its challenger is paid the reward
+        uint64 answeredCount;
+        bool liar;
+        uint96 reserveWei;
     }
 
     /// @notice One cell opened by both the worker and a member, with their Merkle proofs.
@@ -69,6 +82,7 @@ contract Disputes is ReentrancyGuard, Delivery {
     uint256 public constant MAX_CONTEST_CELLS = 16;
 
     Contest[] private contests;
+    mapping(uint256 auditId => mapping(uint256 roundSlot => Hunt)) private hunts;
 
     event Contested(uint256 indexed contestId, uint256 indexed auditId, uint8 round, uint8 slot, address indexed challenger, uint32[] positions, uint16[] layers);
     event ContestAnswered(uint256 indexed contestId);
@@ -77,6 +91,8 @@ contract Disputes is ReentrancyGuard, Delivery {
     /// resolved: nothing is slashed twice, and the bond goes back to the challenger.
     event ContestMoot(uint256 indexed contestId);
     event Adjudicated(uint256 indexed auditId, uint8 round, uint8 slot, address indexed member, bool dataAgrees, uint8 vote);
+    /// @notice A contest's bond returned to its challenger: the party it proved was then adjudicated a liar.
+    event ContestRefunded(uint256 indexed contestId, address indexed challenger, uint256 refundWei);
 
     error WrongBond(uint256 givenWei, uint256 expectedWei);
     error NotOpened(uint8 slot);
@@ -93,6 +109,7 @@ contract Disputes is ReentrancyGuard, Delivery {
     error AlreadySlashed(uint8 slot);
     error NotRegistry();
     error NotCoverage();
+    error NotRefundable(uint256 contestId);
 
     constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) Delivery(jobs_, registry_, p) {
         if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
@@ -150,7 +167,7 @@ contract Disputes is ReentrancyGuard, Delivery {
             if (!_isChallenged(ctx, positions[i], layers[i], party.numPositions)) revert NotChallenged(positions[i], layers[i]);
         }
         contestId = contests.length;
-        contests.push(Contest(uint64(auditId), round, slot, true, msg.sender, uint64(block.number + proofWindowBlocks), msg.value, keccak256(abi.encode(positions, layers))));
+        contests.push(Contest(uint64(auditId), round, slot, true, msg.sender, uint64(block.number + proofWindowBlocks), msg.value, keccak256(abi.encode(positions, layers)), false, false));
         jobs.addPendingContest(auditId, 1);
         emit Contested(contestId, auditId, round, slot, msg.sender, positions, layers);
     }
@@ -177,6 +194,17 @@ contract Disputes is ReentrancyGuard, Delivery {
         }
         c.open = false;
         jobs.addPendingContest(c.auditId, -1);
+        if (party.slashed) {
+            // Proven a liar (or slashed otherwise) while this contest ran: nothing goes to a
+            // slashed party; the bond goes back to the challenger, as a moot contest's does.
+            jobs.depositCredit{value: c.bondWei}(c.challenger, c.bondWei);
+            emit ContestMoot(contestId);
+            return;
+        }
+        c.answered = true;
+        Hunt storage h = hunts[c.auditId][_roundSlot(c.round, c.slot)];
+        if (h.firstAnswered == 0) h.firstAnswered = uint64(contestId + 1);
+        h.answeredCount += 1;
         jobs.depositCredit{value: c.bondWei}(party.node, c.bondWei);
         emit ContestAnswered(contestId);
     }
@@ -226,7 +254,8 @@ contract Disputes is ReentrancyGuard, Delivery {
     /// (position, layer), each challenged, each proven under both roots, the worker's leaf the
     /// one it posted, at workerLeafIndices[i] of its opening: votes are judged against exactly
     /// what the members were shown). A member whose committed data fail there is a provable
-    /// liar, slashed in full (the caller gets slashRewardBps of it), when it voted "agree", or —
+    /// liar, slashed in full (slashRewardBps of it, and the bond back, to the challenger of the
+    /// first contest answered against it, else to the caller: `_payHunter`), when it voted "agree", or —
     /// whatever it voted — when a later round of the audit (the appeal) has decided PASS and
     /// every cell is one that round checked too: a last-layer token cell (every round opens and
     /// token-checks them), so the appeal majority's data contradict the member's on the very
@@ -252,8 +281,50 @@ contract Disputes is ReentrancyGuard, Delivery {
         emit Adjudicated(auditId, round, slot, member.node, agrees, member.vote);
         if (agrees || (member.vote != AuditCodes.AGREE && !_isContradictedByAppeal(ctx, auditId, round, cells))) revert NoFault();
         jobs.recordFault(auditId, round, slot);
-        uint256 slashed = registry.slash(member.node);
-        jobs.depositCredit{value: slashed}(msg.sender, slashed * slashRewardBps / Params.BPS);
+        _payHunter(auditId, round, slot, registry.slash(member.node));
+    }
+
+    /// @dev Split a proven liar's slashed stake: the reward and the bond of the first contest
+    /// answered against it go to that contest's challenger (the hunter whose answer published the
+    /// proofs; whoever sends the adjudication, a front-runner included, gets nothing then), or the
+    /// reward to the caller when no contest was answered; the bonds of its other answered contests
+    /// are kept for `refundContest`; the rest goes to the fee pool. The liar received those bonds
+    /// when it answered: this returns them out of its stake.
+    function _payHunter(uint256 auditId, uint8 round, uint8 slot, uint256 slashed) private {
+        uint256 reward = slashed * slashRewardBps / Params.BPS;
+        Hunt storage h = hunts[auditId][_roundSlot(round, slot)];
+        if (h.firstAnswered == 0) {
+            jobs.depositCredit{value: slashed}(msg.sender, reward);
+            return;
+        }
+        Contest storage first = contests[h.firstAnswered - 1];
+        uint256 left = slashed - reward;
+        uint256 refund = first.bondWei < left ? first.bondWei : left;
+        uint256 others = (h.answeredCount - 1) * disputeBondWei;
+        uint256 reserve = others < left - refund ? others : left - refund;
+        first.refunded = true;
+        h.liar = true;
+        h.reserveWei = uint96(reserve);
+        jobs.depositCredit{value: slashed - reserve}(first.challenger, reward + refund);
+        emit ContestRefunded(h.firstAnswered - 1, first.challenger, refund);
+    }
+
+    /// @notice Return the bond of an answered contest whose party was then adjudicated a liar
+    /// (anyone may call; the challenger is paid), out of what `adjudicate` kept of its stake.
+    function refundContest(uint256 contestId) external nonReentrant {
+        if (contestId >= contests.length) revert UnknownContest(contestId);
+        Contest storage c = contests[contestId];
+        Hunt storage h = hunts[c.auditId][_roundSlot(c.round, c.slot)];
+        if (!c.answered || c.refunded || !h.liar) revert NotRefundable(contestId);
+        uint256 refund = c.bondWei < h.reserveWei ? c.bondWei : h.reserveWei;
+        c.refunded = true;
+        h.reserveWei -= uint96(refund);
+        jobs.depositCredit{value: refund}(c.challenger, refund);
+        emit ContestRefunded(contestId, c.challenger, refund);
+    }
+
+    function _roundSlot(uint8 round, uint8 slot) private pure returns (uint256) {
+        return uint256(round) << 8 | slot;
     }
 
     /// @dev A later round decided PASS, and every cell is a last-layer token cell: one that round

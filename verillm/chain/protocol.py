@@ -383,6 +383,10 @@ class Protocol:
     def resolve_contest(self, sender: LocalAccount, contest_id: int) -> Tx:
         return self._send(self.disputes, "resolveContest", contest_id, sender=sender)
 
+    def refund_contest(self, sender: LocalAccount, contest_id: int) -> Tx:
+        """Return an answered contest's bond to its challenger once its party was adjudicated a liar."""
+        return self._send(self.disputes, "refundContest", contest_id, sender=sender)
+
     def adjudicate(self, sender: LocalAccount, audit_id: int, round_index: int, slot: int,
                    worker_opening: Opening, member_opening: Opening, only: set | None = None) -> Tx:
         """Re-run member ``slot``'s comparison on-chain over every cell the worker opened, or over
