@@ -244,7 +244,10 @@ contract Disputes is ReentrancyGuard, Delivery {
         address node = jobs.recordFault(c.auditId, c.round, c.slot);
         uint256 slashed = registry.slash(node);
         uint256 reward = slashed * slashRewardBps / Params.BPS;
-        jobs.depositCredit{value: slashed + c.bondWei}(c.challenger, reward + c.bondWei);
+        // Contests the party answered before this one lapsed are refundable: it is proven a liar.
+        Hunt storage h = hunts[c.auditId][_roundSlot(c.round, c.slot)];
+        uint256 reserve = h.answeredCount == 0 ? 0 : _reserveRefunds(h, h.answeredCount, slashed - reward);
+        jobs.depositCredit{value: slashed - reserve + c.bondWei}(c.challenger, reward + c.bondWei);
         emit ContestLost(contestId, node, slashed);
     }
 
@@ -298,15 +301,20 @@ contract Disputes is ReentrancyGuard, Delivery {
             return;
         }
         Contest storage first = contests[h.firstAnswered - 1];
-        uint256 left = slashed - reward;
-        uint256 refund = first.bondWei < left ? first.bondWei : left;
-        uint256 others = (h.answeredCount - 1) * disputeBondWei;
-        uint256 reserve = others < left - refund ? others : left - refund;
+        uint256 refund = first.bondWei < slashed - reward ? first.bondWei : slashed - reward;
         first.refunded = true;
-        h.liar = true;
-        h.reserveWei = uint96(reserve);
+        uint256 reserve = _reserveRefunds(h, h.answeredCount - 1, slashed - reward - refund);
         jobs.depositCredit{value: slashed - reserve}(first.challenger, reward + refund);
         emit ContestRefunded(h.firstAnswered - 1, first.challenger, refund);
+    }
+
+    /// @dev The party was proven a liar (adjudicated, or it lost a contest): keep, out of
+    /// `available` of its slashed stake, the bonds of `count` contests it answered, for `refundContest`.
+    function _reserveRefunds(Hunt storage h, uint256 count, uint256 available) private returns (uint256 reserve) {
+        reserve = count * disputeBondWei;
+        if (reserve > available) reserve = available;
+        h.liar = true;
+        h.reserveWei = uint96(reserve);
     }
 
     /// @notice Return the bond of an answered contest whose party was then adjudicated a liar

@@ -143,3 +143,18 @@ def test_a_contest_answered_after_its_party_was_proven_a_liar_returns_the_bond(f
     credit = world.protocol.get_credit(late.address)
     world.protocol.answer_contest(round0[0].node.account, pending, CELLS, _opening(world, run, round0[0]))
     assert world.protocol.get_credit(late.address) == credit + BOND  # moot: nothing to a slashed liar
+
+
+def test_an_answered_contest_is_refunded_when_its_liar_loses_another_contest(framed):
+    # The liar answers the hunter's contest (taking its bond), then lets a second contest lapse:
+    # slashed by the lost contest, not by an adjudication. The hunter's answered contest is still
+    # refunded out of its stake.
+    world, run, worker, round0 = framed
+    hunter, other = worker.node.account, world.nodes[1].account
+    answered = _contest_answered(world, run, hunter, 1, round0[0])
+    lapsed = world.protocol.contest(other, run.audit_id, 0, 1, CELLS).value
+    world.chain.mine(PRESET.PROOF_WINDOW_BLOCKS + 1)
+    world.protocol.resolve_contest(world.outsider, lapsed)
+    credit = world.protocol.get_credit(hunter.address)
+    world.protocol.refund_contest(world.outsider, answered)
+    assert world.protocol.get_credit(hunter.address) == credit + BOND
