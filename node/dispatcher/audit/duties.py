@@ -13,6 +13,9 @@ first). From there:
     worker   appeals a FAIL of its first round (`escalate`, the bond refunded when the appeal
              passes it): its node ran the job, so a FAIL of its data is a committee's lie or
              error (docs/protocol.md §12 "Accountable votes"); faults.appeal = "never" turns it off
+    worker   once its appeal passed, hunts the first-round members whose posted data the
+             passed appeal contradicts: contest, then adjudicate with the answer's proofs
+             (`hunt.py`; only members that provably fail, never an honest "disagree")
 
 A seat is kept until the audit settles or its dispute and proof windows have passed.
 """
@@ -28,6 +31,7 @@ from verillm.spec.challenge import compute_challenge
 from verillm.spec.settlement import AGREE, DISAGREE, FAIL
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
+from verillm.node.dispatcher.audit.hunt import LiarHunt
 from verillm.spec.audit import decode_opening_leaves
 from verillm.node.store.dispatcher_tables import DispatcherTables, Duty
 from verillm.spec.honest import compute_member_vote
@@ -53,7 +57,8 @@ class PartyFaults:
     (their claims then make the worker publish its transcript, docs/protocol.md §12)."""
     appeal: str = "fail"
     """"fail": as worker, escalate a first-round FAIL of its own job (an honest node's data are
-    honest: the FAIL is the committee's); "never": leave it (a cheater's node, in the tests)."""
+    honest: the FAIL is the committee's) and, once the appeal passes, hunt the first-round liars;
+    "never": leave both (a cheater's node, in the tests)."""
 
 
 def compute_tampered_opening(opening):
@@ -71,6 +76,7 @@ class PartyDuties:
     def __init__(self, chainio: ChainIO, tables: DispatcherTables, store: Store, worker: Worker, faults: PartyFaults):
         self.chainio, self.tables, self.store, self.worker, self.faults = chainio, tables, store, worker, faults
         self.me = "0x" + chainio.address.hex()
+        self.hunt = LiarHunt(chainio, tables, worker)
 
     # --- events -------------------------------------------------------------------------------
 
@@ -105,6 +111,8 @@ class PartyDuties:
             await self._answer_contests(duty, info)
             if duty.slot == 0 and duty.round == 0 and info.phase == Phase.DECIDED:
                 await self._appeal(duty, info, head)
+            if duty.slot == 0 and duty.round == 0 and self.faults.appeal == "fail":
+                await self.hunt.advance(duty, head)
             if await self._is_over(duty, info, head):
                 self.tables.update_duty(duty, status="closed")
         elif info.phase == Phase.OPENING:
