@@ -41,7 +41,7 @@ contract Disputes is ReentrancyGuard, Delivery {
         uint64 firstAnswered; // contestId + 1 of the first answered contest: its challenger is paid the reward
         uint64 answeredCount;
         bool liar;
-        uint96 reserveWei;
+        uint96 reserveWei; // what refundContest may still take back from the pool for it
     }
 
     /// @notice One cell opened by both the worker and a member, with their Merkle proofs.
@@ -246,8 +246,8 @@ contract Disputes is ReentrancyGuard, Delivery {
         uint256 reward = slashed * slashRewardBps / Params.BPS;
         // Contests the party answered before this one lapsed are refundable: it is proven a liar.
         Hunt storage h = hunts[c.auditId][_roundSlot(c.round, c.slot)];
-        uint256 reserve = h.answeredCount == 0 ? 0 : _reserveRefunds(h, h.answeredCount, slashed - reward);
-        jobs.depositCredit{value: slashed - reserve + c.bondWei}(c.challenger, reward + c.bondWei);
+        if (h.answeredCount != 0) _reserveRefunds(h, h.answeredCount, slashed - reward);
+        jobs.depositCredit{value: slashed + c.bondWei}(c.challenger, reward + c.bondWei);
         emit ContestLost(contestId, node, slashed);
     }
 
@@ -290,9 +290,9 @@ contract Disputes is ReentrancyGuard, Delivery {
     /// @dev Split a proven liar's slashed stake: the reward and the bond of the first contest
     /// answered against it go to that contest's challenger (the hunter whose answer published the
     /// proofs; whoever sends the adjudication, a front-runner included, gets nothing then), or the
-    /// reward to the caller when no contest was answered; the bonds of its other answered contests
-    /// are kept for `refundContest`; the rest goes to the fee pool. The liar received those bonds
-    /// when it answered: this returns them out of its stake.
+    /// reward to the caller when no contest was answered; the rest goes to the fee pool, of which
+    /// `refundContest` takes back the bonds of its other answered contests. The liar received
+    /// those bonds when it answered: this returns them out of its stake.
     function _payHunter(uint256 auditId, uint8 round, uint8 slot, uint256 slashed) private {
         uint256 reward = slashed * slashRewardBps / Params.BPS;
         Hunt storage h = hunts[auditId][_roundSlot(round, slot)];
@@ -303,22 +303,22 @@ contract Disputes is ReentrancyGuard, Delivery {
         Contest storage first = contests[h.firstAnswered - 1];
         uint256 refund = first.bondWei < slashed - reward ? first.bondWei : slashed - reward;
         first.refunded = true;
-        uint256 reserve = _reserveRefunds(h, h.answeredCount - 1, slashed - reward - refund);
-        jobs.depositCredit{value: slashed - reserve}(first.challenger, reward + refund);
+        _reserveRefunds(h, h.answeredCount - 1, slashed - reward - refund);
+        jobs.depositCredit{value: slashed}(first.challenger, reward + refund);
         emit ContestRefunded(h.firstAnswered - 1, first.challenger, refund);
     }
 
-    /// @dev The party was proven a liar (adjudicated, or it lost a contest): keep, out of
-    /// `available` of its slashed stake, the bonds of `count` contests it answered, for `refundContest`.
-    function _reserveRefunds(Hunt storage h, uint256 count, uint256 available) private returns (uint256 reserve) {
-        reserve = count * disputeBondWei;
-        if (reserve > available) reserve = available;
+    /// @dev The party was proven a liar (adjudicated, or it lost a contest): of `available` of its
+    /// slashed stake, about to go to the pool, the bonds of `count` contests it answered may come
+    /// back out through `refundContest`.
+    function _reserveRefunds(Hunt storage h, uint256 count, uint256 available) private {
+        uint256 reserve = count * disputeBondWei;
         h.liar = true;
-        h.reserveWei = uint96(reserve);
+        h.reserveWei = uint96(reserve < available ? reserve : available);
     }
 
-    /// @notice Return the bond of an answered contest whose party was then adjudicated a liar
-    /// (anyone may call; the challenger is paid), out of what `adjudicate` kept of its stake.
+    /// @notice Return the bond of an answered contest whose party was then proven a liar (anyone
+    /// may call; the challenger is paid), out of what its slash put in the pool.
     function refundContest(uint256 contestId) external nonReentrant {
         if (contestId >= contests.length) revert UnknownContest(contestId);
         Contest storage c = contests[contestId];
@@ -327,7 +327,7 @@ contract Disputes is ReentrancyGuard, Delivery {
         uint256 refund = c.bondWei < h.reserveWei ? c.bondWei : h.reserveWei;
         c.refunded = true;
         h.reserveWei -= uint96(refund);
-        jobs.depositCredit{value: refund}(c.challenger, refund);
+        jobs.creditFromPool(c.challenger, refund);
         emit ContestRefunded(contestId, c.challenger, refund);
     }
 

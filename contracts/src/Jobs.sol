@@ -670,6 +670,13 @@ contract Jobs is EIP712, ReentrancyGuard {
         feePoolWei += msg.value - creditWei;
     }
 
+    /// @notice Disputes returns a hunter's bond out of the pool, where the slashed stake of the
+    /// liar it proved went (Disputes.refundContest, bounded by what that slash put there).
+    function creditFromPool(address to, uint256 amountWei) external onlyDisputes {
+        feePoolWei -= amountWei;
+        _credit(to, amountWei);
+    }
+
     // --- 8. credits ------------------------------------------------------------------------
 
     function claim() external nonReentrant {

@@ -62,6 +62,13 @@ def _adjudicate(world, run, worker, sender, slot: int, contest_id: int):
     return world.protocol.adjudicate(sender, run.audit_id, 0, slot, _opening(world, run, worker), published, only=set(CELLS))
 
 
+def _holds_only_open_bonds(world) -> bool:
+    """Disputes holds exactly the bonds of its open contests: refunds come out of the pool."""
+    disputes = world.protocol.disputes
+    contests = [disputes.call("getContest", i) for i in range(disputes.call("contestCount"))]
+    return world.chain.w3.eth.get_balance(disputes.address) == sum(c[6] for c in contests if c[3])
+
+
 def _stake(world, address: str) -> int:
     return world.protocol.get_node(address)["stake_wei"]
 
@@ -132,6 +139,7 @@ def test_a_colluder_that_contests_first_takes_the_reward_but_the_honest_hunter_i
     assert world.protocol.get_credit(hunter.address) == credit + BOND  # the bond it paid, back
     with reverts("NotRefundable"):
         world.protocol.refund_contest(world.outsider, first)
+    assert _holds_only_open_bonds(world)
 
 
 def test_a_contest_answered_after_its_party_was_proven_a_liar_returns_the_bond(framed):
@@ -158,3 +166,4 @@ def test_an_answered_contest_is_refunded_when_its_liar_loses_another_contest(fra
     credit = world.protocol.get_credit(hunter.address)
     world.protocol.refund_contest(world.outsider, answered)
     assert world.protocol.get_credit(hunter.address) == credit + BOND
+    assert _holds_only_open_bonds(world)
