@@ -43,6 +43,9 @@ class LiarHunt:
     def __init__(self, chainio: ChainIO, tables: DispatcherTables, worker: Worker):
         self.chainio, self.tables, self.worker = chainio, tables, worker
         self.me = "0x" + chainio.address.hex()
+        # audit id → (own opening, targets, model): computed once per passed appeal (an opening
+        # may cost a prefill); rebuilt from the store and the chain after a restart.
+        self._plans: dict[int, tuple] = {}
 
     async def advance(self, duty: Duty, head: int) -> None:
         """Take the next step against every first-round liar of ``duty`` (the worker's round-0 seat)."""
@@ -53,6 +56,15 @@ class LiarHunt:
         appeal = await self.chainio.get_round(duty.audit_id, state.round)
         if appeal.phase != Phase.DECIDED or await self.chainio.read(protocol.jobs.call, "currentVerdict", duty.audit_id) != PASS:
             return
+        if duty.audit_id not in self._plans:
+            self._plans[duty.audit_id] = await self._plan(duty, state)
+        mine, targets, model = self._plans[duty.audit_id]
+        dispute_by = appeal.verdict_block + self.chainio.preset.DISPUTE_WINDOW_BLOCKS
+        for slot, cells in targets.items():
+            await self._step(duty.audit_id, slot, cells, mine, model, head, dispute_by)
+
+    async def _plan(self, duty: Duty, state) -> tuple:
+        """This node's own round-0 opening, and which members to hunt on which cells."""
         model = await self.chainio.get_model(state.model_id)
         prompt_len = compute_prompt_len(state.num_positions, state.output_tokens)
         first = await self.chainio.get_round(duty.audit_id, 0)
@@ -62,9 +74,7 @@ class LiarHunt:
         members = await self._posted_leaves(duty.audit_id, model.fingerprint_dims)
         targets = compute_hunt_targets(PASS, {(i.leaf.position, i.leaf.layer): i.leaf for i in mine.leaves}, members, model,
                                        prompt_len, state.output_tokens)
-        dispute_by = appeal.verdict_block + self.chainio.preset.DISPUTE_WINDOW_BLOCKS
-        for slot, cells in targets.items():
-            await self._step(duty.audit_id, slot, cells, mine, model, head, dispute_by)
+        return mine, targets, model
 
     async def _posted_leaves(self, audit_id: int, dims: int) -> dict[int, dict]:
         """Each first-round member's leaves as its `openAndVote` posted them, by party slot."""
