@@ -13,8 +13,9 @@ import {Registry} from "./Registry.sol";
 /// @notice Where openings are adjudicated on-chain, only when someone contests:
 /// - `contest`: a bonded demand that a party prove some of its opened leaves against its
 ///   committed root. Unanswered within proofWindowBlocks → the party is slashed and the
-///   challenger refunded and rewarded; answered → the bond goes to the party, and comes back to
-///   the challenger if the party is then adjudicated a liar (`_payHunter`, `refundContest`).
+///   challenger refunded and rewarded; answered → the bond goes to the party: a worker at once; a
+///   member once it can no longer be proven a liar, or back to the challenger if it is
+///   (`releaseBond`; held in Jobs' pool meanwhile).
 /// - `adjudicate`: anyone with both parties' leaves and proofs re-runs the tolerance test and
 ///   the token check for one member; a member whose vote contradicts its own committed data
 ///   is slashed.
@@ -30,18 +31,15 @@ contract Disputes is ReentrancyGuard, Delivery {
         uint64 deadline;
         uint256 bondWei;
         bytes32 cellsHash;
-        bool answered; // proven by its party: the bond went to the party
-        bool refunded; // the bond came back to the challenger once the party was proven a liar
+        bool answered; // a member's leaves proven: its bond held (in Jobs' pool) until `releaseBond`
+        bool released; // that bond paid: to the member, or back to the challenger if it lied
     }
 
-    /// @dev Per party (audit, round, slot): its answered contests, and — once adjudication proved
-    /// it a liar — the share of its slashed stake kept to refund them (docs/protocol.md §12
-    /// "Accountable votes": a hunt that proves a liar costs the hunter nothing).
+    /// @dev Per member (audit, round, slot) (docs/protocol.md §12 "Accountable votes": a hunt
+    /// that proves a liar costs the hunter nothing).
     struct Hunt {
         uint64 firstAnswered; // contestId + 1 of the first answered contest: its challenger is paid the reward
-        uint64 answeredCount;
-        bool liar;
-        uint96 reserveWei; // what refundContest may still take back from the pool for it
+        bool liar; // proven (adjudicated, or a lost contest): its answered contests' bonds go back
     }
 
     /// @notice One cell opened by both the worker and a member, with their Merkle proofs.
@@ -91,8 +89,8 @@ contract Disputes is ReentrancyGuard, Delivery {
     /// resolved: nothing is slashed twice, and the bond goes back to the challenger.
     event ContestMoot(uint256 indexed contestId);
     event Adjudicated(uint256 indexed auditId, uint8 round, uint8 slot, address indexed member, bool dataAgrees, uint8 vote);
-    /// @notice A contest's bond returned to its challenger: the party it proved was then adjudicated a liar.
-    event ContestRefunded(uint256 indexed contestId, address indexed challenger, uint256 refundWei);
+    /// @notice An answered contest's held bond paid: to its challenger when the member was proven a liar, else to the member.
+    event BondReleased(uint256 indexed contestId, address indexed to, uint256 bondWei);
 
     error WrongBond(uint256 givenWei, uint256 expectedWei);
     error NotOpened(uint8 slot);
@@ -109,7 +107,7 @@ contract Disputes is ReentrancyGuard, Delivery {
     error AlreadySlashed(uint8 slot);
     error NotRegistry();
     error NotCoverage();
-    error NotRefundable(uint256 contestId);
+    error NotHeld(uint256 contestId);
 
     constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) Delivery(jobs_, registry_, p) {
         if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
@@ -201,11 +199,17 @@ contract Disputes is ReentrancyGuard, Delivery {
             emit ContestMoot(contestId);
             return;
         }
-        c.answered = true;
-        Hunt storage h = hunts[c.auditId][_roundSlot(c.round, c.slot)];
-        if (h.firstAnswered == 0) h.firstAnswered = uint64(contestId + 1);
-        h.answeredCount += 1;
-        jobs.depositCredit{value: c.bondWei}(party.node, c.bondWei);
+        if (c.slot == 0) {
+            jobs.depositCredit{value: c.bondWei}(party.node, c.bondWei);
+        } else {
+            // A member's proofs show what it committed, not that it was honest: the bond waits
+            // in the pool until it can no longer be proven a liar (releaseBond), so a liar
+            // keeps no hunter's bond and a coalition contesting its own liar gains nothing.
+            c.answered = true;
+            Hunt storage h = hunts[c.auditId][_roundSlot(c.round, c.slot)];
+            if (h.firstAnswered == 0) h.firstAnswered = uint64(contestId + 1);
+            jobs.depositCredit{value: c.bondWei}(party.node, 0);
+        }
         emit ContestAnswered(contestId);
     }
 
@@ -244,9 +248,7 @@ contract Disputes is ReentrancyGuard, Delivery {
         address node = jobs.recordFault(c.auditId, c.round, c.slot);
         uint256 slashed = registry.slash(node);
         uint256 reward = slashed * slashRewardBps / Params.BPS;
-        // Contests the party answered before this one lapsed are refundable: it is proven a liar.
-        Hunt storage h = hunts[c.auditId][_roundSlot(c.round, c.slot)];
-        if (h.answeredCount != 0) _reserveRefunds(h, h.answeredCount, slashed - reward);
+        hunts[c.auditId][_roundSlot(c.round, c.slot)].liar = true; // its answered contests' bonds go back
         jobs.depositCredit{value: slashed + c.bondWei}(c.challenger, reward + c.bondWei);
         emit ContestLost(contestId, node, slashed);
     }
@@ -287,48 +289,42 @@ contract Disputes is ReentrancyGuard, Delivery {
         _payHunter(auditId, round, slot, registry.slash(member.node));
     }
 
-    /// @dev Split a proven liar's slashed stake: the reward and the bond of the first contest
-    /// answered against it go to that contest's challenger (the hunter whose answer published the
-    /// proofs; whoever sends the adjudication, a front-runner included, gets nothing then), or the
-    /// reward to the caller when no contest was answered; the rest goes to the fee pool, of which
-    /// `refundContest` takes back the bonds of its other answered contests. The liar received
-    /// those bonds when it answered: this returns them out of its stake.
+    /// @dev Pay a proven liar's slash: the reward to the challenger of the first contest answered
+    /// against it (the hunter whose answer published the proofs: whoever sends the adjudication,
+    /// a front-runner included, gets nothing then), with that contest's held bond; the reward to
+    /// the caller when no contest was answered; the rest of the stake to the fee pool. Its other
+    /// answered contests' bonds go back to their challengers with `releaseBond`.
     function _payHunter(uint256 auditId, uint8 round, uint8 slot, uint256 slashed) private {
         uint256 reward = slashed * slashRewardBps / Params.BPS;
         Hunt storage h = hunts[auditId][_roundSlot(round, slot)];
+        h.liar = true;
         if (h.firstAnswered == 0) {
             jobs.depositCredit{value: slashed}(msg.sender, reward);
             return;
         }
         Contest storage first = contests[h.firstAnswered - 1];
-        uint256 refund = first.bondWei < slashed - reward ? first.bondWei : slashed - reward;
-        first.refunded = true;
-        _reserveRefunds(h, h.answeredCount - 1, slashed - reward - refund);
-        jobs.depositCredit{value: slashed}(first.challenger, reward + refund);
-        emit ContestRefunded(h.firstAnswered - 1, first.challenger, refund);
+        jobs.depositCredit{value: slashed}(first.challenger, reward);
+        _release(h.firstAnswered - 1, first, first.challenger);
     }
 
-    /// @dev The party was proven a liar (adjudicated, or it lost a contest): of `available` of its
-    /// slashed stake, about to go to the pool, the bonds of `count` contests it answered may come
-    /// back out through `refundContest`.
-    function _reserveRefunds(Hunt storage h, uint256 count, uint256 available) private {
-        uint256 reserve = count * disputeBondWei;
-        h.liar = true;
-        h.reserveWei = uint96(reserve < available ? reserve : available);
-    }
-
-    /// @notice Return the bond of an answered contest whose party was then proven a liar (anyone
-    /// may call; the challenger is paid), out of what its slash put in the pool.
-    function refundContest(uint256 contestId) external nonReentrant {
+    /// @notice Pay an answered contest's held bond (anyone may call): back to its challenger once
+    /// the member was proven a liar in the audit; to the member once it can no longer be (its
+    /// round and any appeal after it past their dispute windows, or the audit over).
+    function releaseBond(uint256 contestId) external nonReentrant {
         if (contestId >= contests.length) revert UnknownContest(contestId);
         Contest storage c = contests[contestId];
-        Hunt storage h = hunts[c.auditId][_roundSlot(c.round, c.slot)];
-        if (!c.answered || c.refunded || !h.liar) revert NotRefundable(contestId);
-        uint256 refund = c.bondWei < h.reserveWei ? c.bondWei : h.reserveWei;
-        c.refunded = true;
-        h.reserveWei -= uint96(refund);
-        jobs.creditFromPool(c.challenger, refund);
-        emit ContestRefunded(contestId, c.challenger, refund);
+        if (!c.answered || c.released) revert NotHeld(contestId);
+        if (hunts[c.auditId][_roundSlot(c.round, c.slot)].liar) return _release(contestId, c, c.challenger);
+        (bool open, uint256 disputeBy) = _disputeWindow(c.auditId, c.round);
+        (Phase phase,) = jobs.getDeadlines(c.auditId, jobs.getAudit(c.auditId).round);
+        if (open || phase == Phase.DRAWING || phase == Phase.COMMITTING) revert TooEarly(disputeBy + 1);
+        _release(contestId, c, jobs.getParty(c.auditId, c.round, c.slot).node);
+    }
+
+    function _release(uint256 contestId, Contest storage c, address to) private {
+        c.released = true;
+        jobs.creditFromPool(to, c.bondWei);
+        emit BondReleased(contestId, to, c.bondWei);
     }
 
     function _roundSlot(uint8 round, uint8 slot) private pure returns (uint256) {
@@ -497,14 +493,19 @@ contract Disputes is ReentrancyGuard, Delivery {
     /// dispute deadline (Jobs.getDeadlines), whether or not an escalation runs after it; and a
     /// first round's, while the appeal round that may contradict it is OPENING or DECIDED by its own.
     function _checkDisputeWindow(uint256 auditId, uint8 round) private view {
+        (bool open, uint256 disputeBy) = _disputeWindow(auditId, round);
+        if (!open) revert WindowClosed(disputeBy);
+    }
+
+    function _disputeWindow(uint256 auditId, uint8 round) private view returns (bool open, uint256 disputeBy) {
         (Phase phase, Deadlines memory d) = jobs.getDeadlines(auditId, round);
-        if (_isDisputable(phase, d)) return;
+        if (_isDisputable(phase, d)) return (true, d.disputeBy);
         uint8 current = jobs.getAudit(auditId).round;
         if (current > round) {
             (phase, d) = jobs.getDeadlines(auditId, current);
-            if (_isDisputable(phase, d)) return;
+            if (_isDisputable(phase, d)) return (true, d.disputeBy);
         }
-        revert WindowClosed(d.disputeBy);
+        return (false, d.disputeBy);
     }
 
     function _isDisputable(Phase phase, Deadlines memory d) private view returns (bool) {

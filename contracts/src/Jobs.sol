@@ -670,8 +670,8 @@ contract Jobs is EIP712, ReentrancyGuard {
         feePoolWei += msg.value - creditWei;
     }
 
-    /// @notice Disputes returns a hunter's bond out of the pool, where the slashed stake of the
-    /// liar it proved went (Disputes.refundContest, bounded by what that slash put there).
+    /// @notice Disputes pays out a bond it held in the pool: a member's answered contest, once the
+    /// member is proven a liar (to the challenger) or can no longer be (to the member): Disputes.releaseBond.
     function creditFromPool(address to, uint256 amountWei) external onlyDisputes {
         feePoolWei -= amountWei;
         _credit(to, amountWei);

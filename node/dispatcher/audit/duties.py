@@ -9,7 +9,9 @@ first). From there:
              challenged cells of its own commitment: `openWorker`
     member   once the worker has opened, reads the worker's leaves from that transaction,
              opens its own cells and votes (`votes.compute_member_vote`): `openAndVote`
-    either   answers every contest against its seat with Merkle proofs (`answerContest`)
+    either   answers every contest against its seat with Merkle proofs (`answerContest`); a
+             member's answered contest holds its bond until the member can no longer be proven
+             a liar: the seat collects it (`releaseBond`) before it closes
     worker   appeals a FAIL of its first round (`escalate`, the bond refunded when the appeal
              passes it): its node ran the job, so a FAIL of its data is a committee's lie or
              error (docs/protocol.md §12 "Accountable votes"); faults.appeal = "never" turns it off
@@ -113,7 +115,7 @@ class PartyDuties:
                 await self._appeal(duty, info, head)
             if duty.slot == 0 and duty.round == 0 and self.faults.appeal == "fail":
                 await self.hunt.advance(duty, head)
-            if await self._is_over(duty, info, head):
+            if await self._is_over(duty, info, head) and await self._release_bonds(duty):
                 self.tables.update_duty(duty, status="closed")
         elif info.phase == Phase.OPENING:
             await (self._open_worker(duty, info, head) if duty.slot == 0 else self._open_member(duty, info))
@@ -203,6 +205,27 @@ class PartyDuties:
                 raise
         self.tables.update_duty(duty, status="opened", error=None)
         log.info("audit %d: opened party slot %d of round %d", duty.audit_id, duty.slot, duty.round)
+
+    async def _release_bonds(self, duty: Duty) -> bool:
+        """Collect the held bond of every contest this member seat answered; False while one is
+        not yet payable (the seat stays open)."""
+        if duty.slot == 0:
+            return True
+        for event in self.tables.get_events("Contested", duty.audit_id):
+            args = event["args"]
+            if args["round"] != duty.round or args["slot"] != duty.slot:
+                continue
+            contest = await self.chainio.read(self.chainio.protocol.disputes.call, "getContest", args["contestId"])
+            if not contest[8] or contest[9]:  # not held: never answered, resolved, or paid already
+                continue
+            try:
+                await self.chainio.send("release_bond", args["contestId"], audit_id=duty.audit_id)
+            except Exception as exc:
+                if is_revert(exc, "TooEarly"):
+                    return False
+                if not is_revert(exc, "NotHeld"):  # paid by someone else meanwhile
+                    raise
+        return True
 
     async def _answer_contests(self, duty: Duty, info) -> None:
         for event in self.tables.get_events("Contested", duty.audit_id):

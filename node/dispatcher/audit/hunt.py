@@ -10,11 +10,12 @@ per watcher tick, each re-read from the chain:
                  still leaves a block to adjudicate (`is_hunt_in_time`)
     resolve      the contest unanswered past its proof window: the liar is slashed, the bond
                  comes back with the reward (`resolveContest`)
-    adjudicate   the contest answered: with the proofs its answer published
-                 (`Protocol.get_answered_opening`); the liar is slashed, and this node, whose
-                 contest was the first answered, gets its bond back and the reward
-    refund       the liar slashed while this node's answered contest was not the first one
-                 (`refundContest`)
+    adjudicate   the contest answered (its bond held in the pool, not paid to the member): with
+                 the proofs its answer published (`Protocol.get_answered_opening`); the liar is
+                 slashed, and this node, whose contest was the first answered, gets its bond
+                 back and the reward
+    release      the liar slashed while this node's answered contest was not the first one:
+                 its held bond back (`releaseBond`)
 
 A member whose data pass is never contested, whatever it voted: an honest "disagree" on honest
 data (the stop rule) costs nobody anything.
@@ -34,7 +35,7 @@ from verillm.node.worker.worker import Worker
 log = logging.getLogger(__name__)
 
 # getContest's fields (Disputes.Contest)
-OPEN, CHALLENGER, DEADLINE, ANSWERED, REFUNDED = 3, 4, 5, 8, 9
+OPEN, CHALLENGER, DEADLINE, ANSWERED, RELEASED = 3, 4, 5, 8, 9
 
 
 class LiarHunt:
@@ -102,10 +103,10 @@ class LiarHunt:
             if head > contest[DEADLINE]:
                 await self._send_tolerant("resolve_contest", audit_id, ("ContestClosed",), contest_id)
             return
-        if not contest[ANSWERED] or contest[REFUNDED]:
-            return  # resolved (the liar slashed, our bond back with the reward), moot, or refunded
+        if not contest[ANSWERED] or contest[RELEASED]:
+            return  # resolved (the liar slashed, our bond back with the reward), moot, or paid
         if party["slashed"]:
-            await self._send_tolerant("refund_contest", audit_id, ("NotRefundable",), contest_id)
+            await self._send_tolerant("release_bond", audit_id, ("NotHeld",), contest_id)
             return
         published = await self.chainio.read(protocol.get_answered_opening, contest_id, model)
         await self._send_tolerant("adjudicate", audit_id, ("AlreadyHandled",), audit_id, 0, slot, mine, published, only=set(cells))

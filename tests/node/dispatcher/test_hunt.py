@@ -70,10 +70,10 @@ def framed(tmp_path):
 
 
 def _node(anvil, world, worker, tmp_path):
-    """The worker's node: its store holds the job it served (receipt and retained trace)."""
+    """A party's node: its store holds the job it ran (receipt and retained trace)."""
     key = compute_node_key(bytes(worker.node.account.key))
-    store = open_store(tmp_path / "node.sqlite")
-    job = Job(MODEL_ID, tuple(range(PROMPT_LEN)), SamplingParams(), 16, b"\x00" * 32)
+    store = open_store(tmp_path / f"{worker.node.address}.sqlite")
+    job = Job(MODEL_ID, tuple(range(worker.receipt.input_tokens)), SamplingParams(), worker.receipt.max_new_tokens, b"\x00" * 32)
     store.insert_job(worker.receipt.job_hash, job, key.address)
     store.complete_job(worker.receipt.job_hash, JobOutput(worker.receipt, worker.trace.output_tokens, encode_trace_blob(worker.trace)))
     tables = DispatcherTables(store.db)
@@ -141,3 +141,24 @@ async def test_the_worker_node_appeals_then_hunts_the_liars_and_is_made_whole(fr
     rewards = sum((stakes[a] - after[a]) * PRESET.SLASH_REWARD_BPS // 10_000 for a in liars)
     # the appeal bond stays in play until settlement; both hunt bonds came back, with both rewards
     assert world.protocol.get_credit(worker.node.address) == credit + 2 * PRESET.DISPUTE_BOND_WEI + rewards
+
+
+async def test_an_honest_members_node_answers_a_contest_and_collects_the_held_bond(framed, tmp_path):
+    # A griefer contests the honest dissenter of round 0. Its node answers with its proofs; the
+    # bond is held (the member might still be proven a liar) and its node collects it once the
+    # windows have passed, before closing the seat.
+    anvil, world, run, worker, round0, start = framed
+    honest = round0[2]
+    chainio, tables, duties = _node(anvil, world, honest, tmp_path)
+    tables.insert_duty(run.audit_id, 0, 3, honest.receipt.job_hash)
+    poller = EventPoller(chainio.chain, [chainio.protocol.jobs, chainio.protocol.disputes], 0)
+    contest_id = world.protocol.contest(world.outsider, run.audit_id, 0, 3, [(PROMPT_LEN, LAYERS[-1])]).value
+    credit = world.protocol.get_credit(honest.node.address)
+    await _tick(world, chainio, tables, duties, poller)
+    assert world.protocol.disputes.call("getContest", contest_id)[8]  # answered by its node
+    assert world.protocol.get_credit(honest.node.address) == credit  # held
+    while tables.get_duties():
+        world.chain.mine(1)
+        await _tick(world, chainio, tables, duties, poller)
+        assert world.chain.get_block_number() < start + 3 * PRESET.DISPUTE_WINDOW_BLOCKS, "the seat never closed"
+    assert world.protocol.get_credit(honest.node.address) == credit + PRESET.DISPUTE_BOND_WEI
