@@ -119,7 +119,7 @@ def test_an_honest_member_gets_the_bond_once_it_can_no_longer_be_proven_a_liar(f
         world.protocol.release_bond(hunter, contest_id)
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     credit, hunter_credit = world.protocol.get_credit(honest.node.address), world.protocol.get_credit(hunter.address)
-    world.protocol.release_bond(world.outsider, contest_id)  # anyone may: the member is paid
+    print(f"\nreleaseBond (to the member): {world.protocol.release_bond(world.outsider, contest_id).gas_used} gas")  # anyone may
     assert world.protocol.get_credit(honest.node.address) == credit + BOND
     assert world.protocol.get_credit(hunter.address) == hunter_credit
     assert world.protocol.settle(world.outsider, run.audit_id).value == spec.PASS
@@ -148,7 +148,7 @@ def test_a_colluder_that_contests_first_takes_the_reward_but_the_honest_hunter_g
     credit = world.protocol.get_credit(hunter.address)
     second = _contest_answered(world, run, hunter, 1, round0[0])
     _adjudicate(world, run, worker, hunter, 1, second)
-    world.protocol.release_bond(world.outsider, second)  # anyone may: the challenger is paid
+    print(f"\nreleaseBond (to the challenger): {world.protocol.release_bond(world.outsider, second).gas_used} gas")  # anyone may
     assert world.protocol.get_credit(hunter.address) == credit + BOND  # the bond it paid, back
     with reverts("NotHeld"):
         world.protocol.release_bond(world.outsider, first)
