@@ -13,7 +13,9 @@ import {Registry} from "./Registry.sol";
 /// @notice Where openings are adjudicated on-chain, only when someone contests:
 /// - `contest`: a bonded demand that a party prove some of its opened leaves against its
 ///   committed root. Unanswered within proofWindowBlocks → the party is slashed and the
-///   challenger refunded and rewarded; answered → the bond goes to the party.
+///   challenger refunded and rewarded; answered → the bond goes to the party: a worker at once; a
+///   member once it can no longer be proven a liar, or back to the challenger if it is
+///   (`releaseBond`; held in Jobs' pool meanwhile).
 /// - `adjudicate`: anyone with both parties' leaves and proofs re-runs the tolerance test and
 ///   the token check for one member; a member whose vote contradicts its own committed data
 ///   is slashed.
@@ -29,6 +31,15 @@ contract Disputes is ReentrancyGuard, Delivery {
         uint64 deadline;
         uint256 bondWei;
         bytes32 cellsHash;
+        bool answered; // a member's leaves proven: its bond held (in Jobs' pool) until `releaseBond`
+        bool released; // that bond paid: to the member, or back to the challenger if it lied
+    }
+
+    /// @dev Per member (audit, round, slot) (docs/protocol.md §12 "Accountable votes": a hunt
+    /// that proves a liar costs the hunter nothing).
+    struct Hunt {
+        uint64 firstAnswered; // contestId + 1 of the first answered contest: its challenger is paid the reward
+        bool liar; // proven (adjudicated, or a lost contest): its answered contests' bonds go back
     }
 
     /// @notice One cell opened by both the worker and a member, with their Merkle proofs.
@@ -69,6 +80,7 @@ contract Disputes is ReentrancyGuard, Delivery {
     uint256 public constant MAX_CONTEST_CELLS = 16;
 
     Contest[] private contests;
+    mapping(uint256 auditId => mapping(uint256 roundSlot => Hunt)) private hunts;
 
     event Contested(uint256 indexed contestId, uint256 indexed auditId, uint8 round, uint8 slot, address indexed challenger, uint32[] positions, uint16[] layers);
     event ContestAnswered(uint256 indexed contestId);
@@ -77,6 +89,8 @@ contract Disputes is ReentrancyGuard, Delivery {
     /// resolved: nothing is slashed twice, and the bond goes back to the challenger.
     event ContestMoot(uint256 indexed contestId);
     event Adjudicated(uint256 indexed auditId, uint8 round, uint8 slot, address indexed member, bool dataAgrees, uint8 vote);
+    /// @notice An answered contest's held bond paid: to its challenger when the member was proven a liar, else to the member.
+    event BondReleased(uint256 indexed contestId, address indexed to, uint256 bondWei);
 
     error WrongBond(uint256 givenWei, uint256 expectedWei);
     error NotOpened(uint8 slot);
@@ -93,6 +107,7 @@ contract Disputes is ReentrancyGuard, Delivery {
     error AlreadySlashed(uint8 slot);
     error NotRegistry();
     error NotCoverage();
+    error NotHeld(uint256 contestId);
 
     constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) Delivery(jobs_, registry_, p) {
         if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
@@ -150,7 +165,7 @@ contract Disputes is ReentrancyGuard, Delivery {
             if (!_isChallenged(ctx, positions[i], layers[i], party.numPositions)) revert NotChallenged(positions[i], layers[i]);
         }
         contestId = contests.length;
-        contests.push(Contest(uint64(auditId), round, slot, true, msg.sender, uint64(block.number + proofWindowBlocks), msg.value, keccak256(abi.encode(positions, layers))));
+        contests.push(Contest(uint64(auditId), round, slot, true, msg.sender, uint64(block.number + proofWindowBlocks), msg.value, keccak256(abi.encode(positions, layers)), false, false));
         jobs.addPendingContest(auditId, 1);
         emit Contested(contestId, auditId, round, slot, msg.sender, positions, layers);
     }
@@ -177,7 +192,24 @@ contract Disputes is ReentrancyGuard, Delivery {
         }
         c.open = false;
         jobs.addPendingContest(c.auditId, -1);
-        jobs.depositCredit{value: c.bondWei}(party.node, c.bondWei);
+        if (party.slashed) {
+            // Proven a liar (or slashed otherwise) while this contest ran: nothing goes to a
+            // slashed party; the bond goes back to the challenger, as a moot contest's does.
+            jobs.depositCredit{value: c.bondWei}(c.challenger, c.bondWei);
+            emit ContestMoot(contestId);
+            return;
+        }
+        if (c.slot == 0) {
+            jobs.depositCredit{value: c.bondWei}(party.node, c.bondWei);
+        } else {
+            // A member's proofs show what it committed, not that it was honest: the bond waits
+            // in the pool until it can no longer be proven a liar (releaseBond), so a liar
+            // keeps no hunter's bond and a coalition contesting its own liar gains nothing.
+            c.answered = true;
+            Hunt storage h = hunts[c.auditId][_roundSlot(c.round, c.slot)];
+            if (h.firstAnswered == 0) h.firstAnswered = uint64(contestId + 1);
+            jobs.depositCredit{value: c.bondWei}(party.node, 0);
+        }
         emit ContestAnswered(contestId);
     }
 
@@ -216,6 +248,7 @@ contract Disputes is ReentrancyGuard, Delivery {
         address node = jobs.recordFault(c.auditId, c.round, c.slot);
         uint256 slashed = registry.slash(node);
         uint256 reward = slashed * slashRewardBps / Params.BPS;
+        hunts[c.auditId][_roundSlot(c.round, c.slot)].liar = true; // its answered contests' bonds go back
         jobs.depositCredit{value: slashed + c.bondWei}(c.challenger, reward + c.bondWei);
         emit ContestLost(contestId, node, slashed);
     }
@@ -226,7 +259,8 @@ contract Disputes is ReentrancyGuard, Delivery {
     /// (position, layer), each challenged, each proven under both roots, the worker's leaf the
     /// one it posted, at workerLeafIndices[i] of its opening: votes are judged against exactly
     /// what the members were shown). A member whose committed data fail there is a provable
-    /// liar, slashed in full (the caller gets slashRewardBps of it), when it voted "agree", or —
+    /// liar, slashed in full (slashRewardBps of it, and the bond back, to the challenger of the
+    /// first contest answered against it, else to the caller: `_payHunter`), when it voted "agree", or —
     /// whatever it voted — when a later round of the audit (the appeal) has decided PASS and
     /// every cell is one that round checked too: a last-layer token cell (every round opens and
     /// token-checks them), so the appeal majority's data contradict the member's on the very
@@ -252,8 +286,49 @@ contract Disputes is ReentrancyGuard, Delivery {
         emit Adjudicated(auditId, round, slot, member.node, agrees, member.vote);
         if (agrees || (member.vote != AuditCodes.AGREE && !_isContradictedByAppeal(ctx, auditId, round, cells))) revert NoFault();
         jobs.recordFault(auditId, round, slot);
-        uint256 slashed = registry.slash(member.node);
-        jobs.depositCredit{value: slashed}(msg.sender, slashed * slashRewardBps / Params.BPS);
+        _payHunter(auditId, round, slot, registry.slash(member.node));
+    }
+
+    /// @dev Pay a proven liar's slash: the reward to the challenger of the first contest answered
+    /// against it (the hunter whose answer published the proofs: whoever sends the adjudication,
+    /// a front-runner included, gets nothing then), with that contest's held bond; the reward to
+    /// the caller when no contest was answered; the rest of the stake to the fee pool. Its other
+    /// answered contests' bonds go back to their challengers with `releaseBond`.
+    function _payHunter(uint256 auditId, uint8 round, uint8 slot, uint256 slashed) private {
+        uint256 reward = slashed * slashRewardBps / Params.BPS;
+        Hunt storage h = hunts[auditId][_roundSlot(round, slot)];
+        h.liar = true;
+        if (h.firstAnswered == 0) {
+            jobs.depositCredit{value: slashed}(msg.sender, reward);
+            return;
+        }
+        Contest storage first = contests[h.firstAnswered - 1];
+        jobs.depositCredit{value: slashed}(first.challenger, reward);
+        _release(h.firstAnswered - 1, first, first.challenger);
+    }
+
+    /// @notice Pay an answered contest's held bond (anyone may call): back to its challenger once
+    /// the member was proven a liar in the audit; to the member once it can no longer be (its
+    /// round and any appeal after it past their dispute windows, or the audit over).
+    function releaseBond(uint256 contestId) external nonReentrant {
+        if (contestId >= contests.length) revert UnknownContest(contestId);
+        Contest storage c = contests[contestId];
+        if (!c.answered || c.released) revert NotHeld(contestId);
+        if (hunts[c.auditId][_roundSlot(c.round, c.slot)].liar) return _release(contestId, c, c.challenger);
+        (bool open, uint256 disputeBy) = _disputeWindow(c.auditId, c.round);
+        (Phase phase,) = jobs.getDeadlines(c.auditId, jobs.getAudit(c.auditId).round);
+        if (open || phase == Phase.DRAWING || phase == Phase.COMMITTING) revert TooEarly(disputeBy + 1);
+        _release(contestId, c, jobs.getParty(c.auditId, c.round, c.slot).node);
+    }
+
+    function _release(uint256 contestId, Contest storage c, address to) private {
+        c.released = true;
+        jobs.creditFromPool(to, c.bondWei);
+        emit BondReleased(contestId, to, c.bondWei);
+    }
+
+    function _roundSlot(uint8 round, uint8 slot) private pure returns (uint256) {
+        return uint256(round) << 8 | slot;
     }
 
     /// @dev A later round decided PASS, and every cell is a last-layer token cell: one that round
@@ -418,14 +493,19 @@ contract Disputes is ReentrancyGuard, Delivery {
     /// dispute deadline (Jobs.getDeadlines), whether or not an escalation runs after it; and a
     /// first round's, while the appeal round that may contradict it is OPENING or DECIDED by its own.
     function _checkDisputeWindow(uint256 auditId, uint8 round) private view {
+        (bool open, uint256 disputeBy) = _disputeWindow(auditId, round);
+        if (!open) revert WindowClosed(disputeBy);
+    }
+
+    function _disputeWindow(uint256 auditId, uint8 round) private view returns (bool open, uint256 disputeBy) {
         (Phase phase, Deadlines memory d) = jobs.getDeadlines(auditId, round);
-        if (_isDisputable(phase, d)) return;
+        if (_isDisputable(phase, d)) return (true, d.disputeBy);
         uint8 current = jobs.getAudit(auditId).round;
         if (current > round) {
             (phase, d) = jobs.getDeadlines(auditId, current);
-            if (_isDisputable(phase, d)) return;
+            if (_isDisputable(phase, d)) return (true, d.disputeBy);
         }
-        revert WindowClosed(d.disputeBy);
+        return (false, d.disputeBy);
     }
 
     function _isDisputable(Phase phase, Deadlines memory d) private view returns (bool) {

@@ -670,6 +670,13 @@ contract Jobs is EIP712, ReentrancyGuard {
         feePoolWei += msg.value - creditWei;
     }
 
+    /// @notice Disputes pays out a bond it held in the pool: a member's answered contest, once the
+    /// member is proven a liar (to the challenger) or can no longer be (to the member): Disputes.releaseBond.
+    function creditFromPool(address to, uint256 amountWei) external onlyDisputes {
+        feePoolWei -= amountWei;
+        _credit(to, amountWei);
+    }
+
     // --- 8. credits ------------------------------------------------------------------------
 
     function claim() external nonReentrant {

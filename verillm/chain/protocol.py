@@ -383,6 +383,11 @@ class Protocol:
     def resolve_contest(self, sender: LocalAccount, contest_id: int) -> Tx:
         return self._send(self.disputes, "resolveContest", contest_id, sender=sender)
 
+    def release_bond(self, sender: LocalAccount, contest_id: int) -> Tx:
+        """Pay a member's answered contest's held bond: back to the challenger once the member was
+        proven a liar, else to the member once it can no longer be (Disputes.releaseBond)."""
+        return self._send(self.disputes, "releaseBond", contest_id, sender=sender)
+
     def adjudicate(self, sender: LocalAccount, audit_id: int, round_index: int, slot: int,
                    worker_opening: Opening, member_opening: Opening, only: set | None = None) -> Tx:
         """Re-run member ``slot``'s comparison on-chain over every cell the worker opened, or over

@@ -14,3 +14,6 @@ PPB = 10**9
 
 FLAG_NEXT_WITHIN_MARGIN = 1
 FLAG_STOP_WITHIN_MARGIN = 2
+
+MAX_CONTEST_CELLS = 16
+"""Cells one contest may name (Disputes.MAX_CONTEST_CELLS): its answer stays far below a block."""

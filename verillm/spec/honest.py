@@ -10,16 +10,20 @@ A vote is provably a lie (`Disputes.adjudicate` slashes it) only when the member
 "agree" while the on-chain comparison over the worker's posted leaves fails. A "disagree" is
 never adjudicated: it may rest on the stop rule, which the contract cannot run (an honest
 member that caught a truncated output votes "disagree" although every opened cell passes); a
-false "disagree" is a minority vote, settled by the vote or by escalation.
+false "disagree" is a minority vote, settled by the vote or by escalation — except after an
+appeal: once the appeal round decided PASS, a first-round member whose posted leaves fail the
+cell test on the appeal cells (the token cells every round checks) is a provable liar whatever
+it voted (`compute_hunt_targets`: which members the worker's node hunts, and on which cells).
 """
 
 from collections.abc import Mapping
 
-from verillm.spec.audit import OnchainModel, is_onchain_agreement
+from verillm.spec.audit import (OnchainModel, compute_appeal_cells, compute_cell_squared_error, compute_f32_bits, is_cell_within,
+                                is_onchain_agreement)
 from verillm.spec.compare import is_stopped_early
 from verillm.spec.settlement import AGREE, FAIL, PASS, TIE
 from verillm.spec.types import Leaf
-from verillm.spec.constants import FLAG_STOP_WITHIN_MARGIN
+from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, MAX_CONTEST_CELLS
 
 Cells = Mapping[tuple[int, int], Leaf]
 
@@ -64,3 +68,43 @@ def is_escalation_warranted(verdict: int, proven_agreements: list[bool]) -> bool
     if verdict == PASS:
         return bool(proven_agreements) and 2 * sum(proven_agreements) < len(proven_agreements)
     return verdict in (FAIL, TIE) and any(proven_agreements)
+
+
+def compute_lie_cells(worker: Cells, member: Cells, model: OnchainModel, prompt_len: int, output_tokens: int) -> tuple[tuple[int, int], ...]:
+    """Return the appeal cells where ``member``'s leaf fails the on-chain cell test against
+    ``worker``'s (Disputes._compare per cell: outside the layer's band, or its token not flagged
+    within the margin), sorted, at most MAX_CONTEST_CELLS: enough for one contest and one
+    adjudication. Empty when the member's data pass every appeal cell — an honest "disagree" on
+    honest data (the stop rule) is never hunted. A cell either side lacks is skipped."""
+    slot = len(model.committed_layers) - 1
+    failing = []
+    for cell in sorted(compute_appeal_cells(prompt_len, output_tokens, model.committed_layers)):
+        w, m = worker.get(cell), member.get(cell)
+        if w is None or m is None:
+            continue
+        sum_sq = compute_cell_squared_error([compute_f32_bits(v) for v in w.fingerprint], [compute_f32_bits(v) for v in m.fingerprint])
+        if not is_cell_within(sum_sq, model.fingerprint_dims, model.max_cell_error_ppb[slot]) or not m.flags & FLAG_NEXT_WITHIN_MARGIN:
+            failing.append(cell)
+    return tuple(failing[:MAX_CONTEST_CELLS])
+
+
+def compute_hunt_targets(appeal_verdict: int, worker: Cells, members: Mapping[int, Cells], model: OnchainModel,
+                         prompt_len: int, output_tokens: int) -> dict[int, tuple[tuple[int, int], ...]]:
+    """Return, for each first-round member slot to hunt, the cells to contest and adjudicate it on.
+
+    Only after the appeal round decided PASS (the worker's data found honest), and only members
+    whose posted leaves fail there (`compute_lie_cells`): ``worker`` is the worker's own leaves,
+    ``members`` each first-round member's leaves as posted in its `openAndVote`, by party slot.
+    A contest the member answers makes the hunter whole only if the adjudication then slashes
+    it, so nobody whose data pass is ever contested."""
+    if appeal_verdict != PASS:
+        return {}
+    targets = {slot: compute_lie_cells(worker, cells, model, prompt_len, output_tokens) for slot, cells in sorted(members.items())}
+    return {slot: cells for slot, cells in targets.items() if cells}
+
+
+def is_hunt_in_time(head: int, dispute_by: int, proof_window_blocks: int) -> bool:
+    """Return whether a contest sent at ``head`` (mined at head + 1) leaves a block to adjudicate
+    within the appeal's dispute window even if the liar answers at its proof window's last block:
+    later, a liar could answer too late to be adjudicated and keep the hunter's bond."""
+    return head + 1 + proof_window_blocks + 1 <= dispute_by

@@ -9,10 +9,15 @@ first). From there:
              challenged cells of its own commitment: `openWorker`
     member   once the worker has opened, reads the worker's leaves from that transaction,
              opens its own cells and votes (`votes.compute_member_vote`): `openAndVote`
-    either   answers every contest against its seat with Merkle proofs (`answerContest`)
+    either   answers every contest against its seat with Merkle proofs (`answerContest`); a
+             member's answered contest holds its bond until the member can no longer be proven
+             a liar: the seat collects it (`releaseBond`) before it closes
     worker   appeals a FAIL of its first round (`escalate`, the bond refunded when the appeal
              passes it): its node ran the job, so a FAIL of its data is a committee's lie or
              error (docs/protocol.md §12 "Accountable votes"); faults.appeal = "never" turns it off
+    worker   once its appeal passed, hunts the first-round members whose posted data the
+             passed appeal contradicts: contest, then adjudicate with the answer's proofs
+             (`hunt.py`; only members that provably fail, never an honest "disagree")
 
 A seat is kept until the audit settles or its dispute and proof windows have passed.
 """
@@ -28,6 +33,7 @@ from verillm.spec.challenge import compute_challenge
 from verillm.spec.settlement import AGREE, DISAGREE, FAIL
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
+from verillm.node.dispatcher.audit.hunt import LiarHunt
 from verillm.spec.audit import decode_opening_leaves
 from verillm.node.store.dispatcher_tables import DispatcherTables, Duty
 from verillm.spec.honest import compute_member_vote
@@ -53,7 +59,8 @@ class PartyFaults:
     (their claims then make the worker publish its transcript, docs/protocol.md §12)."""
     appeal: str = "fail"
     """"fail": as worker, escalate a first-round FAIL of its own job (an honest node's data are
-    honest: the FAIL is the committee's); "never": leave it (a cheater's node, in the tests)."""
+    honest: the FAIL is the committee's) and, once the appeal passes, hunt the first-round liars;
+    "never": leave both (a cheater's node, in the tests)."""
 
 
 def compute_tampered_opening(opening):
@@ -71,6 +78,7 @@ class PartyDuties:
     def __init__(self, chainio: ChainIO, tables: DispatcherTables, store: Store, worker: Worker, faults: PartyFaults):
         self.chainio, self.tables, self.store, self.worker, self.faults = chainio, tables, store, worker, faults
         self.me = "0x" + chainio.address.hex()
+        self.hunt = LiarHunt(chainio, tables, worker)
 
     # --- events -------------------------------------------------------------------------------
 
@@ -105,7 +113,9 @@ class PartyDuties:
             await self._answer_contests(duty, info)
             if duty.slot == 0 and duty.round == 0 and info.phase == Phase.DECIDED:
                 await self._appeal(duty, info, head)
-            if await self._is_over(duty, info, head):
+            if duty.slot == 0 and duty.round == 0 and self.faults.appeal == "fail":
+                await self.hunt.advance(duty, head)
+            if await self._is_over(duty, info, head) and await self._release_bonds(duty):
                 self.tables.update_duty(duty, status="closed")
         elif info.phase == Phase.OPENING:
             await (self._open_worker(duty, info, head) if duty.slot == 0 else self._open_member(duty, info))
@@ -195,6 +205,27 @@ class PartyDuties:
                 raise
         self.tables.update_duty(duty, status="opened", error=None)
         log.info("audit %d: opened party slot %d of round %d", duty.audit_id, duty.slot, duty.round)
+
+    async def _release_bonds(self, duty: Duty) -> bool:
+        """Collect the held bond of every contest this member seat answered; False while one is
+        not yet payable (the seat stays open)."""
+        if duty.slot == 0:
+            return True
+        for event in self.tables.get_events("Contested", duty.audit_id):
+            args = event["args"]
+            if args["round"] != duty.round or args["slot"] != duty.slot:
+                continue
+            contest = await self.chainio.read(self.chainio.protocol.disputes.call, "getContest", args["contestId"])
+            if not contest[8] or contest[9]:  # not held: never answered, resolved, or paid already
+                continue
+            try:
+                await self.chainio.send("release_bond", args["contestId"], audit_id=duty.audit_id)
+            except Exception as exc:
+                if is_revert(exc, "TooEarly"):
+                    return False
+                if not is_revert(exc, "NotHeld"):  # paid by someone else meanwhile
+                    raise
+        return True
 
     async def _answer_contests(self, duty: Duty, info) -> None:
         for event in self.tables.get_events("Contested", duty.audit_id):

@@ -60,3 +60,42 @@ def test_escalation_when_proven_data_contradict_the_verdict():
     assert not is_escalation_warranted(PASS, [True, False, True])
     assert is_escalation_warranted(PASS, [False, False, True])  # a colluding majority outvoted the proven data
     assert not is_escalation_warranted(WORKER_DEFAULT, [True])
+
+
+def _round0(worker_offset: float = 0.0, changed: Leaf | None = None) -> dict:
+    cells = _cells(3, offset=worker_offset, member=True)
+    if changed is not None:
+        cells[(changed.position, changed.layer)] = changed
+    return cells
+
+
+def test_only_members_whose_data_fail_the_appeal_cells_are_hunted_and_only_after_a_pass():
+    from verillm.spec.honest import compute_hunt_targets
+
+    worker = _cells(3)
+    fabricated = _round0(worker_offset=1e-4)  # every cell 100,000 ppb off: a framing liar
+    flagless = _round0(changed=Leaf(PROMPT_LEN, 3, (0.25,), 0))  # one token refused
+    off_layer_1 = _round0(changed=Leaf(PROMPT_LEN, 1, (0.9,), FLAG_NEXT_WITHIN_MARGIN))  # not an appeal cell
+    honest = _round0()  # an honest DISAGREE (the stop rule) on honest data
+    members = {1: fabricated, 2: flagless, 3: off_layer_1, 4: honest}
+    targets = compute_hunt_targets(PASS, worker, members, MODEL, PROMPT_LEN, 3)
+    assert targets == {1: ((3, 3), (4, 3), (5, 3)), 2: ((PROMPT_LEN, 3),)}
+    for verdict in (FAIL, TIE, WORKER_DEFAULT):
+        assert compute_hunt_targets(verdict, worker, members, MODEL, PROMPT_LEN, 3) == {}
+
+
+def test_a_hunt_names_at_most_one_contests_cells():
+    from verillm.spec.constants import MAX_CONTEST_CELLS
+    from verillm.spec.honest import compute_lie_cells
+
+    worker = {(p, 3): Leaf(p, 3, (0.25,), FLAG_NEXT_WITHIN_MARGIN) for p in range(PROMPT_LEN - 1, PROMPT_LEN + 39)}
+    liar = {cell: Leaf(*cell, (0.5,), FLAG_NEXT_WITHIN_MARGIN) for cell in worker}
+    cells = compute_lie_cells(worker, liar, MODEL, PROMPT_LEN, 40)
+    assert len(cells) == MAX_CONTEST_CELLS and list(cells) == sorted(cells)
+
+
+def test_a_hunt_starts_only_while_a_late_answer_still_leaves_a_block_to_adjudicate():
+    from verillm.spec.honest import is_hunt_in_time
+
+    assert is_hunt_in_time(head=100, dispute_by=107, proof_window_blocks=5)  # answer by 106, adjudicate at 107
+    assert not is_hunt_in_time(head=101, dispute_by=107, proof_window_blocks=5)

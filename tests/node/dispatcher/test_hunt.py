@@ -1,0 +1,164 @@
+"""The worker's node hunts the members that framed it (docs/protocol.md §12 "Accountable votes"),
+on a real anvil with the real contracts, the node's real seat driver (`PartyDuties`, fed the
+chain's events as its watcher feeds them), its SQLite store and its retained trace.
+
+Round 0 of an honest job: two colluders commit fabricated data and vote DISAGREE, the third
+member votes DISAGREE on honest data (the stop rule). The worker appeals (as its node does), the
+appeal passes; from there only the node acts: it contests the two liars on the cells where their
+posted data fail, adjudicates the one that answers, resolves the one that does not, and ends
+with both bonds back plus both rewards. The honest dissenter is never contested."""
+
+import json
+
+import pytest
+
+from verillm.chain import RpcChain
+from verillm.chain.anvil import AnvilProcess
+from verillm.chain.events import EventPoller
+from verillm.spec import settlement as spec
+from verillm.spec.challenge import compute_challenge, compute_opened_cells
+from verillm.spec.commitment import compute_opening
+from verillm.spec.types import Job, SamplingParams
+
+from verillm.node.config import LimitsConfig
+from verillm.node.dispatcher.audit.duties import PartyDuties, PartyFaults
+from verillm.node.dispatcher.chainio import ChainIO
+from verillm.node.dispatcher.watcher import compute_event_row
+from verillm.node.keys import compute_node_key
+from verillm.node.metrics import NodeMetrics
+from verillm.node.store.dispatcher_tables import DispatcherTables
+from verillm.node.store.store import open_store
+from verillm.node.worker.commit import JobOutput
+from verillm.node.worker.openings import Openings
+from verillm.node.worker.trace_blob import encode_trace_blob
+
+from helpers.contracts import LAYERS, MODEL_ID, OUTPUT_TOKENS, PRESET, PROMPT_LEN, World
+
+pytestmark = pytest.mark.usefixtures("anvil_installed")
+
+
+class RetainedJobs:
+    """The worker's openings from its store, as `Worker.open_cells` serves them (real `Openings`
+    over the retained trace blob; no engine: the served model only names the committed layers)."""
+
+    class Served:
+        class manifest:  # noqa: N801 - the attribute path `Openings` reads
+            committed_layers = LAYERS
+
+    def __init__(self, store, key):
+        self.openings = Openings(self.Served, store, key, LimitsConfig(), NodeMetrics())
+
+    async def open_cells(self, job_hash, requester, cells=None, challenge=None):
+        return await self.openings.open(job_hash, requester, cells, challenge)
+
+
+@pytest.fixture
+def framed(tmp_path):
+    with AnvilProcess() as anvil:
+        world = World(RpcChain(anvil.url), PRESET, extra_nodes=4)
+        worker = world.make_worker(world.nodes[0])
+        run = world.start(worker, dispatcher=world.nodes[1])
+        committee = world.committee(run)
+        round0 = [world.make_member(n, offset=0.3) for n in committee[:2]] + [world.make_member(committee[2])]
+        world.post_members(run, round0)
+        world.open_worker(run)
+        for slot in range(3):
+            world.open_member(run, slot, vote=False)  # two liars, and an honest dissenter
+        assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
+        start = world.chain.get_block_number()
+        yield anvil, world, run, worker, round0, start
+
+
+def _node(anvil, world, worker, tmp_path):
+    """A party's node: its store holds the job it ran (receipt and retained trace)."""
+    key = compute_node_key(bytes(worker.node.account.key))
+    store = open_store(tmp_path / f"{worker.node.address}.sqlite")
+    job = Job(MODEL_ID, tuple(range(worker.receipt.input_tokens)), SamplingParams(), worker.receipt.max_new_tokens, b"\x00" * 32)
+    store.insert_job(worker.receipt.job_hash, job, key.address)
+    store.complete_job(worker.receipt.job_hash, JobOutput(worker.receipt, worker.trace.output_tokens, encode_trace_blob(worker.trace)))
+    tables = DispatcherTables(store.db)
+    chainio = ChainIO(anvil.url, world.protocol.deployment, key, tables)
+    duties = PartyDuties(chainio, tables, store, RetainedJobs(store, key), PartyFaults())
+    return chainio, tables, duties
+
+
+async def _tick(world, chainio, tables, duties, poller) -> None:
+    """What the node's watcher does each tick for its seats: record new events, advance each."""
+    rows = [compute_event_row(e) for e in poller.poll()]
+    for row in rows:
+        duties.on_event(row["name"], json.loads(row["args"]), row["audit_id"])
+    tables.record_events("protocol", rows, poller.next_block)
+    head = world.chain.get_block_number()
+    for duty in tables.get_duties():
+        await duties.advance(duty, head)
+
+
+def _round0_opening(world, run, party):
+    seed = bytes(world.protocol.jobs.call("getRound", run.audit_id, 0)[4])
+    challenge = compute_challenge(seed, PROMPT_LEN, OUTPUT_TOKENS, LAYERS, PRESET.CHALLENGE_POSITIONS)
+    return compute_opening(party.trace, party.commitment, compute_opened_cells(challenge, party.trace.num_positions))
+
+
+async def test_the_worker_node_appeals_then_hunts_the_liars_and_is_made_whole(framed, tmp_path):
+    anvil, world, run, worker, round0, start = framed
+    chainio, tables, duties = _node(anvil, world, worker, tmp_path)
+    tables.insert_duty(run.audit_id, 0, 0, worker.receipt.job_hash)
+    poller = EventPoller(chainio.chain, [chainio.protocol.jobs, chainio.protocol.disputes], 0)
+    stakes, credit = world.stakes(), world.protocol.get_credit(worker.node.address)
+
+    await _tick(world, chainio, tables, duties, poller)  # the node appeals its FAIL
+    assert world.protocol.get_audit(run.audit_id).round == 1
+    world.draw_round(run)
+    world.post_members(run, [world.make_member(n) for n in world.committee(run, 1)], 1)
+    while not world.protocol.get_party(run.audit_id, 1, 0)["opened"]:  # the node opens its appeal seat
+        await _tick(world, chainio, tables, duties, poller)
+        world.chain.mine(1)
+    for slot in range(len(run.members)):
+        world.open_member(run, slot)
+    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
+
+    disputes = world.protocol.disputes.web3.events
+    answered = set()
+    dispute_by = world.protocol.get_round_state(run.audit_id, 1).deadlines.dispute_by
+    while world.chain.get_block_number() <= dispute_by + PRESET.PROOF_WINDOW_BLOCKS + 1:
+        await _tick(world, chainio, tables, duties, poller)
+        for log in disputes.Contested().get_logs(from_block=start):
+            contest_id, slot = log["args"]["contestId"], log["args"]["slot"]
+            if slot == 1 and contest_id not in answered:  # liar 1 answers: its proofs adjudicate it
+                cells = list(zip(log["args"]["positions"], log["args"]["layers"]))
+                world.protocol.answer_contest(round0[0].node.account, contest_id, cells, _round0_opening(world, run, round0[0]))
+                answered.add(contest_id)
+        if all(world.protocol.get_party(run.audit_id, 0, s)["slashed"] for s in (1, 2)) and not world.protocol.get_audit(run.audit_id).pending_contests:
+            break
+        world.chain.mine(1)
+
+    contested = {log["args"]["slot"] for log in disputes.Contested().get_logs(from_block=start)}
+    assert contested == {1, 2}  # the honest dissenter (slot 3) is never contested
+    after = world.stakes()
+    liars = [m.node.address for m in round0[:2]]
+    assert all(after[a] == stakes[a] * (10_000 - PRESET.SLASH_FRACTION_BPS) // 10_000 for a in liars)
+    assert after[round0[2].node.address] == stakes[round0[2].node.address]  # not slashed as a liar (settlement not run here)
+    rewards = sum((stakes[a] - after[a]) * PRESET.SLASH_REWARD_BPS // 10_000 for a in liars)
+    # the appeal bond stays in play until settlement; both hunt bonds came back, with both rewards
+    assert world.protocol.get_credit(worker.node.address) == credit + 2 * PRESET.DISPUTE_BOND_WEI + rewards
+
+
+async def test_an_honest_members_node_answers_a_contest_and_collects_the_held_bond(framed, tmp_path):
+    # A griefer contests the honest dissenter of round 0. Its node answers with its proofs; the
+    # bond is held (the member might still be proven a liar) and its node collects it once the
+    # windows have passed, before closing the seat.
+    anvil, world, run, worker, round0, start = framed
+    honest = round0[2]
+    chainio, tables, duties = _node(anvil, world, honest, tmp_path)
+    tables.insert_duty(run.audit_id, 0, 3, honest.receipt.job_hash)
+    poller = EventPoller(chainio.chain, [chainio.protocol.jobs, chainio.protocol.disputes], 0)
+    contest_id = world.protocol.contest(world.outsider, run.audit_id, 0, 3, [(PROMPT_LEN, LAYERS[-1])]).value
+    credit = world.protocol.get_credit(honest.node.address)
+    await _tick(world, chainio, tables, duties, poller)
+    assert world.protocol.disputes.call("getContest", contest_id)[8]  # answered by its node
+    assert world.protocol.get_credit(honest.node.address) == credit  # held
+    while tables.get_duties():
+        world.chain.mine(1)
+        await _tick(world, chainio, tables, duties, poller)
+        assert world.chain.get_block_number() < start + 3 * PRESET.DISPUTE_WINDOW_BLOCKS, "the seat never closed"
+    assert world.protocol.get_credit(honest.node.address) == credit + PRESET.DISPUTE_BOND_WEI
