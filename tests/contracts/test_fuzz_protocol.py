@@ -430,3 +430,4 @@ def test_fuzzer_draws_come_first(fuzz_world):
         assert all(m._abandon_reason(t.run.audit_id) != "committee never drawn" for t in m.audits)
     finally:
         del fuzz_world.protocol._send
+
