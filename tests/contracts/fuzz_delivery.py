@@ -3,7 +3,8 @@
 
 Honest parties (called by `HonestParties._honest` on every step, for an audit in COMMITTING):
     member   without its job (its dispatcher is the cheater, nothing published yet) claims its
-             seat once half a commit window or less is left; once the transcript is published it
+             seat half a commit window after the round's draw block (first in a pass: a claim
+             window closes like an answer's), or at once when a claim window is open; once the transcript is published it
              posts its receipt (it reads its job from the event: `HonestParties._honest_receipts`)
     worker   an honest worker answers a claim on its audit by publishing its transcript while the
              round is committing (once claimed, only a publication lets the round go on)
