@@ -3,7 +3,8 @@
 
 Honest parties (called by `HonestParties._honest` on every step, for an audit in COMMITTING):
     member   without its job (its dispatcher is the cheater, nothing published yet) claims its
-             seat once half a commit window or less is left; once the transcript is published it
+             seat half a commit window after the round's draw block (first in a pass: a claim
+             window closes like an answer's), or at once when a claim window is open; once the transcript is published it
              posts its receipt (it reads its job from the event: `HonestParties._honest_receipts`)
     worker   an honest worker answers a claim on its audit by publishing its transcript while the
              round is committing (once claimed, only a publication lets the round go on)
@@ -111,18 +112,34 @@ class DeliveryParties:
 
     def _honest_claims(self, t, state) -> None:
         """A member whose job never came (the cheater dispatches it) claims it half a commit window
-        after it saw itself drawn (node/dispatcher/audit/delivery.py does the same)."""
+        after its round was drawn, as node/dispatcher/audit/delivery.py does (`compute_claim_block`
+        from the draw block, not from the step the fuzzer's pass first saw the seat), and joins a
+        claim window already open at once. Called first in a pass, with the answers (fuzz_honest):
+        seed 30001 of issue 20's count drew a withholding cheater's round at block 170; the pass
+        reached this audit at 176 (other audits' transactions first, a block each on anvil), so the
+        harness's members waited until 186, then a 5-block `new_audit` step and a pass ending with
+        this audit's turn after another audit's draw left them at 184 and next at 192, past the
+        commit deadline (190): nobody claimed, twice (the redraw too), and the round was abandoned
+        "members missing" with the cheater unslashed. A member that claims its window in time, as
+        every live node does, leaves the cheater no such way out (docs/protocol.md §13)."""
         if t.dispatcher != CHEATER or self.availability(t.run.audit_id)["published"]:
             return
         head = self.reads.head()
-        if head >= self.jobs("getRound", t.run.audit_id, state.round)[1]:
+        rs = self.round_state(t.run.audit_id, state.round)
+        if head >= rs.deadlines.commit_by:
             return  # the claim would land past the commit deadline (ClaimClosed)
+        if rs.publish_deadline:
+            due = head < rs.publish_deadline  # a window is open: join it while it is
+        else:
+            drawn = rs.deadlines.commit_by - PRESET.COMMIT_WINDOW_BLOCKS  # no claim yet: commit deadline = draw + commit
+            due = head >= drawn + max(1, PRESET.COMMIT_WINDOW_BLOCKS // 2)  # compute_claim_block
+        if not due:
+            return
         for slot, address in enumerate(self.committee(t.run.audit_id, state.round)):
             i = self._index(address)
             if i not in HONEST or self.party(t.run.audit_id, state.round, slot + 1)["root"] != bytes(32):
                 continue
-            drawn = t.drawn_at.setdefault((state.round, slot, address), head)  # seen on the step it was drawn
-            if head >= drawn + PRESET.COMMIT_WINDOW_BLOCKS // 2 and self.claimant(t.run.audit_id, state.round, slot) != address.lower():
+            if self.claimant(t.run.audit_id, state.round, slot) != address.lower():
                 self._try(self.p.claim_undelivered, self._node(i).account, t.run.audit_id, slot)
 
     def _delivery_marks(self, t) -> None:

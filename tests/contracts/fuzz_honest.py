@@ -43,7 +43,6 @@ class Tracked:
     adjudicated: set = field(default_factory=set)  # (round, slot) of lying votes already taken to adjudication
     windows: set = field(default_factory=set)  # publish deadlines of the claim windows seen (fuzz_delivery)
     published: bool = False  # its transcript was published (fuzz_delivery)
-    drawn_at: dict = field(default_factory=dict)  # (round, slot, member) → the block an honest member saw its seat
 
 
 class HonestParties:
@@ -78,13 +77,17 @@ class HonestParties:
         # Committee draws too (issue 20): a selected audit's round nobody draws in its window
         # (10 blocks on MINIMAL) lapses and slashes its honest dispatcher; a draw left for this
         # audit's turn came after a dozen other transactions of the pass (seed of
-        # test_fuzzer_draws_come_first).
+        # test_fuzzer_draws_come_first). And a member's claim of a job that never came (issue
+        # 20's count, seed 30001: a claim window missed twice, the withholding cheater's round
+        # abandoned "members missing"; test_fuzzer_members_claim_within_their_window).
         for t in self.audits:
             state = self.audit(t.run.audit_id)
             if state.phase not in (SETTLED, ABANDONED):
                 self._honest_answers(t)
                 if state.phase == COMMITTING:
                     self._honest_delivery(t, state)
+                    if self.audit(t.run.audit_id).phase == COMMITTING:
+                        self._honest_claims(t, self.audit(t.run.audit_id))  # a claim's window closes like an answer's
         self._honest_draws()
         # Batching promises (fuzz_coverage): an answer to an omission claim has the same 5-block
         # proof window. The client's claims and slashes wait for the end of the pass.

@@ -441,3 +441,38 @@ def test_fuzzer_draws_come_first(fuzz_world):
         assert all(m._abandon_reason(t.run.audit_id) != "committee never drawn" for t in m.audits)
     finally:
         del fuzz_world.protocol._send
+
+
+def test_fuzzer_members_claim_within_their_window(fuzz_world):
+    """Regression (issue 20's count, seed 30001; its failing run replayed with a dump of the
+    audit's events): the cheater dispatches its own job and withholds the committee's jobs. Its
+    round was drawn (block D = 170) in a step whose honest pass first sent another audit's
+    challenge and openings (a block each on anvil); the harness's members timed their claim from
+    the block the pass first reached their seat (176), not from D as the node does
+    (`compute_claim_block`), and claimed last in a pass: due at 186, they were next reached at 184
+    and, after a 5-block step, at 192, past the commit deadline (190). Nobody claimed, the round
+    was redrawn, the redraw's members missed theirs the same way, and the round was abandoned
+    "members missing" with the cheater unslashed: "cheater (withhold) escaped by an
+    abandonment", a harness fault, not a contract one (a live member claims within its window).
+    Members now claim first in a pass, half a commit window after the draw block: here the claim
+    is on-chain by D + 12 (before the fix: not before D + 14, the pass having reached B at D + 4)."""
+    m = _machine(fuzz_world, fresh=True)
+    try:
+        m.record_floor()
+        m.honest_deregisters(i=4)  # as in the failing run: one member out for the whole run
+        m.new_audit(worker=0, dispatcher=1, mode="open")  # A: its pass sends a challenge and openings
+        m.new_audit(worker=CHEATER, dispatcher=CHEATER, mode="withhold")  # B
+        b = m.audits[1].run.audit_id
+        m.adversary_member(pick=0, agree=True)  # node 5, on A's committee, posts its receipt: A is ready
+        assert (m.audit(m.audits[0].run.audit_id).phase, m.audit(b).phase) == (OPENING, DRAWING)
+        m.cheater_draws(pick=1)  # in the step where A's challenge falls due: A's transactions come first
+        drawn = m.round_state(b).deadlines.commit_by - PRESET.COMMIT_WINDOW_BLOCKS
+        while m.reads.head() < drawn + PRESET.COMMIT_WINDOW_BLOCKS // 2 + 2:
+            m.mine(blocks=1)
+        rs = m.round_state(b, 0)
+        assert rs.attempt == 0 and rs.publish_deadline != 0, f"B's members (drawn at {drawn}) have not claimed by {m.reads.head()}"
+        m.new_audit(worker=1, dispatcher=0, mode="open")
+        m.teardown()  # the cheater invariant: B ends with the cheater judged or slashed
+        assert m.round_state(b, 0).attempt == 0 and m.party(b, 0, 0)["slashed"]
+    finally:
+        del fuzz_world.protocol._send
