@@ -27,22 +27,8 @@ def framed(world_base):
     member 3 is honest; the worker appeals and the appeal round passes it."""
     snapshot = world_base.chain.snapshot()
     world = World(RpcChain(world_base.chain.url), PRESET, extra_nodes=4)
-    worker = world.make_worker(world.nodes[0])
-    run = world.start(worker, dispatcher=world.nodes[1])
-    committee = world.committee(run)
-    round0 = [world.make_member(n, offset=0.3) for n in committee[:2]] + [world.make_member(committee[2])]
-    world.post_members(run, round0)
-    world.open_worker(run)
-    for slot in range(3):
-        world.open_member(run, slot, vote=slot == 2)
-    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
-    world.protocol.escalate(worker.node.account, run.audit_id)
-    world.draw_round(run)
-    world.post_members(run, [world.make_member(n) for n in world.committee(run, 1)], 1)
-    world.open_worker(run)
-    for slot in range(len(run.members)):
-        world.open_member(run, slot)
-    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
+    worker, run, round0 = world.start_framed(votes=lambda slot: slot == 2)
+    world.pass_appeal(run, worker)
     yield world, run, worker, round0
     world_base.chain.revert(snapshot)
 

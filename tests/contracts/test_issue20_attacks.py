@@ -327,24 +327,11 @@ def test_attack1_framing_costs_the_colluders_their_stakes_once_the_appeal_passes
     from verillm.spec.audit import compute_appeal_cells
 
     world = ten_world
-    worker = world.make_worker(world.nodes[0])
-    run = world.start(worker, dispatcher=world.nodes[1])
-    committee = world.committee(run)
-    colluders = committee[:2]
-    round0 = [world.make_member(n, offset=0.3) for n in colluders] + [world.make_member(committee[2])]
-    world.post_members(run, round0)
-    world.open_worker(run)
-    for slot in range(3):
-        world.open_member(run, slot, vote=slot == 2)  # the colluders DISAGREE, the honest member agrees
-    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
+    worker, run, round0 = world.start_framed(votes=lambda slot: slot == 2)  # the colluders DISAGREE, the honest member agrees
+    colluders = [member.node for member in round0[:2]]
     stakes = world.stakes()
-    gas = {"escalate (the appeal)": world.protocol.escalate(worker.node.account, run.audit_id).gas_used}
-    gas["drawRound (5 members)"] = world.draw_round(run).gas_used
-    world.post_members(run, [world.make_member(n) for n in world.committee(run, 1)], 1)
-    world.open_worker(run)
-    for slot in range(len(run.members)):
-        world.open_member(run, slot)
-    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
+    escalated, drawn = world.pass_appeal(run, worker)
+    gas = {"escalate (the appeal)": escalated.gas_used, "drawRound (5 members)": drawn.gas_used}
     cells = compute_appeal_cells(PROMPT_LEN, OUTPUT_TOKENS, LAYERS)
     worker_opening = _round_opening(world, run, worker, 0)
     for slot, liar in enumerate(round0[:2], start=1):
@@ -364,7 +351,7 @@ def test_attack1_framing_costs_the_colluders_their_stakes_once_the_appeal_passes
     gas["settle (2 rounds, 8 seats)"] = settled.gas_used
     print("\n" + "\n".join(f"{k}: {v} gas" for k, v in gas.items()))
     after = world.stakes()
-    assert after[worker.node.address] == stakes[worker.node.address] and after[committee[2].address] == stakes[committee[2].address]
+    assert after[worker.node.address] == stakes[worker.node.address] and after[round0[2].node.address] == stakes[round0[2].node.address]
     assert all(after[n.address] == stakes[n.address] * (10_000 - PRESET.SLASH_FRACTION_BPS) // 10_000 for n in colluders)
 
 
@@ -383,13 +370,7 @@ def test_a_disagree_on_honest_data_is_never_slashed_as_a_lie(ten_world):
     for slot in range(3):
         world.open_member(run, slot, vote=slot == 0)  # two honest-data DISAGREEs (the stop rule)
     world.protocol.finalize(world.outsider, run.audit_id)
-    world.protocol.escalate(worker.node.account, run.audit_id)
-    world.draw_round(run)
-    world.post_members(run, [world.make_member(n) for n in world.committee(run, 1)], 1)
-    world.open_worker(run)
-    for slot in range(len(run.members)):
-        world.open_member(run, slot)
-    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
+    world.pass_appeal(run, worker)
     cells = compute_appeal_cells(PROMPT_LEN, OUTPUT_TOKENS, LAYERS)
     for slot in (2, 3):
         with reverts("NoFault"):

@@ -24,6 +24,7 @@ from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import Commitment, JobTrace, compute_commitment, compute_opening
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import MINIMAL, Preset
+from verillm.spec.settlement import FAIL, PASS
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, sign_receipt
 from verillm.spec.types import Opening, Receipt, SamplingParams
 from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
@@ -188,6 +189,31 @@ class World:
         member = run.members[slot]
         agree = self.honest_vote(run, member) if vote is None else vote
         return self.protocol.open_and_vote(member.node.account, run.audit_id, slot, opening or self.opening(run, member), agree)
+
+    def start_framed(self, votes) -> tuple[Party, AuditRun, list[Party]]:
+        """Round 0 on an honest worker (node 0, dispatched by node 1): its first two members commit
+        fabricated data, the third is honest, slot k votes ``votes(k)``; the round decides FAIL."""
+        worker = self.make_worker(self.nodes[0])
+        run = self.start(worker, dispatcher=self.nodes[1])
+        committee = self.committee(run)
+        round0 = [self.make_member(n, offset=0.3) for n in committee[:2]] + [self.make_member(committee[2])]
+        self.post_members(run, round0)
+        self.open_worker(run)
+        for slot in range(3):
+            self.open_member(run, slot, vote=votes(slot))
+        assert self.protocol.finalize(self.outsider, run.audit_id).value == FAIL
+        return worker, run, round0
+
+    def pass_appeal(self, run: AuditRun, worker: Party):
+        """The worker appeals; an honest appeal round decides PASS. Returns the escalate and drawRound transactions."""
+        escalated = self.protocol.escalate(worker.node.account, run.audit_id)
+        drawn = self.draw_round(run)
+        self.post_members(run, [self.make_member(n) for n in self.committee(run, 1)], 1)
+        self.open_worker(run)
+        for slot in range(len(run.members)):
+            self.open_member(run, slot)
+        assert self.protocol.finalize(self.outsider, run.audit_id).value == PASS
+        return escalated, drawn
 
     def finish(self, run: AuditRun):
         """Finalize, wait out the dispute window, settle; return the settled verdict."""

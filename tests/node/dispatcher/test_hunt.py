@@ -56,15 +56,7 @@ class RetainedJobs:
 def framed(tmp_path):
     with AnvilProcess() as anvil:
         world = World(RpcChain(anvil.url), PRESET, extra_nodes=4)
-        worker = world.make_worker(world.nodes[0])
-        run = world.start(worker, dispatcher=world.nodes[1])
-        committee = world.committee(run)
-        round0 = [world.make_member(n, offset=0.3) for n in committee[:2]] + [world.make_member(committee[2])]
-        world.post_members(run, round0)
-        world.open_worker(run)
-        for slot in range(3):
-            world.open_member(run, slot, vote=False)  # two liars, and an honest dissenter
-        assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
+        worker, run, round0 = world.start_framed(votes=lambda slot: False)  # two liars, and an honest dissenter
         start = world.chain.get_block_number()
         yield anvil, world, run, worker, round0, start
 
