@@ -42,6 +42,7 @@ struct AuditRequest {
     uint64 postedBlock;
     bool selected; // the batch's VRF draw picked it (false: requested and paid for)
     bytes32 receiptHash;
+    bytes32 drawCommitment; // keccak256(0x1d ‖ secret): its dispatcher draws round 0 privately (Jobs.revealRound); 0: publicly
 }
 
 /// @notice A round's deadlines, composed in one place (Jobs._deadlines). A window "(a, b]" opens
@@ -72,6 +73,7 @@ struct RoundState {
     bool published;
     uint16 pendingContests;
     uint64 publishDeadline; // the round's claim window (0: no claim)
+    bool privateDraw; // DRAWING, and only the dispatcher may draw it (revealRound) until drawBy
     Deadlines deadlines;
 }
 

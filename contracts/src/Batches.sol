@@ -73,6 +73,7 @@ contract Batches is ReentrancyGuard {
     error NotAudited(uint256 batchId, uint32 index);
     error InvalidMerkleProof();
     error NotRegistry();
+    error PrivateDrawRefused(string reason);
 
     constructor(Registry registry_, Jobs jobs_, ProtocolParams memory p) {
         if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
@@ -169,7 +170,8 @@ contract Batches is ReentrancyGuard {
     /// Merkle proof into the batch. A job the draw did not select is audited on request when
     /// msg.value pays committeeSize × auditFeeWei. Jobs checks the receipt (signature, lengths,
     /// its worker's horizon, one audit per receipt) and opens the audit; its committee is drawn
-    /// later (Jobs.drawRound). A selected job whose receipt another audit already took, or whose
+    /// later (Jobs.drawRound; privately by its dispatcher with Jobs.revealRound when the dispatcher
+    /// starts it with a draw commitment: no member learns its seat before its receipt is posted). A selected job whose receipt another audit already took, or whose
     /// worker left before the horizon, is marked handled without an audit (auditId 0): its
     /// dispatcher did its duty.
     function startAudit(
@@ -177,13 +179,17 @@ contract Batches is ReentrancyGuard {
         uint32 index,
         ReceiptData calldata receipt,
         bytes calldata signature,
-        bytes32[] calldata siblings
+        bytes32[] calldata siblings,
+        bytes32 drawCommitment
     ) external payable nonReentrant returns (uint256 auditId) {
         Stored storage b = _batch(batchId);
         if (b.drawnBlock == 0) revert NotDrawn(batchId);
         if (index >= b.count) revert IndexOutOfBatch(index, b.count);
         if (block.number > b.drawnBlock + startWindow) revert TooLate(b.drawnBlock + startWindow + 1);
         bool selected = isAudited(batchId, index);
+        // Only the dispatcher, whose duty the draw is, may commit to drawing a selected job privately:
+        // it is slashed if it never reveals (Jobs.lapse), so nobody else may make that promise for it.
+        if (drawCommitment != bytes32(0) && (!selected || msg.sender != b.dispatcher)) revert PrivateDrawRefused("only the dispatcher, for a selected job");
         uint256 fee = selected ? 0 : requestFeeWei;
         if (msg.value != fee) revert WrongFee(msg.value, fee);
         bytes32 receiptHash = Receipts.hash(receipt);
@@ -191,7 +197,7 @@ contract Batches is ReentrancyGuard {
             revert InvalidMerkleProof();
         }
         _markHandled(batchId, index);
-        AuditRequest memory request = AuditRequest(uint64(batchId), index, b.dispatcher, b.postedBlock, selected, receiptHash);
+        AuditRequest memory request = AuditRequest(uint64(batchId), index, b.dispatcher, b.postedBlock, selected, receiptHash, drawCommitment);
         return jobs.openAudit{value: fee}(request, receipt, signature);
     }
 

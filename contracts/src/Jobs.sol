@@ -69,6 +69,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         bytes32 workerOutputHash; // hash of input ‖ output: a member's verification job's input hash
         bytes32 samplingKey;
         bytes32 receiptHash;
+        bytes32 drawCommitment; // keccak256(0x1d ‖ secret) while round 0 waits for its private draw (revealRound)
         address[] replaced; // members redrawn away (rare): with every round's seats, excluded from later draws and unlocked at the end
     }
 
@@ -95,6 +96,7 @@ contract Jobs is EIP712, ReentrancyGuard {
     event ChallengeDrawn(uint256 indexed auditId, uint8 round, bytes32 challengeSeed);
     event Opened(uint256 indexed auditId, uint8 round, uint8 slot, address indexed party, bytes32 openingHash, uint8 vote);
     event RoundDecided(uint256 indexed auditId, uint8 round, uint8 verdict, uint8 agree, uint8 disagree);
+    event PrivateDrawMissed(uint256 indexed auditId, address indexed dispatcher);
     event EscalationStarted(uint256 indexed auditId, address indexed escalator);
     event EscalationLapsed(uint256 indexed auditId);
     event AuditAbandoned(uint256 indexed auditId, uint8 round, string reason);
@@ -132,6 +134,8 @@ contract Jobs is EIP712, ReentrancyGuard {
     error NothingToClaim();
     error TransferFailed();
     error DrawFailed();
+    error PrivateDraw(uint256 auditId);
+    error InvalidSecret(uint256 auditId);
 
     constructor(Registry registry_, ProtocolParams memory p) EIP712("VeriLLM", "1") {
         if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
@@ -233,6 +237,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         a.workerRoot = receipt.commitmentRoot;
         a.samplingKey = _samplingKey(receipt);
         a.receiptHash = q.receiptHash;
+        a.drawCommitment = q.drawCommitment;
         registry.lock(receipt.worker);
         registry.lock(q.dispatcher);
     }
@@ -254,11 +259,54 @@ contract Jobs is EIP712, ReentrancyGuard {
     /// in round 0, escalationCommitteeSize after. Too small a pool abandons the audit.
     function drawRound(uint256 auditId) external nonReentrant {
         (Audit storage a, Round storage r) = _at(auditId, Phase.DRAWING);
+        if (a.drawCommitment != bytes32(0)) revert PrivateDraw(auditId);
+        _drawRound(auditId, a, r, "");
+    }
+
+    /// @notice The dispatcher's private draw of round 0 (docs/protocol.md §12 "Private draws"), in
+    /// the same window: it reveals the secret it committed to at the start (before the seed
+    /// block's hash existed, so it could not choose), the committee is drawn from
+    /// keccak256(0x1c ‖ u64 auditId ‖ u8 0 ‖ blockhash(entered + delay) ‖ secret), and the receipts
+    /// it collected from the members — who ran their jobs not knowing they were audits — are
+    /// posted in the same transaction. A member learns its seat only once its receipt is on-chain.
+    /// Seats without a receipt go on as after a public draw (a commit window from now).
+    function revealRound(uint256 auditId, bytes32 secret, uint8[] calldata slots, ReceiptData[] calldata receipts, bytes[] calldata signatures)
+        external
+        nonReentrant
+    {
+        (Audit storage a, Round storage r) = _at(auditId, Phase.DRAWING);
+        if (msg.sender != a.dispatcher) revert NotParty(msg.sender);
+        if (a.drawCommitment == bytes32(0) || keccak256(abi.encodePacked(Domains.DRAW_SECRET, secret)) != a.drawCommitment) revert InvalidSecret(auditId);
+        if (slots.length != receipts.length || slots.length != signatures.length) revert ReceiptMismatch("one slot and one signature per receipt");
+        a.drawCommitment = bytes32(0);
+        if (!_drawRound(auditId, a, r, abi.encodePacked(secret))) return;
+        for (uint256 i = 0; i < slots.length; i++) {
+            _postReceipt(auditId, a, r, slots[i], receipts[i], signatures[i]);
+        }
+    }
+
+    /// @notice Who a private draw with `secret` seats (empty until the seed block is mined): the
+    /// dispatcher's own preview before it sends the members their jobs (call it on a node you trust).
+    function previewCommittee(uint256 auditId, bytes32 secret) external view returns (address[] memory) {
+        Audit storage a = _audit(auditId);
+        Round storage r = rounds[auditId][a.round];
+        Deadlines memory d = _deadlines(r);
+        if (r.phase != Phase.DRAWING || block.number <= d.drawAfter) return new address[](0);
+        bytes32 seed = keccak256(abi.encodePacked(Domains.ROUND_SEED, uint64(auditId), a.round, blockhash(d.drawAfter), secret));
+        uint8 size = a.round == 0 ? params.committeeSize : params.escalationCommitteeSize;
+        return registry.drawCommittee(a.modelId, seed, 0, size, _everyParty(auditId, a), r.epoch, d.drawAfter);
+    }
+
+    /// @dev Draw the round in its window from its seed (`secret`: empty for a public draw); false
+    /// when the pool was too small and the round was abandoned.
+    function _drawRound(uint256 auditId, Audit storage a, Round storage r, bytes memory secret) private returns (bool) {
         Deadlines memory d = _deadlines(r);
         _window(d.drawAfter, d.drawBy);
-        r.seed = keccak256(abi.encodePacked(Domains.ROUND_SEED, uint64(auditId), a.round, blockhash(d.drawAfter)));
+        r.seed = keccak256(abi.encodePacked(Domains.ROUND_SEED, uint64(auditId), a.round, blockhash(d.drawAfter), secret));
         uint8 size = a.round == 0 ? params.committeeSize : params.escalationCommitteeSize;
-        if (!_drawMembers(auditId, a, r, size, d.drawAfter)) _abandonRound(auditId, a, r, "pool exhausted", false);
+        if (_drawMembers(auditId, a, r, size, d.drawAfter)) return true;
+        _abandonRound(auditId, a, r, "pool exhausted", false);
+        return false;
     }
 
     /// @notice After a round's draw window passed undrawn (anyone may call): an escalation round
@@ -270,6 +318,10 @@ contract Jobs is EIP712, ReentrancyGuard {
         (Audit storage a, Round storage r) = _at(auditId, Phase.DRAWING);
         Deadlines memory d = _deadlines(r);
         if (block.number <= d.drawBy) revert TooEarly(d.drawBy + 1);
+        if (a.drawCommitment != bytes32(0)) {
+            _fallBackToPublicDraw(auditId, a, r);
+            return;
+        }
         if (a.round > 0) {
             r.phase = Phase.LAPSED;
             a.round -= 1;
@@ -286,6 +338,19 @@ contract Jobs is EIP712, ReentrancyGuard {
             feePoolWei += amount - _rewardOf(amount);
         }
         _abandonRound(auditId, a, r, "committee never drawn", false);
+    }
+
+    /// @dev A private draw its dispatcher never revealed: the dispatcher is slashed (the caller
+    /// rewarded) and the round is drawn publicly instead, in a draw window from now, with the
+    /// weights of the epoch it was entered in (the timeline counts this fallback: privateFallback).
+    /// The audit goes on: a dispatcher cannot void its worker's audit by keeping its secret.
+    function _fallBackToPublicDraw(uint256 auditId, Audit storage a, Round storage r) private {
+        a.drawCommitment = bytes32(0);
+        r.enteredBlock = uint64(block.number);
+        emit PrivateDrawMissed(auditId, a.dispatcher);
+        uint256 amount = _slash(auditId, a.dispatcher, "missed private draw");
+        _credit(msg.sender, _rewardOf(amount));
+        feePoolWei += amount - _rewardOf(amount);
     }
 
     /// @dev Draw `count` members into the round's empty (or not-yet-posted) slots; false (and
@@ -343,6 +408,11 @@ contract Jobs is EIP712, ReentrancyGuard {
     /// worker's input ‖ output: inputHash = the worker's outputHash.
     function postCommitteeReceipt(uint256 auditId, uint8 slot, ReceiptData calldata receipt, bytes calldata signature) external {
         (Audit storage a, Round storage r) = _at(auditId, Phase.COMMITTING);
+        _postReceipt(auditId, a, r, slot, receipt, signature);
+    }
+
+    function _postReceipt(uint256 auditId, Audit storage a, Round storage r, uint8 slot, ReceiptData calldata receipt, bytes calldata signature) private {
+        if (r.phase != Phase.COMMITTING) revert UnexpectedPhase(auditId, r.phase, Phase.COMMITTING);
         if (block.number > r.commitDeadline) revert TooLate(r.commitDeadline + 1);
         if (slot >= r.members.length) revert NotParty(receipt.worker);
         Member storage m = r.members[slot];
@@ -731,7 +801,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         Round storage r = rounds[auditId][roundIndex];
         return RoundState(
             r.phase, roundIndex, r.attempt, uint8(r.members.length), r.receipts, r.opens, r.workerOpened, r.challengeSeed != bytes32(0),
-            a.published, a.pendingContests, r.publishDeadline, _deadlines(r)
+            a.published, a.pendingContests, r.publishDeadline, r.phase == Phase.DRAWING && a.drawCommitment != bytes32(0), _deadlines(r)
         );
     }
 

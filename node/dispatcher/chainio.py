@@ -68,6 +68,7 @@ class ChainIO:
         self.protocol = Protocol(self.chain, deployment)
         self.deployment = deployment
         self.account: LocalAccount = Account.from_key(key.private_key)
+        self._draw_key = keccak256(b"verillm/node-draw-secret/v1" + key.private_key)  # never leaves the node
         self.address = key.address
         self.tables = tables
         self.preset = self.protocol.preset
@@ -93,6 +94,13 @@ class ChainIO:
         faults.reach(f"tx_recorded_{name}")
         log.info("%s sent %s (audit %s, batch %s): %d gas", self.account.address, name, audit_id, batch_id, tx.gas_used)
         return tx
+
+    def compute_draw_secret(self, batch_id: int, index: int) -> bytes:
+        """Return the secret this dispatcher draws the audit of leaf ``index`` of ``batch_id`` with
+        (docs/protocol.md §12 "Private draws"): derived from its key, so a restarted node commits
+        and reveals the same one, and nobody else can compute it."""
+        jobs = bytes.fromhex(self.protocol.jobs.address[2:])
+        return keccak256(self._draw_key + jobs + batch_id.to_bytes(8, "big") + index.to_bytes(4, "big"))
 
     async def draw_challenge(self, audit_id: int) -> None:
         """`Jobs.drawChallenge`: draws the seed.

@@ -140,9 +140,9 @@ class HonestParties:
         if round_index is None:
             round_index = self.audit(audit_id).round
         (phase, r, attempt, members, receipts, opens, worker_opened, drawn, published, pending, publish_deadline,
-         d) = self.jobs("getRoundState", audit_id, round_index)
+         private_draw, d) = self.jobs("getRoundState", audit_id, round_index)
         return spec_audit.RoundState(Phase(phase), r, attempt, members, receipts, opens, worker_opened, drawn, published, pending,
-                                     publish_deadline, spec_audit.RoundDeadlines(*d))
+                                     publish_deadline, spec_audit.RoundDeadlines(*d), private_draw)
 
     def _honest_receipts(self, t: Tracked, state) -> None:
         if state.phase != COMMITTING:

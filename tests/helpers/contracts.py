@@ -17,7 +17,7 @@ from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess
 from verillm.chain.artifacts import ArtifactStore
 from verillm.chain.protocol import Protocol
-from verillm.spec.audit import OnchainModel
+from verillm.spec.audit import OnchainModel, compute_draw_commitment
 from verillm.spec import vrf
 from verillm.spec.audit import is_onchain_agreement
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
@@ -141,16 +141,30 @@ class World:
         drawn = self.protocol.draw_audit(dispatcher.account, posted.value.batch_id, dispatcher.vrf_key)
         return posted.value, posted.gas_used, drawn.gas_used
 
-    def start(self, worker: Party, dispatcher: Node | None = None, draw: bool = True) -> AuditRun:
+    def start(self, worker: Party, dispatcher: Node | None = None, draw: bool = True, secret: bytes | None = None) -> AuditRun:
         """Batch the worker's receipt alone, draw, start its audit (MINIMAL audits every job) and,
-        unless ``draw`` is False, draw its committee once the round's seed block is mined."""
+        unless ``draw`` is False, draw its committee once the round's seed block is mined. With
+        ``secret`` the dispatcher commits to drawing round 0 privately (never drawn here: `reveal`)."""
         dispatcher = dispatcher or worker.node
         batch, _, _ = self.post_and_draw(dispatcher, [worker.receipt])
-        tx = self.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels)
+        commitment = compute_draw_commitment(secret) if secret else bytes(32)
+        tx = self.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels, draw_commitment=commitment)
         run = AuditRun(tx.value, worker)
-        if draw:
+        if draw and not secret:
             self.draw_round(run)
         return run
+
+    def preview(self, run: AuditRun, secret: bytes) -> list[Node]:
+        """Mine past the round's seed block if needed; the private committee ``secret`` draws."""
+        if self.chain.get_block_number() <= self.protocol.get_round_state(run.audit_id).deadlines.draw_after:
+            self.chain.mine(self.preset.AUDIT_DRAW_DELAY_BLOCKS + 1)
+        return [self.node(a) for a in self.protocol.preview_committee(run.audit_id, secret)]
+
+    def reveal(self, run: AuditRun, dispatcher: Node, secret: bytes, members: list[Party]):
+        """The dispatcher reveals its private draw with ``members``' receipts (slot = their order
+        in the previewed committee)."""
+        run.members = members
+        return self.protocol.reveal_round(dispatcher.account, run.audit_id, secret, [(slot, m.receipt) for slot, m in enumerate(members)])
 
     def draw_round(self, run: AuditRun):
         """Mine past the current round's seed block (entered + delay) and draw its committee."""

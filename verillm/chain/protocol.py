@@ -44,6 +44,8 @@ from verillm.spec.audit import PHASE_NAMES, TERMINAL_PHASES, OnchainModel, Phase
 from verillm.spec.merkle import MerkleProof
 from verillm.spec.types import LeafOpening, Opening, Receipt, SamplingParams
 
+ZERO32 = b"\x00" * 32  # no draw commitment: a public draw
+
 
 def get_params_components(artifacts: ArtifactStore, contract: str = "Registry", struct: str = "ProtocolParams") -> list[dict]:
     """Return the ABI components of the ``struct`` argument of ``contract``'s constructor."""
@@ -261,15 +263,32 @@ class Protocol:
 
     # --- Jobs: audits --------------------------------------------------------------------------
     def start_audit(self, sender: LocalAccount, batch_id: int, index: int, receipt: Receipt, levels: list,
-                    value_wei: int = 0) -> Tx:
+                    value_wei: int = 0, draw_commitment: bytes = ZERO32) -> Tx:
         """Start the audit of a batched receipt (its signed token counts give N); value = the audit
         id, 0 when the start was skipped (the receipt has its audit already, or its worker's horizon
-        passed: `AuditSkipped`). Its committee is drawn later: `draw_round`."""
+        passed: `AuditSkipped`). Its committee is drawn later: `draw_round`, or, when the batch's
+        dispatcher starts a selected job with ``draw_commitment`` (`spec.audit.compute_draw_commitment`),
+        privately by that dispatcher: `reveal_round`."""
         proof = spec_audit.compute_batch_proof(levels, index)
         tx = self._send(self.batches, "startAudit", batch_id, index, compute_receipt_tuple(receipt), receipt.signature,
-                        list(proof.siblings), sender=sender, value=value_wei, event="AuditStarted", field="auditId",
-                        emitter=self.jobs, optional=True)
+                        list(proof.siblings), draw_commitment, sender=sender, value=value_wei, event="AuditStarted",
+                        field="auditId", emitter=self.jobs, optional=True)
         return Tx(tx.gas_used, tx.value or 0, tx.receipt)
+
+    def preview_committee(self, audit_id: int, secret: bytes) -> list[str]:
+        """Who the private draw with ``secret`` seats (`Jobs.previewCommittee`; empty before the seed
+        block). An eth_call: send it only to a node you trust, the secret is the draw's privacy."""
+        return list(self.jobs.call("previewCommittee", audit_id, secret))
+
+    def reveal_round(self, sender: LocalAccount, audit_id: int, secret: bytes, seats: list[tuple[int, Receipt]]) -> Tx:
+        """The dispatcher's private draw (`Jobs.revealRound`): its secret and the receipts of the
+        seats (slot, the member's signed receipt) that answered; value = the members drawn."""
+        slots = [slot for slot, _ in seats]
+        receipts = [compute_receipt_tuple(r) for _, r in seats]
+        signatures = [r.signature for _, r in seats]
+        tx = self._send(self.jobs, "revealRound", audit_id, secret, slots, receipts, signatures, sender=sender,
+                        event="CommitteeDrawn", field="members", optional=True)
+        return Tx(tx.gas_used, list(tx.value or []), tx.receipt)
 
     def draw_round(self, sender: LocalAccount, audit_id: int) -> Tx:
         """Draw the current round's committee (`Jobs.drawRound`, after the round's seed block);
@@ -325,10 +344,10 @@ class Protocol:
             round_index = self.get_audit(audit_id).round
         raw = self.jobs.call("getRoundState", audit_id, round_index)
         (phase, round_, attempt, members, receipts, opens, worker_opened, challenge_drawn, published, pending,
-         publish_deadline, d) = raw
+         publish_deadline, private_draw, d) = raw
         deadlines = spec_audit.RoundDeadlines(*d)
         return RoundState(Phase(phase), round_, attempt, members, receipts, opens, worker_opened, challenge_drawn, published,
-                          pending, publish_deadline, deadlines)
+                          pending, publish_deadline, deadlines, private_draw)
 
     def get_party(self, audit_id: int, round_index: int, slot: int) -> dict:
         node, root, num_positions, opening_hash, opened, vote, slashed = self.jobs.call("getParty", audit_id, round_index, slot)

@@ -11,9 +11,11 @@ machine's table in §12 "The audit state machine": `Phase`, `TRANSITIONS`,
     batch draw seed   keccak256(0x13 ‖ batch root ‖ blockhash(posted block + AUDIT_DRAW_DELAY_BLOCKS))
     β                 the dispatcher's BLS-VRF output over that seed (`verillm.spec.vrf`)
     job audited       uint256(keccak256(0x17 ‖ β ‖ u32 index)) mod 10000 < AUDIT_RATE_BPS
-    committee seed    keccak256(0x1c ‖ u64 audit id ‖ u8 round ‖ blockhash(entered block + delay))
+    committee seed    keccak256(0x1c ‖ u64 audit id ‖ u8 round ‖ blockhash(entered block + delay) [‖ secret])
                       (every round, entered at the start or the escalation: nobody knows a
-                      committee before its audit is paid for and started)
+                      committee before its audit is paid for and started; a first round its
+                      dispatcher started with commitment keccak256(0x1d ‖ secret) is drawn with
+                      the secret, privately, and revealed with the members' receipts)
     draw i            uint256(keccak256(0x19 ‖ committee seed ‖ u8 attempt ‖ u32 i)) mod (stake in play)
     challenge seed    keccak256(0x1a ‖ committee seed ‖ blockhash(ready block + delay))
 
@@ -37,6 +39,7 @@ from verillm.spec.hashing import (
     DOMAIN_AUDIT_SEED,
     DOMAIN_CHALLENGE_SEED,
     DOMAIN_COMMITTEE,
+    DOMAIN_DRAW_SECRET,
     DOMAIN_ESCALATION,
     DOMAIN_ROUND_SEED,
     DOMAIN_SORTITION,
@@ -74,9 +77,20 @@ def is_audited(beta: bytes, index: int, audit_rate_bps: int) -> bool:
     return int.from_bytes(word, "big") % BPS < audit_rate_bps
 
 
-def compute_round_seed(audit_id: int, round_index: int, seed_blockhash: bytes) -> bytes:
-    """Return a round's committee seed: the blockhash is of the round's entered block + delay."""
-    return keccak256(DOMAIN_ROUND_SEED + struct.pack(">QB", audit_id, round_index) + seed_blockhash)
+def compute_round_seed(audit_id: int, round_index: int, seed_blockhash: bytes, secret: bytes = b"") -> bytes:
+    """Return a round's committee seed: the blockhash is of the round's entered block + delay;
+    ``secret`` is the dispatcher's for a private draw (`Jobs.revealRound`), empty for a public one."""
+    if secret and len(secret) != 32:
+        raise InvalidInput(f"a draw secret is 32 bytes, got {len(secret)}")
+    return keccak256(DOMAIN_ROUND_SEED + struct.pack(">QB", audit_id, round_index) + seed_blockhash + secret)
+
+
+def compute_draw_commitment(secret: bytes) -> bytes:
+    """Return what a dispatcher posts with a start it will draw privately: keccak256(0x1d ‖ secret).
+    Fixed before the seed block's hash exists, so the secret cannot be chosen to pick a committee."""
+    if len(secret) != 32:
+        raise InvalidInput(f"a draw secret is 32 bytes, got {len(secret)}")
+    return keccak256(DOMAIN_DRAW_SECRET + secret)
 
 
 def compute_committee_seed(beta: bytes, index: int) -> bytes:
@@ -215,8 +229,10 @@ class Transition:
 
 
 TRANSITIONS = (
-    Transition(Phase.DRAWING, "draw_round", "anyone", "(entered + delay, entered + delay + draw]", (Phase.COMMITTING, Phase.ABANDONED)),
-    Transition(Phase.DRAWING, "lapse", "anyone", "> entered + delay + draw", (Phase.LAPSED, Phase.ABANDONED)),
+    Transition(Phase.DRAWING, "draw_round", "anyone (a public draw)", "(entered + delay, entered + delay + draw]", (Phase.COMMITTING, Phase.ABANDONED)),
+    Transition(Phase.DRAWING, "reveal_round", "the dispatcher (a private draw: its secret, the members' receipts)", "(entered + delay, entered + delay + draw]",
+               (Phase.COMMITTING, Phase.OPENING, Phase.ABANDONED), False),
+    Transition(Phase.DRAWING, "lapse", "anyone", "> entered + delay + draw", (Phase.LAPSED, Phase.ABANDONED, Phase.DRAWING)),
     Transition(Phase.COMMITTING, "post_committee_receipt", "anyone (a member's signed receipt)", "≤ commit deadline", (Phase.COMMITTING, Phase.OPENING), False),
     Transition(Phase.COMMITTING, "claim_undelivered", "a drawn member without a receipt", "≤ commit deadline, ≤ publish deadline once claimed, nothing published", (Phase.COMMITTING,), False),
     Transition(Phase.COMMITTING, "publish_transcript", "anyone (the worker)", "≤ publish deadline", (Phase.COMMITTING,), False),
@@ -274,6 +290,9 @@ class RoundState:
     pending_contests: int
     publish_deadline: int
     deadlines: RoundDeadlines
+    private_draw: bool = False
+    """DRAWING, and only its dispatcher may draw it (`reveal_round`) until draw_by; after it, `lapse`
+    slashes the dispatcher and opens a public draw window (the round is entered again)."""
 
 
 def is_claim_standing(state: RoundState) -> bool:
@@ -288,7 +307,9 @@ def compute_due_steps(state: RoundState, block: int) -> tuple[str, ...]:
     receipt, an opening, a vote, a publication) or nothing is due before a later block."""
     d = state.deadlines
     if state.phase == Phase.DRAWING:
-        return ("draw_round",) if d.draw_after < block <= d.draw_by else ("lapse",) if block > d.draw_by else ()
+        if block > d.draw_by:
+            return ("lapse",)
+        return ("draw_round",) if d.draw_after < block and not state.private_draw else ()
     if state.phase == Phase.COMMITTING:
         if is_claim_standing(state):
             return ("slash_undelivered",) if block > state.publish_deadline else ()

@@ -30,6 +30,7 @@ DOMAIN_SORTITION = b"\x19"
 DOMAIN_CHALLENGE_SEED = b"\x1a"
 DOMAIN_ESCALATION = b"\x1b"  # the escalation draw before issue 20 (the simulator's rule sets)
 DOMAIN_ROUND_SEED = b"\x1c"  # every round's committee seed, from a blockhash after the round began
+DOMAIN_DRAW_SECRET = b"\x1d"  # a private draw's commitment: keccak256(0x1d ‖ secret), posted at the start
 
 
 def sha256(data: bytes) -> bytes:

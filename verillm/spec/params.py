@@ -145,8 +145,8 @@ MINIMAL = Preset(
     COMMIT_WINDOW_BLOCKS=20,
     OPEN_WINDOW_BLOCKS=20,
     DISPUTE_WINDOW_BLOCKS=10,
-    UNBONDING_BLOCKS=450,  # ≥ the leaver's duty span (30 + 91 + 294 = 415) and 2 epochs (checked by the contracts)
-    EPOCH_BLOCKS=150,  # ≥ the round's draw span 1 + 10 + 1 × 21 + 2 × 20 = 72
+    UNBONDING_BLOCKS=450,  # ≥ the leaver's duty span (30 + 91 + 306 = 427) and 2 epochs (checked by the contracts)
+    EPOCH_BLOCKS=150,  # ≥ the round's draw span 12 (private fallback) + 1 + 10 + 1 × 21 + 2 × 20 = 84
     MAX_BATCH_RECEIPTS=64,
     DRAW_WINDOW_BLOCKS=10,
     START_WINDOW_BLOCKS=80,  # every job of a batch is audited in MINIMAL: one start tx each
@@ -170,9 +170,12 @@ class Timeline:
     when every party acts at the last block of its window and every permissionless call comes
     at its first: a round entered at E draws in (E + delay, E + delay + draw]; a redraw comes
     the block after a commit deadline and adds a commit window; the round's one claim window
-    adds at most two commit windows."""
+    adds at most two commit windows; a first round drawn privately whose dispatcher never reveals
+    is drawn publicly after a lapse (``private_fallback``)."""
 
     claim_extension: int
+    private_fallback: int
+    """delay + draw + 1: a missed private draw's window, then a lapse, before the public draw window."""
     round_draw_span: int
     """E → the round's last draw (redraws and the claim window included)."""
     round_span: int
@@ -189,11 +192,13 @@ def compute_timeline(p: Preset) -> Timeline:
     """Return the composed spans of ``p`` (`Params.timeline`)."""
     commit = p.COMMIT_WINDOW_BLOCKS
     claim = 2 * commit
-    round_draw = p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.MAX_COMMITTEE_REDRAWS * (commit + 1) + claim
+    fallback = p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + 1
+    round_draw = fallback + p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.MAX_COMMITTEE_REDRAWS * (commit + 1) + claim
     round_span = round_draw + commit + p.AUDIT_DRAW_DELAY_BLOCKS + 2 * p.OPEN_WINDOW_BLOCKS + 1
     start = p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.START_WINDOW_BLOCKS
-    audit = 2 * (round_span + p.DISPUTE_WINDOW_BLOCKS) + p.PROOF_WINDOW_BLOCKS + 1
-    return Timeline(claim, round_draw, round_span, start, audit, p.AUDIT_HORIZON_BLOCKS + start + audit)
+    # round 0 may carry the private fallback; an escalation round is drawn publicly
+    audit = 2 * (round_span + p.DISPUTE_WINDOW_BLOCKS) - fallback + p.PROOF_WINDOW_BLOCKS + 1
+    return Timeline(claim, fallback, round_draw, round_span, start, audit, p.AUDIT_HORIZON_BLOCKS + start + audit)
 
 
 @dataclass(frozen=True)

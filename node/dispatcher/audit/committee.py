@@ -46,13 +46,13 @@ class CommitteeDriver:
             open_slots.append(slot)
             if self.withhold_jobs:
                 continue
-            committee_job = self._get_or_create(audit_id, round_index, slot, member)
+            committee_job = self.get_or_create(audit_id, round_index, slot, member)
             key = f"seat:{audit_id}:{round_index}:{slot}:{member.hex()}"
             self.tasks.spawn(key, lambda cj=committee_job: self._fill_seat(cj))
         if open_slots and "replace_missing" in compute_due_steps(await self.chainio.get_round_state(audit_id, round_index), head + 1):
             self.tasks.spawn(f"replace:{audit_id}:{round_index}", lambda: self._replace_missing(audit_id, open_slots))
 
-    def _get_or_create(self, audit_id: int, round_index: int, slot: int, member: bytes) -> CommitteeJob:
+    def get_or_create(self, audit_id: int, round_index: int, slot: int, member: bytes) -> CommitteeJob:
         existing = self.tables.get_committee_job(audit_id, round_index, slot, member)
         if existing is not None:
             return existing
@@ -62,6 +62,12 @@ class CommitteeDriver:
         return self.tables.get_committee_job(audit_id, round_index, slot, member)
 
     async def _fill_seat(self, seat: CommitteeJob) -> None:
+        seat = await self.run_seat(seat)
+        if seat.status == "answered":
+            await self._post(seat)
+
+    async def run_seat(self, seat: CommitteeJob) -> CommitteeJob:
+        """Send the seat's job to its member (unless it answered already); return the seat as stored."""
         seat = self.tables.get_committee_job(seat.audit_id, seat.round, seat.slot, seat.member)
         if seat.status == "sending":
             url = await self.view.get_endpoint(seat.member)
@@ -72,8 +78,7 @@ class CommitteeDriver:
                 raise
             self.tables.update_committee_job(seat, status="answered", output_tokens=output_tokens, receipt=receipt, error=None)
             seat = self.tables.get_committee_job(seat.audit_id, seat.round, seat.slot, seat.member)
-        if seat.status == "answered":
-            await self._post(seat)
+        return seat
 
     async def _post(self, seat: CommitteeJob) -> None:
         info = await self.chainio.get_round(seat.audit_id, seat.round)

@@ -1,8 +1,9 @@
 """The dispatcher's side of each audit it started, phase by phase (docs/protocol.md §12 "Messages, in order", steps 3–7).
 
-    drawing      `drawRound` once the round's seed block (entered + delay) is mined — round 0 of
-                 every audit it started (a selected audit nobody draws slashes this dispatcher)
-                 and an escalation round; `lapse` once the draw window has passed
+    drawing      a first round it started with a draw commitment: drawn privately, the members'
+                 jobs sent, and revealed with their receipts (`private_draw.py`); any other
+                 round: `drawRound` once its seed block (entered + delay) is mined; `lapse`
+                 once the draw window has passed
     committing   committee jobs and receipts (`committee.py`); redraws after the deadline
     opening      draws the challenge when due; as each party opens, fetches its opening with
                  proofs from its node (this dispatcher sent both jobs, so it may) and checks it:
@@ -32,6 +33,7 @@ from verillm.spec.settlement import FAIL, PASS, WORKER_DEFAULT
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
 from verillm.node.dispatcher.audit.committee import CommitteeDriver
 from verillm.node.dispatcher.audit.delivery import compute_self_run_job
+from verillm.node.dispatcher.audit.private_draw import PrivateDrawDriver
 from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.dispatcher.status import compute_audit_summary
@@ -51,6 +53,7 @@ class AuditDriver:
                  tasks: KeyedTasks, metrics: NodeMetrics, escalate: bool):
         self.chainio, self.tables, self.router, self.view, self.tasks, self.metrics = chainio, tables, router, view, tasks, metrics
         self.committee = CommitteeDriver(chainio, tables, router, view, tasks)
+        self.private_draw = PrivateDrawDriver(chainio, tables, self.committee, tasks)
         self.escalate = escalate
         self.preset = chainio.preset
         self.me = "0x" + chainio.address.hex()
@@ -60,7 +63,7 @@ class AuditDriver:
         state = await self.chainio.read(self.chainio.protocol.get_audit, audit_id)
         info = await self.chainio.get_round(audit_id, state.round)
         if info.phase == Phase.DRAWING:
-            await self._advance_drawing(audit_id, head)
+            await self._advance_drawing(state, head)
         elif info.phase == Phase.COMMITTING:
             await self.committee.advance(audit_id, state.round, info, head)
         elif info.phase == Phase.OPENING:
@@ -258,9 +261,14 @@ class AuditDriver:
             if not is_revert(exc, "UnexpectedPhase"):
                 raise
 
-    async def _advance_drawing(self, audit_id: int, head: int) -> None:
-        """Draw the round's committee once its seed block is mined, or lapse it once too late."""
-        for step in compute_due_steps(await self.chainio.get_round_state(audit_id), head + 1):
+    async def _advance_drawing(self, audit, head: int) -> None:
+        """Draw the round's committee once its seed block is mined (privately when this node
+        committed to it), or lapse it once too late."""
+        audit_id = audit.audit_id
+        round_state = await self.chainio.get_round_state(audit_id)
+        if round_state.private_draw and audit.dispatcher.lower() == self.me.lower():
+            await self.private_draw.advance(audit, round_state, head)
+        for step in compute_due_steps(round_state, head + 1):
             self.tasks.spawn(f"{step}:{audit_id}", lambda s=step: self.chainio.send(s, audit_id, audit_id=audit_id))
 
     def _on_settled(self, row: dict, state) -> None:

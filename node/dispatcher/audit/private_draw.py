@@ -1,0 +1,76 @@
+"""The dispatcher's private draw of a first round (docs/protocol.md §12 "Private draws").
+
+This node started the audit with a commitment to a secret (`ChainIO.compute_draw_secret`, derived
+from its key: a restart reveals the same one). Once the round's seed block is mined it previews
+the committee with the secret (`Jobs.previewCommittee`, an eth_call to its own RPC node), sends
+each member its verification job — the member runs it as any other job: nothing public says it
+sits on a committee — and reveals the draw with every receipt that came back (`revealRound`), as
+soon as all have or a few blocks before the draw window closes. Seats whose receipt has not
+come go on as after a public draw: `CommitteeDriver` posts them, or redraws them.
+
+Not revealing in the window gets this dispatcher slashed and the round drawn publicly
+(`Jobs.lapse`): the reveal is sent at the latest `REVEAL_MARGIN_BLOCKS` before the window ends.
+"""
+
+import logging
+
+from verillm.chain.protocol import AuditState
+from verillm.spec.audit import RoundState
+
+from verillm.node.dispatcher.audit.committee import CommitteeDriver
+from verillm.node.dispatcher.chainio import ChainIO, is_revert
+from verillm.node.dispatcher.tasks import KeyedTasks
+from verillm.node.store.dispatcher_tables import DispatcherTables
+
+log = logging.getLogger(__name__)
+
+REVEAL_MARGIN_BLOCKS = 3
+"""Blocks before the draw window closes at which the reveal goes out with whatever receipts came:
+room for the transaction to be mined (anvil mines it in the next block; a public chain may take
+a few)."""
+
+
+def is_reveal_due(state: RoundState, head: int, seats: int, answered: int) -> bool:
+    """Return whether to reveal now: every seat answered, or the window is about to close."""
+    d = state.deadlines
+    if head < d.draw_after or head + 1 > d.draw_by:
+        return False
+    return answered == seats or head + 1 >= d.draw_by - REVEAL_MARGIN_BLOCKS
+
+
+class PrivateDrawDriver:
+    """Draws this dispatcher's first rounds privately and reveals them with their receipts."""
+
+    def __init__(self, chainio: ChainIO, tables: DispatcherTables, committee: CommitteeDriver, tasks: KeyedTasks):
+        self.chainio, self.tables, self.committee, self.tasks = chainio, tables, committee, tasks
+        self.withhold_reveal = False  # PartyFaults: a dispatcher that never reveals (tests only)
+
+    async def advance(self, audit: AuditState, state: RoundState, head: int) -> None:
+        audit_id = audit.audit_id
+        if head <= state.deadlines.draw_after or self.withhold_reveal:
+            return  # the seed block's hash is not known yet
+        secret = self.chainio.compute_draw_secret(audit.batch_id, audit.index)
+        members = [bytes.fromhex(m[2:]) for m in await self.chainio.read(self.chainio.protocol.preview_committee, audit_id, secret)]
+        seats = []
+        for slot, member in enumerate(members):
+            seat = self.committee.get_or_create(audit_id, 0, slot, member)
+            seats.append(seat)
+            if seat.status == "sending" and not self.committee.withhold_jobs:
+                self.tasks.spawn(f"seat:{audit_id}:0:{slot}:{member.hex()}", lambda s=seat: self.committee.run_seat(s))
+        seats = [self.tables.get_committee_job(audit_id, 0, s.slot, s.member) for s in seats]
+        answered = [(s.slot, s.receipt) for s in seats if s.status == "answered"]
+        if members and is_reveal_due(state, head, len(members), len(answered)):
+            self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, answered))
+
+    async def _reveal(self, audit_id: int, secret: bytes, answered: list) -> None:
+        try:
+            tx = await self.chainio.send("reveal_round", audit_id, secret, answered, audit_id=audit_id)
+        except Exception as exc:
+            if not is_revert(exc, "UnexpectedPhase"):  # revealed already (a previous run), or the round moved on
+                raise
+            return
+        for slot, _ in answered:
+            seat = self.tables.get_committee_job(audit_id, 0, slot, bytes.fromhex(tx.value[slot][2:]))
+            if seat is not None:
+                self.tables.update_committee_job(seat, status="posted", error=None)
+        log.info("audit %d: committee drawn privately and revealed with %d receipt(s)", audit_id, len(answered))
