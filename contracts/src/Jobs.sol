@@ -237,7 +237,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         a.workerRoot = receipt.commitmentRoot;
         a.samplingKey = _samplingKey(receipt);
         a.receiptHash = q.receiptHash;
-        a.drawCommitment = q.drawCommitment;
+        if (q.drawCommitment != bytes32(0)) a.drawCommitment = q.drawCommitment;
         registry.lock(receipt.worker);
         registry.lock(q.dispatcher);
     }

@@ -40,8 +40,7 @@ class BatchRules:
 
     def _start_leaf(self, entry: tuple) -> None:
         batch, index, party, worker, dispatcher, mode, _ = entry
-        tx = self.p.start_audit(self._node(dispatcher).account, batch.batch_id, index, party.receipt, batch.levels)
-        self._track(AuditRun(tx.value, party), worker, dispatcher, mode)
+        self._track(AuditRun(self._start_selected(self._node(dispatcher), batch, index, party), party), worker, dispatcher, mode)
 
     @precondition(lambda self: len(self.audits) + len(self.pending_starts) + 2 <= MAX_AUDITS and len(self.promises) + 2 <= MAX_PROMISES)
     @rule(workers=st.lists(st.sampled_from([0, 1, CHEATER]), min_size=2, max_size=4), dispatcher=st.sampled_from([0, 1]),

@@ -103,8 +103,7 @@ class CoverageParties:
         """`World.start`, keeping the batch id: post the one-leaf batch, draw, start its audit."""
         node = self._node(dispatcher)
         batch, _, _ = self.world.post_and_draw(node, [party.receipt])
-        tx = self.p.start_audit(node.account, batch.batch_id, 0, party.receipt, batch.levels)
-        return AuditRun(tx.value, party), batch.batch_id
+        return AuditRun(self._start_selected(node, batch, 0, party), party), batch.batch_id
 
     # --- what the client sees ---------------------------------------------------------------------
     def _included(self, pr: Promised) -> bool:

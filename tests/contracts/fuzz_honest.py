@@ -15,6 +15,7 @@ from eth_utils import to_checksum_address
 
 from verillm.spec import audit as spec_audit
 from verillm.spec.audit import Phase, compute_due_steps
+from verillm.spec.hashing import keccak256
 
 from helpers.contracts import MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun
 
@@ -112,6 +113,38 @@ class HonestParties:
             self._honest_draws()  # a draw that fell due during this audit's transactions, at once
         self._honest_client()
 
+    def _start_selected(self, node, batch, index: int, party) -> int:
+        """The dispatcher starts a selected leaf: every other start privately (docs/protocol.md §12
+        "Private draws"), as the node does for all; an honest dispatcher reveals at once
+        (`_honest_reveal`), the cheater never does (its lapse slashes it, the round is drawn publicly)."""
+        secret = keccak256(b"fuzz draw secret" + self.nonce.to_bytes(8, "big") + index.to_bytes(4, "big")) if (self.nonce + index) % 2 else None
+        commitment = spec_audit.compute_draw_commitment(secret) if secret else bytes(32)
+        audit_id = self.p.start_audit(node.account, batch.batch_id, index, party.receipt, batch.levels, draw_commitment=commitment).value
+        if secret and audit_id:
+            self.draw_secrets[audit_id] = secret
+            self.stats["issue20"]["private_start"] = self.stats["issue20"].get("private_start", 0) + 1
+        return audit_id
+
+    def _honest_reveal(self, t: Tracked, rs) -> None:
+        """An honest dispatcher's private draw: preview with its secret, send the members their jobs
+        (the honest members answer; the adversary, node 5, never does) and reveal with their receipts."""
+        secret = self.draw_secrets.get(t.run.audit_id)
+        head = self.reads.head()
+        if secret is None or not rs.deadlines.draw_after < head + 1 <= rs.deadlines.draw_by:
+            return
+        seats = []
+        for slot, address in enumerate(self.p.preview_committee(t.run.audit_id, secret)):
+            i = self._index(address)
+            if i != ADVERSARY:
+                seats.append((slot, self._member(i).receipt))
+        tx = self._try(self.p.reveal_round, self._node(t.dispatcher).account, t.run.audit_id, secret, seats)
+        if tx is None:
+            return
+        self.stats["issue20"]["private_reveal"] = self.stats["issue20"].get("private_reveal", 0) + 1
+        # the invariant: every seat named by the reveal whose member answered has its receipt on-chain with it
+        for slot, _ in seats:
+            assert self.party(t.run.audit_id, 0, slot + 1)["root"] != bytes(32), f"audit {t.run.audit_id}: seat {slot} named without its receipt"
+
     def _honest_progress(self, t: Tracked, state) -> None:
         """Every permissionless call the state machine says is due (`spec.audit.compute_due_steps`
         over `Jobs.getRoundState`, the contract's guards mirrored), made at once by an honest
@@ -120,6 +153,9 @@ class HonestParties:
         works and dispatches (its own duty: a lapse slashes it) and an escalation of an audit it
         dispatches (it escalated its own FAIL hoping for an unheard round, and draws it itself)."""
         rs = self.round_state(t.run.audit_id)
+        if rs.private_draw and t.dispatcher != CHEATER:
+            self._honest_reveal(t, rs)
+            rs = self.round_state(t.run.audit_id)
         for step in compute_due_steps(rs, self.reads.head() + 1):
             if step == "draw_round" and CHEATER == t.dispatcher and (rs.round > 0 or t.worker == CHEATER):
                 continue

@@ -134,6 +134,7 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, Coverag
         self.resolved = set()  # omission claims answered or slashed
         self.audits: list[Tracked] = []
         self.nonce = 0
+        self.draw_secrets: dict[int, bytes] = {}  # audit id → its dispatcher's private-draw secret (fuzz_honest)
         self.cells: dict[int, list] = {}  # contest id → its cells
         self.path: list[str] = []
         self.floor = {}

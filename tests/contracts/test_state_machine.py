@@ -169,3 +169,35 @@ def test_every_row_of_the_table_leads_where_it_says(world):
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     step("settle", world.outsider, a)
     assert world.protocol.get_audit(a).phase == Phase.SETTLED
+
+
+def test_a_private_round_accepts_exactly_the_due_calls_and_falls_back_to_a_public_draw(world):
+    """A first round its dispatcher committed to draw privately: nobody else can draw it in its
+    window (only `reveal_round`, a party's step); past it, `lapse` slashes the dispatcher and the
+    round is entered again for a public draw; a reveal leads where its row says."""
+    walked: set = set()
+    rows = {(t.phase, t.call): t.to for t in TRANSITIONS}
+    secret = b"\x5e" * 32
+    run = world.start(world.make_worker(world.nodes[0], nonce=4), dispatcher=world.nodes[1], secret=secret)
+    a = run.audit_id
+    d = _check(world, a, "private drawing, seed block not mined", walked).deadlines
+    assert world.protocol.get_round_state(a).private_draw
+    _to(world, d.draw_after)
+    _check(world, a, "private drawing, in the window: nothing permissionless", walked)
+    snapshot = world.chain.snapshot()
+    members = [world.make_member(n) for n in world.preview(run, secret)]
+    world.reveal(run, world.nodes[1], secret, members)
+    assert world.protocol.get_round_state(a).phase in rows[(Phase.DRAWING, "reveal_round")]
+    _check(world, a, "revealed with every receipt: opening", walked)
+    world.chain.revert(snapshot)
+    _to(world, d.draw_by)
+    _check(world, a, "private drawing, window over", walked)
+    world.chain.mine(1)
+    world.protocol.lapse(world.outsider, a)
+    state = _check(world, a, "private draw missed: drawing publicly, seed block not mined", walked)
+    assert state.phase in rows[(Phase.DRAWING, "lapse")] and not state.private_draw
+    _to(world, state.deadlines.draw_after)
+    _check(world, a, "fallback: public draw window", walked)
+    world.chain.mine(1)
+    world.protocol.draw_round(world.outsider, a)
+    assert _check(world, a, "fallback drawn", walked).phase == Phase.COMMITTING

@@ -15,7 +15,7 @@ from verillm.bench.tables import format_table, write_json
 from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess
 from verillm.chain.protocol import Protocol
-from verillm.spec.audit import OnchainModel
+from verillm.spec.audit import OnchainModel, compute_draw_commitment
 from verillm.spec import vrf
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import JobTrace, compute_commitment, compute_opening
@@ -130,17 +130,23 @@ def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, lay
         w_trace, w_commit, w_receipt = run.party(0, prompt + output - 1, output, 0)
         batch, gas = _measure_batch(run, batch_size, w_receipt)
         run.gas.update(gas)
-        fee = 0 if run.protocol.is_audited(batch.batch_id, 0) else preset.COMMITTEE_SIZE * preset.AUDIT_FEE_WEI
-        tx = run.protocol.start_audit(run.nodes[1][0], batch.batch_id, 0, w_receipt, batch.levels, fee)
+        selected = run.protocol.is_audited(batch.batch_id, 0)
+        fee = 0 if selected else preset.COMMITTEE_SIZE * preset.AUDIT_FEE_WEI
+        # A selected job is drawn privately by its dispatcher, as the node does; a request publicly.
+        secret = keccak256(b"gas bench draw secret")
+        commitment = compute_draw_commitment(secret) if selected else bytes(32)
+        tx = run.protocol.start_audit(run.nodes[1][0], batch.batch_id, 0, w_receipt, batch.levels, fee, draw_commitment=commitment)
         audit_id, run.gas["start_audit"] = tx.value, tx.gas_used
         run.mine_past(preset.AUDIT_DRAW_DELAY_BLOCKS)  # the committee is drawn from a blockhash after the start
-        run.gas["draw_round"] = run.protocol.draw_round(run.owner, audit_id).gas_used
-        committee = run.protocol.get_committee(audit_id, 0)
+        committee = run.protocol.preview_committee(audit_id, secret) if selected else _draw_public(run, audit_id)
         index_of = {a.address: i for i, (a, _) in enumerate(run.nodes)}
         # member 0's data disagree with the worker's, and it votes agree: the dispute below has a lie to find
         members = [run.party(index_of[m], prompt + output, 1, 1 + slot, 1.0 if slot == 0 else 1e-7) for slot, m in enumerate(committee)]
-        for slot, (_, _, receipt) in enumerate(members):
-            run.gas["committee_receipt"] = run.protocol.post_committee_receipt(run.owner, audit_id, slot, receipt).gas_used
+        if selected:
+            seats = [(slot, receipt) for slot, (_, _, receipt) in enumerate(members)]
+            run.gas["reveal_round"] = run.protocol.reveal_round(run.nodes[1][0], audit_id, secret, seats).gas_used
+        else:
+            _post_receipts(run, audit_id, members)
         run.mine_past(preset.AUDIT_DRAW_DELAY_BLOCKS)
         run.gas["draw_challenge"] = run.protocol.draw_challenge(run.owner, audit_id).gas_used
         worker_opening = compute_opening(w_trace, w_commit, _cells(run, audit_id, prompt + output - 1))
@@ -156,8 +162,38 @@ def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, lay
         run.gas["escalate"] = run.protocol.escalate(run.owner, audit_id).gas_used
         run.mine_past(preset.AUDIT_DRAW_DELAY_BLOCKS)
         run.gas["draw_escalation"] = run.protocol.draw_escalation(run.owner, audit_id).gas_used
-        report = _report(run, preset, batch_size, prompt, output, len(worker_opening.leaves))
+        if selected:
+            _measure_public_start(run, prompt, output)
+        report = _report(run, preset, batch_size, prompt, output, len(worker_opening.leaves), selected)
         return report | _measure_batches(run, batch_size, batches) if batches > 1 else report
+
+
+def _draw_public(run: GasRun, audit_id: int) -> list[str]:
+    run.gas["draw_round"] = run.protocol.draw_round(run.owner, audit_id).gas_used
+    return run.protocol.get_committee(audit_id, 0)
+
+
+def _post_receipts(run: GasRun, audit_id: int, members) -> None:
+    for slot, (_, _, receipt) in enumerate(members):
+        run.gas["committee_receipt"] = run.protocol.post_committee_receipt(run.owner, audit_id, slot, receipt).gas_used
+
+
+def _measure_public_start(run: GasRun, prompt: int, output: int) -> None:
+    """The public first round beside the private one: a selected job started without a commitment
+    (as a stranger may), drawn with drawRound, its receipts posted one by one."""
+    worker = len(run.nodes) - 1
+    _, _, receipt = run.party(worker, prompt + output - 1, output, 0)
+    dispatcher, key = run.nodes[1]
+    batch = run.protocol.post_batch(dispatcher, [compute_receipt_hash(receipt)]).value
+    run.mine_past(run.preset.AUDIT_DRAW_DELAY_BLOCKS)
+    run.protocol.draw_audit(dispatcher, batch.batch_id, key)
+    fee = 0 if run.protocol.is_audited(batch.batch_id, 0) else run.preset.COMMITTEE_SIZE * run.preset.AUDIT_FEE_WEI
+    tx = run.protocol.start_audit(run.owner, batch.batch_id, 0, receipt, batch.levels, fee)
+    run.gas["start_audit_public"] = tx.gas_used
+    run.mine_past(run.preset.AUDIT_DRAW_DELAY_BLOCKS)
+    committee = _draw_public(run, tx.value)
+    index_of = {a.address: i for i, (a, _) in enumerate(run.nodes)}
+    _post_receipts(run, tx.value, [run.party(index_of[m], prompt + output, 1, 1 + slot) for slot, m in enumerate(committee)])
 
 
 def _measure_contest(run: GasRun, audit_id: int, worker_opening) -> None:
@@ -168,11 +204,17 @@ def _measure_contest(run: GasRun, audit_id: int, worker_opening) -> None:
     run.gas["answer_contest"] = run.protocol.answer_contest(run.nodes[0][0], contest.value, cells, worker_opening).gas_used
 
 
-def _report(run: GasRun, preset, batch_size: int, prompt: int, output: int, cells: int) -> dict:
+def _report(run: GasRun, preset, batch_size: int, prompt: int, output: int, cells: int, selected: bool) -> dict:
+    """``audited_path_total``: the first round as the node runs it — drawn privately and revealed
+    with the receipts for a selected job, drawn publicly for a request; ``audited_path_total_public``:
+    the same job drawn publicly (drawRound and one transaction per receipt)."""
     g = run.gas
-    audited = (g["start_audit"] + g["draw_round"] + preset.COMMITTEE_SIZE * (g["committee_receipt"] + g["open_and_vote"])
-               + g["draw_challenge"] + g["open"] + g["verdict"])
+    rest = g["draw_challenge"] + g["open"] + g["verdict"] + preset.COMMITTEE_SIZE * g["open_and_vote"]
+    public = g.get("start_audit_public", g["start_audit"]) + g["draw_round"] + preset.COMMITTEE_SIZE * g["committee_receipt"] + rest
+    audited = g["start_audit"] + g["reveal_round"] + rest if selected else public
     return {
+        "first_round": "private" if selected else "public (requested)", "reveal_round": g.get("reveal_round"),
+        "start_audit_public": g.get("start_audit_public"), "audited_path_total_public": public,
         "register": g["register"], "post_batch": g["post_batch"], "post_batch_jobs": batch_size,
         "per_job_amortized": (g["post_batch"] + g["audit_draw"]) // batch_size, "audit_draw": g["audit_draw"],
         "post_batch_first": g["post_batch_first"],
