@@ -125,6 +125,13 @@ def _step(action: str, what: str, who, by_block: int | None = None, from_block: 
 def _drawing(state: RoundState, audit: dict, preset: Preset, anyone) -> dict:
     d = state.deadlines
     size = preset.COMMITTEE_SIZE if state.round == 0 else preset.ESCALATION_COMMITTEE_SIZE
+    if state.private_draw:  # docs/protocol.md §12 "Private draws": nobody but the dispatcher knows the seats yet
+        what = (f"the dispatcher draws the committee of {size} privately, sends the members their jobs and reveals the draw "
+                f"with their receipts (revealRound)")
+        then = (f"if it does not, from block {d.draw_by + 1} anyone may call lapse: the dispatcher is slashed and the committee "
+                f"is drawn publicly instead")
+        who = {"parties": [audit["dispatcher"]]}
+        return {"phase": "drawing", "steps": [_step("revealRound", what, who, from_block=d.draw_after + 1, by_block=d.draw_by)], "then": then}
     what = f"draw the {'appeal' if state.round else 'first'} round's committee of {size} from the blockhash of block {d.draw_after} (drawRound)"
     if state.round > 0:
         then = f"if nobody does, from block {d.draw_by + 1} anyone may call lapse: the appeal lapses, the first verdict stands, the bond goes to the pool"

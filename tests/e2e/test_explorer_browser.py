@@ -229,6 +229,7 @@ def _open_audit_next_step(kept, page, shots: Path) -> None:
         entered = live.deadlines.entered_block  # the round's start, or its appeal
         if phase == code and by_block:
             expected = {"drawRound": entered + p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS,
+                        "revealRound": entered + p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS,
                         "postCommitteeReceipt": commit_deadline, "publishTranscript": live.publish_deadline, "drawChallenge": ready + p.AUDIT_DRAW_DELAY_BLOCKS + p.OPEN_WINDOW_BLOCKS,
                         "openWorker": ready + p.AUDIT_DRAW_DELAY_BLOCKS + p.OPEN_WINDOW_BLOCKS,
                         "openAndVote": ready + p.AUDIT_DRAW_DELAY_BLOCKS + 2 * p.OPEN_WINDOW_BLOCKS,

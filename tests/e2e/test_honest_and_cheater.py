@@ -126,3 +126,27 @@ def test_every_job_came_with_a_batching_promise_the_gateway_kept_and_defends(che
     paid = protocol.jobs.call("credits", gateway) - credit
     refunded = protocol.jobs.call("credits", griefer.address) - griefer_credit
     assert paid > 0 and paid + refunded == protocol.preset.OMISSION_CLAIM_BOND_WEI
+
+
+def test_every_first_round_is_drawn_privately_and_each_member_learns_its_seat_with_its_receipt(cheater_network):
+    """docs/protocol.md §12 "Private draws", watched from the chain alone: the gateway started every
+    selected audit with a draw commitment; each first-round committee was named by a `revealRound`
+    transaction, which posted the receipts of the members that had answered their (indistinguishable)
+    jobs; no `CommitteeDrawn` for a first round came from a public `drawRound`."""
+    net, _, bodies = cheater_network
+    protocol = Protocol(net.protocol.chain, net.protocol.deployment)
+    events = protocol.jobs.web3.events
+    audits = {b["audit"]["audit_id"] for b in bodies}
+    drawn = [log for log in events.CommitteeDrawn().get_logs(from_block=0) if log["args"]["auditId"] in audits and log["args"]["round"] == 0]
+    assert {log["args"]["auditId"] for log in drawn} == audits
+    posted = events.CommitteeReceiptPosted().get_logs(from_block=0)
+    revealed_with_receipts = 0
+    for log in drawn:
+        tx = protocol.chain.w3.eth.get_transaction(log["transactionHash"])
+        function, _ = protocol.jobs.web3.decode_function_input(tx["input"])
+        assert function.fn_name == "revealRound", (log["args"]["auditId"], function.fn_name)
+        in_tx = [p for p in posted if p["transactionHash"] == log["transactionHash"]]
+        assert {p["args"]["member"] for p in in_tx} <= set(log["args"]["members"])
+        revealed_with_receipts += len(in_tx)
+    # the tiny model answers in well under the draw window: most seats are revealed with their receipt
+    assert revealed_with_receipts > len(drawn), f"{revealed_with_receipts} receipts in {len(drawn)} reveals"

@@ -109,6 +109,16 @@ def test_drawing_draws_a_committee_from_the_blockhash_after_entry_or_lapses(roun
     assert f"block {seed + PRESET.DRAW_WINDOW_BLOCKS + 1}" in step["then"] and then in step["then"]
 
 
+def test_a_private_draw_waits_for_its_dispatcher_s_reveal_and_names_the_fallback():
+    import dataclasses
+    view = dataclasses.replace(_view(DRAWING, entered_block=60), private_draw=True)
+    step = compute_next_step(view, AUDIT, [], PRESET, head=61)
+    reveal = step["steps"][0]
+    assert reveal["action"] == "revealRound" and reveal["who"]["parties"] == [DISPATCHER]
+    assert reveal["by_block"] == 60 + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS
+    assert "dispatcher is slashed" in step["then"] and "drawn publicly" in step["then"]
+
+
 def test_a_standing_claim_waits_for_the_worker_s_publication_or_its_default():
     step = compute_next_step(_view(COMMITTING, publish_deadline=44), AUDIT, [], PRESET, head=30)
     assert step["steps"][0]["action"] == "publishTranscript" and step["steps"][0]["who"]["parties"] == [WORKER]
