@@ -23,27 +23,32 @@ from verillm.spec.params import MAINNET, MINIMAL, Preset, compute_leaver_schedul
 def test_the_spans_hand_checked_on_minimal_and_mainnet():
     # MINIMAL: delay 1, draw 10, start 80, commit 20, open 20, dispute 10, proof 5, 1 redraw, horizon 30
     t = compute_timeline(MINIMAL)
-    assert t.round_draw_span == 1 + 10 + 1 * 21 + 40 == 72
-    assert t.round_span == 72 + 20 + 1 + 40 + 1 == 134
-    assert t.audit_span == 2 * (134 + 10) + 5 + 1 == 294
-    assert t.leaver_duty_span == 30 + (1 + 10 + 80) + 294 == 415
+    assert t.private_fallback == 1 + 10 + 1 == 12  # a private draw missed: its window, the lapse
+    assert t.round_draw_span == 12 + 1 + 10 + 1 * 21 + 40 == 84
+    assert t.round_span == 84 + 20 + 1 + 40 + 1 == 146
+    assert t.audit_span == 2 * (146 + 10) - 12 + 5 + 1 == 306  # the escalation round is drawn publicly
+    assert t.leaver_duty_span == 30 + (1 + 10 + 80) + 306 == 427
     t = compute_timeline(MAINNET)  # delay 2, draw 100, start 100, commit 50, open 50, dispute 100, proof 50, 2 redraws, horizon 300
-    assert (t.round_draw_span, t.round_span, t.audit_span, t.leaver_duty_span) == (304, 457, 1165, 1667)
-    assert MAINNET.EPOCH_BLOCKS - t.round_draw_span == 296  # the slack a late redraw has (docs/protocol.md §13)
+    assert (t.round_draw_span, t.round_span, t.audit_span, t.leaver_duty_span) == (407, 560, 1268, 1770)
+    assert MAINNET.EPOCH_BLOCKS - t.round_draw_span == 193  # the slack a late redraw has (docs/protocol.md §12)
 
 
 def test_a_leaver_is_told_the_block_its_duties_end():
     plan = compute_leaver_schedule(1_000, MINIMAL)
-    assert plan.duties_end_block == 1_415 <= plan.withdraw_from_block == 1_450
-    assert plan.last_start_block == 1_000 + 30 + 91 and plan.seated_until_block == 1_000 - 1 - 1 + 72
+    assert plan.duties_end_block == 1_427 <= plan.withdraw_from_block == 1_450
+    assert plan.last_start_block == 1_000 + 30 + 91 and plan.seated_until_block == 1_000 - 1 - 1 + 84
 
 
 # --- the walk ------------------------------------------------------------------------------------
 
-def walk_round(p: Preset, entered: int, pick) -> dict:
+def walk_round(p: Preset, entered: int, pick, private: bool = False) -> dict:
     """One round entered at ``entered``, every adversarial timing from ``pick(lo, hi)`` (an int
-    in [lo, hi]) and ``pick(0, 1)`` for a choice. Returns its draw blocks and how it ended."""
+    in [lo, hi]) and ``pick(0, 1)`` for a choice. Returns its draw blocks and how it ended. A
+    ``private`` first round may see its dispatcher never reveal: lapsed the block after the
+    window, it is entered again there for a public draw (the weights still those of its entry)."""
     commit = p.COMMIT_WINDOW_BLOCKS
+    if private and pick(0, 1):
+        entered = entered + p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + 1
     draws = [entered + p.AUDIT_DRAW_DELAY_BLOCKS + pick(1, p.DRAW_WINDOW_BLOCKS)]  # drawRound, anyone, in its window
     deadline = draws[0] + commit
     claim_window = None  # the round's one publish deadline
@@ -70,7 +75,7 @@ def walk_round(p: Preset, entered: int, pick) -> dict:
 def walk_audit(p: Preset, started: int, pick) -> dict:
     """An audit from its start: round 0, an escalation at any block of the dispute window, round 1,
     a contest at the end of the dispute window answered or resolved at the end of its proof window."""
-    first = walk_round(p, started, pick)
+    first = walk_round(p, started, pick, private=True)
     rounds = [first]
     end = first.get("abandoned") or first["verdict"] + p.DISPUTE_WINDOW_BLOCKS + 1
     if first["verdict"] is not None and pick(0, 1):
@@ -115,7 +120,7 @@ def test_every_draw_falls_in_a_readable_epoch_and_every_leaver_duty_ends_before_
     pick = lambda lo, hi: data.draw(st.integers(lo, hi))  # noqa: E731
     # a round entered anywhere in its epoch, its last block included
     entered = offset * p.EPOCH_BLOCKS + p.EPOCH_BLOCKS - 1 - data.draw(st.integers(0, p.EPOCH_BLOCKS - 1))
-    walked = walk_round(p, entered, pick)
+    walked = walk_round(p, entered, pick, private=True)
     assert max(walked["draws"]) - entered <= t.round_draw_span  # the composed span bounds every path
     readable = all(b // p.EPOCH_BLOCKS <= entered // p.EPOCH_BLOCKS + 1 for b in walked["draws"])
     if valid:
@@ -137,12 +142,12 @@ def test_every_draw_falls_in_a_readable_epoch_and_every_leaver_duty_ends_before_
 @settings(max_examples=200, deadline=None)
 @given(p=_windows())
 def test_the_all_edges_path_reaches_the_bound(p):
-    """The adversary at every edge: the draw at its window's last block, a false claim at the
+    """The adversary at every edge: a private draw never revealed, the public draw at its window's last block, a false claim at the
     last block of the first commit window, the publication at the last block of the publish
     window, the seat withheld through every redraw. The last draw lands exactly at the composed
     draw span: the bound is reached, not merely an upper bound (with at least one redraw; with
     none, no claim can push a draw and the span is 2 commit windows loose)."""
     assume(p.MAX_COMMITTEE_REDRAWS > 0)
-    script = iter(["hi", 1, "hi", 1, "hi"] + [0] * (p.MAX_COMMITTEE_REDRAWS + 1))
-    walked = walk_round(p, 0, lambda lo, hi: hi if (step := next(script)) == "hi" else step)
+    script = iter([1, "hi", 1, "hi", 1, "hi"] + [0] * (p.MAX_COMMITTEE_REDRAWS + 1))
+    walked = walk_round(p, 0, lambda lo, hi: hi if (step := next(script)) == "hi" else step, private=True)
     assert max(walked["draws"]) == compute_timeline(p).round_draw_span, walked
