@@ -16,8 +16,11 @@ committee lane as soon as the seat is known (`run_forever` re-reads the draws ev
 hands each new seat to `on_seat`, the worker's `promote_committee_job`), unless the engine has
 already started it.
 
-Committee membership is public on-chain (docs/protocol.md §12 "Known limits"); this lane uses
-that, and does not change what the engine sees: the job runs as any other.
+A first round its dispatcher draws privately (docs/protocol.md §12 "Private draws") is named
+on-chain only together with the receipts of the members that answered: their jobs ran as any
+other, in the peer lane, not knowing they were audits. This lane serves the seats the reveal named
+without a receipt (and every public draw: escalations, requests), and does not change what the
+engine sees: the job runs as any other.
 """
 
 import asyncio
