@@ -35,7 +35,7 @@ from verillm.spec.merkle import MerkleProof, compute_leaf_hash, is_valid_merkle_
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, recover_receipt_signer
 from verillm.spec.types import Leaf, Receipt, SamplingParams
 
-from verillm.verifier.chain_committee import CommitteeReplay, HistoryUnavailable
+from verillm.verifier.chain_committee import CommitteeReplay, HistoryUnavailable, get_round_entry
 from verillm.verifier.chain_settlement import (
     MEMBER_PENALTY_REASON,
     WORKER_SLASH_REASON,
@@ -78,6 +78,9 @@ def _before(a: ChainEvent, b: ChainEvent) -> bool:
 
 def _eth(wei: int) -> str:
     return f"{wei / 1e18:g} ETH"
+
+
+PRIVATE_DRAW_MISSED_REASON = "missed private draw"  # Jobs._fallBackToPublicDraw
 
 
 class ChainAuditor:
@@ -171,6 +174,7 @@ class ChainAuditor:
                   "'requested' flag disagrees with the draw")
         base = {"worker": "0x" + receipt.worker.hex(), "dispatcher": dispatcher.lower(), "beta": bytes(beta), "index": index,
                 "posted_block": posted_block, "model_id": receipt.model_id}
+        self._check_private_draw(audit_id, bytes(call["drawCommitment"]))
         self._check_draws(audit_id, base)
         for round_index in range(2):
             if self.named("ChallengeDrawn", auditId=audit_id, round=round_index):
@@ -220,13 +224,22 @@ class ChainAuditor:
     # --- challenge, openings, votes ---------------------------------------------------------------
 
     def _committee_seed(self, audit_id: int, round_index: int, beta: bytes, index: int) -> bytes:
-        # every round's seed: a blockhash after the round was entered (its start, or its escalation)
-        entered = self._entered_block(audit_id, round_index)
-        return spec_audit.compute_round_seed(audit_id, round_index, self._blockhash(entered + self.preset.AUDIT_DRAW_DELAY_BLOCKS))
+        # every round's seed: a blockhash after the round was entered (its start, its escalation, or
+        # a missed private draw's lapse), with the dispatcher's secret for a private draw
+        entry = get_round_entry(self, audit_id, round_index)
+        return spec_audit.compute_round_seed(audit_id, round_index, self._blockhash(entry.entered_block + self.preset.AUDIT_DRAW_DELAY_BLOCKS),
+                                             entry.secret)
 
-    def _entered_block(self, audit_id: int, round_index: int) -> int:
-        """The block a round entered DRAWING (Jobs._enterRound): round 0 at its start, round 1 at its escalation."""
-        return self.named("AuditStarted" if round_index == 0 else "EscalationStarted", auditId=audit_id)[0].block_number
+    def _check_private_draw(self, audit_id: int, commitment: bytes) -> None:
+        """A private draw's revealed secret is the one committed at the start (`Jobs.revealRound`)."""
+        revealed = self.named("PrivateDrawRevealed", auditId=audit_id)
+        if revealed:
+            secret = bytes(revealed[0].args["secret"])
+            self._add(spec_audit.compute_draw_commitment(secret) == commitment, f"audit {audit_id}",
+                      "first round drawn privately: the revealed secret is the one its dispatcher committed to at the start",
+                      "the revealed secret does not hash to the start's draw commitment")
+        for missed in self.named("PrivateDrawMissed", auditId=audit_id):
+            self._note(f"audit {audit_id}", f"its dispatcher {missed.args['dispatcher']} never revealed its private draw: slashed, drawn publicly from block {missed.block_number}")
 
     def _check_round(self, audit_id: int, round_index: int, receipt: Receipt, beta: bytes, index: int, output_tokens: int) -> None:
         subject = f"audit {audit_id} round {round_index}"
@@ -306,6 +319,9 @@ class ChainAuditor:
         self._check_amounts(subject, event, at_settle, worker)
         # A member penalty (MEMBER_PENALTY_BPS: a minority vote or a missed opening) is not a conviction.
         slashes = [(e.args["node"], e.args["reason"], e.args["amountWei"]) for e in at_settle if e.args["reason"] != MEMBER_PENALTY_REASON]
+        # a dispatcher that never revealed its private draw was slashed at the lapse, before settlement
+        slashes = [(e.args["node"], e.args["reason"], e.args["amountWei"]) for e in self.named("PartySlashed", auditId=audit_id)
+                   if e.args["reason"] == PRIVATE_DRAW_MISSED_REASON] + slashes
         penalised = [(e.args["node"], "penalised: " + penalties.get(e.args["node"].lower(), "?"), e.args["amountWei"])
                      for e in at_settle if e.args["reason"] == MEMBER_PENALTY_REASON]
         self._record_caught(audit_id, slashes + penalised)

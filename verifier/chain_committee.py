@@ -2,10 +2,12 @@
 
 A draw (round r, attempt k) of audit a, made in block B:
 
-    seed      keccak(0x1c ‖ u64 audit id ‖ u8 round ‖ blockhash(entered + delay)), entered = the
-              round's start (AuditStarted) or its escalation (EscalationStarted)
-              (`verillm.spec.audit.compute_round_seed`)
-    epoch     the entered block // epochBlocks (`Jobs._enterRound`)
+    seed      keccak(0x1c ‖ u64 audit id ‖ u8 round ‖ blockhash(entered + delay) [‖ secret]),
+              entered = the round's start (AuditStarted), its escalation (EscalationStarted), or
+              the lapse of a private draw never revealed (PrivateDrawMissed: drawn publicly from
+              there); secret = the dispatcher's, for a private draw (PrivateDrawRevealed)
+              (`verillm.spec.audit.compute_round_seed`, `RoundEntry`)
+    epoch     the first entered block // epochBlocks (`Jobs._enterRound`: a fallback keeps it)
     excluded  the worker, the batch's dispatcher, every member drawn for the audit so far
               (`spec.audit.compute_round_exclusions`, as the contract passes them), and every
               node that unbonded at or before entered + delay (`Registry.drawCommittee`: the
@@ -35,6 +37,29 @@ class HistoryUnavailable(ChainError):
     """The chain no longer serves the state of a past block (a node that prunes history: the
     project's anvil keeps the last 500 blocks' states); the draw can be re-derived only on an
     archive node."""
+
+
+@dataclass(frozen=True)
+class RoundEntry:
+    """Where a round's seed comes from: its first entry (whose epoch its draws read), the block it
+    was entered for its draw (later than ``first_block`` only after a missed private draw), and
+    the secret of a private draw (empty for a public one)."""
+
+    first_block: int
+    entered_block: int
+    secret: bytes
+
+
+def get_round_entry(auditor, audit_id: int, round_index: int) -> RoundEntry:
+    """Return round ``round_index``'s entry from the deployment's events (`auditor.named`)."""
+    first = auditor.named("AuditStarted" if round_index == 0 else "EscalationStarted", auditId=audit_id)[0].block_number
+    if round_index > 0:
+        return RoundEntry(first, first, b"")
+    missed = auditor.named("PrivateDrawMissed", auditId=audit_id)
+    if missed:
+        return RoundEntry(first, missed[0].block_number, b"")
+    revealed = auditor.named("PrivateDrawRevealed", auditId=audit_id)
+    return RoundEntry(first, first, bytes(revealed[0].args["secret"]) if revealed else b"")
 
 
 @dataclass(frozen=True)
@@ -82,10 +107,10 @@ class CommitteeReplay:
         before = [e for e in self.auditor.named("CommitteeDrawn", auditId=audit_id) if self._key(e) < self._key(at)]
         drawn = tuple(dict.fromkeys(m.lower() for e in before for m in e.args["members"]))
         excluded = spec_audit.compute_round_exclusions(base["worker"], base["dispatcher"], drawn)
-        entered = self.auditor.named("AuditStarted" if round_index == 0 else "EscalationStarted", auditId=audit_id)[0].block_number
-        seed_block = entered + self.preset.AUDIT_DRAW_DELAY_BLOCKS
-        seed = spec_audit.compute_round_seed(audit_id, round_index, self.protocol.get_blockhash(seed_block))
-        epoch = spec_audit.compute_epoch(entered, self.preset.EPOCH_BLOCKS)
+        entry = get_round_entry(self.auditor, audit_id, round_index)
+        seed_block = entry.entered_block + self.preset.AUDIT_DRAW_DELAY_BLOCKS
+        seed = spec_audit.compute_round_seed(audit_id, round_index, self.protocol.get_blockhash(seed_block), entry.secret)
+        epoch = spec_audit.compute_epoch(entry.first_block, self.preset.EPOCH_BLOCKS)
         if attempt == 0:
             size = self.preset.COMMITTEE_SIZE if round_index == 0 else self.preset.ESCALATION_COMMITTEE_SIZE
             return DrawPlan(round_index, 0, seed, epoch, seed_block, excluded, size, ())

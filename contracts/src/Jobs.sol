@@ -97,6 +97,8 @@ contract Jobs is EIP712, ReentrancyGuard {
     event Opened(uint256 indexed auditId, uint8 round, uint8 slot, address indexed party, bytes32 openingHash, uint8 vote);
     event RoundDecided(uint256 indexed auditId, uint8 round, uint8 verdict, uint8 agree, uint8 disagree);
     event PrivateDrawMissed(uint256 indexed auditId, address indexed dispatcher);
+    /// @notice The secret a private draw was made with: anyone can now re-derive its committee.
+    event PrivateDrawRevealed(uint256 indexed auditId, bytes32 secret);
     event EscalationStarted(uint256 indexed auditId, address indexed escalator);
     event EscalationLapsed(uint256 indexed auditId);
     event AuditAbandoned(uint256 indexed auditId, uint8 round, string reason);
@@ -279,6 +281,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         if (a.drawCommitment == bytes32(0) || keccak256(abi.encodePacked(Domains.DRAW_SECRET, secret)) != a.drawCommitment) revert InvalidSecret(auditId);
         if (slots.length != receipts.length || slots.length != signatures.length) revert ReceiptMismatch("one slot and one signature per receipt");
         a.drawCommitment = bytes32(0);
+        emit PrivateDrawRevealed(auditId, secret);
         if (!_drawRound(auditId, a, r, abi.encodePacked(secret))) return;
         for (uint256 i = 0; i < slots.length; i++) {
             _postReceipt(auditId, a, r, slots[i], receipts[i], signatures[i]);

@@ -68,3 +68,39 @@ def test_a_selected_audit_never_drawn_slashes_only_its_dispatcher_and_a_draw_hid
     flagged = [f for f in forged.run() if f.subject == f"audit {run.audit_id}" and f.severity == "inconsistent"]
     assert any("never drawn although" in f.detail for f in flagged), flagged
     assert abandoned.args["reason"] == "committee never drawn"
+
+
+def _settle_honestly(world, run) -> None:
+    members = [world.make_member(n) for n in world.committee(run)]
+    world.post_members(run, members)
+    world.open_worker(run)
+    for slot in range(len(members)):
+        world.open_member(run, slot)
+    world.finish(run)
+
+
+def test_private_draws_are_re_derived_from_the_revealed_secret_and_a_missed_one_is_reported(world):
+    """docs/protocol.md §12 "Private draws": the auditor re-derives a privately drawn committee from
+    the secret the reveal published (checked against the start's commitment), and a draw whose
+    dispatcher kept its secret from its public fallback, with the dispatcher's slash."""
+    secret = b"\x42" * 32
+    revealed = world.start(world.make_worker(world.nodes[0], nonce=71), dispatcher=world.nodes[1], secret=secret)
+    members = [world.make_member(n) for n in world.preview(revealed, secret)]
+    world.reveal(revealed, world.nodes[1], secret, members)
+    world.open_worker(revealed)
+    for slot in range(len(members)):
+        world.open_member(revealed, slot)
+    world.finish(revealed)
+    missed = world.start(world.make_worker(world.nodes[0], nonce=72), dispatcher=world.nodes[2], secret=secret)
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + 1)
+    world.protocol.lapse(world.outsider, missed.audit_id)
+    world.draw_round(missed)
+    _settle_honestly(world, missed)
+    auditor = ChainAuditor(world.chain, world.protocol.deployment)
+    findings = auditor.run()
+    for run in (revealed, missed):
+        mine = [f for f in findings if f.subject.startswith(f"audit {run.audit_id}")]
+        assert [f for f in mine if f.severity == "inconsistent"] == [], mine
+    assert any("drawn privately" in f.detail and f.severity == "ok" for f in findings if f.subject == f"audit {revealed.audit_id}")
+    assert any("never revealed its private draw" in f.detail for f in findings if f.subject == f"audit {missed.audit_id}")
+    assert "missed private draw" in auditor.states[missed.audit_id], auditor.states[missed.audit_id]
