@@ -14,6 +14,7 @@ Not revealing in the window gets this dispatcher slashed and the round drawn pub
 
 import logging
 
+from verillm.chain.errors import TransactionReverted
 from verillm.chain.protocol import AuditState
 from verillm.spec.audit import RoundState
 
@@ -66,9 +67,16 @@ class PrivateDrawDriver:
         try:
             tx = await self.chainio.send("reveal_round", audit_id, secret, answered, audit_id=audit_id)
         except Exception as exc:
-            if not is_revert(exc, "UnexpectedPhase"):  # revealed already (a previous run), or the round moved on
+            if is_revert(exc, "UnexpectedPhase"):  # revealed already (a previous run), or the round moved on
+                return
+            if not answered or not isinstance(exc, TransactionReverted):
                 raise
-            return
+            # A receipt the contract refuses (a member that answered with a bad one) must not cost
+            # this dispatcher its stake: reveal the draw alone; the seats go on as after a public
+            # draw, each receipt posted (or refused) on its own by CommitteeDriver.
+            log.warning("audit %d: reveal with %d receipt(s) refused (%s); revealing the draw alone", audit_id, len(answered), exc)
+            answered = []
+            tx = await self.chainio.send("reveal_round", audit_id, secret, answered, audit_id=audit_id)
         for slot, _ in answered:
             seat = self.tables.get_committee_job(audit_id, 0, slot, bytes.fromhex(tx.value[slot][2:]))
             if seat is not None:
