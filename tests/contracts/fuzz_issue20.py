@@ -203,6 +203,12 @@ class Issue20Rules:
     def cheater_draws(self, pick):
         t = self.audits[pick % len(self.audits)]
         if t.dispatcher == CHEATER and self.audit(t.run.audit_id).phase == DRAWING:
-            if self._try(self.p.draw_round, self._node(CHEATER).account, t.run.audit_id) is not None:
+            secret = self.draw_secrets.get(t.run.audit_id)
+            if secret is not None and self.round_state(t.run.audit_id).private_draw:
+                # its private draw, revealed without receipts: it never sends its members their jobs
+                # (left undrawn, its lapse slashes it and the round is drawn publicly)
+                if self._try(self.p.reveal_round, self._node(CHEATER).account, t.run.audit_id, secret, []) is not None:
+                    self._count20("cheater_revealed")
+            elif self._try(self.p.draw_round, self._node(CHEATER).account, t.run.audit_id) is not None:
                 self._count20("cheater_drew")
         self._step("cheater_draws")
