@@ -87,7 +87,7 @@ class ChainAuditor:
         self.chain, self.protocol = chain, Protocol(chain, deployment)
         self.preset = self.protocol.preset
         self.domain = SigningDomain(chain.chain_id, bytes.fromhex(self.protocol.jobs.address[2:]))
-        self.events = get_events(chain, [self.protocol.jobs, self.protocol.batches, self.protocol.disputes, self.protocol.registry],
+        self.events = get_events(chain, [self.protocol.jobs, self.protocol.batches, self.protocol.disputes, self.protocol.delivery, self.protocol.registry],
                                  deployment.start_block)
         self.findings: list[Finding] = []
         self.states: dict[int, str] = {}
@@ -112,7 +112,7 @@ class ChainAuditor:
 
     def _calldata(self, event: ChainEvent) -> dict:
         tx = self.chain.rpc("eth_getTransaction", lambda: self.chain.w3.eth.get_transaction(event.tx_hash))
-        handles = (self.protocol.jobs, self.protocol.batches, self.protocol.disputes)  # the contract the transaction called
+        handles = (self.protocol.jobs, self.protocol.batches, self.protocol.disputes, self.protocol.delivery)  # the contract the transaction called
         handle = next((h for h in handles if h.address == tx["to"]), self.protocol.jobs)
         return dict(handle.web3.decode_function_input(tx["input"])[1])
 

@@ -3,7 +3,6 @@ pragma solidity ^0.8.24;
 
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
 import {AuditCodes, AuditView, Deadlines, PartyView, Phase} from "./AuditTypes.sol";
-import {Delivery} from "./Delivery.sol";
 import {Fingerprint} from "./Fingerprint.sol";
 import {Jobs} from "./Jobs.sol";
 import {MerkleLib} from "./MerkleLib.sol";
@@ -20,8 +19,10 @@ import {Registry} from "./Registry.sol";
 ///   the token check for one member; a member whose vote contradicts its own committed data
 ///   is slashed.
 /// - `escalate`: a bonded call for a fresh, larger committee (handled by Jobs).
-/// - undelivered committee jobs: claim, publish, or the worker's default (`Delivery`).
-contract Disputes is ReentrancyGuard, Delivery {
+/// - `adjudicateAcrossRounds`: a first-round "agree" whose data an appeal that decided FAIL
+///   contradicts (one of its "disagree" voters' proven cells) is slashed.
+/// Undelivered committee jobs (claim, publish, the worker's default) are `Delivery`'s.
+contract Disputes is ReentrancyGuard {
     struct Contest {
         uint64 auditId;
         uint8 round;
@@ -109,7 +110,7 @@ contract Disputes is ReentrancyGuard, Delivery {
     error NotCoverage();
     error NotHeld(uint256 contestId);
 
-    constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) Delivery(jobs_, registry_, p) {
+    constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) {
         if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
         jobs = jobs_;
         registry = registry_;

@@ -49,7 +49,7 @@ def _commit_deadline(world, run: AuditRun) -> int:
 
 def _balances(world) -> int:
     p = world.protocol
-    return sum(world.chain.w3.eth.get_balance(h.address) for h in (p.registry, p.jobs, p.disputes))
+    return sum(world.chain.w3.eth.get_balance(h.address) for h in (p.registry, p.jobs, p.disputes, p.delivery))
 
 
 def _settle_honestly(world, run: AuditRun, members: list[Party]) -> int:
