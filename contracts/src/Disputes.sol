@@ -290,6 +290,51 @@ contract Disputes is ReentrancyGuard {
         _payHunter(auditId, round, slot, registry.slash(member.node));
     }
 
+    /// @notice Slash first-round member `slot`, which voted AGREE, when an appeal round decided
+    /// FAIL and the proven leaves of one of that round's DISAGREE voters (`appealSlot`, not
+    /// slashed) contradict its own on last-layer token cells — cells every round opens and
+    /// token-checks (docs/protocol.md §12 "Accountable votes"). `cells[i].workerLeaf` carries the
+    /// appeal member's leaf, `memberLeaf` the first-round member's, each proven against its
+    /// committed root; sorted by position, without repeats. A cell fails outside the layer's band
+    /// (Σ(Δ²) > d · maxCellErrorPpb²); in exact mode (a band of 0) also on any flag bit: bit for bit.
+    /// An agree that vouched for a cheat the appeal convicted copied the worker's fabricated
+    /// leaves, which the adjudication against the worker (`adjudicate`) cannot see.
+    function adjudicateAcrossRounds(uint256 auditId, uint8 slot, uint8 appealSlot, CellPair[] calldata cells) external nonReentrant {
+        AuditView memory a = jobs.getAudit(auditId);
+        if (a.round == 0 || (a.phase != Phase.DECIDED && a.phase != Phase.SETTLED) || jobs.currentVerdict(auditId) != AuditCodes.FAIL) {
+            revert NoFault(); // no appeal, or one that has not decided FAIL: nothing contradicts an agree
+        }
+        if (slot == 0 || appealSlot == 0) revert BadCells("slot 0 is the worker");
+        PartyView memory member = jobs.getParty(auditId, 0, slot);
+        PartyView memory judge = jobs.getParty(auditId, a.round, appealSlot);
+        if (!member.opened) revert NotOpened(slot);
+        if (!judge.opened) revert NotOpened(appealSlot);
+        if (member.slashed) revert AlreadySlashed(slot);
+        if (judge.slashed) revert AlreadySlashed(appealSlot); // a proven liar contradicts nobody
+        if (member.vote != AuditCodes.AGREE || judge.vote != AuditCodes.DISAGREE || cells.length == 0) revert NoFault();
+        _checkDisputeWindow(auditId, 0);
+        Context memory ctx = _context(auditId, 0);
+        uint256 last = ctx.model.committedLayers.length - 1;
+        uint256 band = ctx.model.maxCellErrorPpb[last];
+        bool contradicted;
+        uint256 previous;
+        for (uint256 i = 0; i < cells.length; i++) {
+            (Fingerprint.Leaf memory j, Fingerprint.Leaf memory m, uint256 layerSlot) = _provenPair(ctx, judge, member, cells[i], i);
+            if (layerSlot != last || j.position < ctx.firstOutput || j.position >= ctx.firstOutput + ctx.outputTokens) {
+                revert NotChallenged(j.position, j.layer);
+            }
+            if (i > 0 && j.position <= previous) revert BadCells("cells must be sorted by position without repeats");
+            previous = j.position;
+            if (!Fingerprint.isCellWithin(Fingerprint.squaredError(j, m), ctx.model.fingerprintDims, band) || (band == 0 && j.flags != m.flags)) {
+                contradicted = true;
+            }
+        }
+        emit Adjudicated(auditId, 0, slot, member.node, !contradicted, member.vote);
+        if (!contradicted) revert NoFault();
+        jobs.recordFault(auditId, 0, slot);
+        _payHunter(auditId, 0, slot, registry.slash(member.node));
+    }
+
     /// @dev Pay a proven liar's slash: the reward to the challenger of the first contest answered
     /// against it (the hunter whose answer published the proofs: whoever sends the adjudication,
     /// a front-runner included, gets nothing then), with that contest's held bond; the reward to

@@ -404,6 +404,20 @@ class Protocol:
         posted = (spec_audit.encode_opening_leaves(worker_opening), [k for k, _ in picked])
         return self._send(self.disputes, "adjudicate", audit_id, round_index, slot, cells, posted, sender=sender)
 
+    def adjudicate_across_rounds(self, sender: LocalAccount, audit_id: int, slot: int, appeal_slot: int,
+                                 member_opening: Opening, appeal_opening: Opening, cells: list[tuple[int, int]]) -> Tx:
+        """Slash first-round member ``slot`` (it voted agree) whose leaves fail against those of
+        appeal member ``appeal_slot`` (a disagree voter of an appeal that decided FAIL) on the
+        last-layer token ``cells`` (Disputes.adjudicateAcrossRounds); each opening with its proofs."""
+        member = {(i.leaf.position, i.leaf.layer): i for i in member_opening.leaves}
+        appeal = {(i.leaf.position, i.leaf.layer): i for i in appeal_opening.leaves}
+        missing = [c for c in cells if c not in member or c not in appeal]
+        if missing:
+            raise InvalidInput(f"an opening has no leaf at {missing[:3]}")
+        pairs = [(encode(appeal[c].leaf), list(appeal[c].proof.siblings), encode(member[c].leaf), list(member[c].proof.siblings))
+                 for c in sorted(cells)]
+        return self._send(self.disputes, "adjudicateAcrossRounds", audit_id, slot, appeal_slot, pairs, sender=sender)
+
     # --- undelivered committee jobs (Delivery; verillm.spec.delivery) --------------------------
     def claim_undelivered(self, member: LocalAccount, audit_id: int, slot: int) -> Tx:
         """Member ``slot`` says its verification job never came; value = the publish deadline."""
