@@ -18,6 +18,9 @@ first). From there:
     worker   once its appeal passed, hunts the first-round members whose posted data the
              passed appeal contradicts: contest, then adjudicate with the answer's proofs
              (`hunt.py`; only members that provably fail, never an honest "disagree")
+    member   of an appeal round that decided FAIL, having voted "disagree" in it: hunts the
+             first-round "agree" voters whose posted data fail against its own on the token
+             cells (`hunt.py`, `adjudicateAcrossRounds`; never a first-round "disagree")
 
 A seat is kept until the audit settles or its dispute and proof windows have passed.
 """
@@ -113,7 +116,7 @@ class PartyDuties:
             await self._answer_contests(duty, info)
             if duty.slot == 0 and duty.round == 0 and info.phase == Phase.DECIDED:
                 await self._appeal(duty, info, head)
-            if duty.slot == 0 and duty.round == 0 and self.faults.appeal == "fail":
+            if (duty.slot == 0 and duty.round == 0 and self.faults.appeal == "fail") or (duty.slot > 0 and duty.round > 0):
                 await self.hunt.advance(duty, head)
             if await self._is_over(duty, info, head) and await self._release_bonds(duty):
                 self.tables.update_duty(duty, status="closed")
