@@ -41,6 +41,7 @@ contract Disputes is ReentrancyGuard {
     struct Hunt {
         uint64 firstAnswered; // contestId + 1 of the first answered contest: its challenger is paid the reward
         bool liar; // proven (adjudicated, or a lost contest): its answered contests' bonds go back
+        uint256 contradictedBy; // a first-round agree: bit j set = appeal member j's proven data contradict it (adjudicateAcrossRounds)
     }
 
     /// @notice One cell opened by both the worker and a member, with their Merkle proofs.
@@ -81,7 +82,7 @@ contract Disputes is ReentrancyGuard {
     uint256 public constant MAX_CONTEST_CELLS = 16;
 
     Contest[] private contests;
-    mapping(uint256 auditId => mapping(uint256 roundSlot => Hunt)) private hunts;
+    mapping(uint256 auditId => mapping(uint256 roundSlot => Hunt)) public hunts; // roundSlot = round << 8 | slot
 
     event Contested(uint256 indexed contestId, uint256 indexed auditId, uint8 round, uint8 slot, address indexed challenger, uint32[] positions, uint16[] layers);
     event ContestAnswered(uint256 indexed contestId);
@@ -90,6 +91,8 @@ contract Disputes is ReentrancyGuard {
     /// resolved: nothing is slashed twice, and the bond goes back to the challenger.
     event ContestMoot(uint256 indexed contestId);
     event Adjudicated(uint256 indexed auditId, uint8 round, uint8 slot, address indexed member, bool dataAgrees, uint8 vote);
+    /// @notice Appeal member `appealSlot`'s proven data contradict first-round agree `slot`'s; `count` such members so far.
+    event Contradicted(uint256 indexed auditId, uint8 slot, uint8 appealSlot, uint256 count);
     /// @notice An answered contest's held bond paid: to its challenger when the member was proven a liar, else to the member.
     event BondReleased(uint256 indexed contestId, address indexed to, uint256 bondWei);
 
@@ -109,6 +112,7 @@ contract Disputes is ReentrancyGuard {
     error NotRegistry();
     error NotCoverage();
     error NotHeld(uint256 contestId);
+    error AlreadyCounted(uint8 appealSlot);
 
     constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) {
         if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
@@ -290,15 +294,19 @@ contract Disputes is ReentrancyGuard {
         _payHunter(auditId, round, slot, registry.slash(member.node));
     }
 
-    /// @notice Slash first-round member `slot`, which voted AGREE, when an appeal round decided
-    /// FAIL and the proven leaves of one of that round's DISAGREE voters (`appealSlot`, not
-    /// slashed) contradict its own on last-layer token cells — cells every round opens and
-    /// token-checks (docs/protocol.md §12 "Accountable votes"). `cells[i].workerLeaf` carries the
-    /// appeal member's leaf, `memberLeaf` the first-round member's, each proven against its
-    /// committed root; sorted by position, without repeats. A cell fails outside the layer's band
-    /// (Σ(Δ²) > d · maxCellErrorPpb²); in exact mode (a band of 0) also on any flag bit: bit for bit.
-    /// An agree that vouched for a cheat the appeal convicted copied the worker's fabricated
-    /// leaves, which the adjudication against the worker (`adjudicate`) cannot see.
+    /// @notice Count a contradiction of first-round member `slot`, which voted AGREE, once an
+    /// appeal round decided FAIL: the proven leaves of one of that round's DISAGREE voters
+    /// (`appealSlot`, not slashed) fail against its own on last-layer token cells — cells every
+    /// round opens and token-checks (docs/protocol.md §12 "Accountable votes"). The member is
+    /// slashed once a majority of the appeal committee's seats (size / 2 + 1) contradicted it:
+    /// one colluding DISAGREE with fabricated leaves cannot slash an honest agree alone (an honest
+    /// agree's token cells match every honest appeal member's), colluders must hold the appeal.
+    /// `cells[i].workerLeaf` carries the appeal member's leaf, `memberLeaf` the first-round
+    /// member's, each proven against its committed root; sorted by position, without repeats. A
+    /// cell fails outside the layer's band (Σ(Δ²) > d · maxCellErrorPpb²); in exact mode (a band
+    /// of 0) also on any flag bit: bit for bit. An agree that vouched for a cheat the appeal
+    /// convicted copied the worker's fabricated leaves, which `adjudicate` (against the worker)
+    /// cannot see.
     function adjudicateAcrossRounds(uint256 auditId, uint8 slot, uint8 appealSlot, CellPair[] calldata cells) external nonReentrant {
         AuditView memory a = jobs.getAudit(auditId);
         if (a.round == 0 || (a.phase != Phase.DECIDED && a.phase != Phase.SETTLED) || jobs.currentVerdict(auditId) != AuditCodes.FAIL) {
@@ -329,8 +337,16 @@ contract Disputes is ReentrancyGuard {
                 contradicted = true;
             }
         }
-        emit Adjudicated(auditId, 0, slot, member.node, !contradicted, member.vote);
         if (!contradicted) revert NoFault();
+        Hunt storage h = hunts[auditId][_roundSlot(0, slot)];
+        if (h.contradictedBy >> appealSlot & 1 != 0) revert AlreadyCounted(appealSlot);
+        uint256 by = h.contradictedBy | 1 << appealSlot;
+        h.contradictedBy = by;
+        uint256 count;
+        for (; by != 0; by &= by - 1) count++;
+        emit Contradicted(auditId, slot, appealSlot, count);
+        if (count <= a.committeeSize / 2) return;
+        emit Adjudicated(auditId, 0, slot, member.node, false, member.vote);
         jobs.recordFault(auditId, 0, slot);
         _payHunter(auditId, 0, slot, registry.slash(member.node));
     }

@@ -5,11 +5,13 @@ Round 0: a cheating worker's two colluders commit its fabricated data and vote A
 third member disagrees, the round passes the cheat. Anyone appeals (here the dispatcher); the
 honest appeal round decides FAIL. Before this rule the colluders lost the 1% minority penalty
 only: their data agree with the worker's, so `adjudicate` (member against worker) finds no
-fault. Now a DISAGREE voter of the appeal proves its own token cells, the colluder's (a contest
-answer publishes them) fail against them, and the colluder is slashed in full. Each adversary
-is replayed as it would move: a front-runner, a coalition contesting its own member first, an
-honest dissenter, proofs before the appeal decided, a second slash, a slashed reference, and the
-residual: an appeal held by colluders slashes an honest round-0 agree."""
+fault. Now each DISAGREE voter of the appeal proves its own token cells, the colluder's (a contest
+answer publishes them) fail against them, and once a majority of the appeal's seats (3 of 5 on
+MINIMAL) contradicted it the colluder is slashed in full. Each adversary is replayed as it would
+move: a front-runner, a coalition contesting its own member first, an honest dissenter, proofs
+before the appeal decided, a second slash, a slashed reference, one colluding appeal member that
+fabricates a reference against an honest agree, and the residual: an appeal held by colluders
+slashes an honest round-0 agree."""
 
 import pytest
 
@@ -24,6 +26,7 @@ from verillm.spec.encoding import encode
 from helpers.contracts import LAYERS, MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN, World
 
 BOND = PRESET.DISPUTE_BOND_WEI
+QUORUM = PRESET.ESCALATION_COMMITTEE_SIZE // 2 + 1  # appeal seats whose data must contradict an agree
 CELLS = sorted(compute_appeal_cells(PROMPT_LEN, OUTPUT_TOKENS, LAYERS))
 
 
@@ -65,6 +68,14 @@ def _cross(world, run, sender, slot: int, contest_id: int, appeal, appeal_slot: 
                                                    world.opening(run, appeal[appeal_slot - 1]), CELLS)
 
 
+def _cross_quorum(world, run, sender, slot: int, contest_id: int, appeal, last_sender=None):
+    """QUORUM appeal members' contradictions of round-0 ``slot``: no slash before the last one."""
+    for j in range(1, QUORUM + 1):
+        assert not world.protocol.get_party(run.audit_id, 0, slot)["slashed"]
+        tx = _cross(world, run, last_sender if j == QUORUM and last_sender else sender, slot, contest_id, appeal, appeal_slot=j)
+    return tx
+
+
 def _stake(world, node) -> int:
     return world.protocol.get_node(node.address)["stake_wei"]
 
@@ -85,8 +96,13 @@ def test_a_colluding_agree_on_a_cheat_is_slashed_once_the_appeal_fails(convicted
             world.protocol.adjudicate(hunter, run.audit_id, 0, slot, _round0_opening(world, run, worker),
                                       world.protocol.get_answered_opening(contest_id, MODEL), only=set(CELLS))
         stake = _stake(world, colluder.node)
-        tx = _cross(world, run, hunter, slot, contest_id, appeal)
-        print(f"\nadjudicateAcrossRounds ({len(CELLS)} token cells): {tx.gas_used} gas")
+        counted = _cross(world, run, hunter, slot, contest_id, appeal, appeal_slot=1)
+        assert _stake(world, colluder.node) == stake  # one appeal member's data are not enough
+        with reverts("AlreadyCounted"):
+            _cross(world, run, hunter, slot, contest_id, appeal, appeal_slot=1)
+        for j in range(2, QUORUM + 1):
+            tx = _cross(world, run, hunter, slot, contest_id, appeal, appeal_slot=j)
+        print(f"\nadjudicateAcrossRounds ({len(CELLS)} token cells): {counted.gas_used} gas counted, {tx.gas_used} gas the slash")
         assert _stake(world, colluder.node) == stake - _slash(stake)[0]
         assert world.protocol.get_party(run.audit_id, 0, slot)["slashed"]
         credit += BOND + _slash(stake)[1]  # the hunter is made whole: its held bond back, and the reward
@@ -101,11 +117,11 @@ def test_a_front_runner_gets_nothing_and_a_second_slash_is_refused(convicted):
     contest_id = _contest_answered(world, run, hunter, 1, round0[0])
     credit, before = world.protocol.get_credit(hunter.address), world.protocol.get_credit(front_runner.address)
     stake = _stake(world, round0[0].node)
-    _cross(world, run, front_runner, 1, contest_id, appeal)  # copies the proofs the answer made public
+    _cross_quorum(world, run, hunter, 1, contest_id, appeal, last_sender=front_runner)  # copies the proofs the answer made public
     assert world.protocol.get_credit(hunter.address) == credit + BOND + _slash(stake)[1]
     assert world.protocol.get_credit(front_runner.address) == before
     with reverts("AlreadySlashed"):  # a member is slashed once
-        _cross(world, run, hunter, 1, contest_id, appeal, appeal_slot=2)
+        _cross(world, run, hunter, 1, contest_id, appeal, appeal_slot=QUORUM + 1)
 
 
 def test_a_coalition_adjudicating_its_own_member_wins_back_only_the_reward(convicted):
@@ -115,7 +131,7 @@ def test_a_coalition_adjudicating_its_own_member_wins_back_only_the_reward(convi
     second = _contest_answered(world, run, hunter, 1, round0[0])
     stake, coalition = _stake(world, round0[0].node), world.protocol.get_credit(colluder.address)
     hunter_credit = world.protocol.get_credit(hunter.address)
-    _cross(world, run, hunter, 1, second, appeal)
+    _cross_quorum(world, run, hunter, 1, second, appeal)
     slashed, reward = _slash(stake)
     assert world.protocol.get_credit(colluder.address) == coalition + BOND + reward  # 10% back: the coalition loses 90%
     assert slashed - reward == slashed * 9 // 10
@@ -157,7 +173,7 @@ def test_no_slash_before_the_appeal_decides_nor_after_it_passes_nor_against_an_a
     world.protocol.finalize(world.outsider, run.audit_id)
     with reverts("InvalidMerkleProof"):  # decided FAIL, but a round-0 partner's leaves cannot stand in for an appeal member's
         world.protocol.adjudicate_across_rounds(hunter, run.audit_id, 1, 2, member, _round0_opening(world, run, round0[1]), CELLS)
-    world.protocol.adjudicate_across_rounds(hunter, run.audit_id, 1, 2, member, world.opening(run, appeal[1]), CELLS)
+    world.protocol.adjudicate_across_rounds(hunter, run.audit_id, 1, 2, member, world.opening(run, appeal[1]), CELLS)  # counted
 
 
 def test_a_passing_appeal_contradicts_no_agree(world10):
@@ -211,11 +227,15 @@ def test_a_slashed_appeal_member_contradicts_nobody(convicted):
     hunter = appeal[1].node.account
     lost = world.protocol.contest(worker.node.account, run.audit_id, 1, 1, CELLS).value  # appeal member 1 never answers
     contest_id = _contest_answered(world, run, hunter, 1, round0[0])
+    for j in range(2, QUORUM + 1):  # the other disagrees of the majority count meanwhile
+        _cross(world, run, hunter, 1, contest_id, appeal, appeal_slot=j)
     world.chain.mine(world.protocol.disputes.call("getContest", lost)[5] + 1 - world.chain.get_block_number())  # past its proof deadline
     world.protocol.resolve_contest(world.outsider, lost)
     with reverts("AlreadySlashed"):
         _cross(world, run, hunter, 1, contest_id, appeal, appeal_slot=1)
-    _cross(world, run, hunter, 1, contest_id, appeal, appeal_slot=2)  # another disagree of the majority still can
+    assert not world.protocol.get_party(run.audit_id, 0, 1)["slashed"]
+    _cross(world, run, hunter, 1, contest_id, appeal, appeal_slot=QUORUM + 1)
+    assert world.protocol.get_party(run.audit_id, 0, 1)["slashed"]
 
 
 def test_residual_an_appeal_held_by_colluders_slashes_an_honest_agree(world10):
@@ -235,5 +255,38 @@ def test_residual_an_appeal_held_by_colluders_slashes_an_honest_agree(world10):
     assert world.protocol.jobs.call("currentVerdict", run.audit_id) == spec.FAIL
     contest_id = _contest_answered(world, run, appeal[0].node.account, 1, round0[0])
     stake = _stake(world, round0[0].node)
-    _cross(world, run, appeal[0].node.account, 1, contest_id, appeal)
+    _cross_quorum(world, run, appeal[0].node.account, 1, contest_id, appeal)
     assert _stake(world, round0[0].node) == stake - _slash(stake)[0]
+
+
+def test_one_colluding_appeal_member_cannot_slash_an_honest_agree(world10):
+    # Honest members can split on a job (a cheat on cells round 0's challenge missed, a stop-rule
+    # call): round 0 agrees, the appeal fails it. One colluder in the appeal's FAIL majority
+    # fabricates leaves and proves them as the reference against an honest round-0 agree: its
+    # contradiction counts once; the honest appeal members' token cells match the agree's, so
+    # the quorum is never reached. (A single-reference rule slashed the honest agree here.)
+    world = world10
+    worker = world.make_worker(world.nodes[0])
+    run = world.start(worker, dispatcher=world.nodes[1])
+    round0 = [world.make_member(n) for n in world.committee(run)]
+    world.post_members(run, round0)
+    world.open_worker(run)
+    for slot in range(3):
+        world.open_member(run, slot)
+    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
+    world.protocol.escalate(world.nodes[1].account, run.audit_id)
+    world.draw_round(run)
+    committee = world.committee(run, 1)
+    appeal = [world.make_member(committee[0], offset=0.9)] + [world.make_member(n) for n in committee[1:]]
+    world.post_members(run, appeal, 1)
+    world.open_worker(run)
+    for slot in range(len(appeal)):
+        world.open_member(run, slot, vote=False)  # the split: every appeal member disagrees
+    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
+    contest_id = _contest_answered(world, run, appeal[0].node.account, 1, round0[0])
+    stake = _stake(world, round0[0].node)
+    _cross(world, run, appeal[0].node.account, 1, contest_id, appeal, appeal_slot=1)  # the colluder's reference counts once
+    for j in range(2, len(appeal) + 1):
+        with reverts("NoFault"):  # an honest reference: the agree's token cells match
+            _cross(world, run, appeal[0].node.account, 1, contest_id, appeal, appeal_slot=j)
+    assert _stake(world, round0[0].node) == stake and not world.protocol.get_party(run.audit_id, 0, 1)["slashed"]

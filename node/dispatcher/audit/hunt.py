@@ -24,8 +24,10 @@ The symmetric hunt, by a member of the appeal round: once the appeal decided FAI
 voted "disagree" in it, a first-round member that voted "agree" and whose posted leaves fail
 against this node's own on those token cells vouched for a cheat (`compute_vouch_targets`). The
 same steps; the adjudication is `adjudicateAcrossRounds` with this node's own appeal opening as
-the reference. Every "disagree" voter of the appeal hunts: whoever's contest is answered first
-gets the reward, the others their held bonds back (`releaseBond`).
+the reference, counted once per appeal member: the member is slashed when a majority of the
+appeal's seats have been counted. Every "disagree" voter of the appeal hunts, but contests only
+when no other contest on that member is answered or still running in time: another hunter's
+answered contest publishes the proofs this node's count needs (its challenger gets the reward).
 """
 
 import logging
@@ -75,7 +77,8 @@ class LiarHunt:
         mine, targets, model = self._plans[duty.audit_id]
         dispute_by = appeal.verdict_block + self.chainio.preset.DISPUTE_WINDOW_BLOCKS
         for slot, cells in targets.items():
-            await self._step(duty.audit_id, slot, cells, self._adjudication(duty, slot, cells, mine, is_worker), model, head, dispute_by)
+            await self._step(duty.audit_id, slot, cells, self._adjudication(duty, slot, cells, mine, is_worker), model, head, dispute_by,
+                             0 if is_worker else duty.slot)
 
     @staticmethod
     def _adjudication(duty: Duty, slot: int, cells: tuple, mine, is_worker: bool):
@@ -120,14 +123,26 @@ class LiarHunt:
             posted[event["args"]["slot"]] = {(l.position, l.layer): l for l in decode_opening_leaves(calldata["leaves"], dims)}
         return posted
 
-    async def _step(self, audit_id: int, slot: int, cells: tuple, adjudicate, model, head: int, dispute_by: int) -> None:
-        """One step against first-round member ``slot``; ``adjudicate(published)`` names the call."""
+    async def _step(self, audit_id: int, slot: int, cells: tuple, adjudicate, model, head: int, dispute_by: int, appeal_slot: int) -> None:
+        """One step against first-round member ``slot``; ``adjudicate(published)`` names the call;
+        ``appeal_slot``: this node's seat in the appeal (0: the worker's hunt), whose contradiction
+        counts once (the slash needs a majority of the appeal's seats)."""
         protocol = self.chainio.protocol
         party = await self.chainio.read(protocol.get_party, audit_id, 0, slot)
-        ours = [e["args"]["contestId"] for e in self.tables.get_events("Contested", audit_id)
-                if e["args"]["round"] == 0 and e["args"]["slot"] == slot and e["args"]["challenger"].lower() == self.me]
+        contests = [(e["args"]["contestId"], e["args"]["challenger"].lower()) for e in self.tables.get_events("Contested", audit_id)
+                    if e["args"]["round"] == 0 and e["args"]["slot"] == slot]
+        ours = [c for c, challenger in contests if challenger == self.me]
         if not ours:
-            if not party["slashed"] and is_hunt_in_time(head, dispute_by, self.chainio.preset.PROOF_WINDOW_BLOCKS):
+            if party["slashed"]:
+                return
+            if appeal_slot:  # another hunter's contest serves: its answer's proofs count this node's contradiction too
+                for contest_id, _ in contests:
+                    contest = await self.chainio.read(protocol.disputes.call, "getContest", contest_id)
+                    if contest[ANSWERED]:
+                        return await self._adjudicate(audit_id, slot, contest_id, adjudicate, model, appeal_slot)
+                    if contest[OPEN] and contest[DEADLINE] < dispute_by:
+                        return  # its answer (or its loss) comes in time
+            if is_hunt_in_time(head, dispute_by, self.chainio.preset.PROOF_WINDOW_BLOCKS):
                 await self.chainio.send("contest", audit_id, 0, slot, list(cells), audit_id=audit_id)
                 log.warning("audit %d: first-round member %d's data contradict the appeal's verdict; contested", audit_id, slot)
             return
@@ -142,10 +157,17 @@ class LiarHunt:
         if party["slashed"]:
             await self._send_tolerant("release_bond", audit_id, ("NotHeld",), contest_id)
             return
+        await self._adjudicate(audit_id, slot, contest_id, adjudicate, model, appeal_slot)
+
+    async def _adjudicate(self, audit_id: int, slot: int, contest_id: int, adjudicate, model, appeal_slot: int) -> None:
+        """Adjudicate member ``slot`` with the proofs contest ``contest_id``'s answer published."""
+        protocol = self.chainio.protocol
+        if appeal_slot and (await self.chainio.read(protocol.disputes.call, "hunts", audit_id, slot))[2] >> appeal_slot & 1:
+            return  # counted: the other appeal members' contradictions complete the quorum
         published = await self.chainio.read(protocol.get_answered_opening, contest_id, model)
         name, args, kwargs = adjudicate(published)
-        await self._send_tolerant(name, audit_id, ("AlreadyHandled", "AlreadySlashed"), *args, **kwargs)
-        log.warning("audit %d: first-round member %d adjudicated a liar (%s)", audit_id, slot, name)
+        await self._send_tolerant(name, audit_id, ("AlreadyHandled", "AlreadySlashed", "AlreadyCounted"), *args, **kwargs)
+        log.warning("audit %d: first-round member %d adjudicated (%s)", audit_id, slot, name)
 
     async def _send_tolerant(self, name: str, audit_id: int, benign: tuple[str, ...], *args, **kwargs) -> None:
         """Send; a revert that means someone else already did it is not an error."""
