@@ -295,9 +295,10 @@ contract Disputes is ReentrancyGuard {
     }
 
     /// @notice Count a contradiction of first-round member `slot`, which voted AGREE, once an
-    /// appeal round decided FAIL: the proven leaves of one of that round's DISAGREE voters
-    /// (`appealSlot`, not slashed) fail against its own on last-layer token cells — cells every
-    /// round opens and token-checks (docs/protocol.md §12 "Accountable votes"). The member is
+    /// appeal round decided FAIL (or the worker's default): the proven leaves of one of that
+    /// round's DISAGREE voters (after a default: of any seat with a posted receipt; `appealSlot`,
+    /// not slashed) fail against its own on last-layer token cells — cells every round opens and
+    /// token-checks (docs/protocol.md §12 "Accountable votes"). The member is
     /// slashed once a majority of the appeal committee's seats (size / 2 + 1) contradicted it:
     /// one colluding DISAGREE with fabricated leaves cannot slash an honest agree alone (an honest
     /// agree's token cells match every honest appeal member's), colluders must hold the appeal.
@@ -309,17 +310,22 @@ contract Disputes is ReentrancyGuard {
     /// cannot see.
     function adjudicateAcrossRounds(uint256 auditId, uint8 slot, uint8 appealSlot, CellPair[] calldata cells) external nonReentrant {
         AuditView memory a = jobs.getAudit(auditId);
-        if (a.round == 0 || (a.phase != Phase.DECIDED && a.phase != Phase.SETTLED) || jobs.currentVerdict(auditId) != AuditCodes.FAIL) {
-            revert NoFault(); // no appeal, or one that has not decided FAIL: nothing contradicts an agree
+        uint8 verdict = a.round == 0 ? 0 : jobs.currentVerdict(auditId);
+        if ((a.phase != Phase.DECIDED && a.phase != Phase.SETTLED) || (verdict != AuditCodes.FAIL && verdict != AuditCodes.WORKER_DEFAULT)) {
+            revert NoFault(); // no appeal, or one that has not convicted the worker: nothing contradicts an agree
         }
         if (slot == 0 || appealSlot == 0) revert BadCells("slot 0 is the worker");
         PartyView memory member = jobs.getParty(auditId, 0, slot);
         PartyView memory judge = jobs.getParty(auditId, a.round, appealSlot);
         if (!member.opened) revert NotOpened(slot);
-        if (!judge.opened) revert NotOpened(appealSlot);
+        // A FAIL: a disagree voter of the appeal. A worker default (a cheat that will not open in
+        // the appeal, to shield its first-round partners): any seat that committed its data.
+        if (verdict == AuditCodes.FAIL ? !judge.opened : judge.root == bytes32(0)) revert NotOpened(appealSlot);
         if (member.slashed) revert AlreadySlashed(slot);
         if (judge.slashed) revert AlreadySlashed(appealSlot); // a proven liar contradicts nobody
-        if (member.vote != AuditCodes.AGREE || judge.vote != AuditCodes.DISAGREE || cells.length == 0) revert NoFault();
+        if (member.vote != AuditCodes.AGREE || (verdict == AuditCodes.FAIL && judge.vote != AuditCodes.DISAGREE) || cells.length == 0) {
+            revert NoFault();
+        }
         _checkDisputeWindow(auditId, 0);
         Context memory ctx = _context(auditId, 0);
         uint256 last = ctx.model.committedLayers.length - 1;

@@ -290,3 +290,25 @@ def test_one_colluding_appeal_member_cannot_slash_an_honest_agree(world10):
         with reverts("NoFault"):  # an honest reference: the agree's token cells match
             _cross(world, run, appeal[0].node.account, 1, contest_id, appeal, appeal_slot=j)
     assert _stake(world, round0[0].node) == stake and not world.protocol.get_party(run.audit_id, 0, 1)["slashed"]
+
+
+def test_a_cheat_that_defaults_in_the_appeal_does_not_shield_its_agreeing_partners(world10):
+    # A FAIL and a default slash the cheat alike, so a cheat whose partners agreed in round 0
+    # would rather not open in the appeal: with no appeal vote, a FAIL-only rule had no
+    # reference. After a default, the appeal seats' committed data (proven against their roots)
+    # serve, with the same quorum.
+    world = world10
+    worker, run, round0 = world.start_vouched()
+    appeal = world.appeal(run, world.nodes[1], finalize=False)  # receipts posted; the cheat never opens
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
+    world.protocol.draw_challenge(world.outsider, run.audit_id)
+    world.chain.mine(2 * PRESET.OPEN_WINDOW_BLOCKS + 1)
+    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
+    hunter = appeal[0].node.account
+    contest_id = _contest_answered(world, run, hunter, 1, round0[0])
+    stake = _stake(world, round0[0].node)
+    _cross_quorum(world, run, hunter, 1, contest_id, appeal)
+    assert _stake(world, round0[0].node) == stake - _slash(stake)[0]
+    contest_id = _contest_answered(world, run, hunter, 3, round0[2])
+    with reverts("NoFault"):  # the honest dissenter
+        _cross(world, run, hunter, 3, contest_id, appeal)

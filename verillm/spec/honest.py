@@ -14,10 +14,11 @@ false "disagree" is a minority vote, settled by the vote or by escalation — ex
 appeal: once the appeal round decided PASS, a first-round member whose posted leaves fail the
 cell test on the appeal cells (the token cells every round checks) is a provable liar whatever
 it voted (`compute_hunt_targets`: which members the worker's node hunts, and on which cells).
-Symmetrically, once the appeal round decided FAIL, a first-round member that voted "agree" and
-whose posted leaves fail on those cells against the leaves of a "disagree" voter of the appeal
-is a provable liar (`Disputes.adjudicateAcrossRounds`; `compute_vouch_targets`: which members
-such a voter's node hunts, and on which cells).
+Symmetrically, once the appeal round decided FAIL (or the worker's default), a first-round
+member that voted "agree" and whose posted leaves fail on those cells against the leaves of a
+majority of the appeal's seats is a provable liar (`Disputes.adjudicateAcrossRounds`, one count
+per appeal seat; `compute_vouch_targets`: which members an appeal seat's node hunts, and on
+which cells).
 """
 
 from collections.abc import Mapping
@@ -25,7 +26,7 @@ from collections.abc import Mapping
 from verillm.spec.audit import (OnchainModel, compute_appeal_cells, compute_cell_squared_error, compute_f32_bits, is_cell_within,
                                 is_onchain_agreement)
 from verillm.spec.compare import is_stopped_early
-from verillm.spec.settlement import AGREE, DISAGREE, FAIL, PASS, TIE
+from verillm.spec.settlement import AGREE, DISAGREE, FAIL, PASS, TIE, WORKER_DEFAULT
 from verillm.spec.types import Leaf
 from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, MAX_CONTEST_CELLS
 
@@ -118,15 +119,17 @@ def is_cell_contradicted(reference: Leaf, member: Leaf, model: OnchainModel) -> 
 
 def compute_vouch_targets(appeal_verdict: int, own_vote: int, own: Cells, members: Mapping[int, Cells], votes: Mapping[int, int],
                           model: OnchainModel, prompt_len: int, output_tokens: int) -> dict[int, tuple[tuple[int, int], ...]]:
-    """Return, for each first-round member slot an appeal "disagree" voter hunts, the cells to
-    contest and adjudicate it on (`Disputes.adjudicateAcrossRounds`).
+    """Return, for each first-round member slot an appeal member hunts, the cells to contest
+    and adjudicate it on (`Disputes.adjudicateAcrossRounds`; its own data are the reference the
+    contract compares with).
 
-    Only after the appeal round decided FAIL, only by a node that voted "disagree" in it (its
-    own data are the reference the contract compares with), only members that voted "agree"
+    Only after the appeal round decided FAIL, by a node that voted "disagree" in it, or the
+    worker's default, by any node of the appeal (a cheat that does not open there shields no
+    partner), only members that voted "agree"
     (``votes``, by party slot: an honest "disagree" the appeal upheld is never hunted) and whose
     posted leaves (``members``) fail against ``own`` on the appeal cells (`is_cell_contradicted`),
     sorted, at most MAX_CONTEST_CELLS."""
-    if appeal_verdict != FAIL or own_vote != DISAGREE:
+    if appeal_verdict not in (FAIL, WORKER_DEFAULT) or (appeal_verdict == FAIL and own_vote != DISAGREE):
         return {}
     targets = {}
     for slot, cells in sorted(members.items()):

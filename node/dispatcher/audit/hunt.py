@@ -21,7 +21,8 @@ A member whose data pass is never contested, whatever it voted: an honest "disag
 data (the stop rule) costs nobody anything.
 
 The symmetric hunt, by a member of the appeal round: once the appeal decided FAIL and this node
-voted "disagree" in it, a first-round member that voted "agree" and whose posted leaves fail
+voted "disagree" in it (or the worker defaulted there, whether this node opened or not), a
+first-round member that voted "agree" and whose posted leaves fail
 against this node's own on those token cells vouched for a cheat (`compute_vouch_targets`). The
 same steps; the adjudication is `adjudicateAcrossRounds` with this node's own appeal opening as
 the reference, counted once per appeal member: the member is slashed when a majority of the
@@ -35,7 +36,7 @@ import logging
 from verillm.spec.audit import Phase, compute_prompt_len, decode_opening_leaves
 from verillm.spec.challenge import compute_challenge
 from verillm.spec.honest import compute_hunt_targets, compute_vouch_targets, is_hunt_in_time
-from verillm.spec.settlement import FAIL, PASS
+from verillm.spec.settlement import FAIL, PASS, WORKER_DEFAULT
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
 from verillm.node.store.dispatcher_tables import DispatcherTables, Duty
@@ -70,10 +71,10 @@ class LiarHunt:
             return
         appeal = await self.chainio.get_round(duty.audit_id, state.round)
         verdict = await self.chainio.read(protocol.jobs.call, "currentVerdict", duty.audit_id) if appeal.phase == Phase.DECIDED else 0
-        if verdict != (PASS if is_worker else FAIL):
+        if verdict not in ((PASS,) if is_worker else (FAIL, WORKER_DEFAULT)):
             return
         if duty.audit_id not in self._plans:
-            self._plans[duty.audit_id] = await (self._plan(duty, state) if is_worker else self._plan_vouched(duty, state, appeal))
+            self._plans[duty.audit_id] = await (self._plan(duty, state) if is_worker else self._plan_vouched(duty, state, verdict))
         mine, targets, model = self._plans[duty.audit_id]
         dispute_by = appeal.verdict_block + self.chainio.preset.DISPUTE_WINDOW_BLOCKS
         for slot, cells in targets.items():
@@ -96,13 +97,13 @@ class LiarHunt:
                                        prompt_len, state.output_tokens)
         return mine, targets, model
 
-    async def _plan_vouched(self, duty: Duty, state, appeal) -> tuple:
+    async def _plan_vouched(self, duty: Duty, state, verdict: int) -> tuple:
         """This node's own appeal opening, and which first-round agrees to hunt on which cells."""
         model, prompt_len, mine = await self._own_opening(duty, state, duty.round)
         own_vote = (await self.chainio.read(self.chainio.protocol.get_party, duty.audit_id, duty.round, duty.slot))["vote"]
         members = await self._posted_leaves(duty.audit_id, model.fingerprint_dims)
         votes = {e["args"]["slot"]: e["args"]["vote"] for e in self.tables.get_events("Opened", duty.audit_id) if e["args"]["round"] == 0}
-        targets = compute_vouch_targets(FAIL, own_vote, {(i.leaf.position, i.leaf.layer): i.leaf for i in mine.leaves}, members, votes,
+        targets = compute_vouch_targets(verdict, own_vote, {(i.leaf.position, i.leaf.layer): i.leaf for i in mine.leaves}, members, votes,
                                         model, prompt_len, state.output_tokens)
         return mine, targets, model
 

@@ -173,9 +173,12 @@ def vouched(tmp_path):
         yield anvil, world, run, worker, round0, start
 
 
-async def test_the_appeal_dissenters_nodes_hunt_the_first_round_agrees_that_vouched_for_a_cheat(vouched, tmp_path):
+@pytest.mark.parametrize("cheat_opens", [True, False], ids=["appeal-fail", "appeal-default"])
+async def test_the_appeal_dissenters_nodes_hunt_the_first_round_agrees_that_vouched_for_a_cheat(vouched, tmp_path, cheat_opens):
     # Three of the five appeal members run their nodes (a majority of the seats: the quorum the
-    # slash needs); the other two are driven by the test, honest.
+    # slash needs); the other two are driven by the test, honest. Without ``cheat_opens`` the
+    # cheat never opens in the appeal (a default, to shield its partners): nobody votes there,
+    # and the nodes hunt with the data their receipts committed.
     anvil, world, run, worker, round0, start = vouched
     world.protocol.escalate(world.nodes[1].account, run.audit_id)  # the dispatcher appeals the PASS
     world.draw_round(run)
@@ -194,14 +197,22 @@ async def test_the_appeal_dissenters_nodes_hunt_the_first_round_agrees_that_vouc
         for chainio, tables, duties, poller in nodes:
             await _tick(world, chainio, tables, duties, poller)
 
-    world.open_worker(run)
-    while not all(world.protocol.get_party(run.audit_id, 1, k + 1)["opened"] for k in range(quorum)):  # the nodes open and vote
-        await tick_all()
-        world.chain.mine(1)
-    assert all(world.protocol.get_party(run.audit_id, 1, k + 1)["vote"] == spec.DISAGREE for k in range(quorum))
-    for slot in range(quorum, len(appeal)):
-        world.open_member(run, slot)
-    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
+    if cheat_opens:
+        world.open_worker(run)
+        while not all(world.protocol.get_party(run.audit_id, 1, k + 1)["opened"] for k in range(quorum)):  # the nodes open and vote
+            await tick_all()
+            world.chain.mine(1)
+        assert all(world.protocol.get_party(run.audit_id, 1, k + 1)["vote"] == spec.DISAGREE for k in range(quorum))
+        for slot in range(quorum, len(appeal)):
+            world.open_member(run, slot)
+        assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
+    else:
+        world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
+        world.protocol.draw_challenge(world.outsider, run.audit_id)
+        for _ in range(2 * PRESET.OPEN_WINDOW_BLOCKS + 1):
+            await tick_all()  # the nodes wait: no worker opening to vote on
+            world.chain.mine(1)
+        assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
 
     disputes = world.protocol.disputes.web3.events
     answered = set()

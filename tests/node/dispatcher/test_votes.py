@@ -114,6 +114,9 @@ def test_an_appeal_dissenter_hunts_only_first_round_agrees_its_data_contradict_a
     assert targets == {1: ((3, 3), (4, 3), (5, 3))}
     assert compute_vouch_targets(PASS, DISAGREE, own, members, votes, MODEL, PROMPT_LEN, 3) == {}
     assert compute_vouch_targets(FAIL, AGREE, own, members, votes, MODEL, PROMPT_LEN, 3) == {}  # not a reference
+    # the cheat defaulted in the appeal (no vote there): every seat's committed data serve
+    assert compute_vouch_targets(WORKER_DEFAULT, 0, own, members, votes, MODEL, PROMPT_LEN, 3) == targets
+    assert compute_vouch_targets(TIE, DISAGREE, own, members, votes, MODEL, PROMPT_LEN, 3) == {}
 
 
 def test_across_rounds_exact_mode_compares_bit_for_bit_flags_included():
