@@ -406,9 +406,11 @@ class Protocol:
 
     def adjudicate_across_rounds(self, sender: LocalAccount, audit_id: int, slot: int, appeal_slot: int,
                                  member_opening: Opening, appeal_opening: Opening, cells: list[tuple[int, int]]) -> Tx:
-        """Slash first-round member ``slot`` (it voted agree) whose leaves fail against those of
-        appeal member ``appeal_slot`` (a disagree voter of an appeal that decided FAIL) on the
-        last-layer token ``cells`` (Disputes.adjudicateAcrossRounds); each opening with its proofs."""
+        """Count appeal member ``appeal_slot``'s contradiction of first-round member ``slot`` (it
+        voted agree): their leaves fail against each other on the last-layer token ``cells``
+        after the appeal decided FAIL (``appeal_slot`` a disagree voter) or the worker's default;
+        a majority of the appeal's seats slashes (Disputes.adjudicateAcrossRounds). Each opening
+        with its proofs."""
         member = {(i.leaf.position, i.leaf.layer): i for i in member_opening.leaves}
         appeal = {(i.leaf.position, i.leaf.layer): i for i in appeal_opening.leaves}
         missing = [c for c in cells if c not in member or c not in appeal]
