@@ -22,6 +22,7 @@ from verillm.spec.audit import compute_appeal_cells
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import compute_opening
 from verillm.spec.encoding import encode
+from verillm.verifier.chain_audit import ChainAuditor
 
 from helpers.contracts import LAYERS, MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN, World
 
@@ -109,6 +110,10 @@ def test_a_colluding_agree_on_a_cheat_is_slashed_once_the_appeal_fails(convicted
         assert world.protocol.get_credit(hunter.address) == credit
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     assert world.protocol.settle(world.outsider, run.audit_id).value == spec.FAIL
+    # `verillm audit chain` re-derives the cross-round slashes from calldata and finds nothing inconsistent
+    findings = ChainAuditor(world.chain, world.protocol.deployment).run()
+    assert [f for f in findings if f.severity != "ok" and f.subject.startswith(f"audit {run.audit_id}")] == []
+    assert sum(1 for f in findings if "adjudication" in f.subject and f.subject.startswith(f"audit {run.audit_id}")) == 2
 
 
 def test_a_front_runner_gets_nothing_and_a_second_slash_is_refused(convicted):
