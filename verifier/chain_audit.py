@@ -31,6 +31,7 @@ from verillm.spec import vrf
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.encoding import decode
 from verillm.spec.hashing import keccak256
+from verillm.spec.honest import is_cell_contradicted
 from verillm.spec.merkle import MerkleProof, compute_leaf_hash, is_valid_merkle_proof
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, recover_receipt_signer
 from verillm.spec.types import Leaf, Receipt, SamplingParams
@@ -90,7 +91,7 @@ class ChainAuditor:
         self.chain, self.protocol = chain, Protocol(chain, deployment)
         self.preset = self.protocol.preset
         self.domain = SigningDomain(chain.chain_id, bytes.fromhex(self.protocol.jobs.address[2:]))
-        self.events = get_events(chain, [self.protocol.jobs, self.protocol.batches, self.protocol.disputes, self.protocol.registry],
+        self.events = get_events(chain, [self.protocol.jobs, self.protocol.batches, self.protocol.disputes, self.protocol.delivery, self.protocol.registry],
                                  deployment.start_block)
         self.findings: list[Finding] = []
         self.states: dict[int, str] = {}
@@ -115,7 +116,7 @@ class ChainAuditor:
 
     def _calldata(self, event: ChainEvent) -> dict:
         tx = self.chain.rpc("eth_getTransaction", lambda: self.chain.w3.eth.get_transaction(event.tx_hash))
-        handles = (self.protocol.jobs, self.protocol.batches, self.protocol.disputes)  # the contract the transaction called
+        handles = (self.protocol.jobs, self.protocol.batches, self.protocol.disputes, self.protocol.delivery)  # the contract the transaction called
         handle = next((h for h in handles if h.address == tx["to"]), self.protocol.jobs)
         return dict(handle.web3.decode_function_input(tx["input"])[1])
 
@@ -379,11 +380,15 @@ class ChainAuditor:
         audit_id, round_index, slot = event.args["auditId"], event.args["round"], event.args["slot"]
         state = self.protocol.get_audit(audit_id)
         model = self._model(state.model_id)
-        cells = self._calldata(event)["cells"]
+        calldata = self._calldata(event)
+        cells = calldata["cells"]
         worker = {(l.position, l.layer): l for l in (decode(Leaf, bytes(get_struct_field(c, "workerLeaf", 0))) for c in cells)}
         member = {(l.position, l.layer): l for l in (decode(Leaf, bytes(get_struct_field(c, "memberLeaf", 2))) for c in cells)}
         prompt_len = state.num_positions + 1 - state.output_tokens
-        agrees = spec_audit.is_onchain_agreement(worker, member, model, prompt_len, state.output_tokens)
+        if "appealSlot" in calldata:  # adjudicateAcrossRounds: the "worker" leaves are the appeal seat's (the quorum's last)
+            agrees = not any(is_cell_contradicted(worker[c], member[c], model) for c in worker)
+        else:
+            agrees = spec_audit.is_onchain_agreement(worker, member, model, prompt_len, state.output_tokens)
         self._add(agrees == event.args["dataAgrees"], f"audit {audit_id} adjudication of member slot {slot} (round {round_index})",
                   f"data {'agree' if agrees else 'disagree'} as the contract found; vote {event.args['vote']} → slashed",
                   "the contract's comparison differs from the spec's")

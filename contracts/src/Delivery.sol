@@ -16,13 +16,18 @@ import {Registry} from "./Registry.sol";
 /// commit window restarts (they read the job from the event). Not published: the worker is
 /// slashed and the round is decided as its default. The phases and windows are the audit state
 /// machine's (Jobs.onClaim, onPublish, onUndelivered: one claim window per round, answered only
-/// by publication); here are the checks of what is published, the events and the slash. Part of
-/// Disputes (the contract both Jobs and the Registry already let slash), so Jobs keeps its size.
-abstract contract Delivery is ReentrancyGuard {
+/// by publication); here are the checks of what is published, the events and the slash.
+/// Its own contract (EIP-170: Disputes has no room for it and the cross-round adjudication).
+/// Its rights, each the narrowest that works: Jobs lets only it call onClaim/onPublish/
+/// onUndelivered (Jobs.delivery) and depositCredit; the Registry lets it `slash` (not penalize,
+/// lock or unlock: Registry.delivery). Relaying through Disputes instead would give Disputes a
+/// slash-anyone entry point for Delivery (the same power, one more hop) and cost Disputes the
+/// very bytes this split frees.
+contract Delivery is ReentrancyGuard {
     bytes1 private constant DOMAIN_TOKENS = 0x16; // verillm.spec.hashing.DOMAIN_TOKENS
 
-    Jobs private immutable deliveryJobs;
-    Registry private immutable deliveryRegistry;
+    Jobs public immutable jobs;
+    Registry public immutable registry;
     uint256 private immutable rewardBps;
 
     event DeliveryClaimed(uint256 indexed auditId, uint8 round, uint8 slot, address indexed member, uint64 publishDeadline);
@@ -35,11 +40,18 @@ abstract contract Delivery is ReentrancyGuard {
     event DeliveryDefaulted(uint256 indexed auditId, address indexed worker, uint256 slashedWei);
 
     error TranscriptMismatch(string field);
+    error NotRegistry();
 
     constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) {
-        deliveryJobs = jobs_;
-        deliveryRegistry = registry_;
+        if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
+        jobs = jobs_;
+        registry = registry_;
         rewardBps = p.slashRewardBps;
+    }
+
+    /// @notice The defaulting worker's slashed stake, from the Registry only (passed on to Jobs).
+    receive() external payable {
+        if (msg.sender != address(registry)) revert NotRegistry();
     }
 
     /// @notice Member `slot` of the current round says its verification job never came (only
@@ -47,7 +59,7 @@ abstract contract Delivery is ReentrancyGuard {
     /// public). The round's first claim opens its one publication window of commitWindowBlocks
     /// (Jobs.onClaim); later claims join it.
     function claimUndelivered(uint256 auditId, uint8 slot) external {
-        (uint8 round, uint64 publishDeadline) = deliveryJobs.onClaim(auditId, slot, msg.sender);
+        (uint8 round, uint64 publishDeadline) = jobs.onClaim(auditId, slot, msg.sender);
         emit DeliveryClaimed(auditId, round, slot, msg.sender, publishDeadline);
     }
 
@@ -58,8 +70,8 @@ abstract contract Delivery is ReentrancyGuard {
     function publishTranscript(uint256 auditId, bytes calldata tokens, uint32 temperatureMilli, uint32 topK, uint32 topPPpm, uint64 seed)
         external
     {
-        deliveryJobs.onPublish(auditId);
-        (bytes32 outputHash, bytes32 samplingKey, uint256 count) = deliveryJobs.transcriptOf(auditId);
+        jobs.onPublish(auditId);
+        (bytes32 outputHash, bytes32 samplingKey, uint256 count) = jobs.transcriptOf(auditId);
         if (tokens.length != 4 * count) revert TranscriptMismatch("length");
         if (keccak256(abi.encode(temperatureMilli, topK, topPPpm, seed)) != samplingKey) revert TranscriptMismatch("sampling");
         if (Blake3.hash(bytes.concat(DOMAIN_TOKENS, tokens)) != outputHash) revert TranscriptMismatch("outputHash");
@@ -70,9 +82,9 @@ abstract contract Delivery is ReentrancyGuard {
     /// worker (anyone may; the caller gets slashRewardBps): the round is decided as the worker's
     /// default while still committing, so no verdict exists yet that this could change.
     function slashUndelivered(uint256 auditId) external nonReentrant {
-        address worker = deliveryJobs.onUndelivered(auditId);
-        uint256 slashed = deliveryRegistry.slash(worker);
-        deliveryJobs.depositCredit{value: slashed}(msg.sender, slashed * rewardBps / Params.BPS);
+        address worker = jobs.onUndelivered(auditId);
+        uint256 slashed = registry.slash(worker);
+        jobs.depositCredit{value: slashed}(msg.sender, slashed * rewardBps / Params.BPS);
         emit DeliveryDefaulted(auditId, worker, slashed);
     }
 }

@@ -3,7 +3,6 @@ pragma solidity ^0.8.24;
 
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
 import {AuditCodes, AuditView, Deadlines, PartyView, Phase} from "./AuditTypes.sol";
-import {Delivery} from "./Delivery.sol";
 import {Fingerprint} from "./Fingerprint.sol";
 import {Jobs} from "./Jobs.sol";
 import {MerkleLib} from "./MerkleLib.sol";
@@ -20,8 +19,10 @@ import {Registry} from "./Registry.sol";
 ///   the token check for one member; a member whose vote contradicts its own committed data
 ///   is slashed.
 /// - `escalate`: a bonded call for a fresh, larger committee (handled by Jobs).
-/// - undelivered committee jobs: claim, publish, or the worker's default (`Delivery`).
-contract Disputes is ReentrancyGuard, Delivery {
+/// - `adjudicateAcrossRounds`: a first-round "agree" whose data an appeal that decided FAIL
+///   contradicts (one of its "disagree" voters' proven cells) is slashed.
+/// Undelivered committee jobs (claim, publish, the worker's default) are `Delivery`'s.
+contract Disputes is ReentrancyGuard {
     struct Contest {
         uint64 auditId;
         uint8 round;
@@ -40,6 +41,7 @@ contract Disputes is ReentrancyGuard, Delivery {
     struct Hunt {
         uint64 firstAnswered; // contestId + 1 of the first answered contest: its challenger is paid the reward
         bool liar; // proven (adjudicated, or a lost contest): its answered contests' bonds go back
+        uint256 contradictedBy; // a first-round agree: bit j set = appeal member j's proven data contradict it (adjudicateAcrossRounds)
     }
 
     /// @notice One cell opened by both the worker and a member, with their Merkle proofs.
@@ -80,7 +82,7 @@ contract Disputes is ReentrancyGuard, Delivery {
     uint256 public constant MAX_CONTEST_CELLS = 16;
 
     Contest[] private contests;
-    mapping(uint256 auditId => mapping(uint256 roundSlot => Hunt)) private hunts;
+    mapping(uint256 auditId => mapping(uint256 roundSlot => Hunt)) public hunts; // roundSlot = round << 8 | slot
 
     event Contested(uint256 indexed contestId, uint256 indexed auditId, uint8 round, uint8 slot, address indexed challenger, uint32[] positions, uint16[] layers);
     event ContestAnswered(uint256 indexed contestId);
@@ -89,6 +91,8 @@ contract Disputes is ReentrancyGuard, Delivery {
     /// resolved: nothing is slashed twice, and the bond goes back to the challenger.
     event ContestMoot(uint256 indexed contestId);
     event Adjudicated(uint256 indexed auditId, uint8 round, uint8 slot, address indexed member, bool dataAgrees, uint8 vote);
+    /// @notice Appeal member `appealSlot`'s proven data contradict first-round agree `slot`'s; `count` such members so far.
+    event Contradicted(uint256 indexed auditId, uint8 slot, uint8 appealSlot, uint256 count);
     /// @notice An answered contest's held bond paid: to its challenger when the member was proven a liar, else to the member.
     event BondReleased(uint256 indexed contestId, address indexed to, uint256 bondWei);
 
@@ -108,8 +112,9 @@ contract Disputes is ReentrancyGuard, Delivery {
     error NotRegistry();
     error NotCoverage();
     error NotHeld(uint256 contestId);
+    error AlreadyCounted(uint8 appealSlot);
 
-    constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) Delivery(jobs_, registry_, p) {
+    constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) {
         if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
         jobs = jobs_;
         registry = registry_;
@@ -287,6 +292,69 @@ contract Disputes is ReentrancyGuard, Delivery {
         if (agrees || (member.vote != AuditCodes.AGREE && !_isContradictedByAppeal(ctx, auditId, round, cells))) revert NoFault();
         jobs.recordFault(auditId, round, slot);
         _payHunter(auditId, round, slot, registry.slash(member.node));
+    }
+
+    /// @notice Count a contradiction of first-round member `slot`, which voted AGREE, once an
+    /// appeal round decided FAIL (or the worker's default): the proven leaves of one of that
+    /// round's DISAGREE voters (after a default: of any seat with a posted receipt; `appealSlot`,
+    /// not slashed) fail against its own on last-layer token cells — cells every round opens and
+    /// token-checks (docs/protocol.md §12 "Accountable votes"). The member is
+    /// slashed once a majority of the appeal committee's seats (size / 2 + 1) contradicted it:
+    /// one colluding DISAGREE with fabricated leaves cannot slash an honest agree alone (an honest
+    /// agree's token cells match every honest appeal member's), colluders must hold the appeal.
+    /// `cells[i].workerLeaf` carries the appeal member's leaf, `memberLeaf` the first-round
+    /// member's, each proven against its committed root; sorted by position, without repeats. A
+    /// cell fails outside the layer's band (Σ(Δ²) > d · maxCellErrorPpb²); in exact mode (a band
+    /// of 0) also on any flag bit: bit for bit. An agree that vouched for a cheat the appeal
+    /// convicted copied the worker's fabricated leaves, which `adjudicate` (against the worker)
+    /// cannot see.
+    function adjudicateAcrossRounds(uint256 auditId, uint8 slot, uint8 appealSlot, CellPair[] calldata cells) external nonReentrant {
+        AuditView memory a = jobs.getAudit(auditId);
+        uint8 verdict = a.round == 0 ? 0 : jobs.currentVerdict(auditId);
+        if ((a.phase != Phase.DECIDED && a.phase != Phase.SETTLED) || (verdict != AuditCodes.FAIL && verdict != AuditCodes.WORKER_DEFAULT)) {
+            revert NoFault(); // no appeal, or one that has not convicted the worker: nothing contradicts an agree
+        }
+        if (slot == 0 || appealSlot == 0) revert BadCells("slot 0 is the worker");
+        PartyView memory member = jobs.getParty(auditId, 0, slot);
+        PartyView memory judge = jobs.getParty(auditId, a.round, appealSlot);
+        if (!member.opened) revert NotOpened(slot);
+        // A FAIL: a disagree voter of the appeal. A worker default (a cheat that will not open in
+        // the appeal, to shield its first-round partners): any seat that committed its data.
+        if (verdict == AuditCodes.FAIL ? !judge.opened : judge.root == bytes32(0)) revert NotOpened(appealSlot);
+        if (member.slashed) revert AlreadySlashed(slot);
+        if (judge.slashed) revert AlreadySlashed(appealSlot); // a proven liar contradicts nobody
+        if (member.vote != AuditCodes.AGREE || (verdict == AuditCodes.FAIL && judge.vote != AuditCodes.DISAGREE) || cells.length == 0) {
+            revert NoFault();
+        }
+        _checkDisputeWindow(auditId, 0);
+        Context memory ctx = _context(auditId, 0);
+        uint256 last = ctx.model.committedLayers.length - 1;
+        uint256 band = ctx.model.maxCellErrorPpb[last];
+        bool contradicted;
+        uint256 previous;
+        for (uint256 i = 0; i < cells.length; i++) {
+            (Fingerprint.Leaf memory j, Fingerprint.Leaf memory m, uint256 layerSlot) = _provenPair(ctx, judge, member, cells[i], i);
+            if (layerSlot != last || j.position < ctx.firstOutput || j.position >= ctx.firstOutput + ctx.outputTokens) {
+                revert NotChallenged(j.position, j.layer);
+            }
+            if (i > 0 && j.position <= previous) revert BadCells("cells must be sorted by position without repeats");
+            previous = j.position;
+            if (!Fingerprint.isCellWithin(Fingerprint.squaredError(j, m), ctx.model.fingerprintDims, band) || (band == 0 && j.flags != m.flags)) {
+                contradicted = true;
+            }
+        }
+        if (!contradicted) revert NoFault();
+        Hunt storage h = hunts[auditId][_roundSlot(0, slot)];
+        if (h.contradictedBy >> appealSlot & 1 != 0) revert AlreadyCounted(appealSlot);
+        uint256 by = h.contradictedBy | 1 << appealSlot;
+        h.contradictedBy = by;
+        uint256 count;
+        for (; by != 0; by &= by - 1) count++;
+        emit Contradicted(auditId, slot, appealSlot, count);
+        if (count <= a.committeeSize / 2) return;
+        emit Adjudicated(auditId, 0, slot, member.node, false, member.vote);
+        jobs.recordFault(auditId, 0, slot);
+        _payHunter(auditId, 0, slot, registry.slash(member.node));
     }
 
     /// @dev Pay a proven liar's slash: the reward to the challenger of the first contest answered

@@ -77,6 +77,7 @@ contract Jobs is EIP712, ReentrancyGuard {
     address public immutable deployer;
     address public disputes;
     address public batches;
+    address public delivery; // Delivery.sol: claims, publication, the worker's default (onClaim, onPublish, onUndelivered)
     ProtocolParams public params;
 
     uint256 public auditCount;
@@ -151,11 +152,17 @@ contract Jobs is EIP712, ReentrancyGuard {
         _;
     }
 
-    /// @notice Name the Disputes and Batches contracts (once, by the deployer).
-    function bindProtocol(address disputes_, address batches_) external {
+    modifier onlyDelivery() {
+        if (msg.sender != delivery) revert NotProtocol();
+        _;
+    }
+
+    /// @notice Name the Disputes, Batches and Delivery contracts (once, by the deployer).
+    function bindProtocol(address disputes_, address batches_, address delivery_) external {
         if (msg.sender != deployer || disputes != address(0)) revert NotDeployer();
         disputes = disputes_;
         batches = batches_;
+        delivery = delivery_;
     }
 
     receive() external payable {
@@ -465,12 +472,12 @@ contract Jobs is EIP712, ReentrancyGuard {
         if (!_drawMembers(auditId, a, r, missing, _deadlines(r).drawAfter)) _abandonRound(auditId, a, r, "pool exhausted", true);
     }
 
-    /// @notice Delivery (Disputes) relays member `slot`'s claim that its job never came: only a
+    /// @notice Delivery relays member `slot`'s claim that its job never came: only a
     /// drawn member of the current round without a posted receipt, by the commit deadline, before
     /// the transcript is public. The round's first claim opens its one publication window (publish
     /// deadline = now + commit; the commit deadline moves to at least its end + commit); later
     /// claims join it, and after it only the worker's default (or a publication) ends the round.
-    function onClaim(uint256 auditId, uint8 slot, address claimant) external onlyDisputes returns (uint8 roundIndex, uint64 publishDeadline) {
+    function onClaim(uint256 auditId, uint8 slot, address claimant) external onlyDelivery returns (uint8 roundIndex, uint64 publishDeadline) {
         (Audit storage a, Round storage r) = _at(auditId, Phase.COMMITTING);
         if (block.number > r.commitDeadline) revert ClaimClosed(r.commitDeadline + 1);
         if (a.published) revert AlreadyPublished(auditId);
@@ -490,7 +497,7 @@ contract Jobs is EIP712, ReentrancyGuard {
 
     /// @notice Delivery relays the transcript's publication (checked there against the receipt):
     /// by the publish deadline of a claim; every member now has its job, and a commit window.
-    function onPublish(uint256 auditId) external onlyDisputes {
+    function onPublish(uint256 auditId) external onlyDelivery {
         (Audit storage a, Round storage r) = _at(auditId, Phase.COMMITTING);
         if (r.publishDeadline == 0) revert NoClaim(auditId);
         if (a.published) revert AlreadyPublished(auditId);
@@ -501,7 +508,7 @@ contract Jobs is EIP712, ReentrancyGuard {
 
     /// @notice Delivery relays the worker's default: a claim's publication window passed with
     /// nothing published. The round is decided as WORKER_DEFAULT; returns the worker to slash.
-    function onUndelivered(uint256 auditId) external onlyDisputes returns (address worker) {
+    function onUndelivered(uint256 auditId) external onlyDelivery returns (address worker) {
         (Audit storage a, Round storage r) = _at(auditId, Phase.COMMITTING);
         if (r.publishDeadline == 0 || a.published) revert NoClaim(auditId);
         if (block.number <= r.publishDeadline) revert TooEarly(r.publishDeadline + 1);
@@ -735,10 +742,10 @@ contract Jobs is EIP712, ReentrancyGuard {
         a.pendingContests = uint16(int16(a.pendingContests) + delta);
     }
 
-    /// @notice Disputes and Batches pass on slashed stake and bonds: `creditWei` to `to`, the
-    /// rest to the pool.
+    /// @notice Disputes, Batches and Delivery pass on slashed stake and bonds: `creditWei` to
+    /// `to`, the rest to the pool.
     function depositCredit(address to, uint256 creditWei) external payable {
-        if (msg.sender != disputes && msg.sender != batches) revert NotProtocol();
+        if (msg.sender != disputes && msg.sender != batches && msg.sender != delivery) revert NotProtocol();
         _credit(to, creditWei);
         feePoolWei += msg.value - creditWei;
     }

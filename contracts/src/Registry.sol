@@ -50,6 +50,7 @@ contract Registry is ReentrancyGuard {
     address public batches;
     address public disputes;
     address public coverage; // the omission challenge (Coverage.sol): slashes and locks too
+    address public delivery; // undelivered jobs (Delivery.sol): slashes a defaulting worker, nothing else
 
     mapping(address => Node) private nodes;
     using StakeTree for StakeTree.Tree;
@@ -90,8 +91,12 @@ contract Registry is ReentrancyGuard {
     }
 
     modifier onlyProtocol() {
-        if (msg.sender != jobs && msg.sender != batches && msg.sender != disputes && msg.sender != coverage) revert NotProtocol();
+        _onlyProtocol();
         _;
+    }
+
+    function _onlyProtocol() private view {
+        if (msg.sender != jobs && msg.sender != batches && msg.sender != disputes && msg.sender != coverage) revert NotProtocol();
     }
 
     constructor(ProtocolParams memory p) {
@@ -106,12 +111,14 @@ contract Registry is ReentrancyGuard {
 
     // --- deployment ------------------------------------------------------------------------
 
-    /// @notice Name the three contracts allowed to slash and lock (once, by the deployer).
-    function bindProtocol(address jobs_, address batches_, address disputes_) external onlyDeployer {
+    /// @notice Name the three contracts allowed to slash and lock, and Delivery, allowed only to
+    /// slash (once, by the deployer).
+    function bindProtocol(address jobs_, address batches_, address disputes_, address delivery_) external onlyDeployer {
         if (jobs != address(0)) revert AlreadyBound();
         jobs = jobs_;
         batches = batches_;
         disputes = disputes_;
+        delivery = delivery_;
     }
 
     /// @notice Name the omission challenge contract, which may slash and lock too (once, by the deployer).
@@ -227,7 +234,8 @@ contract Registry is ReentrancyGuard {
 
     /// @notice Slash slashFractionBps of `node`'s stake and send it to the calling contract,
     /// which pays the reward and books the rest.
-    function slash(address node_) external onlyProtocol nonReentrant returns (uint256 amountWei) {
+    function slash(address node_) external nonReentrant returns (uint256 amountWei) {
+        if (msg.sender != delivery) _onlyProtocol();
         return _take(node_, slashFractionBps);
     }
 

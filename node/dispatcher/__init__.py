@@ -12,7 +12,8 @@
       duties.py        what every node owes as a party: the worker's opening, a member's opening and
                        vote, answers to contests
       delivery.py      withheld committee jobs: claims and publication
-      hunt.py          after its appeal passed, the worker contests and adjudicates the first-round liars
+      hunt.py          after its appeal passed, the worker contests and adjudicates the first-round liars;
+                       after an appeal FAIL, its "disagree" voters do the first-round agrees it contradicts
     watcher.py       the loop: follow the contracts' events, advance every pending item
     tasks.py         keyed background steps with retry
     chainio.py       the typed chain bindings off the event loop, gas recorded

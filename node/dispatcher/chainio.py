@@ -158,10 +158,10 @@ class ChainIO:
         return self._models[model_id]
 
     async def get_calldata(self, tx_hash: bytes) -> dict:
-        """Return the decoded arguments of a protocol transaction (Jobs, Batches or Disputes)."""
+        """Return the decoded arguments of a protocol transaction (Jobs, Batches, Disputes or Delivery)."""
         def fetch():
             tx = self.chain.rpc("eth_getTransaction", lambda: self.chain.w3.eth.get_transaction(tx_hash))
-            handles = (self.protocol.jobs, self.protocol.batches, self.protocol.disputes)
+            handles = (self.protocol.jobs, self.protocol.batches, self.protocol.disputes, self.protocol.delivery)
             handle = next((h for h in handles if h.address.lower() == tx["to"].lower()), self.protocol.jobs)
             _, args = handle.web3.decode_function_input(tx["input"])
             return dict(args)

@@ -62,7 +62,8 @@ class ChainWatcher:
         self.poll_interval_s = poll_interval_s
         protocol = chainio.protocol
         start = tables.get_cursor(CURSOR, chainio.deployment.start_block)
-        self.poller = EventPoller(chainio.chain, [protocol.jobs, protocol.batches, protocol.disputes, protocol.registry, protocol.coverage],
+        self.poller = EventPoller(chainio.chain, [protocol.jobs, protocol.batches, protocol.disputes, protocol.delivery, protocol.registry,
+                                                   protocol.coverage],
                                   start, confirmations)
         self.head = 0
         self.ticks = 0

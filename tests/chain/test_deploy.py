@@ -95,7 +95,7 @@ def test_protocol_params_follow_the_struct_in_the_abi(artifacts):
 def test_protocol_plan_deploys_and_wires_the_contracts(anvil_chain):
     preset = _preset_for_contracts()
     deployment = deploy_plan(anvil_chain, preset, anvil_chain.dev_accounts[0], protocol.PROTOCOL_STEPS)
-    assert set(deployment.addresses) == {"Registry", "Jobs", "Batches", "Disputes", "Coverage"}
+    assert set(deployment.addresses) == {"Registry", "Jobs", "Batches", "Disputes", "Delivery", "Coverage"}
     registry = deployment.get(anvil_chain, "Registry")
     assert registry.call("jobs") == deployment.addresses["Jobs"]
     assert registry.call("batches") == deployment.addresses["Batches"]
@@ -103,3 +103,5 @@ def test_protocol_plan_deploys_and_wires_the_contracts(anvil_chain):
     assert registry.call("disputes") == deployment.addresses["Disputes"]
     assert registry.call("coverage") == deployment.addresses["Coverage"]
     assert deployment.get(anvil_chain, "Jobs").call("disputes") == deployment.addresses["Disputes"]
+    assert deployment.get(anvil_chain, "Jobs").call("delivery") == deployment.addresses["Delivery"]
+    assert registry.call("delivery") == deployment.addresses["Delivery"]

@@ -7,6 +7,7 @@ import random
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
+from verillm.spec.audit import compute_appeal_cells
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 
 from helpers.contracts import LAYERS, OUTPUT_TOKENS, PRESET, PROMPT_LEN
@@ -14,7 +15,8 @@ from fuzz_honest import ADVERSARY, COMMITTING, MAX_AUDITS, OPENING
 
 
 class RoundAttacks:
-    """Mixin of `ProtocolMachine`: late_open, grief_contest, grief_adjudicate, adversary_member."""
+    """Mixin of `ProtocolMachine`: late_open, grief_contest, grief_adjudicate, grief_adjudicate_across,
+    adversary_member."""
 
     @precondition(lambda self: self.audits)
     @rule(pick=st.integers(0, MAX_AUDITS - 1))
@@ -59,6 +61,22 @@ class RoundAttacks:
             member = self._opening(t, self._member(i, lazy=i == ADVERSARY))
             self._try(self.p.adjudicate, self.world.outsider, t.run.audit_id, state.round, slot, posted, member)
         self._step("grief_adjudicate")
+
+    @precondition(lambda self: self.audits)
+    @rule(pick=st.integers(0, MAX_AUDITS - 1), slot=st.integers(1, 3), appeal_slot=st.integers(1, 5))
+    def grief_adjudicate_across(self, pick, slot, appeal_slot):
+        """Adjudicate any first-round member against any appeal member, on the token cells
+        (`adjudicateAcrossRounds`), each with the data its node committed (node 5's lazy data)."""
+        t = self.audits[pick % len(self.audits)]
+        state = self.audit(t.run.audit_id)
+        first, appeal = self.committee(t.run.audit_id, 0), self.committee(t.run.audit_id, state.round) if state.round else []
+        if state.round and slot <= len(first) and appeal_slot <= len(appeal) and state.challenge_seed != bytes(32):
+            i, j = self._index(first[slot - 1]), self._index(appeal[appeal_slot - 1])
+            member = self._opening(t, self._member(i, lazy=i == ADVERSARY), 0)
+            reference = self._opening(t, self._member(j, lazy=j == ADVERSARY))
+            cells = sorted(compute_appeal_cells(PROMPT_LEN, OUTPUT_TOKENS, LAYERS))
+            self._try(self.p.adjudicate_across_rounds, self.world.outsider, t.run.audit_id, slot, appeal_slot, member, reference, cells)
+        self._step("grief_adjudicate_across")
 
     @precondition(lambda self: self.audits)
     @rule(pick=st.integers(0, MAX_AUDITS - 1), agree=st.booleans())

@@ -84,7 +84,7 @@ class DeliveryParties:
     def claim_windows(self) -> dict[int, set]:
         """audit id → the (round, publish deadline) of each claim window opened on it (DeliveryClaimed)."""
         topic = "0x" + keccak256(b"DeliveryClaimed(uint256,uint8,uint8,address,uint64)").hex()
-        logs = self.rpc.call("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": self.p.disputes.address, "topics": [topic]}])
+        logs = self.rpc.call("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": self.p.delivery.address, "topics": [topic]}])
         out: dict[int, set] = {}
         for log in logs:
             round_index, _, deadline = abi_decode(["uint8", "uint8", "uint64"], bytes.fromhex(log["data"][2:]))

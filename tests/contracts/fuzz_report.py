@@ -32,7 +32,7 @@ class Reporting:
                   "0x" + keccak256(b"ContestLost(uint256,address,uint256)").hex(): "ContestLost",
                   "0x" + keccak256(b"DispatcherSlashed(uint256,address,uint256,string)").hex(): "DispatcherSlashed",
                   "0x" + keccak256(b"DeliveryDefaulted(uint256,address,uint256)").hex(): "DeliveryDefaulted"}
-        addresses = [self.p.jobs.address, self.p.disputes.address, self.p.batches.address]
+        addresses = [self.p.jobs.address, self.p.disputes.address, self.p.delivery.address, self.p.batches.address]
         logs = self.rpc.call("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": addresses}])
         out = []
         for log in logs:

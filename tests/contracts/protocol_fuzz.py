@@ -36,7 +36,8 @@ adjudications, node 5): `fuzz_attacks.py`; failure log and progress: `fuzz_repor
 Invariants, after every step:
     conservation  each contract's balance = what it owes, to the wei (Registry: stakes; Jobs:
                   credits + fee pool + escalation bonds held, relayed omission credits included;
-                  Disputes: open contest bonds; Coverage: the bonds of open omission claims)
+                  Disputes: open contest bonds; Coverage: the bonds of open omission claims;
+                  Delivery: nothing)
     honest        an honest node's stake and credit never decrease, nor the client's credit (an
                   exit pays exactly stake + credits, checked to the wei in the rule; the node
                   registers again with the same stake, and its credit floor becomes 0)
@@ -304,15 +305,15 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, Coverag
         count = self.disputes("contestCount")
         jobs, registry, disputes = self.jobs.raw, self.registry.raw, self.disputes.raw
         claims = self.coverage("claimCount")
-        calls = [p.registry.address, p.jobs.address, p.disputes.address, p.coverage.address, (jobs, "feePoolWei", ())]
+        calls = [p.registry.address, p.jobs.address, p.disputes.address, p.coverage.address, (jobs, "feePoolWei", ()), p.delivery.address]
         calls += [(registry, "getNode", (a,)) for a in nodes] + [(jobs, "credits", (a,)) for a in creditors]
         calls += [(disputes, "getContest", (i,)) for i in range(count)]
         calls += [(jobs, "getAuditExtra", (t.run.audit_id,)) for t in self.audits]
         calls += [(jobs, "getAudit", (t.run.audit_id,)) for t in self.audits]
         calls += [(self.coverage.raw, "getClaim", (i,)) for i in range(1, claims + 1)]
         got = read_batch(self.rpc, calls)
-        registry_wei, jobs_wei, disputes_wei, coverage_wei, pool = got[:5]
-        at = 5
+        registry_wei, jobs_wei, disputes_wei, coverage_wei, pool, delivery_wei = got[:6]
+        at = 6
         node_rows, at = got[at:at + len(nodes)], at + len(nodes)
         credits, at = got[at:at + len(creditors)], at + len(creditors)
         contests, at = got[at:at + count], at + count
@@ -323,6 +324,7 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, Coverag
         assert registry_wei == sum(row[0] for row in node_rows), "Registry balance != stakes"
         assert jobs_wei == sum(credits) + pool + bonds, "Jobs balance != credits + pool + escalation bonds"
         assert disputes_wei == sum(c[6] for c in contests if c[3]), "Disputes balance != open contest bonds"
+        assert delivery_wei == 0, "Delivery holds ether (a slashed worker's stake goes straight on to Jobs)"
         open_claims = sum(1 for c in omission_claims if c[5] == 1)
         assert coverage_wei == open_claims * p.preset.OMISSION_CLAIM_BOND_WEI, "Coverage balance != open omission claim bonds"
         assert credits[len(nodes) + 1] >= self.client_floor, "the honest client lost credit"

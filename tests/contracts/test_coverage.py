@@ -83,7 +83,7 @@ def _claimed_kept_promise(world, client, leaves: int = 3):
 
 def _eth_held(world) -> int:
     p = world.protocol
-    return sum(world.chain.w3.eth.get_balance(h.address) for h in (p.registry, p.jobs, p.disputes, p.coverage))
+    return sum(world.chain.w3.eth.get_balance(h.address) for h in (p.registry, p.jobs, p.disputes, p.delivery, p.coverage))
 
 
 @pytest.fixture

@@ -49,7 +49,7 @@ def _commit_deadline(world, run: AuditRun) -> int:
 
 def _balances(world) -> int:
     p = world.protocol
-    return sum(world.chain.w3.eth.get_balance(h.address) for h in (p.registry, p.jobs, p.disputes))
+    return sum(world.chain.w3.eth.get_balance(h.address) for h in (p.registry, p.jobs, p.disputes, p.delivery))
 
 
 def _settle_honestly(world, run: AuditRun, members: list[Party]) -> int:
@@ -103,12 +103,15 @@ def test_claim_unanswered_slashes_the_worker_and_decides_its_default(world):
     members = _members(world, run)
     worker = run.worker.node.address
     stake, total = world.stakes()[worker], _balances(world)
-    publish_deadline = world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0).value
+    claim = world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0)
+    publish_deadline = claim.value
     with reverts("TooEarly"):
         world.protocol.slash_undelivered(world.outsider, run.audit_id)
     world.chain.mine(publish_deadline - world.chain.get_block_number() + 1)
     credit = world.protocol.get_credit(world.outsider.address)
-    slashed = world.protocol.slash_undelivered(world.outsider, run.audit_id).value
+    tx = world.protocol.slash_undelivered(world.outsider, run.audit_id)
+    slashed = tx.value
+    print(f"\nclaimUndelivered: {claim.gas_used} gas, slashUndelivered: {tx.gas_used} gas")
     assert slashed == stake * PRESET.SLASH_FRACTION_BPS // 10_000 > 0
     assert world.stakes()[worker] == stake - slashed
     assert world.protocol.get_credit(world.outsider.address) - credit == slashed * PRESET.SLASH_REWARD_BPS // 10_000

@@ -214,14 +214,18 @@ def test_reentrancy_is_refused_on_claim(world):
     assert world.chain.get_balance(world.protocol.jobs.address) == jobs_before - owed
 
 
-def test_only_disputes_drives_the_jobs_hooks_and_only_the_registry_pays_in(world):
+def test_only_disputes_and_delivery_drive_the_jobs_hooks_and_only_the_registry_pays_in(world):
     jobs, disputes, caller = world.protocol.jobs, world.protocol.disputes, world.nodes[0].account
     for function, args in (("recordFault", (1, 0, 0)), ("addPendingContest", (1, 1)), ("depositCredit", (caller.address, 0)),
                            ("startEscalation", (1, caller.address)), ("onClaim", (1, 0, caller.address)), ("onPublish", (1,)),
                            ("onUndelivered", (1,))):
         with reverts("NotProtocol"):
             world.chain.transact(jobs, function, *args, sender=caller)
-    for target, error in ((jobs, "NotProtocol"), (disputes, "NotRegistry"), (world.protocol.batches, "NotRegistry")):  # plain ether is refused
+    for function, args in (("slash", (caller.address,)), ("penalize", (caller.address, 1)), ("lock", (caller.address,))):
+        with reverts("NotProtocol"):  # Delivery may slash (Registry.delivery), nobody else outside the protocol
+            world.chain.transact(world.protocol.registry, function, *args, sender=caller)
+    for target, error in ((jobs, "NotProtocol"), (disputes, "NotRegistry"), (world.protocol.delivery, "NotRegistry"),
+                          (world.protocol.batches, "NotRegistry")):  # plain ether is refused
         with reverts(error):
             world.chain.rpc("send ether", lambda: world.chain.w3.eth.estimate_gas({"from": caller.address, "to": target.address, "value": 1}))
     with reverts("UnknownContest"):

@@ -441,7 +441,7 @@ def _eth_books(world) -> tuple[int, int]:
     for audit_id in range(1, protocol.jobs.call("auditCount") + 1):
         state = protocol.get_audit(audit_id)
         escalation += PRESET.DISPUTE_BOND_WEI if state.escalator != "0x" + "00" * 20 and state.round == 1 and state.phase != Phase.SETTLED else 0
-    balances = sum(world.chain.get_balance(c.address) for c in (protocol.registry, protocol.jobs, protocol.disputes))
+    balances = sum(world.chain.get_balance(c.address) for c in (protocol.registry, protocol.jobs, protocol.disputes, protocol.delivery))
     return balances, stakes + credits + protocol.jobs.call("feePoolWei") + bonds + escalation
 
 

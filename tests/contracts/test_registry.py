@@ -87,15 +87,15 @@ def test_only_jobs_and_disputes_slash_or_lock(world):
 def test_only_deployer_binds_and_adds_models_and_configs_are_frozen(world):
     registry = world.protocol.registry
     with reverts("NotDeployer"):
-        world.chain.transact(registry, "bindProtocol", *[world.outsider.address] * 3, sender=world.outsider)
+        world.chain.transact(registry, "bindProtocol", *[world.outsider.address] * 4, sender=world.outsider)
     with reverts("AlreadyBound"):
-        world.chain.transact(registry, "bindProtocol", *[world.outsider.address] * 3, sender=world.owner)
+        world.chain.transact(registry, "bindProtocol", *[world.outsider.address] * 4, sender=world.owner)
     with reverts("NotDeployer"):
         world.protocol.add_model(world.outsider, MODEL)
     with reverts("ModelExists"):
         world.protocol.add_model(world.owner, MODEL)
     with reverts("NotDeployer"):
-        world.chain.transact(world.protocol.jobs, "bindProtocol", world.outsider.address, world.outsider.address, sender=world.owner)
+        world.chain.transact(world.protocol.jobs, "bindProtocol", *[world.outsider.address] * 3, sender=world.owner)
 
 
 def test_draw_committee_matches_the_spec_and_excludes(world):

@@ -24,7 +24,7 @@ UNEXPECTED_PHASE = keccak(text="UnexpectedPhase(uint256,uint8,uint8)")[:4]
 def _accepts(world, call: str, audit_id: int) -> tuple[bool, bytes]:
     """Whether ``call`` on ``audit_id`` runs in the next block (eth_call on the pending block);
     the revert data otherwise."""
-    handle = world.protocol.disputes if call == "slash_undelivered" else world.protocol.jobs
+    handle = world.protocol.delivery if call == "slash_undelivered" else world.protocol.jobs
     item = next(i for i in handle.web3.abi if i.get("type") == "function" and i["name"] == CONTRACT_NAMES[call])
     data = "0x" + (function_abi_to_4byte_selector(item) + audit_id.to_bytes(32, "big")).hex()
     try:

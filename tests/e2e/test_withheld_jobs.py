@@ -23,9 +23,9 @@ def test_withheld_committee_jobs_are_claimed_published_and_the_audits_settle(tmp
             assert body["audit"]["status"] == "settled" and body["audit"]["verdict"] == "pass", body
             assert not body["audit"]["slashed"], body
         protocol = Protocol(net.protocol.chain, net.protocol.deployment)
-        disputes = protocol.disputes.web3.events
-        claimed = disputes.DeliveryClaimed().get_logs(from_block=0)
-        published = disputes.TranscriptPublished().get_logs(from_block=0)
+        delivery = protocol.delivery.web3.events
+        claimed = delivery.DeliveryClaimed().get_logs(from_block=0)
+        published = delivery.TranscriptPublished().get_logs(from_block=0)
         assert {log["args"]["auditId"] for log in published} == {log["args"]["auditId"] for log in claimed} and len(published) == 2
         for node in net.nodes:
             assert protocol.get_node(node.address)["stake_wei"] == 10 * net.preset.MIN_STAKE_WEI

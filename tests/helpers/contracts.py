@@ -229,6 +229,36 @@ class World:
         assert self.protocol.finalize(self.outsider, run.audit_id).value == PASS
         return escalated, drawn
 
+    def start_vouched(self, votes=lambda slot: slot < 2) -> tuple[Party, AuditRun, list[Party]]:
+        """Round 0 on a cheating worker (node 0, a fabricated trace, dispatched by node 1): its
+        first two members collude (they commit the worker's fabricated data), the third is honest;
+        slot k votes ``votes(k)`` (default: the colluders agree); the round decides PASS."""
+        worker = self.make_worker(self.nodes[0], offset=0.3)
+        run = self.start(worker, dispatcher=self.nodes[1])
+        committee = self.committee(run)
+        round0 = [self.make_member(n, offset=0.3) for n in committee[:2]] + [self.make_member(committee[2])]
+        self.post_members(run, round0)
+        self.open_worker(run)
+        for slot in range(3):
+            self.open_member(run, slot, vote=votes(slot))
+        assert self.protocol.finalize(self.outsider, run.audit_id).value == PASS
+        return worker, run, round0
+
+    def appeal(self, run: AuditRun, escalator: Node, offset: float = 0.0, finalize: bool = True) -> list[Party]:
+        """``escalator`` appeals round 0; the appeal members commit a trace at ``offset`` (0: the
+        honest one) and vote as their data say; finalized unless ``finalize`` is False. Returns
+        the appeal's members."""
+        self.protocol.escalate(escalator.account, run.audit_id)
+        self.draw_round(run)
+        members = [self.make_member(n, offset=offset) for n in self.committee(run, 1)]
+        self.post_members(run, members, 1)
+        if finalize:
+            self.open_worker(run)
+            for slot in range(len(members)):
+                self.open_member(run, slot)
+            self.protocol.finalize(self.outsider, run.audit_id)
+        return members
+
     def finish(self, run: AuditRun):
         """Finalize, wait out the dispute window, settle; return the settled verdict."""
         self.protocol.finalize(self.outsider, run.audit_id)

@@ -9,7 +9,8 @@ Below the plan, `Protocol`: typed bindings, one method per protocol message (reg
 post_batch, draw_audit, start_audit, draw_round, post_committee_receipt, open, open_and_vote,
 finalize, settle, escalate, contest, adjudicate, withdraw, ...), whichever contract runs it
 (Batches: batches, draws and starts; Jobs: the audit state machine and credits; Disputes:
-contests, adjudication, escalation and job delivery; Coverage: batching promises). Every write
+contests, adjudication and escalation; Delivery: undelivered committee jobs; Coverage: batching
+promises). Every write
 returns a `Tx` (gas used, the value decoded from its event, the receipt). The arithmetic and
 the state machine's codes and deadlines live in `verillm.spec.audit` and
 `verillm.spec.settlement`; the rules in docs/protocol.md §12.
@@ -80,10 +81,12 @@ PROTOCOL_STEPS = (
     DeployStep("Jobs", lambda ctx: (ctx.addresses["Registry"], _params(ctx))),
     DeployStep("Batches", lambda ctx: (ctx.addresses["Registry"], ctx.addresses["Jobs"], _params(ctx))),
     DeployStep("Disputes", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Registry"], _params(ctx))),
+    DeployStep("Delivery", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Registry"], _params(ctx))),
     DeployStep("Coverage", _coverage_args),
-    CallStep("Registry", "bindProtocol", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Batches"], ctx.addresses["Disputes"])),
+    CallStep("Registry", "bindProtocol", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Batches"], ctx.addresses["Disputes"],
+                                                      ctx.addresses["Delivery"])),
     CallStep("Registry", "bindCoverage", lambda ctx: (ctx.addresses["Coverage"],)),
-    CallStep("Jobs", "bindProtocol", lambda ctx: (ctx.addresses["Disputes"], ctx.addresses["Batches"])),
+    CallStep("Jobs", "bindProtocol", lambda ctx: (ctx.addresses["Disputes"], ctx.addresses["Batches"], ctx.addresses["Delivery"])),
 )
 
 
@@ -153,6 +156,7 @@ class Protocol:
         self.jobs: ContractHandle = deployment.get(chain, "Jobs")
         self.batches: ContractHandle = deployment.get(chain, "Batches")
         self.disputes: ContractHandle = deployment.get(chain, "Disputes")
+        self.delivery: ContractHandle = deployment.get(chain, "Delivery")
         self.coverage: ContractHandle = deployment.get(chain, "Coverage")
         names = [c["name"] for c in get_params_components(chain.artifacts, "Jobs")]
         onchain = dict(zip(names, self.jobs.call("params"), strict=True))
@@ -163,7 +167,7 @@ class Protocol:
 
     @classmethod
     def deploy(cls, chain: Chain, preset: Preset, sender: LocalAccount) -> "Protocol":
-        """Deploy Registry, Jobs, Batches, Disputes and Coverage with ``preset``'s parameters and wire them."""
+        """Deploy Registry, Jobs, Batches, Disputes, Delivery and Coverage with ``preset``'s parameters and wire them."""
         return cls(chain, deploy_plan(chain, preset, sender, PROTOCOL_STEPS))
 
     # --- helpers ---------------------------------------------------------------------------
@@ -419,20 +423,36 @@ class Protocol:
         posted = (spec_audit.encode_opening_leaves(worker_opening), [k for k, _ in picked])
         return self._send(self.disputes, "adjudicate", audit_id, round_index, slot, cells, posted, sender=sender)
 
-    # --- undelivered committee jobs (Disputes' Delivery; verillm.spec.delivery) ----------------
+    def adjudicate_across_rounds(self, sender: LocalAccount, audit_id: int, slot: int, appeal_slot: int,
+                                 member_opening: Opening, appeal_opening: Opening, cells: list[tuple[int, int]]) -> Tx:
+        """Count appeal member ``appeal_slot``'s contradiction of first-round member ``slot`` (it
+        voted agree): their leaves fail against each other on the last-layer token ``cells``
+        after the appeal decided FAIL (``appeal_slot`` a disagree voter) or the worker's default;
+        a majority of the appeal's seats slashes (Disputes.adjudicateAcrossRounds). Each opening
+        with its proofs."""
+        member = {(i.leaf.position, i.leaf.layer): i for i in member_opening.leaves}
+        appeal = {(i.leaf.position, i.leaf.layer): i for i in appeal_opening.leaves}
+        missing = [c for c in cells if c not in member or c not in appeal]
+        if missing:
+            raise InvalidInput(f"an opening has no leaf at {missing[:3]}")
+        pairs = [(encode(appeal[c].leaf), list(appeal[c].proof.siblings), encode(member[c].leaf), list(member[c].proof.siblings))
+                 for c in sorted(cells)]
+        return self._send(self.disputes, "adjudicateAcrossRounds", audit_id, slot, appeal_slot, pairs, sender=sender)
+
+    # --- undelivered committee jobs (Delivery; verillm.spec.delivery) --------------------------
     def claim_undelivered(self, member: LocalAccount, audit_id: int, slot: int) -> Tx:
         """Member ``slot`` says its verification job never came; value = the publish deadline."""
-        return self._send(self.disputes, "claimUndelivered", audit_id, slot, sender=member,
+        return self._send(self.delivery, "claimUndelivered", audit_id, slot, sender=member,
                           event="DeliveryClaimed", field="publishDeadline")
 
     def publish_transcript(self, sender: LocalAccount, audit_id: int, tokens: list[int], sampling) -> Tx:
         """Publish a claimed job: the worker's input ‖ output tokens and its receipt's sampling."""
-        return self._send(self.disputes, "publishTranscript", audit_id, spec_delivery.encode_transcript_tokens(tokens),
+        return self._send(self.delivery, "publishTranscript", audit_id, spec_delivery.encode_transcript_tokens(tokens),
                           sampling.temperature_milli, sampling.top_k, sampling.top_p_ppm, sampling.seed, sender=sender)
 
     def slash_undelivered(self, sender: LocalAccount, audit_id: int) -> Tx:
         """After an unanswered publication window: slash the worker; value = the slashed wei."""
-        return self._send(self.disputes, "slashUndelivered", audit_id, sender=sender,
+        return self._send(self.delivery, "slashUndelivered", audit_id, sender=sender,
                           event="DeliveryDefaulted", field="slashedWei")
 
     def get_availability(self, audit_id: int) -> dict:
@@ -442,7 +462,7 @@ class Protocol:
 
     def get_published_transcript(self, audit_id: int, from_block: int = 0) -> spec_delivery.Transcript | None:
         """The transcript published for ``audit_id`` (from its event), or None."""
-        logs = self.disputes.web3.events.TranscriptPublished().get_logs(
+        logs = self.delivery.web3.events.TranscriptPublished().get_logs(
             from_block=from_block, argument_filters={"auditId": audit_id})
         if not logs:
             return None

@@ -145,7 +145,8 @@ def retry_no_workers(request, timeout_s: float = 60.0):
 def compute_gas_table(net: LocalNetwork, from_block: int) -> list[tuple[str, int, int]]:
     """Return (contract.function, transactions, total gas) of every protocol transaction since ``from_block``."""
     chain, protocol = net.protocol.chain, net.protocol
-    handles = {h.address.lower(): h for h in (protocol.registry, protocol.jobs, protocol.batches, protocol.disputes, protocol.coverage)}
+    handles = {h.address.lower(): h for h in (protocol.registry, protocol.jobs, protocol.batches, protocol.disputes, protocol.delivery,
+                                                      protocol.coverage)}
     totals: dict[str, list[int]] = {}
     for number in range(from_block, chain.get_block_number() + 1):
         block = chain.rpc("eth_getBlockByNumber", lambda n=number: chain.w3.eth.get_block(n, full_transactions=True))

@@ -342,7 +342,9 @@ def compute_prompt_len(num_positions: int, output_tokens: int) -> int:
 def compute_appeal_cells(prompt_len: int, output_tokens: int, committed_layers: Sequence[int]) -> set[tuple[int, int]]:
     """The cells every round opens and token-checks: the last committed layer at the N positions
     that predict an output token (P − 1 … P + N − 2). A first-round member whose committed data
-    fail there, after an appeal round decided PASS, is a provable liar (Disputes.adjudicate)."""
+    fail there, after an appeal round decided PASS, is a provable liar (Disputes.adjudicate); so
+    is a first-round "agree" whose data fail there against an appeal "disagree" voter's, after
+    the appeal decided FAIL (Disputes.adjudicateAcrossRounds)."""
     return {(position, committed_layers[-1]) for position in range(prompt_len - 1, prompt_len - 1 + output_tokens)}
 
 

@@ -1,5 +1,5 @@
 """Undelivered committee jobs: the claim, the publication and the worker's default, as
-`contracts/src/Delivery.sol` (part of Disputes) runs them. The rule is in docs/protocol.md §12,
+`contracts/src/Delivery.sol` (its own contract) runs them. The rule is in docs/protocol.md §12,
 "Undelivered jobs".
 
     claim       a drawn member without a posted receipt, round committing, block ≤ commit deadline,

@@ -14,6 +14,11 @@ false "disagree" is a minority vote, settled by the vote or by escalation — ex
 appeal: once the appeal round decided PASS, a first-round member whose posted leaves fail the
 cell test on the appeal cells (the token cells every round checks) is a provable liar whatever
 it voted (`compute_hunt_targets`: which members the worker's node hunts, and on which cells).
+Symmetrically, once the appeal round decided FAIL (or the worker's default), a first-round
+member that voted "agree" and whose posted leaves fail on those cells against the leaves of a
+majority of the appeal's seats is a provable liar (`Disputes.adjudicateAcrossRounds`, one count
+per appeal seat; `compute_vouch_targets`: which members an appeal seat's node hunts, and on
+which cells).
 """
 
 from collections.abc import Mapping
@@ -21,7 +26,7 @@ from collections.abc import Mapping
 from verillm.spec.audit import (OnchainModel, compute_appeal_cells, compute_cell_squared_error, compute_f32_bits, is_cell_within,
                                 is_onchain_agreement)
 from verillm.spec.compare import is_stopped_early
-from verillm.spec.settlement import AGREE, FAIL, PASS, TIE
+from verillm.spec.settlement import AGREE, DISAGREE, FAIL, PASS, TIE, WORKER_DEFAULT
 from verillm.spec.types import Leaf
 from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN, FLAG_STOP_WITHIN_MARGIN, MAX_CONTEST_CELLS
 
@@ -101,6 +106,40 @@ def compute_hunt_targets(appeal_verdict: int, worker: Cells, members: Mapping[in
         return {}
     targets = {slot: compute_lie_cells(worker, cells, model, prompt_len, output_tokens) for slot, cells in sorted(members.items())}
     return {slot: cells for slot, cells in targets.items() if cells}
+
+
+def is_cell_contradicted(reference: Leaf, member: Leaf, model: OnchainModel) -> bool:
+    """Return whether ``member``'s last-layer leaf fails against ``reference``'s, as
+    Disputes.adjudicateAcrossRounds judges one cell: outside the last layer's band; with a band of
+    0 (exact mode) any differing bit, the flags included."""
+    band = model.max_cell_error_ppb[len(model.committed_layers) - 1]
+    sum_sq = compute_cell_squared_error([compute_f32_bits(v) for v in reference.fingerprint], [compute_f32_bits(v) for v in member.fingerprint])
+    return not is_cell_within(sum_sq, model.fingerprint_dims, band) or (band == 0 and reference.flags != member.flags)
+
+
+def compute_vouch_targets(appeal_verdict: int, own_vote: int, own: Cells, members: Mapping[int, Cells], votes: Mapping[int, int],
+                          model: OnchainModel, prompt_len: int, output_tokens: int) -> dict[int, tuple[tuple[int, int], ...]]:
+    """Return, for each first-round member slot an appeal member hunts, the cells to contest
+    and adjudicate it on (`Disputes.adjudicateAcrossRounds`; its own data are the reference the
+    contract compares with).
+
+    Only after the appeal round decided FAIL, by a node that voted "disagree" in it, or the
+    worker's default, by any node of the appeal (a cheat that does not open there shields no
+    partner), only members that voted "agree"
+    (``votes``, by party slot: an honest "disagree" the appeal upheld is never hunted) and whose
+    posted leaves (``members``) fail against ``own`` on the appeal cells (`is_cell_contradicted`),
+    sorted, at most MAX_CONTEST_CELLS."""
+    if appeal_verdict not in (FAIL, WORKER_DEFAULT) or (appeal_verdict == FAIL and own_vote != DISAGREE):
+        return {}
+    targets = {}
+    for slot, cells in sorted(members.items()):
+        if votes.get(slot) != AGREE:
+            continue
+        common = [c for c in sorted(compute_appeal_cells(prompt_len, output_tokens, model.committed_layers)) if c in own and c in cells]
+        failing = [c for c in common if is_cell_contradicted(own[c], cells[c], model)]
+        if failing:
+            targets[slot] = tuple(failing[:MAX_CONTEST_CELLS])
+    return targets
 
 
 def is_hunt_in_time(head: int, dispute_by: int, proof_window_blocks: int) -> bool:

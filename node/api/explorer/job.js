@@ -16,8 +16,9 @@ function describe(event) {
     case "RoundDecided": return [`round ${a.round} decided: ${VERDICTS[a.verdict] || a.verdict} (${a.agree} agree, ${a.disagree} disagree)`];
     case "PartySlashed": return ["slashed ", n(a.node), `: ${a.reason}, ${eth(a.amountWei)}`];
     case "Slashed": return ["Registry: ", n(a.node), ` stake now ${eth(a.stakeLeftWei)}`];
-    case "Adjudicated": return ["adjudicated ", n(a.member), a.vote === 1 ? ": it voted agree, but its own committed data disagrees with the worker's: a lie, slashed"
+    case "Adjudicated": return ["adjudicated ", n(a.member), a.vote === 1 ? ": it voted agree, but its own committed data disagrees with the worker's (or with the appeal majority's, after a FAIL): a lie, slashed"
                                                                   : ": its committed data contradict the worker's data the appeal round found honest: a lie, slashed"];
+    case "Contradicted": return [`first-round agree of slot ${a.slot} contradicted by appeal seat ${a.appealSlot} (${a.count} so far; a majority of the appeal's seats slashes it)`];
     case "EscalationStarted": return ["appealed (escalated) by ", n(a.escalator), ": a larger committee, drawn from a later blockhash, will re-judge"];
     case "EscalationLapsed": return ["escalation lapsed: nobody drew its committee in time"];
     case "Contested": return ["contest #" + a.contestId + " by ", n(a.challenger), `: party slot ${a.slot} must prove its opened leaves`];

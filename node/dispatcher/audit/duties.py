@@ -18,6 +18,10 @@ first). From there:
     worker   once its appeal passed, hunts the first-round members whose posted data the
              passed appeal contradicts: contest, then adjudicate with the answer's proofs
              (`hunt.py`; only members that provably fail, never an honest "disagree")
+    member   of an appeal round that decided FAIL, having voted "disagree" in it, or in which
+             the worker defaulted: hunts the first-round "agree" voters whose posted data fail
+             against its own on the token cells (`hunt.py`, `adjudicateAcrossRounds`, one count
+             per appeal seat, a majority slashes; never a first-round "disagree")
 
 A seat is kept until the audit settles or its dispute and proof windows have passed.
 """
@@ -113,12 +117,14 @@ class PartyDuties:
             await self._answer_contests(duty, info)
             if duty.slot == 0 and duty.round == 0 and info.phase == Phase.DECIDED:
                 await self._appeal(duty, info, head)
-            if duty.slot == 0 and duty.round == 0 and self.faults.appeal == "fail":
+            if (duty.slot == 0 and duty.round == 0 and self.faults.appeal == "fail") or (duty.slot > 0 and duty.round > 0):
                 await self.hunt.advance(duty, head)
             if await self._is_over(duty, info, head) and await self._release_bonds(duty):
                 self.tables.update_duty(duty, status="closed")
         elif info.phase == Phase.OPENING:
             await (self._open_worker(duty, info, head) if duty.slot == 0 else self._open_member(duty, info))
+        elif info.phase == Phase.DECIDED and duty.round > 0 and duty.slot > 0 and not await self._is_over(duty, info, head):
+            await self.hunt.advance(duty, head)  # the appeal's worker defaulted before this seat opened: its committed data still count
         elif info.phase not in (Phase.COMMITTING, Phase.DRAWING):
             self.tables.update_duty(duty, status="closed", error=f"round reached phase {info.phase} before this node opened")
             log.error("audit %d: missed the opening of slot %d (phase %d)", duty.audit_id, duty.slot, info.phase)

@@ -19,14 +19,24 @@ per watcher tick, each re-read from the chain:
 
 A member whose data pass is never contested, whatever it voted: an honest "disagree" on honest
 data (the stop rule) costs nobody anything.
+
+The symmetric hunt, by a member of the appeal round: once the appeal decided FAIL and this node
+voted "disagree" in it (or the worker defaulted there, whether this node opened or not), a
+first-round member that voted "agree" and whose posted leaves fail
+against this node's own on those token cells vouched for a cheat (`compute_vouch_targets`). The
+same steps; the adjudication is `adjudicateAcrossRounds` with this node's own appeal opening as
+the reference, counted once per appeal member: the member is slashed when a majority of the
+appeal's seats have been counted. Every "disagree" voter of the appeal hunts, but contests only
+when no other contest on that member is answered or still running in time: another hunter's
+answered contest publishes the proofs this node's count needs (its challenger gets the reward).
 """
 
 import logging
 
 from verillm.spec.audit import Phase, compute_prompt_len, decode_opening_leaves
 from verillm.spec.challenge import compute_challenge
-from verillm.spec.honest import compute_hunt_targets, is_hunt_in_time
-from verillm.spec.settlement import PASS
+from verillm.spec.honest import compute_hunt_targets, compute_vouch_targets, is_hunt_in_time
+from verillm.spec.settlement import FAIL, PASS, WORKER_DEFAULT
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
 from verillm.node.store.dispatcher_tables import DispatcherTables, Duty
@@ -39,7 +49,8 @@ OPEN, CHALLENGER, DEADLINE, ANSWERED, RELEASED = 3, 4, 5, 8, 9
 
 
 class LiarHunt:
-    """Hunts the liars of this node's own first-round seat as a worker, after its appeal passed."""
+    """Hunts the first-round liars: of this node's own seat as a worker, after its appeal passed;
+    as an appeal "disagree" voter, the first-round agrees its data contradict after a FAIL."""
 
     def __init__(self, chainio: ChainIO, tables: DispatcherTables, worker: Worker):
         self.chainio, self.tables, self.worker = chainio, tables, worker
@@ -49,33 +60,59 @@ class LiarHunt:
         self._plans: dict[int, tuple] = {}
 
     async def advance(self, duty: Duty, head: int) -> None:
-        """Take the next step against every first-round liar of ``duty`` (the worker's round-0 seat)."""
+        """Take the next step against every first-round liar of ``duty``: the worker's round-0
+        seat after a PASS of its appeal, or an appeal member's seat after a FAIL."""
+        is_worker = duty.round == 0 and duty.slot == 0
+        if not is_worker and (duty.round == 0 or duty.slot == 0):
+            return
         protocol = self.chainio.protocol
         state = await self.chainio.read(protocol.get_audit, duty.audit_id)
-        if state.round == 0:
+        if state.round == 0 or (not is_worker and state.round != duty.round):
             return
         appeal = await self.chainio.get_round(duty.audit_id, state.round)
-        if appeal.phase != Phase.DECIDED or await self.chainio.read(protocol.jobs.call, "currentVerdict", duty.audit_id) != PASS:
+        verdict = await self.chainio.read(protocol.jobs.call, "currentVerdict", duty.audit_id) if appeal.phase == Phase.DECIDED else 0
+        if verdict not in ((PASS,) if is_worker else (FAIL, WORKER_DEFAULT)):
             return
         if duty.audit_id not in self._plans:
-            self._plans[duty.audit_id] = await self._plan(duty, state)
+            self._plans[duty.audit_id] = await (self._plan(duty, state) if is_worker else self._plan_vouched(duty, state, verdict))
         mine, targets, model = self._plans[duty.audit_id]
         dispute_by = appeal.verdict_block + self.chainio.preset.DISPUTE_WINDOW_BLOCKS
         for slot, cells in targets.items():
-            await self._step(duty.audit_id, slot, cells, mine, model, head, dispute_by)
+            await self._step(duty.audit_id, slot, cells, self._adjudication(duty, slot, cells, mine, is_worker), model, head, dispute_by,
+                             0 if is_worker else duty.slot)
+
+    @staticmethod
+    def _adjudication(duty: Duty, slot: int, cells: tuple, mine, is_worker: bool):
+        """The adjudication of member ``slot`` once its answer published its proofs: against the
+        worker's data (this node's, the worker) or across rounds (this node's, an appeal member)."""
+        if is_worker:
+            return lambda published: ("adjudicate", (duty.audit_id, 0, slot, mine, published), {"only": set(cells)})
+        return lambda published: ("adjudicate_across_rounds", (duty.audit_id, slot, duty.slot, published, mine, list(cells)), {})
 
     async def _plan(self, duty: Duty, state) -> tuple:
         """This node's own round-0 opening, and which members to hunt on which cells."""
-        model = await self.chainio.get_model(state.model_id)
-        prompt_len = compute_prompt_len(state.num_positions, state.output_tokens)
-        first = await self.chainio.get_round(duty.audit_id, 0)
-        challenge = compute_challenge(first.challenge_seed, prompt_len, state.output_tokens, model.committed_layers,
-                                      self.chainio.preset.CHALLENGE_POSITIONS)
-        mine = await self.worker.open_cells(duty.job_hash, self.chainio.address, challenge=challenge)
+        model, prompt_len, mine = await self._own_opening(duty, state, 0)
         members = await self._posted_leaves(duty.audit_id, model.fingerprint_dims)
         targets = compute_hunt_targets(PASS, {(i.leaf.position, i.leaf.layer): i.leaf for i in mine.leaves}, members, model,
                                        prompt_len, state.output_tokens)
         return mine, targets, model
+
+    async def _plan_vouched(self, duty: Duty, state, verdict: int) -> tuple:
+        """This node's own appeal opening, and which first-round agrees to hunt on which cells."""
+        model, prompt_len, mine = await self._own_opening(duty, state, duty.round)
+        own_vote = (await self.chainio.read(self.chainio.protocol.get_party, duty.audit_id, duty.round, duty.slot))["vote"]
+        members = await self._posted_leaves(duty.audit_id, model.fingerprint_dims)
+        votes = {e["args"]["slot"]: e["args"]["vote"] for e in self.tables.get_events("Opened", duty.audit_id) if e["args"]["round"] == 0}
+        targets = compute_vouch_targets(verdict, own_vote, {(i.leaf.position, i.leaf.layer): i.leaf for i in mine.leaves}, members, votes,
+                                        model, prompt_len, state.output_tokens)
+        return mine, targets, model
+
+    async def _own_opening(self, duty: Duty, state, round_index: int) -> tuple:
+        model = await self.chainio.get_model(state.model_id)
+        prompt_len = compute_prompt_len(state.num_positions, state.output_tokens)
+        seed = (await self.chainio.get_round(duty.audit_id, round_index)).challenge_seed
+        challenge = compute_challenge(seed, prompt_len, state.output_tokens, model.committed_layers, self.chainio.preset.CHALLENGE_POSITIONS)
+        return model, prompt_len, await self.worker.open_cells(duty.job_hash, self.chainio.address, challenge=challenge)
 
     async def _posted_leaves(self, audit_id: int, dims: int) -> dict[int, dict]:
         """Each first-round member's leaves as its `openAndVote` posted them, by party slot."""
@@ -87,15 +124,28 @@ class LiarHunt:
             posted[event["args"]["slot"]] = {(l.position, l.layer): l for l in decode_opening_leaves(calldata["leaves"], dims)}
         return posted
 
-    async def _step(self, audit_id: int, slot: int, cells: tuple, mine, model, head: int, dispute_by: int) -> None:
+    async def _step(self, audit_id: int, slot: int, cells: tuple, adjudicate, model, head: int, dispute_by: int, appeal_slot: int) -> None:
+        """One step against first-round member ``slot``; ``adjudicate(published)`` names the call;
+        ``appeal_slot``: this node's seat in the appeal (0: the worker's hunt), whose contradiction
+        counts once (the slash needs a majority of the appeal's seats)."""
         protocol = self.chainio.protocol
         party = await self.chainio.read(protocol.get_party, audit_id, 0, slot)
-        ours = [e["args"]["contestId"] for e in self.tables.get_events("Contested", audit_id)
-                if e["args"]["round"] == 0 and e["args"]["slot"] == slot and e["args"]["challenger"].lower() == self.me]
+        contests = [(e["args"]["contestId"], e["args"]["challenger"].lower()) for e in self.tables.get_events("Contested", audit_id)
+                    if e["args"]["round"] == 0 and e["args"]["slot"] == slot]
+        ours = [c for c, challenger in contests if challenger == self.me]
         if not ours:
-            if not party["slashed"] and is_hunt_in_time(head, dispute_by, self.chainio.preset.PROOF_WINDOW_BLOCKS):
+            if party["slashed"]:
+                return
+            if appeal_slot:  # another hunter's contest serves: its answer's proofs count this node's contradiction too
+                for contest_id, _ in contests:
+                    contest = await self.chainio.read(protocol.disputes.call, "getContest", contest_id)
+                    if contest[ANSWERED]:
+                        return await self._adjudicate(audit_id, slot, contest_id, adjudicate, model, appeal_slot)
+                    if contest[OPEN] and contest[DEADLINE] < dispute_by:
+                        return  # its answer (or its loss) comes in time
+            if is_hunt_in_time(head, dispute_by, self.chainio.preset.PROOF_WINDOW_BLOCKS):
                 await self.chainio.send("contest", audit_id, 0, slot, list(cells), audit_id=audit_id)
-                log.warning("audit %d: first-round member %d's data contradict the passed appeal; contested", audit_id, slot)
+                log.warning("audit %d: first-round member %d's data contradict the appeal's verdict; contested", audit_id, slot)
             return
         contest_id = ours[-1]
         contest = await self.chainio.read(protocol.disputes.call, "getContest", contest_id)
@@ -108,9 +158,17 @@ class LiarHunt:
         if party["slashed"]:
             await self._send_tolerant("release_bond", audit_id, ("NotHeld",), contest_id)
             return
+        await self._adjudicate(audit_id, slot, contest_id, adjudicate, model, appeal_slot)
+
+    async def _adjudicate(self, audit_id: int, slot: int, contest_id: int, adjudicate, model, appeal_slot: int) -> None:
+        """Adjudicate member ``slot`` with the proofs contest ``contest_id``'s answer published."""
+        protocol = self.chainio.protocol
+        if appeal_slot and (await self.chainio.read(protocol.disputes.call, "hunts", audit_id, slot))[2] >> appeal_slot & 1:
+            return  # counted: the other appeal members' contradictions complete the quorum
         published = await self.chainio.read(protocol.get_answered_opening, contest_id, model)
-        await self._send_tolerant("adjudicate", audit_id, ("AlreadyHandled",), audit_id, 0, slot, mine, published, only=set(cells))
-        log.warning("audit %d: first-round member %d adjudicated a liar", audit_id, slot)
+        name, args, kwargs = adjudicate(published)
+        await self._send_tolerant(name, audit_id, ("AlreadyHandled", "AlreadySlashed", "AlreadyCounted"), *args, **kwargs)
+        log.warning("audit %d: first-round member %d adjudicated (%s)", audit_id, slot, name)
 
     async def _send_tolerant(self, name: str, audit_id: int, benign: tuple[str, ...], *args, **kwargs) -> None:
         """Send; a revert that means someone else already did it is not an error."""

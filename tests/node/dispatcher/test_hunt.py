@@ -6,7 +6,12 @@ Round 0 of an honest job: two colluders commit fabricated data and vote DISAGREE
 member votes DISAGREE on honest data (the stop rule). The worker appeals (as its node does), the
 appeal passes; from there only the node acts: it contests the two liars on the cells where their
 posted data fail, adjudicates the one that answers, resolves the one that does not, and ends
-with both bonds back plus both rewards. The honest dissenter is never contested."""
+with both bonds back plus both rewards. The honest dissenter is never contested.
+
+The symmetric duty: round 0 of a cheat passes on two colluders' agrees; the dispatcher appeals;
+the nodes of three appeal members (a majority of its seats) open, vote disagree, and once the
+appeal decides FAIL hunt the two agrees their own data contradict (`adjudicateAcrossRounds`, each
+node's contradiction counted once), never the honest dissenter."""
 
 import json
 
@@ -44,6 +49,9 @@ class RetainedJobs:
     class Served:
         class manifest:  # noqa: N801 - the attribute path `Openings` reads
             committed_layers = LAYERS
+            stop_tokens = ()
+
+    served = Served  # a member's vote reads the stop tokens
 
     def __init__(self, store, key):
         self.openings = Openings(self.Served, store, key, LimitsConfig(), NodeMetrics())
@@ -154,3 +162,84 @@ async def test_an_honest_members_node_answers_a_contest_and_collects_the_held_bo
         await _tick(world, chainio, tables, duties, poller)
         assert world.chain.get_block_number() < start + 3 * PRESET.DISPUTE_WINDOW_BLOCKS, "the seat never closed"
     assert world.protocol.get_credit(honest.node.address) == credit + PRESET.DISPUTE_BOND_WEI
+
+
+@pytest.fixture
+def vouched(tmp_path):
+    with AnvilProcess() as anvil:
+        world = World(RpcChain(anvil.url), PRESET, extra_nodes=4)
+        worker, run, round0 = world.start_vouched()  # two colluders agree, the honest member disagrees: PASS
+        start = world.chain.get_block_number()
+        yield anvil, world, run, worker, round0, start
+
+
+@pytest.mark.parametrize("cheat_opens", [True, False], ids=["appeal-fail", "appeal-default"])
+async def test_the_appeal_dissenters_nodes_hunt_the_first_round_agrees_that_vouched_for_a_cheat(vouched, tmp_path, cheat_opens):
+    # Three of the five appeal members run their nodes (a majority of the seats: the quorum the
+    # slash needs); the other two are driven by the test, honest. Without ``cheat_opens`` the
+    # cheat never opens in the appeal (a default, to shield its partners): nobody votes there,
+    # and the nodes hunt with the data their receipts committed.
+    anvil, world, run, worker, round0, start = vouched
+    world.protocol.escalate(world.nodes[1].account, run.audit_id)  # the dispatcher appeals the PASS
+    world.draw_round(run)
+    appeal = [world.make_member(n) for n in world.committee(run, 1)]
+    world.post_members(run, appeal, 1)
+    quorum = len(appeal) // 2 + 1
+    nodes = []
+    for k, member in enumerate(appeal[:quorum]):
+        chainio, tables, duties = _node(anvil, world, member, tmp_path)
+        tables.insert_duty(run.audit_id, 1, k + 1, member.receipt.job_hash)
+        nodes.append((chainio, tables, duties, EventPoller(chainio.chain, [chainio.protocol.jobs, chainio.protocol.disputes], 0)))
+    hunters = [m.node.address for m in appeal[:quorum]]
+    stakes, credits = world.stakes(), sum(world.protocol.get_credit(a) for a in hunters)
+
+    async def tick_all():
+        for chainio, tables, duties, poller in nodes:
+            await _tick(world, chainio, tables, duties, poller)
+
+    if cheat_opens:
+        world.open_worker(run)
+        while not all(world.protocol.get_party(run.audit_id, 1, k + 1)["opened"] for k in range(quorum)):  # the nodes open and vote
+            await tick_all()
+            world.chain.mine(1)
+        assert all(world.protocol.get_party(run.audit_id, 1, k + 1)["vote"] == spec.DISAGREE for k in range(quorum))
+        for slot in range(quorum, len(appeal)):
+            world.open_member(run, slot)
+        assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
+    else:
+        world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
+        world.protocol.draw_challenge(world.outsider, run.audit_id)
+        for _ in range(2 * PRESET.OPEN_WINDOW_BLOCKS + 1):
+            await tick_all()  # the nodes wait: no worker opening to vote on
+            world.chain.mine(1)
+        assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
+
+    disputes = world.protocol.disputes.web3.events
+    answered = set()
+    dispute_by = world.protocol.get_round_state(run.audit_id, 1).deadlines.dispute_by
+    while world.chain.get_block_number() <= dispute_by + PRESET.PROOF_WINDOW_BLOCKS + 1:
+        await tick_all()
+        for log in disputes.Contested().get_logs(from_block=start):
+            contest_id, slot = log["args"]["contestId"], log["args"]["slot"]
+            if slot == 1 and contest_id not in answered:  # colluder 1 answers: its proofs adjudicate it
+                cells = list(zip(log["args"]["positions"], log["args"]["layers"]))
+                world.protocol.answer_contest(round0[0].node.account, contest_id, cells, _round0_opening(world, run, round0[0]))
+                answered.add(contest_id)
+        done = all(world.protocol.get_party(run.audit_id, 0, s)["slashed"] for s in (1, 2)) and not world.protocol.get_audit(run.audit_id).pending_contests
+        held = [i for i in range(world.protocol.disputes.call("contestCount")) if world.protocol.disputes.call("getContest", i)[8]
+                and not world.protocol.disputes.call("getContest", i)[9]]
+        if done and not held:
+            break
+        world.chain.mine(1)
+
+    contested = {(log["args"]["round"], log["args"]["slot"]) for log in disputes.Contested().get_logs(from_block=start)}
+    assert contested == {(0, 1), (0, 2)}  # the honest dissenter (slot 3) is never contested
+    assert len(disputes.Contested().get_logs(from_block=start)) == 2  # one contest per liar: the other hunters use its answer
+    assert len(disputes.Contradicted().get_logs(from_block=start)) == quorum  # colluder 1: one per appeal node
+    after = world.stakes()
+    colluders = [m.node.address for m in round0[:2]]
+    assert all(after[a] == stakes[a] * (10_000 - PRESET.SLASH_FRACTION_BPS) // 10_000 for a in colluders)
+    assert after[round0[2].node.address] == stakes[round0[2].node.address]
+    rewards = sum((stakes[a] - after[a]) * PRESET.SLASH_REWARD_BPS // 10_000 for a in colluders)
+    bonds = len(disputes.Contested().get_logs(from_block=start)) * PRESET.DISPUTE_BOND_WEI
+    assert sum(world.protocol.get_credit(a) for a in hunters) == credits + bonds + rewards  # every bond back, both rewards

@@ -99,3 +99,32 @@ def test_a_hunt_starts_only_while_a_late_answer_still_leaves_a_block_to_adjudica
 
     assert is_hunt_in_time(head=100, dispute_by=107, proof_window_blocks=5)  # answer by 106, adjudicate at 107
     assert not is_hunt_in_time(head=101, dispute_by=107, proof_window_blocks=5)
+
+
+def test_an_appeal_dissenter_hunts_only_first_round_agrees_its_data_contradict_and_only_after_a_fail():
+    from verillm.spec.honest import compute_vouch_targets
+
+    own = _cells(3, member=True)  # the appeal "disagree" voter's data: honest
+    vouched = _round0(worker_offset=1e-4)  # the cheat's fabricated leaves, copied by a colluder
+    honest_agree = _round0(worker_offset=1e-7)  # 100 ppb off: inside the band
+    dissenter = _round0(worker_offset=1e-4)  # its data differ too, but it voted disagree
+    members = {1: vouched, 2: honest_agree, 3: dissenter}
+    votes = {1: AGREE, 2: AGREE, 3: DISAGREE}
+    targets = compute_vouch_targets(FAIL, DISAGREE, own, members, votes, MODEL, PROMPT_LEN, 3)
+    assert targets == {1: ((3, 3), (4, 3), (5, 3))}
+    assert compute_vouch_targets(PASS, DISAGREE, own, members, votes, MODEL, PROMPT_LEN, 3) == {}
+    assert compute_vouch_targets(FAIL, AGREE, own, members, votes, MODEL, PROMPT_LEN, 3) == {}  # not a reference
+    # the cheat defaulted in the appeal (no vote there): every seat's committed data serve
+    assert compute_vouch_targets(WORKER_DEFAULT, 0, own, members, votes, MODEL, PROMPT_LEN, 3) == targets
+    assert compute_vouch_targets(TIE, DISAGREE, own, members, votes, MODEL, PROMPT_LEN, 3) == {}
+
+
+def test_across_rounds_exact_mode_compares_bit_for_bit_flags_included():
+    from verillm.spec.honest import is_cell_contradicted
+
+    exact = OnchainModel(b"\x02" * 32, LAYERS, 1, max_cell_error_ppb=(0, 0), rms_error_ppb=(0, 0), min_cells_for_rms=100)
+    mine = Leaf(PROMPT_LEN, 3, (0.25,), FLAG_NEXT_WITHIN_MARGIN)
+    assert not is_cell_contradicted(mine, mine, exact)
+    assert is_cell_contradicted(mine, Leaf(PROMPT_LEN, 3, (0.25,), 0), exact)  # a token the reference refused
+    assert is_cell_contradicted(mine, Leaf(PROMPT_LEN, 3, (0.2500001,), FLAG_NEXT_WITHIN_MARGIN), exact)
+    assert not is_cell_contradicted(mine, Leaf(PROMPT_LEN, 3, (0.25,), 0), MODEL)  # tolerance mode: the band only
