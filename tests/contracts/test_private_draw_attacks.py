@@ -183,3 +183,34 @@ def test_a_revealed_secret_reused_for_another_audit_gives_nobody_a_choice(world)
     seats = world.preview(second, SECRET)  # anyone can now compute it: the reuse costs only privacy
     tx = world.reveal(second, dispatcher, SECRET, [world.make_member(n) for n in seats])
     assert [world.node(a) for a in tx.value] == seats
+
+
+def test_after_a_griefers_slash_the_nodes_receipt_less_retry_saves_the_dispatcher_but_not_the_privacy(world):
+    """What the node does today when the griefer above breaks its reveal (`PrivateDrawDriver._reveal`):
+    it reveals the draw alone. Nobody is slashed; every seat is named before its receipt."""
+    triggers = _missed_start_triggers(world, world.nodes[2:6])
+    dispatcher, run = _start_private(world)
+    committee = world.preview(run, SECRET)
+    members = [world.make_member(n) for n in committee]
+    world.protocol.slash_missed_start(world.outsider, triggers[committee[0].address], 0)
+    with reverts("NotParty"):
+        world.reveal(run, dispatcher, SECRET, members)
+    stake = world.stakes()[dispatcher.address]
+    tx = world.reveal(run, dispatcher, SECRET, [])
+    state = world.protocol.get_round_state(run.audit_id)
+    assert state.phase == Phase.COMMITTING and state.receipts == 0 and len(tx.value) == world.preset.COMMITTEE_SIZE
+    assert world.stakes()[dispatcher.address] == stake
+
+
+def test_a_receipt_less_reveal_of_an_unseatable_draw_abandons_it_and_slashes_nobody(world):
+    """The fix the node needs for the xfail above: when previewCommittee reverts NotEnoughCandidates,
+    reveal at once with no receipts; the contract then abandons the round as a public draw would."""
+    for node in world.nodes[4:6]:
+        world.protocol.deregister(node.account)
+    dispatcher, run = _start_private(world)
+    with reverts("NotEnoughCandidates"):
+        world.preview(run, SECRET)
+    stakes = world.stakes()
+    tx = world.reveal(run, dispatcher, SECRET, [])
+    assert tx.value == [] and world.protocol.get_round_state(run.audit_id).phase == Phase.ABANDONED
+    assert world.stakes() == stakes
