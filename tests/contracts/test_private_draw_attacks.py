@@ -152,6 +152,23 @@ def test_an_honest_dispatcher_is_not_slashed_when_its_private_draw_cannot_be_sea
     assert world.stakes()[dispatcher.address] == stake
 
 
+@pytest.mark.xfail(strict=True, reason="the price of refusing a private committee is a slash of the dispatcher's stake "
+                                       "at lapse: after its first full slash every other private draw it started is free to refuse")
+def test_each_refused_private_committee_costs_its_dispatcher(world):
+    dispatcher = world.nodes[5]  # a colluding dispatcher with two selected jobs of cheats in flight
+    runs = [world.start(world.make_worker(world.nodes[0], nonce=next(_NONCES)), dispatcher=dispatcher, secret=SECRET)
+            for _ in range(2)]
+    paid = []
+    for run in runs:  # it dislikes each private committee and keeps the secret: the public draw is its second chance
+        world.preview(run, SECRET)
+        world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
+        before = world.stakes()[dispatcher.address]
+        world.protocol.lapse(world.outsider, run.audit_id)
+        paid.append(before - world.stakes()[dispatcher.address])
+        assert world.protocol.get_round_state(run.audit_id).phase == Phase.DRAWING  # redrawn publicly
+    assert all(p > 0 for p in paid), f"the second refusal cost {paid[1]} wei"
+
+
 # --- attacks that fail ----------------------------------------------------------------------------
 
 
