@@ -152,8 +152,9 @@ def test_an_honest_dispatcher_is_not_slashed_when_its_private_draw_cannot_be_sea
     assert world.stakes()[dispatcher.address] == stake
 
 
-@pytest.mark.xfail(strict=True, reason="the price of refusing a private committee is a slash of the dispatcher's stake "
-                                       "at lapse: after its first full slash every other private draw it started is free to refuse")
+@pytest.mark.xfail(
+    strict=True, reason="the price of refusing a private committee is a slash of the dispatcher's stake at "
+                          "lapse: after its first full slash every other private draw it started is free to refuse")
 def test_each_refused_private_committee_costs_its_dispatcher(world):
     dispatcher = world.nodes[5]  # a colluding dispatcher with two selected jobs of cheats in flight
     runs = [world.start(world.make_worker(world.nodes[0], nonce=next(_NONCES)), dispatcher=dispatcher, secret=SECRET)
