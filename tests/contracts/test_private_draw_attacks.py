@@ -1,0 +1,234 @@
+"""Attacks on private first-round draws (docs/protocol.md §12 "Private draws"; issue 20).
+
+Each test replays one party's moves: a member that wants to know its seat before it answers, a
+stranger with a mempool view, a griefer that wants the honest dispatcher's private draw broken,
+a dispatcher that wants to choose its committee. Tests marked xfail(strict) FAIL on today's
+code: each names the problem; the others are attacks that fail.
+
+Deployment: MINIMAL, six nodes (stakes 3, 2, 2, 1, 1, 1 × MIN_STAKE_WEI), the module's
+deployment rolled back after each test (conftest `world`). The audited job is node 0's,
+dispatched by node 1, so nodes 2–5 are the candidates of its three seats.
+"""
+
+import asyncio
+
+import pytest
+
+from helpers.chain import reverts
+from helpers.contracts import MODEL_ID, World
+from verillm.chain.errors import TransactionReverted
+from verillm.errors import ChainError
+from verillm.spec.audit import Phase, compute_draw_commitment
+from verillm.spec.hashing import keccak256
+
+from verillm.node.dispatcher.audit.private_draw import PrivateDrawDriver
+from verillm.node.dispatcher.chainio import ChainIO
+from verillm.node.dispatcher.tasks import KeyedTasks
+from verillm.node.keys import compute_node_key
+from verillm.node.store.dispatcher_tables import DispatcherTables
+from verillm.node.store.store import open_store
+
+SECRET = keccak256(b"attacked dispatcher's secret")
+_NONCES = iter(range(5000, 6000))
+
+
+def _start_private(world: World, secret: bytes = SECRET):
+    worker = world.make_worker(world.nodes[0], nonce=next(_NONCES))
+    dispatcher = world.nodes[1]
+    return dispatcher, world.start(worker, dispatcher=dispatcher, secret=secret)
+
+
+def _missed_start_triggers(world: World, nodes) -> dict[str, int]:
+    """Batches posted and drawn by ``nodes`` whose selected job was never started: after the start
+    window anyone may fire `slashMissedStart` on them, at a block of its choosing (rewarded)."""
+    triggers = {}
+    for node in nodes:
+        receipt = world.make_worker(world.nodes[0], nonce=next(_NONCES)).receipt
+        batch, _, _ = world.post_and_draw(node, [receipt])
+        triggers[node.address] = batch.batch_id
+    world.chain.mine(world.preset.START_WINDOW_BLOCKS + 1)
+    return triggers
+
+
+# --- problems: each test fails on today's code ------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="the worker's receipt (its outputHash = a member's job inputHash) is public "
+                                       "in startAudit's calldata: a member matches its job to an audit before answering")
+def test_a_member_cannot_match_its_job_to_a_started_audit(world):
+    start = world.chain.get_block_number() + 1
+    dispatcher, run = _start_private(world)
+    committee = world.preview(run, SECRET)
+    # A member receives its job over the job API; it computes its input's tokens hash (it signs it
+    # as its receipt's inputHash) and scans the public transactions since the audits it saw start.
+    job_input_hash = world.make_member(committee[0]).receipt.input_hash
+    seen = []
+    for number in range(start, world.chain.get_block_number() + 1):
+        for tx in world.chain.w3.eth.get_block(number, full_transactions=True)["transactions"]:
+            seen.append(bytes(tx["input"]))
+    assert world.protocol.get_round_state(run.audit_id).phase == Phase.DRAWING  # not revealed yet
+    assert not any(job_input_hash in calldata for calldata in seen), "the member knows it sits on a committee"
+
+
+@pytest.mark.xfail(strict=True, raises=TransactionReverted,
+                   reason="anyone may start a selected job with no commitment: copied from the mempool, the "
+                          "dispatcher's start is pre-empted (AlreadyHandled) and the draw is public")
+def test_a_stranger_cannot_make_a_selected_draw_public_by_starting_it_first(world):
+    worker = world.make_worker(world.nodes[0], nonce=next(_NONCES))
+    dispatcher = world.nodes[1]
+    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
+    # A chain watcher copies the dispatcher's pending startAudit (receipt, signature, proof) and
+    # sends it first without a commitment: a public draw, every seat known at the seed block.
+    stranger = world.protocol.start_audit(world.outsider, batch.batch_id, 0, worker.receipt, batch.levels)
+    assert stranger.value > 0
+    world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels,
+                               draw_commitment=compute_draw_commitment(SECRET))
+    assert world.protocol.get_round_state(stranger.value).private_draw
+
+
+@pytest.mark.xfail(strict=True, raises=TransactionReverted,
+                   reason="a slash between preview and reveal re-rolls the private draw (weights drop at once): "
+                          "the reveal with the previewed members' receipts reverts NotParty")
+def test_a_griefer_cannot_break_the_reveal_by_firing_a_slash_before_it(world):
+    triggers = _missed_start_triggers(world, world.nodes[2:6])
+    dispatcher, run = _start_private(world)
+    committee = world.preview(run, SECRET)
+    members = [world.make_member(n) for n in committee]
+    # A stranger sees the reveal in the mempool and front-runs it with a slash it was holding
+    # (any pool node's: here a member's, so the re-roll is certain). It is even rewarded.
+    world.protocol.slash_missed_start(world.outsider, triggers[committee[0].address], 0)
+    world.reveal(run, dispatcher, SECRET, members)  # reverts NotParty today; the node then reveals the draw alone, publicly
+    assert world.protocol.get_round_state(run.audit_id).phase == Phase.OPENING
+
+
+@pytest.mark.xfail(strict=True, reason="the private committee is a function of the weights at the reveal, not at the "
+                                       "seed block: a dispatcher that can slash a sybil re-rolls it, for the sybil's stake")
+def test_a_dispatcher_cannot_reroll_its_private_committee_by_slashing_a_sybil(world):
+    sybils = world.nodes[2:6]  # the dispatcher's own nodes (it needs one in the committee it dislikes)
+    triggers = _missed_start_triggers(world, sybils)
+    dispatcher, run = _start_private(world)
+    first = world.preview(run, SECRET)
+    # It dislikes this committee: it lets one of its sybils be slashed (calling it itself: the
+    # reward comes back) and looks again, all within the draw window, before it reveals.
+    world.protocol.slash_missed_start(dispatcher.account, triggers[first[0].address], 0)
+    assert world.preview(run, SECRET) == first, "the dispatcher chose between two committees"
+
+
+@pytest.mark.xfail(strict=True, raises=ChainError,
+                   reason="when the pool cannot seat the round, previewCommittee reverts and the node never "
+                          "reveals: the honest dispatcher is slashed at lapse (a public draw would abandon, nobody slashed)")
+def test_an_honest_dispatcher_is_not_slashed_when_its_private_draw_cannot_be_seated(world, contracts_anvil, tmp_path):
+    # Two nodes leave before the start (as a griefer's nodes may, stake back after unbonding):
+    # candidates 2 and 3 remain for three seats.
+    for node in world.nodes[4:6]:
+        world.protocol.deregister(node.account)
+    worker = world.make_worker(world.nodes[0], nonce=next(_NONCES))
+    dispatcher = world.nodes[1]
+    key = compute_node_key(bytes(dispatcher.account.key))
+    tables = DispatcherTables(open_store(tmp_path / "dispatcher.sqlite").db)
+    chainio = ChainIO(contracts_anvil.url, world.protocol.deployment, key, tables)
+    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
+    secret = chainio.compute_draw_secret(batch.batch_id, 0)  # what the node's BatchScheduler commits
+    audit_id = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels,
+                                          draw_commitment=compute_draw_commitment(secret)).value
+    stake = world.stakes()[dispatcher.address]
+    tasks = KeyedTasks()
+    driver = PrivateDrawDriver(chainio, tables, committee=None, tasks=tasks)  # no seat to send: none can be drawn
+
+    async def drive_window():
+        draw_by = world.protocol.get_round_state(audit_id).deadlines.draw_by
+        while world.chain.get_block_number() < draw_by:
+            world.chain.mine(1)
+            state = world.protocol.get_round_state(audit_id)
+            if state.phase != Phase.DRAWING:
+                break
+            await driver.advance(world.protocol.get_audit(audit_id), state, world.chain.get_block_number())
+            await tasks.wait_idle()
+
+    asyncio.run(drive_window())
+    state = world.protocol.get_round_state(audit_id)
+    if state.phase == Phase.DRAWING:
+        world.protocol.lapse(world.outsider, audit_id)
+    assert world.stakes()[dispatcher.address] == stake
+
+
+@pytest.mark.xfail(
+    strict=True, reason="the price of refusing a private committee is a slash of the dispatcher's stake at "
+                          "lapse: after its first full slash every other private draw it started is free to refuse")
+def test_each_refused_private_committee_costs_its_dispatcher(world):
+    dispatcher = world.nodes[5]  # a colluding dispatcher with two selected jobs of cheats in flight
+    runs = [world.start(world.make_worker(world.nodes[0], nonce=next(_NONCES)), dispatcher=dispatcher, secret=SECRET)
+            for _ in range(2)]
+    paid = []
+    for run in runs:  # it dislikes each private committee and keeps the secret: the public draw is its second chance
+        world.preview(run, SECRET)
+        world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
+        before = world.stakes()[dispatcher.address]
+        world.protocol.lapse(world.outsider, run.audit_id)
+        paid.append(before - world.stakes()[dispatcher.address])
+        assert world.protocol.get_round_state(run.audit_id).phase == Phase.DRAWING  # redrawn publicly
+    assert all(p > 0 for p in paid), f"the second refusal cost {paid[1]} wei"
+
+
+# --- attacks that fail ----------------------------------------------------------------------------
+
+
+def test_registrations_top_ups_model_changes_and_leaving_after_the_seed_do_not_reroll(world):
+    """Only slashes weigh at once: every other change a node can make at will waits for the next
+    epoch (or, for leaving, is judged at the seed block), so none re-rolls a previewed committee."""
+    dispatcher, run = _start_private(world)
+    first = world.preview(run, SECRET)
+    newcomer = world._funded_account(7)
+    world.protocol.register(newcomer, 77, "http://127.0.0.1:9999", [MODEL_ID], world.preset.MIN_STAKE_WEI)
+    world.protocol.top_up(world.nodes[5].account, 5 * world.preset.MIN_STAKE_WEI)
+    world.protocol.deregister(first[0].account)
+    assert world.preview(run, SECRET) == first
+    world.reveal(run, dispatcher, SECRET, [world.make_member(n) for n in first])
+    assert world.protocol.get_round_state(run.audit_id).phase == Phase.OPENING
+
+
+def test_a_revealed_secret_reused_for_another_audit_gives_nobody_a_choice(world):
+    """A dispatcher that reuses its secret only makes its own second draw public once the first is
+    revealed; the secret cannot be revealed twice, nor by anyone else, nor for a round already drawn."""
+    dispatcher, first = _start_private(world)
+    _, second = _start_private(world)
+    members = [world.make_member(n) for n in world.preview(first, SECRET)]
+    world.reveal(first, dispatcher, SECRET, members)
+    with reverts("UnexpectedPhase"):
+        world.reveal(first, dispatcher, SECRET, [])
+    with reverts("NotParty"):
+        world.reveal(second, world.nodes[2], SECRET, [])
+    seats = world.preview(second, SECRET)  # anyone can now compute it: the reuse costs only privacy
+    tx = world.reveal(second, dispatcher, SECRET, [world.make_member(n) for n in seats])
+    assert [world.node(a) for a in tx.value] == seats
+
+
+def test_after_a_griefers_slash_the_nodes_receipt_less_retry_saves_the_dispatcher_but_not_the_privacy(world):
+    """What the node does today when the griefer above breaks its reveal (`PrivateDrawDriver._reveal`):
+    it reveals the draw alone. Nobody is slashed; every seat is named before its receipt."""
+    triggers = _missed_start_triggers(world, world.nodes[2:6])
+    dispatcher, run = _start_private(world)
+    committee = world.preview(run, SECRET)
+    members = [world.make_member(n) for n in committee]
+    world.protocol.slash_missed_start(world.outsider, triggers[committee[0].address], 0)
+    with reverts("NotParty"):
+        world.reveal(run, dispatcher, SECRET, members)
+    stake = world.stakes()[dispatcher.address]
+    tx = world.reveal(run, dispatcher, SECRET, [])
+    state = world.protocol.get_round_state(run.audit_id)
+    assert state.phase == Phase.COMMITTING and state.receipts == 0 and len(tx.value) == world.preset.COMMITTEE_SIZE
+    assert world.stakes()[dispatcher.address] == stake
+
+
+def test_a_receipt_less_reveal_of_an_unseatable_draw_abandons_it_and_slashes_nobody(world):
+    """The fix the node needs for the xfail above: when previewCommittee reverts NotEnoughCandidates,
+    reveal at once with no receipts; the contract then abandons the round as a public draw would."""
+    for node in world.nodes[4:6]:
+        world.protocol.deregister(node.account)
+    dispatcher, run = _start_private(world)
+    with reverts("NotEnoughCandidates"):
+        world.preview(run, SECRET)
+    stakes = world.stakes()
+    tx = world.reveal(run, dispatcher, SECRET, [])
+    assert tx.value == [] and world.protocol.get_round_state(run.audit_id).phase == Phase.ABANDONED
+    assert world.stakes() == stakes
