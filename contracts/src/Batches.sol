@@ -190,6 +190,11 @@ contract Batches is ReentrancyGuard {
         // Only the dispatcher, whose duty the draw is, may commit to drawing a selected job privately:
         // it is slashed if it never reveals (Jobs.lapse), so nobody else may make that promise for it.
         if (drawCommitment != bytes32(0) && (!selected || msg.sender != b.dispatcher)) revert PrivateDrawRefused("only the dispatcher, for a selected job");
+        // The first half of the start window is the dispatcher's: a stranger copying its start from
+        // the mempool cannot pre-empt it with a public draw. Later anyone may start it (liveness);
+        // the dispatcher is slashed only after the whole window (slashMissedStart).
+        uint256 ownHalf = b.drawnBlock + startWindow / 2;
+        if (selected && msg.sender != b.dispatcher && block.number <= ownHalf) revert TooEarly(ownHalf + 1);
         uint256 fee = selected ? 0 : requestFeeWei;
         if (msg.value != fee) revert WrongFee(msg.value, fee);
         bytes32 receiptHash = Receipts.hash(receipt);

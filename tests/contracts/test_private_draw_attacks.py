@@ -70,20 +70,18 @@ def test_a_member_cannot_match_its_job_to_a_started_audit(world):
     assert not any(job_input_hash in calldata for calldata in seen), "the member knows it sits on a committee"
 
 
-@pytest.mark.xfail(strict=True, raises=TransactionReverted,
-                   reason="anyone may start a selected job with no commitment: copied from the mempool, the "
-                          "dispatcher's start is pre-empted (AlreadyHandled) and the draw is public")
 def test_a_stranger_cannot_make_a_selected_draw_public_by_starting_it_first(world):
+    """Fixed (Batches.startAudit): the first half of the start window is the dispatcher's."""
     worker = world.make_worker(world.nodes[0], nonce=next(_NONCES))
     dispatcher = world.nodes[1]
     batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
     # A chain watcher copies the dispatcher's pending startAudit (receipt, signature, proof) and
-    # sends it first without a commitment: a public draw, every seat known at the seed block.
-    stranger = world.protocol.start_audit(world.outsider, batch.batch_id, 0, worker.receipt, batch.levels)
-    assert stranger.value > 0
-    world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels,
-                               draw_commitment=compute_draw_commitment(SECRET))
-    assert world.protocol.get_round_state(stranger.value).private_draw
+    # sends it first without a commitment, hoping for a public draw, every seat known at the seed block.
+    with reverts("TooEarly"):
+        world.protocol.start_audit(world.outsider, batch.batch_id, 0, worker.receipt, batch.levels)
+    audit_id = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels,
+                                          draw_commitment=compute_draw_commitment(SECRET)).value
+    assert world.protocol.get_round_state(audit_id).private_draw
 
 
 @pytest.mark.xfail(strict=True, raises=TransactionReverted,
@@ -114,10 +112,9 @@ def test_a_dispatcher_cannot_reroll_its_private_committee_by_slashing_a_sybil(wo
     assert world.preview(run, SECRET) == first, "the dispatcher chose between two committees"
 
 
-@pytest.mark.xfail(strict=True, raises=ChainError,
-                   reason="when the pool cannot seat the round, previewCommittee reverts and the node never "
-                          "reveals: the honest dispatcher is slashed at lapse (a public draw would abandon, nobody slashed)")
 def test_an_honest_dispatcher_is_not_slashed_when_its_private_draw_cannot_be_seated(world, contracts_anvil, tmp_path):
+    """Fixed (node/dispatcher/audit/private_draw.py): a preview that reverts NotEnoughCandidates is
+    revealed at once without receipts, and the contract abandons the round, nobody slashed."""
     # Two nodes leave before the start (as a griefer's nodes may, stake back after unbonding):
     # candidates 2 and 3 remain for three seats.
     for node in world.nodes[4:6]:

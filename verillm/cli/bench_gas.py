@@ -179,8 +179,8 @@ def _post_receipts(run: GasRun, audit_id: int, members) -> None:
 
 
 def _measure_public_start(run: GasRun, prompt: int, output: int) -> None:
-    """The public first round beside the private one: a selected job started without a commitment
-    (as a stranger may), drawn with drawRound, its receipts posted one by one."""
+    """The public first round beside the private one: a selected job started without a commitment,
+    drawn with drawRound, its receipts posted one by one."""
     worker = len(run.nodes) - 1
     _, _, receipt = run.party(worker, prompt + output - 1, output, 0)
     dispatcher, key = run.nodes[1]
@@ -188,7 +188,7 @@ def _measure_public_start(run: GasRun, prompt: int, output: int) -> None:
     run.mine_past(run.preset.AUDIT_DRAW_DELAY_BLOCKS)
     run.protocol.draw_audit(dispatcher, batch.batch_id, key)
     fee = 0 if run.protocol.is_audited(batch.batch_id, 0) else run.preset.COMMITTEE_SIZE * run.preset.AUDIT_FEE_WEI
-    tx = run.protocol.start_audit(run.owner, batch.batch_id, 0, receipt, batch.levels, fee)
+    tx = run.protocol.start_audit(dispatcher, batch.batch_id, 0, receipt, batch.levels, fee)
     run.gas["start_audit_public"] = tx.gas_used
     run.mine_past(run.preset.AUDIT_DRAW_DELAY_BLOCKS)
     committee = _draw_public(run, tx.value)

@@ -25,6 +25,8 @@ from verillm.node.store.dispatcher_tables import DispatcherTables
 
 log = logging.getLogger(__name__)
 
+UNSEATABLE = ("NotEnoughCandidates", "EpochNotReadable")  # Registry.drawCommittee: the round cannot be drawn
+
 REVEAL_MARGIN_BLOCKS = 3
 """Blocks before the draw window closes at which the reveal goes out with whatever receipts came:
 room for the transaction to be mined (anvil mines it in the next block; a public chain may take
@@ -51,7 +53,17 @@ class PrivateDrawDriver:
         if head <= state.deadlines.draw_after or self.withhold_reveal:
             return  # the seed block's hash is not known yet
         secret = self.chainio.compute_draw_secret(audit.batch_id, audit.index)
-        members = [bytes.fromhex(m[2:]) for m in await self.chainio.read(self.chainio.protocol.preview_committee, audit_id, secret)]
+        try:
+            previewed = await self.chainio.read(self.chainio.protocol.preview_committee, audit_id, secret)
+        except TransactionReverted as exc:
+            if exc.error not in UNSEATABLE:
+                raise
+            # Too few candidates: the reveal abandons the round, nobody slashed (as a public draw
+            # would); left unrevealed, the lapse would slash this dispatcher.
+            log.warning("audit %d: the pool cannot seat the private draw (%s); revealing it at once", audit_id, exc.error)
+            self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, []))
+            return
+        members = [bytes.fromhex(m[2:]) for m in previewed]
         seats = []
         for slot, member in enumerate(members):
             seat = self.committee.get_or_create(audit_id, 0, slot, member)
@@ -78,6 +90,8 @@ class PrivateDrawDriver:
             answered = []
             tx = await self.chainio.send("reveal_round", audit_id, secret, answered, audit_id=audit_id)
         for slot, _ in answered:
+            if slot >= len(tx.value):
+                break  # the round was abandoned (pool exhausted): no seat to record
             seat = self.tables.get_committee_job(audit_id, 0, slot, bytes.fromhex(tx.value[slot][2:]))
             if seat is not None:
                 self.tables.update_committee_job(seat, status="posted", error=None)
