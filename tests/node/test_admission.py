@@ -88,15 +88,15 @@ async def test_the_committee_lane_has_slots_of_its_own_and_runs_first(start, ser
 
 
 def test_the_audit_horizon_composes_every_window():
-    # MINIMAL, by hand: batch by 30; start = 1 + 10 + 80 = 91; a round's draws = 1 + 10 + 1 × (20 + 1)
-    # redraw + 2 × 20 claim = 72, a round = 72 + 20 commit + 1 + 2 × 20 open + 1 = 134; the audit =
-    # 2 × (134 + 10 dispute) + 5 proof + 1 = 294; omission path 100 + 5 = 105 < 385.
+    # MINIMAL, by hand: the receipt's horizon 200 (no audit of it starts later); a round's draws =
+    # 1 + 10 + 1 × (20 + 1) redraw + 2 × 20 claim = 72, a round = 72 + 20 commit + 1 + 2 × 20 open
+    # + 1 = 134; the audit = 2 × (134 + 10 dispute) + 5 proof + 1 = 294; omission path 30 + 100 + 5 = 135 < 494.
     assert compute_timeline(MINIMAL).audit_span == 294
-    assert compute_audit_horizon_blocks(MINIMAL) == 30 + 91 + 294 == 415
-    # MAINNET: 300 + (2 + 100 + 100) + 2 × (457 + 100) + 50 + 1 = 1,667 blocks (5.6 h at 12 s)
-    assert compute_audit_horizon_blocks(MAINNET) == 1667
-    verify_retention(2 * 1667 * 12.0, MAINNET, 12.0)
-    with pytest.raises(ConfigError, match="needs at least 40008 s"):
+    assert compute_audit_horizon_blocks(MINIMAL) == 200 + 294 == 494
+    # MAINNET: 600 + 2 × (457 + 100) + 50 + 1 = 1,765 blocks (5.9 h at 12 s)
+    assert compute_audit_horizon_blocks(MAINNET) == 1765
+    verify_retention(2 * 1765 * 12.0, MAINNET, 12.0)
+    with pytest.raises(ConfigError, match="needs at least 42360 s"):
         verify_retention(24 * 3600 / 4, MAINNET, 12.0)
 
 
