@@ -65,7 +65,7 @@ def compute_receipt_from_struct(data: dict, signature: bytes) -> Receipt:
     sampling = SamplingParams(data["temperatureMilli"], data["topK"], data["topPPpm"], data["seed"])
     return Receipt(bytes(data["jobHash"]), bytes(data["modelId"]), bytes(data["inputHash"]), bytes(data["outputHash"]), sampling,
                    data["maxNewTokens"], bytes(data["commitmentRoot"]), data["numPositions"], bytes.fromhex(data["worker"][2:]), bytes(signature),
-                   input_tokens=data["inputTokens"], output_tokens=data["outputTokens"])
+                   input_tokens=data["inputTokens"], output_tokens=data["outputTokens"], auditable_until_block=data["auditableUntilBlock"])
 
 
 def get_struct_field(value, name: str, index: int):

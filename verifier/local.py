@@ -58,7 +58,7 @@ def commit_runs(jobs: Sequence[Job], traces: Sequence[JobTrace], manifest: Model
     runs = []
     for job, trace in zip(jobs, traces, strict=True):
         commitment = compute_commitment(trace, tuple(manifest.committed_layers))
-        receipt = compute_receipt(job, trace.output_tokens, commitment.root, party.address)
+        receipt = compute_receipt(job, trace.output_tokens, commitment.root, party.address, 0)  # no chain: no contract sees it
         runs.append(CommittedRun(job, trace, commitment, party, sign_receipt(receipt, party.private_key, domain)))
     return runs
 

@@ -45,6 +45,7 @@ def receipt_to_json(receipt: Receipt) -> dict:
         "num_positions": receipt.num_positions,
         "input_tokens": receipt.input_tokens,
         "output_tokens": receipt.output_tokens,
+        "auditable_until_block": receipt.auditable_until_block,
         "worker": to_hex(receipt.worker),
         "signature": to_hex(receipt.signature),
         "receipt_hash": to_hex(compute_receipt_hash(receipt)),

@@ -16,6 +16,7 @@ struct ReceiptData {
     uint32 numPositions;
     uint32 inputTokens; // P
     uint32 outputTokens; // N; numPositions = P + N − 1
+    uint64 auditableUntilBlock; // the last block an audit of it may start in (the worker's head + receiptHorizonBlocks)
     address worker;
 }
 
@@ -82,14 +83,16 @@ library Receipts {
     bytes32 internal constant TYPEHASH = keccak256(
         "Receipt(bytes32 jobHash,bytes32 modelId,bytes32 inputHash,bytes32 outputHash,"
         "uint32 temperatureMilli,uint32 topK,uint32 topPPpm,uint64 seed,"
-        "uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,uint32 inputTokens,uint32 outputTokens,address worker)"
+        "uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,uint32 inputTokens,uint32 outputTokens,"
+        "uint64 auditableUntilBlock,address worker)"
     );
 
     function hash(ReceiptData calldata r) internal pure returns (bytes32) {
         // abi.encode of static values is their 32-byte words in order: two halves, concatenated,
-        // are the EIP-712 encoding (one call with 15 values is too deep for the stack).
+        // are the EIP-712 encoding (one call with 16 values is too deep for the stack).
         bytes memory head = abi.encode(TYPEHASH, r.jobHash, r.modelId, r.inputHash, r.outputHash, r.temperatureMilli, r.topK, r.topPPpm);
-        bytes memory tail = abi.encode(r.seed, r.maxNewTokens, r.commitmentRoot, r.numPositions, r.inputTokens, r.outputTokens, r.worker);
+        bytes memory tail =
+            abi.encode(r.seed, r.maxNewTokens, r.commitmentRoot, r.numPositions, r.inputTokens, r.outputTokens, r.auditableUntilBlock, r.worker);
         return keccak256(bytes.concat(head, tail));
     }
 }

@@ -189,7 +189,7 @@ contract Jobs is EIP712, ReentrancyGuard {
         if (msg.sender != batches) revert NotProtocol();
         _checkSigner(q.receiptHash, signature, receipt.worker);
         _checkLengths(receipt);
-        if (_isSkipped(q, receipt.worker)) {
+        if (_isSkipped(q, receipt)) {
             emit AuditSkipped(q.batchId, q.index, q.receiptHash);
             return 0;
         }
@@ -212,18 +212,21 @@ contract Jobs is EIP712, ReentrancyGuard {
     }
 
     /// @dev A selected start is skipped (its dispatcher did its duty) when the receipt already
-    /// has its audit or its worker left more than auditHorizonBlocks before the batch; a request
-    /// is refused then, and for a receipt whose requested audit lapsed.
-    function _isSkipped(AuditRequest calldata q, address worker) private view returns (bool) {
-        (bool registered, uint64 left) = registry.leaveOf(worker);
-        uint256 horizon = uint256(left) + params.auditHorizonBlocks;
-        bool expired = !registered || (left != 0 && q.postedBlock > horizon);
+    /// has its audit or is expired: past the horizon it carries (auditableUntilBlock: the worker's
+    /// duties for the job end there, whoever holds the receipt), or its worker left more than
+    /// auditHorizonBlocks before the batch (the earlier of the two closes it). A request is
+    /// refused then, and for a receipt whose requested audit lapsed.
+    function _isSkipped(AuditRequest calldata q, ReceiptData calldata receipt) private view returns (bool) {
+        (bool registered, uint64 left) = registry.leaveOf(receipt.worker);
+        uint256 closedAt = uint256(left) + params.auditHorizonBlocks + 1; // the first batch block of a leaver that is too late
+        bool expired = !registered || (left != 0 && q.postedBlock >= closedAt);
+        if (block.number > receipt.auditableUntilBlock) (expired, closedAt) = (true, uint256(receipt.auditableUntilBlock) + 1);
         uint8 state = receiptState[q.receiptHash];
         bool taken = state == AuditCodes.RECEIPT_AUDITED || (!q.selected && state == AuditCodes.RECEIPT_LAPSED);
         if (!expired && !taken) return false;
         if (q.selected) return true;
-        if (!registered) revert NotActiveNode(worker);
-        if (expired) revert ReceiptExpired(horizon + 1);
+        if (!registered) revert NotActiveNode(receipt.worker);
+        if (expired) revert ReceiptExpired(closedAt);
         revert ReceiptReplayed(q.receiptHash);
     }
 

@@ -29,6 +29,7 @@ struct ProtocolParams {
     uint16 memberPenaltyBps; // a member's minority vote or missed opening: not a provable lie, a small share
     uint32 maxTranscriptTokens; // input + output tokens a receipt may sign to be auditable: its publication fits a block
     uint32 auditHorizonBlocks; // a leaver's receipts are auditable from batches posted within this many blocks of its unbond
+    uint32 receiptHorizonBlocks; // a receipt is auditable until the worker's head when it signed + this (ReceiptData.auditableUntilBlock)
 }
 
 /// @notice The omission challenge's parameters (contracts/src/Coverage.sol), a struct of their own
@@ -71,6 +72,7 @@ struct Timeline {
     uint256 startSpan; // a batch's posting → its last audit start: delay + draw + start
     uint256 auditSpan; // a start → the last settle: round 0, dispute, escalation round (public), dispute, proof, settle
     uint256 leaverDutySpan; // an unbond → the end of its last duty: horizon + startSpan + auditSpan
+    uint256 receiptDutySpan; // a receipt signed at S → the last settle of its audit: receiptHorizon + auditSpan
 }
 
 library Params {
@@ -96,6 +98,7 @@ library Params {
         // round 0 may carry the private fallback; the escalation round is drawn publicly
         t.auditSpan = 2 * (t.roundSpan + p.disputeWindowBlocks) - t.privateFallback + p.proofWindowBlocks + 1;
         t.leaverDutySpan = uint256(p.auditHorizonBlocks) + t.startSpan + t.auditSpan;
+        t.receiptDutySpan = uint256(p.receiptHorizonBlocks) + t.auditSpan;
     }
 
     function validate(ProtocolParams memory p) internal pure {
@@ -123,7 +126,8 @@ library Params {
     /// @dev A promise made while active is claimable before its dispatcher can withdraw: a
     /// deregistering node posts no batch, so it waits unbondingBlocks, longer than a promise's
     /// batching and claim windows together; a claim locks the stake until it is resolved. And a
-    /// receipt served before its worker left is batched under its promise within the horizon.
+    /// receipt served before its worker left is batched under its promise within the horizon,
+    /// and every receipt batched under its promise can still be started when its batch is drawn.
     function validateCoverage(ProtocolParams memory p, CoverageParams memory c) internal pure {
         if (c.batchByBlocks == 0 || c.omissionClaimWindowBlocks == 0 || c.omissionClaimBondWei == 0 || c.omissionAnswerGas == 0) {
             revert InvalidParams("batchByBlocks, omissionClaimWindowBlocks, omissionClaimBondWei and omissionAnswerGas must be positive");
@@ -134,6 +138,12 @@ library Params {
             revert InvalidParams("batchByBlocks + omissionClaimWindowBlocks must be shorter than unbondingBlocks");
         }
         if (c.batchByBlocks > p.auditHorizonBlocks) revert InvalidParams("auditHorizonBlocks shorter than batchByBlocks");
+        // A receipt batched by its promise's deadline is still auditable at its batch's last
+        // start: an honest worker signs head + receiptHorizonBlocks, and what exceeds this sum is
+        // the lag tolerated between its signing head and the dispatcher's promising head.
+        if (p.receiptHorizonBlocks < uint256(c.batchByBlocks) + timeline(p).startSpan) {
+            revert InvalidParams("receiptHorizonBlocks shorter than batchByBlocks + a batch's start span");
+        }
     }
 
     function _validateWindows(ProtocolParams memory p) private pure {

@@ -4,7 +4,10 @@ contracts/src/Coverage.sol; the rules in verillm.spec.promise).
     promise  with every client job it keeps, the dispatcher signs (receipt hash, itself,
              head + BATCH_BY_BLOCKS) and stores it before answering; a repeated job gets the
              same promise. It promises only what it can batch: an inactive node (deregistering,
-             slashed below the minimum) posts no batch, so it serves no job.
+             slashed below the minimum) posts no batch, so it serves no job. And only a receipt
+             still auditable at its batch's last start (its auditableUntilBlock ≥ the promised
+             block + the start span): a worker's receipt with a shorter horizon is that worker's
+             failure, and the job goes to the next worker (docs/protocol.md §12 "Receipt horizons").
     batch    the batcher posts as soon as the earliest promise of a waiting receipt is within
              `compute_post_margin` blocks of its deadline, whatever its size and wait rules say.
     answer   every `OmissionClaimed` naming this node is answered with the inclusion proof of the
@@ -25,7 +28,8 @@ from dataclasses import dataclass
 from verillm.errors import QueueFull
 from verillm.spec import promise as spec_coverage
 from verillm.spec.merkle import MerkleProof
-from verillm.spec.receipt import compute_receipt_hash
+from verillm.spec.params import compute_timeline
+from verillm.spec.receipt import compute_receipt_hash, verify_receipt_horizon
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
 from verillm.node.store.dispatcher_tables import DispatcherTables
@@ -54,7 +58,8 @@ class Promises:
     def __init__(self, chainio: ChainIO, tables: DispatcherTables, key: NodeKey):
         self.chainio, self.tables, self.key = chainio, tables, key
         self.domain = chainio.protocol.get_promise_domain()
-        self.batch_by_blocks = chainio.protocol.preset.BATCH_BY_BLOCKS
+        self.preset = chainio.protocol.preset
+        self.batch_by_blocks = self.preset.BATCH_BY_BLOCKS
 
     async def verify_capacity(self) -> None:
         """Raise CannotPromise unless this node can post a batch before a new promise falls due."""
@@ -66,15 +71,29 @@ class Promises:
         if earliest is not None and earliest < head:
             raise CannotPromise(f"the batcher is behind: a receipt promised for block {earliest} is still unbatched at {head}")
 
+    async def verify_horizon(self, receipt) -> None:
+        """Raise InvalidProof unless ``receipt`` is auditable until a promise made now (head +
+        BATCH_BY_BLOCKS) + the start span: a worker that signs a short horizon makes its receipt
+        unauditable before the batch holding it could be drawn (`spec.verify_receipt_horizon`)."""
+        head = await self.chainio.block_number()
+        verify_receipt_horizon(receipt, spec_coverage.compute_batch_by_block(head, self.batch_by_blocks), self.preset)
+
     async def make(self, job_hash: bytes, receipt) -> spec_coverage.SignedPromise:
-        """Return the promise for a kept job, signing and storing it the first time."""
+        """Return the promise for a kept job, signing and storing it the first time. Its deadline is
+        head + BATCH_BY_BLOCKS, or earlier if the receipt's horizon (checked by `verify_horizon` a few
+        blocks ago) would otherwise end before the batch's last audit start."""
         stored = self.tables.get_promise(job_hash)
         receipt_hash = compute_receipt_hash(receipt)
         if stored is not None:
             promise = spec_coverage.BatchPromise(receipt_hash, self.key.address, stored[0])
             return spec_coverage.SignedPromise(promise, stored[1])
         head = await self.chainio.block_number()
-        promise = spec_coverage.BatchPromise(receipt_hash, self.key.address, spec_coverage.compute_batch_by_block(head, self.batch_by_blocks))
+        batch_by = min(spec_coverage.compute_batch_by_block(head, self.batch_by_blocks),
+                       receipt.auditable_until_block - compute_timeline(self.preset).start_span)
+        if batch_by < head:
+            raise CannotPromise(f"receipt 0x{receipt_hash.hex()} is auditable only until block {receipt.auditable_until_block}: "
+                                f"no batch posted from head {head} on could still start its audit")
+        promise = spec_coverage.BatchPromise(receipt_hash, self.key.address, batch_by)
         signed = spec_coverage.sign_promise(promise, self.key.private_key, self.domain)
         self.tables.insert_promise(job_hash, receipt_hash, promise.batch_by_block, signed.signature)
         return signed

@@ -296,6 +296,8 @@ class NetworkDispatcher:
             reply = await (peer.submit_job(job) if on_token is None else peer.stream_job(job, on_token))
             output_tokens, receipt = tuple(reply.output_tokens), reply.receipt
         verify_worker_receipt(receipt, job, output_tokens, address, self.domain)
+        if self.promises is not None:  # a receipt that expires before its batch's audit could start is the worker's failure
+            await self.promises.verify_horizon(receipt)
         return output_tokens, receipt
 
     async def fetch_opening(self, address: bytes, url: str, job_hash: bytes, challenge):

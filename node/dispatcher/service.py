@@ -30,6 +30,7 @@ from verillm.node.dispatcher.watcher import ChainWatcher
 from verillm.node.dispatcher.readiness import ReadinessMonitor
 from verillm.node.dispatcher.seats import SeatBook
 from verillm.node.store.retention import compute_audit_horizon_blocks, verify_retention
+from verillm.spec.receipt import compute_auditable_until_block
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,8 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     watcher = ChainWatcher(chainio, tables, view, batches, audits, duties, tasks, metrics, config.poll_interval_s, config.confirmations,
                            delivery, OmissionAnswers(chainio, tables))
     router.readiness = ReadinessMonitor(chainio, key.address, worker.served.model_id, config.registry_refresh_s)
+    # Every receipt this node signs is auditable until the head it last read + RECEIPT_HORIZON_BLOCKS.
+    worker.runner.horizon = lambda: compute_auditable_until_block(watcher.head, chainio.preset)
     seats = SeatBook(chainio, tables, lambda: watcher.head, compute_audit_horizon_blocks(chainio.preset))
     seats.on_seat = lambda seat: worker.promote_committee_job(seats.admit)  # a job that came before its seat was known
     return DispatchService(chainio, tables, router, watcher, tasks, seats)

@@ -1,13 +1,16 @@
 """How long a node keeps what an audit may still ask of it: jobs, receipts, retained traces.
 
-A receipt can be touched by an audit until the longest path through the protocol's windows has
-passed since it was signed (`compute_audit_horizon_blocks`): batched by its promise's deadline,
-then the timeline's start span and audit span (`verillm.spec.params.compute_timeline`, the one
-place the windows are composed, `Params.timeline`'s twin: draw, start, two rounds each with
-every redraw and the delivery claim's windows, openings, disputes, the proof window, settle);
-and the dispatcher's omission answer after its promise's deadline. Past that horizon nothing
-can open the job's cells or ask for its receipt, so `Store.prune_finished` may delete it;
-before it, the node would lose stake if it could not answer.
+A receipt can be touched by an audit until its own horizon has passed and the longest audit
+after it (`compute_audit_horizon_blocks`): no audit of it starts after the auditableUntilBlock it
+carries (the worker signed its head + RECEIPT_HORIZON_BLOCKS; `Jobs.openAudit` skips or refuses a
+later start, whoever holds the receipt), and an audit started then settles within the timeline's
+audit span (`verillm.spec.params.compute_timeline`, the one place the windows are composed,
+`Params.timeline`'s twin: two rounds each with every redraw and the delivery claim's windows,
+openings, disputes, the proof window, settle): `Timeline.receipt_duty_span` after signing,
+`verillm.spec.receipt.compute_receipt_duties_end_block` for one receipt. And the dispatcher's
+omission answer after its promise's deadline. Past that horizon nothing can open the job's cells
+or ask for its receipt, so `Store.prune_finished` may delete it; before it, the node would lose
+stake if it could not answer.
 
 ``store.retention_s`` is the operator's setting in seconds; a node with a chain checks at startup
 that it covers the horizon at the chain's measured block interval (`verify_retention`), with a
@@ -24,8 +27,8 @@ SAFETY_FACTOR = 2
 def compute_audit_horizon_blocks(preset: Preset) -> int:
     """Blocks after a job is served past which no audit or omission claim can involve its receipt."""
     t = compute_timeline(preset)
-    omission = preset.OMISSION_CLAIM_WINDOW_BLOCKS + preset.PROOF_WINDOW_BLOCKS
-    return preset.BATCH_BY_BLOCKS + max(t.start_span + t.audit_span, omission)
+    omission = preset.BATCH_BY_BLOCKS + preset.OMISSION_CLAIM_WINDOW_BLOCKS + preset.PROOF_WINDOW_BLOCKS
+    return max(t.receipt_duty_span, omission)
 
 
 def compute_min_retention_s(preset: Preset, seconds_per_block: float) -> float:

@@ -31,14 +31,16 @@ class JobOutput:
     trace_blob: bytes
 
 
-def compute_job_output(job: Job, trace: JobTrace, committed_layers: tuple[int, ...], key: NodeKey, domain: SigningDomain, retain_trace: bool = True) -> JobOutput:
-    """Commit to ``trace``, sign the receipt and pack the blob the worker retains (empty when
-    the trace is rebuilt from the tokens on demand: exact mode, `compute_rebuilt_trace`)."""
+def compute_job_output(job: Job, trace: JobTrace, committed_layers: tuple[int, ...], key: NodeKey, domain: SigningDomain, retain_trace: bool = True,
+                       auditable_until_block: int = 0) -> JobOutput:
+    """Commit to ``trace``, sign the receipt (auditable until ``auditable_until_block``: 0 on a
+    node with no chain, whose receipts no contract sees) and pack the blob the worker retains
+    (empty when the trace is rebuilt from the tokens on demand: exact mode, `compute_rebuilt_trace`)."""
     expected = compute_num_positions(job, len(trace.output_tokens))
     if trace.num_positions != expected:
         raise EngineError(f"engine returned {trace.num_positions} positions for a job that covers {expected}")
     commitment = compute_commitment(trace, committed_layers)
-    receipt = compute_receipt(job, trace.output_tokens, commitment.root, key.address)
+    receipt = compute_receipt(job, trace.output_tokens, commitment.root, key.address, auditable_until_block)
     signed = sign_receipt(receipt, key.private_key, domain)
     return JobOutput(receipt=signed, output_tokens=tuple(trace.output_tokens), trace_blob=encode_trace_blob(trace) if retain_trace else b"")
 
@@ -56,6 +58,9 @@ class BatchRunner:
         self.domain = domain
         self.metrics = metrics
         self.retain_traces = retain_traces
+        self.horizon: Callable[[], int] = lambda: 0
+        """The auditableUntilBlock to sign now: the chain head + RECEIPT_HORIZON_BLOCKS, set by
+        the network dispatcher (`compute_auditable_until_block`); 0 on a node with no chain."""
 
     def __call__(self, jobs: Sequence[Job], on_token: Callable[[int, int], None] | None = None) -> list[JobOutput | VerillmError]:
         """``on_token(i, token)``: passed to an engine whose `run` streams (the reference engine does)."""
@@ -75,7 +80,8 @@ class BatchRunner:
     def _commit(self, job: Job, trace: JobTrace) -> JobOutput | VerillmError:
         started = time.perf_counter()
         try:
-            output = compute_job_output(job, trace, self.engine.manifest.committed_layers, self.key, self.domain, self.retain_traces)
+            output = compute_job_output(job, trace, self.engine.manifest.committed_layers, self.key, self.domain, self.retain_traces,
+                                        self.horizon())
         except VerillmError as exc:
             return exc
         self.metrics.commit_seconds.observe(time.perf_counter() - started)

@@ -73,8 +73,10 @@ class Worker:
         self.limits = limits
         self.metrics = metrics
         engine = served.engine
+        self.runner = BatchRunner(engine, key, domain, metrics, retain_traces=not served.rebuilds_traces)
+        """Signs each receipt; its ``horizon`` is set by the network dispatcher (node/dispatcher/service.py)."""
         self.queue = EngineQueue(
-            BatchRunner(engine, key, domain, metrics, retain_traces=not served.rebuilds_traces),
+            self.runner,
             metrics,
             max_queued_jobs=queue.max_queued_jobs,
             max_batch_size=queue.max_batch_size or engine.max_batch_size,

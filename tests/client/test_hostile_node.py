@@ -113,7 +113,8 @@ def forge_for_made_up_model(served, domain):
     def rewrite(path, body):
         if path in ("/v1/completions", "/v1/chat/completions"):
             job = dataclasses.replace(decode(Job, from_hex(body["verillm"]["job"]["encoded"], "job")), model_id=model_id)
-            receipt = compute_receipt(job, body["verillm"]["output_tokens"], os.urandom(32), fresh.address)
+            receipt = compute_receipt(job, body["verillm"]["output_tokens"], os.urandom(32), fresh.address,
+                                      body["verillm"]["receipt"]["auditable_until_block"])
             body["verillm"]["job"] = job_to_json(job) | {"encoded": to_hex(encode(job))}
             body["verillm"]["receipt"] = receipt_to_json(sign_receipt(receipt, fresh.private_key, domain))
             body["model"] = manifest.name

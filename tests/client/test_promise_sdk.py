@@ -15,6 +15,7 @@ from verillm.client import parse_completion, verify_promise
 from verillm.errors import InvalidProof, InvalidSignature
 from verillm.wire import promise_to_json
 from verillm.spec import promise as spec
+from verillm.spec.params import MINIMAL, compute_timeline
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash
 
 KEY = b"\x05" * 32
@@ -43,6 +44,21 @@ def test_a_response_carries_a_promise_the_sdk_checks(threaded_node):
         verify_promise(completion, DOMAIN, dispatcher=b"\x01" * 20)
     with pytest.raises(InvalidProof, match="later than"):  # due further out than the deployment allows
         verify_promise(completion, DOMAIN, head_block=90, batch_by_blocks=30)
+    # The receipt's horizon (docs/protocol.md §12 "Receipt horizons"): this node has no chain and
+    # signs 0, so against the deployment's windows its receipt is refused; one that outlives the
+    # promised batch's last start (130 + the start span) passes, one block less is refused.
+    with pytest.raises(InvalidProof, match="auditable only until block 0"):
+        verify_promise(completion, DOMAIN, head_block=100, preset=MINIMAL)
+    start_span = compute_timeline(MINIMAL).start_span
+    for until, ok in ((130 + start_span, True), (130 + start_span - 1, False)):
+        receipt = dataclasses.replace(completion.receipt, auditable_until_block=until)
+        promised = spec.sign_promise(spec.BatchPromise(compute_receipt_hash(receipt), DISPATCHER, 130), KEY, DOMAIN)
+        horizon = dataclasses.replace(completion, receipt=receipt, promise=promised)
+        if ok:
+            verify_promise(horizon, DOMAIN, head_block=100, preset=MINIMAL)
+        else:
+            with pytest.raises(InvalidProof, match="auditable only until"):
+                verify_promise(horizon, DOMAIN, head_block=100, preset=MINIMAL)
     response["verillm"]["batch_promise"]["receipt_hash"] = "0x" + "11" * 32
     with pytest.raises(InvalidProof, match="another receipt"):
         parse_completion(response, chat=False)

@@ -73,7 +73,8 @@ def test_c_a_fresh_key_signing_for_the_real_model_is_not_a_registered_node(deplo
     def resign(path, body):
         if path == "/v1/completions":
             job = decode(Job, from_hex(body["verillm"]["job"]["encoded"], "job"))
-            receipt = compute_receipt(job, body["verillm"]["output_tokens"], os.urandom(32), fresh.address)
+            receipt = compute_receipt(job, body["verillm"]["output_tokens"], os.urandom(32), fresh.address,
+                                      body["verillm"]["receipt"]["auditable_until_block"])
             body["verillm"]["receipt"] = receipt_to_json(sign_receipt(receipt, fresh.private_key, domain))
         return body
 

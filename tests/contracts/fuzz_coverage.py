@@ -103,7 +103,11 @@ class CoverageParties:
         """`World.start`, keeping the batch id: post the one-leaf batch, draw, start its audit."""
         node = self._node(dispatcher)
         batch, _, _ = self.world.post_and_draw(node, [party.receipt])
-        return AuditRun(self._start_selected(node, batch, 0, party), party), batch.batch_id
+        audit_id = self._start_selected(node, batch, 0, party)
+        if not audit_id and self.reads.head() <= party.receipt.auditable_until_block:  # a fresh receipt is never skipped
+            self._fail(f"start of batch {batch.batch_id} skipped at block {self.reads.head()}, "
+                       f"within its receipt's horizon {party.receipt.auditable_until_block}")
+        return AuditRun(audit_id, party), batch.batch_id
 
     # --- what the client sees ---------------------------------------------------------------------
     def _included(self, pr: Promised) -> bool:
@@ -165,13 +169,18 @@ class CoverageParties:
     @precondition(lambda self: self.promises)
     @rule(pick=st.integers(0, MAX_PROMISES - 1))
     def cheat_batches_late(self, pick):
-        """Node 2 posts a "late" promise's batch after its deadline, and audits it as usual."""
+        """Node 2 posts a "late" promise's batch after its deadline, and audits it as usual. Past
+        the receipt's horizon (auditableUntilBlock) the start is skipped: the late batch bought an
+        escape, which only the client's omission claim punishes (claims on "late" promises)."""
         pr = self.promises[pick % len(self.promises)]
         if pr.fate == "late" and pr.batch_id is None and self.reads.head() >= pr.batch_by \
                 and len(self.audits) < self.max_audits and self._active() < self.max_active \
                 and self.registry("getNode", self._node(CHEATER).address)[4]:
             run, pr.batch_id = self._start_batched(pr.party, CHEATER)
-            self._track(run, pr.worker, CHEATER, pr.mode)
+            if run.audit_id:
+                self._track(run, pr.worker, CHEATER, pr.mode)
+            else:
+                self._count20("horizon:late_start_skipped")  # STATS["issue20"]
         self._step("cheat_batches_late")
 
     @precondition(lambda self: self.claim_of)

@@ -33,7 +33,7 @@ from verillm.chain import TransactionReverted
 from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_tokens_hash, compute_transcript_hash
 from verillm.spec.params import compute_leaver_schedule
-from verillm.spec.receipt import sign_receipt
+from verillm.spec.receipt import compute_auditable_until_block, sign_receipt
 from verillm.spec.types import Receipt, SamplingParams
 
 from helpers.contracts import MODEL_ID, PRESET, AuditRun, Party
@@ -185,7 +185,8 @@ class Issue20Rules:
         receipt = Receipt(job_hash=keccak256(b"long" + seed.to_bytes(4, "big") + tokens.to_bytes(4, "big")), model_id=MODEL_ID,
                           input_hash=compute_tokens_hash(words[:-output]), output_hash=compute_transcript_hash(words[:-output], words[-output:]),
                           sampling=SamplingParams(), max_new_tokens=output, commitment_root=b"\x44" * 32, num_positions=tokens - 1,
-                          worker=bytes.fromhex(node.address[2:]), signature=b"\x00" * 65, input_tokens=tokens - output, output_tokens=output)
+                          worker=bytes.fromhex(node.address[2:]), signature=b"\x00" * 65, input_tokens=tokens - output, output_tokens=output,
+                          auditable_until_block=compute_auditable_until_block(self.world.chain.get_block_number(), self.world.preset))
         return sign_receipt(receipt, node.account.key, self.world.domain)
 
     def _honest_missed_starts(self) -> None:

@@ -71,10 +71,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from verillm.chain import TransactionReverted
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import compute_opening
+from verillm.spec.receipt import compute_auditable_until_block
 
 from helpers.contracts import CHEAT_OFFSET, LAYERS, OUTPUT_TOKENS, PRESET, PROMPT_LEN, World
 from fuzz_coverage import BATCHING, MAX_PROMISES, CoverageParties
-from fuzz_delivery import DeliveryParties, signed_member, signed_worker
+from fuzz_delivery import DeliveryParties, _resign, signed_member, signed_worker
 from fuzz_batches import BatchRules
 from fuzz_exits import ExitRules
 from fuzz_attacks import RoundAttacks
@@ -164,6 +165,13 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, Coverag
         if key not in self.parties:
             party = self.world.make_worker(self._node(i), offset=CHEAT_OFFSET if cheat else 0.0, nonce=nonce)
             self.parties[key] = signed_worker(self.world, party)  # over a real transcript: publishable
+            self.parties[key].key = key
+        # The trace is computed once per deployment; the receipt is signed when the job is served,
+        # auditable until the head + RECEIPT_HORIZON_BLOCKS (a function of the head alone, so a
+        # replay does not depend on the run that filled the cache).
+        until = compute_auditable_until_block(self.reads.head(), PRESET)
+        if self.parties[key].receipt.auditable_until_block != until:
+            self.parties[key] = _resign(self.world, self.parties[key], auditable_until_block=until)
             self.parties[key].key = key
         return self.parties[key]
 

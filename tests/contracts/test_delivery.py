@@ -13,7 +13,7 @@ from verillm.spec import settlement as spec
 from verillm.spec.audit import Phase
 from verillm.spec.hashing import blake3_digest
 from verillm.spec.job import compute_tokens_hash, compute_transcript_hash
-from verillm.spec.receipt import sign_receipt
+from verillm.spec.receipt import compute_auditable_until_block, sign_receipt
 from verillm.spec.types import Receipt, SamplingParams
 
 from helpers.contracts import MODEL_ID, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun, Party
@@ -230,7 +230,8 @@ def _long_worker(world, input_tokens: int, output_tokens: int) -> tuple[Party, l
                       output_hash=compute_transcript_hash(tokens[:input_tokens], tokens[input_tokens:]),
                       sampling=SamplingParams(), max_new_tokens=output_tokens, commitment_root=b"\x44" * 32,
                       num_positions=input_tokens + output_tokens - 1, worker=bytes.fromhex(node.address[2:]),
-                      signature=b"\x00" * 65, input_tokens=input_tokens, output_tokens=output_tokens)
+                      signature=b"\x00" * 65, input_tokens=input_tokens, output_tokens=output_tokens,
+                      auditable_until_block=compute_auditable_until_block(world.chain.get_block_number(), world.preset))
     party = Party(node, None, None, sign_receipt(receipt, node.account.key, world.domain))
     return party, tokens
 

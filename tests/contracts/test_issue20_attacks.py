@@ -20,7 +20,7 @@ from verillm.spec import settlement as spec
 from verillm.spec.audit import (Phase, compute_committee, compute_committee_seed, compute_excluded_weights, compute_round_seed)
 from verillm.spec.job import compute_tokens_hash, compute_transcript_hash
 from verillm.spec.params import compute_timeline
-from verillm.spec.receipt import sign_receipt
+from verillm.spec.receipt import compute_auditable_until_block, sign_receipt
 from verillm.spec.types import Receipt, SamplingParams
 
 from helpers.contracts import CHEAT_OFFSET, MODEL_ID, PRESET, AuditRun, Party, World
@@ -143,10 +143,10 @@ def test_attack2_a_claim_window_never_turns_a_redraw_into_an_abandonment(world):
     # ABANDONED, nobody slashed. Now a round reads the epoch it began in, and EPOCH_BLOCKS covers
     # the round's longest draw span, claim window included (Params.timeline): the redraw stands.
     cheat = world.nodes[0]
-    worker = _publishable(world, world.make_worker(cheat, offset=CHEAT_OFFSET))
     epoch_blocks = PRESET.EPOCH_BLOCKS
     world.protocol.advance_to_next_epoch()
     _land_at(world, world.chain.get_block_number() + epoch_blocks - (world.chain.get_block_number() + 1) % epoch_blocks)
+    worker = _publishable(world, world.make_worker(cheat, offset=CHEAT_OFFSET))  # signed now: its horizon outlives the batch's last start
     posted = world.protocol.post_batch(cheat.account, [world.protocol.batches.call("hashReceipt", _tuple(worker.receipt))]).value
     posted_block = world.protocol.get_batch(posted.batch_id)["posted_block"]
     assert (posted_block + 1) % epoch_blocks == 0  # the batch's epoch ends with it
@@ -272,7 +272,8 @@ def _long_receipt(world, node, input_tokens: int, output_tokens: int) -> tuple[P
     receipt = Receipt(job_hash=rng.randbytes(32), model_id=MODEL_ID, input_hash=compute_tokens_hash(tokens[:input_tokens]),
                       output_hash=compute_transcript_hash(tokens[:input_tokens], tokens[input_tokens:]), sampling=SamplingParams(),
                       max_new_tokens=output_tokens, commitment_root=b"\x44" * 32, num_positions=input_tokens + output_tokens - 1,
-                      worker=bytes.fromhex(node.address[2:]), signature=b"\x00" * 65, input_tokens=input_tokens, output_tokens=output_tokens)
+                      worker=bytes.fromhex(node.address[2:]), signature=b"\x00" * 65, input_tokens=input_tokens, output_tokens=output_tokens,
+                      auditable_until_block=compute_auditable_until_block(world.chain.get_block_number(), world.preset))
     return Party(node, None, None, sign_receipt(receipt, node.account.key, world.domain)), tokens
 
 

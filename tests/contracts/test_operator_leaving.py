@@ -38,6 +38,9 @@ def test_a_leaving_worker_learns_when_it_may_stop_and_mines_past_its_unbonding(w
     assert status["leaving"]["drawable_until_block"] == schedule.seated_until_block < status["stay_up_until_block"] == schedule.duties_end_block
     assert status["leaving"]["last_start_block"] == left + preset.AUDIT_HORIZON_BLOCKS + compute_timeline(preset).start_span
     assert not status["leaving"]["worker_may_stop"]
+    # what it must keep, and until when: each trace until its receipt's horizon + the audit span
+    keep = status["keep_traces"]
+    assert keep["until_block"] == status["block"] + preset.RECEIPT_HORIZON_BLOCKS + compute_timeline(preset).audit_span
     quiet_after = max(schedule.seated_until_block, schedule.last_start_block)
     assert status["leaving"]["withdraw_from_block"] == left + preset.UNBONDING_BLOCKS
     book = operator[3]

@@ -41,7 +41,7 @@ def test_receipt_vectors(world_base):
         fields = list(case["fields"])
         for i in (0, 1, 2, 3, 9):
             fields[i] = _b(fields[i])
-        fields[7] = int(fields[7])
+        fields[7], fields[13] = int(fields[7]), int(fields[13])
         assert "0x" + world_base.protocol.batches.call("hashReceipt", tuple(fields)).hex() == case["struct_hash"]
     # the deployed domain is (VeriLLM, 1, chain id, this Jobs): the spec computes the same separator
     domain = SigningDomain(chain_id=world_base.chain.chain_id, verifying_contract=_b(jobs.address.lower()))

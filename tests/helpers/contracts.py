@@ -25,7 +25,7 @@ from verillm.spec.commitment import Commitment, JobTrace, compute_commitment, co
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import MINIMAL, Preset
 from verillm.spec.settlement import FAIL, PASS
-from verillm.spec.receipt import SigningDomain, compute_receipt_hash, sign_receipt
+from verillm.spec.receipt import SigningDomain, compute_auditable_until_block, compute_receipt_hash, sign_receipt
 from verillm.spec.types import Opening, Receipt, SamplingParams
 from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 
@@ -122,6 +122,7 @@ class World:
             commitment_root=commitment.root, num_positions=trace.num_positions,
             worker=bytes.fromhex(node.address[2:]), signature=b"\x00" * 65,
             input_tokens=inputs, output_tokens=trace.num_positions + 1 - inputs,
+            auditable_until_block=compute_auditable_until_block(self.chain.get_block_number(), self.preset),
         )
         signed = sign_receipt(receipt, node.account.key, self.domain)
         return Party(node, trace, commitment, signed)

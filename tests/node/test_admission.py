@@ -88,16 +88,16 @@ async def test_the_committee_lane_has_slots_of_its_own_and_runs_first(start, ser
 
 
 def test_the_audit_horizon_composes_every_window():
-    # MINIMAL, by hand: batch by 30; start = 1 + 10 + 80 = 91; a round's draws = 12 (a private draw
-    # missed: 1 + 10 + 1) + 1 + 10 + 1 × (20 + 1) redraw + 2 × 20 claim = 84, a round = 84 + 20 commit
-    # + 1 + 2 × 20 open + 1 = 146; the audit = 2 × (146 + 10 dispute) − 12 (the appeal is public) + 5
-    # proof + 1 = 306; omission path 100 + 5 = 105 < 385.
+    # MINIMAL, by hand: the receipt's horizon 200 (no audit of it starts later); a round's draws =
+    # 12 (a private draw missed: 1 + 10 + 1) + 1 + 10 + 1 × (20 + 1) redraw + 2 × 20 claim = 84, a
+    # round = 84 + 20 commit + 1 + 2 × 20 open + 1 = 146; the audit = 2 × (146 + 10 dispute) − 12
+    # (the appeal is public) + 5 proof + 1 = 306; omission path 30 + 100 + 5 = 135 < 506.
     assert compute_timeline(MINIMAL).audit_span == 306
-    assert compute_audit_horizon_blocks(MINIMAL) == 30 + 91 + 306 == 427
-    # MAINNET: 300 + (2 + 100 + 100) + 2 × (560 + 100) − 103 + 50 + 1 = 1,770 blocks (5.9 h at 12 s)
-    assert compute_audit_horizon_blocks(MAINNET) == 1770
-    verify_retention(2 * 1770 * 12.0, MAINNET, 12.0)
-    with pytest.raises(ConfigError, match="needs at least 42480 s"):
+    assert compute_audit_horizon_blocks(MINIMAL) == 200 + 306 == 506
+    # MAINNET: 600 + 2 × (560 + 100) − 103 + 50 + 1 = 1,868 blocks (6.2 h at 12 s)
+    assert compute_audit_horizon_blocks(MAINNET) == 1868
+    verify_retention(2 * 1868 * 12.0, MAINNET, 12.0)
+    with pytest.raises(ConfigError, match="needs at least 44832 s"):
         verify_retention(24 * 3600 / 4, MAINNET, 12.0)
 
 

@@ -22,7 +22,7 @@ def _receipt():
     from eth_keys import keys
 
     worker = keys.PrivateKey(KEY).public_key.to_canonical_address()
-    return sign_receipt(compute_receipt(JOB, (5, 6), b"\x09" * 32, worker), KEY, SigningDomain(31337, b"\x33" * 20))
+    return sign_receipt(compute_receipt(JOB, (5, 6), b"\x09" * 32, worker, 1_000), KEY, SigningDomain(31337, b"\x33" * 20))
 
 
 def test_a_promise_and_the_receipt_it_covers_are_written_at_synchronous_full(tmp_path):

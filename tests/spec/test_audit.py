@@ -51,7 +51,7 @@ def test_receipt_vectors():
     for case in vectors["cases"]:
         f = case["fields"]
         receipt = Receipt(_b(f[0]), _b(f[1]), _b(f[2]), _b(f[3]), SamplingParams(f[4], f[5], f[6], int(f[7])), f[8], _b(f[9]), f[10],
-                          _b(f[13].lower()), _b(case["signature"]), input_tokens=f[11], output_tokens=f[12])
+                          _b(f[14].lower()), _b(case["signature"]), input_tokens=f[11], output_tokens=f[12], auditable_until_block=int(f[13]))
         assert "0x" + compute_receipt_hash(receipt).hex() == case["struct_hash"]
         assert "0x" + recover_receipt_signer(receipt, domain).hex() == vectors["signer"].lower()
 

@@ -98,6 +98,7 @@ def test_every_preset_satisfies_the_contracts_parameter_rules(p):
     assert p.UNBONDING_BLOCKS >= t.leaver_duty_span and p.UNBONDING_BLOCKS >= 2 * p.EPOCH_BLOCKS
     assert p.BATCH_BY_BLOCKS + p.OMISSION_CLAIM_WINDOW_BLOCKS < p.UNBONDING_BLOCKS
     assert p.BATCH_BY_BLOCKS <= p.AUDIT_HORIZON_BLOCKS and p.MAX_TRANSCRIPT_TOKENS <= 8_192
+    assert p.RECEIPT_HORIZON_BLOCKS > p.BATCH_BY_BLOCKS + t.start_span, "a receipt outlives its promised batch's last start, with lag to spare"
     assert compute_timeline_problems(p) == []
 
 

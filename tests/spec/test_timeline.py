@@ -28,8 +28,10 @@ def test_the_spans_hand_checked_on_minimal_and_mainnet():
     assert t.round_span == 84 + 20 + 1 + 40 + 1 == 146
     assert t.audit_span == 2 * (146 + 10) - 12 + 5 + 1 == 306  # the escalation round is drawn publicly
     assert t.leaver_duty_span == 30 + (1 + 10 + 80) + 306 == 427
+    assert t.receipt_duty_span == 200 + 306 == 506 and MINIMAL.RECEIPT_HORIZON_BLOCKS - (30 + 91) == 79  # the lag tolerated
     t = compute_timeline(MAINNET)  # delay 2, draw 100, start 100, commit 50, open 50, dispute 100, proof 50, 2 redraws, horizon 300
     assert (t.round_draw_span, t.round_span, t.audit_span, t.leaver_duty_span) == (407, 560, 1268, 1770)
+    assert t.receipt_duty_span == 600 + 1268 and MAINNET.RECEIPT_HORIZON_BLOCKS - (300 + 202) == 98
     assert MAINNET.EPOCH_BLOCKS - t.round_draw_span == 193  # the slack a late redraw has (docs/protocol.md §12)
 
 
@@ -95,21 +97,22 @@ def walk_audit(p: Preset, started: int, pick) -> dict:
 def _windows():
     small = st.integers(1, 60)
     return st.builds(
-        lambda delay, draw, start, commit, opening, dispute, proof, redraws, horizon, epoch_extra, unbond_extra: _sized(
+        lambda delay, draw, start, commit, opening, dispute, proof, redraws, horizon, epoch_extra, unbond_extra, receipt_extra: _sized(
             MINIMAL.replace(AUDIT_DRAW_DELAY_BLOCKS=delay, DRAW_WINDOW_BLOCKS=draw, START_WINDOW_BLOCKS=start, COMMIT_WINDOW_BLOCKS=commit,
                             OPEN_WINDOW_BLOCKS=opening, DISPUTE_WINDOW_BLOCKS=dispute, PROOF_WINDOW_BLOCKS=proof,
                             MAX_COMMITTEE_REDRAWS=redraws, AUDIT_HORIZON_BLOCKS=max(horizon, MINIMAL.BATCH_BY_BLOCKS)),
-            epoch_extra, unbond_extra),
+            epoch_extra, unbond_extra, receipt_extra),
         st.integers(1, 8), st.integers(1, 255), small, small, st.integers(1, 255), small, small, st.integers(0, 4), st.integers(0, 90),
-        st.integers(-40, 40), st.integers(-40, 40))
+        st.integers(-40, 40), st.integers(-40, 40), st.integers(-10, 60))
 
 
-def _sized(p: Preset, epoch_extra: int, unbond_extra: int) -> Preset:
-    """``p`` with an epoch and unbonding period near the least the timeline needs (some below it)."""
+def _sized(p: Preset, epoch_extra: int, unbond_extra: int, receipt_extra: int = 0) -> Preset:
+    """``p`` with an epoch, unbonding period and receipt horizon near the least the timeline needs (some below it)."""
     t = compute_timeline(p)
     epoch = max(1, t.round_draw_span + epoch_extra)
-    return p.replace(EPOCH_BLOCKS=epoch, UNBONDING_BLOCKS=max(1, t.leaver_duty_span + unbond_extra, 2 * epoch,
-                                                               p.BATCH_BY_BLOCKS + p.OMISSION_CLAIM_WINDOW_BLOCKS + 1))
+    receipt = max(1, p.BATCH_BY_BLOCKS + t.start_span + receipt_extra)
+    return p.replace(EPOCH_BLOCKS=epoch, RECEIPT_HORIZON_BLOCKS=receipt,
+                     UNBONDING_BLOCKS=max(1, t.leaver_duty_span + unbond_extra, 2 * epoch, p.BATCH_BY_BLOCKS + p.OMISSION_CLAIM_WINDOW_BLOCKS + 1))
 
 
 @settings(max_examples=400, deadline=None)
@@ -137,6 +140,18 @@ def test_every_draw_falls_in_a_readable_epoch_and_every_leaver_duty_ends_before_
     assert audit["end"] <= compute_leaver_schedule(left, p).duties_end_block
     if valid:
         assert audit["end"] <= left + p.UNBONDING_BLOCKS  # it withdraws with no audit holding it
+    # a receipt's audit: signed at S (horizon S + RECEIPT_HORIZON_BLOCKS), promised at any later head
+    # the dispatcher and client accept (the horizon reaches the promise + the start span), batched
+    # by the promise, drawn and started at the windows' ends
+    signed = data.draw(st.integers(0, 10_000))
+    until = signed + p.RECEIPT_HORIZON_BLOCKS
+    lag = pick(0, max(0, p.RECEIPT_HORIZON_BLOCKS - p.BATCH_BY_BLOCKS - t.start_span))
+    posted = signed + lag + pick(1, p.BATCH_BY_BLOCKS)
+    started = posted + p.AUDIT_DRAW_DELAY_BLOCKS + pick(1, p.DRAW_WINDOW_BLOCKS) + pick(0, p.START_WINDOW_BLOCKS)
+    if valid:
+        assert started <= until, (p, signed, lag, posted, started)  # a receipt batched in time is always auditable
+    if started <= until:
+        assert walk_audit(p, started, pick)["end"] <= signed + t.receipt_duty_span  # the worker's duties end there
 
 
 @settings(max_examples=200, deadline=None)

@@ -74,13 +74,14 @@ def receipt_vectors() -> dict:
                           output_hash=keccak256(b"out%d" % i), sampling=SamplingParams(temperature, 40 * i, 950_000, 2**63 + i),
                           max_new_tokens=max_new, commitment_root=keccak256(b"root%d" % i), num_positions=17 + i,
                           worker=bytes.fromhex(worker.address[2:]), signature=b"\x00" * 65,
-                          input_tokens=5 + i, output_tokens=13)
+                          input_tokens=5 + i, output_tokens=13, auditable_until_block=[0, 1_000_600, 2**64 - 1][i])
         signed = sign_receipt(receipt, key, domain)
         s = receipt.sampling
         cases.append({
             "fields": [_h(receipt.job_hash), _h(receipt.model_id), _h(receipt.input_hash), _h(receipt.output_hash),
                        s.temperature_milli, s.top_k, s.top_p_ppm, str(s.seed), receipt.max_new_tokens,
-                       _h(receipt.commitment_root), receipt.num_positions, receipt.input_tokens, receipt.output_tokens, worker.address],
+                       _h(receipt.commitment_root), receipt.num_positions, receipt.input_tokens, receipt.output_tokens,
+                       str(receipt.auditable_until_block), worker.address],
             "struct_hash": _h(compute_receipt_hash(receipt)), "signing_digest": _h(compute_signing_digest(receipt, domain)),
             "signature": _h(signed.signature),
         })

@@ -143,7 +143,7 @@ def compute_receipt_tuple(receipt: Receipt) -> tuple:
     s = receipt.sampling
     return (receipt.job_hash, receipt.model_id, receipt.input_hash, receipt.output_hash, s.temperature_milli, s.top_k,
             s.top_p_ppm, s.seed, receipt.max_new_tokens, receipt.commitment_root, receipt.num_positions,
-            receipt.input_tokens, receipt.output_tokens, Web3.to_checksum_address(receipt.worker))
+            receipt.input_tokens, receipt.output_tokens, receipt.auditable_until_block, Web3.to_checksum_address(receipt.worker))
 
 
 class Protocol:

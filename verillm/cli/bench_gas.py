@@ -21,7 +21,7 @@ from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import JobTrace, compute_commitment, compute_opening
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import get_preset
-from verillm.spec.receipt import SigningDomain, compute_receipt_hash, sign_receipt
+from verillm.spec.receipt import SigningDomain, compute_auditable_until_block, compute_receipt_hash, sign_receipt
 from verillm.spec.types import Receipt, SamplingParams
 from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 
@@ -79,7 +79,8 @@ class GasRun:
         receipt = Receipt(keccak256(b"job" + _index_bytes(index)), MODEL_ID, b"\x01" * 32 if worker_job else b"\x02" * 32,
                           b"\x02" * 32 if worker_job else b"\x03" * 32, SamplingParams(), max_new,
                           commitment.root, positions, bytes.fromhex(account.address[2:]), b"\x00" * 65,
-                          input_tokens=inputs, output_tokens=positions + 1 - inputs)
+                          input_tokens=inputs, output_tokens=positions + 1 - inputs,
+                          auditable_until_block=compute_auditable_until_block(self.chain.get_block_number(), self.preset))
         return trace, commitment, sign_receipt(receipt, account.key, self.domain)
 
     def mine_past(self, blocks: int) -> None:

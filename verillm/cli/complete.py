@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from verillm.errors import ConfigError, InvalidProof
-from verillm.spec.receipt import SigningDomain, compute_receipt_hash
+from verillm.spec.receipt import SigningDomain
 
 from verillm.client import Client
 from verillm.client.checks import compute_tokenizer_digest
@@ -122,5 +122,6 @@ def _check_promise(completion, protocol) -> str:
         return "not checked: its deadline (no --rpc-url/--deployment)" if completion.promise else "none (a node without a chain)"
     if completion.promise is None:
         raise InvalidProof("the node sent no batching promise: nothing binds its dispatcher to batch this receipt")
-    head = verify_promise_on_receipt(completion.promise, compute_receipt_hash(completion.receipt), protocol)
-    return f"checked: {completion.promise.promise.batch_by_block - head} blocks to batch it (due by block {completion.promise.promise.batch_by_block}, head {head})"
+    head = verify_promise_on_receipt(completion.promise, completion.receipt, protocol)
+    return (f"checked: {completion.promise.promise.batch_by_block - head} blocks to batch it (due by block {completion.promise.promise.batch_by_block}, "
+            f"head {head}); the receipt is auditable until block {completion.receipt.auditable_until_block}")

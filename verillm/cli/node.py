@@ -338,6 +338,7 @@ def status(node_url, model_id, as_json, **options):
             "stay_up_until_block": _stay_up_until(protocol, node),
             "endpoint": node["endpoint"], "models": ["0x" + m.hex() for m in node["models"]],
             "ready": not reasons, "reasons": reasons,
+            "keep_traces": compute_trace_keeping(protocol.chain.get_block_number(), protocol.preset),
             "leaving": compute_leave_advice(node, protocol.chain.get_block_number(), protocol.preset)}
     if as_json:
         click.echo(json.dumps(body, indent=2))
@@ -349,8 +350,22 @@ def status(node_url, model_id, as_json, **options):
     if body["stay_up_until_block"]:
         click.echo(f"  unbonding: keep the node up until block {body['stay_up_until_block']} (its last audit duty)")
     click.echo("  ready to serve" if not reasons else "  cannot serve:\n" + "\n".join(f"    - {r}" for r in reasons))
+    click.echo(f"  traces: {body['keep_traces']['rule']}")
     if body["leaving"]:
         click.echo(f"  leaving: {body['leaving']['advice']}")
+
+
+def compute_trace_keeping(head: int, preset) -> dict:
+    """Until when this node must keep each job's trace (docs/operators.md "Retention"): its
+    receipt's auditable_until_block (signed: head + RECEIPT_HORIZON_BLOCKS) + the audit span;
+    a job signed now, until ``until_block``."""
+    from verillm.spec.params import compute_timeline
+
+    t = compute_timeline(preset)
+    until = head + t.receipt_duty_span
+    return {"audit_span_blocks": t.audit_span, "receipt_duty_span_blocks": t.receipt_duty_span, "until_block": until,
+            "rule": f"keep each job's trace until its receipt's auditable_until_block + {t.audit_span} blocks "
+                    f"({t.receipt_duty_span} blocks after signing: a job signed now, until block {until})"}
 
 
 def compute_leave_advice(node: dict, head: int, preset) -> dict | None:

@@ -41,7 +41,8 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 
 from verillm.errors import BadResponse, ChainError, DeadlineExceeded, InvalidInput, InvalidProof
 from verillm.spec.promise import SignedPromise, verify_promise_signature, verify_promise_terms
-from verillm.spec.receipt import SigningDomain, compute_receipt_hash
+from verillm.spec.params import Preset
+from verillm.spec.receipt import SigningDomain, compute_receipt_hash, verify_receipt_horizon
 from verillm.spec.types import Receipt
 from verillm.wire import from_hex, to_hex
 
@@ -132,12 +133,16 @@ def verify_promise(
     dispatcher: "bytes | str | None" = None,
     head_block: int | None = None,
     batch_by_blocks: int | None = None,
+    preset: Preset | None = None,
 ) -> str:
     """Check a batching promise offline; return the checksummed 0x address of the dispatcher
     that signed it. ``domain`` is (chain id, the Coverage contract). With ``head_block`` and
     ``batch_by_blocks`` (the deployment's BATCH_BY_BLOCKS), also refuse a promise due later
     than the deployment allows: it could be claimed only after its dispatcher could leave.
-    Raises InvalidSignature or InvalidProof saying what is wrong."""
+    With ``preset`` (the deployment's: `Protocol.preset`; its BATCH_BY_BLOCKS is then the
+    default) and a completion, also refuse a receipt whose audit horizon ends before the
+    promised batch's last audit start (`verify_receipt_horizon`: its worker could never be
+    audited for this job). Raises InvalidSignature or InvalidProof saying what is wrong."""
     signed = promise.promise if isinstance(promise, Completion) else promise
     if signed is None:
         raise InvalidProof("the completion carries no batching promise (a node without a chain)")
@@ -146,8 +151,14 @@ def verify_promise(
         raise InvalidProof("the batching promise is about another receipt")
     if dispatcher is not None and signed.promise.dispatcher != compute_id_bytes(dispatcher, "dispatcher", 20):
         raise InvalidProof(f"the promise is from {compute_address_hex(signed.promise.dispatcher)}, expected {dispatcher}")
+    if preset is not None and batch_by_blocks is None:
+        batch_by_blocks = preset.BATCH_BY_BLOCKS
     if head_block is not None and batch_by_blocks is not None:
         verify_promise_terms(signed.promise, signed.promise.receipt_hash, head_block, batch_by_blocks)
+    if preset is not None:
+        if not isinstance(promise, Completion):
+            raise InvalidInput("the receipt's audit horizon is checked on a completion (its receipt), not a bare promise")
+        verify_receipt_horizon(promise.receipt, signed.promise.batch_by_block, preset)
     return compute_address_hex(signed.promise.dispatcher)
 
 

@@ -1,6 +1,7 @@
 """Check a batching promise before claiming it (docs/protocol.md §12 "Batching promises").
 
     from verillm.client.promise import check_inclusion
+    head = verify_promise_on_receipt(completion.promise, completion.receipt, protocol)  # on arrival
     result = check_inclusion(completion.promise, protocol)   # protocol: verillm.chain.protocol.Protocol
     result.status      # "included" | "not_due" | "missing" | "invalid"
     result.claimable   # past the promised block and no valid proof: a claim is the honest move
@@ -24,6 +25,8 @@ from verillm.errors import ChainError, InvalidInput, InvalidProof
 from verillm.jsonsafe import load_json
 from verillm.spec import promise as spec
 from verillm.spec.merkle import MerkleProof
+from verillm.spec.receipt import compute_receipt_hash, verify_receipt_horizon
+from verillm.spec.types import Receipt
 
 from verillm.wire import from_hex
 
@@ -103,20 +106,23 @@ def read_batch(protocol, batch_id: int) -> spec.BatchRecord:
     return spec.BatchRecord(bytes(root), bytes.fromhex(dispatcher[2:]), count, posted_block)
 
 
-def verify_promise_on_receipt(signed: spec.SignedPromise, receipt_hash: bytes, protocol) -> int:
+def verify_promise_on_receipt(signed: spec.SignedPromise, receipt: Receipt, protocol) -> int:
     """Check a promise the moment it arrives, against the chain: signed by its dispatcher for this
-    deployment's Coverage, about ``receipt_hash``, and due between the head and head +
+    deployment's Coverage, about ``receipt``, and due between the head and head +
     BATCH_BY_BLOCKS (`spec.verify_promise_terms`), from a dispatcher active in the Registry (a
     signer with no stake, or one already leaving, could not be claimed against: `claimOmitted`
     locks the dispatcher and reverts NotRegistered). Only now can a backdated promise be told
-    apart: later, the head has moved past it anyway. Return the head read; raise
-    InvalidSignature or InvalidProof saying what is wrong."""
+    apart: later, the head has moved past it anyway. And the receipt is auditable until the
+    promise's deadline + the start span (`verify_receipt_horizon`): a worker that signed a short
+    horizon could never be audited for this job. Return the head read; raise InvalidSignature or
+    InvalidProof saying what is wrong."""
     spec.verify_promise_signature(signed, protocol.get_promise_domain())
     dispatcher = to_checksum_address(signed.promise.dispatcher)
     if not protocol.get_node(dispatcher)["active"]:
         raise InvalidProof(f"the promise's dispatcher {dispatcher} is not an active registered node: a broken promise could slash nothing")
     head = protocol.chain.get_block_number()
-    spec.verify_promise_terms(signed.promise, receipt_hash, head, protocol.preset.BATCH_BY_BLOCKS)
+    spec.verify_promise_terms(signed.promise, compute_receipt_hash(receipt), head, protocol.preset.BATCH_BY_BLOCKS)
+    verify_receipt_horizon(receipt, signed.promise.batch_by_block, protocol.preset)
     return head
 
 

@@ -22,7 +22,7 @@ from verillm.spec.commitment import JobTrace, compute_commitment, compute_openin
 from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_tokens_hash, compute_transcript_hash
 from verillm.spec.params import Preset
-from verillm.spec.receipt import SigningDomain, compute_receipt_hash, sign_receipt
+from verillm.spec.receipt import SigningDomain, compute_auditable_until_block, compute_receipt_hash, sign_receipt
 from verillm.spec.types import Receipt, SamplingParams
 from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 from verillm.sim.sortition import GWEI, Pool
@@ -101,7 +101,8 @@ class ReplayWorld:
             sampling=SamplingParams(), max_new_tokens=1 if member else 16,
             commitment_root=commitment.root, num_positions=trace.num_positions,
             worker=bytes.fromhex(node.address[2:]), signature=b"\x00" * 65,
-            input_tokens=inputs, output_tokens=trace.num_positions + 1 - inputs)
+            input_tokens=inputs, output_tokens=trace.num_positions + 1 - inputs,
+            auditable_until_block=compute_auditable_until_block(self.chain.get_block_number(), self.preset))
         return sign_receipt(receipt, node.account.key, self.domain), commitment
 
     def worker_trace(self, cheated: bool) -> JobTrace:

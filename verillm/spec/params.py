@@ -100,6 +100,14 @@ class Preset:
     """A worker that unbonds at block U stays auditable only on batches posted by U + this
     (≥ BATCH_BY_BLOCKS: every receipt it served before leaving is batched in time under its
     promise); a later start of its receipt is skipped, a request refused (attack: hostage)."""
+    RECEIPT_HORIZON_BLOCKS: int = 600
+    """A worker signs every receipt auditable until its chain head + this (the receipt's
+    auditableUntilBlock); no audit of it starts later, whoever holds it, so the worker knows from
+    the receipt alone when its duties for the job end (`Timeline.receipt_duty_span` after
+    signing). At least BATCH_BY_BLOCKS + the start span (502): a receipt batched by its promise's
+    deadline is still auditable at its batch's last start. The rest (98 blocks, ≈ 20 min) is the
+    lag tolerated between the worker's signing head and its dispatcher's promising head: a
+    dispatcher and a client refuse a receipt whose horizon ends before promise + start span."""
     # --- limits ---
     MAX_BATCH_RECEIPTS: int = 1_024
     MAX_TRANSCRIPT_TOKENS: int = 8_192
@@ -156,6 +164,7 @@ MINIMAL = Preset(
     OMISSION_CLAIM_WINDOW_BLOCKS=100,  # 30 + 100 < UNBONDING_BLOCKS = 300
     OMISSION_CLAIM_BOND_WEI=10**14,
     AUDIT_HORIZON_BLOCKS=30,  # = BATCH_BY_BLOCKS
+    RECEIPT_HORIZON_BLOCKS=200,  # ≥ BATCH_BY_BLOCKS + the start span (30 + 91 = 121); 79 blocks of lag on a chain mining per transaction
 )
 
 PRESETS = {p.name: p for p in (MAINNET, MINIMAL)}
@@ -186,6 +195,8 @@ class Timeline:
     """A start → the last settle (round, dispute, escalation round, dispute, proof window, settle)."""
     leaver_duty_span: int
     """An unbond → the end of the node's last duty (horizon, start span, audit span)."""
+    receipt_duty_span: int
+    """A receipt signed at S → the last settle of its audit (RECEIPT_HORIZON_BLOCKS, audit span)."""
 
 
 def compute_timeline(p: Preset) -> Timeline:
@@ -198,7 +209,7 @@ def compute_timeline(p: Preset) -> Timeline:
     start = p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.START_WINDOW_BLOCKS
     # round 0 may carry the private fallback; an escalation round is drawn publicly
     audit = 2 * (round_span + p.DISPUTE_WINDOW_BLOCKS) - fallback + p.PROOF_WINDOW_BLOCKS + 1
-    return Timeline(claim, fallback, round_draw, round_span, start, audit, p.AUDIT_HORIZON_BLOCKS + start + audit)
+    return Timeline(claim, fallback, round_draw, round_span, start, audit, p.AUDIT_HORIZON_BLOCKS + start + audit, p.RECEIPT_HORIZON_BLOCKS + audit)
 
 
 @dataclass(frozen=True)
@@ -259,6 +270,8 @@ def compute_timeline_problems(p: Preset) -> list[str]:
         problems.append("batchByBlocks + omissionClaimWindowBlocks must be shorter than unbondingBlocks")
     if p.BATCH_BY_BLOCKS > p.AUDIT_HORIZON_BLOCKS:
         problems.append("auditHorizonBlocks shorter than batchByBlocks")
+    if p.RECEIPT_HORIZON_BLOCKS < p.BATCH_BY_BLOCKS + t.start_span:
+        problems.append("receiptHorizonBlocks shorter than batchByBlocks + a batch's start span")
     return problems
 
 
@@ -270,10 +283,13 @@ def verify_timeline(p: Preset) -> None:
 
 
 def compute_sized_preset(p: Preset) -> Preset:
-    """Return ``p`` with EPOCH_BLOCKS, UNBONDING_BLOCKS and AUDIT_HORIZON_BLOCKS grown to the
-    least the timeline needs (windows unchanged): for presets whose windows were rescaled."""
+    """Return ``p`` with EPOCH_BLOCKS, UNBONDING_BLOCKS, AUDIT_HORIZON_BLOCKS and
+    RECEIPT_HORIZON_BLOCKS grown to the least the timeline needs (windows unchanged): for presets
+    whose windows were rescaled. A grown receipt horizon keeps a third of BATCH_BY_BLOCKS of lag."""
     horizon = max(p.AUDIT_HORIZON_BLOCKS, p.BATCH_BY_BLOCKS)
-    sized = p.replace(AUDIT_HORIZON_BLOCKS=horizon)
+    least_receipt = p.BATCH_BY_BLOCKS + compute_timeline(p).start_span
+    receipt = p.RECEIPT_HORIZON_BLOCKS if p.RECEIPT_HORIZON_BLOCKS >= least_receipt else least_receipt + p.BATCH_BY_BLOCKS // 3
+    sized = p.replace(AUDIT_HORIZON_BLOCKS=horizon, RECEIPT_HORIZON_BLOCKS=receipt)
     t = compute_timeline(sized)
     epoch = max(p.EPOCH_BLOCKS, t.round_draw_span)
     unbonding = max(p.UNBONDING_BLOCKS, t.leaver_duty_span, 2 * epoch, p.BATCH_BY_BLOCKS + p.OMISSION_CLAIM_WINDOW_BLOCKS + 1)

@@ -5,13 +5,22 @@ The typed struct (what `Jobs.sol` re-hashes when a receipt is proven or conteste
     Receipt(bytes32 jobHash,bytes32 modelId,bytes32 inputHash,bytes32 outputHash,
             uint32 temperatureMilli,uint32 topK,uint32 topPPpm,uint64 seed,
             uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,uint32 inputTokens,
-            uint32 outputTokens,address worker)
+            uint32 outputTokens,uint64 auditableUntilBlock,address worker)
 
 `inputHash` hashes the input tokens and `outputHash` the whole transcript, input ‖ output
 (`compute_tokens_hash` over the concatenation), so a verification job's receipt, whose input is
 the worker's input ‖ output, has inputHash = the worker's outputHash and inputTokens = P + N:
 `Jobs.postCommitteeReceipt` binds a member's job to the worker's with no token data on-chain,
 and every receipt looks the same, so a member cannot tell a verification job from the hashes.
+
+`auditableUntilBlock` is the receipt's audit horizon: the last block an audit of it may start
+in (`Jobs.openAudit` skips a selected start and refuses a request after it). The worker signs its
+chain head + RECEIPT_HORIZON_BLOCKS (`compute_auditable_until_block`); whoever keeps the receipt
+— the dispatcher before it promises to batch it, the client when the promise arrives — checks it
+reaches the promise's deadline + the start span (`verify_receipt_horizon`), so a receipt batched
+in time is auditable whenever its batch is drawn, and a worker that signs a short horizon to
+escape audits has its receipt refused. The worker's duties for the job end at
+`compute_receipt_duties_end_block`; it keeps the trace until then.
 
 The domain is (name "VeriLLM", version "1", chainId, verifyingContract = the Jobs contract),
 so a receipt signed for one deployment is worthless on another. The receipt hash (the EIP-712
@@ -28,12 +37,14 @@ from eth_keys.exceptions import BadSignature, ValidationError
 from verillm.errors import InvalidProof, InvalidSignature
 from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_job_hash, compute_num_positions, compute_tokens_hash, compute_transcript_hash
+from verillm.spec.params import Preset, compute_timeline
 from verillm.spec.types import Job, Receipt
 
 RECEIPT_TYPE = (
     b"Receipt(bytes32 jobHash,bytes32 modelId,bytes32 inputHash,bytes32 outputHash,"
     b"uint32 temperatureMilli,uint32 topK,uint32 topPPpm,uint64 seed,"
-    b"uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,uint32 inputTokens,uint32 outputTokens,address worker)"
+    b"uint32 maxNewTokens,bytes32 commitmentRoot,uint32 numPositions,uint32 inputTokens,uint32 outputTokens,"
+    b"uint64 auditableUntilBlock,address worker)"
 )
 RECEIPT_TYPEHASH = keccak256(RECEIPT_TYPE)
 DOMAIN_TYPEHASH = keccak256(b"EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)")
@@ -66,7 +77,7 @@ def compute_receipt_hash(receipt: Receipt) -> bytes:
         receipt.job_hash, receipt.model_id, receipt.input_hash, receipt.output_hash,
         s.temperature_milli, s.top_k, s.top_p_ppm, s.seed,
         receipt.max_new_tokens, receipt.commitment_root, receipt.num_positions, receipt.input_tokens, receipt.output_tokens,
-        receipt.worker,
+        receipt.auditable_until_block, receipt.worker,
     )
     return keccak256(RECEIPT_TYPEHASH + b"".join(_word(v) for v in fields))
 
@@ -119,8 +130,9 @@ def verify_receipt_signature(receipt: Receipt, domain: SigningDomain) -> None:
         raise InvalidSignature(f"receipt is signed by 0x{signer.hex()}, not its worker 0x{receipt.worker.hex()}")
 
 
-def compute_receipt(job: Job, output_tokens: Sequence[int], commitment_root: bytes, worker: bytes) -> Receipt:
-    """Return the unsigned receipt for ``job`` with ``output_tokens`` under ``commitment_root``."""
+def compute_receipt(job: Job, output_tokens: Sequence[int], commitment_root: bytes, worker: bytes, auditable_until_block: int) -> Receipt:
+    """Return the unsigned receipt for ``job`` with ``output_tokens`` under ``commitment_root``,
+    auditable until ``auditable_until_block`` (`compute_auditable_until_block`)."""
     return Receipt(
         job_hash=compute_job_hash(job),
         model_id=job.model_id,
@@ -134,6 +146,7 @@ def compute_receipt(job: Job, output_tokens: Sequence[int], commitment_root: byt
         signature=EMPTY_SIGNATURE,
         input_tokens=len(job.input_tokens),
         output_tokens=len(output_tokens),
+        auditable_until_block=auditable_until_block,
     )
 
 
@@ -151,3 +164,31 @@ def verify_receipt_binding(receipt: Receipt, job: Job, output_tokens: Sequence[i
     wrong = [name for name, ok in checks.items() if not ok]
     if wrong:
         raise InvalidProof(f"receipt does not match the completion: {', '.join(wrong)}")
+
+
+def compute_auditable_until_block(signed_at_block: int, p: Preset) -> int:
+    """Return the horizon an honest worker signs at chain head ``signed_at_block``."""
+    return signed_at_block + p.RECEIPT_HORIZON_BLOCKS
+
+
+def compute_least_auditable_until_block(batch_by_block: int, p: Preset) -> int:
+    """Return the shortest horizon a receipt promised for ``batch_by_block`` may carry: the last
+    block an audit of a batch posted by then can start in (posted + draw delay + draw + start)."""
+    return batch_by_block + compute_timeline(p).start_span
+
+
+def verify_receipt_horizon(receipt: Receipt, batch_by_block: int, p: Preset) -> None:
+    """Check ``receipt`` is still auditable when the batch its promise (due ``batch_by_block``)
+    posts is drawn and started; raise InvalidProof naming both blocks. A worker signing a shorter
+    horizon would make its receipt unauditable before any audit of it could start."""
+    least = compute_least_auditable_until_block(batch_by_block, p)
+    if receipt.auditable_until_block < least:
+        raise InvalidProof(f"the receipt is auditable only until block {receipt.auditable_until_block}, before block {least} "
+                           f"(its batch due by {batch_by_block} + {compute_timeline(p).start_span} blocks to start its audit): "
+                           "a worker that signs a short horizon escapes its audit")
+
+
+def compute_receipt_duties_end_block(receipt: Receipt, p: Preset) -> int:
+    """Return the block by which every audit of ``receipt`` has settled (its horizon + the audit
+    span, every call at its first block): the worker keeps its trace until then, and no longer."""
+    return receipt.auditable_until_block + compute_timeline(p).audit_span

@@ -129,6 +129,10 @@ class Receipt:
     """P, signed: with output_tokens it binds the output length (num_positions = P + N − 1)."""
     output_tokens: U32 = 0
     """N, signed. 0 only in receipts built by hand for tests that never reach a contract."""
+    auditable_until_block: U64 = 0
+    """The last block an audit of this receipt may start in: the worker's chain head when it
+    signed + RECEIPT_HORIZON_BLOCKS. Past it the worker owes nothing for the job (docs/protocol.md
+    §12 "Receipt horizons"); 0 (expired) only on nodes with no chain."""
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,11 @@ def deployed(anvil_installed):
         yield world
 
 
-def _job_and_receipt(i: int, key, domain: SigningDomain):
+def _job_and_receipt(i: int, key, domain: SigningDomain, protocol, horizon_blocks: int = MINIMAL.RECEIPT_HORIZON_BLOCKS):
+    """A job and its receipt signed at the chain head, auditable for ``horizon_blocks`` (an honest worker's: the preset's)."""
     job = Job(MODEL_ID, (1, 2, 3), SamplingParams(), 4, i.to_bytes(32, "big"))
-    return job, sign_receipt(compute_receipt(job, (5, 6), b"\x09" * 32, key.address), key.private_key, domain)
+    until = protocol.chain.get_block_number() + horizon_blocks
+    return job, sign_receipt(compute_receipt(job, (5, 6), b"\x09" * 32, key.address, until), key.private_key, domain)
 
 
 def _node(deployed, tmp_path):
@@ -55,7 +57,7 @@ async def test_a_kept_job_gets_a_promise_the_batcher_keeps_and_a_claim_is_answer
     batches = BatchScheduler(chainio, tables, NodeMetrics(), vrf.derive_secret_key(b"\x01" * 32), 8, max_wait_s=10_000)
     batches.promises = promises
     await promises.verify_capacity()
-    job, receipt = _job_and_receipt(1, key, domain)
+    job, receipt = _job_and_receipt(1, key, domain, protocol)
     tables.insert_dispatched_job(b"\x01" * 32, job, key.address, "", (5, 6), receipt, False)
     head = protocol.chain.get_block_number()
     signed = await promises.make(b"\x01" * 32, receipt)
@@ -88,7 +90,7 @@ async def test_a_node_behind_on_its_promises_or_inactive_takes_no_job(deployed, 
     _, protocol, node, _ = deployed
     key, tables, chainio, domain = _node(deployed, tmp_path)
     promises = Promises(chainio, tables, key)
-    job, receipt = _job_and_receipt(2, key, domain)
+    job, receipt = _job_and_receipt(2, key, domain, protocol)
     tables.insert_dispatched_job(b"\x02" * 32, job, key.address, "", (5, 6), receipt, False)
     signed = await promises.make(b"\x02" * 32, receipt)
     protocol.chain.mine(signed.promise.batch_by_block + 1 - protocol.chain.get_block_number())
@@ -108,11 +110,11 @@ async def test_a_client_checks_a_promise_on_receipt_against_the_chain_head(deplo
 
     _, protocol, _, _ = deployed
     key, tables, chainio, domain = _node(deployed, tmp_path)
-    job, receipt = _job_and_receipt(3, key, domain)
+    job, receipt = _job_and_receipt(3, key, domain, protocol)
     tables.insert_dispatched_job(b"\x03" * 32, job, key.address, "", (5, 6), receipt, False)
     signed = await Promises(chainio, tables, key).make(b"\x03" * 32, receipt)
     receipt_hash = compute_receipt_hash(receipt)
-    head = verify_promise_on_receipt(signed, receipt_hash, protocol)
+    head = verify_promise_on_receipt(signed, receipt, protocol)
     assert head <= signed.promise.batch_by_block <= head + MINIMAL.BATCH_BY_BLOCKS
     coverage_domain = protocol.get_promise_domain()
 
@@ -120,14 +122,52 @@ async def test_a_client_checks_a_promise_on_receipt_against_the_chain_head(deplo
         return spec.sign_promise(spec.BatchPromise(about, key.address, due), key.private_key, signing_domain)
 
     with pytest.raises(InvalidProof, match="backdated"):
-        verify_promise_on_receipt(signed_for(head - 1), receipt_hash, protocol)
+        verify_promise_on_receipt(signed_for(head - 1), receipt, protocol)
     with pytest.raises(InvalidProof, match="later than head"):
-        verify_promise_on_receipt(signed_for(head + MINIMAL.BATCH_BY_BLOCKS + 2), receipt_hash, protocol)
+        verify_promise_on_receipt(signed_for(head + MINIMAL.BATCH_BY_BLOCKS + 2), receipt, protocol)
     with pytest.raises(InvalidProof, match="another receipt"):
-        verify_promise_on_receipt(signed_for(head + 5, about=b"\x07" * 32), receipt_hash, protocol)
+        verify_promise_on_receipt(signed_for(head + 5, about=b"\x07" * 32), receipt, protocol)
     with pytest.raises(InvalidSignature):
-        verify_promise_on_receipt(signed_for(head + 5, signing_domain=domain), receipt_hash, protocol)  # the Jobs domain, not Coverage's
+        verify_promise_on_receipt(signed_for(head + 5, signing_domain=domain), receipt, protocol)  # the Jobs domain, not Coverage's
     stranger = keys.PrivateKey(b"\x0e" * 32)  # signs correctly, but has no stake a claim could lock
     unstaked = spec.sign_promise(spec.BatchPromise(receipt_hash, stranger.public_key.to_canonical_address(), head + 5), stranger.to_bytes(), coverage_domain)
     with pytest.raises(InvalidProof, match="not an active registered node"):
-        verify_promise_on_receipt(unstaked, receipt_hash, protocol)
+        verify_promise_on_receipt(unstaked, receipt, protocol)
+
+
+async def test_a_receipt_whose_horizon_ends_before_its_batch_could_be_audited_is_refused(deployed, tmp_path):
+    """The cheat: a worker signs auditableUntilBlock short of its batch's last audit start, so a
+    selected start of its receipt would be skipped (`Jobs.openAudit`) and it is never audited.
+    The honest dispatcher treats the receipt as that worker's failure (`Promises.verify_horizon`,
+    before it keeps the job) and, if the head moved on since, promises an earlier batch rather
+    than one the receipt would not outlive; the client refuses a promise its receipt does not
+    outlive (`verify_promise_on_receipt`). The honest worker's horizon passes both."""
+    from verillm.errors import InvalidProof
+    from verillm.client.promise import verify_promise_on_receipt
+    from verillm.spec.params import compute_timeline
+
+    _, protocol, _, _ = deployed
+    key, tables, chainio, domain = _node(deployed, tmp_path)
+    promises = Promises(chainio, tables, key)
+    start_span = compute_timeline(protocol.preset).start_span
+    least = protocol.preset.BATCH_BY_BLOCKS + start_span  # a promise made now + the batch's start span
+    _, honest = _job_and_receipt(4, key, domain, protocol)
+    await promises.verify_horizon(honest)
+    _, cheat = _job_and_receipt(5, key, domain, protocol, horizon_blocks=least - 1)
+    with pytest.raises(InvalidProof, match="auditable only until"):
+        await promises.verify_horizon(cheat)
+    # Signed exactly at the least horizon, then the head moves before the promise: the promise is
+    # due earlier (the batcher posts by it), so the receipt still outlives its batch's last start.
+    job, tight = _job_and_receipt(6, key, domain, protocol, horizon_blocks=least)
+    await promises.verify_horizon(tight)
+    tables.insert_dispatched_job(b"\x06" * 32, job, key.address, "", (5, 6), tight, False)
+    protocol.chain.mine(3)
+    signed = await promises.make(b"\x06" * 32, tight)
+    assert signed.promise.batch_by_block == tight.auditable_until_block - start_span < protocol.chain.get_block_number() + protocol.preset.BATCH_BY_BLOCKS
+    verify_promise_on_receipt(signed, tight, protocol)
+    # A colluding dispatcher that promises head + BATCH_BY_BLOCKS anyway: the client refuses it.
+    head = protocol.chain.get_block_number()
+    late = spec.sign_promise(spec.BatchPromise(compute_receipt_hash(tight), key.address, head + protocol.preset.BATCH_BY_BLOCKS),
+                             key.private_key, protocol.get_promise_domain())
+    with pytest.raises(InvalidProof, match="auditable only until"):
+        verify_promise_on_receipt(late, tight, protocol)

@@ -28,7 +28,7 @@ STATUSES = ("dispatched", "committed", "audited", "verified", "final", "slashed"
 def _dispatch(tables: DispatcherTables, n: int, key: bytes = KEYS[0], model: bytes = MODELS[0]):
     job = Job(model_id=model, input_tokens=(1, 2, n), sampling=SamplingParams(), max_new_tokens=2, nonce=bytes([n]) * 32)
     worker = keys.PrivateKey(key).public_key.to_canonical_address()
-    receipt = sign_receipt(compute_receipt(job, (4, 5), b"\x09" * 32, worker), key, SigningDomain())
+    receipt = sign_receipt(compute_receipt(job, (4, 5), b"\x09" * 32, worker, 1_000), key, SigningDomain())
     tables.insert_dispatched_job(receipt.job_hash, job, worker, "http://w", (4, 5), receipt, audit_requested=False)
     return receipt
 

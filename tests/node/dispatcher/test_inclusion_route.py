@@ -21,7 +21,7 @@ from verillm.spec import vrf
 from verillm.spec.audit import compute_batch_levels
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import MINIMAL
-from verillm.spec.receipt import SigningDomain, compute_receipt, compute_receipt_hash, sign_receipt
+from verillm.spec.receipt import SigningDomain, compute_auditable_until_block, compute_receipt, compute_receipt_hash, sign_receipt
 from verillm.spec.types import Job, SamplingParams
 
 from verillm.node.appkeys import APP_METRICS
@@ -104,7 +104,8 @@ async def test_the_route_serves_the_stored_proof_and_the_sdk_verifies_it_on_chai
     signed = []
     for i in (1, 2, 3):  # three leaves: a real path, with a level where the last node is promoted
         job = Job(MODEL_ID, (1, 2, 3), SamplingParams(), 4, i.to_bytes(32, "big"))
-        receipt = sign_receipt(compute_receipt(job, (5, 6), b"\x09" * 32, key.address), key.private_key, domain)
+        until = compute_auditable_until_block(protocol.chain.get_block_number(), protocol.preset)
+        receipt = sign_receipt(compute_receipt(job, (5, 6), b"\x09" * 32, key.address, until), key.private_key, domain)
         tables.insert_dispatched_job(bytes([i]) * 32, job, key.address, "", (5, 6), receipt, False)
         signed.append(await promises.make(bytes([i]) * 32, receipt))
     mine, due = signed[0], signed[0].promise.batch_by_block

@@ -28,7 +28,7 @@ def _address(key: bytes) -> bytes:
 
 
 def _receipt(output=(5, 6), key=KEY, domain=DOMAIN):
-    return sign_receipt(compute_receipt(JOB, output, b"\x09" * 32, _address(key)), key, domain)
+    return sign_receipt(compute_receipt(JOB, output, b"\x09" * 32, _address(key), 1_000), key, domain)
 
 
 def test_a_valid_answer_passes():

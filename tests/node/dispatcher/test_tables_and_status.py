@@ -28,7 +28,7 @@ def _dispatch(tables: DispatcherTables, n: int):
 
     job = _job(n)
     worker = keys.PrivateKey(KEY).public_key.to_canonical_address()
-    receipt = sign_receipt(compute_receipt(job, (4, 5), b"\x09" * 32, worker), KEY, SigningDomain())
+    receipt = sign_receipt(compute_receipt(job, (4, 5), b"\x09" * 32, worker, 1_000), KEY, SigningDomain())
     tables.insert_dispatched_job(receipt.job_hash, job, worker, "http://w", (4, 5), receipt, audit_requested=n == 1)
     return receipt
 
