@@ -76,8 +76,10 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     watcher = ChainWatcher(chainio, tables, view, batches, audits, duties, tasks, metrics, config.poll_interval_s, config.confirmations,
                            delivery, OmissionAnswers(chainio, tables))
     router.readiness = ReadinessMonitor(chainio, key.address, worker.served.model_id, config.registry_refresh_s)
-    # Every receipt this node signs is auditable until the head it last read + RECEIPT_HORIZON_BLOCKS.
-    worker.runner.horizon = lambda: compute_auditable_until_block(watcher.head, chainio.preset)
+    # Every receipt this node signs is auditable until the head it last read + RECEIPT_HORIZON_BLOCKS
+    # (before the watcher's first tick — jobs re-run at a restart — the chain's head, read now:
+    # a horizon from block 0 would be expired and refused by every dispatcher).
+    worker.runner.horizon = lambda: compute_auditable_until_block(watcher.head or chainio.chain.get_block_number(), chainio.preset)
     seats = SeatBook(chainio, tables, lambda: watcher.head, compute_audit_horizon_blocks(chainio.preset))
     seats.on_seat = lambda seat: worker.promote_committee_job(seats.admit)  # a job that came before its seat was known
     return DispatchService(chainio, tables, router, watcher, tasks, seats)
