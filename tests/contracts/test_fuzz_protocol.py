@@ -476,3 +476,81 @@ def test_fuzzer_members_claim_within_their_window(fuzz_world):
         assert m.round_state(b, 0).attempt == 0 and m.party(b, 0, 0)["slashed"]
     finally:
         del fuzz_world.protocol._send
+
+
+# seed 80002's falsifying run (issue 20, after the private draws): eight audits in flight at the
+# teardown; an honest worker's opening left for its audit's turn in a pass came after its window
+SEED_80002_RULES = [
+    ('cheater_restakes', dict()), ('cheater_restakes', dict()), ('cheater_restakes', dict()),
+    ('cheater_restakes', dict()), ('new_batch', dict(dispatcher=1, first=11, mode='open', workers=[1, 2, 1, 1])),
+    ('grief_exits', dict(amount=9058, move='deregister-value')), ('poke', dict(call='finalize', pick=4)),
+    ('start_batched_leaf', dict(pick=3)), ('edge_timer', dict(move='claim', pick=7)),
+    ('new_batch', dict(dispatcher=1, first=12, mode='open', workers=[2, 1, 0, 1])),
+    ('grief_adjudicate_across', dict(appeal_slot=2, pick=6, slot=2)), ('late_cheater_opens', dict(pick=7)),
+    ('cheater_restakes', dict()), ('adversary_member', dict(agree=True, pick=1)),
+    ('new_batch', dict(dispatcher=0, first=13, mode='open', workers=[0, 0])),
+    ('grief_exits', dict(amount=6711875, move='withdraw-value')), ('edge_timer', dict(move='publish', pick=4)),
+    ('cheat_publishes', dict(pick=5)), ('cheater_exits', dict(move='deregister', wait=True)),
+    ('grief_claim', dict()), ('grief_claim', dict()), ('edge_timer', dict(move='publish', pick=6)),
+    ('cheater_exits', dict(move='deregister', wait=True)), ('grief_adjudicate', dict(pick=5, slot=3)),
+    ('adversary_member', dict(agree=True, pick=0)), ('late_cheater_opens', dict(pick=4)),
+    ('new_batch', dict(dispatcher=0, first=13, mode='late', workers=[0, 2, 0, 2])), ('grief_claim', dict()),
+    ('grief_exits', dict(amount=300, move='top-up')),
+    ('new_batch', dict(dispatcher=0, first=3, mode='forge', workers=[2, 1, 0, 2])),
+    ('grief_coverage', dict(move='bond', other=8, pick=1)),
+    ('grief_contest', dict(count=16, first_round=False, pick=4, shuffle=False, slot=1)),
+    ('grief_adjudicate_across', dict(appeal_slot=4, pick=4, slot=3)),
+    ('long_transcript', dict(dispatcher=0, seed=383)), ('edge_timer', dict(move='open', pick=0)),
+    ('cheat_publishes', dict(pick=4)), ('grief_coverage', dict(move='bond', other=4, pick=8)),
+    ('cheat_publishes', dict(pick=5)), ('long_transcript', dict(dispatcher=1, seed=63277)),
+    ('grief_coverage', dict(move='alter', other=5, pick=1)), ('grief_exits', dict(amount=710, move='deregister')),
+    ('grief_claim', dict()), ('cheater_exits', dict(move='withdraw', wait=True)), ('cheater_restakes', dict()),
+    ('edge_timer', dict(move='claim', pick=3)), ('long_transcript', dict(dispatcher=2, seed=655)),
+    ('grief_adjudicate_across', dict(appeal_slot=3, pick=2, slot=3)),
+    ('grief_exits', dict(amount=257_333_312_888, move='adversary-withdraw')),
+    ('new_batch', dict(dispatcher=1, first=9, mode='open', workers=[2, 2, 0])),
+    ('grief_exits', dict(amount=3289, move='withdraw-value')),
+    ('grief_exits', dict(amount=999_999_999_999_999_999, move='withdraw')),
+    ('long_transcript', dict(dispatcher=1, seed=738)),
+    ('grief_coverage', dict(move='prove-foreign', other=0, pick=5)),
+    ('grief_exits', dict(amount=4096, move='deregister-value')), ('grief_escalate', dict(pick=4)),
+    ('grief_coverage', dict(move='bond', other=5, pick=6)), ('grief_adjudicate', dict(pick=5, slot=2)),
+    ('adversary_member', dict(agree=False, pick=1)), ('cheat_publishes', dict(pick=0)),
+    ('edge_timer', dict(move='claim', pick=0)), ('poke', dict(call='settle', pick=6)),
+    ('grief_adjudicate', dict(pick=0, slot=1)), ('long_transcript', dict(dispatcher=2, seed=13023)),
+    ('cheater_restakes', dict()), ('grief_escalate', dict(pick=6)), ('cheat_publishes', dict(pick=4)),
+    ('grief_adjudicate', dict(pick=1, slot=1)), ('cheater_restakes', dict()),
+    ('grief_adjudicate', dict(pick=3, slot=2)), ('late_cheater_opens', dict(pick=1)),
+    ('grief_coverage', dict(move='forge', other=8, pick=3)), ('cheater_exits', dict(move='deregister', wait=True)),
+    ('poke', dict(call='drawChallenge', pick=6)), ('grief_escalate', dict(pick=7)), ('grief_escalate', dict(pick=4)),
+    ('grief_claim', dict()), ('late_cheater_opens', dict(pick=2)), ('poke', dict(call='drawChallenge', pick=2)),
+    ('poke', dict(call='lapse', pick=5)),
+    ('grief_contest', dict(count=3, first_round=True, pick=5, shuffle=True, slot=2)),
+    ('grief_adjudicate', dict(pick=7, slot=3)),
+    ('new_batch', dict(dispatcher=0, first=10, mode='forge', workers=[1, 2])),
+    ('grief_adjudicate_across', dict(appeal_slot=1, pick=1, slot=3)),
+    ('cheater_exits', dict(move='withdraw', wait=True)), ('late_cheater_opens', dict(pick=2)),
+    ('grief_claim', dict()), ('poke', dict(call='replaceMissing', pick=3)),
+    ('grief_coverage', dict(move='forge', other=2, pick=7)), ('grief_claim', dict()),
+    ('grief_exits', dict(amount=772, move='deregister')),
+    ('grief_adjudicate_across', dict(appeal_slot=1, pick=2, slot=2)), ('edge_timer', dict(move='publish', pick=4)),
+    ('cheat_publishes', dict(pick=6)), ('edge_timer', dict(move='open', pick=5)), ('cheater_restakes', dict()),
+    ('grief_coverage', dict(move='alter', other=0, pick=2)), ('cheat_publishes', dict(pick=3)),
+    ('adversary_member', dict(agree=True, pick=4)),
+    ('new_batch', dict(dispatcher=1, first=4, mode='open', workers=[2, 1, 0, 2])),
+]
+
+
+def test_fuzzer_openings_come_before_the_rest_of_a_pass(fuzz_world):
+    """Replays seed 80002's run: before the fix, audit 5's challenge was drawn at its window's last
+    block and the honest worker (node 0) defaulted: "honest node 0 lost stake" at the teardown.
+    Honest openings now come right after the draws in every pass (fuzz_honest.py)."""
+    m = _machine(fuzz_world, fresh=True)
+    try:
+        m.record_floor()
+        for rule, kwargs in SEED_80002_RULES:
+            getattr(m, rule)(**kwargs)
+            m._check_invariants()
+        m.teardown()  # drives every audit to its end; raises if an honest node lost stake
+    finally:
+        del fuzz_world.protocol._send
