@@ -90,17 +90,18 @@ class HonestParties:
                     if self.audit(t.run.audit_id).phase == COMMITTING:
                         self._honest_claims(t, self.audit(t.run.audit_id))  # a claim's window closes like an answer's
         self._honest_draws()
-        # Then every opening that is due: the worker's window is 20 blocks on MINIMAL, and a pass
-        # over eight audits in their turn can mine more (one block per transaction): a worker left
-        # for its audit's turn defaulted (seed 80002: the challenge drawn at its window's last
+        # Batching promises (fuzz_coverage): an answer to an omission claim has the same 5-block
+        # proof window. The client's claims and slashes wait for the end of the pass.
+        self._honest_coverage_answers()
+        # Then every opening that is due, after the 5-block answers above: the worker's window is
+        # 20 blocks on MINIMAL, and a pass over eight audits in their turn can mine more (one block
+        # per transaction): a worker left for its audit's turn defaulted (seed 80002: the challenge drawn at its window's last
         # block, the honest worker slashed; test_fuzzer_openings_come_before_the_rest_of_a_pass).
         for t in self.audits:
             state = self.audit(t.run.audit_id)
             if state.phase == OPENING:
                 self._honest_opening(t, state)
-        # Batching promises (fuzz_coverage): an answer to an omission claim has the same 5-block
-        # proof window. The client's claims and slashes wait for the end of the pass.
-        self._honest_coverage_answers()
+                self._honest_draws()  # a draw that fell due during these transactions, at once
         for t in self.audits:
             state = self.audit(t.run.audit_id)
             if state.phase not in (SETTLED, ABANDONED):
