@@ -79,7 +79,10 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     # Every receipt this node signs is auditable until the head it last read + RECEIPT_HORIZON_BLOCKS
     # (before the watcher's first tick — jobs re-run at a restart — the chain's head, read now:
     # a horizon from block 0 would be expired and refused by every dispatcher).
-    worker.runner.horizon = lambda: compute_auditable_until_block(watcher.head or chainio.chain.get_block_number(), chainio.preset)
+    # The chain's head is read for each receipt, not the watcher's last poll: after a burst of
+    # blocks the watcher lags, and a dispatcher refuses a receipt whose horizon that lag shortened
+    # below its promise (e2e test_a_dispatcher_killed_mid_audit_resumes_and_settles, once).
+    worker.runner.horizon = lambda: compute_auditable_until_block(chainio.chain.get_block_number(), chainio.preset)
     seats = SeatBook(chainio, tables, lambda: watcher.head, compute_audit_horizon_blocks(chainio.preset))
     seats.on_seat = lambda seat: worker.promote_committee_job(seats.admit)  # a job that came before its seat was known
     return DispatchService(chainio, tables, router, watcher, tasks, seats)
