@@ -208,16 +208,7 @@ class World:
     def start_framed(self, votes) -> tuple[Party, AuditRun, list[Party]]:
         """Round 0 on an honest worker (node 0, dispatched by node 1): its first two members commit
         fabricated data, the third is honest, slot k votes ``votes(k)``; the round decides FAIL."""
-        worker = self.make_worker(self.nodes[0])
-        run = self.start(worker, dispatcher=self.nodes[1])
-        committee = self.committee(run)
-        round0 = [self.make_member(n, offset=0.3) for n in committee[:2]] + [self.make_member(committee[2])]
-        self.post_members(run, round0)
-        self.open_worker(run)
-        for slot in range(3):
-            self.open_member(run, slot, vote=votes(slot))
-        assert self.protocol.finalize(self.outsider, run.audit_id).value == FAIL
-        return worker, run, round0
+        return self._round0_with_two_fabricated_members(0.0, votes, FAIL)
 
     def pass_appeal(self, run: AuditRun, worker: Party):
         """The worker appeals; an honest appeal round decides PASS. Returns the escalate and drawRound transactions."""
@@ -234,7 +225,13 @@ class World:
         """Round 0 on a cheating worker (node 0, a fabricated trace, dispatched by node 1): its
         first two members collude (they commit the worker's fabricated data), the third is honest;
         slot k votes ``votes(k)`` (default: the colluders agree); the round decides PASS."""
-        worker = self.make_worker(self.nodes[0], offset=0.3)
+        return self._round0_with_two_fabricated_members(0.3, votes, PASS)
+
+    def _round0_with_two_fabricated_members(self, worker_offset: float, votes, verdict: int) -> tuple[Party, AuditRun, list[Party]]:
+        """Worker node 0 (trace at ``worker_offset``) dispatched by node 1; round 0's first two
+        members commit the fabricated trace (offset 0.3), the third the honest one; slot k votes
+        ``votes(k)``; the round must decide ``verdict``."""
+        worker = self.make_worker(self.nodes[0], offset=worker_offset)
         run = self.start(worker, dispatcher=self.nodes[1])
         committee = self.committee(run)
         round0 = [self.make_member(n, offset=0.3) for n in committee[:2]] + [self.make_member(committee[2])]
@@ -242,7 +239,7 @@ class World:
         self.open_worker(run)
         for slot in range(3):
             self.open_member(run, slot, vote=votes(slot))
-        assert self.protocol.finalize(self.outsider, run.audit_id).value == PASS
+        assert self.protocol.finalize(self.outsider, run.audit_id).value == verdict
         return worker, run, round0
 
     def appeal(self, run: AuditRun, escalator: Node, offset: float = 0.0, finalize: bool = True) -> list[Party]:
