@@ -163,25 +163,46 @@ class ChainAuditor:
         audit_id, batch_id, index = event.args["auditId"], event.args["batchId"], event.args["index"]
         subject = f"audit {audit_id}"
         call = self._calldata(event)
-        receipt = compute_receipt_from_struct(call["receipt"], call["signature"])
-        receipt_hash = compute_receipt_hash(receipt)
+        receipt = self._started_receipt(audit_id, call)
         root, dispatcher, count, posted_block, beta, *_ = self.protocol.batches.call("getBatch", batch_id)
         proof = MerkleProof(index=index, leaf_count=count, siblings=tuple(bytes(s) for s in call["siblings"]))
+        receipt_hash = compute_receipt_hash(receipt) if receipt else bytes(call["receiptHash"])
         self._add(receipt_hash == bytes(event.args["receiptHash"]) and is_valid_merkle_proof(compute_leaf_hash(receipt_hash), proof, bytes(root)),
                   subject, f"receipt {receipt_hash.hex()[:12]}… is leaf {index} of batch {batch_id}", "receipt hash or its Merkle proof into the batch root is wrong")
+        if receipt is None:  # a private start whose reveal was missed and whose receipt nobody showed
+            self._check_private_draw(audit_id, bytes(call["drawCommitment"]))
+            return self._note(subject, "its worker's receipt was never shown (a missed private draw nobody followed): nothing to re-check")
         self._add(recover_receipt_signer(receipt, self.domain) == receipt.worker, subject, "receipt signed by its worker (EIP-712)", "receipt signature does not recover to its worker")
         drawn = spec_audit.is_audited(bytes(beta), index, self.preset.AUDIT_RATE_BPS)
         self._add(drawn != event.args["requested"], subject, "selected by the draw" if drawn else "requested and paid by a client",
                   "'requested' flag disagrees with the draw")
         base = {"worker": "0x" + receipt.worker.hex(), "dispatcher": dispatcher.lower(), "beta": bytes(beta), "index": index,
                 "posted_block": posted_block, "model_id": receipt.model_id}
-        self._check_private_draw(audit_id, bytes(call["drawCommitment"]))
+        self._check_private_draw(audit_id, bytes(call.get("drawCommitment", bytes(32))))
         self._check_draws(audit_id, base)
         for round_index in range(2):
             if self.named("ChallengeDrawn", auditId=audit_id, round=round_index):
-                self._check_round(audit_id, round_index, receipt, bytes(beta), index, event.args["outputTokens"])
+                self._check_round(audit_id, round_index, receipt, bytes(beta), index, receipt.output_tokens)
         self._check_decisions(audit_id, base["worker"])
         self._check_settlement(audit_id, base["worker"])
+
+    def _started_receipt(self, audit_id: int, start: dict) -> Receipt | None:
+        """The worker's receipt: in a public start's calldata; a private start (`startPrivateAudit`)
+        sends its hash and claim only, and the receipt comes with the reveal (`revealRound`) or, after
+        a missed one, `supplyReceipt`; None when it never came."""
+        if "receipt" in start:
+            return compute_receipt_from_struct(start["receipt"], start["signature"])
+        shown = self.named("WorkerReceiptShown", auditId=audit_id)
+        if not shown:
+            return None
+        call = self._calldata(shown[0])
+        receipt = compute_receipt_from_struct(call.get("workerReceipt") or call["receipt"], start["signature"])
+        claim = start["claim"]
+        claimed = (get_struct_field(claim, "worker", 0).lower(), bytes(get_struct_field(claim, "modelId", 1)), get_struct_field(claim, "auditableUntilBlock", 2))
+        self._add(claimed == ("0x" + receipt.worker.hex(), receipt.model_id, receipt.auditable_until_block), f"audit {audit_id}",
+                  "the receipt shown with the private draw is what its start claimed (worker, model, horizon)",
+                  "the receipt shown with the private draw differs from its start's claim")
+        return receipt
 
     # --- committees -------------------------------------------------------------------------------
 

@@ -35,6 +35,17 @@ enum Phase {
     LAPSED // terminal for an escalation round nobody drew: the audit settles its first round
 }
 
+/// @notice What a private start says of the worker's receipt without showing it (Batches.startPrivateAudit):
+/// the receipt itself would name the member's job (its outputHash is that job's input hash). The
+/// worker is proven by its signature over the receipt hash; the model and the horizon are bound to
+/// that hash when the dispatcher reveals the receipt with the draw (Jobs.revealRound), and a
+/// dispatcher that claimed them falsely cannot reveal: it is slashed at the lapse.
+struct ReceiptClaim {
+    address worker;
+    bytes32 modelId;
+    uint64 auditableUntilBlock;
+}
+
 /// @notice What Batches hands Jobs to open an audit of a batched receipt.
 struct AuditRequest {
     uint64 batchId;
@@ -75,6 +86,7 @@ struct RoundState {
     uint16 pendingContests;
     uint64 publishDeadline; // the round's claim window (0: no claim)
     bool privateDraw; // DRAWING, and only the dispatcher may draw it (revealRound) until drawBy
+    bool receiptKnown; // the worker's receipt is on-chain (false: a private start before its reveal, or a missed reveal nobody supplied)
     Deadlines deadlines;
 }
 

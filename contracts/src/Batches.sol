@@ -2,7 +2,7 @@
 pragma solidity ^0.8.24;
 
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
-import {AuditRequest, ReceiptData, Receipts} from "./AuditTypes.sol";
+import {AuditRequest, ReceiptClaim, ReceiptData, Receipts} from "./AuditTypes.sol";
 import {BlsVrf} from "./BlsVrf.sol";
 import {Jobs} from "./Jobs.sol";
 import {MerkleLib} from "./MerkleLib.sol";
@@ -170,18 +170,48 @@ contract Batches is ReentrancyGuard {
     /// Merkle proof into the batch. A job the draw did not select is audited on request when
     /// msg.value pays committeeSize × auditFeeWei. Jobs checks the receipt (signature, lengths,
     /// its worker's horizon, one audit per receipt) and opens the audit; its committee is drawn
-    /// later (Jobs.drawRound; privately by its dispatcher with Jobs.revealRound when the dispatcher
-    /// starts it with a draw commitment: no member learns its seat before its receipt is posted). A selected job whose receipt another audit already took, or whose
+    /// later (Jobs.drawRound). A selected job whose receipt another audit already took, or whose
     /// worker left before the horizon, is marked handled without an audit (auditId 0): its
     /// dispatcher did its duty.
-    function startAudit(
+    function startAudit(uint256 batchId, uint32 index, ReceiptData calldata receipt, bytes calldata signature, bytes32[] calldata siblings)
+        external
+        payable
+        nonReentrant
+        returns (uint256 auditId)
+    {
+        AuditRequest memory request = _admit(batchId, index, Receipts.hash(receipt), siblings, bytes32(0));
+        return jobs.openAudit{value: msg.value}(request, receipt, signature);
+    }
+
+    /// @notice The dispatcher's start of a selected job whose first round it draws privately
+    /// (docs/protocol.md §12 "Private draws"): a commitment keccak256(0x1d ‖ secret), the receipt's
+    /// hash with its Merkle proof and its worker's signature, and what the draw needs of it
+    /// (ReceiptClaim) — not the receipt, whose outputHash is the input hash of every member's job:
+    /// it comes with the reveal (Jobs.revealRound), in the transaction that posts the members'
+    /// receipts, so no member can learn its seat before its own receipt is on-chain. msg.value:
+    /// the private-draw bond, committeeSize × auditFeeWei (what a request pays), returned at the reveal.
+    function startPrivateAudit(
         uint256 batchId,
         uint32 index,
-        ReceiptData calldata receipt,
+        bytes32 receiptHash,
+        ReceiptClaim calldata claim,
         bytes calldata signature,
         bytes32[] calldata siblings,
         bytes32 drawCommitment
     ) external payable nonReentrant returns (uint256 auditId) {
+        if (drawCommitment == bytes32(0)) revert PrivateDrawRefused("a private start commits to its draw");
+        AuditRequest memory request = _admit(batchId, index, receiptHash, siblings, drawCommitment);
+        ReceiptData memory claimed; // what the draw needs; the rest comes with the reveal
+        (claimed.worker, claimed.modelId, claimed.auditableUntilBlock) = (claim.worker, claim.modelId, claim.auditableUntilBlock);
+        return jobs.openAudit{value: msg.value}(request, claimed, signature);
+    }
+
+    /// @dev The checks every start makes before Jobs sees the receipt: a drawn batch, an index in
+    /// it, in the start window, the right fee, the proof into the batch root, one start per leaf.
+    function _admit(uint256 batchId, uint32 index, bytes32 receiptHash, bytes32[] calldata siblings, bytes32 drawCommitment)
+        private
+        returns (AuditRequest memory)
+    {
         Stored storage b = _batch(batchId);
         if (b.drawnBlock == 0) revert NotDrawn(batchId);
         if (index >= b.count) revert IndexOutOfBatch(index, b.count);
@@ -195,15 +225,15 @@ contract Batches is ReentrancyGuard {
         // the dispatcher is slashed only after the whole window (slashMissedStart).
         uint256 ownHalf = b.drawnBlock + startWindow / 2;
         if (selected && msg.sender != b.dispatcher && block.number <= ownHalf) revert TooEarly(ownHalf + 1);
-        uint256 fee = selected ? 0 : requestFeeWei;
+        // A request pays its committee; a private start deposits as much, returned at its reveal and
+        // forfeited to the pool if it never comes: each refused private committee costs its dispatcher.
+        uint256 fee = selected && drawCommitment == bytes32(0) ? 0 : requestFeeWei;
         if (msg.value != fee) revert WrongFee(msg.value, fee);
-        bytes32 receiptHash = Receipts.hash(receipt);
         if (!MerkleLib.isValidProof(MerkleLib.leafHash(abi.encodePacked(receiptHash)), index, b.count, siblings, b.root)) {
             revert InvalidMerkleProof();
         }
         _markHandled(batchId, index);
-        AuditRequest memory request = AuditRequest(uint64(batchId), index, b.dispatcher, b.postedBlock, selected, receiptHash, drawCommitment);
-        return jobs.openAudit{value: fee}(request, receipt, signature);
+        return AuditRequest(uint64(batchId), index, b.dispatcher, b.postedBlock, selected, receiptHash, drawCommitment);
     }
 
     // --- views -----------------------------------------------------------------------------

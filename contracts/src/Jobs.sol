@@ -2,7 +2,6 @@
 pragma solidity ^0.8.24;
 
 import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
-import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
 import {AuditCodes, AuditRequest, AuditView, Deadlines, PartyView, Phase, ReceiptData, Receipts, RoundState} from "./AuditTypes.sol";
 import {Domains, Params, ProtocolParams} from "./Params.sol";
@@ -16,7 +15,7 @@ import {Sortition} from "./Sortition.sol";
 /// composed in one place), the way OpenZeppelin's Governor validates `state(id)`. Batches
 /// (Batches.sol) open audits; Disputes adjudicates and relays delivery. The arithmetic is mirrored
 /// by verillm/spec/audit.py and verillm/spec/settlement.py.
-contract Jobs is EIP712, ReentrancyGuard {
+contract Jobs is ReentrancyGuard {
     struct Member {
         address node;
         uint8 vote;
@@ -60,12 +59,13 @@ contract Jobs is EIP712, ReentrancyGuard {
         bool requested;
         bool workerSlashed;
         bool published; // the transcript is public (Delivery): no claim after it, in any round
+        uint64 auditableUntilBlock; // the receipt's horizon (a private start's claim, checked at the reveal)
         address worker;
         address dispatcher;
         address escalator;
         uint256 escalationBondWei;
         bytes32 modelId;
-        bytes32 workerRoot;
+        bytes32 workerRoot; // this and the receipt's fields below: 0 until the receipt is on-chain (numPositions != 0)
         bytes32 workerOutputHash; // hash of input ‖ output: a member's verification job's input hash
         bytes32 samplingKey;
         bytes32 receiptHash;
@@ -73,6 +73,11 @@ contract Jobs is EIP712, ReentrancyGuard {
         address[] replaced; // members redrawn away (rare): with every round's seats, excluded from later draws and unlocked at the end
     }
 
+    bytes32 private constant EIP712_DOMAIN_TYPEHASH = keccak256("EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)");
+    /// @dev The EIP-712 domain receipts are signed in ("VeriLLM", "1", this chain, this contract),
+    /// fixed at deployment (OpenZeppelin's EIP712 would add EIP-5267's eip712Domain() and a
+    /// re-derivation after a chain fork: room this contract needs; a fork gets a fresh deployment).
+    bytes32 private immutable domainSeparator_;
     Registry public immutable registry;
     address public immutable deployer;
     address public disputes;
@@ -100,6 +105,7 @@ contract Jobs is EIP712, ReentrancyGuard {
     event PrivateDrawMissed(uint256 indexed auditId, address indexed dispatcher);
     /// @notice The secret a private draw was made with: anyone can now re-derive its committee.
     event PrivateDrawRevealed(uint256 indexed auditId, bytes32 secret);
+    event WorkerReceiptShown(uint256 indexed auditId, uint32 outputTokens);
     event EscalationStarted(uint256 indexed auditId, address indexed escalator);
     event EscalationLapsed(uint256 indexed auditId);
     event AuditAbandoned(uint256 indexed auditId, uint8 round, string reason);
@@ -139,8 +145,10 @@ contract Jobs is EIP712, ReentrancyGuard {
     error DrawFailed();
     error PrivateDraw(uint256 auditId);
     error InvalidSecret(uint256 auditId);
+    error ReceiptNotOnChain(uint256 auditId);
 
-    constructor(Registry registry_, ProtocolParams memory p) EIP712("VeriLLM", "1") {
+    constructor(Registry registry_, ProtocolParams memory p) {
+        domainSeparator_ = keccak256(abi.encode(EIP712_DOMAIN_TYPEHASH, keccak256("VeriLLM"), keccak256("1"), block.chainid, address(this)));
         if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
         registry = registry_;
         deployer = msg.sender;
@@ -181,6 +189,9 @@ contract Jobs is EIP712, ReentrancyGuard {
     /// are checked here; the audit starts DRAWING: its committee is drawn from a blockhash after
     /// this block (drawRound), with the weights of this epoch. A selected job whose receipt
     /// another audit already owns, or whose worker left before the horizon, is skipped (id 0).
+    /// A private start (q.drawCommitment ≠ 0, Batches.startPrivateAudit) hands over only what its
+    /// draw needs — worker, model, horizon; every other field 0 — and shows the receipt with its
+    /// reveal (revealRound): the receipt names the members' jobs (its outputHash is their input hash).
     function openAudit(AuditRequest calldata q, ReceiptData calldata receipt, bytes calldata signature)
         external
         payable
@@ -188,14 +199,15 @@ contract Jobs is EIP712, ReentrancyGuard {
     {
         if (msg.sender != batches) revert NotProtocol();
         _checkSigner(q.receiptHash, signature, receipt.worker);
-        _checkLengths(receipt);
         if (_isSkipped(q, receipt)) {
             emit AuditSkipped(q.batchId, q.index, q.receiptHash);
+            _credit(q.dispatcher, msg.value); // a private start's bond back: nothing to reveal
             return 0;
         }
         receiptState[q.receiptHash] = AuditCodes.RECEIPT_AUDITED;
         feePoolWei += msg.value;
         auditId = _createAudit(q, receipt);
+        if (q.drawCommitment == bytes32(0)) _acceptReceipt(audits[auditId], receipt);
         emit AuditStarted(auditId, q.batchId, q.index, receipt.worker, q.receiptHash, receipt.outputTokens, !q.selected);
         _enterRound(auditId, 0);
     }
@@ -230,28 +242,46 @@ contract Jobs is EIP712, ReentrancyGuard {
         revert ReceiptReplayed(q.receiptHash);
     }
 
-    function _createAudit(AuditRequest calldata q, ReceiptData calldata receipt) private returns (uint256 auditId) {
-        Registry.ModelConfig memory model = registry.getModelConfig(receipt.modelId);
+    function _createAudit(AuditRequest calldata q, ReceiptData calldata claim) private returns (uint256 auditId) {
         auditId = ++auditCount;
         Audit storage a = audits[auditId];
         a.batchId = q.batchId;
         a.index = q.index;
+        a.requested = !q.selected;
+        a.auditableUntilBlock = claim.auditableUntilBlock;
+        a.worker = claim.worker;
+        a.dispatcher = q.dispatcher;
+        a.modelId = claim.modelId;
+        a.receiptHash = q.receiptHash;
+        if (q.drawCommitment != bytes32(0)) a.drawCommitment = q.drawCommitment;
+        registry.lock(claim.worker);
+        registry.lock(q.dispatcher);
+    }
+
+    /// @dev The worker's receipt, checked (the batched one, signed, and what its start claimed:
+    /// a private start shows it only at the reveal) and kept: what the rounds check members'
+    /// receipts, openings and claims against.
+    function _acceptReceipt(Audit storage a, ReceiptData calldata receipt) private {
+        if (Receipts.hash(receipt) != a.receiptHash) revert ReceiptMismatch("not the started receipt");
+        if (receipt.worker != a.worker || receipt.modelId != a.modelId || receipt.auditableUntilBlock != a.auditableUntilBlock) {
+            revert ReceiptMismatch("not what the start claimed");
+        }
+        _checkLengths(receipt);
+        Registry.ModelConfig memory model = registry.getModelConfig(receipt.modelId);
         a.numPositions = receipt.numPositions;
         a.outputTokens = receipt.outputTokens;
         a.inputTokens = receipt.inputTokens;
         a.workerOutputHash = receipt.outputHash;
         a.fingerprintDims = model.fingerprintDims;
         a.layerCount = uint16(model.committedLayers.length);
-        a.requested = !q.selected;
-        a.worker = receipt.worker;
-        a.dispatcher = q.dispatcher;
-        a.modelId = receipt.modelId;
         a.workerRoot = receipt.commitmentRoot;
         a.samplingKey = _samplingKey(receipt);
-        a.receiptHash = q.receiptHash;
-        if (q.drawCommitment != bytes32(0)) a.drawCommitment = q.drawCommitment;
-        registry.lock(receipt.worker);
-        registry.lock(q.dispatcher);
+    }
+
+    /// @dev A private start's receipt, shown at the reveal or, after a missed reveal, by whoever holds it.
+    function _showReceipt(uint256 auditId, Audit storage a, ReceiptData calldata receipt) private {
+        _acceptReceipt(a, receipt);
+        emit WorkerReceiptShown(auditId, receipt.outputTokens);
     }
 
     /// @dev A round starts DRAWING at this block, reading this epoch's weights.
@@ -272,7 +302,20 @@ contract Jobs is EIP712, ReentrancyGuard {
     function drawRound(uint256 auditId) external nonReentrant {
         (Audit storage a, Round storage r) = _at(auditId, Phase.DRAWING);
         if (a.drawCommitment != bytes32(0)) revert PrivateDraw(auditId);
+        if (a.numPositions == 0) revert ReceiptNotOnChain(auditId);
         _drawRound(auditId, a, r, "");
+    }
+
+    /// @notice After a missed private draw (lapse), anyone holding the worker's receipt shows it
+    /// (the client, the worker, the dispatcher back up), in the public draw's window: the audit goes
+    /// on. Nobody showing it ends the round as a missed draw (its dispatcher slashed once, at the lapse).
+    function supplyReceipt(uint256 auditId, ReceiptData calldata receipt) external {
+        (Audit storage a, Round storage r) = _at(auditId, Phase.DRAWING);
+        if (a.drawCommitment != bytes32(0)) revert PrivateDraw(auditId);
+        if (a.numPositions != 0) revert AlreadyHandled(auditId, 0);
+        uint256 drawBy = _deadlines(r).drawBy;
+        if (block.number > drawBy) revert TooLate(drawBy + 1);
+        _showReceipt(auditId, a, receipt);
     }
 
     /// @notice The dispatcher's private draw of round 0 (docs/protocol.md §12 "Private draws"), in
@@ -282,16 +325,22 @@ contract Jobs is EIP712, ReentrancyGuard {
     /// it collected from the members — who ran their jobs not knowing they were audits — are
     /// posted in the same transaction. A member learns its seat only once its receipt is on-chain.
     /// Seats without a receipt go on as after a public draw (a commit window from now).
-    function revealRound(uint256 auditId, bytes32 secret, uint8[] calldata slots, ReceiptData[] calldata receipts, bytes[] calldata signatures)
-        external
-        nonReentrant
-    {
+    function revealRound(
+        uint256 auditId,
+        bytes32 secret,
+        ReceiptData calldata workerReceipt,
+        uint8[] calldata slots,
+        ReceiptData[] calldata receipts,
+        bytes[] calldata signatures
+    ) external nonReentrant {
         (Audit storage a, Round storage r) = _at(auditId, Phase.DRAWING);
         if (msg.sender != a.dispatcher) revert NotParty(msg.sender);
         if (a.drawCommitment == bytes32(0) || keccak256(abi.encodePacked(Domains.DRAW_SECRET, secret)) != a.drawCommitment) revert InvalidSecret(auditId);
         if (slots.length != receipts.length || slots.length != signatures.length) revert ReceiptMismatch("one slot and one signature per receipt");
         a.drawCommitment = bytes32(0);
         emit PrivateDrawRevealed(auditId, secret);
+        _payFromPool(a.dispatcher, uint256(params.committeeSize) * params.auditFeeWei); // the bond of its start, back
+        _showReceipt(auditId, a, workerReceipt);
         if (!_drawRound(auditId, a, r, abi.encodePacked(secret))) return;
         for (uint256 i = 0; i < slots.length; i++) {
             _postReceipt(auditId, a, r, slots[i], receipts[i], signatures[i]);
@@ -345,7 +394,8 @@ contract Jobs is EIP712, ReentrancyGuard {
         }
         if (a.requested) {
             receiptState[a.receiptHash] = AuditCodes.RECEIPT_LAPSED;
-        } else {
+        } else if (a.numPositions != 0) {
+            // (Receipt unknown: a missed reveal nobody followed with the receipt; slashed once, at its lapse.)
             uint256 amount = _slash(auditId, a.dispatcher, "missed committee draw");
             _credit(msg.sender, _rewardOf(amount));
             feePoolWei += amount - _rewardOf(amount);
@@ -354,9 +404,10 @@ contract Jobs is EIP712, ReentrancyGuard {
     }
 
     /// @dev A private draw its dispatcher never revealed: the dispatcher is slashed (the caller
-    /// rewarded) and the round is drawn publicly instead, in a draw window from now, with the
-    /// weights of the epoch it was entered in (the timeline counts this fallback: privateFallback).
-    /// The audit goes on: a dispatcher cannot void its worker's audit by keeping its secret.
+    /// rewarded), its start's bond stays in the pool, and the round is drawn publicly instead, in a
+    /// draw window from now, with the weights of the epoch it was entered in (the timeline counts
+    /// this fallback: privateFallback), once anyone holding the worker's receipt shows it
+    /// (supplyReceipt): a dispatcher cannot void its worker's audit by keeping its secret.
     function _fallBackToPublicDraw(uint256 auditId, Audit storage a, Round storage r) private {
         a.drawCommitment = bytes32(0);
         r.enteredBlock = uint64(block.number);
@@ -774,7 +825,7 @@ contract Jobs is EIP712, ReentrancyGuard {
     // --- views -----------------------------------------------------------------------------
 
     function domainSeparator() external view returns (bytes32) {
-        return _domainSeparatorV4();
+        return domainSeparator_;
     }
 
     function getAudit(uint256 auditId) external view returns (AuditView memory v) {
@@ -814,7 +865,8 @@ contract Jobs is EIP712, ReentrancyGuard {
         Round storage r = rounds[auditId][roundIndex];
         return RoundState(
             r.phase, roundIndex, r.attempt, uint8(r.members.length), r.receipts, r.opens, r.workerOpened, r.challengeSeed != bytes32(0),
-            a.published, a.pendingContests, r.publishDeadline, r.phase == Phase.DRAWING && a.drawCommitment != bytes32(0), _deadlines(r)
+            a.published, a.pendingContests, r.publishDeadline, r.phase == Phase.DRAWING && a.drawCommitment != bytes32(0), a.numPositions != 0,
+            _deadlines(r)
         );
     }
 
@@ -890,7 +942,7 @@ contract Jobs is EIP712, ReentrancyGuard {
     }
 
     function _checkSigner(bytes32 receiptHash, bytes calldata signature, address expected) private view {
-        (address signer, ECDSA.RecoverError err,) = ECDSA.tryRecover(_hashTypedDataV4(receiptHash), signature);
+        (address signer, ECDSA.RecoverError err,) = ECDSA.tryRecover(keccak256(abi.encodePacked(hex"1901", domainSeparator_, receiptHash)), signature);
         if (err != ECDSA.RecoverError.NoError || signer != expected) revert InvalidSignature(expected);
     }
 

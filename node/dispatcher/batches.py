@@ -21,7 +21,7 @@ import time
 
 from verillm.chain.protocol import ZERO32
 from verillm.spec import audit as spec_audit
-from verillm.spec.audit import compute_draw_commitment
+from verillm.spec.audit import compute_draw_commitment, compute_private_draw_bond
 from verillm.spec.receipt import compute_receipt_hash
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
@@ -135,9 +135,10 @@ class BatchScheduler:
 
     async def start_audit(self, batch: dict, job, requested: bool) -> None:
         levels = spec_audit.compute_batch_levels([compute_receipt_hash(j.receipt) for j in self.tables.get_batch_jobs(batch["id"])])
-        fee = self.chainio.preset.COMMITTEE_SIZE * self.chainio.preset.AUDIT_FEE_WEI if requested else 0
         # A selected job is drawn privately (its members learn their seats only with their receipts
-        # on-chain); a request this node pays for is drawn publicly: only a selected start may commit.
+        # on-chain), its bond returned at the reveal; a request this node pays for is drawn
+        # publicly: only a selected start may commit.
+        fee = self.chainio.preset.COMMITTEE_SIZE * self.chainio.preset.AUDIT_FEE_WEI if requested else compute_private_draw_bond(self.chainio.preset)
         commitment = ZERO32 if requested else compute_draw_commitment(self.chainio.compute_draw_secret(batch["batch_id"], job.batch_index))
         try:
             tx = await self.chainio.send("start_audit", batch["batch_id"], job.batch_index, job.receipt, levels,

@@ -146,7 +146,7 @@ class HonestParties:
             i = self._index(address)
             if i != ADVERSARY:
                 seats.append((slot, self._member(i).receipt))
-        tx = self._try(self.p.reveal_round, self._node(t.dispatcher).account, t.run.audit_id, secret, seats)
+        tx = self._try(self.p.reveal_round, self._node(t.dispatcher).account, t.run.audit_id, secret, t.run.worker.receipt, seats)
         if tx is None:
             return
         self.stats["issue20"]["private_reveal"] = self.stats["issue20"].get("private_reveal", 0) + 1
@@ -164,6 +164,12 @@ class HonestParties:
         rs = self.round_state(t.run.audit_id)
         if rs.private_draw and t.dispatcher != CHEATER:
             self._honest_reveal(t, rs)
+            rs = self.round_state(t.run.audit_id)
+        if rs.phase == DRAWING and not rs.private_draw and not rs.receipt_known and t.run.audit_id % 3:
+            # A missed private draw: the client, which holds the worker's receipt, shows it so the
+            # round is drawn publicly (every third audit nobody does: the lapse abandons it).
+            if self._try(self.p.supply_receipt, self.world.outsider, t.run.audit_id, t.run.worker.receipt) is not None:
+                self.stats["issue20"]["receipt_supplied"] = self.stats["issue20"].get("receipt_supplied", 0) + 1
             rs = self.round_state(t.run.audit_id)
         for step in compute_due_steps(rs, self.reads.head() + 1):
             if step == "draw_round" and CHEATER == t.dispatcher and (rs.round > 0 or t.worker == CHEATER):
@@ -185,9 +191,9 @@ class HonestParties:
         if round_index is None:
             round_index = self.audit(audit_id).round
         (phase, r, attempt, members, receipts, opens, worker_opened, drawn, published, pending, publish_deadline,
-         private_draw, d) = self.jobs("getRoundState", audit_id, round_index)
+         private_draw, receipt_known, d) = self.jobs("getRoundState", audit_id, round_index)
         return spec_audit.RoundState(Phase(phase), r, attempt, members, receipts, opens, worker_opened, drawn, published, pending,
-                                     publish_deadline, spec_audit.RoundDeadlines(*d), private_draw)
+                                     publish_deadline, spec_audit.RoundDeadlines(*d), private_draw, receipt_known)
 
     def _honest_receipts(self, t: Tracked, state) -> None:
         if state.phase != COMMITTING:

@@ -208,7 +208,7 @@ class Issue20Rules:
             if secret is not None and self.round_state(t.run.audit_id).private_draw:
                 # its private draw, revealed without receipts: it never sends its members their jobs
                 # (left undrawn, its lapse slashes it and the round is drawn publicly)
-                if self._try(self.p.reveal_round, self._node(CHEATER).account, t.run.audit_id, secret, []) is not None:
+                if self._try(self.p.reveal_round, self._node(CHEATER).account, t.run.audit_id, secret, t.run.worker.receipt, []) is not None:
                     self._count20("cheater_revealed")
             elif self._try(self.p.draw_round, self._node(CHEATER).account, t.run.audit_id) is not None:
                 self._count20("cheater_drew")

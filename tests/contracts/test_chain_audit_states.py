@@ -94,6 +94,7 @@ def test_private_draws_are_re_derived_from_the_revealed_secret_and_a_missed_one_
     missed = world.start(world.make_worker(world.nodes[0], nonce=72), dispatcher=world.nodes[2], secret=secret)
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + 1)
     world.protocol.lapse(world.outsider, missed.audit_id)
+    world.protocol.supply_receipt(world.outsider, missed.audit_id, missed.worker.receipt)  # the client shows the receipt
     world.draw_round(missed)
     _settle_honestly(world, missed)
     auditor = ChainAuditor(world.chain, world.protocol.deployment)
@@ -103,4 +104,5 @@ def test_private_draws_are_re_derived_from_the_revealed_secret_and_a_missed_one_
         assert [f for f in mine if f.severity == "inconsistent"] == [], mine
     assert any("drawn privately" in f.detail and f.severity == "ok" for f in findings if f.subject == f"audit {revealed.audit_id}")
     assert any("never revealed its private draw" in f.detail for f in findings if f.subject == f"audit {missed.audit_id}")
+    assert any("what its start claimed" in f.detail and f.severity == "ok" for f in findings if f.subject == f"audit {missed.audit_id}")
     assert "missed private draw" in auditor.states[missed.audit_id], auditor.states[missed.audit_id]

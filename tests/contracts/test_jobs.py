@@ -93,7 +93,7 @@ def test_start_audit_checks_proof_signature_and_replay(world):
     with reverts("InvalidMerkleProof"):  # a proof for index 1 presented at index 0
         world.chain.transact(world.protocol.batches, "startAudit", batch.batch_id, 0, compute_receipt_tuple(worker.receipt), worker.receipt.signature,
                              [compute_batch_levels([compute_receipt_hash(worker.receipt), compute_receipt_hash(other.receipt)])[0][0]],
-                             b"\x00" * 32, sender=dispatcher.account)
+                             sender=dispatcher.account)
     forged = dataclasses.replace(worker.receipt, signature=other.receipt.signature)  # someone else's signature
     with reverts("InvalidSignature"):
         start(dispatcher.account, batch.batch_id, 0, forged, batch.levels)

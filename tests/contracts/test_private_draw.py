@@ -13,11 +13,13 @@ import pytest
 
 from helpers.chain import reverts
 from verillm.chain.events import get_events
-from verillm.spec.audit import Phase, compute_due_steps, compute_round_seed
+from verillm.spec.audit import (Phase, compute_batch_proof, compute_draw_commitment, compute_due_steps, compute_private_draw_bond,
+                                compute_round_seed)
+from verillm.spec.receipt import compute_receipt_hash
 from verillm.spec.hashing import keccak256
 from verillm.spec.settlement import PASS
 
-from helpers.contracts import World
+from helpers.contracts import AuditRun, World
 
 SECRET = keccak256(b"the dispatcher's draw secret")
 _NONCES = iter(range(1000, 2000))  # one module-wide deployment: each test audits a receipt of its own
@@ -128,7 +130,21 @@ def test_a_dispatcher_that_keeps_its_secret_is_slashed_and_the_audit_goes_on_pub
     assert state.phase == Phase.DRAWING and not state.private_draw and state.deadlines.entered_block == lapsed.receipt["blockNumber"]
     with reverts("InvalidSecret"):  # too late to reveal now: the round is public
         world.reveal(run, dispatcher, SECRET, [])
-    world.draw_round(run)
+    # The start kept the receipt back: nothing to draw against until someone holding it shows it.
+    assert not state.receipt_known
+    world.chain.mine(world.preset.AUDIT_DRAW_DELAY_BLOCKS + 1)
+    assert compute_due_steps(world.protocol.get_round_state(run.audit_id), world.chain.get_block_number() + 1) == ()
+    with reverts("ReceiptNotOnChain"):
+        world.protocol.draw_round(world.outsider, run.audit_id)
+    other = world.make_worker(world.nodes[0], nonce=next(_NONCES))
+    with reverts("ReceiptMismatch"):  # only the batched receipt: its hash is the start's
+        world.protocol.supply_receipt(world.outsider, run.audit_id, other.receipt)
+    world.protocol.supply_receipt(world.outsider, run.audit_id, worker.receipt)  # the client holds it
+    with reverts("AlreadyHandled"):
+        world.protocol.supply_receipt(world.outsider, run.audit_id, worker.receipt)
+    assert world.protocol.get_audit(run.audit_id).output_tokens == worker.receipt.output_tokens
+    assert "draw_round" in compute_due_steps(world.protocol.get_round_state(run.audit_id), world.chain.get_block_number() + 1)
+    world.protocol.draw_round(world.outsider, run.audit_id)
     members = [world.make_member(n) for n in world.committee(run)]
     world.post_members(run, members)
     world.open_worker(run)
@@ -141,7 +157,8 @@ def test_seats_whose_receipt_is_not_revealed_go_on_as_after_a_public_draw(world)
     worker, dispatcher, run = _start_private(world)
     committee = world.preview(run, SECRET)
     members = [world.make_member(n) for n in committee]
-    tx = world.protocol.reveal_round(dispatcher.account, run.audit_id, SECRET, [(0, members[0].receipt), (2, members[2].receipt)])
+    tx = world.protocol.reveal_round(dispatcher.account, run.audit_id, SECRET, run.worker.receipt,
+                                     [(0, members[0].receipt), (2, members[2].receipt)])
     state = world.protocol.get_round_state(run.audit_id)
     assert state.phase == Phase.COMMITTING and state.receipts == 2
     assert state.deadlines.commit_by == tx.receipt["blockNumber"] + world.preset.COMMIT_WINDOW_BLOCKS
@@ -152,3 +169,63 @@ def test_seats_whose_receipt_is_not_revealed_go_on_as_after_a_public_draw(world)
     for slot in range(len(members)):
         world.open_member(run, slot)
     assert world.finish(run) == PASS
+
+
+def test_the_receipt_is_kept_back_until_the_reveal_and_must_be_the_started_one(world):
+    """A private start sends the receipt's hash and its claim (worker, model, horizon), not the
+    receipt; the reveal must show the batched receipt, and the claim must be true."""
+    worker, dispatcher, run = _start_private(world)
+    audit = world.protocol.get_audit(run.audit_id)
+    assert (audit.num_positions, audit.output_tokens) == (0, 0)
+    assert not world.protocol.get_round_state(run.audit_id).receipt_known
+    with reverts("PrivateDraw"):  # nobody else may make it public before the reveal
+        world.protocol.supply_receipt(world.outsider, run.audit_id, worker.receipt)
+    members = [world.make_member(n) for n in world.preview(run, SECRET)]
+    other = world.make_worker(world.nodes[0], nonce=next(_NONCES))
+    with reverts("ReceiptMismatch"):
+        world.protocol.reveal_round(dispatcher.account, run.audit_id, SECRET, other.receipt, [])
+    world.reveal(run, dispatcher, SECRET, members)
+    audit = world.protocol.get_audit(run.audit_id)
+    assert (audit.num_positions, audit.output_tokens) == (worker.receipt.num_positions, worker.receipt.output_tokens)
+
+
+def test_a_missed_reveal_nobody_follows_with_the_receipt_ends_the_audit_with_one_slash(world):
+    """Nobody shows the receipt after a missed reveal: the round ends as a missed start would — its
+    dispatcher slashed once (at the first lapse), nobody else, every lock released. (Node 4
+    dispatches: node 5 was slashed above; the module's deployment is shared.)"""
+    worker, dispatcher, run = _start_private(world, dispatcher=4)
+    world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
+    world.protocol.lapse(world.outsider, run.audit_id)
+    after_first = world.stakes()
+    world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
+    with reverts("TooLate"):
+        world.protocol.supply_receipt(world.outsider, run.audit_id, worker.receipt)
+    world.protocol.lapse(world.outsider, run.audit_id)
+    assert world.protocol.get_round_state(run.audit_id).phase == Phase.ABANDONED
+    assert world.stakes() == after_first
+
+
+def test_a_false_claim_at_a_private_start_costs_its_dispatcher(world):
+    """The claim is checked where it can be: the worker by its signature at the start (a claim naming
+    another worker is refused), the model and the horizon against the receipt at the reveal — a
+    dispatcher that claimed a later horizon to audit an expired receipt cannot reveal, and is slashed."""
+    worker, dispatcher = world.make_worker(world.nodes[0], nonce=next(_NONCES)), world.nodes[3]
+    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
+    r = worker.receipt
+    siblings = list(compute_batch_proof(batch.levels, 0).siblings)
+    commitment = compute_draw_commitment(SECRET)
+
+    def start(claim):
+        return world.chain.transact(world.protocol.batches, "startPrivateAudit", batch.batch_id, 0, compute_receipt_hash(r), claim,
+                                    r.signature, siblings, commitment, sender=dispatcher.account, value=compute_private_draw_bond(world.preset))
+    with reverts("InvalidSignature"):
+        start((world.nodes[2].address, r.model_id, r.auditable_until_block))
+    start((world.nodes[0].address, r.model_id, r.auditable_until_block + 1000))
+    run = AuditRun(world.protocol.jobs.call("auditCount"), worker)
+    world.chain.mine(world.preset.AUDIT_DRAW_DELAY_BLOCKS + 1)
+    with reverts("ReceiptMismatch"):
+        world.reveal(run, dispatcher, SECRET, [])
+    stake = world.stakes()[dispatcher.address]
+    world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
+    world.protocol.lapse(world.outsider, run.audit_id)
+    assert world.stakes()[dispatcher.address] < stake

@@ -18,8 +18,9 @@ from helpers.chain import reverts
 from helpers.contracts import MODEL_ID, World
 from verillm.chain.errors import TransactionReverted
 from verillm.errors import ChainError
-from verillm.spec.audit import Phase, compute_draw_commitment
+from verillm.spec.audit import Phase, compute_draw_commitment, compute_private_draw_bond
 from verillm.spec.hashing import keccak256
+from verillm.spec.types import Job
 
 from verillm.node.dispatcher.audit.private_draw import PrivateDrawDriver
 from verillm.node.dispatcher.chainio import ChainIO
@@ -38,6 +39,15 @@ def _start_private(world: World, secret: bytes = SECRET):
     return dispatcher, world.start(worker, dispatcher=dispatcher, secret=secret)
 
 
+def _record_dispatched(tables: DispatcherTables, receipt, audit_id: int) -> None:
+    """What the dispatcher node keeps of a job it routed and then started the audit of: the
+    worker's signed receipt, which its private start sent only the hash of."""
+    job = Job(receipt.model_id, (1, 2, 3), receipt.sampling, receipt.max_new_tokens, bytes(32))
+    job_hash = keccak256(b"job of audit " + audit_id.to_bytes(8, "big"))
+    tables.insert_dispatched_job(job_hash, job, receipt.worker, "http://worker", (4,), receipt, False)
+    tables.insert_audit(audit_id, job_hash, 0, 0, False)
+
+
 def _missed_start_triggers(world: World, nodes) -> dict[str, int]:
     """Batches posted and drawn by ``nodes`` whose selected job was never started: after the start
     window anyone may fire `slashMissedStart` on them, at a block of its choosing (rewarded)."""
@@ -53,21 +63,25 @@ def _missed_start_triggers(world: World, nodes) -> dict[str, int]:
 # --- problems: each test fails on today's code ------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="the worker's receipt (its outputHash = a member's job inputHash) is public "
-                                       "in startAudit's calldata: a member matches its job to an audit before answering")
 def test_a_member_cannot_match_its_job_to_a_started_audit(world):
+    """Fixed (Batches.startPrivateAudit): a private start carries the receipt's hash, not the
+    receipt, whose outputHash is every member's job input hash; the receipt comes with the reveal."""
     start = world.chain.get_block_number() + 1
     dispatcher, run = _start_private(world)
     committee = world.preview(run, SECRET)
     # A member receives its job over the job API; it computes its input's tokens hash (it signs it
-    # as its receipt's inputHash) and scans the public transactions since the audits it saw start.
-    job_input_hash = world.make_member(committee[0]).receipt.input_hash
+    # as its receipt's inputHash) and scans every public transaction and event since the audits it
+    # saw start.
+    member = world.make_member(committee[0]).receipt
     seen = []
     for number in range(start, world.chain.get_block_number() + 1):
         for tx in world.chain.w3.eth.get_block(number, full_transactions=True)["transactions"]:
             seen.append(bytes(tx["input"]))
+            seen += [bytes(log["data"]) + b"".join(bytes(t) for t in log["topics"])
+                     for log in world.chain.w3.eth.get_transaction_receipt(tx["hash"])["logs"]]
     assert world.protocol.get_round_state(run.audit_id).phase == Phase.DRAWING  # not revealed yet
-    assert not any(job_input_hash in calldata for calldata in seen), "the member knows it sits on a committee"
+    assert not any(member.input_hash in data for data in seen), "the member knows it sits on a committee"
+    assert world.protocol.jobs.call("transcriptOf", run.audit_id)[0] == bytes(32)
 
 
 def test_a_stranger_cannot_make_a_selected_draw_public_by_starting_it_first(world):
@@ -128,6 +142,7 @@ def test_an_honest_dispatcher_is_not_slashed_when_its_private_draw_cannot_be_sea
     secret = chainio.compute_draw_secret(batch.batch_id, 0)  # what the node's BatchScheduler commits
     audit_id = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels,
                                           draw_commitment=compute_draw_commitment(secret)).value
+    _record_dispatched(tables, worker.receipt, audit_id)
     stake = world.stakes()[dispatcher.address]
     tasks = KeyedTasks()
     driver = PrivateDrawDriver(chainio, tables, committee=None, tasks=tasks)  # no seat to send: none can be drawn
@@ -149,22 +164,35 @@ def test_an_honest_dispatcher_is_not_slashed_when_its_private_draw_cannot_be_sea
     assert world.stakes()[dispatcher.address] == stake
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the price of refusing a private committee is a slash of the dispatcher's stake at "
-                          "lapse: after its first full slash every other private draw it started is free to refuse")
 def test_each_refused_private_committee_costs_its_dispatcher(world):
+    """Fixed (Batches.startPrivateAudit): each private start deposits a bond (what a request pays,
+    `compute_private_draw_bond`), returned at the reveal and forfeited at a missed one; before, the
+    price of refusing was the dispatcher's slash alone, nothing once it was slashed to nothing."""
     dispatcher = world.nodes[5]  # a colluding dispatcher with two selected jobs of cheats in flight
     runs = [world.start(world.make_worker(world.nodes[0], nonce=next(_NONCES)), dispatcher=dispatcher, secret=SECRET)
             for _ in range(2)]
-    paid = []
+
+    bond = compute_private_draw_bond(world.preset)
+    costs = []
     for run in runs:  # it dislikes each private committee and keeps the secret: the public draw is its second chance
         world.preview(run, SECRET)
         world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
-        before = world.stakes()[dispatcher.address]
+        stake, credit = world.stakes()[dispatcher.address], world.protocol.get_credit(dispatcher.address)
         world.protocol.lapse(world.outsider, run.audit_id)
-        paid.append(before - world.stakes()[dispatcher.address])
-        assert world.protocol.get_round_state(run.audit_id).phase == Phase.DRAWING  # redrawn publicly
-    assert all(p > 0 for p in paid), f"the second refusal cost {paid[1]} wei"
+        world.protocol.supply_receipt(world.outsider, run.audit_id, run.worker.receipt)  # the client shows the receipt
+        # its cost: the stake slashed, and the bond it deposited at the start minus what came back
+        costs.append(stake - world.stakes()[dispatcher.address] + bond - (world.protocol.get_credit(dispatcher.address) - credit))
+        assert world.protocol.get_round_state(run.audit_id).phase == Phase.DRAWING  # drawn publicly next
+    assert world.stakes()[dispatcher.address] < world.preset.MIN_STAKE_WEI  # slashed out of play by the first refusal...
+    assert all(cost >= bond > 0 for cost in costs), costs  # ...and the second still cost it the bond
+
+
+def test_an_honest_reveal_returns_the_bond(world):
+    dispatcher, run = _start_private(world)
+    credit = world.protocol.get_credit(dispatcher.address)
+    members = [world.make_member(n) for n in world.preview(run, SECRET)]
+    world.reveal(run, dispatcher, SECRET, members)
+    assert world.protocol.get_credit(dispatcher.address) - credit == compute_private_draw_bond(world.preset)
 
 
 # --- attacks that fail ----------------------------------------------------------------------------
@@ -229,3 +257,29 @@ def test_a_receipt_less_reveal_of_an_unseatable_draw_abandons_it_and_slashes_nob
     tx = world.reveal(run, dispatcher, SECRET, [])
     assert tx.value == [] and world.protocol.get_round_state(run.audit_id).phase == Phase.ABANDONED
     assert world.stakes() == stakes
+
+
+def test_a_dispatcher_node_back_after_its_missed_reveal_shows_the_receipt_and_the_audit_goes_on(world, contracts_anvil, tmp_path):
+    """The node was down through its draw window (slashed at the lapse: it owed the reveal); back up,
+    it shows the worker's receipt the private start kept back (`supply_receipt`), so the round is
+    drawn publicly and the audit goes on: a crash costs the dispatcher, never the audit."""
+    worker = world.make_worker(world.nodes[0], nonce=next(_NONCES))
+    dispatcher = world.nodes[1]
+    key = compute_node_key(bytes(dispatcher.account.key))
+    tables = DispatcherTables(open_store(tmp_path / "dispatcher.sqlite").db)
+    chainio = ChainIO(contracts_anvil.url, world.protocol.deployment, key, tables)
+    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
+    secret = chainio.compute_draw_secret(batch.batch_id, 0)
+    audit_id = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels,
+                                          draw_commitment=compute_draw_commitment(secret)).value
+    _record_dispatched(tables, worker.receipt, audit_id)
+    world.chain.mine(world.protocol.get_round_state(audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
+    world.protocol.lapse(world.outsider, audit_id)
+    assert not world.protocol.get_round_state(audit_id).receipt_known
+    driver = PrivateDrawDriver(chainio, tables, committee=None, tasks=KeyedTasks())
+    asyncio.run(driver.supply_receipt(audit_id))
+    asyncio.run(driver.supply_receipt(audit_id))  # a second tick after a restart: already shown, no error
+    state = world.protocol.get_round_state(audit_id)
+    assert state.receipt_known and state.phase == Phase.DRAWING
+    world.chain.mine(state.deadlines.draw_after + 1 - world.chain.get_block_number())
+    assert len(world.protocol.draw_round(world.outsider, audit_id).value) == world.preset.COMMITTEE_SIZE

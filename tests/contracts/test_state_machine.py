@@ -196,8 +196,12 @@ def test_a_private_round_accepts_exactly_the_due_calls_and_falls_back_to_a_publi
     world.protocol.lapse(world.outsider, a)
     state = _check(world, a, "private draw missed: drawing publicly, seed block not mined", walked)
     assert state.phase in rows[(Phase.DRAWING, "lapse")] and not state.private_draw
+    assert not state.receipt_known  # the private start kept the worker's receipt back
     _to(world, state.deadlines.draw_after)
-    _check(world, a, "fallback: public draw window", walked)
+    _check(world, a, "fallback: public draw window, the receipt not shown: nothing permissionless", walked)
+    world.protocol.supply_receipt(world.outsider, a, run.worker.receipt)
+    assert world.protocol.get_round_state(a).phase in rows[(Phase.DRAWING, "supply_receipt")]
+    _check(world, a, "fallback: public draw window, the receipt shown", walked)
     world.chain.mine(1)
     world.protocol.draw_round(world.outsider, a)
     assert _check(world, a, "fallback drawn", walked).phase == Phase.COMMITTING

@@ -138,7 +138,7 @@ def check_chain_actions(net, completions: list, from_block: int, unrecorded_allo
     for function, key in JOBS_FUNCTIONS_ONCE.items():
         values = [bytes(args[key]).hex() if isinstance(args[key], bytes) else args[key] for f, args, _ in txs if f == function]
         assert len(values) == len(set(values)), f"{function} sent twice for the same {key}: {values}"
-    starts = [(args["batchId"], args["index"]) for f, args, _ in txs if f == "startAudit"]
+    starts = [(args["batchId"], args["index"]) for f, args, _ in txs if f in ("startAudit", "startPrivateAudit")]
     assert len(starts) == len(set(starts)), f"an audit started twice: {starts}"
     finalized = [args["auditId"] for f, args, _ in txs if f == "finalize"]
     assert len(finalized) == len(set(finalized)), f"a round finalized twice: {finalized}"  # one round each: all honest
@@ -146,7 +146,7 @@ def check_chain_actions(net, completions: list, from_block: int, unrecorded_allo
     recorded = recorded_hashes(net)
     assert recorded <= mined | _older_hashes(net, from_block), "a recorded transaction is not on chain"
     assert len(mined - recorded) <= unrecorded_allowed, f"{len(mined - recorded)} of node 0's transactions are not in chain_txs"
-    signatures = {(args["batchId"], args["index"]): bytes(args["signature"]) for f, args, _ in txs if f == "startAudit"}
+    signatures = {(args["batchId"], args["index"]): bytes(args["signature"]) for f, args, _ in txs if f in ("startAudit", "startPrivateAudit")}
     for completion, body in zip(completions, bodies, strict=True):
         leaf = (body["batch"]["batch_id"], body["batch"]["index"])
         if leaf in signatures:  # started after from_block (all of them, but for an audit started before a kill)

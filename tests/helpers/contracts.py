@@ -165,7 +165,8 @@ class World:
         """The dispatcher reveals its private draw with ``members``' receipts (slot = their order
         in the previewed committee)."""
         run.members = members
-        return self.protocol.reveal_round(dispatcher.account, run.audit_id, secret, [(slot, m.receipt) for slot, m in enumerate(members)])
+        return self.protocol.reveal_round(dispatcher.account, run.audit_id, secret, run.worker.receipt,
+                                          [(slot, m.receipt) for slot, m in enumerate(members)])
 
     def draw_round(self, run: AuditRun):
         """Mine past the current round's seed block (entered + delay) and draw its committee."""

@@ -40,7 +40,7 @@ from verillm.spec import delivery as spec_delivery
 from verillm.spec import vrf
 from verillm.spec.encoding import encode
 from verillm.spec.params import Preset, compute_preset_name
-from verillm.spec.receipt import SigningDomain
+from verillm.spec.receipt import SigningDomain, compute_receipt_hash
 from verillm.spec.audit import PHASE_NAMES, TERMINAL_PHASES, OnchainModel, Phase, RoundState, compute_round_deadlines  # noqa: F401 (re-exported)
 from verillm.spec.merkle import MerkleProof
 from verillm.spec.types import LeafOpening, Opening, Receipt, SamplingParams
@@ -267,16 +267,25 @@ class Protocol:
 
     # --- Jobs: audits --------------------------------------------------------------------------
     def start_audit(self, sender: LocalAccount, batch_id: int, index: int, receipt: Receipt, levels: list,
-                    value_wei: int = 0, draw_commitment: bytes = ZERO32) -> Tx:
+                    value_wei: int | None = None, draw_commitment: bytes = ZERO32) -> Tx:
         """Start the audit of a batched receipt (its signed token counts give N); value = the audit
         id, 0 when the start was skipped (the receipt has its audit already, or its worker's horizon
         passed: `AuditSkipped`). Its committee is drawn later: `draw_round`, or, when the batch's
         dispatcher starts a selected job with ``draw_commitment`` (`spec.audit.compute_draw_commitment`),
-        privately by that dispatcher: `reveal_round`."""
-        proof = spec_audit.compute_batch_proof(levels, index)
-        tx = self._send(self.batches, "startAudit", batch_id, index, compute_receipt_tuple(receipt), receipt.signature,
-                        list(proof.siblings), draw_commitment, sender=sender, value=value_wei, event="AuditStarted",
-                        field="auditId", emitter=self.jobs, optional=True)
+        privately by that dispatcher: `reveal_round`. A private start (`Batches.startPrivateAudit`)
+        sends the receipt's hash, its worker, model and horizon, not the receipt: the reveal shows it.
+        ``value_wei`` by default: 0 for a public start (a request passes its fee), the private-draw
+        bond for a private one (`spec.audit.compute_private_draw_bond`, returned at the reveal)."""
+        siblings = list(spec_audit.compute_batch_proof(levels, index).siblings)
+        if draw_commitment == ZERO32:
+            tx = self._send(self.batches, "startAudit", batch_id, index, compute_receipt_tuple(receipt), receipt.signature, siblings,
+                            sender=sender, value=value_wei or 0, event="AuditStarted", field="auditId", emitter=self.jobs, optional=True)
+        else:
+            claim = (Web3.to_checksum_address(receipt.worker), receipt.model_id, receipt.auditable_until_block)
+            tx = self._send(self.batches, "startPrivateAudit", batch_id, index, compute_receipt_hash(receipt), claim, receipt.signature,
+                            siblings, draw_commitment, sender=sender,
+                            value=spec_audit.compute_private_draw_bond(self.preset) if value_wei is None else value_wei, event="AuditStarted", field="auditId",
+                            emitter=self.jobs, optional=True)
         return Tx(tx.gas_used, tx.value or 0, tx.receipt)
 
     def preview_committee(self, audit_id: int, secret: bytes) -> list[str]:
@@ -284,15 +293,22 @@ class Protocol:
         block). An eth_call: send it only to a node you trust, the secret is the draw's privacy."""
         return list(self.jobs.call("previewCommittee", audit_id, secret))
 
-    def reveal_round(self, sender: LocalAccount, audit_id: int, secret: bytes, seats: list[tuple[int, Receipt]]) -> Tx:
-        """The dispatcher's private draw (`Jobs.revealRound`): its secret and the receipts of the
-        seats (slot, the member's signed receipt) that answered; value = the members drawn."""
+    def reveal_round(self, sender: LocalAccount, audit_id: int, secret: bytes, worker_receipt: Receipt,
+                     seats: list[tuple[int, Receipt]]) -> Tx:
+        """The dispatcher's private draw (`Jobs.revealRound`): its secret, the worker's receipt the
+        start kept back, and the receipts of the seats (slot, the member's signed receipt) that
+        answered; value = the members drawn."""
         slots = [slot for slot, _ in seats]
         receipts = [compute_receipt_tuple(r) for _, r in seats]
         signatures = [r.signature for _, r in seats]
-        tx = self._send(self.jobs, "revealRound", audit_id, secret, slots, receipts, signatures, sender=sender,
-                        event="CommitteeDrawn", field="members", optional=True)
+        tx = self._send(self.jobs, "revealRound", audit_id, secret, compute_receipt_tuple(worker_receipt), slots, receipts, signatures,
+                        sender=sender, event="CommitteeDrawn", field="members", optional=True)
         return Tx(tx.gas_used, list(tx.value or []), tx.receipt)
+
+    def supply_receipt(self, sender: LocalAccount, audit_id: int, worker_receipt: Receipt) -> Tx:
+        """After a missed private draw, show the worker's receipt (`Jobs.supplyReceipt`), so the
+        round can be drawn publicly (`draw_round`)."""
+        return self._send(self.jobs, "supplyReceipt", audit_id, compute_receipt_tuple(worker_receipt), sender=sender)
 
     def draw_round(self, sender: LocalAccount, audit_id: int) -> Tx:
         """Draw the current round's committee (`Jobs.drawRound`, after the round's seed block);
@@ -348,10 +364,10 @@ class Protocol:
             round_index = self.get_audit(audit_id).round
         raw = self.jobs.call("getRoundState", audit_id, round_index)
         (phase, round_, attempt, members, receipts, opens, worker_opened, challenge_drawn, published, pending,
-         publish_deadline, private_draw, d) = raw
+         publish_deadline, private_draw, receipt_known, d) = raw
         deadlines = spec_audit.RoundDeadlines(*d)
         return RoundState(Phase(phase), round_, attempt, members, receipts, opens, worker_opened, challenge_drawn, published,
-                          pending, publish_deadline, deadlines, private_draw)
+                          pending, publish_deadline, deadlines, private_draw, receipt_known)
 
     def get_party(self, audit_id: int, round_index: int, slot: int) -> dict:
         node, root, num_positions, opening_hash, opened, vote, slashed = self.jobs.call("getParty", audit_id, round_index, slot)

@@ -132,7 +132,7 @@ def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, lay
         batch, gas = _measure_batch(run, batch_size, w_receipt)
         run.gas.update(gas)
         selected = run.protocol.is_audited(batch.batch_id, 0)
-        fee = 0 if selected else preset.COMMITTEE_SIZE * preset.AUDIT_FEE_WEI
+        fee = preset.COMMITTEE_SIZE * preset.AUDIT_FEE_WEI  # a request's fee; a private start's bond, returned at the reveal
         # A selected job is drawn privately by its dispatcher, as the node does; a request publicly.
         secret = keccak256(b"gas bench draw secret")
         commitment = compute_draw_commitment(secret) if selected else bytes(32)
@@ -145,7 +145,7 @@ def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, lay
         members = [run.party(index_of[m], prompt + output, 1, 1 + slot, 1.0 if slot == 0 else 1e-7) for slot, m in enumerate(committee)]
         if selected:
             seats = [(slot, receipt) for slot, (_, _, receipt) in enumerate(members)]
-            run.gas["reveal_round"] = run.protocol.reveal_round(run.nodes[1][0], audit_id, secret, seats).gas_used
+            run.gas["reveal_round"] = run.protocol.reveal_round(run.nodes[1][0], audit_id, secret, w_receipt, seats).gas_used
         else:
             _post_receipts(run, audit_id, members)
         run.mine_past(preset.AUDIT_DRAW_DELAY_BLOCKS)

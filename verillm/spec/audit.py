@@ -85,6 +85,13 @@ def compute_round_seed(audit_id: int, round_index: int, seed_blockhash: bytes, s
     return keccak256(DOMAIN_ROUND_SEED + struct.pack(">QB", audit_id, round_index) + seed_blockhash + secret)
 
 
+def compute_private_draw_bond(preset) -> int:
+    """Return what a private start deposits (`Batches.startPrivateAudit`): what a requested audit
+    pays, COMMITTEE_SIZE × AUDIT_FEE_WEI; returned at the reveal, forfeited to the pool at a missed
+    one, so each refused private committee costs its dispatcher at least this, slashed or not."""
+    return preset.COMMITTEE_SIZE * preset.AUDIT_FEE_WEI
+
+
 def compute_draw_commitment(secret: bytes) -> bytes:
     """Return what a dispatcher posts with a start it will draw privately: keccak256(0x1d ‖ secret).
     Fixed before the seed block's hash exists, so the secret cannot be chosen to pick a committee."""
@@ -229,9 +236,12 @@ class Transition:
 
 
 TRANSITIONS = (
-    Transition(Phase.DRAWING, "draw_round", "anyone (a public draw)", "(entered + delay, entered + delay + draw]", (Phase.COMMITTING, Phase.ABANDONED)),
-    Transition(Phase.DRAWING, "reveal_round", "the dispatcher (a private draw: its secret, the members' receipts)", "(entered + delay, entered + delay + draw]",
-               (Phase.COMMITTING, Phase.OPENING, Phase.ABANDONED), False),
+    Transition(Phase.DRAWING, "draw_round", "anyone (a public draw, the worker's receipt on-chain)", "(entered + delay, entered + delay + draw]",
+               (Phase.COMMITTING, Phase.ABANDONED)),
+    Transition(Phase.DRAWING, "reveal_round", "the dispatcher (a private draw: its secret, the worker's receipt, the members' receipts)",
+               "(entered + delay, entered + delay + draw]", (Phase.COMMITTING, Phase.OPENING, Phase.ABANDONED), False),
+    Transition(Phase.DRAWING, "supply_receipt", "anyone holding the worker's receipt (after a missed private draw)", "≤ entered + delay + draw",
+               (Phase.DRAWING,), False),
     Transition(Phase.DRAWING, "lapse", "anyone", "> entered + delay + draw", (Phase.LAPSED, Phase.ABANDONED, Phase.DRAWING)),
     Transition(Phase.COMMITTING, "post_committee_receipt", "anyone (a member's signed receipt)", "≤ commit deadline", (Phase.COMMITTING, Phase.OPENING), False),
     Transition(Phase.COMMITTING, "claim_undelivered", "a drawn member without a receipt", "≤ commit deadline, ≤ publish deadline once claimed, nothing published", (Phase.COMMITTING,), False),
@@ -293,6 +303,10 @@ class RoundState:
     private_draw: bool = False
     """DRAWING, and only its dispatcher may draw it (`reveal_round`) until draw_by; after it, `lapse`
     slashes the dispatcher and opens a public draw window (the round is entered again)."""
+    receipt_known: bool = True
+    """The worker's receipt is on-chain. False for a private start until its reveal shows the
+    receipt, and after a missed reveal until someone holding it calls `supply_receipt`: no public
+    draw before that (nothing to check the members' receipts against)."""
 
 
 def is_claim_standing(state: RoundState) -> bool:
@@ -309,7 +323,7 @@ def compute_due_steps(state: RoundState, block: int) -> tuple[str, ...]:
     if state.phase == Phase.DRAWING:
         if block > d.draw_by:
             return ("lapse",)
-        return ("draw_round",) if d.draw_after < block and not state.private_draw else ()
+        return ("draw_round",) if d.draw_after < block and not state.private_draw and state.receipt_known else ()
     if state.phase == Phase.COMMITTING:
         if is_claim_standing(state):
             return ("slash_undelivered",) if block > state.publish_deadline else ()

@@ -7,7 +7,10 @@ function describe(event) {
   switch (event.event) {
     case "BatchPosted": return [batchLink(a.batchId), " posted by ", n(a.dispatcher), `: ${a.count} receipts under root ${short(a.root)}`];
     case "AuditDrawn": return [`audit draw for `, batchLink(a.batchId), `: VRF output β ${short(a.beta)}`];
-    case "AuditStarted": return [auditLink(a.auditId), ` started for leaf ${a.index} (worker `, n(a.worker), `, ${a.outputTokens} output tokens${a.requested ? ", requested by the client" : ""})`];
+    case "AuditStarted": return [auditLink(a.auditId), ` started for leaf ${a.index} (worker `, n(a.worker),
+                                 a.outputTokens ? `, ${a.outputTokens} output tokens${a.requested ? ", requested by the client" : ""})`
+                                                : "; drawn privately by its dispatcher: the receipt is shown with the draw)"];
+    case "WorkerReceiptShown": return [`the worker's receipt shown (${a.outputTokens} output tokens): the round can be drawn`];
     case "CommitteeDrawn": return [`committee drawn (round ${a.round}${a.attempt ? ", redraw " + a.attempt : ""}): `, a.members.flatMap((m, i) => [i ? ", " : "", n(m)])];
     case "CommitteeReceiptPosted": return [n(a.member), ` (seat ${a.slot + 1}) committed: root ${short(a.commitmentRoot)}`];
     case "ChallengeDrawn": return [`challenge drawn: seed ${short(a.challengeSeed)}`];

@@ -266,8 +266,11 @@ class AuditDriver:
         committed to it), or lapse it once too late."""
         audit_id = audit.audit_id
         round_state = await self.chainio.get_round_state(audit_id)
-        if round_state.private_draw and audit.dispatcher.lower() == self.me.lower():
+        mine = audit.dispatcher.lower() == self.me.lower()
+        if round_state.private_draw and mine:
             await self.private_draw.advance(audit, round_state, head)
+        elif not round_state.receipt_known and mine and head + 1 <= round_state.deadlines.draw_by:
+            self.tasks.spawn(f"supply:{audit_id}", lambda: self.private_draw.supply_receipt(audit_id))
         for step in compute_due_steps(round_state, head + 1):
             self.tasks.spawn(f"{step}:{audit_id}", lambda s=step: self.chainio.send(s, audit_id, audit_id=audit_id))
 

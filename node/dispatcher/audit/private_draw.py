@@ -8,8 +8,12 @@ sits on a committee — and reveals the draw with every receipt that came back (
 soon as all have, or once a third of the draw window has passed (`REVEAL_WAIT_FRACTION`). Seats whose receipt has not
 come go on as after a public draw: `CommitteeDriver` posts them, or redraws them.
 
+The start sent only the worker's receipt hash (`Batches.startPrivateAudit`): the receipt itself
+names the members' jobs (its outputHash is their input hash), so it goes on-chain with the reveal.
+
 Not revealing in the window gets this dispatcher slashed and the round drawn publicly
-(`Jobs.lapse`): the reveal is sent at the latest a third of the way into the window.
+(`Jobs.lapse`): the reveal is sent at the latest a third of the way into the window. After a
+missed reveal the node shows the worker's receipt (`supply_receipt`) so the public draw can run.
 """
 
 import logging
@@ -17,6 +21,7 @@ import logging
 from verillm.chain.errors import TransactionReverted
 from verillm.chain.protocol import AuditState
 from verillm.spec.audit import RoundState
+from verillm.spec.types import Receipt
 
 from verillm.node.dispatcher.audit.committee import CommitteeDriver
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
@@ -78,9 +83,24 @@ class PrivateDrawDriver:
         if members and is_reveal_due(state, head, len(members), len(answered)):
             self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, answered))
 
+    def worker_receipt(self, audit_id: int) -> Receipt:
+        """The worker's signed receipt of the audited job: the start sent only its hash, the reveal shows it."""
+        return self.tables.get_dispatched_job(bytes.fromhex(self.tables.get_audit_row(audit_id)["job_hash"])).receipt
+
+    async def supply_receipt(self, audit_id: int) -> None:
+        """After a missed reveal (this node was down through the window, slashed at the lapse), show
+        the worker's receipt so the round is drawn publicly: the audit goes on."""
+        try:
+            await self.chainio.send("supply_receipt", audit_id, self.worker_receipt(audit_id), audit_id=audit_id)
+        except Exception as exc:
+            if is_revert(exc, "AlreadyHandled") or is_revert(exc, "UnexpectedPhase"):  # shown already, or the round moved on
+                return
+            raise
+        log.warning("audit %d: private draw missed; the worker's receipt is shown for a public draw", audit_id)
+
     async def _reveal(self, audit_id: int, secret: bytes, answered: list) -> None:
         try:
-            tx = await self.chainio.send("reveal_round", audit_id, secret, answered, audit_id=audit_id)
+            tx = await self.chainio.send("reveal_round", audit_id, secret, self.worker_receipt(audit_id), answered, audit_id=audit_id)
         except Exception as exc:
             if is_revert(exc, "UnexpectedPhase"):  # revealed already (a previous run), or the round moved on
                 return
@@ -91,7 +111,7 @@ class PrivateDrawDriver:
             # draw, each receipt posted (or refused) on its own by CommitteeDriver.
             log.warning("audit %d: reveal with %d receipt(s) refused (%s); revealing the draw alone", audit_id, len(answered), exc)
             answered = []
-            tx = await self.chainio.send("reveal_round", audit_id, secret, answered, audit_id=audit_id)
+            tx = await self.chainio.send("reveal_round", audit_id, secret, self.worker_receipt(audit_id), answered, audit_id=audit_id)
         for slot, _ in answered:
             if slot >= len(tx.value):
                 break  # the round was abandoned (pool exhausted): no seat to record
