@@ -128,8 +128,13 @@ class HonestParties:
         (`_honest_reveal`), the cheater never does (its lapse slashes it, the round is drawn publicly)."""
         secret = keccak256(b"fuzz draw secret" + self.nonce.to_bytes(8, "big") + index.to_bytes(4, "big")) if (self.nonce + index) % 2 else None
         commitment = spec_audit.compute_draw_commitment(secret) if secret else bytes(32)
-        audit_id = self.p.start_audit(node.account, batch.batch_id, index, party.receipt, batch.levels, draw_commitment=commitment).value
+        tx = self.p.start_audit(node.account, batch.batch_id, index, party.receipt, batch.levels, draw_commitment=commitment)
+        audit_id = tx.value
         if secret and audit_id:
+            # the invariant: a private start shows nothing a member's job is named by (its input
+            # hash is the worker's outputHash) until the reveal puts the members' receipts on-chain
+            calldata = bytes(self.world.chain.w3.eth.get_transaction(tx.receipt["transactionHash"])["input"])
+            assert party.receipt.output_hash not in calldata, f"audit {audit_id}: a private start shows the members' job"
             self.draw_secrets[audit_id] = secret
             self.stats["issue20"]["private_start"] = self.stats["issue20"].get("private_start", 0) + 1
         return audit_id

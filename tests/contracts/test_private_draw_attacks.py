@@ -48,6 +48,20 @@ def _record_dispatched(tables: DispatcherTables, receipt, audit_id: int) -> None
     tables.insert_audit(audit_id, job_hash, 0, 0, False)
 
 
+def _node_starts_privately(world: World, dispatcher, contracts_anvil, tmp_path):
+    """The dispatcher's node (its ChainIO and tables) batches node 0's job and starts its audit as
+    the node's BatchScheduler does: committed to the secret derived from its key, the receipt kept back."""
+    worker = world.make_worker(world.nodes[0], nonce=next(_NONCES))
+    tables = DispatcherTables(open_store(tmp_path / "dispatcher.sqlite").db)
+    chainio = ChainIO(contracts_anvil.url, world.protocol.deployment, compute_node_key(bytes(dispatcher.account.key)), tables)
+    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
+    secret = chainio.compute_draw_secret(batch.batch_id, 0)
+    audit_id = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels,
+                                          draw_commitment=compute_draw_commitment(secret)).value
+    _record_dispatched(tables, worker.receipt, audit_id)
+    return chainio, tables, audit_id, secret
+
+
 def _missed_start_triggers(world: World, nodes) -> dict[str, int]:
     """Batches posted and drawn by ``nodes`` whose selected job was never started: after the start
     window anyone may fire `slashMissedStart` on them, at a block of its choosing (rewarded)."""
@@ -133,16 +147,8 @@ def test_an_honest_dispatcher_is_not_slashed_when_its_private_draw_cannot_be_sea
     # candidates 2 and 3 remain for three seats.
     for node in world.nodes[4:6]:
         world.protocol.deregister(node.account)
-    worker = world.make_worker(world.nodes[0], nonce=next(_NONCES))
     dispatcher = world.nodes[1]
-    key = compute_node_key(bytes(dispatcher.account.key))
-    tables = DispatcherTables(open_store(tmp_path / "dispatcher.sqlite").db)
-    chainio = ChainIO(contracts_anvil.url, world.protocol.deployment, key, tables)
-    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
-    secret = chainio.compute_draw_secret(batch.batch_id, 0)  # what the node's BatchScheduler commits
-    audit_id = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels,
-                                          draw_commitment=compute_draw_commitment(secret)).value
-    _record_dispatched(tables, worker.receipt, audit_id)
+    chainio, tables, audit_id, secret = _node_starts_privately(world, dispatcher, contracts_anvil, tmp_path)
     stake = world.stakes()[dispatcher.address]
     tasks = KeyedTasks()
     driver = PrivateDrawDriver(chainio, tables, committee=None, tasks=tasks)  # no seat to send: none can be drawn
@@ -263,16 +269,8 @@ def test_a_dispatcher_node_back_after_its_missed_reveal_shows_the_receipt_and_th
     """The node was down through its draw window (slashed at the lapse: it owed the reveal); back up,
     it shows the worker's receipt the private start kept back (`supply_receipt`), so the round is
     drawn publicly and the audit goes on: a crash costs the dispatcher, never the audit."""
-    worker = world.make_worker(world.nodes[0], nonce=next(_NONCES))
     dispatcher = world.nodes[1]
-    key = compute_node_key(bytes(dispatcher.account.key))
-    tables = DispatcherTables(open_store(tmp_path / "dispatcher.sqlite").db)
-    chainio = ChainIO(contracts_anvil.url, world.protocol.deployment, key, tables)
-    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])
-    secret = chainio.compute_draw_secret(batch.batch_id, 0)
-    audit_id = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels,
-                                          draw_commitment=compute_draw_commitment(secret)).value
-    _record_dispatched(tables, worker.receipt, audit_id)
+    chainio, tables, audit_id, secret = _node_starts_privately(world, dispatcher, contracts_anvil, tmp_path)
     world.chain.mine(world.protocol.get_round_state(audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
     world.protocol.lapse(world.outsider, audit_id)
     assert not world.protocol.get_round_state(audit_id).receipt_known
