@@ -229,3 +229,17 @@ def test_a_false_claim_at_a_private_start_costs_its_dispatcher(world):
     world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
     world.protocol.lapse(world.outsider, run.audit_id)
     assert world.stakes()[dispatcher.address] < stake
+
+
+def test_a_skipped_private_start_returns_its_bond_at_once(world):
+    """A selected receipt another audit already owns is skipped (its dispatcher did its duty): a
+    private start of it has nothing to reveal, so its bond comes straight back."""
+    worker = world.make_worker(world.nodes[0], nonce=next(_NONCES))
+    world.start(worker, dispatcher=world.nodes[2], draw=False)  # the receipt's audit, batched by node 2
+    dispatcher = world.nodes[1]
+    batch, _, _ = world.post_and_draw(dispatcher, [worker.receipt])  # batched again by node 1
+    credit = world.protocol.get_credit(dispatcher.address)
+    tx = world.protocol.start_audit(dispatcher.account, batch.batch_id, 0, worker.receipt, batch.levels,
+                                    draw_commitment=compute_draw_commitment(SECRET))
+    assert tx.value == 0  # skipped
+    assert world.protocol.get_credit(dispatcher.address) - credit == compute_private_draw_bond(world.preset)
