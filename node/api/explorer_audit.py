@@ -127,11 +127,16 @@ def _drawing(state: RoundState, audit: dict, preset: Preset, anyone) -> dict:
     size = preset.COMMITTEE_SIZE if state.round == 0 else preset.ESCALATION_COMMITTEE_SIZE
     if state.private_draw:  # docs/protocol.md §12 "Private draws": nobody but the dispatcher knows the seats yet
         what = (f"the dispatcher draws the committee of {size} privately, sends the members their jobs and reveals the draw "
-                f"with their receipts (revealRound)")
-        then = (f"if it does not, from block {d.draw_by + 1} anyone may call lapse: the dispatcher is slashed and the committee "
-                f"is drawn publicly instead")
+                f"with the worker's receipt and theirs (revealRound)")
+        then = (f"if it does not, from block {d.draw_by + 1} anyone may call lapse: the dispatcher is slashed, loses its bond, and "
+                f"the committee is drawn publicly once someone shows the worker's receipt")
         who = {"parties": [audit["dispatcher"]]}
         return {"phase": "drawing", "steps": [_step("revealRound", what, who, from_block=d.draw_after + 1, by_block=d.draw_by)], "then": then}
+    if not state.receipt_known:  # a missed private draw: the start kept the worker's receipt back
+        what = "anyone holding the worker's receipt (the client, the worker, the dispatcher) shows it, so the committee can be drawn (supplyReceipt)"
+        then = f"if nobody does, from block {d.draw_by + 1} anyone may call lapse: the audit is abandoned (its dispatcher was slashed at the missed draw)"
+        return {"phase": "drawing", "steps": [_step("supplyReceipt", what, {"anyone": True, "usually": audit["dispatcher"]}, by_block=d.draw_by)],
+                "then": then}
     what = f"draw the {'appeal' if state.round else 'first'} round's committee of {size} from the blockhash of block {d.draw_after} (drawRound)"
     if state.round > 0:
         then = f"if nobody does, from block {d.draw_by + 1} anyone may call lapse: the appeal lapses, the first verdict stands, the bond goes to the pool"

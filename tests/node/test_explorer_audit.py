@@ -119,6 +119,16 @@ def test_a_private_draw_waits_for_its_dispatcher_s_reveal_and_names_the_fallback
     assert "dispatcher is slashed" in step["then"] and "drawn publicly" in step["then"]
 
 
+def test_after_a_missed_private_draw_the_page_asks_for_the_worker_s_receipt_before_any_draw():
+    import dataclasses
+    view = dataclasses.replace(_view(DRAWING, entered_block=80), receipt_known=False)
+    step = compute_next_step(view, AUDIT, [], PRESET, head=81)
+    supply = step["steps"][0]
+    assert supply["action"] == "supplyReceipt" and supply["who"]["anyone"]
+    assert supply["by_block"] == 80 + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS
+    assert "abandoned" in step["then"]
+
+
 def test_a_standing_claim_waits_for_the_worker_s_publication_or_its_default():
     step = compute_next_step(_view(COMMITTING, publish_deadline=44), AUDIT, [], PRESET, head=30)
     assert step["steps"][0]["action"] == "publishTranscript" and step["steps"][0]["who"]["parties"] == [WORKER]
