@@ -251,11 +251,7 @@ def test_residual_an_appeal_held_by_colluders_slashes_an_honest_agree(world10):
     worker = world.make_worker(world.nodes[0])
     run = world.start(worker, dispatcher=world.nodes[1])
     round0 = [world.make_member(n) for n in world.committee(run)]
-    world.post_members(run, round0)
-    world.open_worker(run)
-    for slot in range(3):
-        world.open_member(run, slot)
-    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
+    assert world.decide(run, round0) == spec.PASS
     appeal = world.appeal(run, world.nodes[1], offset=0.9)  # a colluder escalates the honest PASS
     assert world.protocol.jobs.call("currentVerdict", run.audit_id) == spec.FAIL
     contest_id = _contest_answered(world, run, appeal[0].node.account, 1, round0[0])
@@ -274,20 +270,12 @@ def test_one_colluding_appeal_member_cannot_slash_an_honest_agree(world10):
     worker = world.make_worker(world.nodes[0])
     run = world.start(worker, dispatcher=world.nodes[1])
     round0 = [world.make_member(n) for n in world.committee(run)]
-    world.post_members(run, round0)
-    world.open_worker(run)
-    for slot in range(3):
-        world.open_member(run, slot)
-    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
+    assert world.decide(run, round0) == spec.PASS
     world.protocol.escalate(world.nodes[1].account, run.audit_id)
     world.draw_round(run)
     committee = world.committee(run, 1)
     appeal = [world.make_member(committee[0], offset=0.9)] + [world.make_member(n) for n in committee[1:]]
-    world.post_members(run, appeal, 1)
-    world.open_worker(run)
-    for slot in range(len(appeal)):
-        world.open_member(run, slot, vote=False)  # the split: every appeal member disagrees
-    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
+    assert world.decide(run, appeal, 1, votes=lambda slot: False) == spec.FAIL  # the split: every appeal member disagrees
     contest_id = _contest_answered(world, run, appeal[0].node.account, 1, round0[0])
     stake = _stake(world, round0[0].node)
     _cross(world, run, appeal[0].node.account, 1, contest_id, appeal, appeal_slot=1)  # the colluder's reference counts once

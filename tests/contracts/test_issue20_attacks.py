@@ -366,11 +366,7 @@ def test_a_disagree_on_honest_data_is_never_slashed_as_a_lie(ten_world):
     worker = world.make_worker(world.nodes[0])
     run = world.start(worker, dispatcher=world.nodes[1])
     members = [world.make_member(n) for n in world.committee(run)]
-    world.post_members(run, members)
-    world.open_worker(run)
-    for slot in range(3):
-        world.open_member(run, slot, vote=slot == 0)  # two honest-data DISAGREEs (the stop rule)
-    world.protocol.finalize(world.outsider, run.audit_id)
+    world.decide(run, members, votes=lambda slot: slot == 0)  # two honest-data DISAGREEs (the stop rule)
     world.pass_appeal(run, worker)
     cells = compute_appeal_cells(PROMPT_LEN, OUTPUT_TOKENS, LAYERS)
     for slot in (2, 3):

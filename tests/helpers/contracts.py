@@ -206,6 +206,16 @@ class World:
         agree = self.honest_vote(run, member) if vote is None else vote
         return self.protocol.open_and_vote(member.node.account, run.audit_id, slot, opening or self.opening(run, member), agree)
 
+    def decide(self, run: AuditRun, members: list[Party], round_index: int = 0, votes=None) -> int:
+        """Run the current round from its drawn committee to its verdict: post ``members``' receipts,
+        the worker opens, each member opens and votes (``votes(slot)``, or as its data say); return
+        the verdict `finalize` reached."""
+        self.post_members(run, members, round_index)
+        self.open_worker(run)
+        for slot in range(len(members)):
+            self.open_member(run, slot, vote=None if votes is None else votes(slot))
+        return self.protocol.finalize(self.outsider, run.audit_id).value
+
     def start_framed(self, votes) -> tuple[Party, AuditRun, list[Party]]:
         """Round 0 on an honest worker (node 0, dispatched by node 1): its first two members commit
         fabricated data, the third is honest, slot k votes ``votes(k)``; the round decides FAIL."""
@@ -215,11 +225,7 @@ class World:
         """The worker appeals; an honest appeal round decides PASS. Returns the escalate and drawRound transactions."""
         escalated = self.protocol.escalate(worker.node.account, run.audit_id)
         drawn = self.draw_round(run)
-        self.post_members(run, [self.make_member(n) for n in self.committee(run, 1)], 1)
-        self.open_worker(run)
-        for slot in range(len(run.members)):
-            self.open_member(run, slot)
-        assert self.protocol.finalize(self.outsider, run.audit_id).value == PASS
+        assert self.decide(run, [self.make_member(n) for n in self.committee(run, 1)], 1) == PASS
         return escalated, drawn
 
     def start_vouched(self, votes=lambda slot: slot < 2) -> tuple[Party, AuditRun, list[Party]]:
@@ -236,11 +242,7 @@ class World:
         run = self.start(worker, dispatcher=self.nodes[1])
         committee = self.committee(run)
         round0 = [self.make_member(n, offset=0.3) for n in committee[:2]] + [self.make_member(committee[2])]
-        self.post_members(run, round0)
-        self.open_worker(run)
-        for slot in range(3):
-            self.open_member(run, slot, vote=votes(slot))
-        assert self.protocol.finalize(self.outsider, run.audit_id).value == verdict
+        assert self.decide(run, round0, votes=votes) == verdict
         return worker, run, round0
 
     def appeal(self, run: AuditRun, escalator: Node, offset: float = 0.0, finalize: bool = True) -> list[Party]:
@@ -250,12 +252,10 @@ class World:
         self.protocol.escalate(escalator.account, run.audit_id)
         self.draw_round(run)
         members = [self.make_member(n, offset=offset) for n in self.committee(run, 1)]
-        self.post_members(run, members, 1)
         if finalize:
-            self.open_worker(run)
-            for slot in range(len(members)):
-                self.open_member(run, slot)
-            self.protocol.finalize(self.outsider, run.audit_id)
+            self.decide(run, members, 1)
+        else:
+            self.post_members(run, members, 1)
         return members
 
     def finish(self, run: AuditRun):
