@@ -86,6 +86,13 @@ def compute_slashes(events: list[dict], registry: list[dict]) -> list[dict]:
     return rows
 
 
+def _output_tokens(started: dict, events: list[dict]) -> int | None:
+    """N as signed by the worker: in a public start's event; a private start shows the receipt with
+    its reveal (`WorkerReceiptShown`); None until it does."""
+    shown = next((e for e in events if e["name"] == "WorkerReceiptShown"), None)
+    return shown["args"]["outputTokens"] if shown else started["outputTokens"] or None
+
+
 def compute_audit_body(explorer: ExplorerTables, audit_id: int) -> dict | None:
     """One audit, chain-wide: its start, batch, dispatcher, rounds and seats, conduct, slashes and timeline."""
     started = explorer.get_audit_outcome(audit_id)
@@ -112,7 +119,7 @@ def compute_audit_body(explorer: ExplorerTables, audit_id: int) -> dict | None:
         worker["label"] = WORKER_OUTCOMES.get(started["outcome"], "worker")
     return {
         "audit_id": audit_id, "outcome": started["outcome"], "started_block": started["started_block"], "ended_block": started["ended_block"],
-        "worker": args["worker"], "receipt_hash": args["receiptHash"], "output_tokens": args["outputTokens"], "requested": args["requested"],
+        "worker": args["worker"], "receipt_hash": args["receiptHash"], "output_tokens": _output_tokens(args, events), "requested": args["requested"],
         "batch": {"batch_id": args["batchId"], "index": args["index"], "posted_block": posted["block_number"] if posted else None},
         "dispatcher": posted["args"]["dispatcher"] if posted else None,
         "job_hash": "0x" + mine["job_hash"] if mine else None,

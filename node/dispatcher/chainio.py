@@ -168,6 +168,16 @@ class ChainIO:
 
         return await self._run(fetch)
 
+    async def get_worker_receipt(self, audit_id: int) -> dict:
+        """The worker's signed receipt as the chain shows it (decoded `ReceiptData`): in a public
+        start's calldata; a private start sends only its hash, and the receipt comes with the reveal
+        (`revealRound`'s workerReceipt) or, after a missed one, `supplyReceipt`. Read from the
+        recorded events: call once the round is drawn."""
+        shown = self.tables.get_events("WorkerReceiptShown", audit_id)
+        event = shown[0] if shown else self.tables.get_events("AuditStarted", audit_id)[0]
+        call = await self.get_calldata(bytes.fromhex(event["tx_hash"]))
+        return call.get("workerReceipt") or call["receipt"]
+
 
 def reach_sent(label: str) -> None:
     """The crash matrix's `tx_sent_<function>` point: "Jobs.postBatch" submitted, not yet mined."""

@@ -131,7 +131,7 @@ export const auditPage = {
           ["job", body.job_hash ? jobLink(body.job_hash, body.job_hash) : el("span", { class: "muted" }, "dispatched by another node: only it knows the job hash")],
           ["receipt", el("span", { class: "mono" }, body.receipt_hash)], ["batch", [batchLink(body.batch.batch_id), ` leaf ${body.batch.index}`]],
           ["started", block(body.started_block, body)], ["ended", body.ended_block !== null ? block(body.ended_block, body) : "open"],
-          ["output tokens", body.output_tokens], ["requested by the client", body.requested ? "yes" : "no (drawn)"]]),
+          ["output tokens", body.output_tokens ?? "not on-chain yet (a private draw shows the receipt with its reveal)"], ["requested by the client", body.requested ? "yes" : "no (drawn)"]]),
       auditSection(body, body),
       section("Timeline", timeline(body.timeline, body)),
     ];

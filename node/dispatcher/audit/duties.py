@@ -198,8 +198,7 @@ class PartyDuties:
             return True
         record = self.store.get_job(duty.job_hash)
         output_tokens = tuple(record.job.input_tokens[prompt_len:])
-        started = [e for e in self.tables.get_events("AuditStarted", duty.audit_id)]
-        receipt = (await self.chainio.get_calldata(bytes.fromhex(started[0]["tx_hash"])))["receipt"]
+        receipt = await self.chainio.get_worker_receipt(duty.audit_id)
         stop_tokens = tuple(self.worker.served.manifest.stop_tokens)
         return compute_member_vote(worker_cells, mine, model, prompt_len, output_tokens, receipt["maxNewTokens"], stop_tokens, record.output_tokens or ())
 
