@@ -20,6 +20,7 @@ from verillm.chain.errors import TransactionReverted
 from verillm.errors import ChainError
 from verillm.spec.audit import Phase, compute_draw_commitment, compute_private_draw_bond
 from verillm.spec.hashing import keccak256
+from verillm.spec.settlement import NO_VOTE
 from verillm.spec.types import Job
 
 from verillm.node.dispatcher.audit.private_draw import PrivateDrawDriver
@@ -199,6 +200,19 @@ def test_an_honest_reveal_returns_the_bond(world):
     members = [world.make_member(n) for n in world.preview(run, SECRET)]
     world.reveal(run, dispatcher, SECRET, members)
     assert world.protocol.get_credit(dispatcher.address) - credit == compute_private_draw_bond(world.preset)
+
+
+@pytest.mark.xfail(strict=True, reason="votes go on-chain in the clear with each opening (openAndVote): a member that "
+                                       "opens later reads the earlier votes before it casts its own (sealed votes: not built)")
+def test_a_member_cannot_read_another_member_s_vote_before_casting_its_own(world):
+    worker = world.make_worker(world.nodes[0], nonce=next(_NONCES))
+    run = world.start(worker, dispatcher=world.nodes[1])
+    members = [world.make_member(n) for n in world.committee(run)]
+    world.post_members(run, members)
+    world.open_worker(run)
+    world.open_member(run, 0)
+    # Member 1 has not voted yet; everything public about member 0's seat (slot 1):
+    assert world.protocol.get_party(run.audit_id, 0, 1)["vote"] == NO_VOTE, "member 0's vote is readable before the others vote"
 
 
 # --- attacks that fail ----------------------------------------------------------------------------
