@@ -205,9 +205,13 @@ contract Jobs is ReentrancyGuard {
             return 0;
         }
         receiptState[q.receiptHash] = AuditCodes.RECEIPT_AUDITED;
-        feePoolWei += msg.value;
         auditId = _createAudit(q, receipt);
-        if (q.drawCommitment == bytes32(0)) _acceptReceipt(audits[auditId], receipt);
+        // A request's fee joins the pool; a private start's bond is held apart (the pool's payments
+        // cannot spend it) until its reveal pays it back or a missed reveal forfeits it to the pool.
+        if (q.drawCommitment == bytes32(0)) {
+            feePoolWei += msg.value;
+            _acceptReceipt(audits[auditId], receipt);
+        }
         emit AuditStarted(auditId, q.batchId, q.index, receipt.worker, q.receiptHash, receipt.outputTokens, !q.selected);
         _enterRound(auditId, 0);
     }
@@ -339,7 +343,7 @@ contract Jobs is ReentrancyGuard {
         if (slots.length != receipts.length || slots.length != signatures.length) revert ReceiptMismatch("one slot and one signature per receipt");
         a.drawCommitment = bytes32(0);
         emit PrivateDrawRevealed(auditId, secret);
-        _payFromPool(a.dispatcher, uint256(params.committeeSize) * params.auditFeeWei); // the bond of its start, back
+        _credit(a.dispatcher, _privateDrawBond()); // the bond of its start, back
         _showReceipt(auditId, a, workerReceipt);
         if (!_drawRound(auditId, a, r, abi.encodePacked(secret))) return;
         for (uint256 i = 0; i < slots.length; i++) {
@@ -414,7 +418,12 @@ contract Jobs is ReentrancyGuard {
         emit PrivateDrawMissed(auditId, a.dispatcher);
         uint256 amount = _slash(auditId, a.dispatcher, "missed private draw");
         _credit(msg.sender, _rewardOf(amount));
-        feePoolWei += amount - _rewardOf(amount);
+        feePoolWei += amount - _rewardOf(amount) + _privateDrawBond(); // the start's bond, forfeited
+    }
+
+    /// @dev What a private start deposits (Batches: committeeSize × auditFeeWei, a request's fee).
+    function _privateDrawBond() private view returns (uint256) {
+        return uint256(params.committeeSize) * params.auditFeeWei;
     }
 
     /// @dev Draw `count` members into the round's empty (or not-yet-posted) slots; false (and

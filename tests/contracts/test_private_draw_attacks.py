@@ -194,12 +194,18 @@ def test_each_refused_private_committee_costs_its_dispatcher(world):
     assert all(cost >= bond > 0 for cost in costs), costs  # ...and the second still cost it the bond
 
 
-def test_an_honest_reveal_returns_the_bond(world):
+def test_an_honest_reveal_returns_the_bond_whatever_the_pool_holds(world):
+    """The bond is held apart from the fee pool (whose payments could otherwise spend it between
+    the start and the reveal, and short the honest dispatcher): the pool neither gains it at the
+    start nor pays it at the reveal."""
+    pool = world.protocol.jobs.call("feePoolWei")
     dispatcher, run = _start_private(world)
+    pool_after_start = world.protocol.jobs.call("feePoolWei")
     credit = world.protocol.get_credit(dispatcher.address)
     members = [world.make_member(n) for n in world.preview(run, SECRET)]
     world.reveal(run, dispatcher, SECRET, members)
     assert world.protocol.get_credit(dispatcher.address) - credit == compute_private_draw_bond(world.preset)
+    assert world.protocol.jobs.call("feePoolWei") == pool_after_start == pool + world.preset.JOB_FEE_WEI  # the batch's job fee only
 
 
 @pytest.mark.xfail(strict=True, reason="votes go on-chain in the clear with each opening (openAndVote): a member that "
