@@ -240,7 +240,11 @@ contract Jobs is ReentrancyGuard {
         uint8 state = receiptState[q.receiptHash];
         bool taken = state == AuditCodes.RECEIPT_AUDITED || (!q.selected && state == AuditCodes.RECEIPT_LAPSED);
         if (!expired && !taken) return false;
-        if (q.selected) return true;
+        // A private start's expiry rests on its claim, unchecked until the reveal a skipped start
+        // never has: it skips only a receipt proven taken, and is refused as a request is for an
+        // expired one (start it with startAudit, whose skip reads the receipt): else a false claim
+        // skipped a selected audit for free.
+        if (q.selected && (q.drawCommitment == bytes32(0) || taken)) return true;
         if (!registered) revert NotActiveNode(receipt.worker);
         if (expired) revert ReceiptExpired(closedAt);
         revert ReceiptReplayed(q.receiptHash);
@@ -317,8 +321,10 @@ contract Jobs is ReentrancyGuard {
         (Audit storage a, Round storage r) = _at(auditId, Phase.DRAWING);
         if (a.drawCommitment != bytes32(0)) revert PrivateDraw(auditId);
         if (a.numPositions != 0) revert AlreadyHandled(auditId, 0);
+        // Before the window's last block: a draw must still fit after it (else its lapse would
+        // slash the dispatcher a second time for a draw nobody could make).
         uint256 drawBy = _deadlines(r).drawBy;
-        if (block.number > drawBy) revert TooLate(drawBy + 1);
+        if (block.number >= drawBy) revert TooLate(drawBy);
         _showReceipt(auditId, a, receipt);
     }
 

@@ -69,6 +69,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from verillm.chain import TransactionReverted
+from verillm.spec.audit import compute_private_draw_bond
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import compute_opening
 from verillm.spec.receipt import compute_auditable_until_block
@@ -318,6 +319,7 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, Coverag
         calls += [(disputes, "getContest", (i,)) for i in range(count)]
         calls += [(jobs, "getAuditExtra", (t.run.audit_id,)) for t in self.audits]
         calls += [(jobs, "getAudit", (t.run.audit_id,)) for t in self.audits]
+        calls += [(jobs, "getRoundState", (t.run.audit_id, 0)) for t in self.audits]
         calls += [(self.coverage.raw, "getClaim", (i,)) for i in range(1, claims + 1)]
         got = read_batch(self.rpc, calls)
         registry_wei, jobs_wei, disputes_wei, coverage_wei, pool, delivery_wei = got[:6]
@@ -326,11 +328,13 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, Coverag
         credits, at = got[at:at + len(creditors)], at + len(creditors)
         contests, at = got[at:at + count], at + count
         extras, at = got[at:at + len(self.audits)], at + len(self.audits)
-        views, omission_claims = got[at:at + len(self.audits)], got[at + len(self.audits):]
+        views, at = got[at:at + len(self.audits)], at + len(self.audits)
+        first_rounds, omission_claims = got[at:at + len(self.audits)], got[at + len(self.audits):]
         bonds = sum(p.preset.DISPUTE_BOND_WEI for e, v in zip(extras, views, strict=True)
                     if int(e[3], 16) != 0 and v[4] == 1 and v[5] not in (SETTLED, ABANDONED))
         assert registry_wei == sum(row[0] for row in node_rows), "Registry balance != stakes"
-        assert jobs_wei == sum(credits) + pool + bonds, "Jobs balance != credits + pool + escalation bonds"
+        held = compute_private_draw_bond(p.preset) * sum(1 for s in first_rounds if s[11])  # privateDraw: its start's bond held
+        assert jobs_wei == sum(credits) + pool + bonds + held, "Jobs balance != credits + pool + escalation bonds + private-draw bonds"
         assert disputes_wei == sum(c[6] for c in contests if c[3]), "Disputes balance != open contest bonds"
         assert delivery_wei == 0, "Delivery holds ether (a slashed worker's stake goes straight on to Jobs)"
         open_claims = sum(1 for c in omission_claims if c[5] == 1)
