@@ -141,8 +141,18 @@ class BatchScheduler:
         fee = self.chainio.preset.COMMITTEE_SIZE * self.chainio.preset.AUDIT_FEE_WEI if requested else compute_private_draw_bond(self.chainio.preset)
         commitment = ZERO32 if requested else compute_draw_commitment(self.chainio.compute_draw_secret(batch["batch_id"], job.batch_index))
         try:
-            tx = await self.chainio.send("start_audit", batch["batch_id"], job.batch_index, job.receipt, levels,
-                                         value_wei=fee, draw_commitment=commitment, batch_id=batch["batch_id"])
+            try:
+                tx = await self.chainio.send("start_audit", batch["batch_id"], job.batch_index, job.receipt, levels,
+                                             value_wei=fee, draw_commitment=commitment, batch_id=batch["batch_id"])
+            except Exception as exc:
+                if commitment == ZERO32 or not is_revert(exc, "ReceiptExpired", "NotActiveNode"):
+                    raise
+                # A private start is skipped only for a receipt proven taken: an expired one (its
+                # horizon passed, or its worker left) is skipped by a public start, which reads the
+                # receipt. Left unstarted, the missed start would slash this dispatcher.
+                log.info("job 0x%s: its receipt expired (%s); starting it publicly to have it skipped", job.job_hash.hex(), exc.error)
+                tx = await self.chainio.send("start_audit", batch["batch_id"], job.batch_index, job.receipt, levels,
+                                             value_wei=0, batch_id=batch["batch_id"])
             audit_id = tx.value
         except Exception as exc:
             if not is_revert(exc, "AlreadyHandled", "ReceiptReplayed", "ReceiptExpired"):

@@ -171,3 +171,27 @@ async def test_a_receipt_whose_horizon_ends_before_its_batch_could_be_audited_is
                              key.private_key, protocol.get_promise_domain())
     with pytest.raises(InvalidProof, match="auditable only until"):
         verify_promise_on_receipt(late, tight, protocol)
+
+
+async def test_an_expired_receipt_is_started_publicly_so_it_is_skipped_not_left_to_a_missed_start_slash(deployed, tmp_path):
+    """A private start is skipped only for a receipt proven taken (`Jobs._isSkipped`): the node's
+    private start of a receipt whose horizon passed is refused (`ReceiptExpired`), and the node
+    starts it publicly, which skips it: the leaf is handled, nobody can slash a missed start."""
+    _, protocol, node, client = deployed
+    key, tables, chainio, domain = _node(deployed, tmp_path)
+    batches = BatchScheduler(chainio, tables, NodeMetrics(), vrf.derive_secret_key(b"\x01" * 32), 8, max_wait_s=10_000)
+    job, receipt = _job_and_receipt(7, key, domain, protocol, horizon_blocks=2)
+    tables.insert_dispatched_job(b"\x07" * 32, job, key.address, "", (5, 6), receipt, False)
+    await batches.post_batch(batches.create_batch())
+    batch = tables.get_batch(tables.get_batches(("posted",))[-1]["id"])
+    protocol.chain.mine(MINIMAL.AUDIT_DRAW_DELAY_BLOCKS + 1)
+    await batches.advance_posted(batch, protocol.chain.get_block_number())
+    batch = tables.get_batch(batch["id"])
+    [(selected, requested)] = batches.get_selection(batch)  # MINIMAL selects every job
+    assert protocol.chain.get_block_number() > receipt.auditable_until_block  # expired before its start
+    await batches.start_audit(batch, selected, requested)
+    skipped = get_events(protocol.chain, [protocol.jobs], 0, names={"AuditSkipped"})
+    assert [e.args["receiptHash"] for e in skipped][-1] == compute_receipt_hash(receipt)
+    protocol.chain.mine(MINIMAL.START_WINDOW_BLOCKS + 1)
+    with pytest.raises(Exception, match="AlreadyHandled"):  # the missed-start slash has nothing to take
+        protocol.slash_missed_start(client, batch["batch_id"], 0)
