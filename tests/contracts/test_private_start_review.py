@@ -221,18 +221,23 @@ def test_a_receipt_with_bad_lengths_is_refused_by_both_starts(world):
     _assert_solvent(world)
 
 
+def _missed_reveal(world):
+    """Node 1 starts node 0's job privately and never reveals; the lapse opens the public fallback.
+    Returns the worker, the run and the fallback window's last block."""
+    worker = _worker(world)
+    run = world.start(worker, dispatcher=world.nodes[1], secret=SECRET)
+    _mine_past_draw_window(world, run.audit_id)
+    world.protocol.lapse(world.outsider, run.audit_id)
+    return worker, run, world.protocol.get_round_state(run.audit_id).deadlines.draw_by
+
+
 def test_a_receipt_is_shown_only_while_a_draw_still_fits_after_it(world):
     """Fixed (Jobs.supplyReceipt refuses the fallback window's last block): after a missed reveal
     (the dispatcher down: slashed at the first lapse), a receipt shown in the last block left no
     block to draw in, and the next lapse slashed the dispatcher a second time for a draw nobody
     could make (the review replayed it: its re-staked MIN_STAKE_WEI taken in full). Now the last
     block refuses it, and a receipt shown a block earlier is drawn in the last one."""
-    worker = _worker(world)
-    dispatcher = world.nodes[1]
-    run = world.start(worker, dispatcher=dispatcher, secret=SECRET)
-    _mine_past_draw_window(world, run.audit_id)
-    world.protocol.lapse(world.outsider, run.audit_id)
-    draw_by = world.protocol.get_round_state(run.audit_id).deadlines.draw_by
+    worker, run, draw_by = _missed_reveal(world)
     world.chain.mine(draw_by - 1 - world.chain.get_block_number())
     with reverts("TooLate|a window that closed"):  # would be mined at draw_by
         world.protocol.supply_receipt(worker.node.account, run.audit_id, worker.receipt)
@@ -240,12 +245,7 @@ def test_a_receipt_is_shown_only_while_a_draw_still_fits_after_it(world):
 
 
 def test_a_receipt_shown_a_block_before_the_end_is_drawn_in_the_last_one(world):
-    worker = _worker(world)
-    dispatcher = world.nodes[1]
-    run = world.start(worker, dispatcher=dispatcher, secret=SECRET)
-    _mine_past_draw_window(world, run.audit_id)
-    world.protocol.lapse(world.outsider, run.audit_id)
-    draw_by = world.protocol.get_round_state(run.audit_id).deadlines.draw_by
+    worker, run, draw_by = _missed_reveal(world)
     world.chain.mine(draw_by - 2 - world.chain.get_block_number())
     world.protocol.supply_receipt(worker.node.account, run.audit_id, worker.receipt)  # mined at draw_by - 1
     assert len(world.protocol.draw_round(world.outsider, run.audit_id).value) == world.preset.COMMITTEE_SIZE  # mined at draw_by
