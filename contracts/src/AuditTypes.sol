@@ -27,7 +27,7 @@ struct ReceiptData {
 enum Phase {
     NONE, // no such round
     COMMITTING, // committee drawn, its receipts due
-    OPENING, // every receipt in: challenge, openings, votes
+    OPENING, // every receipt in: challenge, the worker's opening, sealed votes, their openings
     DECIDED, // votes counted (or the worker defaulted); the dispute window runs
     DRAWING, // entered (start or escalation): the committee is drawn from a blockhash after entry
     SETTLED, // terminal: slashes and fees booked, locks released
@@ -66,7 +66,8 @@ struct Deadlines {
     uint64 commitBy; // the current commit deadline (redraws, claims and publication move it)
     uint64 challengeAfter; // R + delay, R = the last receipt's block
     uint64 workerOpenBy; // R + delay + open
-    uint64 membersOpenBy; // R + delay + 2 × open
+    uint64 membersSealBy; // R + delay + 2 × open: members seal their votes (after the worker opened)
+    uint64 membersOpenBy; // R + delay + 3 × open: members open what they sealed (once all sealed, or after membersSealBy)
     uint64 verdictBlock; // V
     uint64 disputeBy; // V + dispute
 }
@@ -79,6 +80,7 @@ struct RoundState {
     uint8 attempt;
     uint8 members;
     uint8 receipts;
+    uint8 seals;
     uint8 opens;
     bool workerOpened;
     bool challengeDrawn;

@@ -23,6 +23,7 @@ contract Jobs is ReentrancyGuard {
         bool opened;
         bool slashed;
         bool claimed; // claimed its verification job never came (Delivery)
+        bool voteSealed; // sealed its vote (sealVote); openingHash holds the seal until it opens
         bytes32 root;
         bytes32 openingHash;
     }
@@ -40,6 +41,7 @@ contract Jobs is ReentrancyGuard {
         uint8 attempt;
         uint8 receipts;
         uint8 opens;
+        uint8 seals;
         Phase phase;
         bool workerOpened;
         Member[] members;
@@ -101,6 +103,7 @@ contract Jobs is ReentrancyGuard {
     event CommitteeReceiptPosted(uint256 indexed auditId, uint8 round, uint8 slot, address indexed member, bytes32 receiptHash, bytes32 commitmentRoot);
     event ChallengeDrawn(uint256 indexed auditId, uint8 round, bytes32 challengeSeed);
     event Opened(uint256 indexed auditId, uint8 round, uint8 slot, address indexed party, bytes32 openingHash, uint8 vote);
+    event VoteSealed(uint256 indexed auditId, uint8 round, uint8 slot, address indexed member);
     event RoundDecided(uint256 indexed auditId, uint8 round, uint8 verdict, uint8 agree, uint8 disagree);
     event PrivateDrawMissed(uint256 indexed auditId, address indexed dispatcher);
     /// @notice The secret a private draw was made with: anyone can now re-derive its committee.
@@ -127,6 +130,7 @@ contract Jobs is ReentrancyGuard {
     error ReceiptMismatch(string field);
     error NotParty(address caller);
     error AlreadyOpened();
+    error SealMismatch(uint8 slot);
     error AlreadyHandled(uint256 auditId, uint8 what);
     error NothingToJudge(uint256 auditId);
     error AlreadyDrawn(uint256 auditId);
@@ -452,7 +456,7 @@ contract Jobs is ReentrancyGuard {
             if (slot == r.members.length) r.members.push();
             else if (r.members[slot].posted) continue;
             else a.replaced.push(r.members[slot].node); // still excluded and locked until the end
-            r.members[slot] = Member(chosen[next], AuditCodes.NO_VOTE, false, false, false, false, bytes32(0), bytes32(0));
+            r.members[slot] = Member(chosen[next], AuditCodes.NO_VOTE, false, false, false, false, false, bytes32(0), bytes32(0));
             registry.lock(chosen[next]);
             next++;
         }
@@ -626,22 +630,50 @@ contract Jobs is ReentrancyGuard {
         emit Opened(auditId, a.round, 0, msg.sender, r.workerOpeningHash, AuditCodes.NO_VOTE);
     }
 
-    /// @notice A member posts its own opening and its vote on the worker (agree = within
-    /// tolerance and every output token within margin), after the worker, by ready + delay + 2·open.
-    function openAndVote(uint256 auditId, uint8 slot, bytes calldata leaves, bool agree) external {
+    /// @notice A member seals its opening and its vote on the worker, after the worker opened, by
+    /// ready + delay + 2·open: seal = keccak256(0x1e ‖ u64 auditId ‖ u8 round ‖ u8 slot ‖ u8 vote ‖
+    /// keccak256(leaves) ‖ salt) (verillm.spec.audit.compute_vote_seal). Nobody sees a vote or an
+    /// opening before every member has sealed its own or the seal window has closed: no copying.
+    function sealVote(uint256 auditId, uint8 slot, bytes32 seal) external {
         (Audit storage a, Round storage r) = _at(auditId, Phase.OPENING);
-        if (slot >= r.members.length || r.members[slot].node != msg.sender) revert NotParty(msg.sender);
+        Member storage m = _seat(r, slot);
         if (!r.workerOpened) revert WorkerNotOpened();
         Deadlines memory d = _deadlines(r);
-        if (block.number > d.membersOpenBy) revert TooLate(d.membersOpenBy + 1);
-        Member storage m = r.members[slot];
+        if (block.number > d.membersSealBy) revert TooLate(d.membersSealBy + 1);
+        if (m.voteSealed) revert AlreadyOpened();
+        m.voteSealed = true;
+        m.openingHash = seal;
+        r.seals += 1;
+        emit VoteSealed(auditId, a.round, slot + 1, msg.sender);
+    }
+
+    /// @notice A member opens what it sealed: its leaves and its vote (agree = within tolerance and
+    /// every output token within margin), once every member has sealed or the seal window has
+    /// closed, by ready + delay + 3·open. A seal never opened counts as a missed opening.
+    function openAndVote(uint256 auditId, uint8 slot, bytes calldata leaves, bool agree, bytes32 salt) external {
+        (Audit storage a, Round storage r) = _at(auditId, Phase.OPENING);
+        Member storage m = _seat(r, slot);
         if (m.opened) revert AlreadyOpened();
+        Deadlines memory d = _deadlines(r);
+        if (r.seals < r.members.length && block.number <= d.membersSealBy) revert TooEarly(d.membersSealBy + 1);
+        if (block.number > d.membersOpenBy) revert TooLate(d.membersOpenBy + 1);
         _checkOpeningLength(a, leaves.length, 1);
+        uint8 vote = agree ? AuditCodes.AGREE : AuditCodes.DISAGREE;
+        bytes32 openingHash = keccak256(leaves);
+        // A member that never sealed holds openingHash 0, which no preimage matches.
+        if (keccak256(abi.encodePacked(Domains.VOTE_SEAL, uint64(auditId), a.round, slot, vote, openingHash, salt)) != m.openingHash) {
+            revert SealMismatch(slot);
+        }
         m.opened = true;
-        m.vote = agree ? AuditCodes.AGREE : AuditCodes.DISAGREE;
-        m.openingHash = keccak256(leaves);
+        m.vote = vote;
+        m.openingHash = openingHash;
         r.opens += 1;
-        emit Opened(auditId, a.round, slot + 1, msg.sender, m.openingHash, m.vote);
+        emit Opened(auditId, a.round, slot + 1, msg.sender, openingHash, vote);
+    }
+
+    function _seat(Round storage r, uint8 slot) private view returns (Member storage m) {
+        if (slot >= r.members.length || r.members[slot].node != msg.sender) revert NotParty(msg.sender);
+        return r.members[slot];
     }
 
     /// @notice Cells a party opens: k challenged positions × L layers plus the last layer at
@@ -653,8 +685,9 @@ contract Jobs is ReentrancyGuard {
         if (length != expected) revert BadOpening(length, expected);
     }
 
-    /// @notice Close the round once every member has voted, or its windows have passed: the
-    /// worker's at ready + delay + open, the members' one open window later.
+    /// @notice Close the round once every member has opened its vote, or every seal is opened and
+    /// the seal window has passed, or its windows have passed: the worker's at ready + delay + open,
+    /// the members' two open windows later.
     function finalize(uint256 auditId) external {
         (Audit storage a, Round storage r) = _at(auditId, Phase.OPENING);
         Deadlines memory d = _deadlines(r);
@@ -879,17 +912,10 @@ contract Jobs is ReentrancyGuard {
         Audit storage a = _audit(auditId);
         Round storage r = rounds[auditId][roundIndex];
         return RoundState(
-            r.phase, roundIndex, r.attempt, uint8(r.members.length), r.receipts, r.opens, r.workerOpened, r.challengeSeed != bytes32(0),
+            r.phase, roundIndex, r.attempt, uint8(r.members.length), r.receipts, r.seals, r.opens, r.workerOpened, r.challengeSeed != bytes32(0),
             a.published, a.pendingContests, r.publishDeadline, r.phase == Phase.DRAWING && a.drawCommitment != bytes32(0), a.numPositions != 0,
             _deadlines(r)
         );
-    }
-
-    /// @notice The current round's job-delivery state: its publish deadline (0: no claim), the
-    /// round, and whether the transcript is public.
-    function availability(uint256 auditId) external view returns (uint64 publishDeadline, uint8 round, bool published) {
-        Audit storage a = _audit(auditId);
-        return (rounds[auditId][a.round].publishDeadline, a.round, a.published);
     }
 
     /// @notice Who claimed seat `slot` of round `key >> 8` (key = round << 8 | slot), or 0.
@@ -911,12 +937,6 @@ contract Jobs is ReentrancyGuard {
     function currentVerdict(uint256 auditId) external view returns (uint8) {
         Audit storage a = _audit(auditId);
         return _verdictOf(a, rounds[auditId][a.round]);
-    }
-
-    /// @notice Settlement arithmetic, exposed for the spec's property tests.
-    function computeSlashSplit(uint256 amountWei) external view returns (uint256 rewardWei, uint256 poolWei) {
-        rewardWei = _rewardOf(amountWei);
-        poolWei = amountWei - rewardWei;
     }
 
     // --- internals -------------------------------------------------------------------------
@@ -945,7 +965,8 @@ contract Jobs is ReentrancyGuard {
         if (r.readyBlock != 0) {
             d.challengeAfter = r.readyBlock + delay;
             d.workerOpenBy = d.challengeAfter + open;
-            d.membersOpenBy = d.workerOpenBy + open;
+            d.membersSealBy = d.workerOpenBy + open;
+            d.membersOpenBy = d.membersSealBy + open;
         }
         d.verdictBlock = r.verdictBlock;
         if (r.verdictBlock != 0) d.disputeBy = r.verdictBlock + uint64(params.disputeWindowBlocks);

@@ -53,6 +53,7 @@ library Domains {
     bytes1 internal constant CHALLENGE_SEED = 0x1a;
     bytes1 internal constant ROUND_SEED = 0x1c; // every round's committee seed (0x18 and 0x1b: the β- and escalation-seeded draws before issue 20)
     bytes1 internal constant DRAW_SECRET = 0x1d; // a private draw's commitment: keccak256(0x1d ‖ secret)
+    bytes1 internal constant VOTE_SEAL = 0x1e; // a member's sealed vote (Jobs.sealVote)
 }
 
 /// @notice The protocol's timeline, composed once (docs/protocol.md §12 "One timeline", mirrored by
@@ -68,7 +69,7 @@ struct Timeline {
     uint256 claimExtension; // 2 × commit: the round's one publication window and the commit window after it
     uint256 privateFallback; // delay + draw + 1: a private draw missed, then the public one
     uint256 roundDrawSpan; // E → the round's last draw: privateFallback + delay + draw + redraws × (commit + 1) + claimExtension
-    uint256 roundSpan; // E → the verdict: roundDrawSpan + commit + delay + 2 × open + 1 (finalize)
+    uint256 roundSpan; // E → the verdict: roundDrawSpan + commit + delay + 3 × open (worker, seals, their openings) + 1 (finalize)
     uint256 startSpan; // a batch's posting → its last audit start: delay + draw + start
     uint256 auditSpan; // a start → the last settle: round 0, dispute, escalation round (public), dispute, proof, settle
     uint256 leaverDutySpan; // an unbond → the end of its last duty: horizon + startSpan + auditSpan
@@ -93,7 +94,7 @@ library Params {
         t.privateFallback = uint256(p.auditDrawDelayBlocks) + p.drawWindowBlocks + 1;
         t.roundDrawSpan = t.privateFallback + uint256(p.auditDrawDelayBlocks) + p.drawWindowBlocks + uint256(p.maxCommitteeRedraws) * (commit + 1)
             + t.claimExtension;
-        t.roundSpan = t.roundDrawSpan + commit + p.auditDrawDelayBlocks + 2 * uint256(p.openWindowBlocks) + 1;
+        t.roundSpan = t.roundDrawSpan + commit + p.auditDrawDelayBlocks + 3 * uint256(p.openWindowBlocks) + 1;
         t.startSpan = uint256(p.auditDrawDelayBlocks) + p.drawWindowBlocks + p.startWindowBlocks;
         // round 0 may carry the private fallback; the escalation round is drawn publicly
         t.auditSpan = 2 * (t.roundSpan + p.disputeWindowBlocks) - t.privateFallback + p.proofWindowBlocks + 1;

@@ -17,7 +17,7 @@ from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess
 from verillm.chain.artifacts import ArtifactStore
 from verillm.chain.protocol import Protocol
-from verillm.spec.audit import OnchainModel, compute_draw_commitment
+from verillm.spec.audit import OnchainModel, compute_draw_commitment, compute_vote_salt
 from verillm.spec import vrf
 from verillm.spec.audit import is_onchain_agreement
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
@@ -82,6 +82,8 @@ class AuditRun:
     audit_id: int
     worker: Party
     members: list[Party] = field(default_factory=list)
+    sealed: dict = field(default_factory=dict)
+    """(round, slot) → (opening, agree, salt) a member sealed (`World.seal_member`)."""
 
 
 class World:
@@ -201,10 +203,40 @@ class World:
         mine = {(i.leaf.position, i.leaf.layer): i.leaf for i in self.opening(run, member).leaves}
         return is_onchain_agreement(worker, mine, MODEL, PROMPT_LEN, OUTPUT_TOKENS)
 
-    def open_member(self, run: AuditRun, slot: int, vote: bool | None = None, opening: Opening | None = None):
+    def seal_member(self, run: AuditRun, slot: int, vote: bool | None = None, opening: Opening | None = None):
+        """Member ``slot`` seals its vote (as its data say unless ``vote``) and its opening."""
         member = run.members[slot]
+        round_index = self.protocol.get_audit(run.audit_id).round
+        opening = opening or self.opening(run, member)
         agree = self.honest_vote(run, member) if vote is None else vote
-        return self.protocol.open_and_vote(member.node.account, run.audit_id, slot, opening or self.opening(run, member), agree)
+        salt = compute_vote_salt(bytes(member.node.account.key), run.audit_id, round_index, slot)
+        run.sealed[(round_index, slot)] = (opening, agree, salt)
+        return self.protocol.seal_vote(member.node.account, run.audit_id, round_index, slot, opening, agree, salt)
+
+    def open_member(self, run: AuditRun, slot: int, vote: bool | None = None, opening: Opening | None = None):
+        """Member ``slot`` opens what it sealed (sealing first, with ``vote`` and ``opening``, if it
+        has not): the contract accepts it once every member sealed or the seal window closed."""
+        round_index = self.protocol.get_audit(run.audit_id).round
+        if (round_index, slot) not in run.sealed:
+            self.seal_member(run, slot, vote, opening)
+        opening, agree, salt = run.sealed[(round_index, slot)]
+        return self.protocol.open_and_vote(run.members[slot].node.account, run.audit_id, slot, opening, agree, salt)
+
+    def vote_members(self, run: AuditRun, slots=None, votes=None, openings=None):
+        """Every member in ``slots`` (default: all) seals, then each opens: ``votes(slot)`` and
+        ``openings(slot)`` (None: as its data say). Returns the openAndVote transactions."""
+        slots = range(len(run.members)) if slots is None else slots
+        for slot in slots:
+            self.seal_member(run, slot, None if votes is None else votes(slot), None if openings is None else openings(slot))
+        if len(slots) < len(run.members):
+            self.mine_past_seals(run)
+        return [self.open_member(run, slot) for slot in slots]
+
+    def mine_past_seals(self, run: AuditRun) -> None:
+        """Mine past the round's seal window (its members' openings are then due, sealed or not)."""
+        seal_by = self.protocol.get_round_state(run.audit_id).deadlines.members_seal_by
+        if self.chain.get_block_number() <= seal_by:
+            self.chain.mine(seal_by - self.chain.get_block_number() + 1)
 
     def decide(self, run: AuditRun, members: list[Party], round_index: int = 0, votes=None) -> int:
         """Run the current round from its drawn committee to its verdict: post ``members``' receipts,
@@ -212,8 +244,7 @@ class World:
         the verdict `finalize` reached."""
         self.post_members(run, members, round_index)
         self.open_worker(run)
-        for slot in range(len(members)):
-            self.open_member(run, slot, vote=None if votes is None else votes(slot))
+        self.vote_members(run, votes=votes)
         return self.protocol.finalize(self.outsider, run.audit_id).value
 
     def start_framed(self, votes) -> tuple[Party, AuditRun, list[Party]]:

@@ -333,8 +333,14 @@ class Protocol:
         """The worker posts its opening (leaves only; proofs stay off-chain unless contested)."""
         return self._send(self.jobs, "openWorker", audit_id, spec_audit.encode_opening_leaves(opening), sender=worker)
 
-    def open_and_vote(self, member: LocalAccount, audit_id: int, slot: int, opening: Opening, agree: bool) -> Tx:
-        return self._send(self.jobs, "openAndVote", audit_id, slot, spec_audit.encode_opening_leaves(opening), agree, sender=member)
+    def seal_vote(self, member: LocalAccount, audit_id: int, round_index: int, slot: int, opening: Opening, agree: bool, salt: bytes) -> Tx:
+        """A member seals its vote and opening (`Jobs.sealVote`; ``slot`` counts members from 0)."""
+        seal = spec_audit.compute_vote_seal(audit_id, round_index, slot, agree, spec_audit.compute_opening_hash(opening), salt)
+        return self._send(self.jobs, "sealVote", audit_id, slot, seal, sender=member)
+
+    def open_and_vote(self, member: LocalAccount, audit_id: int, slot: int, opening: Opening, agree: bool, salt: bytes) -> Tx:
+        """A member opens what it sealed: its leaves, its vote and the seal's salt (`Jobs.openAndVote`)."""
+        return self._send(self.jobs, "openAndVote", audit_id, slot, spec_audit.encode_opening_leaves(opening), agree, salt, sender=member)
 
     def finalize(self, sender: LocalAccount, audit_id: int) -> Tx:
         """Close the round (`Jobs.finalize`); value = the round's verdict code."""
@@ -363,10 +369,10 @@ class Protocol:
         if round_index is None:
             round_index = self.get_audit(audit_id).round
         raw = self.jobs.call("getRoundState", audit_id, round_index)
-        (phase, round_, attempt, members, receipts, opens, worker_opened, challenge_drawn, published, pending,
+        (phase, round_, attempt, members, receipts, seals, opens, worker_opened, challenge_drawn, published, pending,
          publish_deadline, private_draw, receipt_known, d) = raw
         deadlines = spec_audit.RoundDeadlines(*d)
-        return RoundState(Phase(phase), round_, attempt, members, receipts, opens, worker_opened, challenge_drawn, published,
+        return RoundState(Phase(phase), round_, attempt, members, receipts, seals, opens, worker_opened, challenge_drawn, published,
                           pending, publish_deadline, deadlines, private_draw, receipt_known)
 
     def get_party(self, audit_id: int, round_index: int, slot: int) -> dict:

@@ -18,6 +18,8 @@ machine's table in §12 "The audit state machine": `Phase`, `TRANSITIONS`,
                       the secret, privately, and revealed with the members' receipts)
     draw i            uint256(keccak256(0x19 ‖ committee seed ‖ u8 attempt ‖ u32 i)) mod (stake in play)
     challenge seed    keccak256(0x1a ‖ committee seed ‖ blockhash(ready block + delay))
+    vote seal         keccak256(0x1e ‖ u64 audit id ‖ u8 round ‖ u8 slot ‖ u8 vote ‖ opening hash ‖ salt)
+                      (a member seals its vote and opening before any member's is shown: no copying)
 
 One VRF draw per batch, not per job: a per-job BLS check costs ~170k gas, far over the
 5,000 gas per job budget, and a draw posted only when a job is audited lets a dispatcher hide
@@ -25,6 +27,8 @@ the audits it dislikes. A batch draw is mandatory (a missed draw is slashed), an
 audit bit is still unpredictable to everyone when its receipt is batched.
 """
 
+import hashlib
+import hmac
 import math
 import struct
 from collections.abc import Sequence
@@ -43,6 +47,7 @@ from verillm.spec.hashing import (
     DOMAIN_ESCALATION,
     DOMAIN_ROUND_SEED,
     DOMAIN_SORTITION,
+    DOMAIN_VOTE_SEAL,
     keccak256,
 )
 from verillm.spec.merkle import MerkleProof, compute_leaf_hash, compute_merkle_levels, compute_merkle_proof
@@ -250,8 +255,11 @@ TRANSITIONS = (
     Transition(Phase.COMMITTING, "replace_missing", "anyone", "> commit deadline, no claim standing unpublished", (Phase.COMMITTING, Phase.ABANDONED)),
     Transition(Phase.OPENING, "draw_challenge", "anyone", "(ready + delay, ready + delay + open]", (Phase.OPENING,)),
     Transition(Phase.OPENING, "open_worker", "the worker", "(ready + delay, ready + delay + open]", (Phase.OPENING,), False),
-    Transition(Phase.OPENING, "open_and_vote", "a member, after the worker", "≤ ready + delay + 2·open", (Phase.OPENING,), False),
-    Transition(Phase.OPENING, "finalize", "anyone", "every member voted, or > ready + delay + open (worker silent) / + 2·open", (Phase.DECIDED,)),
+    Transition(Phase.OPENING, "seal_vote", "a member, after the worker: keccak256(0x1e ‖ seat ‖ vote ‖ opening hash ‖ salt)",
+               "≤ ready + delay + 2·open", (Phase.OPENING,), False),
+    Transition(Phase.OPENING, "open_and_vote", "a member that sealed: its leaves, vote and salt", "(every member sealed, or > ready + delay + 2·open) ≤ ready + delay + 3·open",
+               (Phase.OPENING,), False),
+    Transition(Phase.OPENING, "finalize", "anyone", "every member opened its vote, or > ready + delay + open (worker silent) / + 3·open", (Phase.DECIDED,)),
     Transition(Phase.DECIDED, "escalate", "anyone (bond)", "round 0, ≤ verdict + dispute, worker opened and not slashed", (Phase.DRAWING,), False),
     Transition(Phase.DECIDED, "settle", "anyone", "> verdict + dispute, no contest pending", (Phase.SETTLED,)),
 )
@@ -267,6 +275,7 @@ class RoundDeadlines:
     commit_by: int
     challenge_after: int
     worker_open_by: int
+    members_seal_by: int
     members_open_by: int
     verdict_block: int
     dispute_by: int
@@ -280,6 +289,7 @@ def compute_round_deadlines(entered_block: int, commit_deadline: int, ready_bloc
     return RoundDeadlines(
         entered_block, draw_after, draw_after + preset.DRAW_WINDOW_BLOCKS, commit_deadline, challenge_after,
         challenge_after + opening if ready_block else 0, challenge_after + 2 * opening if ready_block else 0,
+        challenge_after + 3 * opening if ready_block else 0,
         verdict_block, verdict_block + preset.DISPUTE_WINDOW_BLOCKS if verdict_block else 0,
     )
 
@@ -293,6 +303,7 @@ class RoundState:
     attempt: int
     members: int
     receipts: int
+    seals: int
     opens: int
     worker_opened: bool
     challenge_drawn: bool
@@ -332,8 +343,8 @@ def compute_due_steps(state: RoundState, block: int) -> tuple[str, ...]:
         steps = []
         if not state.challenge_drawn and d.challenge_after < block <= d.worker_open_by:
             steps.append("draw_challenge")
-        all_voted = state.worker_opened and state.opens == state.members
-        if all_voted or block > (d.members_open_by if state.worker_opened else d.worker_open_by):
+        all_opened = state.worker_opened and state.opens == state.members
+        if all_opened or block > (d.members_open_by if state.worker_opened else d.worker_open_by):
             steps.append("finalize")
         return tuple(steps)
     if state.phase == Phase.DECIDED:
@@ -378,6 +389,25 @@ def decode_opening_leaves(data: bytes, dims: int) -> list[Leaf]:
 def compute_opening_hash(opening: Opening) -> bytes:
     """Return the keccak256 the contract keeps for an opening."""
     return keccak256(encode_opening_leaves(opening))
+
+
+def compute_vote_seal(audit_id: int, round_index: int, slot: int, agree: bool, opening_hash: bytes, salt: bytes) -> bytes:
+    """Return what a member posts with `Jobs.sealVote`: its vote (1 agree, 2 disagree) and the
+    keccak256 of its opening, bound to its seat (``slot`` counts members from 0) and hidden by
+    ``salt``. `Jobs.openAndVote` later shows the leaves, vote and salt that hash to it."""
+    if len(opening_hash) != 32 or len(salt) != 32:
+        raise InvalidInput("a vote seal needs a 32-byte opening hash and a 32-byte salt")
+    vote = 1 if agree else 2
+    return keccak256(DOMAIN_VOTE_SEAL + struct.pack(">QBBB", audit_id, round_index, slot, vote) + opening_hash + salt)
+
+
+def compute_vote_salt(secret: bytes, audit_id: int, round_index: int, slot: int) -> bytes:
+    """Return a member's salt for one seat, derived from a secret only it holds (its key): a node
+    that restarts between its seal and its opening derives the same salt, and nobody else can
+    (a guessable salt would let anyone try both votes against the seal)."""
+    if len(secret) < 32:
+        raise InvalidInput("a vote salt needs a secret of at least 32 bytes")
+    return hmac.new(secret, b"verillm vote salt" + struct.pack(">QBB", audit_id, round_index, slot), hashlib.sha256).digest()
 
 
 def compute_opened_cell_count(output_tokens: int, num_layers: int, challenge_positions: int, is_member: bool) -> int:

@@ -153,7 +153,7 @@ MINIMAL = Preset(
     COMMIT_WINDOW_BLOCKS=20,
     OPEN_WINDOW_BLOCKS=20,
     DISPUTE_WINDOW_BLOCKS=10,
-    UNBONDING_BLOCKS=450,  # ≥ the leaver's duty span (30 + 91 + 306 = 427) and 2 epochs (checked by the contracts)
+    UNBONDING_BLOCKS=480,  # ≥ the leaver's duty span (30 + 91 + 346 = 467) and 2 epochs (checked by the contracts)
     EPOCH_BLOCKS=150,  # ≥ the round's draw span 12 (private fallback) + 1 + 10 + 1 × 21 + 2 × 20 = 84
     MAX_BATCH_RECEIPTS=64,
     DRAW_WINDOW_BLOCKS=10,
@@ -205,7 +205,7 @@ def compute_timeline(p: Preset) -> Timeline:
     claim = 2 * commit
     fallback = p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + 1
     round_draw = fallback + p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.MAX_COMMITTEE_REDRAWS * (commit + 1) + claim
-    round_span = round_draw + commit + p.AUDIT_DRAW_DELAY_BLOCKS + 2 * p.OPEN_WINDOW_BLOCKS + 1
+    round_span = round_draw + commit + p.AUDIT_DRAW_DELAY_BLOCKS + 3 * p.OPEN_WINDOW_BLOCKS + 1  # worker, seals, their openings
     start = p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.START_WINDOW_BLOCKS
     # round 0 may carry the private fallback; an escalation round is drawn publicly
     audit = 2 * (round_span + p.DISPUTE_WINDOW_BLOCKS) - fallback + p.PROOF_WINDOW_BLOCKS + 1
