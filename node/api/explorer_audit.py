@@ -18,7 +18,7 @@ def compute_rounds(events: list[dict]) -> list[dict]:
 
     def round_of(index: int) -> dict:
         return rounds.setdefault(index, {"round": index, "draws": [], "members": [], "challenge_block": None, "worker_opened_block": None,
-                                         "decided": None, "receipts": {}, "openings": {}})
+                                         "decided": None, "receipts": {}, "seals": {}, "openings": {}})
 
     for e in events:
         args, name = e["args"], e["name"]
@@ -28,6 +28,8 @@ def compute_rounds(events: list[dict]) -> list[dict]:
             round_of(args["round"])["receipts"][args["slot"]] = {"block": e["block_number"], "root": args["commitmentRoot"], "tx_hash": _hex(e["tx_hash"])}
         elif name == "ChallengeDrawn":
             round_of(args["round"])["challenge_block"] = e["block_number"]
+        elif name == "VoteSealed":
+            round_of(args["round"])["seals"][args["slot"] - 1] = {"block": e["block_number"], "tx_hash": _hex(e["tx_hash"])}
         elif name == "Opened" and args["slot"] == 0:
             round_of(args["round"])["worker_opened_block"] = e["block_number"]
         elif name == "Opened":
@@ -37,7 +39,7 @@ def compute_rounds(events: list[dict]) -> list[dict]:
                                                   "agree": args["agree"], "disagree": args["disagree"]}
     for r in rounds.values():
         r["members"] = _seats(r)
-        del r["receipts"], r["openings"]
+        del r["receipts"], r["seals"], r["openings"]
     return [rounds[i] for i in sorted(rounds)]
 
 
@@ -48,10 +50,10 @@ def _hex(value: str) -> str:
 def _seats(r: dict) -> list[dict]:
     """Every node drawn into the round: the seats of the last draw, then those it replaced (no receipt)."""
     current = r["draws"][-1]["members"] if r["draws"] else []
-    seats = [{"slot": slot, "node": node, "receipt": r["receipts"].get(slot), "opening": r["openings"].get(slot), "replaced": False}
-             for slot, node in enumerate(current)]
+    seats = [{"slot": slot, "node": node, "receipt": r["receipts"].get(slot), "seal": r["seals"].get(slot), "opening": r["openings"].get(slot),
+              "replaced": False} for slot, node in enumerate(current)]
     earlier = {m.lower() for draw in r["draws"][:-1] for m in draw["members"]} - {m.lower() for m in current}
-    seats += [{"slot": None, "node": node, "receipt": None, "opening": None, "replaced": True} for node in sorted(earlier)]
+    seats += [{"slot": None, "node": node, "receipt": None, "seal": None, "opening": None, "replaced": True} for node in sorted(earlier)]
     return seats
 
 
@@ -171,13 +173,23 @@ def _opening(state: RoundState, audit: dict, seats, preset: Preset, head: int, a
     if not state.worker_opened:
         return {"phase": "opening", "steps": [_step("openWorker", "open the challenged cells (openWorker)", {"parties": [audit["worker"]]}, by_block=d.worker_open_by)],
                 "then": f"if it does not, from block {d.worker_open_by + 1} anyone may finalize: the worker defaults and is slashed"}
-    pending = [s["node"] for s in seats if not s["opening"]]
+    penalty = f"loses {preset.MEMBER_PENALTY_BPS / 100:g}% of its stake at settlement"
+    unsealed = [s["node"] for s in seats if not s["seal"] and not s["opening"]]
+    if unsealed and head <= d.members_seal_by:
+        return {"phase": "opening", "steps": [_step("sealVote", "seal their votes and openings (sealVote): nobody sees a vote before every member has sealed",
+                                                    {"parties": unsealed}, by_block=d.members_seal_by)],
+                "then": (f"once every member has sealed (at the latest from block {d.members_seal_by + 1}), each opens what it sealed (openAndVote) "
+                         f"by block {d.members_open_by}; a member that never seals or never opens {penalty}")}
+    pending = [s["node"] for s in seats if s["seal"] and not s["opening"]]
     if pending:
-        return {"phase": "opening", "steps": [_step("openAndVote", "open the same cells and vote (openAndVote)", {"parties": pending}, by_block=d.members_open_by)],
-                "then": (f"from block {d.members_open_by + 1} anyone may finalize (or as soon as every member has voted); a member that did not "
-                         f"open loses {preset.MEMBER_PENALTY_BPS / 100:g}% of its stake at settlement")}
-    return {"phase": "opening", "steps": [_step("finalize", "finalize: decide the round from the votes", anyone, from_block=head)],
-            "then": "the dispute window opens"}
+        return {"phase": "opening", "steps": [_step("openAndVote", "open what they sealed: their cells, their vote and the seal's salt (openAndVote)",
+                                                    {"parties": pending}, by_block=d.members_open_by)],
+                "then": (f"from block {d.members_open_by + 1} anyone may finalize (or as soon as every member has opened); a member that did not "
+                         f"open {penalty}")}
+    everyone_opened = all(s["opening"] for s in seats)  # else finalize waits for the openings' window to close
+    return {"phase": "opening", "steps": [_step("finalize", "finalize: decide the round from the votes", anyone,
+                                                from_block=head if everyone_opened else max(head, d.members_open_by + 1))],
+            "then": "the dispute window opens" if everyone_opened else "the dispute window opens; a member that never sealed " + penalty}
 
 
 def _decided(state: RoundState, preset: Preset, anyone) -> dict:

@@ -7,7 +7,7 @@ from verillm.node.dispatcher.status import compute_job_status
 from verillm.node.store.explorer_tables import ExplorerTables
 
 # Events of one audit, in the order the protocol emits them (docs/protocol.md §12).
-AUDIT_EVENTS = ("AuditStarted", "WorkerReceiptShown", "CommitteeDrawn", "CommitteeReceiptPosted", "ChallengeDrawn", "Opened", "RoundDecided",
+AUDIT_EVENTS = ("AuditStarted", "WorkerReceiptShown", "CommitteeDrawn", "CommitteeReceiptPosted", "ChallengeDrawn", "VoteSealed", "Opened", "RoundDecided",
                 "EscalationStarted", "EscalationLapsed", "Contested", "Adjudicated", "PartySlashed", "AuditAbandoned", "AuditSettled")
 PENALTY_REASON = "missed opening or minority vote"
 WORKER_OUTCOMES = {"pass": "passed: the committee's data matched its receipt", "open": "its receipt is being checked",

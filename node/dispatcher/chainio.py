@@ -20,7 +20,7 @@ from verillm.chain import connect
 from verillm.chain.deploy import Deployment
 from verillm.chain.errors import TransactionReverted
 from verillm.chain.protocol import Protocol, Tx
-from verillm.spec.audit import OnchainModel, RoundState
+from verillm.spec.audit import OnchainModel, RoundState, compute_vote_salt
 from verillm.errors import ConfigError
 from verillm.spec.hashing import keccak256
 
@@ -101,6 +101,12 @@ class ChainIO:
         and reveals the same one, and nobody else can compute it."""
         jobs = bytes.fromhex(self.protocol.jobs.address[2:])
         return keccak256(self._draw_key + jobs + batch_id.to_bytes(8, "big") + index.to_bytes(4, "big"))
+
+    def compute_vote_salt(self, audit_id: int, round_index: int, member_slot: int) -> bytes:
+        """Return the salt this node seals its vote in seat ``member_slot`` (from 0) with
+        (`Jobs.sealVote`): derived from its key and the deployment, so a restart opens the seal."""
+        jobs = bytes.fromhex(self.protocol.jobs.address[2:])
+        return compute_vote_salt(keccak256(self._draw_key + jobs), audit_id, round_index, member_slot)
 
     async def draw_challenge(self, audit_id: int) -> None:
         """`Jobs.drawChallenge`: draws the seed.

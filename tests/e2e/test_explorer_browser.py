@@ -232,7 +232,8 @@ def _open_audit_next_step(kept, page, shots: Path) -> None:
                         "revealRound": entered + p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS,
                         "postCommitteeReceipt": commit_deadline, "publishTranscript": live.publish_deadline, "drawChallenge": ready + p.AUDIT_DRAW_DELAY_BLOCKS + p.OPEN_WINDOW_BLOCKS,
                         "openWorker": ready + p.AUDIT_DRAW_DELAY_BLOCKS + p.OPEN_WINDOW_BLOCKS,
-                        "openAndVote": ready + p.AUDIT_DRAW_DELAY_BLOCKS + 2 * p.OPEN_WINDOW_BLOCKS,
+                        "sealVote": ready + p.AUDIT_DRAW_DELAY_BLOCKS + 2 * p.OPEN_WINDOW_BLOCKS,
+                        "openAndVote": ready + p.AUDIT_DRAW_DELAY_BLOCKS + 3 * p.OPEN_WINDOW_BLOCKS,
                         "dispute": verdict_block + p.DISPUTE_WINDOW_BLOCKS}[action]
             assert int(by_block) == expected, (action, by_block, expected)
             assert "by block" in page.locator("#next-step").inner_text()

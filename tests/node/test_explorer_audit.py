@@ -1,8 +1,8 @@
 """What the explorer says about one audit (node/api/explorer_audit.py): each seat's conduct from the
 recorded events (a proven lie is a lie, not a vote; a penalty says which rule), and, while the audit is
 open, what happens next, by whom, by which block: the deadlines Jobs.sol enforces (the revert bounds
-of drawRound, lapse, postCommitteeReceipt, publishTranscript, drawChallenge, openWorker, openAndVote and
-escalate), read from the round's state as `Jobs.getRoundState` gives it (spec.audit.RoundState)."""
+of drawRound, lapse, postCommitteeReceipt, publishTranscript, drawChallenge, openWorker, sealVote,
+openAndVote and escalate), read from the round's state as `Jobs.getRoundState` gives it (spec.audit.RoundState)."""
 
 import pytest
 
@@ -29,6 +29,10 @@ def _posted(slot, block=12):
     return (block, "CommitteeReceiptPosted", {"round": 0, "slot": slot, "member": (A, B, C)[slot], "commitmentRoot": "0x01"})
 
 
+def _sealed(slot, block=18):
+    return (block, "VoteSealed", {"round": 0, "slot": slot, "member": (A, B, C)[slot - 1]})
+
+
 def _opened(slot, vote, block=20):
     return (block, "Opened", {"round": 0, "slot": slot, "party": WORKER if slot == 0 else (A, B, C)[slot - 1], "vote": vote})
 
@@ -39,7 +43,7 @@ AUDIT = {"worker": WORKER, "dispatcher": DISPATCHER, "requested": False}
 def _view(phase, *, round=0, attempt=0, entered_block=5, commit_deadline=21, ready_block=30, verdict_block=50, challenge_drawn=True,
           worker_opened=True, pending_contests=0, publish_deadline=0, published=False) -> RoundState:
     deadlines = compute_round_deadlines(entered_block, commit_deadline, ready_block, verdict_block, PRESET)
-    return RoundState(Phase(phase), round, attempt, 3, 3, 0, worker_opened, challenge_drawn, published, pending_contests, publish_deadline, deadlines)
+    return RoundState(Phase(phase), round, attempt, 3, 3, 0, 0, worker_opened, challenge_drawn, published, pending_contests, publish_deadline, deadlines)
 
 
 def test_a_lie_proven_by_adjudication_is_shown_as_a_lie_and_penalties_say_which_rule():
@@ -84,8 +88,19 @@ def test_opening_goes_challenge_then_worker_then_members_with_the_contract_s_win
     worker = compute_next_step(_view(OPENING, worker_opened=False), AUDIT, rounds, PRESET, head=35)
     assert worker["steps"][0]["who"]["parties"] == [WORKER] and worker["steps"][0]["by_block"] == seed + PRESET.OPEN_WINDOW_BLOCKS
     assert "defaults" in worker["then"]
-    members = compute_next_step(_view(OPENING), AUDIT, rounds, PRESET, head=40)["steps"][0]
-    assert members["action"] == "openAndVote" and members["who"]["parties"] == [B, C] and members["by_block"] == seed + 2 * PRESET.OPEN_WINDOW_BLOCKS
+    sealing = compute_next_step(_view(OPENING), AUDIT, rounds, PRESET, head=40)
+    members = sealing["steps"][0]
+    assert members["action"] == "sealVote" and members["who"]["parties"] == [B, C] and members["by_block"] == seed + 2 * PRESET.OPEN_WINDOW_BLOCKS
+    assert f"block {seed + 3 * PRESET.OPEN_WINDOW_BLOCKS}" in sealing["then"] and "openAndVote" in sealing["then"]
+    sealed = compute_rounds(_events(_drawn(), _posted(0), _posted(1), _posted(2), _opened(1, 1), _sealed(2), _sealed(3)))
+    opening = compute_next_step(_view(OPENING), AUDIT, sealed, PRESET, head=41)["steps"][0]
+    assert opening["action"] == "openAndVote" and opening["who"]["parties"] == [B, C] and opening["by_block"] == seed + 3 * PRESET.OPEN_WINDOW_BLOCKS
+    assert [s["seal"] is not None for s in sealed[0]["members"]] == [False, True, True]
+    # C never sealed and the seal window closed: B opens, then finalize waits for the openings' window to close
+    one_sealed = compute_rounds(_events(_drawn(), _posted(0), _posted(1), _posted(2), _opened(1, 1), _sealed(2), _opened(2, 1, block=60)))
+    late = compute_next_step(_view(OPENING), AUDIT, one_sealed, PRESET, head=61)
+    assert late["steps"][0]["action"] == "finalize" and late["steps"][0]["from_block"] == seed + 3 * PRESET.OPEN_WINDOW_BLOCKS + 1
+    assert "never sealed" in late["then"]
     everyone = compute_rounds(_events(_drawn(), _posted(0), _posted(1), _posted(2), _opened(1, 1), _opened(2, 1), _opened(3, 2)))
     final = compute_next_step(_view(OPENING), AUDIT, everyone, PRESET, head=40)["steps"][0]
     assert final["action"] == "finalize" and final["who"] == {"anyone": True, "usually": DISPATCHER} and final["from_block"] == 40

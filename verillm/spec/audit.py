@@ -402,9 +402,11 @@ def compute_vote_seal(audit_id: int, round_index: int, slot: int, agree: bool, o
 
 
 def compute_vote_salt(secret: bytes, audit_id: int, round_index: int, slot: int) -> bytes:
-    """Return a member's salt for one seat, derived from a secret only it holds (its key): a node
-    that restarts between its seal and its opening derives the same salt, and nobody else can
-    (a guessable salt would let anyone try both votes against the seal)."""
+    """Return a member's salt for one seat, derived from a secret only it holds: a node that
+    restarts between its seal and its opening derives the same salt, and nobody else can (a
+    guessable salt would let anyone try both votes against the seal). The secret must differ per
+    deployment (the node hashes its key with the Jobs address): audit ids restart at 1 in a new
+    one, and a salt an earlier opening showed would unseal the same seat there."""
     if len(secret) < 32:
         raise InvalidInput("a vote salt needs a secret of at least 32 bytes")
     return hmac.new(secret, b"verillm vote salt" + struct.pack(">QBB", audit_id, round_index, slot), hashlib.sha256).digest()

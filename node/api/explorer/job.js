@@ -83,7 +83,9 @@ function seats(audit, body) {
         el("td", {}, seat.replaced ? `replaced (round ${round.round})` : `seat ${seat.slot + 1}, round ${round.round}`),
         el("td", {}, seat.receipt ? block(seat.receipt.block, body) : "-"),
         el("td", {}, seat.opening ? block(seat.opening.block, body) : "-"),
-        el("td", { class: "votes" }, vote({ vote: seat.opening ? seat.opening.vote : null, lie: c.lie, label: c.label })),
+        // a sealed vote is hidden until every member has sealed: the page says it was cast, not what it is
+        el("td", { class: "votes" }, !seat.opening && seat.seal ? el("span", { class: "sealed" }, "sealed")
+          : vote({ vote: seat.opening ? seat.opening.vote : null, lie: c.lie, label: c.label })),
         el("td", { class: "label" + (c.lie ? " vote-disagree" : "") }, c.label || "-"),
         el("td", {}, c.slashed_wei !== null && c.slashed_wei !== undefined ? eth(c.slashed_wei) : "-")));
     }

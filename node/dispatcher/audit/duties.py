@@ -8,7 +8,10 @@ first). From there:
     worker   once the challenge is drawn (it draws it itself if nobody has), opens the
              challenged cells of its own commitment: `openWorker`
     member   once the worker has opened, reads the worker's leaves from that transaction,
-             opens its own cells and votes (`votes.compute_member_vote`): `openAndVote`
+             computes its own cells and its vote (`honest.compute_member_vote`) and seals
+             both (`sealVote`, the salt derived from its key); once every member has sealed
+             or the seal window has closed, opens what it sealed: `openAndVote` (nobody can
+             read a vote before every member has cast its own)
     either   answers every contest against its seat with Merkle proofs (`answerContest`); a
              member's answered contest holds its bond until the member can no longer be proven
              a liar: the seat collects it (`releaseBond`) before it closes
@@ -122,7 +125,7 @@ class PartyDuties:
             if await self._is_over(duty, info, head) and await self._release_bonds(duty):
                 self.tables.update_duty(duty, status="closed")
         elif info.phase == Phase.OPENING:
-            await (self._open_worker(duty, info, head) if duty.slot == 0 else self._open_member(duty, info))
+            await (self._open_worker(duty, info, head) if duty.slot == 0 else self._seal_or_open(duty, info, party, head))
         elif info.phase == Phase.DECIDED and duty.round > 0 and duty.slot > 0 and not await self._is_over(duty, info, head):
             await self.hunt.advance(duty, head)  # the appeal's worker defaulted before this seat opened: its committed data still count
         elif info.phase not in (Phase.COMMITTING, Phase.DRAWING):
@@ -178,20 +181,43 @@ class PartyDuties:
             opening = compute_tampered_opening(opening)
         await self._send_once("open_worker", duty, opening)
 
-    async def _open_member(self, duty: Duty, info) -> None:
+    async def _seal_or_open(self, duty: Duty, info, party: dict, head: int) -> None:
+        """A member seat: seal the vote once the worker opened, open the seal once the others
+        sealed (or their window closed). The vote is kept in the duty: a restart opens the same."""
         if not info.worker_opened:
             return
+        sealed = party["opening_hash"] != bytes(32)  # the seal, until it is opened
+        if sealed:
+            state = await self.chainio.get_round_state(duty.audit_id, duty.round)
+            if state.seals < state.members and head <= state.deadlines.members_seal_by:
+                return  # another member's seal may still come: nothing is shown before it
+        cast = await self._cast_vote(duty, info)
+        if cast is None:
+            return
+        opening, agree = cast
+        salt = self.chainio.compute_vote_salt(duty.audit_id, duty.round, duty.slot - 1)
+        if not sealed:
+            # The seat stays "waiting" (its vote kept): the chain says it sealed (getParty's seal).
+            await self._send_once("seal_vote", duty, duty.round, duty.slot - 1, opening, agree, salt, status="waiting", did="sealed the vote of")
+        else:
+            await self._send_once("open_and_vote", duty, duty.slot - 1, opening, agree, salt)
+
+    async def _cast_vote(self, duty: Duty, info):
+        """This seat's opening and vote: the vote computed once over the worker's posted leaves
+        and this node's own cells (kept in the duty), the opening recomputed (deterministic)."""
         worker_open = [e for e in self.tables.get_events("Opened", duty.audit_id) if e["args"]["round"] == duty.round and e["args"]["slot"] == 0]
         if not worker_open:
-            return  # the watcher has not recorded the worker's opening yet
+            return None  # the watcher has not recorded the worker's opening yet
         state, model, prompt_len, challenge = await self._challenge(duty, info.challenge_seed)
+        opening = await self.worker.open_cells(duty.job_hash, self.chainio.address, challenge=challenge)
+        if duty.vote is not None:
+            return opening, duty.vote == AGREE
         calldata = await self.chainio.get_calldata(bytes.fromhex(worker_open[0]["tx_hash"]))
         worker_cells = {(l.position, l.layer): l for l in decode_opening_leaves(calldata["leaves"], model.fingerprint_dims)}
-        opening = await self.worker.open_cells(duty.job_hash, self.chainio.address, challenge=challenge)
         mine = {(i.leaf.position, i.leaf.layer): i.leaf for i in opening.leaves}
         agree = await self._vote(duty, state, model, prompt_len, worker_cells, mine)
         self.tables.update_duty(duty, vote=AGREE if agree else DISAGREE)
-        await self._send_once("open_and_vote", duty, duty.slot - 1, opening, agree)
+        return opening, agree
 
     async def _vote(self, duty: Duty, state, model, prompt_len: int, worker_cells: dict, mine: dict) -> bool:
         if self.faults.member_vote == "always_agree":
@@ -202,14 +228,14 @@ class PartyDuties:
         stop_tokens = tuple(self.worker.served.manifest.stop_tokens)
         return compute_member_vote(worker_cells, mine, model, prompt_len, output_tokens, receipt["maxNewTokens"], stop_tokens, record.output_tokens or ())
 
-    async def _send_once(self, name: str, duty: Duty, *args) -> None:
+    async def _send_once(self, name: str, duty: Duty, *args, status: str = "opened", did: str = "opened") -> None:
         try:
             await self.chainio.send(name, duty.audit_id, *args, audit_id=duty.audit_id)
         except Exception as exc:
             if not is_revert(exc, "AlreadyOpened"):
                 raise
-        self.tables.update_duty(duty, status="opened", error=None)
-        log.info("audit %d: opened party slot %d of round %d", duty.audit_id, duty.slot, duty.round)
+        self.tables.update_duty(duty, status=status, error=None)
+        log.info("audit %d: %s party slot %d of round %d", duty.audit_id, did, duty.slot, duty.round)
 
     async def _release_bonds(self, duty: Duty) -> bool:
         """Collect the held bond of every contest this member seat answered; False while one is

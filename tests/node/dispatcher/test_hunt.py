@@ -113,8 +113,7 @@ async def test_the_worker_node_appeals_then_hunts_the_liars_and_is_made_whole(fr
     while not world.protocol.get_party(run.audit_id, 1, 0)["opened"]:  # the node opens its appeal seat
         await _tick(world, chainio, tables, duties, poller)
         world.chain.mine(1)
-    for slot in range(len(run.members)):
-        world.open_member(run, slot)
+    world.vote_members(run)
     assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
 
     disputes = world.protocol.disputes.web3.events
@@ -199,7 +198,12 @@ async def test_the_appeal_dissenters_nodes_hunt_the_first_round_agrees_that_vouc
 
     if cheat_opens:
         world.open_worker(run)
-        while not all(world.protocol.get_party(run.audit_id, 1, k + 1)["opened"] for k in range(quorum)):  # the nodes open and vote
+        while not all(world.protocol.get_party(run.audit_id, 1, k + 1)["opening_hash"] != bytes(32) for k in range(quorum)):  # the nodes seal
+            await tick_all()
+            world.chain.mine(1)
+        for slot in range(quorum, len(appeal)):
+            world.seal_member(run, slot)
+        while not all(world.protocol.get_party(run.audit_id, 1, k + 1)["opened"] for k in range(quorum)):  # every seal is in: they open
             await tick_all()
             world.chain.mine(1)
         assert all(world.protocol.get_party(run.audit_id, 1, k + 1)["vote"] == spec.DISAGREE for k in range(quorum))
@@ -209,7 +213,7 @@ async def test_the_appeal_dissenters_nodes_hunt_the_first_round_agrees_that_vouc
     else:
         world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
         world.protocol.draw_challenge(world.outsider, run.audit_id)
-        for _ in range(2 * PRESET.OPEN_WINDOW_BLOCKS + 1):
+        for _ in range(PRESET.OPEN_WINDOW_BLOCKS + 1):
             await tick_all()  # the nodes wait: no worker opening to vote on
             world.chain.mine(1)
         assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
