@@ -90,14 +90,15 @@ async def test_the_committee_lane_has_slots_of_its_own_and_runs_first(start, ser
 def test_the_audit_horizon_composes_every_window():
     # MINIMAL, by hand: the receipt's horizon 200 (no audit of it starts later); a round's draws =
     # 12 (a private draw missed: 1 + 10 + 1) + 1 + 10 + 1 × (20 + 1) redraw + 2 × 20 claim = 84, a
-    # round = 84 + 20 commit + 1 + 2 × 20 open + 1 = 146; the audit = 2 × (146 + 10 dispute) − 12
-    # (the appeal is public) + 5 proof + 1 = 306; omission path 30 + 100 + 5 = 135 < 506.
-    assert compute_timeline(MINIMAL).audit_span == 306
-    assert compute_audit_horizon_blocks(MINIMAL) == 200 + 306 == 506
-    # MAINNET: 600 + 2 × (560 + 100) − 103 + 50 + 1 = 1,868 blocks (6.2 h at 12 s)
-    assert compute_audit_horizon_blocks(MAINNET) == 1868
-    verify_retention(2 * 1868 * 12.0, MAINNET, 12.0)
-    with pytest.raises(ConfigError, match="needs at least 44832 s"):
+    # round = 84 + 20 commit + 1 + 3 × 20 open (the worker's, the seals', their openings') + 1 = 166;
+    # the audit = 2 × (166 + 10 dispute) − 12 (the appeal is public) + 5 proof + 1 = 346; omission
+    # path 30 + 100 + 5 = 135 < 546.
+    assert compute_timeline(MINIMAL).audit_span == 346
+    assert compute_audit_horizon_blocks(MINIMAL) == 200 + 346 == 546
+    # MAINNET: 600 + 2 × (610 + 100) − 103 + 50 + 1 = 1,968 blocks (6.6 h at 12 s)
+    assert compute_audit_horizon_blocks(MAINNET) == 1968
+    verify_retention(2 * 1968 * 12.0, MAINNET, 12.0)
+    with pytest.raises(ConfigError, match="needs at least 47232 s"):
         verify_retention(24 * 3600 / 4, MAINNET, 12.0)
 
 
