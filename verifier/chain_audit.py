@@ -24,7 +24,7 @@ from verillm.chain.deploy import Deployment
 from verillm.chain.events import ChainEvent, get_events
 from verillm.chain.protocol import PHASE_NAMES, Protocol
 from verillm.spec.audit import OnchainModel
-from verillm.spec.audit import decode_opening_leaves
+from verillm.spec.audit import compute_vote_seal, decode_opening_leaves
 from verillm.spec import audit as spec_audit
 from verillm.spec import settlement as spec_settlement
 from verillm.spec import vrf
@@ -287,7 +287,29 @@ class ChainAuditor:
             self._add(ok, subject, f"party {slot}'s opening hashes to what was recorded and covers exactly the challenged cells",
                       f"party {slot}'s opening does not match its hash or the challenged cells")
             leaves[slot] = ({(l.position, l.layer): l for l in decoded}, event.args["vote"], event.args["party"])
+            if slot:
+                self._check_seal(subject, audit_id, round_index, event, data)
         return leaves
+
+    def _check_seal(self, subject: str, audit_id: int, round_index: int, opened: ChainEvent, data: bytes) -> None:
+        """A member's opening is what it sealed, and was shown only once every member of the round
+        had sealed or the seal window had closed (no member could copy another's vote)."""
+        slot = opened.args["slot"]
+        seals = [e for e in self.named("VoteSealed", auditId=audit_id) if e.args["round"] == round_index]
+        mine = [e for e in seals if e.args["slot"] == slot]
+        if not mine:
+            self._add(False, subject, "", f"party {slot} opened a vote it never sealed")
+            return
+        call = self._calldata(opened)
+        expected = compute_vote_seal(audit_id, round_index, slot - 1, call["agree"], keccak256(data), bytes(call["salt"]))
+        self._add(expected == bytes(self._calldata(mine[0])["seal"]), subject, f"party {slot}'s opening and vote are what it sealed at block {mine[0].block_number}",
+                  f"party {slot}'s opening and vote do not hash to its seal")
+        seal_by = self.protocol.get_round_state(audit_id, round_index).deadlines.members_seal_by
+        members = len(self.protocol.get_committee(audit_id, round_index))
+        shown_after_every_seal = len(seals) == members and all(_before(e, opened) for e in seals)
+        self._add(shown_after_every_seal or opened.block_number > seal_by, subject,
+                  f"party {slot}'s vote was shown only after every seal of its round (or the seal window's end, block {seal_by})",
+                  f"party {slot}'s vote was shown at block {opened.block_number}, before every member sealed and before the seal window closed ({seal_by})")
 
     def _check_votes(self, subject: str, audit_id: int, round_index: int, leaves: dict, model, prompt_len: int, output_tokens: int) -> None:
         if 0 not in leaves:
