@@ -210,8 +210,9 @@ class World:
         opening = opening or self.opening(run, member)
         agree = self.honest_vote(run, member) if vote is None else vote
         salt = compute_vote_salt(bytes(member.node.account.key), run.audit_id, round_index, slot)
-        run.sealed[(round_index, slot)] = (opening, agree, salt)
-        return self.protocol.seal_vote(member.node.account, run.audit_id, round_index, slot, opening, agree, salt)
+        tx = self.protocol.seal_vote(member.node.account, run.audit_id, round_index, slot, opening, agree, salt)
+        run.sealed[(round_index, slot)] = (opening, agree, salt)  # only once the contract took it
+        return tx
 
     def open_member(self, run: AuditRun, slot: int, vote: bool | None = None, opening: Opening | None = None):
         """Member ``slot`` opens what it sealed (sealing first, with ``vote`` and ``opening``, if it

@@ -27,8 +27,6 @@ the audits it dislikes. A batch draw is mandatory (a missed draw is slashed), an
 audit bit is still unpredictable to everyone when its receipt is batched.
 """
 
-import hashlib
-import hmac
 import math
 import struct
 from collections.abc import Sequence
@@ -409,7 +407,8 @@ def compute_vote_salt(secret: bytes, audit_id: int, round_index: int, slot: int)
     one, and a salt an earlier opening showed would unseal the same seat there."""
     if len(secret) < 32:
         raise InvalidInput("a vote salt needs a secret of at least 32 bytes")
-    return hmac.new(secret, b"verillm vote salt" + struct.pack(">QBB", audit_id, round_index, slot), hashlib.sha256).digest()
+    # keccak256 has no length extension: keccak(tag ‖ secret ‖ seat) is a keyed hash of the seat
+    return keccak256(b"verillm vote salt" + secret + struct.pack(">QBB", audit_id, round_index, slot))
 
 
 def compute_opened_cell_count(output_tokens: int, num_layers: int, challenge_positions: int, is_member: bool) -> int:
