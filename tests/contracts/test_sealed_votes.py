@@ -210,17 +210,17 @@ def test_compute_vote_seal_is_the_contract_s_hash(world):
     """A seal computed in Python (the layout docs/protocol.md states) and posted raw is opened by
     the contract's own hashing of the preimage."""
     run = _opened(world)
-    for slot in (1, 2):
+    for slot in (0, 2):
         world.seal_member(run, slot)
-    member = run.members[0]
-    opening, salt = world.opening(run, member), keccak256(b"a salt only member 0 knows")
+    member = run.members[1]  # slot 1: the seat's byte is not zero
+    opening, salt = world.opening(run, member), keccak256(b"a salt only member 1 knows")
     leaves = encode_opening_leaves(opening)
-    seal = compute_vote_seal(run.audit_id, 0, 0, True, keccak256(leaves), salt)
-    assert seal == keccak256(b"\x1e" + run.audit_id.to_bytes(8, "big") + bytes([0, 0, 1]) + keccak256(leaves) + salt)
+    seal = compute_vote_seal(run.audit_id, 0, 1, True, keccak256(leaves), salt)
+    assert seal == keccak256(b"\x1e" + run.audit_id.to_bytes(8, "big") + bytes([0, 1, 1]) + keccak256(leaves) + salt)
     jobs = world.protocol.jobs
-    world.chain.transact(jobs, "sealVote", run.audit_id, 0, seal, sender=member.node.account)
-    world.chain.transact(jobs, "openAndVote", run.audit_id, 0, leaves, True, salt, sender=member.node.account)
-    party = world.protocol.get_party(run.audit_id, 0, 1)
+    world.chain.transact(jobs, "sealVote", run.audit_id, 1, seal, sender=member.node.account)
+    world.chain.transact(jobs, "openAndVote", run.audit_id, 1, leaves, True, salt, sender=member.node.account)
+    party = world.protocol.get_party(run.audit_id, 0, 2)
     assert (party["opened"], party["vote"], party["opening_hash"]) == (True, spec.AGREE, keccak256(leaves))
 
 
