@@ -1,4 +1,4 @@
-"""Sealed votes (docs/protocol.md §12; issue 20 "no copying"), each rule replayed with an attacker's
+"""Sealed votes (Jobs.sealVote / openAndVote; issue 20 "no copying"), each rule replayed with an attacker's
 moves against the real contracts on anvil: a member seals keccak256(0x1e ‖ seat ‖ vote ‖ opening
 hash ‖ salt) with `sealVote`, and shows the preimage with `openAndVote` only once every member has
 sealed or the seal window has closed. A vote cannot be read before the last seal, copied into
