@@ -18,6 +18,13 @@ def _started(world, cheat: bool = False) -> AuditRun:
     return run
 
 
+def _mine_past(world, block: int) -> None:
+    """Mine until the chain's head is past ``block``."""
+    head = world.chain.get_block_number()
+    if head <= block:
+        world.chain.mine(block - head + 1)
+
+
 def _expected(world, run, votes, stakes, pool, opened=None, worker_opened=True):
     opened = opened or [True] * len(votes)
     members = tuple(spec.MemberRecord(m.node.address, True, o, v if o else spec.NO_VOTE) for m, v, o in zip(run.members, votes, opened))
@@ -50,11 +57,9 @@ def _settle_and_check(world, run, votes, opened=None, worker_opened=True):
 def test_honest_worker_and_committee_pass_and_are_paid(world):
     run = _started(world)
     world.open_worker(run)
-    votes = []
-    for slot, member in enumerate(run.members):
-        votes.append(world.honest_vote(run, member))
-        world.open_member(run, slot)
+    votes = [world.honest_vote(run, member) for member in run.members]
     assert votes == [True] * 3
+    world.vote_members(run)
     expected = _settle_and_check(world, run, [spec.AGREE] * 3)
     assert expected.verdict == spec.PASS and not expected.slashed_wei
     assert world.protocol.get_credit(run.worker.node.address) == PRESET.AUDIT_FEE_WEI
@@ -69,8 +74,7 @@ def test_cheating_worker_outside_the_band_is_slashed(world):
     run = _started(world, cheat=True)
     world.open_worker(run)
     assert [world.honest_vote(run, m) for m in run.members] == [False] * 3
-    for slot in range(3):
-        world.open_member(run, slot)
+    world.vote_members(run)
     expected = _settle_and_check(world, run, [spec.DISAGREE] * 3)
     assert expected.verdict == spec.FAIL and run.worker.node.address in expected.slashed_wei
 
@@ -78,11 +82,13 @@ def test_cheating_worker_outside_the_band_is_slashed(world):
 def test_member_missing_its_opening_is_slashed_and_the_honest_worker_is_not(world):
     run = _started(world)
     world.open_worker(run)
+    for slot in range(3):  # member 2 seals too, so the others may open at once
+        world.seal_member(run, slot)
     world.open_member(run, 0)
     world.open_member(run, 1)
-    with reverts("TooEarly"):  # member 2 still has time
+    with reverts("TooEarly"):  # member 2 still has time to open
         world.protocol.finalize(world.outsider, run.audit_id)
-    world.chain.mine(2 * PRESET.OPEN_WINDOW_BLOCKS)
+    _mine_past(world, world.protocol.get_round_state(run.audit_id).deadlines.members_open_by)
     with reverts("TooLate"):
         world.open_member(run, 2)
     expected = _settle_and_check(world, run, [spec.AGREE, spec.AGREE, spec.NO_VOTE], opened=[True, True, False])
@@ -93,9 +99,7 @@ def test_member_missing_its_opening_is_slashed_and_the_honest_worker_is_not(worl
 def test_minority_voter_is_slashed(world):
     run = _started(world)
     world.open_worker(run)
-    world.open_member(run, 0)
-    world.open_member(run, 1)
-    world.open_member(run, 2, vote=False)  # disagrees with an honest worker
+    world.vote_members(run, votes=lambda slot: False if slot == 2 else None)  # member 2 disagrees with an honest worker
     expected = _settle_and_check(world, run, [spec.AGREE, spec.AGREE, spec.DISAGREE])
     assert set(expected.slashed_wei) == {run.members[2].node.address}
 
@@ -171,10 +175,16 @@ def test_opening_rules(world):
     with reverts("AlreadyOpened"):
         world.protocol.open_worker(worker, run.audit_id, opening)
     member_opening = world.opening(run, run.members[0])
+    salt = bytes(32)
     with reverts("NotParty"):  # another member's seat
-        world.protocol.open_and_vote(member, run.audit_id, 1, member_opening, True)
+        world.protocol.seal_vote(member, run.audit_id, 0, 1, member_opening, True, salt)
+    for slot in range(3):
+        world.seal_member(run, slot, vote=True, opening=member_opening if slot == 0 else None)
+    _, _, salt = run.sealed[(0, 0)]
+    with reverts("NotParty"):  # another member's seat
+        world.protocol.open_and_vote(member, run.audit_id, 1, member_opening, True, salt)
     with reverts("BadOpening"):  # the worker's cells are one short of a member's
-        world.protocol.open_and_vote(member, run.audit_id, 0, opening, True)
-    world.protocol.open_and_vote(member, run.audit_id, 0, member_opening, True)
+        world.protocol.open_and_vote(member, run.audit_id, 0, opening, True, salt)
+    world.protocol.open_and_vote(member, run.audit_id, 0, member_opening, True, salt)
     with reverts("AlreadyOpened"):
-        world.protocol.open_and_vote(member, run.audit_id, 0, member_opening, True)
+        world.protocol.open_and_vote(member, run.audit_id, 0, member_opening, True, salt)

@@ -25,9 +25,7 @@ def _lazy_member_caught(world):
     world.post_members(run, [world.make_member(n, offset=0.3 if seat == 1 else 0.0) for seat, n in enumerate(world.committee(run))])
     world.open_worker(run)
     lazy = run.members[1]
-    world.protocol.open_and_vote(lazy.node.account, run.audit_id, 1, world.opening(run, lazy), True)
-    world.open_member(run, 0)
-    world.open_member(run, 2)
+    world.vote_members(run, votes=lambda seat: True if seat == 1 else None)  # the lazy seat agrees on its garbage
     world.protocol.finalize(world.outsider, run.audit_id)
     world.protocol.adjudicate(world.outsider, run.audit_id, 0, 2, world.opening(run, run.worker), world.opening(run, lazy))
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
@@ -57,14 +55,14 @@ def test_a_lazy_member_caught_by_adjudication_is_named_and_nothing_is_inconsiste
 
 
 def _settled(world, nonce: int, votes: dict[int, bool]):
-    """An honest worker's audit where seat i opens and votes ``votes[i]`` (a seat not in it never opens)."""
+    """An honest worker's audit where seat i seals, opens and votes ``votes[i]`` (a seat not in it never seals nor opens)."""
     run = world.start(world.make_worker(world.nodes[0], nonce=nonce), dispatcher=world.nodes[1])
     world.post_members(run, [world.make_member(n) for n in world.committee(run)])
     world.open_worker(run)
-    for seat, vote in votes.items():
-        world.open_member(run, seat, vote=vote)
+    world.vote_members(run, slots=list(votes), votes=votes.get)  # the seats in ``votes`` seal, then open
     if len(votes) < PRESET.COMMITTEE_SIZE:  # wait out the members' opening window
-        world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 2 * PRESET.OPEN_WINDOW_BLOCKS + 1)
+        open_by = world.protocol.get_round_state(run.audit_id).deadlines.members_open_by
+        world.chain.mine(open_by - world.chain.get_block_number() + 1)
     world.protocol.finalize(world.outsider, run.audit_id)
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     world.protocol.settle(world.outsider, run.audit_id)
@@ -173,8 +171,7 @@ def test_an_escalation_committee_excludes_every_member_drawn_before(big_world):
         run = world.start(world.make_worker(world.nodes[0], nonce=40), dispatcher=world.nodes[1])
         world.post_members(run, [world.make_member(n) for n in world.committee(run)])
         world.open_worker(run)
-        for seat in range(PRESET.COMMITTEE_SIZE):
-            world.open_member(run, seat)
+        world.vote_members(run)
         world.protocol.finalize(world.outsider, run.audit_id)
         world.protocol.escalate(world.nodes[0].account, run.audit_id)
         world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)

@@ -74,8 +74,7 @@ def _settle_honestly(world, run) -> None:
     members = [world.make_member(n) for n in world.committee(run)]
     world.post_members(run, members)
     world.open_worker(run)
-    for slot in range(len(members)):
-        world.open_member(run, slot)
+    world.vote_members(run)
     world.finish(run)
 
 
@@ -88,8 +87,7 @@ def test_private_draws_are_re_derived_from_the_revealed_secret_and_a_missed_one_
     members = [world.make_member(n) for n in world.preview(revealed, secret)]
     world.reveal(revealed, world.nodes[1], secret, members)
     world.open_worker(revealed)
-    for slot in range(len(members)):
-        world.open_member(revealed, slot)
+    world.vote_members(revealed)
     world.finish(revealed)
     missed = world.start(world.make_worker(world.nodes[0], nonce=72), dispatcher=world.nodes[2], secret=secret)
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + 1)

@@ -171,8 +171,7 @@ def test_no_slash_before_the_appeal_decides_nor_after_it_passes_nor_against_an_a
     with reverts("NoFault"):
         world.protocol.adjudicate_across_rounds(hunter, run.audit_id, 1, 1, member, world.opening(run, appeal[0]), CELLS)
     world.open_worker(run)
-    for slot in range(len(appeal)):
-        world.open_member(run, slot)
+    world.vote_members(run)  # every appeal member seals, then opens
     with reverts("NoFault"):  # opened and voted, not decided
         world.protocol.adjudicate_across_rounds(hunter, run.audit_id, 1, 1, member, world.opening(run, appeal[0]), CELLS)
     world.protocol.finalize(world.outsider, run.audit_id)
@@ -188,8 +187,7 @@ def test_a_passing_appeal_contradicts_no_agree(world10):
     round0 = [world.make_member(n) for n in world.committee(run)]
     world.post_members(run, round0)
     world.open_worker(run)
-    for slot in range(3):
-        world.open_member(run, slot)
+    world.vote_members(run)
     world.protocol.finalize(world.outsider, run.audit_id)
     appeal = world.appeal(run, world.nodes[1])
     assert world.protocol.jobs.call("currentVerdict", run.audit_id) == spec.PASS

@@ -57,8 +57,7 @@ def _settle_honestly(world, run: AuditRun, members: list[Party]) -> int:
         world.protocol.post_committee_receipt(world.outsider, run.audit_id, slot, member.receipt)
     run.members = members
     world.open_worker(run)
-    for slot in range(len(members)):
-        world.open_member(run, slot)
+    world.vote_members(run)
     return world.finish(run)
 
 

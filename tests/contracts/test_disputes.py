@@ -19,6 +19,13 @@ def _opened(world, member_offsets=(0.0, 0.0, 0.0), worker_cheats: bool = False) 
     return run
 
 
+def _seal_all(world, run: AuditRun, posted) -> None:
+    """Every member seals as its data say, except member 1, which seals ``posted`` with an agree
+    (so member 1 may open at once, before the others)."""
+    for slot in range(len(run.members)):
+        world.seal_member(run, slot, vote=True if slot == 1 else None, opening=posted if slot == 1 else None)
+
+
 def _cells(opening, count: int = 2):
     return [(i.leaf.position, i.leaf.layer) for i in opening.leaves[:count]]
 
@@ -48,7 +55,8 @@ def test_member_whose_opening_is_inconsistent_with_its_root_is_slashed(world):
     member = run.members[1]
     honest = world.opening(run, member)
     posted = replace_leaf_fingerprint(honest, 3, 0.5)  # what it posts is not what it committed
-    world.protocol.open_and_vote(member.node.account, run.audit_id, 1, posted, True)
+    _seal_all(world, run, posted)
+    world.open_member(run, 1)
     cell = _cells(posted)[3:4] or [(posted.leaves[3].leaf.position, posted.leaves[3].leaf.layer)]
     contest_id = world.protocol.contest(world.outsider, run.audit_id, 0, 2, cell).value
     with reverts("InvalidMerkleProof"):
@@ -74,7 +82,8 @@ def test_a_second_contest_against_a_slashed_party_is_moot_and_cannot_block_settl
     run = _opened(world)
     member = run.members[1]
     posted = replace_leaf_fingerprint(world.opening(run, member), 3, 0.5)
-    world.protocol.open_and_vote(member.node.account, run.audit_id, 1, posted, True)
+    _seal_all(world, run, posted)
+    world.open_member(run, 1)
     cell = [(posted.leaves[3].leaf.position, posted.leaves[3].leaf.layer)]
     first = world.protocol.contest(world.outsider, run.audit_id, 0, 2, cell).value
     second = world.protocol.contest(run.worker.node.account, run.audit_id, 0, 2, cell).value
@@ -97,8 +106,7 @@ def test_a_second_contest_against_a_slashed_party_is_moot_and_cannot_block_settl
 def test_lazy_member_that_voted_agree_on_garbage_is_slashed_by_adjudication(world):
     run = _opened(world, member_offsets=(0.0, 0.3, 0.0))  # member 1 committed leaves it never computed
     lazy = run.members[1]
-    world.protocol.open_and_vote(lazy.node.account, run.audit_id, 1, world.opening(run, lazy), True)
-    world.open_member(run, 0)
+    world.vote_members(run, slots=[1, 0], votes=lambda slot: True)  # member 2 stays silent: the seal window is waited out
     worker_opening = world.opening(run, run.worker)
     with reverts("NoFault"):  # an honest member's vote stands
         world.protocol.adjudicate(world.outsider, run.audit_id, 0, 1, worker_opening, world.opening(run, run.members[0]))
@@ -115,7 +123,7 @@ def test_attack6_member_that_catches_truncation_is_not_slashed_by_adjudication(w
     # rule (a truncated output), which the contract cannot check: adjudication never slashes a
     # DISAGREE (a false one is a minority vote, settled by the vote).
     run = _opened(world)
-    world.open_member(run, 0, vote=False)
+    world.vote_members(run, slots=[0], votes=lambda slot: False)
     worker_opening = world.opening(run, run.worker)
     with reverts("NoFault"):
         world.protocol.adjudicate(world.outsider, run.audit_id, 0, 1, worker_opening, world.opening(run, run.members[0]))
@@ -124,7 +132,7 @@ def test_attack6_member_that_catches_truncation_is_not_slashed_by_adjudication(w
 
 def test_adjudication_shows_a_cheating_worker_and_rejects_forged_proofs(world):
     run = _opened(world, worker_cheats=True)
-    world.open_member(run, 0, vote=True)  # a colluding member vouches for the cheat
+    world.vote_members(run, slots=[0], votes=lambda slot: True)  # a colluding member vouches for the cheat
     worker_opening, member_opening = world.opening(run, run.worker), world.opening(run, run.members[0])
     forged = replace_leaf_fingerprint(worker_opening, 0, -CHEAT_OFFSET)  # the "honest-looking" leaf, same proof
     with reverts("OpeningMismatch"):  # not the leaves it posted
@@ -145,8 +153,7 @@ def test_escalation_overturns_a_colluding_majority(big_world):
     try:
         run = _opened(world)
         votes = [True, False, False]  # two colluders call an honest worker a cheat
-        for slot, vote in enumerate(votes):
-            world.open_member(run, slot, vote=vote)
+        world.vote_members(run, votes=lambda slot: votes[slot])
         assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
         escalator = run.members[0].node.account
         world.protocol.escalate(escalator, run.audit_id)
@@ -160,8 +167,7 @@ def test_escalation_overturns_a_colluding_majority(big_world):
         round0 = run.members
         world.post_members(run, [world.make_member(n) for n in second])
         world.open_worker(run)
-        for slot in range(len(second)):
-            world.open_member(run, slot)
+        world.vote_members(run)
         stakes = world.stakes()
         world.protocol.finalize(world.outsider, run.audit_id)
         world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)

@@ -1,12 +1,16 @@
-"""verillm.spec.settlement: conservation and fairness properties, and the arithmetic against
-Jobs.computeSlashSplit on a real anvil. Whole settlements are compared with the contract in
-tests/contracts/test_audit_flow.py and test_disputes.py."""
+"""verillm.spec.settlement: conservation and fairness properties, and the slash split against what
+a real settlement on anvil books (Jobs has no computeSlashSplit view any more). Whole settlements
+are compared with the contract in tests/contracts/test_audit_flow.py and test_disputes.py."""
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from verillm.chain.anvil import AnvilProcess
 from verillm.spec import settlement as s
-from verillm.spec.params import MAINNET, MINIMAL
+from verillm.spec.params import MAINNET
+
+from helpers.contracts import CHEAT_OFFSET, World, connect
 
 PRESET = MAINNET
 STAKE = 10**18
@@ -108,7 +112,35 @@ def test_pool_payments_are_capped_by_the_pool():
     assert sum(out.credits_wei.values()) == PRESET.AUDIT_FEE_WEI + 1 and out.fee_pool_wei == 0
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(amount=st.integers(0, 2**200))
-def test_slash_split_matches_jobs(protocol, amount):
-    assert tuple(protocol.jobs.call("computeSlashSplit", amount)) == s.compute_slash_split(amount, MINIMAL)
+@pytest.fixture(scope="module")
+def world(anvil_installed):
+    """A MINIMAL deployment with six registered nodes on its own anvil process."""
+    with AnvilProcess() as anvil:
+        yield World(connect(anvil))
+
+
+def test_slash_split_matches_what_a_settlement_books(world):
+    """A cheating worker (FAIL) and a member that vouched for it (minority vote) are slashed in one
+    settlement: each slash's reward goes to the pot the two winners share, the rest to the pool,
+    exactly as compute_slash_split splits the two (different) amounts."""
+    run = world.start(world.make_worker(world.nodes[0], offset=CHEAT_OFFSET), dispatcher=world.nodes[1])
+    world.post_members(run, [world.make_member(n) for n in world.committee(run)])
+    world.open_worker(run)
+    world.vote_members(run, votes=lambda slot: True if slot == 2 else None)  # slots 0, 1 disagree as their data say
+    world.protocol.finalize(world.outsider, run.audit_id)
+    world.chain.mine(world.preset.DISPUTE_WINDOW_BLOCKS + 1)
+    worker, (winner0, winner1, vouched) = run.worker.node.address, [m.node.address for m in run.members]
+    stakes, pool = world.stakes(), world.protocol.jobs.call("feePoolWei")
+    credits = {a: world.protocol.get_credit(a) for a in (worker, winner0, winner1, vouched)}
+    fee = world.preset.AUDIT_FEE_WEI
+    assert pool >= 2 * fee  # the winners' fees are paid in full, so only the split moves the sums below
+    assert world.protocol.settle(world.outsider, run.audit_id).value == s.FAIL
+    after = world.stakes()
+    slashed = [stakes[worker] - after[worker], stakes[vouched] - after[vouched]]
+    assert slashed[0] > slashed[1] > 0  # two different amounts: a worker's slash and a member's penalty
+    splits = [s.compute_slash_split(amount, world.preset) for amount in slashed]
+    pot = sum(reward for reward, _ in splits)
+    share, remainder = s.compute_shares(pot, 2)
+    booked = {a: world.protocol.get_credit(a) - before for a, before in credits.items()}
+    assert booked == {worker: 0, vouched: 0, winner0: fee + share, winner1: fee + share}
+    assert world.protocol.jobs.call("feePoolWei") == pool + sum(rest for _, rest in splits) + remainder - 2 * fee
