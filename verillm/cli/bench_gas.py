@@ -2,10 +2,10 @@
 
 Starts anvil, deploys Registry/Jobs/Disputes with the chosen preset's money and committee
 parameters (windows are mined through), registers nodes, and walks one batch and one full
-audit with a dispute (its members seal their votes, then open them): every number is `gasUsed`
-from a mined receipt. Fingerprints are
-synthetic (the contracts see only leaves, roots and receipts); the opening size follows
---prompt-tokens, --output-tokens, --layers and the preset's CHALLENGE_POSITIONS.
+audit with a dispute (its members seal their votes, then open them): every number is
+`gasUsed` from a mined receipt. Fingerprints are synthetic (the contracts see only leaves, roots
+and receipts); the opening size follows --prompt-tokens, --output-tokens, --layers and the
+preset's CHALLENGE_POSITIONS.
 """
 
 import click
@@ -221,7 +221,7 @@ def _report(run: GasRun, preset, batch_size: int, prompt: int, output: int, cell
     with the receipts for a selected job, drawn publicly for a request; ``audited_path_total_public``:
     the same job drawn publicly (drawRound and one transaction per receipt)."""
     g = run.gas
-    # each member's two transactions as measured (the first seal and opening write counters from zero)
+    # each member's two transactions as measured (they differ by a few gas from seat to seat)
     votes = sum(g["seal_vote_by_member"]) + sum(g["open_and_vote_by_member"])
     rest = g["draw_challenge"] + g["open"] + g["verdict"] + votes
     public = g.get("start_audit_public", g["start_audit"]) + g["draw_round"] + preset.COMMITTEE_SIZE * g["committee_receipt"] + rest
