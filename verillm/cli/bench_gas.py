@@ -2,9 +2,10 @@
 
 Starts anvil, deploys Registry/Jobs/Disputes with the chosen preset's money and committee
 parameters (windows are mined through), registers nodes, and walks one batch and one full
-audit with a dispute: every number is `gasUsed` from a mined receipt. Fingerprints are
-synthetic (the contracts see only leaves, roots and receipts); the opening size follows
---prompt-tokens, --output-tokens, --layers and the preset's CHALLENGE_POSITIONS.
+audit with a dispute (its members seal their votes, then open them): every number is
+`gasUsed` from a mined receipt. Fingerprints are synthetic (the contracts see only leaves, roots
+and receipts); the opening size follows --prompt-tokens, --output-tokens, --layers and the
+preset's CHALLENGE_POSITIONS.
 """
 
 import click
@@ -15,7 +16,7 @@ from verillm.bench.tables import format_table, write_json
 from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess
 from verillm.chain.protocol import Protocol
-from verillm.spec.audit import OnchainModel, compute_draw_commitment
+from verillm.spec.audit import OnchainModel, compute_draw_commitment, compute_vote_salt
 from verillm.spec import vrf
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import JobTrace, compute_commitment, compute_opening
@@ -152,11 +153,7 @@ def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, lay
         run.gas["draw_challenge"] = run.protocol.draw_challenge(run.owner, audit_id).gas_used
         worker_opening = compute_opening(w_trace, w_commit, _cells(run, audit_id, prompt + output - 1))
         run.gas["open"] = run.protocol.open_worker(run.nodes[0][0], audit_id, worker_opening).gas_used
-        openings = []
-        for slot, (trace, commitment, _) in enumerate(members):
-            openings.append(compute_opening(trace, commitment, _cells(run, audit_id, prompt + output)))
-            account = run.nodes[index_of[committee[slot]]][0]
-            run.gas["open_and_vote"] = run.protocol.open_and_vote(account, audit_id, slot, openings[-1], True).gas_used
+        openings = _vote_members(run, audit_id, [run.nodes[index_of[m]][0] for m in committee], members)
         run.gas["verdict"] = run.protocol.finalize(run.owner, audit_id).gas_used
         run.gas["dispute"] = run.protocol.adjudicate(run.owner, audit_id, 0, 1, worker_opening, openings[0]).gas_used
         _measure_contest(run, audit_id, worker_opening)
@@ -167,6 +164,20 @@ def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, lay
             _measure_public_start(run, prompt, output)
         report = _report(run, preset, batch_size, prompt, output, len(worker_opening.leaves), selected)
         return report | _measure_batches(run, batch_size, batches) if batches > 1 else report
+
+
+def _vote_members(run: GasRun, audit_id: int, accounts, members) -> list:
+    """Every member seals its vote (`sealVote`, salted from its key), then each opens it
+    (`openAndVote`; all sealed, so no window is waited out). Gas per member, in seat order."""
+    openings, salts = [], []
+    run.gas["seal_vote_by_member"], run.gas["open_and_vote_by_member"] = [], []
+    for slot, ((trace, commitment, _), account) in enumerate(zip(members, accounts)):
+        openings.append(compute_opening(trace, commitment, _cells(run, audit_id, run.prompt + run.output)))
+        salts.append(compute_vote_salt(account.key, audit_id, 0, slot))
+        run.gas["seal_vote_by_member"].append(run.protocol.seal_vote(account, audit_id, 0, slot, openings[-1], True, salts[-1]).gas_used)
+    for slot, account in enumerate(accounts):
+        run.gas["open_and_vote_by_member"].append(run.protocol.open_and_vote(account, audit_id, slot, openings[slot], True, salts[slot]).gas_used)
+    return openings
 
 
 def _draw_public(run: GasRun, audit_id: int) -> list[str]:
@@ -210,7 +221,9 @@ def _report(run: GasRun, preset, batch_size: int, prompt: int, output: int, cell
     with the receipts for a selected job, drawn publicly for a request; ``audited_path_total_public``:
     the same job drawn publicly (drawRound and one transaction per receipt)."""
     g = run.gas
-    rest = g["draw_challenge"] + g["open"] + g["verdict"] + preset.COMMITTEE_SIZE * g["open_and_vote"]
+    # each member's two transactions as measured (they differ by a few gas from seat to seat)
+    votes = sum(g["seal_vote_by_member"]) + sum(g["open_and_vote_by_member"])
+    rest = g["draw_challenge"] + g["open"] + g["verdict"] + votes
     public = g.get("start_audit_public", g["start_audit"]) + g["draw_round"] + preset.COMMITTEE_SIZE * g["committee_receipt"] + rest
     audited = g["start_audit"] + g["reveal_round"] + rest if selected else public
     return {
@@ -220,7 +233,9 @@ def _report(run: GasRun, preset, batch_size: int, prompt: int, output: int, cell
         "per_job_amortized": (g["post_batch"] + g["audit_draw"]) // batch_size, "audit_draw": g["audit_draw"],
         "post_batch_first": g["post_batch_first"],
         "open": g["open"], "verdict": g["verdict"], "dispute": g["dispute"],
-        "start_audit": g["start_audit"], "draw_round": g["draw_round"], "committee_receipt": g["committee_receipt"], "draw_challenge": g["draw_challenge"], "open_and_vote": g["open_and_vote"],
+        "start_audit": g["start_audit"], "draw_round": g["draw_round"], "committee_receipt": g["committee_receipt"], "draw_challenge": g["draw_challenge"],
+        "seal_vote": g["seal_vote_by_member"][-1], "open_and_vote": g["open_and_vote_by_member"][-1],
+        "seal_vote_by_member": g["seal_vote_by_member"], "open_and_vote_by_member": g["open_and_vote_by_member"],
         "contest": g["contest"], "answer_contest": g["answer_contest"], "escalate": g["escalate"],
         "draw_escalation": g["draw_escalation"], "audited_path_total": audited,
         "preset": preset.name, "committee_size": preset.COMMITTEE_SIZE, "prompt_tokens": prompt, "output_tokens": output,

@@ -45,7 +45,8 @@ class Behaviour:
     """A cheat's FAIL (or TIE) is escalated by another adversarial identity (not the dispatcher, so
     an unheard escalation refunds its bond), hoping the escalation is unheard or captured."""
     lazy: bool = False
-    """Adversarial members vote AGREE on every job without computing it (saving the prefill)."""
+    """Adversarial members vote without computing the job (saving the prefill): AGREE, blind, under
+    sealed votes; without them, the majority of the votes already shown (they open last)."""
     withhold_openings: bool = False
     """Adversarial members post their receipt but never open (grief: hold the round to its window)."""
     worker_defaults: bool = False
@@ -69,7 +70,7 @@ class AuditContext:
     mu: float
     offline: float = 0.0
     lazy: np.ndarray | None = None
-    """bool per node: an honest-looking member that votes AGREE without computing."""
+    """bool per node: an honest-looking member that votes without computing (as `Behaviour.lazy`)."""
 
 
 @dataclass
@@ -233,9 +234,9 @@ def _round(ctx, out, worker, dispatcher, cheated, seed, size, excluded, conteste
     if missing:
         trace["abandoned"] = True
         return _Round(seats, None, None, True, redraws, out.seats_drawn)
-    votes = [_vote(ctx, s, worker, cheated, rng) for s in seats]
+    votes = _copy_votes([_vote(ctx, s, worker, cheated, rng) for s in seats])
     worker_opened = not (cheated and beh.worker_defaults and pool.adversarial[worker])
-    # a member opens only after the worker has (openAndVote requires it)
+    # a member seals and opens only after the worker has opened (sealVote requires it)
     opened = [worker_opened and not (beh.withhold_openings and pool.adversarial[s]) for s in seats]
     trace.update(seats=list(seats), votes=list(votes), opened=opened, worker_opened=worker_opened)
     return _Round(seats, [True] * size, votes, False, redraws, out.seats_drawn, opened, worker_opened)
@@ -265,9 +266,17 @@ def _vote(ctx, seat, worker, cheated, rng) -> int:
     if adv[seat] and not adv[worker] and ctx.behaviour.grief:
         return DISAGREE
     if ctx.lazy is not None and ctx.lazy[seat] or adv[seat] and ctx.behaviour.lazy:
-        return AGREE
+        return AGREE if ctx.rules.sealed_votes else None  # blind under sealed votes; else copies (None)
     p_disagree = ctx.d if cheated else ctx.mu
     return DISAGREE if rng.random() < p_disagree else AGREE
+
+
+def _copy_votes(votes: list) -> list:
+    """Without sealed votes a lazy member (None) opens last and copies the majority of the votes
+    already shown (AGREE on a tie)."""
+    shown = [v for v in votes if v is not None]
+    majority = DISAGREE if 2 * shown.count(DISAGREE) > len(shown) else AGREE
+    return [majority if v is None else v for v in votes]
 
 
 def _escalator(ctx, first: _Round, verdict: int, worker: int, dispatcher: int, cheated: bool):

@@ -13,7 +13,7 @@ import heapq
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -113,7 +113,8 @@ class Simulation:
         self.strategy = get_strategy(scenario.strategy)
         det = load_detection(dtype=scenario.dtype)
         self.d, self.mu = det.d(scenario.attack, scenario.detection_bound), det.mu(scenario.detection_bound)
-        self.gas_model = gas or GasModel.for_rules(self.rules)
+        # a model from `bench gas` reports counts the members' transactions of the rules run
+        self.gas_model = replace(gas, sealed_votes=self.rules.sealed_votes) if gas else GasModel.for_rules(self.rules)
         self.rng = np.random.default_rng(scenario.seed)
         self.pool = make_pool(scenario.workers, scenario.adversary_share, self.preset.MIN_STAKE_WEI, self.rng, scenario.stake)
         lazy = (~self.pool.adversarial) & (self.rng.random(scenario.workers) < scenario.lazy_share) if scenario.lazy_share else None
@@ -290,10 +291,10 @@ class Simulation:
 
     def _count_chain(self, out) -> None:
         g, m = self.gas_model, self.preset.COMMITTEE_SIZE
-        self.t.tx_count += 2 * m + 5 + out.redraws
+        self.t.tx_count += g.member_txs() * m + 5 + out.redraws
         self.t.gas += g.audit_path(self.s.workers, m) + out.redraws * g.steps["replace_missing"]
         if out.escalated:
-            self.t.tx_count += 2 * self.preset.ESCALATION_COMMITTEE_SIZE + 5
+            self.t.tx_count += g.member_txs() * self.preset.ESCALATION_COMMITTEE_SIZE + 5
             self.t.gas += g.escalation_path(self.s.workers, self.preset.ESCALATION_COMMITTEE_SIZE)
 
     def _settle_due(self, block: int) -> None:

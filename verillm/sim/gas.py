@@ -25,7 +25,9 @@ BLOCK_GAS_LIMIT = 30_000_000
 
 STEPS_11 = {
     "post_batch": 93_932, "audit_draw": 215_648, "committee_receipt": 107_455, "draw_challenge": 59_068,
-    "open": 121_930, "open_and_vote": 123_250, "verdict": 53_414, "settle": 209_126, "escalate": 142_834,
+    "open": 121_930, "verdict": 53_414, "settle": 209_126, "escalate": 142_834,
+    # a member's two transactions (sealed votes, docs/gas.md "Sealed votes"): MAINNET, measured
+    "seal_vote": 70_396, "open_and_vote": 124_620,
     "replace_missing": 300_000,  # not measured (docs/gas.md "Not measured"): assumed ≈ a 3-seat redraw
 }
 START_AUDIT_BY_NODES = {11: 681_931, 201: 1_710_000, 1001: 6_000_000, 2001: 11_840_000}
@@ -45,6 +47,9 @@ class GasModel:
     source: str = "docs/gas.md + economics-check §2g"
     log_n: bool = False
     """The curves are in log2(N) (the stake tree): interpolated and extended in log2(N)."""
+    sealed_votes: bool = True
+    """Each member seals its vote (`sealVote`) before it opens (`rules.sealed_votes`). False: one
+    `openAndVote` (the sealed one's figure: it carries one more calldata word, the salt)."""
 
     @classmethod
     def log_n_tree(cls) -> "GasModel":
@@ -55,7 +60,9 @@ class GasModel:
 
     @classmethod
     def for_rules(cls, rules) -> "GasModel":
-        return cls.log_n_tree() if rules.sortition_log_n else cls()
+        model = cls.log_n_tree() if rules.sortition_log_n else cls()
+        model.sealed_votes = rules.sealed_votes
+        return model
 
     def start_audit_gas(self, nodes: int) -> int:
         return _curve(self.start_audit, nodes, self.log_n)
@@ -66,15 +73,23 @@ class GasModel:
     def per_job_happy(self, batch_size: int) -> float:
         return (self.steps["post_batch"] + self.steps["audit_draw"]) / batch_size
 
+    def member_txs(self) -> int:
+        """One member's transactions in a round: its receipt, its seal (sealed votes), its opening."""
+        return 3 if self.sealed_votes else 2
+
+    def member_gas(self) -> int:
+        s = self.steps
+        return s["committee_receipt"] + (s["seal_vote"] if self.sealed_votes else 0) + s["open_and_vote"]
+
     def audit_path(self, nodes: int, committee: int) -> int:
         """One first round through settlement, every party answering."""
         s = self.steps
-        return (self.start_audit_gas(nodes) + committee * (s["committee_receipt"] + s["open_and_vote"])
+        return (self.start_audit_gas(nodes) + committee * self.member_gas()
                 + s["draw_challenge"] + s["open"] + s["verdict"] + s["settle"])
 
     def escalation_path(self, nodes: int, committee: int) -> int:
         s = self.steps
-        return (s["escalate"] + self.draw_escalation_gas(nodes) + committee * (s["committee_receipt"] + s["open_and_vote"])
+        return (s["escalate"] + self.draw_escalation_gas(nodes) + committee * self.member_gas()
                 + s["draw_challenge"] + s["open"] + s["verdict"])
 
     def largest_startable(self) -> int | None:

@@ -7,7 +7,8 @@ receipt on anvil, lets the contracts draw the committee, and runs the simulator 
 chain's seeds (each round's from the blockhash after its start or its `escalate`, `drawRound`),
 so both draw the same committees. It then plays the simulator's decisions step
 by step — receipts, delivery claims (`claimUndelivered`) with the worker's `publishTranscript` or,
-unpublished, `slashUndelivered`, `replaceMissing`, openings and votes, `finalize`, `escalate`,
+unpublished, `slashUndelivered`, `replaceMissing`, sealed votes (`sealVote`, salted from
+the member's key) then their openings (`openAndVote`), `finalize`, `escalate`,
 `drawRound` of the escalation, the second round (an unheard one abandons the audit), `settle` — and compares:
 every committee drawn, abandoned or not, escalation unheard or not, the verdict, each node's stake
 change and credit (wei).
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from verillm.spec.audit import Phase, compute_round_seed
+from verillm.spec.audit import Phase, compute_round_seed, compute_vote_salt
 from verillm.spec.params import MINIMAL, Preset
 from verillm.spec.settlement import AGREE, VERDICT_NAMES
 from verillm.sim.audit import AuditContext, Behaviour, run_audit
@@ -84,6 +85,10 @@ class ReplayResult:
     undelivered: bool = False
     contested: bool = False
     omission_slashed: bool = False
+    sealed_unopened: int = 0
+    """Seats (all rounds) that sealed their vote and never opened it."""
+    unsealed: int = 0
+    """Seats (all rounds) that never sealed although the worker opened."""
     mismatches: list = field(default_factory=list)
 
 
@@ -230,7 +235,7 @@ class Replayer:
             p.replace_missing(w.outsider, audit_id)
         if trace["abandoned"]:
             return
-        self._open_and_vote(audit_id, trace, members, wtrace, wcommit)
+        self._open_and_vote(res, audit_id, ri, trace, members, wtrace, wcommit)
 
     def _claim(self, res, audit_id, attempt, claims, undelivered) -> None:
         """Starved seats claim their jobs; the worker publishes its transcript unless the case
@@ -245,19 +250,40 @@ class Replayer:
             p.publish_transcript(w.nodes[self._worker_of(audit_id)].account, audit_id, list(TRANSCRIPT), SamplingParams())
             res.published = True
 
-    def _open_and_vote(self, audit_id, trace, members, wtrace, wcommit) -> None:
-        w, p, pre = self.world, self.world.protocol, self.preset
-        self.chain.mine(pre.AUDIT_DRAW_DELAY_BLOCKS + 1)
+    def _open_and_vote(self, res, audit_id, ri, trace, members, wtrace, wcommit) -> None:
+        """The worker opens; every member that will open seals its vote first (`sealVote`), and the
+        members open (`openAndVote`) once all sealed or the seal window passed; then `finalize`."""
+        w, p = self.world, self.world.protocol
+        self.chain.mine(self.preset.AUDIT_DRAW_DELAY_BLOCKS + 1)
         p.draw_challenge(w.outsider, audit_id)
         if trace["worker_opened"]:
             p.open_worker(w.nodes[self._worker_of(audit_id)].account, audit_id, w.opening(audit_id, wtrace, wcommit))
+        sealed = {}
         for slot, (opened, vote) in enumerate(zip(trace["opened"], trace["votes"])):
-            if opened:
+            # a withholder seals on every other seat (a seal never opened and no seal are both a
+            # missed opening: the replay checks the contracts agree); the others wait out the window
+            if trace["worker_opened"] and (opened or (audit_id + slot) % 2 == 0):
                 node, mtrace, commit = members[slot]
-                p.open_and_vote(node.account, audit_id, slot, w.opening(audit_id, mtrace, commit), vote == AGREE)
+                salt = compute_vote_salt(node.account.key, audit_id, ri, slot)
+                opening = w.opening(audit_id, mtrace, commit)
+                p.seal_vote(node.account, audit_id, ri, slot, opening, vote == AGREE, salt)
+                if opened:
+                    sealed[slot] = (node, opening, vote == AGREE, salt)
+        deadlines = p.get_round_state(audit_id, ri).deadlines
+        if trace["worker_opened"] and not all(trace["opened"]):
+            self._mine_past(deadlines.members_seal_by)
+        for slot, (node, opening, agree, salt) in sealed.items():
+            p.open_and_vote(node.account, audit_id, slot, opening, agree, salt)
         if not trace["worker_opened"] or not all(trace["opened"]):
-            self.chain.mine(2 * pre.OPEN_WINDOW_BLOCKS + 1)  # finalize waits out the open windows
+            # finalize waits out the members' open window (the worker's, if it never opened)
+            self._mine_past(deadlines.members_open_by if trace["worker_opened"] else deadlines.worker_open_by)
+        state = p.get_round_state(audit_id, ri)
+        res.sealed_unopened += state.seals - state.opens
+        res.unsealed += (state.members - state.seals) if state.worker_opened else 0
         p.finalize(w.outsider, audit_id)
+
+    def _mine_past(self, block: int) -> None:
+        self.chain.mine(max(0, block - self.chain.get_block_number()) + 1)
 
     def _worker_of(self, audit_id: int) -> int:
         return self.world.index[self.world.protocol.get_audit(audit_id).worker.lower()]
@@ -277,11 +303,13 @@ class Replayer:
 
 
 def agreement_table(results: list[ReplayResult]) -> list[dict]:
-    """One row per case kind: audits, committees compared, escalations, lapses, mismatches."""
+    """One row per case kind: audits, committees compared, escalations, lapses, seats that sealed
+    and never opened or never sealed, mismatches."""
     rows = {}
     for r in results:
         row = rows.setdefault(r.case.kind, {"kind": r.case.kind, "audits": 0, "committees": 0, "abandoned": 0, "escalated": 0,
-                                            "lapsed": 0, "claims": 0, "published": 0, "undelivered": 0, "contested": 0, "omission_slashed": 0, "verdicts": {},
+                                            "lapsed": 0, "claims": 0, "published": 0, "undelivered": 0, "contested": 0, "omission_slashed": 0,
+                                            "sealed_unopened": 0, "unsealed": 0, "verdicts": {},
                                             "agree": 0, "mismatches": 0})
         row["audits"] += 1
         row["committees"] += r.committees
@@ -293,6 +321,8 @@ def agreement_table(results: list[ReplayResult]) -> list[dict]:
         row["undelivered"] += r.undelivered
         row["contested"] += r.contested
         row["omission_slashed"] += r.omission_slashed
+        row["sealed_unopened"] += r.sealed_unopened
+        row["unsealed"] += r.unsealed
         if not r.abandoned and not r.case.kind.startswith("omission-"):  # a claim has no verdict
             name = VERDICT_NAMES.get(r.verdict, "-")
             row["verdicts"][name] = row["verdicts"].get(name, 0) + 1

@@ -72,6 +72,10 @@ class RuleSet:
     """Issue 20: a leaver's receipts are auditable only from batches posted by its unbond +
     AUDIT_HORIZON_BLOCKS. False: anyone holding an old receipt can start its audit before each
     withdrawal, and a leaver whose node is off is slashed in full."""
+    sealed_votes: bool = False
+    """Issue 20: every member seals its vote and opening (`sealVote`) before any is opened
+    (`openAndVote`): a lazy member votes blind, and each member sends one more transaction. False:
+    votes are posted in the open, so a lazy member opens last and copies the majority it sees."""
     worker_node_appeals: bool = True
     """The honest worker's node escalates a FAIL of its own job (issue 20; the simulator always
     assumed it). False: as the nodes did before issue 20, nobody escalates a captured FAIL."""
@@ -132,8 +136,9 @@ LANDED = {
     "receipt-coverage": {"omission_possible": False},
 }
 # Issue 20 (one change set: docs/protocol.md §12-13): committees drawn after the request is paid,
-# one timeline, the leave horizon, and the worker's node appealing its FAIL.
-ISSUE20 = {"committee_after_payment": True, "timeline_covers_claims": True, "leaver_horizon": True, "worker_node_appeals": True}
+# one timeline, the leave horizon, the worker's node appealing its FAIL, and sealed votes (aa89393).
+ISSUE20 = {"committee_after_payment": True, "timeline_covers_claims": True, "leaver_horizon": True, "worker_node_appeals": True,
+           "sealed_votes": True}
 # main before Coverage.sol merged (2026-11-24): every change of LANDED but receipt coverage.
 BEFORE_COVERAGE = MEMBER_PENALTY.with_changes(
     name="before-coverage", **{k: v for name, change in LANDED.items() if name != "receipt-coverage" for k, v in change.items()})
