@@ -177,8 +177,7 @@ def test_attack2_a_claim_window_never_turns_a_redraw_into_an_abandonment(world):
     run.members = [_member(world, replacement, worker)] + [members[n.address] for n in honest]
     world.protocol.post_committee_receipt(world.outsider, run.audit_id, 0, run.members[0].receipt)
     world.open_worker(run)
-    for slot in range(PRESET.COMMITTEE_SIZE):
-        world.open_member(run, slot)  # honest votes: the cheat's data fail
+    world.vote_members(run)  # honest votes, sealed then opened: the cheat's data fail
     stake = world.stakes()[cheat.address]
     assert world.finish(run) == spec.FAIL
     assert world.stakes()[cheat.address] < stake  # the cheat is slashed: no escape
@@ -215,7 +214,10 @@ def _round_at_edges(world, run: AuditRun, round_index: int) -> None:
     d = _state(world, run.audit_id, round_index).deadlines
     _land_at(world, d.worker_open_by)
     world.protocol.open_worker(run.worker.node.account, run.audit_id, world.opening(run, run.worker))
-    _land_at(world, d.members_open_by - len(run.members) + 1)
+    _land_at(world, d.members_seal_by - len(run.members) + 1)  # every seal at the seal window's end
+    for slot in range(len(run.members)):
+        world.seal_member(run, slot)
+    _land_at(world, d.members_open_by - len(run.members) + 1)  # every opening at the open window's end
     for slot in range(len(run.members)):
         world.open_member(run, slot)
     world.protocol.finalize(world.outsider, run.audit_id)

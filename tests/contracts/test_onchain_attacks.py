@@ -113,8 +113,7 @@ def test_attack4_posted_leaves_that_are_not_committed_slash_the_worker_not_the_m
     honest = world.make_worker(world.nodes[0])  # the honest trace: its leaves look right
     shown = world.opening(run, honest)
     world.protocol.open_worker(run.worker.node.account, run.audit_id, shown)  # posts leaves its root does not commit
-    for slot in range(len(run.members)):
-        world.open_member(run, slot, vote=True)  # members agree with what they were shown
+    world.vote_members(run, votes=lambda slot: True)  # members agree with what they were shown
     members = [world.opening(run, m) for m in run.members]
     # The worker adjudicates each member against its root-proven leaves: refused.
     with reverts("OpeningMismatch"):
@@ -211,8 +210,7 @@ def test_dispatcher_is_excluded_from_its_own_committee(world):
 
 def test_any_party_may_escalate_a_pass(world):
     run = _opened(world)
-    for slot in range(len(run.members)):
-        world.open_member(run, slot)
+    world.vote_members(run)
     world.protocol.finalize(world.outsider, run.audit_id)
     assert world.protocol.get_audit(run.audit_id).phase == DECIDED
     world.protocol.escalate(world.outsider, run.audit_id)  # a PASS, escalated by a non-party

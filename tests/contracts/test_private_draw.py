@@ -75,8 +75,7 @@ def test_a_chain_watcher_learns_no_seat_before_its_receipt_is_on_chain(world):
     seed_hash = bytes(world.chain.w3.eth.get_block(seed_block)["hash"])
     assert compute_round_seed(run.audit_id, 0, seed_hash, SECRET) != compute_round_seed(run.audit_id, 0, seed_hash)
     world.open_worker(run)
-    for slot in range(len(members)):
-        world.open_member(run, slot)
+    world.vote_members(run)
     assert world.finish(run) == PASS
 
 
@@ -148,8 +147,7 @@ def test_a_dispatcher_that_keeps_its_secret_is_slashed_and_the_audit_goes_on_pub
     members = [world.make_member(n) for n in world.committee(run)]
     world.post_members(run, members)
     world.open_worker(run)
-    for slot in range(len(members)):
-        world.open_member(run, slot)
+    world.vote_members(run)
     assert world.finish(run) == PASS
 
 
@@ -166,8 +164,7 @@ def test_seats_whose_receipt_is_not_revealed_go_on_as_after_a_public_draw(world)
     assert world.protocol.get_round_state(run.audit_id).phase == Phase.OPENING
     run.members = members
     world.open_worker(run)
-    for slot in range(len(members)):
-        world.open_member(run, slot)
+    world.vote_members(run)
     assert world.finish(run) == PASS
 
 

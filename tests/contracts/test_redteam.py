@@ -93,8 +93,7 @@ def test_unfillable_escalation_enforces_the_colluding_verdict_it_disputes(world)
     # escalation that cannot be heard does not reinstate the verdict it disputes; the audit is
     # abandoned, nobody slashed on either side of the disputed votes, the bond refunded.
     run = _opened(world)
-    for slot, vote in enumerate((True, False, False)):
-        world.open_member(run, slot, vote=vote)
+    world.vote_members(run, votes=lambda slot: (True, False, False)[slot])
     assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
     honest = {run.worker.node.address, run.members[0].node.address}
     before, pool = world.stakes(), world.protocol.jobs.call("feePoolWei")
@@ -118,8 +117,7 @@ def test_unfillable_escalation_enforces_the_colluding_verdict_it_disputes(world)
 def _escalated_to_round_one(world, escalator) -> AuditRun:
     """A colluding FAIL on an honest worker, escalated by ``escalator``, round 1 drawn (10 nodes)."""
     run = _opened(world)
-    for slot, vote in enumerate((True, False, False)):
-        world.open_member(run, slot, vote=vote)
+    world.vote_members(run, votes=lambda slot: (True, False, False)[slot])
     assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
     world.protocol.escalate(escalator, run.audit_id)
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
@@ -230,8 +228,7 @@ def test_cheat_that_escalates_its_fail_then_defaults_gets_its_bond_back(world):
     world.nodes.extend(_register_crowd(world, 4))  # 10 nodes: room for an escalation committee
     try:
         run = _opened(world, cheat=True)
-        for slot in range(3):
-            world.open_member(run, slot)
+        world.vote_members(run)
         assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
         cheat = run.worker.node
         world.protocol.escalate(cheat.account, run.audit_id)
@@ -386,32 +383,53 @@ def test_commit_window_last_block_still_takes_a_receipt(world):
     assert _round(world, run.audit_id)["phase"] == 2  # OPENING: no redraw can follow
 
 
+def _sealed_vote(world, run: AuditRun, slot: int) -> tuple[tuple, tuple]:
+    """Member ``slot``'s honest vote as the two raw calls' arguments: (sealVote, openAndVote)."""
+    member = run.members[slot]
+    opening, agree = world.opening(run, member), world.honest_vote(run, member)
+    salt = spec_audit.compute_vote_salt(bytes(member.node.account.key), run.audit_id, 0, slot)
+    seal = spec_audit.compute_vote_seal(run.audit_id, 0, slot, agree, spec_audit.compute_opening_hash(opening), salt)
+    return (run.audit_id, slot, seal), (run.audit_id, slot, spec_audit.encode_opening_leaves(opening), agree, salt)
+
+
 def test_open_window_boundaries_cannot_be_raced_by_finalize(world):
     jobs = world.protocol.jobs
     run = _started(world)
     ready = _round(world, run.audit_id)["ready"]
     worker_closes = ready + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.OPEN_WINDOW_BLOCKS
-    members_close = worker_closes + PRESET.OPEN_WINDOW_BLOCKS
+    seals_close = worker_closes + PRESET.OPEN_WINDOW_BLOCKS
+    members_close = seals_close + PRESET.OPEN_WINDOW_BLOCKS
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
     world.protocol.draw_challenge(world.outsider, run.audit_id)
     leaves = spec_audit.encode_opening_leaves(world.opening(run, run.worker))
     # A griefer's finalize at the worker's last block fails; the worker's opening there counts.
     assert not _send_at(world, worker_closes - 1, jobs, "finalize", run.audit_id, sender=world.outsider)
     assert _send_at(world, worker_closes, jobs, "openWorker", run.audit_id, leaves, sender=run.worker.node.account)
-    world.open_member(run, 0)
-    member_leaves = [spec_audit.encode_opening_leaves(world.opening(run, m)) for m in run.members]
-    votes = [world.honest_vote(run, m) for m in run.members]
+    seal, show = zip(*(_sealed_vote(world, run, slot) for slot in range(3)))
+    account = [m.node.account for m in run.members]
+    assert _send_at(world, worker_closes + 1, jobs, "sealVote", *seal[0], sender=account[0])
+    assert _send_at(world, worker_closes + 2, jobs, "sealVote", *seal[2], sender=account[2])
+    # Member 1 has not sealed: no opening before the seal window's last block has passed.
+    snapshot = world.chain.snapshot()
+    assert not _send_at(world, seals_close, jobs, "openAndVote", *show[0], sender=account[0])
+    assert _send_at(world, seals_close + 1, jobs, "openAndVote", *show[0], sender=account[0])
+    world.chain.revert(snapshot)
+    snapshot = world.chain.snapshot()
+    assert not _send_at(world, seals_close + 1, jobs, "sealVote", *seal[1], sender=account[1])  # one block late
+    world.chain.revert(snapshot)
+    # Its seal at the window's last block counts; the openings follow, the last one at its window's last block.
+    assert _send_at(world, seals_close, jobs, "sealVote", *seal[1], sender=account[1])
+    assert _send_at(world, seals_close + 1, jobs, "openAndVote", *show[0], sender=account[0])
     assert not _send_at(world, members_close - 1, jobs, "finalize", run.audit_id, sender=world.outsider)
-    assert _send_at(world, members_close, jobs, "openAndVote", run.audit_id, 1, member_leaves[1], votes[1], sender=run.members[1].node.account)
-    assert not _send_at(world, members_close + 1, jobs, "openAndVote", run.audit_id, 2, member_leaves[2], votes[2], sender=run.members[2].node.account)
+    assert _send_at(world, members_close, jobs, "openAndVote", *show[1], sender=account[1])
+    assert not _send_at(world, members_close + 1, jobs, "openAndVote", *show[2], sender=account[2])
     assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
 
 
 def test_dispute_window_boundary_has_no_block_for_both_a_contest_and_settle(world):
     disputes, jobs = world.protocol.disputes, world.protocol.jobs
     run = _opened(world)
-    for slot in range(3):
-        world.open_member(run, slot)
+    world.vote_members(run)
     world.protocol.finalize(world.outsider, run.audit_id)
     closes = _round(world, run.audit_id)["verdict_block"] + PRESET.DISPUTE_WINDOW_BLOCKS
     cell = [(leaf.leaf.position, leaf.leaf.layer) for leaf in world.opening(run, run.worker).leaves[:1]]
@@ -449,8 +467,7 @@ def test_eth_is_conserved_to_the_wei_through_slashes_contests_lapses_and_claims(
     assert _eth_books(world)[0] == _eth_books(world)[1]
     # A cheat fails, one member is contested and cannot answer (slashed, challenger rewarded).
     run = _opened(world, cheat=True)
-    for slot in range(3):
-        world.open_member(run, slot)
+    world.vote_members(run)
     member_cell = [(leaf.leaf.position, leaf.leaf.layer) for leaf in world.opening(run, run.members[2]).leaves[:1]]
     contest_id = world.protocol.contest(world.outsider, run.audit_id, 0, 3, member_cell).value
     world.protocol.finalize(world.outsider, run.audit_id)
@@ -464,8 +481,7 @@ def test_eth_is_conserved_to_the_wei_through_slashes_contests_lapses_and_claims(
     assert books[0] == books[1], books
     # An escalation nobody draws lapses into the pool at settle.
     run = _opened(world)
-    for slot in range(3):
-        world.open_member(run, slot)
+    world.vote_members(run)
     world.protocol.finalize(world.outsider, run.audit_id)
     world.protocol.escalate(world.nodes[5].account, run.audit_id)
     books = _eth_books(world)

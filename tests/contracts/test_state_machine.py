@@ -4,14 +4,21 @@ or answered, escalated, lapsed), every permissionless call is tried in the next 
 calls the contract accepts must be exactly those `verillm.spec.audit.compute_due_steps` names (the
 twin the node, the drive command and the fuzzer act on). A call made in another phase than its
 row of `TRANSITIONS` must revert `UnexpectedPhase(auditId, actual, expected)` with the codes of
-`spec.audit.Phase`, and every transition must leave the round in a phase its row allows."""
+`spec.audit.Phase`, and every transition must leave the round in a phase its row allows.
+
+After the worker opened, the walk also tries each member's own two calls (rows `seal_vote` and
+`open_and_vote`: not permissionless, so outside `compute_due_steps`) and checks them against their
+rows' windows: a member seals once, by members_seal_by; it opens what it sealed only once every
+member sealed or after members_seal_by, by members_open_by; and finalize is due only when every
+member opened or after members_open_by."""
 
 from eth_abi import decode as abi_decode
 from eth_utils import function_abi_to_4byte_selector, keccak
 from web3.exceptions import ContractCustomError, ContractLogicError
 
 from verillm.spec import settlement as spec
-from verillm.spec.audit import TRANSITIONS, Phase, compute_due_steps, compute_round_deadlines
+from verillm.spec.audit import (TRANSITIONS, Phase, compute_due_steps, compute_opening_hash, compute_round_deadlines, compute_vote_salt,
+                                compute_vote_seal, encode_opening_leaves)
 
 from helpers.contracts import PRESET, AuditRun
 
@@ -19,6 +26,7 @@ PERMISSIONLESS = {t.call: t for t in TRANSITIONS if t.permissionless}
 CONTRACT_NAMES = {"draw_round": "drawRound", "lapse": "lapse", "replace_missing": "replaceMissing", "slash_undelivered": "slashUndelivered",
                   "draw_challenge": "drawChallenge", "finalize": "finalize", "settle": "settle"}
 UNEXPECTED_PHASE = keccak(text="UnexpectedPhase(uint256,uint8,uint8)")[:4]
+TOO_EARLY = keccak(text="TooEarly(uint256)")[:4]
 
 
 def _accepts(world, call: str, audit_id: int) -> tuple[bool, bytes]:
@@ -51,6 +59,53 @@ def _check(world, audit_id: int, label: str, walked: set) -> tuple:
             assert (got_id, actual, expected) == (audit_id, state.phase, row.phase), (label, call)
     assert accepted == due, f"{label}: the contract accepts {sorted(accepted)}, compute_due_steps says {sorted(due)} ({state})"
     walked.add((state.phase, tuple(sorted(due))))
+    return state
+
+
+def _member_accepts(world, member, function: str, args: list) -> tuple[bool, bytes]:
+    """Whether member ``member`` may call Jobs.``function(*args)`` in the next block; the revert data otherwise."""
+    jobs = world.protocol.jobs
+    data = jobs.web3.encode_abi(function, args=args)
+    try:
+        world.chain.w3.eth.call({"from": member.node.address, "to": jobs.address, "data": data}, "pending")
+    except (ContractCustomError, ContractLogicError) as exc:
+        raw = str(exc.data if isinstance(exc.data, str) else exc.args[0])
+        return False, bytes.fromhex(raw[2:]) if raw.startswith("0x") else b""
+    return True, b""
+
+
+def _check_members(world, run: AuditRun, label: str) -> None:
+    """Each member may seal and open exactly in its rows' windows (seal_vote, open_and_vote), with
+    the seal and salt `World.seal_member` uses (its honest vote)."""
+    state = world.protocol.get_round_state(run.audit_id)
+    block, d = world.chain.get_block_number() + 1, state.deadlines
+    sealed_count = 0
+    for slot, member in enumerate(run.members):
+        party = world.protocol.get_party(run.audit_id, state.round, slot + 1)
+        sealed = party["opened"] or party["opening_hash"] != bytes(32)  # the seal until it opens
+        sealed_count += sealed
+        opening, agree = world.opening(run, member), world.honest_vote(run, member)
+        salt = compute_vote_salt(bytes(member.node.account.key), run.audit_id, state.round, slot)
+        seal = compute_vote_seal(run.audit_id, state.round, slot, agree, compute_opening_hash(opening), salt)
+        may_seal = state.worker_opened and not sealed and block <= d.members_seal_by
+        all_sealed_or_late = state.seals == state.members or block > d.members_seal_by
+        may_open = sealed and not party["opened"] and all_sealed_or_late and block <= d.members_open_by
+        ok, _ = _member_accepts(world, member, "sealVote", [run.audit_id, slot, seal])
+        assert ok == may_seal, (label, slot, "sealVote", state)
+        ok, error = _member_accepts(world, member, "openAndVote", [run.audit_id, slot, encode_opening_leaves(opening), agree, salt])
+        assert ok == may_open, (label, slot, "openAndVote", state)
+        if sealed and not all_sealed_or_late:  # its own seal in, another's missing: it must wait
+            assert error[:4] == TOO_EARLY, (label, slot, error.hex())
+    assert state.seals == sealed_count, (label, state)
+
+
+def _opening(world, run: AuditRun, label: str, walked: set, finalize: bool):
+    """`_check` and `_check_members` in an opening state after the worker opened; finalize is due
+    (and accepted) exactly when ``finalize`` says: every member opened, or past members_open_by."""
+    state = _check(world, run.audit_id, f"opening, {label}", walked)
+    assert state.phase == Phase.OPENING and state.worker_opened, (label, state)
+    assert ("finalize" in compute_due_steps(state, world.chain.get_block_number() + 1)) == finalize, (label, state)
+    _check_members(world, run, label)
     return state
 
 
@@ -114,10 +169,36 @@ def test_every_state_accepts_exactly_the_due_calls_and_every_other_call_names_it
     _check(world, a, "opening, the worker silent past its window", walked)
     world.chain.revert(snapshot)
     world.open_worker(run)
-    _check(world, a, "opening, the worker opened, members due", walked)
-    for slot in range(len(members)):
+    d = _opening(world, run, "the worker opened, members' seals due", walked, finalize=False).deadlines
+    assert d.worker_open_by < d.members_seal_by < d.members_open_by
+    _deadlines_match(world, a, 0)
+    world.seal_member(run, 0)
+    assert _opening(world, run, "one seal in", walked, finalize=False).seals == 1
+    snapshot = world.chain.snapshot()  # the last member never seals
+    for slot in range(1, len(members) - 1):
+        world.seal_member(run, slot)
+    _to(world, d.members_seal_by - 1)
+    assert _opening(world, run, "a seal missing, the seal window's last block: nobody opens", walked, finalize=False).seals == len(members) - 1
+    _to(world, d.members_seal_by)
+    _opening(world, run, "a seal missing, past the seal window: the seals open, no late seal", walked, finalize=False)
+    world.chain.mine(1)  # a transaction's gas is estimated at the head: one block more for a "> deadline" call
+    for slot in range(len(members) - 1):
         world.open_member(run, slot)
-    _check(world, a, "opening, every vote in", walked)
+    assert _opening(world, run, "every seal opened, a member silent", walked, finalize=False).opens == len(members) - 1
+    _to(world, d.members_open_by - 1)
+    _opening(world, run, "a member silent, the open window's last block", walked, finalize=False)
+    _to(world, d.members_open_by)
+    _opening(world, run, "a member silent past the open window", walked, finalize=True)
+    world.chain.revert(snapshot)
+    for slot in range(1, len(members)):
+        world.seal_member(run, slot)
+    state = _opening(world, run, "every member sealed: the openings due at once", walked, finalize=False)
+    assert (state.seals, state.opens) == (len(members), 0)
+    world.open_member(run, 0)
+    assert _opening(world, run, "one vote opened", walked, finalize=False).opens == 1
+    for slot in range(1, len(members)):
+        world.open_member(run, slot)
+    assert _opening(world, run, "every vote opened", walked, finalize=True).opens == len(members)
     world.protocol.finalize(world.outsider, a)
     d = _check(world, a, "decided, dispute window", walked).deadlines
     _deadlines_match(world, a, 0)
@@ -163,8 +244,11 @@ def test_every_row_of_the_table_leads_where_it_says(world):
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
     step("draw_challenge", world.outsider, a)
     step("open_worker", run.worker.node.account, a, world.opening(run, run.worker))
-    for slot in range(len(members)):
-        step("open_and_vote", members[slot].node.account, a, slot, world.opening(run, members[slot]), True)
+    salts = [compute_vote_salt(bytes(m.node.account.key), a, 0, slot) for slot, m in enumerate(members)]
+    for slot, member in enumerate(members):
+        step("seal_vote", member.node.account, a, 0, slot, world.opening(run, member), True, salts[slot])
+    for slot, member in enumerate(members):
+        step("open_and_vote", member.node.account, a, slot, world.opening(run, member), True, salts[slot])
     step("finalize", world.outsider, a)
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     step("settle", world.outsider, a)

@@ -25,19 +25,19 @@ def test_the_spans_hand_checked_on_minimal_and_mainnet():
     t = compute_timeline(MINIMAL)
     assert t.private_fallback == 1 + 10 + 1 == 12  # a private draw missed: its window, the lapse
     assert t.round_draw_span == 12 + 1 + 10 + 1 * 21 + 40 == 84
-    assert t.round_span == 84 + 20 + 1 + 40 + 1 == 146
-    assert t.audit_span == 2 * (146 + 10) - 12 + 5 + 1 == 306  # the escalation round is drawn publicly
-    assert t.leaver_duty_span == 30 + (1 + 10 + 80) + 306 == 427
-    assert t.receipt_duty_span == 200 + 306 == 506 and MINIMAL.RECEIPT_HORIZON_BLOCKS - (30 + 91) == 79  # the lag tolerated
+    assert t.round_span == 84 + 20 + 1 + 3 * 20 + 1 == 166  # three open windows: the worker's, the seals, their openings
+    assert t.audit_span == 2 * (166 + 10) - 12 + 5 + 1 == 346  # the escalation round is drawn publicly
+    assert t.leaver_duty_span == 30 + (1 + 10 + 80) + 346 == 467 <= MINIMAL.UNBONDING_BLOCKS == 480
+    assert t.receipt_duty_span == 200 + 346 == 546 and MINIMAL.RECEIPT_HORIZON_BLOCKS - (30 + 91) == 79  # the lag tolerated
     t = compute_timeline(MAINNET)  # delay 2, draw 100, start 100, commit 50, open 50, dispute 100, proof 50, 2 redraws, horizon 300
-    assert (t.round_draw_span, t.round_span, t.audit_span, t.leaver_duty_span) == (407, 560, 1268, 1770)
-    assert t.receipt_duty_span == 600 + 1268 and MAINNET.RECEIPT_HORIZON_BLOCKS - (300 + 202) == 98
+    assert (t.round_draw_span, t.round_span, t.audit_span, t.leaver_duty_span) == (407, 610, 1368, 1870)
+    assert t.receipt_duty_span == 600 + 1368 and MAINNET.RECEIPT_HORIZON_BLOCKS - (300 + 202) == 98
     assert MAINNET.EPOCH_BLOCKS - t.round_draw_span == 193  # the slack a late redraw has (docs/protocol.md §12)
 
 
 def test_a_leaver_is_told_the_block_its_duties_end():
     plan = compute_leaver_schedule(1_000, MINIMAL)
-    assert plan.duties_end_block == 1_427 <= plan.withdraw_from_block == 1_450
+    assert plan.duties_end_block == 1_467 <= plan.withdraw_from_block == 1_480
     assert plan.last_start_block == 1_000 + 30 + 91 and plan.seated_until_block == 1_000 - 1 - 1 + 84
 
 
@@ -65,7 +65,8 @@ def walk_round(p: Preset, entered: int, pick, private: bool = False) -> dict:
         if pick(0, 1):  # every receipt in: ready at the block the last one lands
             ready = pick(draws[-1], deadline)
             worker_open_by = ready + p.AUDIT_DRAW_DELAY_BLOCKS + p.OPEN_WINDOW_BLOCKS
-            verdict = pick(ready + 1, worker_open_by + p.OPEN_WINDOW_BLOCKS + 1)  # finalize: all voted, or after the windows
+            # finalize: every member opened its sealed vote, or after the windows (the seals', then their openings')
+            verdict = pick(ready + 1, worker_open_by + 2 * p.OPEN_WINDOW_BLOCKS + 1)
             return {"draws": draws, "verdict": verdict}
         if attempt == p.MAX_COMMITTEE_REDRAWS:
             return {"draws": draws, "verdict": None, "abandoned": deadline + 1}
