@@ -71,7 +71,7 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     STATS.update({key: set() for key in seen_before})  # this call's own sets, merged back after it
     delivery_before, omission_before = dict(STATS["delivery"]), dict(STATS["omission"])
     exits_before, batches_before = dict(STATS["exits"]), dict(STATS["batches"])
-    issue20_before, due_before = dict(STATS["issue20"]), dict(STATS["due_steps"])
+    issue20_before, due_before, votes_before = dict(STATS["issue20"]), dict(STATS["due_steps"]), dict(STATS["votes"])
     started = time.monotonic()
     ProtocolMachine.sender = FastSender(world.chain, ProtocolMachine.rpc)
     ProtocolMachine.reads = CachedReads(ProtocolMachine.rpc, ProtocolMachine.sender)
@@ -93,9 +93,10 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     batches = {k: v - batches_before.get(k, 0) for k, v in sorted(STATS["batches"].items())}
     issue20 = {k: v - issue20_before.get(k, 0) for k, v in sorted(STATS["issue20"].items())}
     due_steps = {k: v - due_before.get(k, 0) for k, v in sorted(STATS["due_steps"].items())}
+    votes = {k: v - votes_before.get(k, 0) for k, v in sorted(STATS["votes"].items())}
     print(f"\nprotocol fuzz: {steps} steps in {runs} runs, {paths} distinct paths, {lifecycles} distinct audit"
           f" lifecycles, seed {fuzz_seed}, {wall_s:.0f} s ({steps / wall_s:.1f} steps/s); delivery {delivery}; omission {omission}; exits {exits}; batches {batches};"
-          f" issue 20 actors {issue20}; due steps made {due_steps}")
+          f" issue 20 actors {issue20}; due steps made {due_steps}; sealed votes {votes}")
     report = os.environ.get("FUZZ_REPORT")
     if report:  # a long run in chunks: one JSON line per chunk, totals summed by whoever reads them
         with open(report, "a") as f:
@@ -103,7 +104,7 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
                                 "lifecycle_set": sorted(repr(x) for x in seen["lifecycles"]), "wall_s": round(wall_s, 1),
                                 "failures": STATS["failures"] - failures_before, "delivery": delivery, "omission": omission,
                                 "omission_path_set": sorted(repr(x) for x in seen["omission_paths"]),
-                                "exits": exits, "batches": batches, "issue20": issue20, "due_steps": due_steps}) + "\n")
+                                "exits": exits, "batches": batches, "issue20": issue20, "due_steps": due_steps, "votes": votes}) + "\n")
     assert steps > 0
     head = world.chain.w3.eth.get_block("latest")
     return {"steps": steps, "runs": runs, "failures": STATS["failures"] - failures_before, **seen,
@@ -214,33 +215,40 @@ def test_contest_answered_while_an_escalation_round_is_staffed(fuzz_world):
         del fuzz_world.protocol._send
 
 
-def _drawn(m: ProtocolMachine) -> None:
+def _drawn(m: ProtocolMachine, required: bool = True) -> bool:
     """Until every audit's round is drawn: the honest parties draw theirs, the cheater its own
-    self-dispatched ones (`cheater_draws`), a block at a time."""
+    self-dispatched ones (`cheater_draws`), a block at a time. Whether they were (``required``:
+    raise if not)."""
     for _ in range(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 4):
         if all(m.audit(t.run.audit_id).phase != DRAWING for t in m.audits):
-            return
+            return True
         for pick in range(len(m.audits)):
             m.cheater_draws(pick=pick)
         m.mine(blocks=1)
-    raise AssertionError(f"rounds still undrawn: {[m.audit(t.run.audit_id) for t in m.audits]}")
+    if required:
+        raise AssertionError(f"rounds still undrawn: {[m.audit(t.run.audit_id) for t in m.audits]}")
+    return False
 
 
 def _delivery_audits(world, tries: int = 12):
     """The three audits of the delivery test, from the registered state after ``k`` empty blocks,
-    for the first k where node 5 sits on B's committee (it makes the false claim): the committees
-    are drawn from block hashes, so this holds whatever transactions the deployment has."""
+    for the first k where node 5 sits on B's committee (it makes the false claim) and the cheater
+    drew C's private round in its window: the committees are drawn from block hashes, so this holds
+    whatever transactions the deployment has. (With sealed votes, B's honest round — challenge,
+    opening, three seals, three openings, a block each on anvil — can take the step after C's start
+    past C's 10-block draw window before the cheater's turn: C lapses, drawn publicly or abandoned.)"""
     for k in range(tries):
         m = _machine(world, fresh=True)
         m.record_floor()
         m._mine(k)
+        drawn = True
         for worker, dispatcher, mode in ((CHEATER, 0, "withhold"), (1, 0, "open"), (CHEATER, 1, "withhold")):
             m.new_audit(worker=worker, dispatcher=dispatcher, mode=mode)
-            _drawn(m)  # the cheater draws its self-dispatched rounds at once (a lapse would slash it)
-        if len(m.audits) == 3 and m._node(ADVERSARY).address in m.committee(m.audits[1].run.audit_id, 0):
+            drawn = drawn and _drawn(m, required=False)  # the cheater draws its self-dispatched rounds at once
+        if drawn and len(m.audits) == 3 and m._node(ADVERSARY).address in m.committee(m.audits[1].run.audit_id, 0):
             return m
         del world.protocol._send
-    raise AssertionError(f"node 5 on no committee B in {tries} tries")
+    raise AssertionError(f"node 5 on no committee B (with every round drawn by its dispatcher) in {tries} tries")
 
 
 def test_fuzzer_delivery_paths_claim_publish_and_slash_undelivered(fuzz_world):
