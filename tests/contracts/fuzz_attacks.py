@@ -116,6 +116,24 @@ class RoundAttacks:
         salt = compute_vote_salt(bytes(self._node(ADVERSARY).account.key), t.run.audit_id, round_index, slot)
         return self._opening(t, self._member(ADVERSARY, lazy=True), round_index), agree, salt
 
+    def _seated(self) -> list:
+        """The audits whose current round seats node 5 and is committing or opening."""
+        address = self._node(ADVERSARY).address
+        return [t for t in self.audits if self.audit(t.run.audit_id).phase in (COMMITTING, OPENING)
+                and address in self.committee(t.run.audit_id, self.audit(t.run.audit_id).round)]
+
+    def _seated_pick(self, pick: int):
+        """One of `_seated` (it posts its lazy receipt if the round is still committing), or None."""
+        seated = self._seated()
+        if not seated:
+            return None
+        t = seated[pick % len(seated)]
+        state = self.audit(t.run.audit_id)
+        if state.phase == COMMITTING:
+            slot = self.committee(t.run.audit_id, state.round).index(self._node(ADVERSARY).address)
+            self._try(self.p.post_committee_receipt, self.world.outsider, t.run.audit_id, slot, self._member(ADVERSARY, lazy=True).receipt)
+        return t
+
     def _adversary_seat(self, t):
         """(round state, slot, its party) of node 5 in the audit's round while it is OPENING, or None."""
         state = self.audit(t.run.audit_id)
@@ -161,9 +179,9 @@ class RoundAttacks:
     @precondition(lambda self: self.audits)
     @rule(pick=st.integers(0, MAX_AUDITS - 1), move=st.sampled_from(COPIER_MOVES), agree=st.booleans())
     def copier(self, pick, move, agree):
-        """Node 5 tries to vote as another member did (see the module note)."""
-        t = self.audits[pick % len(self.audits)]
-        seat = self._adversary_seat(t)
+        """Node 5, where it sits, tries to vote as another member did (see the module note)."""
+        t = self._seated_pick(pick)
+        seat = None if t is None else self._adversary_seat(t)
         acted = seat is not None and not seat[2]["opened"] and getattr(self, f"_copier_{move.replace('-', '_')}")(t, *seat, agree)
         self._step(f"copier:{move}" if acted else f"copier:{move}:none")
 
@@ -215,9 +233,10 @@ class RoundAttacks:
     @precondition(lambda self: self.audits)
     @rule(pick=st.integers(0, MAX_AUDITS - 1), agree=st.booleans())
     def withholder(self, pick, agree):
-        """Node 5 seals (or keeps what it sealed) and never opens, whatever the others show."""
-        t = self.audits[pick % len(self.audits)]
-        seat = self._adversary_seat(t)
+        """Node 5, where it sits, seals (or keeps what it sealed) and never opens, whatever the
+        others show."""
+        t = self._seated_pick(pick)
+        seat = None if t is None else self._adversary_seat(t)
         acted = False
         if seat is not None and not seat[2]["opened"]:
             rs, slot, me = seat

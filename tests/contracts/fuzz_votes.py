@@ -4,8 +4,8 @@
 sealed once every member of its round sealed or the round's members_seal_by passed.
 
 Timing. Each honest seat acts in the first block it can (the pass after its move is allowed) or in
-its window's last block: the rule `members_timing` makes any subset of a round's seats late for the
-seal, the opening, or both. Late moves are scheduled as late as they can land, one a block (anvil
+its window's last block: `new_audit` draws which seats of its audit are late for the seal, the
+opening, or both, and the rule `members_timing` redraws it for a live audit from its current round on. Late moves are scheduled as late as they can land, one a block (anvil
 mines one block per transaction): moves whose windows end at block B land at B, B − 1, … . Until a
 scheduled block is STEER_BLOCKS away the adversaries' rules run (a copier tries to open while a late
 member has not sealed); then the honest parties steer: mine up to 4 blocks at a time with a full
@@ -26,17 +26,36 @@ from eth_abi import decode as abi_decode
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from verillm.spec.audit import compute_vote_salt, is_onchain_agreement
+from verillm.spec.audit import Phase, compute_vote_salt, is_onchain_agreement
 from verillm.spec.hashing import keccak256
 
 from helpers.contracts import MODEL, OUTPUT_TOKENS, PROMPT_LEN
-from fuzz_honest import ADVERSARY, MAX_AUDITS, OPENING, SETTLED
+from fuzz_honest import ADVERSARY, COMMITTING, DRAWING, MAX_AUDITS, OPENING, SETTLED
 
 SEAL, OPEN = "seal", "open"
 STEER_BLOCKS = 12  # a late move this close to its block: time moves on under the honest parties' control
 STEER_ROUNDS = 200  # a bound on one steering (each round mines a block or makes a move)
 SEALED_TOPIC = "0x" + keccak256(b"VoteSealed(uint256,uint8,uint8,address)").hex()
 OPENED_TOPIC = "0x" + keccak256(b"Opened(uint256,uint8,uint8,address,bytes32,uint8)").hex()
+
+
+def compute_early_openings(events: list, sealed_at: dict, rounds: dict) -> list[str]:
+    """The member openings among ``events`` that came too early. ``events``: (kind "sealed" or
+    "opened", audit id, round, seat, block), in chain order; ``sealed_at``: (audit id, round) →
+    {seat: block}, the seals seen before (updated in place); ``rounds``: (audit id, round) →
+    (members, members_seal_by). An opening is early unless every member of its round had sealed
+    by its block or its block is past members_seal_by."""
+    early = []
+    for kind, audit_id, round_index, slot, block in events:
+        if kind == "sealed":
+            sealed_at.setdefault((audit_id, round_index), {})[slot] = block
+            continue
+        members, seal_by = rounds[(audit_id, round_index)]
+        sealed = sum(1 for b in sealed_at.get((audit_id, round_index), {}).values() if b <= block)
+        if sealed < members and block <= seal_by:
+            early.append(f"audit {audit_id} round {round_index}: seat {slot} opened in block {block} with {sealed}/{members} sealed, "
+                         f"members_seal_by {seal_by}")
+    return early
 
 
 class SealedVotes:
@@ -192,14 +211,26 @@ class SealedVotes:
     @precondition(lambda self: self.audits)
     @rule(pick=st.integers(0, MAX_AUDITS - 1), seal=st.integers(0, 31), opening=st.integers(0, 31))
     def members_timing(self, pick, seal, opening):
-        """The honest seats of the audit's current round act in the first or the last block of
-        their seal and open windows: bit k of ``seal`` / ``opening`` makes seat k late."""
-        t = self.audits[pick % len(self.audits)]
-        round_index = self.audit(t.run.audit_id).round
-        for slot in range(5):
-            t.late[(round_index, slot, SEAL)] = bool(seal >> slot & 1)
-            t.late[(round_index, slot, OPEN)] = bool(opening >> slot & 1)
+        """The honest seats of a live audit, from its current round on, act in the first or the last
+        block of their seal and open windows: bit k of ``seal`` / ``opening`` makes seat k late
+        (`new_audit` draws the timing of its audit's seats too)."""
+        live = [t for t in self.audits if self.audit(t.run.audit_id).phase in (DRAWING, COMMITTING, OPENING)]
+        if not live:
+            self._step("members_timing:none")
+            return
+        t = live[pick % len(live)]
+        self._set_timing(t, seal | opening << 5, self.audit(t.run.audit_id).round)
+        self._count_vote(f"timing:{Phase(self.audit(t.run.audit_id).phase).name.lower()}")
         self._step("members_timing")
+
+    @staticmethod
+    def _set_timing(t, timing: int, first_round: int = 0) -> None:
+        """Bits 0–4 of ``timing``: seat k seals in its window's last block; bits 5–9: it opens in
+        it; for ``first_round`` and the rounds after it."""
+        for round_index in range(first_round, 2):
+            for slot in range(5):
+                t.late[(round_index, slot, SEAL)] = bool(timing >> slot & 1)
+                t.late[(round_index, slot, OPEN)] = bool(timing >> (5 + slot) & 1)
 
     # --- invariants -----------------------------------------------------------------------------
     def _check_seals_first(self) -> None:
@@ -210,21 +241,21 @@ class SealedVotes:
         logs = self.rpc.call("eth_getLogs", [{"fromBlock": hex(self.logs_from), "toBlock": hex(head), "address": self.p.jobs.address,
                                                "topics": [[SEALED_TOPIC, OPENED_TOPIC]]}])
         self.logs_from = head + 1
+        events, rounds = [], {}
         for log in logs:
             audit_id, block = int(log["topics"][1], 16), int(log["blockNumber"], 16)
             # the data's first two words: round, slot (members count from 1; the worker is 0)
             round_index, slot = abi_decode(["uint8", "uint8"], bytes.fromhex(log["data"][2:130]))
-            if log["topics"][0] == SEALED_TOPIC:
-                self.sealed_at.setdefault((audit_id, round_index), {})[slot] = block
-                continue
-            if slot == 0:
+            if log["topics"][0] == OPENED_TOPIC and slot == 0:
                 continue  # the worker's opening
-            self.opened_seats.add((audit_id, round_index, slot))
-            rs = self.round_state(audit_id, round_index)
-            sealed = len(self.sealed_at.get((audit_id, round_index), {}))
-            assert sealed == rs.members or block > rs.deadlines.members_seal_by, (
-                f"audit {audit_id} round {round_index}: seat {slot} opened in block {block} with {sealed}/{rs.members} sealed, "
-                f"members_seal_by {rs.deadlines.members_seal_by}")
+            kind = "sealed" if log["topics"][0] == SEALED_TOPIC else "opened"
+            events.append((kind, audit_id, round_index, slot, block))
+            if kind == "opened":
+                self.opened_seats.add((audit_id, round_index, slot))
+                rs = self.round_state(audit_id, round_index)
+                rounds[(audit_id, round_index)] = (rs.members, rs.deadlines.members_seal_by)
+        early = compute_early_openings(events, self.sealed_at, rounds)
+        assert not early, f"an opening before the seals: {early}"
 
     def _check_missed_seals(self) -> None:
         """A seal never opened, in a settled audit, was slashed."""

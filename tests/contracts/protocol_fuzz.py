@@ -235,13 +235,14 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, SealedV
     # the chain's state is not read here: replays stay consistent
     @precondition(lambda self: len(self.audits) < MAX_AUDITS and len(self.promises) < MAX_PROMISES)
     @rule(worker=st.sampled_from([0, 1, CHEATER]), dispatcher=st.sampled_from([0, 1, CHEATER]), mode=st.sampled_from(CHEAT_MODES),
-          batching=st.sampled_from(BATCHING))
-    def new_audit(self, worker, dispatcher, mode, batching="keep"):
+          batching=st.sampled_from(BATCHING), timing=st.integers(0, 1023))
+    def new_audit(self, worker, dispatcher, mode, batching="keep", timing=0):
         """A job served, with its dispatcher's batching promise, and audited. Node 2 as the
         dispatcher withholds the committee's jobs: of its own job (mode "withhold", or any mode it
         dispatches), or of an honest worker's (which publishes when the members claim); and
         batches the receipt as ``batching`` says (fuzz_coverage: keep, never, late, a wrong leaf).
-        An honest dispatcher batches it at once."""
+        An honest dispatcher batches it at once. ``timing``: which honest seats seal or open in
+        their window's last block (`fuzz_votes`; 0: all in the first)."""
         if self._active() >= MAX_ACTIVE:
             self._step("new_audit:busy")
             return
@@ -258,6 +259,7 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, SealedV
             return
         run, promise.batch_id = self._start_batched(party, dispatcher)
         self._track(run, worker, dispatcher, promise.mode)
+        self._set_timing(self.audits[-1], timing)
         self._step("new_audit" if promise.fate == "keep" else f"new_audit:{promise.fate}")
 
     def _track(self, run, worker: int, dispatcher: int, mode: str) -> None:
