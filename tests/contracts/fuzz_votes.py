@@ -101,7 +101,8 @@ class SealedVotes:
             return block <= d.members_seal_by
         return (rs.seals == rs.members or block > d.members_seal_by) and block <= d.members_open_by
 
-    def _member_move(self, t, slot: int, i: int, move: str) -> None:
+    def _member_move(self, t, slot: int, i: int, move: str) -> bool:
+        """Honest node ``i`` seals or opens in seat ``slot``; whether it landed."""
         audit_id = t.run.audit_id
         rs = self.round_state(audit_id)
         opening, agree, salt = self._vote_of(t, i, rs.round, slot)
@@ -117,6 +118,7 @@ class SealedVotes:
             self._count_vote(f"{move}_late" if late else f"{move}_first")
             if landed == self._deadline(rs, move):
                 self._count_vote(f"{move}_in_last_block")
+        return tx is not None
 
     # --- the honest pass ------------------------------------------------------------------------
     def _honest_votes(self, t) -> None:
@@ -128,21 +130,22 @@ class SealedVotes:
             if not self._allowed(rs, move, block):
                 continue
             if t.late.get((rs.round, slot, move)) and not any(
-                    s[0] <= block and s[1] == t.run.audit_id and s[2] == slot for s in self._late_schedule()):
+                    s[0] <= block and s[1:3] == (t.run.audit_id, slot) and s[4] == move for s in self._late_schedule()):
                 continue
             self._member_move(t, slot, i, move)
             rs = self.round_state(t.run.audit_id)
 
     def _late_schedule(self) -> list[tuple]:
         """(block, audit id, slot, node, move, tracked) of every late move still to come, each in
-        the latest block free by its deadline (one move a block)."""
-        moves = []
+        the latest block free by its deadline (one move a block); a move whose window has closed is
+        no longer to come (the honest invariant reports the missed move)."""
+        moves, head = [], self.reads.head()
         for t in self.audits:
             if self.audit(t.run.audit_id).phase != OPENING:
                 continue
             rs = self.round_state(t.run.audit_id)
             for slot, i, move in self._pending_moves(t, rs):
-                if t.late.get((rs.round, slot, move)):
+                if t.late.get((rs.round, slot, move)) and self._deadline(rs, move) > head:
                     moves.append((self._deadline(rs, move), t.run.audit_id, slot, i, move, t))
         moves.sort(key=lambda m: (m[0], m[1], m[2]), reverse=True)
         out, free = [], None
@@ -151,25 +154,26 @@ class SealedVotes:
             out.append((free, *rest))
         return out
 
-    def _make_due_late(self) -> None:
-        """Make every late move whose block is the next one (or has passed), earliest first."""
+    def _make_due_late(self) -> int:
+        """Make every late move whose block is the next one (or has passed), earliest first;
+        return how many were made."""
         if self.making_late:
-            return  # a move's own transaction goes through the hook
+            return 0  # a move's own transaction goes through the hook
         self.making_late = True
-        tried = set()
+        tried, made = set(), 0
         try:
             while True:
                 block = self.reads.head() + 1
                 due = [s for s in self._late_schedule() if s[0] <= block and s[1:5] not in tried]
                 if not due:
-                    return
+                    return made
                 at, audit_id, slot, i, move, t = min(due, key=lambda s: s[0])
                 tried.add((audit_id, slot, i, move))
                 if not self._allowed(self.round_state(audit_id), move, block):
                     continue
                 if at < block:
                     self._count_vote("late_overdue")  # the steering came too late for its block
-                self._member_move(t, slot, i, move)
+                made += self._member_move(t, slot, i, move)
         finally:
             self.making_late = False
 
@@ -198,7 +202,8 @@ class SealedVotes:
                 if gap > STEER_BLOCKS:
                     return
                 if gap <= 0:
-                    self._make_due_late()
+                    if not self._make_due_late():
+                        return  # none can land now (an opening before every seal): time moves on with the rules
                     self._honest()  # the parties' turn after the moves, as after any step
                     continue
                 self._mine(min(4, gap))  # at most 4 blocks without a pass, as `mine`
