@@ -112,8 +112,8 @@ STATS = {"steps": 0, "runs": 0, "paths": set(), "lifecycles": set(), "failures":
          "omission_paths": set(), "exits": {}, "batches": {}, "votes": {}}
 
 
-class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, SealedVotes, CoverageParties, DeliveryParties, HonestParties,
-                      Reporting, RuleBasedStateMachine):
+class ProtocolMachine(Issue20Rules, ExitRules, SealedVotes, BatchRules, RoundAttacks, CoverageParties, DeliveryParties, HonestParties,
+                      Reporting, RuleBasedStateMachine):  # SealedVotes._honest wraps the whole pass
     """One deployment, reverted to its registered state before every run."""
 
     stats = STATS
@@ -153,7 +153,7 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, SealedV
         self.exited: list = []  # (node, stake, credits) paid out (fuzz_exits)
         self.pending_starts: list = []  # leaves of multi-leaf batches not started yet (fuzz_batches)
         self.unstartable: list = []  # (batch id, drawn block) of the cheater's over-bound receipts (fuzz_issue20)
-        self.steering = self.making_late = False  # late members' moves (fuzz_votes)
+        self.steering = self.making_late = self.hooked = False  # late members' moves (fuzz_votes)
         self.logs_from = self.reads.head() + 1  # VoteSealed / Opened logs read up to here (fuzz_votes)
         self.sealed_at: dict = {}  # (audit id, round) → {seat: block it sealed in}
         self.opened_seats: set = set()  # (audit id, round, seat) of every member Opened event

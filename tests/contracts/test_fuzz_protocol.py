@@ -22,7 +22,7 @@ from fuzz_rpc import CachedReads, FastSender, RawRpc
 from helpers.contracts import PRESET, World, connect
 from fuzz_exits import EXIT_MEMBERS
 from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, COMMITTING, DECIDED, DRAWING, EXTRA_NODES, HONEST, OPENING, SETTLED
-from fuzz_votes import compute_early_openings
+from fuzz_votes import STEER_BLOCKS, compute_early_openings
 from protocol_fuzz import STATS, ProtocolMachine
 
 STEPS_PER_RUN = 30
@@ -674,3 +674,35 @@ def test_early_openings_are_found():
     early = compute_early_openings(sealed[:2] + [("opened", 1, 0, 1, 100)], {}, rounds)
     assert len(early) == 1 and "2/3 sealed" in early[0]
     assert compute_early_openings([("opened", 1, 0, 2, 95)], {(1, 0): {1: 90, 2: 91, 3: 96}}, rounds)  # a seal after the opening
+
+
+def test_fuzzer_a_long_pass_makes_a_late_move_in_its_block(fuzz_world):
+    """Regression (seed 120001's long run, shrunk): a late seal's block was 16 blocks ahead at a
+    pass's start (no steering yet), and that pass — two new audits drawn, revealed, challenged,
+    opened and sealed, a block per transaction on anvil — took 18 blocks: the seal window closed
+    on the late member, "honest node 1 lost stake" (a missed opening at settle). Every pass now
+    hooks the sender: the late move goes out in its block before the pass's next transaction.
+    Here a pass's client turn sends 2·STEER_BLOCKS griefer top-ups while every seat is late."""
+    m = _node5_seated(fuzz_world, timing=0b11111)
+    try:
+        a, slot = _worker_opened(m)
+        m.adversary_member(pick=0, agree=False)  # node 5 seals: only the late seats are missing
+        rs = m.round_state(a)
+        gap = rs.deadlines.members_seal_by - (m.reads.head() + 1)
+        assert rs.seals == 1 and gap > STEER_BLOCKS + 1, (rs, m.reads.head())
+        before = _votes()
+        busy = m._honest_client
+
+        def client_turn():  # stands for the rest of a busy pass
+            busy()
+            for _ in range(gap + 4):
+                m._try(m.p.top_up, m._node(ADVERSARY).account, 1)
+
+        m._honest_client = client_turn
+        m.mine(blocks=1)
+        del m._honest_client
+        assert m.reads.head() > rs.deadlines.members_seal_by, "the pass did not outrun the seal window"
+        assert m.round_state(a).seals == rs.members and _delta(before, "seal_in_last_block") == 1, (m.round_state(a), _votes())
+        m.teardown()  # no honest member lost stake
+    finally:
+        del fuzz_world.protocol._send
