@@ -63,8 +63,10 @@ class DeliveryParties:
 
     # --- what the chain says ------------------------------------------------------------------
     def availability(self, audit_id: int) -> dict:
-        deadline, round_index, published = self.jobs("availability", audit_id)
-        return {"deadline": deadline, "round": round_index, "published": published}
+        """The current round's publication window and whether the transcript is public
+        (`Jobs.getRoundState`: publishDeadline, published; 0 = no claim in this round)."""
+        rs = self.round_state(audit_id)
+        return {"deadline": rs.publish_deadline, "round": rs.round, "published": rs.published}
 
     def claimant(self, audit_id: int, round_index: int, slot: int) -> str:
         return self.jobs("claimants", audit_id, (round_index << 8) | slot).lower()

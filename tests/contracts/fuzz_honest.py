@@ -1,6 +1,7 @@
 """The honest parties of the protocol fuzzer (`protocol_fuzz.py`): after every step each does
 what docs/protocol.md says is due — post its receipt when its dispatcher sent it the job, draw
-the challenge, open, vote on what the worker posted, answer contests, contest an opening that
+the challenge, open, seal a vote on what the worker posted and open it once every member sealed
+(`fuzz_votes.py`), answer contests, contest an opening that
 does not prove, adjudicate a lying "agree", finalize, settle, draw an escalation — and never
 anything a window forbids. A mixin of `ProtocolMachine`, which provides the chain handles
 (`p`, `world`, `jobs`, `registry`, `disputes`, `reads`) and the helpers `_try`, `_send`,
@@ -17,7 +18,7 @@ from verillm.spec import audit as spec_audit
 from verillm.spec.audit import Phase, compute_due_steps
 from verillm.spec.hashing import keccak256
 
-from helpers.contracts import MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun
+from helpers.contracts import PRESET, AuditRun
 
 COMMITTING, OPENING, DECIDED, DRAWING, SETTLED, ABANDONED, LAPSED = (
     Phase.COMMITTING, Phase.OPENING, Phase.DECIDED, Phase.DRAWING, Phase.SETTLED, Phase.ABANDONED, Phase.LAPSED)
@@ -44,6 +45,9 @@ class Tracked:
     adjudicated: set = field(default_factory=set)  # (round, slot) of lying votes already taken to adjudication
     windows: set = field(default_factory=set)  # publish deadlines of the claim windows seen (fuzz_delivery)
     published: bool = False  # its transcript was published (fuzz_delivery)
+    late: dict = field(default_factory=dict)  # (round, slot, "seal"/"open") → an honest member acts in the window's last block (fuzz_votes)
+    revealed: dict = field(default_factory=dict)  # (round, slot) → (opening, agree, salt) an honest member opened: public (fuzz_votes)
+    adversary: dict = field(default_factory=dict)  # round → what node 5 sealed: {"kind": own / copy / withhold, ...} (fuzz_attacks)
 
 
 class HonestParties:
@@ -59,12 +63,13 @@ class HonestParties:
             if view[5] in (SETTLED, ABANDONED):
                 continue
             calls += [(jobs, "getRound", (t.run.audit_id, r)) for r in range(view[4] + 1)]
-            calls += [(jobs, "availability", (t.run.audit_id,)), (jobs, "getRoundState", (t.run.audit_id, view[4]))]
+            calls += [(jobs, "getRoundState", (t.run.audit_id, view[4]))]
             calls += [(jobs, "getParty", (t.run.audit_id, view[4], slot)) for slot in range(view[8] + 1)]
         self.reads.prefetch(calls)
 
     def _honest(self) -> None:
         self._prefetch()
+        self._steer_late()  # a late member's last block is near: time moves a block at a time until it (fuzz_votes)
         # Answers first, for every audit: anvil mines one block per transaction, so each honest
         # transaction sent before an answer (receipts, openings and votes of a 5-seat escalation
         # round, other audits' turns) is a block of the contest's proofWindowBlocks (5 on
@@ -121,6 +126,7 @@ class HonestParties:
             self._honest_progress(t, state)
             self._honest_draws()  # a draw that fell due during this audit's transactions, at once
         self._honest_client()
+        self._steer_late()
 
     def _start_selected(self, node, batch, index: int, party) -> int:
         """The dispatcher starts a selected leaf: every other start privately (docs/protocol.md §12
@@ -195,9 +201,9 @@ class HonestParties:
         """`Jobs.getRoundState` as `spec.audit.RoundState`."""
         if round_index is None:
             round_index = self.audit(audit_id).round
-        (phase, r, attempt, members, receipts, opens, worker_opened, drawn, published, pending, publish_deadline,
+        (phase, r, attempt, members, receipts, seals, opens, worker_opened, drawn, published, pending, publish_deadline,
          private_draw, receipt_known, d) = self.jobs("getRoundState", audit_id, round_index)
-        return spec_audit.RoundState(Phase(phase), r, attempt, members, receipts, opens, worker_opened, drawn, published, pending,
+        return spec_audit.RoundState(Phase(phase), r, attempt, members, receipts, seals, opens, worker_opened, drawn, published, pending,
                                      publish_deadline, spec_audit.RoundDeadlines(*d), private_draw, receipt_known)
 
     def _honest_receipts(self, t: Tracked, state) -> None:
@@ -227,20 +233,7 @@ class HonestParties:
             t.posted = self._worker_opening(t, state)
             if self._try(self.p.open_worker, t.run.worker.node.account, audit_id, t.posted) is not None:
                 t.posted_by_round[state.round] = t.posted
-        worker_party = self.party(audit_id, state.round, 0)
-        posted = t.posted_by_round.get(state.round)
-        if not worker_party["opened"] or posted is None:
-            return
-        shown = {(i.leaf.position, i.leaf.layer): i.leaf for i in posted.leaves}
-        for slot, address in enumerate(self.committee(audit_id, state.round)):
-            i = self._index(address)
-            party = self.party(audit_id, state.round, slot + 1)
-            if i == ADVERSARY or party["opened"] or party["root"] == bytes(32):
-                continue
-            opening = self._opening(t, self._member(i))
-            mine = {(x.leaf.position, x.leaf.layer): x.leaf for x in opening.leaves}
-            agree = spec_audit.is_onchain_agreement(shown, mine, MODEL, PROMPT_LEN, OUTPUT_TOKENS)
-            self._try(self.p.open_and_vote, self._node(i).account, audit_id, slot, opening, agree)
+        self._honest_votes(t)  # every member seals, then opens (fuzz_votes)
 
     def _worker_opening(self, t: Tracked, state):
         if t.mode == "forge":  # leaves of the honest trace: they look right but its root does not commit them
@@ -304,8 +297,9 @@ class HonestParties:
         return SimpleNamespace(phase=v[5], round=v[4], challenge_seed=bytes(v[7]), num_positions=v[2])
 
     def party(self, audit_id: int, round_index: int, slot: int) -> dict:
-        node, root, _, _, opened, vote, slashed = self.jobs("getParty", audit_id, round_index, slot)
-        return {"root": bytes(root), "opened": opened, "vote": vote, "slashed": slashed}
+        node, root, _, opening_hash, opened, vote, slashed = self.jobs("getParty", audit_id, round_index, slot)
+        # a member's openingHash is its seal until it opens (0: not sealed)
+        return {"root": bytes(root), "hash": bytes(opening_hash), "opened": opened, "vote": vote, "slashed": slashed}
 
     def committee(self, audit_id: int, round_index: int) -> list[str]:
         return [to_checksum_address(a) for a in self.jobs("getRound", audit_id, round_index)[6]]

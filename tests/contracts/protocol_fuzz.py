@@ -13,8 +13,11 @@ committee of 5 besides the worker, the dispatcher and a first committee of 3):
                     FAIL and draws the escalation, tops its stake back up once slashed out; an
                     honest member
     nodes 3, 4, 6–9 honest members
-    node 5          adversarial member: a lazy receipt (data it never computed), any vote, a
-                    claim of its job whether or not it had it
+    node 5          adversarial member: a lazy receipt (data it never computed), any vote (sealed,
+                    then opened: another vote than the sealed one is refused), a claim of its job
+                    whether or not it had it; a copier (opens before every member sealed, seals a
+                    copy of another's seal, opens another's revealed preimage: each refused) and a
+                    withholder (seals, never opens: slashed at settle) (`fuzz_attacks.py`)
     outsider        griefer: finalize, settle, replaceMissing, drawChallenge, drawRound, lapse,
                     escalate, contest, adjudicate, Jobs.claim, slashUndelivered (any slot),
                     publishTranscript (wrong token, length or sampling, or the right one),
@@ -26,8 +29,9 @@ committee of 5 besides the worker, the dispatcher and a first committee of 3):
 Honest parties follow docs/protocol.md: after every step each does what is due (post its
 receipt when its dispatcher sends it the job or the transcript is published, claim a job that
 never came, publish its transcript when claimed, slash an unanswered claim, batch every promised
-receipt at once and answer every omission claim on it, open, vote on what
-the worker posted, answer contests, contest an opening that does not prove, adjudicate a lying
+receipt at once and answer every omission claim on it, open, seal a vote on
+what the worker posted and open it once every member sealed (in the first or the last block of
+each window: `fuzz_votes.py`), answer contests, contest an opening that does not prove, adjudicate a lying
 "agree"). The job-delivery challenge: `fuzz_delivery.py`. Exits (deregister/withdraw of an honest
 member, of the cheater while locked or after omitting, the griefer's): `fuzz_exits.py`; batches of
 2–4 receipts under one root: `fuzz_batches.py`; round adversaries (late opening, contests,
@@ -41,7 +45,10 @@ Invariants, after every step:
     honest        an honest node's stake and credit never decrease, nor the client's credit (an
                   exit pays exactly stake + credits, checked to the wei in the rule; the node
                   registers again with the same stake, and its credit floor becomes 0)
+    seals first   no member's Opened event lands in a block before every member of its round
+                  sealed or the round's members_seal_by passed (`fuzz_votes.py`)
 At the end of every run (teardown), whatever happened:
+    missed seal   a seat that sealed and never opened, in a settled audit, is slashed
     termination   every audit reaches SETTLED or ABANDONED by block start + `BOUND_BLOCKS` +
                   2 commit windows per claim window opened on it (docs/protocol.md §12,
                   "Bounded termination"; at most one window per seat drawn) of permissionless
@@ -80,6 +87,7 @@ from fuzz_delivery import DeliveryParties, _resign, signed_member, signed_worker
 from fuzz_batches import BatchRules
 from fuzz_exits import ExitRules
 from fuzz_attacks import RoundAttacks
+from fuzz_votes import SealedVotes
 from fuzz_issue20 import Issue20Rules
 from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, HONEST, MAX_ACTIVE, MAX_AUDITS, SETTLED, HonestParties, Tracked
 from fuzz_report import Reporting
@@ -89,7 +97,7 @@ from fuzz_rpc import CachedReader, CachedReads, FastReader, FastSender, RawRpc, 
 CHEAT_MODES = ("open", "skip", "forge", "late", "withhold")
 TEARDOWN_ROUNDS = 80
 _ROUND_BLOCKS = ((PRESET.MAX_COMMITTEE_REDRAWS + 1) * PRESET.COMMIT_WINDOW_BLOCKS + PRESET.AUDIT_DRAW_DELAY_BLOCKS
-                 + 2 * PRESET.OPEN_WINDOW_BLOCKS + PRESET.DISPUTE_WINDOW_BLOCKS + PRESET.PROOF_WINDOW_BLOCKS)
+                 + 3 * PRESET.OPEN_WINDOW_BLOCKS + PRESET.DISPUTE_WINDOW_BLOCKS + PRESET.PROOF_WINDOW_BLOCKS)  # worker, seals, openings
 BOUND_BLOCKS = 2 * _ROUND_BLOCKS + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS  # round 0, escalation, round 1
 # A claim window extends its round's commit deadline by at most 2 commit windows (publish deadline =
 # claim + commit, commit deadline ≥ publish deadline + commit; a publication within the window adds
@@ -101,11 +109,11 @@ STATS = {"steps": 0, "runs": 0, "paths": set(), "lifecycles": set(), "failures":
          "delivery": {"audits": 0, "claimed": 0, "published": 0, "slashed_undelivered": 0},
          "omission": {"promises": 0, "keep": 0, "never": 0, "late": 0, "wrong": 0, "claims": 0, "client_claims": 0,
                       "griefer_claims": 0, "answered": 0, "slashed": 0},
-         "omission_paths": set(), "exits": {}, "batches": {}}
+         "omission_paths": set(), "exits": {}, "batches": {}, "votes": {}}
 
 
-class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, CoverageParties, DeliveryParties, HonestParties, Reporting,
-                      RuleBasedStateMachine):
+class ProtocolMachine(Issue20Rules, ExitRules, SealedVotes, BatchRules, RoundAttacks, CoverageParties, DeliveryParties, HonestParties,
+                      Reporting, RuleBasedStateMachine):  # SealedVotes._honest wraps the whole pass
     """One deployment, reverted to its registered state before every run."""
 
     stats = STATS
@@ -145,6 +153,10 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, Coverag
         self.exited: list = []  # (node, stake, credits) paid out (fuzz_exits)
         self.pending_starts: list = []  # leaves of multi-leaf batches not started yet (fuzz_batches)
         self.unstartable: list = []  # (batch id, drawn block) of the cheater's over-bound receipts (fuzz_issue20)
+        self.steering = self.making_late = self.hooked = False  # late members' moves (fuzz_votes)
+        self.logs_from = self.reads.head() + 1  # VoteSealed / Opened logs read up to here (fuzz_votes)
+        self.sealed_at: dict = {}  # (audit id, round) → {seat: block it sealed in}
+        self.opened_seats: set = set()  # (audit id, round, seat) of every member Opened event
         STATS["runs"] += 1
 
     # --- helpers ---------------------------------------------------------------------------
@@ -223,13 +235,14 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, Coverag
     # the chain's state is not read here: replays stay consistent
     @precondition(lambda self: len(self.audits) < MAX_AUDITS and len(self.promises) < MAX_PROMISES)
     @rule(worker=st.sampled_from([0, 1, CHEATER]), dispatcher=st.sampled_from([0, 1, CHEATER]), mode=st.sampled_from(CHEAT_MODES),
-          batching=st.sampled_from(BATCHING))
-    def new_audit(self, worker, dispatcher, mode, batching="keep"):
+          batching=st.sampled_from(BATCHING), timing=st.integers(0, 1023))
+    def new_audit(self, worker, dispatcher, mode, batching="keep", timing=0):
         """A job served, with its dispatcher's batching promise, and audited. Node 2 as the
         dispatcher withholds the committee's jobs: of its own job (mode "withhold", or any mode it
         dispatches), or of an honest worker's (which publishes when the members claim); and
         batches the receipt as ``batching`` says (fuzz_coverage: keep, never, late, a wrong leaf).
-        An honest dispatcher batches it at once."""
+        An honest dispatcher batches it at once. ``timing``: which honest seats seal or open in
+        their window's last block (`fuzz_votes`; 0: all in the first)."""
         if self._active() >= MAX_ACTIVE:
             self._step("new_audit:busy")
             return
@@ -246,6 +259,7 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, Coverag
             return
         run, promise.batch_id = self._start_batched(party, dispatcher)
         self._track(run, worker, dispatcher, promise.mode)
+        self._set_timing(self.audits[-1], timing)
         self._step("new_audit" if promise.fate == "keep" else f"new_audit:{promise.fate}")
 
     def _track(self, run, worker: int, dispatcher: int, mode: str) -> None:
@@ -333,7 +347,7 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, Coverag
         bonds = sum(p.preset.DISPUTE_BOND_WEI for e, v in zip(extras, views, strict=True)
                     if int(e[3], 16) != 0 and v[4] == 1 and v[5] not in (SETTLED, ABANDONED))
         assert registry_wei == sum(row[0] for row in node_rows), "Registry balance != stakes"
-        held = compute_private_draw_bond(p.preset) * sum(1 for s in first_rounds if s[11])  # privateDraw: its start's bond held
+        held = compute_private_draw_bond(p.preset) * sum(1 for s in first_rounds if s[12])  # privateDraw: its start's bond held
         assert jobs_wei == sum(credits) + pool + bonds + held, "Jobs balance != credits + pool + escalation bonds + private-draw bonds"
         assert disputes_wei == sum(c[6] for c in contests if c[3]), "Disputes balance != open contest bonds"
         assert delivery_wei == 0, "Delivery holds ether (a slashed worker's stake goes straight on to Jobs)"
@@ -343,6 +357,7 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, Coverag
         for i, (stake, credit) in self.floor.items():
             assert node_rows[i][0] >= stake, f"honest node {i} lost stake"
             assert credits[i] >= credit, f"honest node {i} lost credit"
+        self._check_seals_first()
 
     def teardown(self):
         STATS["paths"].add(tuple(self.path))
@@ -393,4 +408,5 @@ class ProtocolMachine(Issue20Rules, ExitRules, BatchRules, RoundAttacks, Coverag
                 assert state.round == 1 or self._abandon_reason(t.run.audit_id) == "committee never drawn" and t.dispatcher == CHEATER, \
                     f"cheater ({t.mode}) escaped by an abandonment: {t.seen}"
         self._check_promises()
+        self._check_missed_seals()
         assert all(self.registry("getNode", n.address)[2] == 0 for n in self.world.nodes), "a lock outlived its audits and claims"

@@ -15,12 +15,14 @@ from hypothesis.stateful import run_state_machine_as_test
 from verillm.chain.anvil import AnvilConfig, AnvilProcess
 from verillm.chain import TransactionReverted
 from verillm.spec import promise as spec_coverage
+from verillm.spec.audit import compute_opening_hash, compute_vote_seal
 from verillm.spec.hashing import keccak256
 
 from fuzz_rpc import CachedReads, FastSender, RawRpc
 from helpers.contracts import PRESET, World, connect
 from fuzz_exits import EXIT_MEMBERS
 from fuzz_honest import ABANDONED, ADVERSARY, CHEATER, COMMITTING, DECIDED, DRAWING, EXTRA_NODES, HONEST, OPENING, SETTLED
+from fuzz_votes import STEER_BLOCKS, compute_early_openings
 from protocol_fuzz import STATS, ProtocolMachine
 
 STEPS_PER_RUN = 30
@@ -71,7 +73,7 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     STATS.update({key: set() for key in seen_before})  # this call's own sets, merged back after it
     delivery_before, omission_before = dict(STATS["delivery"]), dict(STATS["omission"])
     exits_before, batches_before = dict(STATS["exits"]), dict(STATS["batches"])
-    issue20_before, due_before = dict(STATS["issue20"]), dict(STATS["due_steps"])
+    issue20_before, due_before, votes_before = dict(STATS["issue20"]), dict(STATS["due_steps"]), dict(STATS["votes"])
     started = time.monotonic()
     ProtocolMachine.sender = FastSender(world.chain, ProtocolMachine.rpc)
     ProtocolMachine.reads = CachedReads(ProtocolMachine.rpc, ProtocolMachine.sender)
@@ -93,9 +95,10 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
     batches = {k: v - batches_before.get(k, 0) for k, v in sorted(STATS["batches"].items())}
     issue20 = {k: v - issue20_before.get(k, 0) for k, v in sorted(STATS["issue20"].items())}
     due_steps = {k: v - due_before.get(k, 0) for k, v in sorted(STATS["due_steps"].items())}
+    votes = {k: v - votes_before.get(k, 0) for k, v in sorted(STATS["votes"].items())}
     print(f"\nprotocol fuzz: {steps} steps in {runs} runs, {paths} distinct paths, {lifecycles} distinct audit"
           f" lifecycles, seed {fuzz_seed}, {wall_s:.0f} s ({steps / wall_s:.1f} steps/s); delivery {delivery}; omission {omission}; exits {exits}; batches {batches};"
-          f" issue 20 actors {issue20}; due steps made {due_steps}")
+          f" issue 20 actors {issue20}; due steps made {due_steps}; sealed votes {votes}")
     report = os.environ.get("FUZZ_REPORT")
     if report:  # a long run in chunks: one JSON line per chunk, totals summed by whoever reads them
         with open(report, "a") as f:
@@ -103,7 +106,7 @@ def _run(world, examples: int, fuzz_seed: int, steps_per_run: int = STEPS_PER_RU
                                 "lifecycle_set": sorted(repr(x) for x in seen["lifecycles"]), "wall_s": round(wall_s, 1),
                                 "failures": STATS["failures"] - failures_before, "delivery": delivery, "omission": omission,
                                 "omission_path_set": sorted(repr(x) for x in seen["omission_paths"]),
-                                "exits": exits, "batches": batches, "issue20": issue20, "due_steps": due_steps}) + "\n")
+                                "exits": exits, "batches": batches, "issue20": issue20, "due_steps": due_steps, "votes": votes}) + "\n")
     assert steps > 0
     head = world.chain.w3.eth.get_block("latest")
     return {"steps": steps, "runs": runs, "failures": STATS["failures"] - failures_before, **seen,
@@ -214,33 +217,40 @@ def test_contest_answered_while_an_escalation_round_is_staffed(fuzz_world):
         del fuzz_world.protocol._send
 
 
-def _drawn(m: ProtocolMachine) -> None:
+def _drawn(m: ProtocolMachine, required: bool = True) -> bool:
     """Until every audit's round is drawn: the honest parties draw theirs, the cheater its own
-    self-dispatched ones (`cheater_draws`), a block at a time."""
+    self-dispatched ones (`cheater_draws`), a block at a time. Whether they were (``required``:
+    raise if not)."""
     for _ in range(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 4):
         if all(m.audit(t.run.audit_id).phase != DRAWING for t in m.audits):
-            return
+            return True
         for pick in range(len(m.audits)):
             m.cheater_draws(pick=pick)
         m.mine(blocks=1)
-    raise AssertionError(f"rounds still undrawn: {[m.audit(t.run.audit_id) for t in m.audits]}")
+    if required:
+        raise AssertionError(f"rounds still undrawn: {[m.audit(t.run.audit_id) for t in m.audits]}")
+    return False
 
 
 def _delivery_audits(world, tries: int = 12):
     """The three audits of the delivery test, from the registered state after ``k`` empty blocks,
-    for the first k where node 5 sits on B's committee (it makes the false claim): the committees
-    are drawn from block hashes, so this holds whatever transactions the deployment has."""
+    for the first k where node 5 sits on B's committee (it makes the false claim) and the cheater
+    drew C's private round in its window: the committees are drawn from block hashes, so this holds
+    whatever transactions the deployment has. (With sealed votes, B's honest round — challenge,
+    opening, three seals, three openings, a block each on anvil — can take the step after C's start
+    past C's 10-block draw window before the cheater's turn: C lapses, drawn publicly or abandoned.)"""
     for k in range(tries):
         m = _machine(world, fresh=True)
         m.record_floor()
         m._mine(k)
+        drawn = True
         for worker, dispatcher, mode in ((CHEATER, 0, "withhold"), (1, 0, "open"), (CHEATER, 1, "withhold")):
             m.new_audit(worker=worker, dispatcher=dispatcher, mode=mode)
-            _drawn(m)  # the cheater draws its self-dispatched rounds at once (a lapse would slash it)
-        if len(m.audits) == 3 and m._node(ADVERSARY).address in m.committee(m.audits[1].run.audit_id, 0):
+            drawn = drawn and _drawn(m, required=False)  # the cheater draws its self-dispatched rounds at once
+        if drawn and len(m.audits) == 3 and m._node(ADVERSARY).address in m.committee(m.audits[1].run.audit_id, 0):
             return m
         del world.protocol._send
-    raise AssertionError(f"node 5 on no committee B in {tries} tries")
+    raise AssertionError(f"node 5 on no committee B (with every round drawn by its dispatcher) in {tries} tries")
 
 
 def test_fuzzer_delivery_paths_claim_publish_and_slash_undelivered(fuzz_world):
@@ -552,5 +562,147 @@ def test_fuzzer_openings_come_before_the_rest_of_a_pass(fuzz_world):
             getattr(m, rule)(**kwargs)
             m._check_invariants()
         m.teardown()  # drives every audit to its end; raises if an honest node lost stake
+    finally:
+        del fuzz_world.protocol._send
+
+
+# --- sealed votes (fuzz_votes.py, fuzz_attacks.py) ----------------------------------------------
+
+ALL_LATE = 0b11111_11111  # every honest seat seals and opens in its window's last block
+
+
+def _node5_seated(world, timing: int, tries: int = 16) -> ProtocolMachine:
+    """An honest audit (worker 0, dispatcher 1) whose first committee seats node 5, from the
+    registered state after the first ``k`` empty blocks that give one (committees follow block
+    hashes); ``timing`` as `new_audit`'s."""
+    for k in range(tries):
+        m = _machine(world, fresh=True)
+        m.record_floor()
+        m._mine(k)
+        m.new_audit(worker=0, dispatcher=1, mode="open", timing=timing)
+        if _drawn(m, required=False) and m._node(ADVERSARY).address in m.committee(m.audits[0].run.audit_id, 0):
+            return m
+        del world.protocol._send
+    raise AssertionError(f"node 5 on no first committee in {tries} tries")
+
+
+def _worker_opened(m: ProtocolMachine) -> tuple[int, int]:
+    """Node 5 posts its (lazy) receipt, blocks pass until the worker opened; (audit id, node 5's seat)."""
+    a = m.audits[0].run.audit_id
+    m.adversary_member(pick=0, agree=False)
+    for _ in range(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.OPEN_WINDOW_BLOCKS):
+        if m.party(a, 0, 0)["opened"]:
+            return a, m.committee(a, 0).index(m._node(ADVERSARY).address)
+        m.mine(blocks=1)
+    raise AssertionError(f"the worker has not opened: {m.round_state(a)}")
+
+
+def _votes() -> dict:
+    return dict(STATS["votes"])
+
+
+def _delta(before: dict, key: str) -> int:
+    return STATS["votes"].get(key, 0) - before.get(key, 0)
+
+
+def test_fuzzer_copier_is_refused_and_slashed(fuzz_world):
+    """Node 5 as the copier, in a fixed order: the honest members seal at once; it opens before
+    it sealed (TooEarly), seals a copy of another member's seal (accepted: everyone has sealed,
+    the honest members open); it then tries to seal that member's revealed preimage for its own
+    seat (refused: AlreadyOpened) and to open it (SealMismatch naming its seat). It never opens:
+    slashed as a missed opening at settle; no honest member loses (the teardown's invariants)."""
+    m = _node5_seated(fuzz_world, timing=0)
+    try:
+        a, slot = _worker_opened(m)
+        before = _votes()
+        rs = m.round_state(a)
+        assert rs.seals == rs.members - 1, rs  # the honest seats sealed at once; node 5 not yet
+        m.copier(pick=0, move="open-early", agree=False)
+        m.copier(pick=0, move="copy-seal", agree=False)
+        assert all(m.party(a, 0, j + 1)["opened"] for j in range(rs.members) if j != slot), "the honest members did not open"
+        j = m.audits[0].adversary[0]["of"]
+        opening, agree, salt = m.audits[0].revealed[(0, j)]
+        assert m.party(a, 0, slot + 1)["hash"] == compute_vote_seal(a, 0, j, agree, compute_opening_hash(opening), salt)  # seat j's seal
+        m.copier(pick=0, move="copy-open", agree=True)
+        assert [_delta(before, k) for k in ("copier:too_early", "copier:sealed_a_copy", "copier:seal_mismatch")] == [1, 1, 1]
+        m.teardown()
+        assert m.audit(a).phase == SETTLED
+        me = m.party(a, 0, slot + 1)
+        assert not me["opened"] and me["slashed"], me
+        assert _delta(before, "sealed_unopened_slashed") == 1
+    finally:
+        del fuzz_world.protocol._send
+
+
+def test_fuzzer_late_members_and_the_withholder(fuzz_world):
+    """Every honest seat seals and opens in its window's last block(s) (the steering), node 5 seals
+    early and withholds: it cannot open before the late members sealed (TooEarly, although it
+    sealed), then never opens; it is slashed at settle, no honest member loses, and no opening
+    lands before every seal (the invariant, after every step)."""
+    m = _node5_seated(fuzz_world, timing=ALL_LATE)
+    try:
+        a, slot = _worker_opened(m)
+        before = _votes()
+        m.withholder(pick=0, agree=True)
+        m.copier(pick=0, move="open-early", agree=True)
+        rs = m.round_state(a)
+        assert rs.seals == 1 and _delta(before, "copier:too_early") == 1, rs
+        for _ in range(3 * PRESET.OPEN_WINDOW_BLOCKS):
+            if m.audit(a).phase != OPENING:
+                break
+            m.mine(blocks=1)
+            m._check_invariants()  # honest stakes and credits, and "seals first", after every step
+        honest = rs.members - 1
+        assert _delta(before, "seal_late") == honest and _delta(before, "open_late") == honest, _votes()
+        assert _delta(before, "seal_in_last_block") == 1 and _delta(before, "open_in_last_block") == 1, _votes()
+        assert [m.sealed_at[(a, 0)][s + 1] for s in range(rs.members) if s != slot] == \
+            list(range(rs.deadlines.members_seal_by - honest + 1, rs.deadlines.members_seal_by + 1))
+        m.teardown()
+        me = m.party(a, 0, slot + 1)
+        assert m.audit(a).phase == SETTLED and not me["opened"] and me["slashed"], me
+    finally:
+        del fuzz_world.protocol._send
+
+
+def test_early_openings_are_found():
+    """The "seals first" check (fuzz_votes.compute_early_openings) flags an opening while a seat
+    has not sealed and members_seal_by has not passed, and nothing else."""
+    rounds = {(1, 0): (3, 100)}
+    sealed = [("sealed", 1, 0, slot, 90 + slot) for slot in (1, 2, 3)]
+    assert compute_early_openings(sealed + [("opened", 1, 0, 1, 93)], {}, rounds) == []
+    assert compute_early_openings(sealed[:2] + [("opened", 1, 0, 1, 101)], {}, rounds) == []  # the seal window closed
+    early = compute_early_openings(sealed[:2] + [("opened", 1, 0, 1, 100)], {}, rounds)
+    assert len(early) == 1 and "2/3 sealed" in early[0]
+    assert compute_early_openings([("opened", 1, 0, 2, 95)], {(1, 0): {1: 90, 2: 91, 3: 96}}, rounds)  # a seal after the opening
+
+
+def test_fuzzer_a_long_pass_makes_a_late_move_in_its_block(fuzz_world):
+    """Regression (seed 120001's long run, shrunk): a late seal's block was 16 blocks ahead at a
+    pass's start (no steering yet), and that pass — two new audits drawn, revealed, challenged,
+    opened and sealed, a block per transaction on anvil — took 18 blocks: the seal window closed
+    on the late member, "honest node 1 lost stake" (a missed opening at settle). Every pass now
+    hooks the sender: the late move goes out in its block before the pass's next transaction.
+    Here a pass's client turn sends 2·STEER_BLOCKS griefer top-ups while every seat is late."""
+    m = _node5_seated(fuzz_world, timing=0b11111)
+    try:
+        a, slot = _worker_opened(m)
+        m.adversary_member(pick=0, agree=False)  # node 5 seals: only the late seats are missing
+        rs = m.round_state(a)
+        gap = rs.deadlines.members_seal_by - (m.reads.head() + 1)
+        assert rs.seals == 1 and gap > STEER_BLOCKS + 1, (rs, m.reads.head())
+        before = _votes()
+        busy = m._honest_client
+
+        def client_turn():  # stands for the rest of a busy pass
+            busy()
+            for _ in range(gap + 4):
+                m._try(m.p.top_up, m._node(ADVERSARY).account, 1)
+
+        m._honest_client = client_turn
+        m.mine(blocks=1)
+        del m._honest_client
+        assert m.reads.head() > rs.deadlines.members_seal_by, "the pass did not outrun the seal window"
+        assert m.round_state(a).seals == rs.members and _delta(before, "seal_in_last_block") == 1, (m.round_state(a), _votes())
+        m.teardown()  # no honest member lost stake
     finally:
         del fuzz_world.protocol._send
