@@ -706,3 +706,25 @@ def test_fuzzer_a_long_pass_makes_a_late_move_in_its_block(fuzz_world):
         m.teardown()  # no honest member lost stake
     finally:
         del fuzz_world.protocol._send
+
+
+def test_fuzzer_a_late_batch_past_the_horizon_started_privately_falls_back_and_is_skipped(fuzz_world):
+    """Seed 120002's long run: the cheater batched a "late" promise after its receipt's horizon and
+    the harness started it privately; a private start cannot prove an expired receipt taken, so the
+    contract refuses it (`ReceiptExpired`) and the dispatcher must start it publicly, which skips it
+    (node/dispatcher/batches.py does the same). The harness raised instead."""
+    m = _machine(fuzz_world, fresh=True)
+    try:
+        m.record_floor()
+        m.new_audit(worker=1, dispatcher=CHEATER, mode="open", batching="late")
+        (promise,) = m.promises
+        assert promise.fate == "late" and promise.batch_id is None
+        m._mine(promise.party.receipt.auditable_until_block + 1 - m.reads.head())  # past the horizon
+        if m.nonce % 2 == 0:
+            m.nonce += 1  # `_start_selected` starts privately when (nonce + index) is odd
+        audits = len(m.audits)
+        m.cheat_batches_late(pick=0)
+        assert promise.batch_id is not None and len(m.audits) == audits, "the late batch's start was not skipped"
+        assert m.stats["issue20"].get("horizon:late_start_skipped") == 1
+    finally:
+        del fuzz_world.protocol._send
