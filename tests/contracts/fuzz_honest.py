@@ -101,6 +101,16 @@ class HonestParties:
         # Batching promises (fuzz_coverage): an answer to an omission claim has the same 5-block
         # proof window. The client's claims and slashes wait for the end of the pass.
         self._honest_coverage_answers()
+        # Receipts next, of every round drawn or redrawn by now (sealed votes; a draw in this pass
+        # posts them at once, `_honest_draws`): a seat has one commit window (20 blocks on MINIMAL),
+        # and the openings loop below sends each opening round's challenge, opening, seals and
+        # openings, a block each: three rounds opening at once took a pass 22 blocks past a
+        # redrawn honest member's window before its audit's turn (seed 120001 at 120 examples:
+        # abandoned "members missing", the cheater unslashed;
+        # test_fuzzer_receipts_come_before_the_openings_of_a_pass).
+        for t in self.audits:
+            if self.audit(t.run.audit_id).phase == COMMITTING:
+                self._honest_receipts(t, self.audit(t.run.audit_id))
         # Then every opening that is due, after the 5-block answers above: the worker's window is
         # 20 blocks on MINIMAL, and a pass over eight audits in their turn can mine more (one block
         # per transaction): a worker left for its audit's turn defaulted (seed 80002: the challenge drawn at its window's last
@@ -203,11 +213,14 @@ class HonestParties:
             break  # one call a step per audit: the next reads the new state
 
     def _honest_draws(self) -> None:
-        """Every committee draw that is due, for every audit (the rounds the cheater owes aside)."""
+        """Every committee draw that is due, for every audit (the rounds the cheater owes aside),
+        and the drawn members' receipts at once (their commit window starts with the draw)."""
         for t in self.audits:
             state = self.audit(t.run.audit_id)
             if state.phase == DRAWING:
                 self._honest_progress(t, state)
+                if self.audit(t.run.audit_id).phase == COMMITTING:
+                    self._honest_receipts(t, self.audit(t.run.audit_id))
 
     def round_state(self, audit_id: int, round_index: int | None = None):
         """`Jobs.getRoundState` as `spec.audit.RoundState`."""

@@ -9,6 +9,8 @@ import random
 import time
 
 import pytest
+from eth_abi import decode as abi_decode
+from eth_utils import to_checksum_address
 from hypothesis import HealthCheck, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -726,5 +728,68 @@ def test_fuzzer_a_late_batch_past_the_horizon_started_privately_falls_back_and_i
         m.cheat_batches_late(pick=0)
         assert promise.batch_id is not None and len(m.audits) == audits, "the late batch's start was not skipped"
         assert m.stats["issue20"].get("horizon:late_start_skipped") == 1
+    finally:
+        del fuzz_world.protocol._send
+
+
+def _drawn_and_posted(m: ProtocolMachine, audit_id: int) -> tuple[list, set]:
+    """The first draw's members of the audit's round 0 (CommitteeDrawn, attempt 0) and who posted
+    a receipt in that round (CommitteeReceiptPosted)."""
+    topics = {name: "0x" + keccak256(sig).hex() for name, sig in (
+        ("drawn", b"CommitteeDrawn(uint256,uint8,uint8,address[])"),
+        ("posted", b"CommitteeReceiptPosted(uint256,uint8,uint8,address,bytes32,bytes32)"))}
+    logs = m.rpc.call("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": m.p.jobs.address,
+                                        "topics": [list(topics.values()), "0x" + audit_id.to_bytes(32, "big").hex()]}])
+    drawn, posted = [], set()
+    for log in logs:
+        data = bytes.fromhex(log["data"][2:])
+        if log["topics"][0] == topics["drawn"]:
+            round_index, attempt, members = abi_decode(["uint8", "uint8", "address[]"], data)
+            if round_index == 0 and attempt == 0:
+                drawn = [to_checksum_address(x) for x in members]
+        elif abi_decode(["uint8"], data[:32])[0] == 0:
+            posted.add(to_checksum_address("0x" + log["topics"][2][-40:]))
+    return drawn, posted
+
+
+def test_fuzzer_receipts_come_before_the_openings_of_a_pass(fuzz_world):
+    """Regression (seed 120001 at 120 examples): with sealed votes an opening round sends its
+    challenge, the worker's opening, every seal and every opening, a block each on anvil; a pass
+    with three rounds opening took 22 blocks before a redrawn honest member's turn, past its
+    commit window (20 blocks on MINIMAL): "members missing", the cheating worker unslashed
+    ("cheater (open) escaped by an abandonment"). Honest receipts of every drawn round now go
+    out before the pass's openings, and a round drawn during the pass has them at once. Here A's
+    turn in the openings loop is followed by two commit windows of griefer top-ups (standing for
+    other rounds' openings, with the loop's draws and A's own moves between) in the pass that
+    draws B: B's honest members post in time."""
+    m = _machine(fuzz_world, fresh=True)
+    try:
+        m.record_floor()
+        m.new_audit(worker=0, dispatcher=1, mode="open")  # A (a private start: the reveal posts its honest receipts)
+        _drawn(m)
+        m.adversary_member(pick=0, agree=False)  # node 5's receipt, if it sits on A
+        a = m.audits[0].run.audit_id
+        assert m.audit(a).phase == OPENING, m.round_state(a)
+        opening = m._honest_opening
+        slow = {"done": False}
+
+        def long_openings(t, state):
+            opening(t, state)
+            if t.run.audit_id == a and not slow["done"]:  # then other rounds' openings: two commit windows of blocks
+                slow["done"] = True
+                for k in range(2 * PRESET.COMMIT_WINDOW_BLOCKS):
+                    m._try(m.p.top_up, m._node(ADVERSARY).account, 1)
+                    if k % 4 == 3:  # as the openings loop does between audits' turns (A's own moves go on)
+                        m._honest_draws()
+                        opening(t, m.audit(a))
+
+        m._honest_opening = long_openings
+        m.new_audit(worker=1, dispatcher=0, mode="open")  # B: a public start, drawn in this step's pass
+        del m._honest_opening
+        b = m.audits[1].run.audit_id
+        drawn, posted = _drawn_and_posted(m, b)
+        assert slow["done"] and drawn, (drawn, posted)
+        assert {x for x in drawn if m._index(x) != ADVERSARY} <= posted, "an honest member of B missed its commit window"
+        m.teardown()
     finally:
         del fuzz_world.protocol._send
