@@ -274,16 +274,18 @@ def test_fuzzer_delivery_paths_claim_publish_and_slash_undelivered(fuzz_world):
         m.adversary_claims(pick=1)  # B: node 5's false claim, answered at once by the honest worker
         assert m.availability(b.run.audit_id)["published"], m.availability(b.run.audit_id)
         for _ in range(PRESET.COMMIT_WINDOW_BLOCKS):  # honest members claim with half a commit window left
+            if m.availability(a.run.audit_id)["deadline"] and not m.availability(a.run.audit_id)["published"]:
+                m.cheat_publishes(pick=0)  # A publishes in its window (it may open while the three are set up); C never does
             if all(m.availability(t.run.audit_id)["deadline"] for t in (a, c)):
                 break
             m.mine(blocks=1)
         assert all(m.availability(t.run.audit_id)["deadline"] for t in (a, c)), "no honest member claimed its withheld job"
+        m.cheat_publishes(pick=0)  # if its window opened last
+        assert m.availability(a.run.audit_id)["published"]
         for move in ("publish-token", "publish-length", "publish-sampling", "claim", "slash"):
             for slot in (0, 1):
                 m.grief_delivery(pick=2, slot=slot, move=move)
         assert not m.availability(c.run.audit_id)["published"] and m.audit(c.run.audit_id).phase == COMMITTING
-        m.cheat_publishes(pick=0)  # A publishes; C never does
-        assert m.availability(a.run.audit_id)["published"]
         _until(m, lambda: m.audit(c.run.audit_id).phase == DECIDED and m.audit(b.run.audit_id).phase != COMMITTING)
         m.teardown()  # every invariant, every audit terminal within its bound, the cheater slashed
         assert [("claim", 0), ("publish", 0), (0, 2)] == [x for x in a.seen if x in (("claim", 0), ("publish", 0), (0, 2))]
