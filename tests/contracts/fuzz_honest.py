@@ -72,7 +72,6 @@ class HonestParties:
 
     def _honest(self) -> None:
         self._prefetch()
-        self._steer_late()  # a late member's last block is near: time moves a block at a time until it (fuzz_votes)
         # Answers first, for every audit: anvil mines one block per transaction, so each honest
         # transaction sent before an answer (receipts, openings and votes of a 5-seat escalation
         # round, other audits' turns) is a block of the contest's proofWindowBlocks (5 on
@@ -139,6 +138,11 @@ class HonestParties:
             self._honest_progress(t, state)
             self._honest_draws()  # a draw that fell due during this audit's transactions, at once
         self._honest_client()
+        # A late member's last block is near: time moves on under the honest parties until it
+        # (fuzz_votes). Only here, once this pass made its answers: steering at a pass's start
+        # mined up to 4 blocks before them, on top of the step's (seed 120001's fourth long run:
+        # the griefer's omission claim on an honest dispatcher's kept promise answered past its
+        # 5-block proof window, "honest node 1 lost stake", a harness fault).
         self._steer_late()
 
     def _start_selected(self, node, batch, index: int, party) -> int:

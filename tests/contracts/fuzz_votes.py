@@ -5,12 +5,12 @@ sealed once every member of its round sealed or the round's members_seal_by pass
 
 Timing. Each honest seat acts in the first block it can (the pass after its move is allowed) or in
 its window's last block: `new_audit` draws which seats of its audit are late for the seal, the
-opening, or both, and the rule `members_timing` redraws it for a live audit from its current round on. Late moves are scheduled as late as they can land, one a block (anvil
-mines one block per transaction): moves whose windows end at block B land at B, B − 1, … . Until a
-scheduled block is STEER_BLOCKS away the adversaries' rules run (a copier tries to open while a late
-member has not sealed); then the honest parties steer: mine up to 4 blocks at a time with a full
-honest pass between (as `mine` steps do). Every honest pass hooks the sender: a late move is made
-in its block before any other transaction of the pass would take that block.
+opening, or both, and the rule `members_timing` redraws it for a live audit from its current round
+on. Every late move whose window ends in block B lands in B, all in that one block (anvil's
+automine off for it). Until B is STEER_BLOCKS away the adversaries' rules run (a copier tries to
+open while a late member has not sealed); then the honest parties steer: mine up to 4 blocks at a
+time with a full honest pass between (as `mine` steps do). Every honest pass hooks the sender: the
+late moves land in B before any other transaction of the pass would take it.
 
 Invariants:
     seals first   after every step: no member's Opened event lands in a block before every member
@@ -22,6 +22,7 @@ Counts: `STATS["votes"]`.
 """
 
 from eth_abi import decode as abi_decode
+from eth_abi import encode as abi_encode
 
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
@@ -30,6 +31,7 @@ from verillm.spec.audit import Phase, compute_vote_salt, is_onchain_agreement
 from verillm.spec.hashing import keccak256
 
 from helpers.contracts import MODEL, OUTPUT_TOKENS, PROMPT_LEN
+from fuzz_rpc import GAS_LIMIT
 from fuzz_honest import ADVERSARY, COMMITTING, DRAWING, MAX_AUDITS, OPENING, SETTLED
 
 SEAL, OPEN = "seal", "open"
@@ -101,44 +103,34 @@ class SealedVotes:
             return block <= d.members_seal_by
         return (rs.seals == rs.members or block > d.members_seal_by) and block <= d.members_open_by
 
-    def _member_move(self, t, slot: int, i: int, move: str) -> bool:
-        """Honest node ``i`` seals or opens in seat ``slot``; whether it landed."""
+    def _member_move(self, t, slot: int, i: int, move: str):
+        """Honest node ``i`` seals or opens in seat ``slot`` (the Tx, or None if refused)."""
         audit_id = t.run.audit_id
         rs = self.round_state(audit_id)
         opening, agree, salt = self._vote_of(t, i, rs.round, slot)
-        late = t.late.get((rs.round, slot, move), False)
         if move == SEAL:
-            tx = self._try(self.p.seal_vote, self._node(i).account, audit_id, rs.round, slot, opening, agree, salt)
-        else:
-            tx = self._try(self.p.open_and_vote, self._node(i).account, audit_id, slot, opening, agree, salt)
-            if tx is not None:
-                t.revealed[(rs.round, slot)] = (opening, agree, salt)  # public now: its calldata shows it
+            return self._try(self.p.seal_vote, self._node(i).account, audit_id, rs.round, slot, opening, agree, salt)
+        tx = self._try(self.p.open_and_vote, self._node(i).account, audit_id, slot, opening, agree, salt)
         if tx is not None:
-            landed = int(tx.receipt["blockNumber"], 16)
-            self._count_vote(f"{move}_late" if late else f"{move}_first")
-            if landed == self._deadline(rs, move):
-                self._count_vote(f"{move}_in_last_block")
-        return tx is not None
+            t.revealed[(rs.round, slot)] = (opening, agree, salt)  # public now: its calldata shows it
+        return tx
 
     # --- the honest pass ------------------------------------------------------------------------
     def _honest_votes(self, t) -> None:
-        """Every honest seat of the audit's round seals, or opens, where its move is allowed now; a
-        late seat only once its scheduled block has come (or passed: the steering missed it)."""
+        """Every honest seat of the audit's round that acts first seals, or opens, where its move
+        is allowed now (a late seat's move is made in its window's last block: `_make_due_late`)."""
         rs = self.round_state(t.run.audit_id)
         for slot, i, move in self._pending_moves(t, rs):
-            block = self.reads.head() + 1
-            if not self._allowed(rs, move, block):
+            if t.late.get((rs.round, slot, move)) or not self._allowed(rs, move, self.reads.head() + 1):
                 continue
-            if t.late.get((rs.round, slot, move)) and not any(
-                    s[0] <= block and s[1:3] == (t.run.audit_id, slot) and s[4] == move for s in self._late_schedule()):
-                continue
-            self._member_move(t, slot, i, move)
+            if self._member_move(t, slot, i, move) is not None:
+                self._count_vote(f"{move}_first")
             rs = self.round_state(t.run.audit_id)
 
     def _late_schedule(self) -> list[tuple]:
-        """(block, audit id, slot, node, move, tracked) of every late move still to come, each in
-        the latest block free by its deadline (one move a block); a move whose window has closed is
-        no longer to come (the honest invariant reports the missed move)."""
+        """(deadline, audit id, slot, node, move, tracked) of every late move still to come: it
+        lands in its window's last block; one whose window has closed is no longer to come (the
+        honest invariant reports the missed move)."""
         moves, head = [], self.reads.head()
         for t in self.audits:
             if self.audit(t.run.audit_id).phase != OPENING:
@@ -147,35 +139,65 @@ class SealedVotes:
             for slot, i, move in self._pending_moves(t, rs):
                 if t.late.get((rs.round, slot, move)) and self._deadline(rs, move) > head:
                     moves.append((self._deadline(rs, move), t.run.audit_id, slot, i, move, t))
-        moves.sort(key=lambda m: (m[0], m[1], m[2]), reverse=True)
-        out, free = [], None
-        for deadline, *rest in moves:
-            free = deadline if free is None else min(deadline, free - 1)
-            out.append((free, *rest))
-        return out
+        return moves
 
     def _make_due_late(self) -> int:
-        """Make every late move whose block is the next one (or has passed), earliest first;
-        return how many were made."""
+        """Land every late move whose window ends in the next block, all in that one block (anvil
+        mines a block per transaction unless told otherwise: one after another, ten late members
+        of three rounds took ten blocks from a dispatcher's 10-block private-draw window, seed
+        120001's third long run); return how many landed."""
         if self.making_late:
-            return 0  # a move's own transaction goes through the hook
+            return 0
+        block = self.reads.head() + 1
+        due = [s for s in self._late_schedule() if s[0] == block]
+        if not due:
+            return 0
         self.making_late = True
-        tried, made = set(), 0
         try:
-            while True:
-                block = self.reads.head() + 1
-                due = [s for s in self._late_schedule() if s[0] <= block and s[1:5] not in tried]
-                if not due:
-                    return made
-                at, audit_id, slot, i, move, t = min(due, key=lambda s: s[0])
-                tried.add((audit_id, slot, i, move))
-                if not self._allowed(self.round_state(audit_id), move, block):
-                    continue
-                if at < block:
-                    self._count_vote("late_overdue")  # the steering came too late for its block
-                made += self._member_move(t, slot, i, move)
+            return self._land_together(due, block)
         finally:
             self.making_late = False
+
+    def _land_together(self, due: list, block: int) -> int:
+        """Send the moves of ``due`` with anvil's automine off and mine them in one block."""
+        fast, sent = self.sender, []
+
+        def queue(handle, function, *args, sender, value: int = 0, **_):
+            selector, types = fast._function(handle, function)
+            tx = {"from": sender.address, "to": handle.address, "data": "0x" + (selector + abi_encode(types, list(args))).hex(),
+                  "value": hex(value), "gas": hex(GAS_LIMIT)}
+            with self.world.chain.nonces.reserve(sender.address) as nonce:
+                return self.rpc.call("eth_sendTransaction", [{**tx, "nonce": hex(nonce)}])
+
+        inner = self.p._send
+        self.p._send = queue
+        self.rpc.call("evm_setAutomine", [False])
+        try:
+            for _, audit_id, slot, i, move, t in due:
+                rs = self.round_state(audit_id)
+                if self._allowed(rs, move, block):
+                    opening, agree, salt = self._vote_of(t, i, rs.round, slot)
+                    if move == SEAL:
+                        tx_hash = self.p.seal_vote(self._node(i).account, audit_id, rs.round, slot, opening, agree, salt)
+                    else:
+                        tx_hash = self.p.open_and_vote(self._node(i).account, audit_id, slot, opening, agree, salt)
+                    sent.append((tx_hash, t, rs.round, slot, move, (opening, agree, salt)))
+            self.rpc.call("evm_mine", [])
+        finally:
+            self.rpc.call("evm_setAutomine", [True])
+            self.p._send = inner
+            self.reads.clear()
+        landed = 0
+        for tx_hash, t, round_index, slot, move, vote in sent:
+            receipt = self.rpc.call("eth_getTransactionReceipt", [tx_hash])
+            if receipt is None or int(receipt["status"], 16) != 1:
+                continue  # refused: the honest invariant reports what that costs
+            assert int(receipt["blockNumber"], 16) == block, f"a late {move} landed in block {receipt['blockNumber']}, not {block}"
+            landed += 1
+            self._count_vote(f"{move}_late_in_last_block")
+            if move == OPEN:
+                t.revealed[(round_index, slot)] = vote
+        return landed
 
     def _honest(self) -> None:
         """An honest pass with the late moves hooked to the sender: before any of its transactions
