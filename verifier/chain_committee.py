@@ -10,16 +10,16 @@ A draw (round r, attempt k) of audit a, made in block B:
     epoch     the first entered block // epochBlocks (`Jobs._enterRound`: a fallback keeps it)
     excluded  the worker, the batch's dispatcher, every member drawn for the audit so far
               (`spec.audit.compute_round_exclusions`, as the contract passes them), and every
-              node that unbonded at or before entered + delay (`Registry.drawCommittee`: the
-              draw repeated without it, `spec.audit.compute_round_committee`)
+              node out of the draw at or before entered + delay: unbonded, or its stake taken
+              in the epoch or later (`Registry.outBlock`; `Registry.drawCommittee`: the draw
+              repeated without it, `spec.audit.compute_round_committee`)
     count     attempt 0: the committee size of the round; a redraw: the seats whose receipt
               never came, filled in seat order (seats that posted keep their member)
-    weights   `Registry.getModelWeights(model, epoch)` read at block B − 1, each capped by any
-              slash earlier in block B (a slash lowers the readable epochs at once:
-              min(weight, stake left), 0 below the minimum stake — `Registry._take`)
+    weights   `Registry.getModelWeights(model, epoch)` read at block B − 1 (an epoch's weights
+              are fixed when it begins: nothing during it, a slash neither, changes them)
 
 The draw is then `spec.audit.compute_round_committee(seed, attempt, count, slots, weights,
-left blocks, entered + delay)`. A round
+out blocks, entered + delay)`. A round
 whose draw has too few candidates, or whose epoch is no longer readable, is abandoned
 ("pool exhausted"): that is re-derived too. Every rule here is the contract's, so on a chain
 whose contracts are correct every check is "ok": a difference is an inconsistency.
@@ -98,7 +98,6 @@ class CommitteeReplay:
     def __init__(self, auditor):
         self.auditor = auditor
         self.chain, self.protocol, self.preset = auditor.chain, auditor.protocol, auditor.preset
-        self._unbonding: int | None = None
 
     # --- what a draw must be --------------------------------------------------------------------
 
@@ -124,29 +123,13 @@ class CommitteeReplay:
         """Return the sortition table of ``epoch`` as the draw emitting ``at`` read it."""
         slots, weights = self._read_past(lambda: self.chain.call(self.protocol.registry, "getModelWeights", model_id, epoch, block=at.block_number - 1),
                                          at.block_number - 1)
-        slots, weights = [s.lower() for s in slots], list(weights)
-        for slashed in self.auditor.named("Slashed"):
-            if slashed.block_number == at.block_number and slashed.log_index < at.log_index:
-                node = slashed.args["node"].lower()
-                left = slashed.args["stakeLeftWei"]
-                cap = 0 if left < self.preset.MIN_STAKE_WEI else left
-                if node in slots and self._serves(node, model_id, at.block_number - 1):
-                    weights[slots.index(node)] = min(weights[slots.index(node)], cap)
-        return slots, weights
+        return [s.lower() for s in slots], list(weights)
 
-    def _left_block(self, node: str, block: int) -> int:
-        """The block ``node`` unbonded in, as of ``block`` (0: it has not; `Registry._leftBlock`)."""
-        end = self._read_past(lambda: self.chain.call(self.protocol.registry, "getNode", self.chain.w3.to_checksum_address(node), block=block)[1], block)
-        return 0 if end == 0 else end - self._unbonding_blocks()
-
-    def _unbonding_blocks(self) -> int:
-        if self._unbonding is None:
-            self._unbonding = self.protocol.registry.call("unbondingBlocks")  # immutable
-        return self._unbonding
-
-    def _serves(self, node: str, model_id: bytes, block: int) -> bool:
-        models = self._read_past(lambda: self.chain.call(self.protocol.registry, "getNode", self.chain.w3.to_checksum_address(node), block=block)[6], block)
-        return model_id in {bytes(m) for m in models}
+    def _out_block(self, node: str, epoch: int, block: int) -> int:
+        """The block from which ``node`` sits out draws of ``epoch``, as of ``block`` (0: never;
+        `Registry.outBlock`: a take or a leave after the seed block is past it, so any later
+        block gives the same answer for this draw)."""
+        return self._read_past(lambda: self.chain.call(self.protocol.registry, "outBlock", self.chain.w3.to_checksum_address(node), epoch, block=block), block)
 
     def compute_draw(self, plan: DrawPlan, model_id: bytes, at: ChainEvent) -> list[str] | None:
         """Return the seats the draw fills, or None when the contract must abandon the round (pool exhausted)."""
@@ -154,9 +137,9 @@ class CommitteeReplay:
             return None
         slots, weights = self.compute_weights(model_id, plan.epoch, at)
         weights = spec_audit.compute_excluded_weights(slots, weights, plan.excluded)
-        left = [self._left_block(slot, at.block_number - 1) if weight else 0 for slot, weight in zip(slots, weights)]
+        out = [self._out_block(slot, plan.epoch, at.block_number - 1) if weight else 0 for slot, weight in zip(slots, weights)]
         try:
-            chosen = spec_audit.compute_round_committee(plan.seed, plan.attempt, plan.count, slots, weights, left, plan.seed_block)
+            chosen = spec_audit.compute_round_committee(plan.seed, plan.attempt, plan.count, slots, weights, out, plan.seed_block)
         except InvalidInput:  # fewer candidates than seats: the contract's NotEnoughCandidates
             return None
         return compute_filled_seats(plan.kept, chosen)

@@ -13,8 +13,10 @@ import {StakeTree} from "./StakeTree.sol";
 /// not deregistering and staked at least minStakeWei; a slash below that deactivates it until
 /// it tops up. Draws do not read the live table: every change of a node's weight for a model
 /// (register, topUp, updateModels, deregister, slash) takes effect for draws at the next epoch
-/// (epochBlocks), and a draw reads the weights of a given epoch, fixed before its seed exists;
-/// a stake drop (a slash) also lowers them at once (StakeTree: O(log n) draws and writes).
+/// (epochBlocks), and a draw reads the weights of a given epoch, fixed when the epoch begins,
+/// before its seed exists (StakeTree: O(log n) draws and writes). A node that unbonded, or whose
+/// stake was taken, at or before a draw's seed block sits that draw out (outBlock); one that did
+/// so after it keeps its seat: nothing after a seed block changes the committee it draws.
 contract Registry is ReentrancyGuard {
     struct Node {
         uint256 stakeWei;
@@ -22,6 +24,10 @@ contract Registry is ReentrancyGuard {
         uint32 locks; // audits this node is a party to; withdrawal waits for 0
         bool registered;
         bool listed; // in the sortition lists of its models
+        // The first block of its epoch in which its stake was taken (slash or penalty), one per
+        // epoch parity: the two epochs a draw may read (outBlock).
+        uint64 takenInEvenEpoch;
+        uint64 takenInOddEpoch;
         uint256[4] vrfPublicKey; // BN254 G2 point (EIP-197 word order)
         string endpoint;
         bytes32[] models;
@@ -187,7 +193,7 @@ contract Registry is ReentrancyGuard {
         _checkModels(models);
         uint256 epoch = currentEpoch();
         for (uint256 i = 0; i < node.models.length; i++) {
-            if (!_listed(models, node.models[i])) trees[node.models[i]].set(msg.sender, 0, type(uint256).max, epoch); // dropped
+            if (!_listed(models, node.models[i])) trees[node.models[i]].set(msg.sender, 0, epoch); // dropped
         }
         node.models = models;
         _syncWeights(msg.sender, node);
@@ -250,9 +256,11 @@ contract Registry is ReentrancyGuard {
         amountWei = node.stakeWei * bps / Params.BPS;
         node.stakeWei -= amountWei;
         if (node.stakeWei < minStakeWei) node.listed = false;
-        // A stake drop weighs at once, in the epochs draws read too: min(snapshot, stake now),
-        // 0 below the minimum (nothing left at stake, never drawn).
-        _setWeights(node_, node, node.stakeWei < minStakeWei ? 0 : node.stakeWei);
+        // The new stake weighs from the next epoch, as every change does; until then the node
+        // sits out every draw seeded from this block on (outBlock), and keeps the seats of draws
+        // seeded before: a slash after a seed block cannot re-roll its committee.
+        _recordTake(node);
+        _syncWeights(node_, node);
         emit Slashed(node_, amountWei, node.stakeWei, msg.sender);
         (bool ok,) = msg.sender.call{value: amountWei}("");
         if (!ok) revert TransferFailed();
@@ -292,6 +300,19 @@ contract Registry is ReentrancyGuard {
         return (n.stakeWei, n.unbondingEndBlock, n.locks, n.registered, n.listed, n.endpoint, n.models);
     }
 
+    /// @notice The first block from which `node_` takes no seat in draws of `epoch` (0: none):
+    /// the block it unbonded in, or the first block of `epoch` or later in which its stake was
+    /// taken (its weight in `epoch` predates that take). A take in an earlier epoch is already in
+    /// the weights `epoch` reads.
+    function outBlock(address node_, uint256 epoch) public view returns (uint256 out) {
+        Node storage n = nodes[node_];
+        out = _leftBlock(n);
+        uint256[2] memory taken = [uint256(n.takenInEvenEpoch), uint256(n.takenInOddEpoch)];
+        for (uint256 i = 0; i < 2; i++) {
+            if (taken[i] != 0 && taken[i] / epochBlocks >= epoch && (out == 0 || taken[i] < out)) out = taken[i];
+        }
+    }
+
     function getVrfPublicKey(address node_) external view returns (uint256[4] memory) {
         return _requireRegistered(node_).vrfPublicKey;
     }
@@ -314,8 +335,9 @@ contract Registry is ReentrancyGuard {
     }
 
     /// @notice `node_`'s weight for `modelId` in draws of `epoch`: its stake if it was active and
-    /// serving the model at the end of the epoch before, capped at its lowest stake since (0 once
-    /// below the minimum). Readable: the previous, the current and any later epoch.
+    /// serving the model at the end of the epoch before (0 below the minimum stake); nothing
+    /// during `epoch` changes it (outBlock says from when it sits out draws of `epoch`).
+    /// Readable: the previous, the current and any later epoch.
     function weightAt(bytes32 modelId, address node_, uint256 epoch) public view returns (uint256) {
         _requireReadable(epoch, true);
         return trees[modelId].weightOf(node_, epoch);
@@ -342,10 +364,11 @@ contract Registry is ReentrancyGuard {
 
     /// @notice Draw `size` distinct nodes serving `modelId`, none of them in `excluded`, with
     /// probability proportional to their weight in `epoch` (verillm.spec.audit.compute_committee
-    /// over getModelWeights), and none that unbonded at or before `seedBlock`: a pick that did is
-    /// excluded and the draw repeated (verillm.spec.audit.compute_round_committee): a node that
-    /// leaves before a seed exists takes no seat from it, and one that leaves after could not
-    /// re-roll it by leaving. Only the current and the previous epoch are readable (a node gone
+    /// over getModelWeights), and none out of it at or before `seedBlock` (outBlock: unbonded, or
+    /// its stake taken): a pick that is out is excluded and the draw repeated
+    /// (verillm.spec.audit.compute_round_committee). A node that leaves or is slashed before a
+    /// seed exists takes no seat from it, and nobody can re-roll a committee after its seed block
+    /// by leaving or by slashing one of its members: every input is fixed by then. Only the current and the previous epoch are readable (a node gone
     /// for two epochs may have withdrawn); a pool with fewer than `size` candidates reverts
     /// NotEnoughCandidates. O(size × log2(slots)) reads per pass (StakeTree.draw).
     function drawCommittee(
@@ -363,8 +386,8 @@ contract Registry is ReentrancyGuard {
             chosen = trees[modelId].draw(seed, attempt, size, out, epoch);
             uint256 gone;
             for (uint256 i = 0; i < chosen.length; i++) {
-                uint64 left = _leftBlock(nodes[chosen[i]]);
-                if (left != 0 && left <= seedBlock) gone++;
+                uint256 out_ = outBlock(chosen[i], epoch);
+                if (out_ != 0 && out_ <= seedBlock) gone++;
             }
             if (gone == 0) return chosen;
             address[] memory more = new address[](out.length + gone);
@@ -373,8 +396,8 @@ contract Registry is ReentrancyGuard {
             }
             uint256 k = out.length;
             for (uint256 i = 0; i < chosen.length; i++) {
-                uint64 left = _leftBlock(nodes[chosen[i]]);
-                if (left != 0 && left <= seedBlock) more[k++] = chosen[i];
+                uint256 out_ = outBlock(chosen[i], epoch);
+                if (out_ != 0 && out_ <= seedBlock) more[k++] = chosen[i];
             }
             out = more;
         }
@@ -429,15 +452,20 @@ contract Registry is ReentrancyGuard {
 
     /// @dev Record the node's weight for each of its models, effective next epoch.
     function _syncWeights(address node_, Node storage node) private {
-        _setWeights(node_, node, type(uint256).max);
-    }
-
-    /// @dev ... and cap its weight in the readable epochs at `cap`.
-    function _setWeights(address node_, Node storage node, uint256 cap) private {
         uint256 weight = node.listed ? node.stakeWei : 0;
         uint256 epoch = currentEpoch();
         for (uint256 i = 0; i < node.models.length; i++) {
-            trees[node.models[i]].set(node_, weight, cap, epoch);
+            trees[node.models[i]].set(node_, weight, epoch);
+        }
+    }
+
+    /// @dev Keep the first block of this epoch in which `node`'s stake was taken.
+    function _recordTake(Node storage node) private {
+        uint256 epoch = currentEpoch();
+        if (epoch % 2 == 0) {
+            if (node.takenInEvenEpoch == 0 || node.takenInEvenEpoch / epochBlocks != epoch) node.takenInEvenEpoch = uint64(block.number);
+        } else if (node.takenInOddEpoch == 0 || node.takenInOddEpoch / epochBlocks != epoch) {
+            node.takenInOddEpoch = uint64(block.number);
         }
     }
 }

@@ -10,9 +10,9 @@ import {Sortition} from "./Sortition.sol";
 /// of its last write: effective in e − 1, in e, and from e + 1 on. A write in epoch E sets the
 /// value from E + 1 on (changes weigh at the next epoch), so the current and the previous epoch
 /// (the only ones a draw may read) stay readable in O(log n) reads, and a write costs O(log n).
-/// A stake drop below the snapshot (a slash) also lowers the readable versions at once: a
-/// node's weight in a readable epoch is min(its snapshot weight, the lowest stake it held
-/// since), 0 once it fell below the minimum stake. A slot whose three versions are all 0 (its
+/// Nothing lowers a readable version, a slash neither: an epoch's weights are fixed when it
+/// begins, before any seed a draw of it reads (a node slashed since sits out the draws seeded
+/// after its slash: Registry.outBlock). A slot whose three versions are all 0 (its
 /// node left two epochs ago) is reused by the next node that needs one, so departed identities
 /// cost a draw nothing; the tree's depth is log2 of the most slots ever held at once.
 library StakeTree {
@@ -139,9 +139,9 @@ library StakeTree {
 
     // --- writes ----------------------------------------------------------------------------
 
-    /// @notice Set `node`'s weight from the next epoch on to `weight`, and cap its weight in the
-    /// current and the previous epoch at `cap` (type(uint256).max: leave them).
-    function set(Tree storage t, address node, uint256 weight, uint256 cap, uint256 epoch) internal {
+    /// @notice Set `node`'s weight from the next epoch on to `weight`; the readable epochs keep
+    /// theirs (a draw's weights are fixed before its seed exists).
+    function set(Tree storage t, address node, uint256 weight, uint256 epoch) internal {
         if (epoch > type(uint32).max) revert WeightOverflow();
         uint256 slot = t.slotOf[node];
         if (slot == 0) {
@@ -150,8 +150,6 @@ library StakeTree {
         }
         Versioned memory before = _rolled(t.leaves[slot], epoch);
         Versioned memory after_ = Versioned(uint32(epoch), _u112(weight), before.current, before.previous);
-        if (cap < after_.current) after_.current = uint112(cap);
-        if (cap < after_.previous) after_.previous = uint112(cap);
         t.leaves[slot] = after_;
         _addPath(t, slot, epoch, before, after_);
         if (weight == 0 && before.next != 0) t.freeQueue[t.freeTail++] = slot;

@@ -13,7 +13,7 @@ contract StakeTreeHarness {
     /// Give nodes address(firstId) .. address(firstId + count - 1) `weight` from epoch + 1 on.
     function setMany(uint160 firstId, uint256 count, uint256 weight, uint256 epoch) external {
         for (uint256 i = 0; i < count; i++) {
-            tree.set(address(firstId + uint160(i)), weight, type(uint256).max, epoch);
+            tree.set(address(firstId + uint160(i)), weight, epoch);
         }
     }
 

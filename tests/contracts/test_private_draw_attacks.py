@@ -2,8 +2,8 @@
 
 Each test replays one party's moves: a member that wants to know its seat before it answers, a
 stranger with a mempool view, a griefer that wants the honest dispatcher's private draw broken,
-a dispatcher that wants to choose its committee. Tests marked xfail(strict) FAIL on today's
-code: each names the problem; the others are attacks that fail.
+a dispatcher that wants to choose its committee. Every one of them fails (a test that was an
+xfail names the fix in its docstring).
 
 Deployment: MINIMAL, six nodes (stakes 3, 2, 2, 1, 1, 1 × MIN_STAKE_WEI), the module's
 deployment rolled back after each test (conftest `world`). The audited job is node 0's,
@@ -115,10 +115,10 @@ def test_a_stranger_cannot_make_a_selected_draw_public_by_starting_it_first(worl
     assert world.protocol.get_round_state(audit_id).private_draw
 
 
-@pytest.mark.xfail(strict=True, raises=TransactionReverted,
-                   reason="a slash between preview and reveal re-rolls the private draw (weights drop at once): "
-                          "the reveal with the previewed members' receipts reverts NotParty")
 def test_a_griefer_cannot_break_the_reveal_by_firing_a_slash_before_it(world):
+    """Fixed (Registry.outBlock): a slash after the seed block changes no draw seeded before it;
+    before, a slash lowered the readable weights at once, the committee re-rolled and the reveal
+    with the previewed members' receipts reverted NotParty (the draw then went public)."""
     triggers = _missed_start_triggers(world, world.nodes[2:6])
     dispatcher, run = _start_private(world)
     committee = world.preview(run, SECRET)
@@ -126,13 +126,14 @@ def test_a_griefer_cannot_break_the_reveal_by_firing_a_slash_before_it(world):
     # A stranger sees the reveal in the mempool and front-runs it with a slash it was holding
     # (any pool node's: here a member's, so the re-roll is certain). It is even rewarded.
     world.protocol.slash_missed_start(world.outsider, triggers[committee[0].address], 0)
-    world.reveal(run, dispatcher, SECRET, members)  # reverts NotParty today; the node then reveals the draw alone, publicly
+    world.reveal(run, dispatcher, SECRET, members)  # the slashed member keeps its seat: it was drawn before its slash
     assert world.protocol.get_round_state(run.audit_id).phase == Phase.OPENING
 
 
-@pytest.mark.xfail(strict=True, reason="the private committee is a function of the weights at the reveal, not at the "
-                                       "seed block: a dispatcher that can slash a sybil re-rolls it, for the sybil's stake")
 def test_a_dispatcher_cannot_reroll_its_private_committee_by_slashing_a_sybil(world):
+    """Fixed (Registry.outBlock): the private committee is a function of the state at the seed
+    block; before, it was one of the weights at the reveal, and a dispatcher that could slash a
+    sybil re-rolled it for the sybil's stake."""
     sybils = world.nodes[2:6]  # the dispatcher's own nodes (it needs one in the committee it dislikes)
     triggers = _missed_start_triggers(world, sybils)
     dispatcher, run = _start_private(world)
@@ -311,25 +312,25 @@ def test_a_revealed_secret_reused_for_another_audit_gives_nobody_a_choice(world)
     assert [world.node(a) for a in tx.value] == seats
 
 
-def test_after_a_griefers_slash_the_nodes_receipt_less_retry_saves_the_dispatcher_but_not_the_privacy(world):
-    """What the node does today when the griefer above breaks its reveal (`PrivateDrawDriver._reveal`):
-    it reveals the draw alone. Nobody is slashed; every seat is named before its receipt."""
+def test_a_receipt_less_reveal_after_a_slash_still_seats_the_previewed_committee(world):
+    """The node's fallback for a refused reveal (`PrivateDrawDriver._reveal`) reveals the draw
+    alone: after a slash of a previewed member the seats are still the previewed ones (drawn at the
+    seed block, before the slash), nobody is slashed, and only the privacy is lost (every seat is
+    named before its receipt)."""
     triggers = _missed_start_triggers(world, world.nodes[2:6])
     dispatcher, run = _start_private(world)
     committee = world.preview(run, SECRET)
-    members = [world.make_member(n) for n in committee]
     world.protocol.slash_missed_start(world.outsider, triggers[committee[0].address], 0)
-    with reverts("NotParty"):
-        world.reveal(run, dispatcher, SECRET, members)
+    assert world.preview(run, SECRET) == committee
     stake = world.stakes()[dispatcher.address]
     tx = world.reveal(run, dispatcher, SECRET, [])
     state = world.protocol.get_round_state(run.audit_id)
-    assert state.phase == Phase.COMMITTING and state.receipts == 0 and len(tx.value) == world.preset.COMMITTEE_SIZE
+    assert state.phase == Phase.COMMITTING and state.receipts == 0 and [world.node(a) for a in tx.value] == committee
     assert world.stakes()[dispatcher.address] == stake
 
 
 def test_a_receipt_less_reveal_of_an_unseatable_draw_abandons_it_and_slashes_nobody(world):
-    """The fix the node needs for the xfail above: when previewCommittee reverts NotEnoughCandidates,
+    """What the node does when previewCommittee reverts NotEnoughCandidates:
     reveal at once with no receipts; the contract then abandons the round as a public draw would."""
     for node in world.nodes[4:6]:
         world.protocol.deregister(node.account)

@@ -166,9 +166,11 @@ def test_dispatcher_that_escalates_then_withholds_the_round_one_jobs_loses_its_b
 
 
 def test_node_slashed_to_zero_is_still_drawn_in_the_same_epoch(world):
-    # Closed (StakeTree): a stake drop lowers the weights of the epochs draws read at once, to
-    # min(snapshot, stake now), and to 0 below the minimum, so a node with nothing at stake never
-    # sits on a committee, even in draws that read the stale snapshot of its epoch.
+    # Closed (Registry.outBlock): a node whose stake was taken sits out every draw seeded from
+    # its slash on, until its new weight counts (0 below the minimum), so a node with nothing at
+    # stake never sits on a committee seeded after its slash, even in draws that read its epoch's
+    # snapshot (its weight there predates the slash; the snapshot stays fixed, so nothing after a
+    # seed block re-rolls a committee).
     victim = world.nodes[5]  # 1 × minimum stake; slashed below the minimum, it is inactive
     batch = world.protocol.post_batch(victim.account, [b"\x01" * 32]).value
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + 1)

@@ -143,6 +143,36 @@ def test_a_node_that_unbonds_sits_on_no_round_seeded_at_or_after_its_unbond(worl
     assert drawn_before > 0 and drawn_after == 0
 
 
+def test_a_slashed_node_sits_out_rounds_seeded_from_its_slash_and_keeps_earlier_seats(world):
+    """Issue 20 (no re-roll by a slash): a node whose stake is taken at block S is skipped by every
+    draw of its epoch seeded at or after S (`Registry.outBlock`), and still weighs in a draw seeded
+    before S: the weights a draw reads are fixed when its epoch begins, so a slash fired between
+    a seed block and the draw (a griefer's, or a dispatcher's of its own sybil) changes nothing."""
+    from verillm.spec.audit import compute_round_committee
+
+    registry = world.protocol.registry
+    victim = world.nodes[0]  # the heaviest node (3 × minimum): most often drawn
+    batch = world.protocol.post_batch(victim.account, [b"\x01" * 32]).value
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + 1)
+    epoch = registry.call("currentEpoch")
+    nodes, stakes = registry.call("getModelWeights", MODEL_ID, epoch)
+    slashed = world.protocol.slash_missed_draw(world.outsider, batch.batch_id).receipt["blockNumber"]
+    assert registry.call("getModelWeights", MODEL_ID, epoch) == [nodes, stakes], "a slash changed a readable epoch"
+    assert registry.call("currentEpoch") == epoch and registry.call("outBlock", victim.address, epoch) == slashed
+    outs = [slashed if n == victim.address else 0 for n in nodes]
+    drawn_before = 0
+    for i in range(24):
+        seed = bytes([i]) * 32
+        for seed_block in (slashed - 1, slashed, slashed + 5):
+            got = list(registry.call("drawCommittee", MODEL_ID, seed, 0, 3, [], epoch, seed_block))
+            assert got == list(compute_round_committee(seed, 0, 3, nodes, stakes, outs, seed_block))
+            if seed_block < slashed:
+                drawn_before += victim.address in got
+            else:
+                assert victim.address not in got, f"a node slashed at {slashed} was drawn for seed block {seed_block}"
+    assert drawn_before > 0
+
+
 def test_weights_change_at_the_next_epoch_as_the_spec_computes(world):
     from verillm.spec.audit import compute_epoch, compute_weight_at
 

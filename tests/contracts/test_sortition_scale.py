@@ -1,5 +1,6 @@
 """Sortition at scale (issue 9): the Registry's stake tree draws in O(log n) gas, equals the spec's
-draw over its slot table, caps slashed weights at once and reuses the slots of departed nodes."""
+draw over its slot table, keeps an epoch's weights fixed through slashes (a slashed node sits out
+the draws seeded after its slash) and reuses the slots of departed nodes."""
 
 import random
 
@@ -7,7 +8,7 @@ import pytest
 from eth_account import Account
 
 from verillm.spec import vrf
-from verillm.spec.audit import compute_committee, compute_excluded_weights
+from verillm.spec.audit import compute_excluded_weights, compute_round_committee
 from verillm.spec.hashing import keccak256
 from verillm.spec.stake_tree import Versioned, compute_read, compute_write
 
@@ -105,8 +106,10 @@ def _assert_draws_equal_the_spec(world, rng: random.Random) -> None:
             excluded = rng.sample(live, 3)
             excluded.append(excluded[0])  # a repeat, as when the worker dispatches itself
             size = rng.choice([s for s in (1, 3, 7) if s <= len(live) - 3])
-            want = compute_committee(seed, attempt, size, nodes, compute_excluded_weights(nodes, weights, excluded))
-            assert list(registry.call("drawCommittee", MODEL_ID, seed, attempt, size, excluded, epoch, 0)) == list(want)
+            seed_block = rng.choice([0, world.chain.get_block_number()])  # 0: before any leave or slash
+            out = [registry.call("outBlock", n, epoch) for n in nodes]
+            want = compute_round_committee(seed, attempt, size, nodes, compute_excluded_weights(nodes, weights, excluded), out, seed_block)
+            assert list(registry.call("drawCommittee", MODEL_ID, seed, attempt, size, excluded, epoch, seed_block)) == list(want)
 
 
 def test_contract_draws_equal_the_spec_over_the_slot_table_through_changes(world):
@@ -130,9 +133,13 @@ def test_contract_draws_equal_the_spec_over_the_slot_table_through_changes(world
     batch = world.protocol.post_batch(victim.account, [b"\x01" * 32]).value
     world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + 1)
     world.protocol.slash_missed_draw(world.outsider, batch.batch_id)
-    spec = compute_write(Versioned(epoch, weight, weight, weight), world.protocol.registry.call("currentEpoch"), 0, cap=0)
-    for e in (epoch, epoch + 1):
-        assert world.protocol.registry.call("weightAt", MODEL_ID, victim.address, e) == compute_read(spec, e) == 0
+    now = world.protocol.registry.call("currentEpoch")
+    slashed_in = world.chain.get_block_number()
+    spec = compute_write(Versioned(epoch, weight, weight, weight), now, 0)
+    assert world.protocol.registry.call("weightAt", MODEL_ID, victim.address, now) == compute_read(spec, now) == weight > 0
+    assert world.protocol.registry.call("weightAt", MODEL_ID, victim.address, now + 1) == compute_read(spec, now + 1) == 0
+    assert world.protocol.registry.call("outBlock", victim.address, now) == slashed_in  # out of draws seeded from it on
+    assert world.protocol.registry.call("outBlock", victim.address, now + 1) == 0  # its weight there is 0 already
     _assert_draws_equal_the_spec(world, rng)
 
 

@@ -148,14 +148,17 @@ def compute_committee(seed: bytes, attempt: int, size: int, candidates: Sequence
 
 
 def compute_round_committee(seed: bytes, attempt: int, size: int, candidates: Sequence[bytes], weights: Sequence[int],
-                            left_blocks: Sequence[int], seed_block: int) -> tuple[bytes, ...]:
-    """Draw as `Registry.drawCommittee`: `compute_committee`, and while a pick unbonded at or
-    before ``seed_block`` (``left_blocks[i]``, 0 = has not), its weight goes to 0 and the draw is
-    repeated. ``weights`` already 0 for the round's exclusions (worker, dispatcher, drawn)."""
+                            out_blocks: Sequence[int], seed_block: int) -> tuple[bytes, ...]:
+    """Draw as `Registry.drawCommittee`: `compute_committee`, and while a pick is out of the
+    draw at or before ``seed_block`` (``out_blocks[i]``, `Registry.outBlock`: the block it
+    unbonded in or, in the draw's epoch or later, its stake was first taken; 0 = never), its
+    weight goes to 0 and the draw is repeated. ``weights`` already 0 for the round's exclusions
+    (worker, dispatcher, drawn). Every input is fixed at ``seed_block``: nothing after it (a
+    leave, a slash) changes the committee."""
     weights = list(weights)
     while True:
         chosen = compute_committee(seed, attempt, size, candidates, weights)
-        gone = [c for c in chosen if 0 < left_blocks[candidates.index(c)] <= seed_block]
+        gone = [c for c in chosen if 0 < out_blocks[candidates.index(c)] <= seed_block]
         if not gone:
             return chosen
         for c in gone:
@@ -188,14 +191,25 @@ def compute_weight_at(checkpoints: Sequence[tuple[int, int]], epoch: int) -> int
     """Return a (model, node)'s sortition weight in ``epoch`` (`Registry.weightAt`).
 
     ``checkpoints``: (from_epoch, weight) in increasing from_epoch, one per epoch in which the
-    node's stake, models or activity changed (each effective from the epoch after the change).
-    Increases only: a stake drop also caps the readable epochs at once, as
-    `verillm.spec.stake_tree.compute_write` (the contract's three versions) computes.
+    node's stake, models or activity changed (each effective from the epoch after the change,
+    a slash too: `compute_out_block` says from when a slashed node sits out draws before that).
     """
     for from_epoch, weight in reversed(checkpoints):
         if from_epoch <= epoch:
             return weight
     return 0
+
+
+def compute_out_block(left_block: int, taken_blocks: Sequence[int], epoch: int, epoch_blocks: int) -> int:
+    """Return the first block from which a node takes no seat in draws of ``epoch``
+    (`Registry.outBlock`; 0: none): the block it unbonded in (``left_block``, 0 = has not), or the
+    first block of ``epoch`` or later in which its stake was taken (``taken_blocks``: the first
+    take of each epoch it keeps, 0 = none). A take in an earlier epoch is in ``epoch``'s weights."""
+    out = left_block
+    for taken in taken_blocks:
+        if taken and compute_epoch(taken, epoch_blocks) >= epoch and (out == 0 or taken < out):
+            out = taken
+    return out
 
 
 def compute_round_exclusions(worker: bytes, dispatcher: bytes, drawn: Sequence[bytes]) -> tuple[bytes, ...]:

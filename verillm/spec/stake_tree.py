@@ -3,8 +3,8 @@ Fenwick tree over slots.
 
 A (model, node) weight, and every Fenwick cell summing weights, keeps three versions indexed by
 the epoch ``e`` of its last write: effective in e − 1, in e, and from e + 1 on. A write in epoch E
-sets the value from E + 1 on; a stake drop also caps the two readable versions (E − 1 and E) at
-the stake left (0 below the minimum). The draw itself is `verillm.spec.audit.compute_committee`
+sets the value from E + 1 on; nothing changes a readable version (E − 1 and E), a slash neither,
+so an epoch's weights are fixed when it begins. The draw itself is `verillm.spec.audit.compute_committee`
 over the slot table (`Registry.getModelWeights`): the tree only finds the same slot in
 O(log2 slots) reads (`compute_fenwick_pick` equals the linear walk, tested).
 """
@@ -47,13 +47,10 @@ def compute_read(v: Versioned, epoch: int) -> int:
     raise InvalidInput(f"epoch {epoch} is no longer readable (last write in {v.epoch})")
 
 
-def compute_write(v: Versioned, epoch: int, weight: int, cap: int | None = None) -> Versioned:
+def compute_write(v: Versioned, epoch: int, weight: int) -> Versioned:
     """Return ``v`` after a write in ``epoch``: ``weight`` from epoch + 1 on, the readable
-    versions capped at ``cap`` (a stake drop; None leaves them)."""
-    rolled = compute_rolled(v, epoch)
-    if cap is None:
-        return replace(rolled, next=weight)
-    return Versioned(epoch, weight, min(rolled.current, cap), min(rolled.previous, cap))
+    versions as they were."""
+    return replace(compute_rolled(v, epoch), next=weight)
 
 
 def compute_capacity(slots: int) -> int:
