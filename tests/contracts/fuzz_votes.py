@@ -21,6 +21,8 @@ Invariants:
 Counts: `STATS["votes"]`.
 """
 
+from contextlib import contextmanager
+
 from eth_abi import decode as abi_decode
 from eth_abi import encode as abi_encode
 
@@ -145,16 +147,20 @@ class SealedVotes:
         """Land every late move whose window ends in the next block, all in that one block (anvil
         mines a block per transaction unless told otherwise: one after another, ten late members
         of three rounds took ten blocks from a dispatcher's 10-block private-draw window, seed
-        120001's third long run); return how many landed."""
+        120001's third long run), and again while the block after holds due moves (a late seal of
+        one audit at block B and another's at B + 1: the hooked transaction that follows the first
+        landing must not take B + 1, seed 140001's long run); return how many landed."""
         if self.making_late:
             return 0
-        block = self.reads.head() + 1
-        due = [s for s in self._late_schedule() if s[0] == block]
-        if not due:
-            return 0
         self.making_late = True
+        landed = 0
         try:
-            return self._land_together(due, block)
+            while True:
+                block = self.reads.head() + 1
+                due = [s for s in self._late_schedule() if s[0] == block]
+                if not due:
+                    return landed
+                landed += self._land_together(due, block)  # mines `block`, with the moves that may land
         finally:
             self.making_late = False
 
@@ -204,8 +210,14 @@ class SealedVotes:
         takes a late move's block, the move is made (a pass of eight audits sends tens of
         transactions, a block each on anvil: seed 120001's long run saw one take 18 blocks and
         pass over a late seal's whole steering range)."""
+        with self.late_hooked():
+            super()._honest()
+
+    @contextmanager
+    def late_hooked(self):
+        """Hook the sender: before any transaction takes a late move's block, the move is made."""
         if self.hooked:
-            super()._honest()  # a pass inside the steering: the hook is on
+            yield  # inside a hooked pass or the steering: the hook is on
             return
         inner = self.p._send
 
@@ -215,9 +227,20 @@ class SealedVotes:
 
         self.p._send, self.hooked = hooked, True
         try:
-            super()._honest()
+            yield
         finally:
             self.p._send, self.hooked = inner, False
+
+    def mine_up_to_late(self, blocks: int) -> None:
+        """Mine up to ``blocks`` blocks, but none past the next late move's block, and make the
+        moves due in the next block (the teardown's 4 blocks a round, and its pokes, which are
+        hooked as a pass is: neither may take a late move's block)."""
+        schedule = self._late_schedule()
+        if schedule:
+            blocks = min(blocks, min(s[0] for s in schedule) - (self.reads.head() + 1))
+        if blocks > 0:
+            self._mine(blocks)
+        self._make_due_late()
 
     def _steer_late(self) -> None:
         """Once a late move's block is STEER_BLOCKS away, move time on under the honest parties'

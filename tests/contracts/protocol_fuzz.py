@@ -384,11 +384,12 @@ class ProtocolMachine(Issue20Rules, ExitRules, SealedVotes, BatchRules, RoundAtt
                 bound = BOUND_BLOCKS + CLAIM_WINDOW_BLOCKS * len(windows.get(t.run.audit_id, ()))
                 limit = max(t.start_block + bound, ended) + SLACK_BLOCKS
                 assert self.reads.head() <= limit, f"audit {t.run.audit_id} ({t.mode}) not terminal by block {limit}: {t.seen}"
-            self._mine(4)
-            self._honest_draws()  # a draw window is 10 blocks on MINIMAL: drawn before the pokes' blocks
-            for t in self.audits:
-                for call in ("lapse", "replaceMissing", "finalize", "settle"):  # honest parties draw what they owe
-                    self._send(call, t.run.audit_id)
+            with self.late_hooked():  # a late member's move is made in its block, before any of these takes it
+                self.mine_up_to_late(4)
+                self._honest_draws()  # a draw window is 10 blocks on MINIMAL: drawn before the pokes' blocks
+                for t in self.audits:
+                    for call in ("lapse", "replaceMissing", "finalize", "settle"):  # honest parties draw what they owe
+                        self._send(call, t.run.audit_id)
             self._check_invariants()
         for t in self.audits:
             state = self.audit(t.run.audit_id)
