@@ -720,6 +720,39 @@ def test_fuzzer_a_long_pass_makes_a_late_move_in_its_block(fuzz_world):
         del fuzz_world.protocol._send
 
 
+def test_fuzzer_late_moves_due_in_consecutive_blocks_all_land_before_a_hooked_transaction(fuzz_world):
+    """Regression (seed 140001's long run): a late seal due in block B landed from the hook of an
+    honest transaction, which then took block B + 1, another audit's late seal's last block: the
+    member missed its seal, "honest node 6 lost stake". The hook now lands the next block's moves
+    again after each landing. Here two late seats of one audit are given consecutive last blocks
+    (a schedule of the fuzzer's own; both windows are still open on-chain) and one hooked top-up
+    follows: both seals land, each in its block, and the top-up after them."""
+    m = _node5_seated(fuzz_world, timing=ALL_LATE)
+    try:
+        a, slot = _worker_opened(m)
+        head = m.reads.head()
+        real = m._late_schedule
+        seals = sorted((s[2], s[4]) for s in real() if s[1] == a and s[4] == "seal")
+        assert len(seals) >= 2 and all(s[0] > head + 2 for s in real() if s[1] == a), (real(), head)
+        blocks = {(a, seat, move): head + 1 + k for k, (seat, move) in enumerate(seals[:2])}
+
+        def consecutive():  # the real moves still to come, with the two last blocks above
+            return [(blocks[s[1], s[2], s[4]], *s[1:]) for s in real()
+                    if (s[1], s[2], s[4]) in blocks and blocks[s[1], s[2], s[4]] > m.reads.head()]
+
+        m._late_schedule = consecutive
+        with m.late_hooked():
+            tx = m._try(m.p.top_up, m._node(ADVERSARY).account, 1)
+        del m._late_schedule
+        m._check_invariants()  # reads the seals' events (sealed_at)
+        landed = {seat + 1: m.sealed_at[(a, 0)].get(seat + 1) for seat, _ in seals[:2]}
+        assert list(landed.values()) == [head + 1, head + 2], landed
+        assert tx is not None and int(tx.receipt["blockNumber"], 16) == head + 3
+        m.teardown()  # no honest member lost stake
+    finally:
+        del fuzz_world.protocol._send
+
+
 def test_fuzzer_a_late_batch_past_the_horizon_started_privately_falls_back_and_is_skipped(fuzz_world):
     """Seed 120002's long run: the cheater batched a "late" promise after its receipt's horizon and
     the harness started it privately; a private start cannot prove an expired receipt taken, so the
