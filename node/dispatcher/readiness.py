@@ -15,8 +15,9 @@ node; these reasons say what is missing, in the order an operator fixes them:
   a committee of `committeeSize`; fewer, and its audit is abandoned ("pool exhausted").
   Weights are the Registry's for the current epoch (`getModelWeights`): a registration or a
   stake change weighs from the next epoch on, so the reason names that epoch's count and block.
-  A node that has unbonded is not counted although it may still weigh this epoch: no round
-  seeded after its unbond draws it (`Registry.drawCommittee`).
+  A node that has unbonded, or whose stake was taken this epoch, is not counted although it
+  still weighs this epoch: no round seeded after its unbond or its slash draws it
+  (`Registry.outBlock`, `Registry.drawCommittee`).
 
 `compute_serving_reasons` is pure; `read_serving_state` reads the chain (blocking, through
 `verillm.chain.protocol.Protocol`); `ReadinessMonitor` caches the reasons for /healthz and
@@ -45,8 +46,8 @@ class ServingState:
     model_id: bytes
     model_added: bool
     weighted_now: tuple[str, ...]
-    """Lower-case addresses with weight in the current epoch's draws of the model, those that
-    unbonded left out (no round seeded after an unbond draws it)."""
+    """Lower-case addresses with weight in the current epoch's draws of the model, those out of
+    its draws from now on left out (unbonded or slashed: `Registry.outBlock`)."""
     weighted_next: tuple[str, ...]
     """... from the next epoch on (a registration, top-up or departure made now weighs then)."""
     min_stake_wei: int
@@ -58,9 +59,9 @@ def read_serving_state(protocol, address: str, model_id: bytes) -> ServingState:
     """Read a node's registration and the model's workers from the contracts (blocking)."""
     node = protocol.get_node(Web3.to_checksum_address(address))
     epoch = protocol.registry.call("currentEpoch")
-    now, later = (_weighted(protocol.registry.call("getModelWeights", model_id, e)) for e in (epoch, epoch + 1))
-    leaving = {n for n in set(now) | set(later) if protocol.get_node(Web3.to_checksum_address(n))["unbonding_end_block"]}
-    now, later = tuple(n for n in now if n not in leaving), tuple(n for n in later if n not in leaving)
+    now, later = ([n for n in _weighted(protocol.registry.call("getModelWeights", model_id, e))
+                   if not protocol.registry.call("outBlock", Web3.to_checksum_address(n), e)] for e in (epoch, epoch + 1))
+    now, later = tuple(now), tuple(later)
     try:
         model_added = bool(protocol.registry.call("getModelConfig", model_id)[0])
     except TransactionReverted as exc:  # the view reverts UnknownModel for a model never added
