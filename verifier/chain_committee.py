@@ -10,8 +10,8 @@ A draw (round r, attempt k) of audit a, made in block B:
     epoch     the first entered block // epochBlocks (`Jobs._enterRound`: a fallback keeps it)
     excluded  the worker, the batch's dispatcher, every member drawn for the audit so far
               (`spec.audit.compute_round_exclusions`, as the contract passes them), and every
-              node out of the draw at or before entered + delay: unbonded, or its stake taken
-              in the epoch or later (`Registry.outBlock`; `Registry.drawCommittee`: the draw
+              node out of the draw at or before entered + delay: unbonded, or slashed or left
+              below the minimum stake in the epoch or later (`Registry.outBlock`; `Registry.drawCommittee`: the draw
               repeated without it, `spec.audit.compute_round_committee`)
     count     attempt 0: the committee size of the round; a redraw: the seats whose receipt
               never came, filled in seat order (seats that posted keep their member)
@@ -127,7 +127,7 @@ class CommitteeReplay:
 
     def _out_block(self, node: str, epoch: int, block: int) -> int:
         """The block from which ``node`` sits out draws of ``epoch``, as of ``block`` (0: never;
-        `Registry.outBlock`: a take or a leave after the seed block is past it, so any later
+        `Registry.outBlock`: a slash or a leave after the seed block is past it, so any later
         block gives the same answer for this draw)."""
         return self._read_past(lambda: self.chain.call(self.protocol.registry, "outBlock", self.chain.w3.to_checksum_address(node), epoch, block=block), block)
 

@@ -14,9 +14,10 @@ import {StakeTree} from "./StakeTree.sol";
 /// it tops up. Draws do not read the live table: every change of a node's weight for a model
 /// (register, topUp, updateModels, deregister, slash) takes effect for draws at the next epoch
 /// (epochBlocks), and a draw reads the weights of a given epoch, fixed when the epoch begins,
-/// before its seed exists (StakeTree: O(log n) draws and writes). A node that unbonded, or whose
-/// stake was taken, at or before a draw's seed block sits that draw out (outBlock); one that did
-/// so after it keeps its seat: nothing after a seed block changes the committee it draws.
+/// before its seed exists (StakeTree: O(log n) draws and writes). A node that unbonded, was
+/// slashed or fell below the minimum stake at or before a draw's seed block sits that draw out
+/// (outBlock); one that did so after it keeps its seat: nothing after a seed block changes the
+/// committee it draws.
 contract Registry is ReentrancyGuard {
     struct Node {
         uint256 stakeWei;
@@ -24,10 +25,10 @@ contract Registry is ReentrancyGuard {
         uint32 locks; // audits this node is a party to; withdrawal waits for 0
         bool registered;
         bool listed; // in the sortition lists of its models
-        // The first block of its epoch in which its stake was taken (slash or penalty), one per
-        // epoch parity: the two epochs a draw may read (outBlock).
-        uint64 takenInEvenEpoch;
-        uint64 takenInOddEpoch;
+        // The first block of its epoch in which it was slashed or left below the minimum stake,
+        // one per epoch parity: the two epochs a draw may read (outBlock).
+        uint64 outInEvenEpoch;
+        uint64 outInOddEpoch;
         uint256[4] vrfPublicKey; // BN254 G2 point (EIP-197 word order)
         string endpoint;
         bytes32[] models;
@@ -242,24 +243,26 @@ contract Registry is ReentrancyGuard {
     /// which pays the reward and books the rest.
     function slash(address node_) external nonReentrant returns (uint256 amountWei) {
         if (msg.sender != delivery) _onlyProtocol();
-        return _take(node_, slashFractionBps);
+        return _take(node_, slashFractionBps, true);
     }
 
     /// @notice Take `bps` of `node`'s stake (a member's minority vote or missed opening: a
     /// penalty, not the slash of a provable lie) and send it to the calling contract.
     function penalize(address node_, uint256 bps) external onlyProtocol nonReentrant returns (uint256 amountWei) {
-        return _take(node_, bps < slashFractionBps ? bps : slashFractionBps);
+        return _take(node_, bps < slashFractionBps ? bps : slashFractionBps, false);
     }
 
-    function _take(address node_, uint256 bps) private returns (uint256 amountWei) {
+    function _take(address node_, uint256 bps, bool isSlash) private returns (uint256 amountWei) {
         Node storage node = _requireRegistered(node_);
         amountWei = node.stakeWei * bps / Params.BPS;
         node.stakeWei -= amountWei;
         if (node.stakeWei < minStakeWei) node.listed = false;
-        // The new stake weighs from the next epoch, as every change does; until then the node
-        // sits out every draw seeded from this block on (outBlock), and keeps the seats of draws
-        // seeded before: a slash after a seed block cannot re-roll its committee.
-        _recordTake(node);
+        // The new stake weighs from the next epoch, as every change does. A slashed node, or one
+        // left below the minimum, sits out every draw seeded from this block on until then
+        // (outBlock) and keeps the seats of draws seeded before: a slash after a seed block
+        // cannot re-roll its committee. A penalty that leaves the minimum at stake excludes
+        // nothing (a minority of honest members outvoted is not dropped from the epoch's draws).
+        if (isSlash || node.stakeWei < minStakeWei) _recordOut(node);
         _syncWeights(node_, node);
         emit Slashed(node_, amountWei, node.stakeWei, msg.sender);
         (bool ok,) = msg.sender.call{value: amountWei}("");
@@ -301,13 +304,13 @@ contract Registry is ReentrancyGuard {
     }
 
     /// @notice The first block from which `node_` takes no seat in draws of `epoch` (0: none):
-    /// the block it unbonded in, or the first block of `epoch` or later in which its stake was
-    /// taken (its weight in `epoch` predates that take). A take in an earlier epoch is already in
-    /// the weights `epoch` reads.
+    /// the block it unbonded in, or the first block of `epoch` or later in which it was slashed
+    /// or left below the minimum stake (its weight in `epoch` predates it). One in an earlier
+    /// epoch is already in the weights `epoch` reads; a penalty that leaves the minimum is none.
     function outBlock(address node_, uint256 epoch) public view returns (uint256 out) {
         Node storage n = nodes[node_];
         out = _leftBlock(n);
-        uint256[2] memory taken = [uint256(n.takenInEvenEpoch), uint256(n.takenInOddEpoch)];
+        uint256[2] memory taken = [uint256(n.outInEvenEpoch), uint256(n.outInOddEpoch)];
         for (uint256 i = 0; i < 2; i++) {
             if (taken[i] != 0 && taken[i] / epochBlocks >= epoch && (out == 0 || taken[i] < out)) out = taken[i];
         }
@@ -364,8 +367,8 @@ contract Registry is ReentrancyGuard {
 
     /// @notice Draw `size` distinct nodes serving `modelId`, none of them in `excluded`, with
     /// probability proportional to their weight in `epoch` (verillm.spec.audit.compute_committee
-    /// over getModelWeights), and none out of it at or before `seedBlock` (outBlock: unbonded, or
-    /// its stake taken): a pick that is out is excluded and the draw repeated
+    /// over getModelWeights), and none out of it at or before `seedBlock` (outBlock: unbonded,
+    /// slashed, or below the minimum stake): a pick that is out is excluded and the draw repeated
     /// (verillm.spec.audit.compute_round_committee). A node that leaves or is slashed before a
     /// seed exists takes no seat from it, and nobody can re-roll a committee after its seed block
     /// by leaving or by slashing one of its members: every input is fixed by then. Only the current and the previous epoch are readable (a node gone
@@ -459,13 +462,13 @@ contract Registry is ReentrancyGuard {
         }
     }
 
-    /// @dev Keep the first block of this epoch in which `node`'s stake was taken.
-    function _recordTake(Node storage node) private {
+    /// @dev Keep the first block of this epoch in which `node` was slashed or left below the minimum.
+    function _recordOut(Node storage node) private {
         uint256 epoch = currentEpoch();
         if (epoch % 2 == 0) {
-            if (node.takenInEvenEpoch == 0 || node.takenInEvenEpoch / epochBlocks != epoch) node.takenInEvenEpoch = uint64(block.number);
-        } else if (node.takenInOddEpoch == 0 || node.takenInOddEpoch / epochBlocks != epoch) {
-            node.takenInOddEpoch = uint64(block.number);
+            if (node.outInEvenEpoch == 0 || node.outInEvenEpoch / epochBlocks != epoch) node.outInEvenEpoch = uint64(block.number);
+        } else if (node.outInOddEpoch == 0 || node.outInOddEpoch / epochBlocks != epoch) {
+            node.outInOddEpoch = uint64(block.number);
         }
     }
 }

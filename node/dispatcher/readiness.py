@@ -15,7 +15,7 @@ node; these reasons say what is missing, in the order an operator fixes them:
   a committee of `committeeSize`; fewer, and its audit is abandoned ("pool exhausted").
   Weights are the Registry's for the current epoch (`getModelWeights`): a registration or a
   stake change weighs from the next epoch on, so the reason names that epoch's count and block.
-  A node that has unbonded, or whose stake was taken this epoch, is not counted although it
+  A node that has unbonded, or was slashed (or left below the minimum) this epoch, is not counted although it
   still weighs this epoch: no round seeded after its unbond or its slash draws it
   (`Registry.outBlock`, `Registry.drawCommittee`).
 

@@ -155,6 +155,11 @@ def test_a_member_that_withholds_its_opening_after_seeing_the_others_is_slashed(
     assert expected.verdict == spec.PASS and set(expected.slashed_wei) == {withheld}
     assert expected.slashed_wei[withheld] == stakes[withheld] * PRESET.MEMBER_PENALTY_BPS // 10_000 > 0
     assert all(world.stakes()[a] == stakes[a] for a in honest + [run.worker.node.address])  # the honest lose nothing
+    # A penalty is not a slash: a member left at or above the minimum stake keeps its weight in
+    # this epoch's draws (an outvoted honest minority is not dropped from them); one left below
+    # sits out every draw seeded from the penalty on (Registry.outBlock).
+    out = world.protocol.registry.call("outBlock", withheld, world.protocol.registry.call("currentEpoch"))
+    assert (out == 0) == (world.stakes()[withheld] >= PRESET.MIN_STAKE_WEI), (out, world.stakes()[withheld])
 
 
 # --- the seal hides the vote ---------------------------------------------------------------------

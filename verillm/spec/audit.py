@@ -151,7 +151,8 @@ def compute_round_committee(seed: bytes, attempt: int, size: int, candidates: Se
                             out_blocks: Sequence[int], seed_block: int) -> tuple[bytes, ...]:
     """Draw as `Registry.drawCommittee`: `compute_committee`, and while a pick is out of the
     draw at or before ``seed_block`` (``out_blocks[i]``, `Registry.outBlock`: the block it
-    unbonded in or, in the draw's epoch or later, its stake was first taken; 0 = never), its
+    unbonded in or, in the draw's epoch or later, was first slashed or left below the minimum
+    stake; 0 = never), its
     weight goes to 0 and the draw is repeated. ``weights`` already 0 for the round's exclusions
     (worker, dispatcher, drawn). Every input is fixed at ``seed_block``: nothing after it (a
     leave, a slash) changes the committee."""
@@ -203,8 +204,9 @@ def compute_weight_at(checkpoints: Sequence[tuple[int, int]], epoch: int) -> int
 def compute_out_block(left_block: int, taken_blocks: Sequence[int], epoch: int, epoch_blocks: int) -> int:
     """Return the first block from which a node takes no seat in draws of ``epoch``
     (`Registry.outBlock`; 0: none): the block it unbonded in (``left_block``, 0 = has not), or the
-    first block of ``epoch`` or later in which its stake was taken (``taken_blocks``: the first
-    take of each epoch it keeps, 0 = none). A take in an earlier epoch is in ``epoch``'s weights."""
+    first block of ``epoch`` or later in which it was slashed or left below the minimum stake
+    (``taken_blocks``: the first of each epoch the contract keeps, 0 = none; a penalty that
+    leaves the minimum is none). One in an earlier epoch is in ``epoch``'s weights."""
     out = left_block
     for taken in taken_blocks:
         if taken and compute_epoch(taken, epoch_blocks) >= epoch and (out == 0 or taken < out):
