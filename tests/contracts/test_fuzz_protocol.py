@@ -723,10 +723,11 @@ def test_fuzzer_a_long_pass_makes_a_late_move_in_its_block(fuzz_world):
 def test_fuzzer_late_moves_due_in_consecutive_blocks_all_land_before_a_hooked_transaction(fuzz_world):
     """Regression (seed 140001's long run): a late seal due in block B landed from the hook of an
     honest transaction, which then took block B + 1, another audit's late seal's last block: the
-    member missed its seal, "honest node 6 lost stake". The hook now lands the next block's moves
-    again after each landing. Here two late seats of one audit are given consecutive last blocks
-    (a schedule of the fuzzer's own; both windows are still open on-chain) and one hooked top-up
-    follows: both seals land, each in its block, and the top-up after them."""
+    member missed its seal, "honest node 6 lost stake". The hook now lands the moves due in B + 1
+    with those of B (a block early), and takes one block at most (landing block after block took
+    an honest dispatcher's 5-block answer window, seed 160002). Here two late seats of one audit
+    are given consecutive last blocks (a schedule of the fuzzer's own; both windows are still open
+    on-chain) and one hooked top-up follows: both seals land in the first block, the top-up next."""
     m = _node5_seated(fuzz_world, timing=ALL_LATE)
     try:
         a, slot = _worker_opened(m)
@@ -741,13 +742,15 @@ def test_fuzzer_late_moves_due_in_consecutive_blocks_all_land_before_a_hooked_tr
                     if (s[1], s[2], s[4]) in blocks and blocks[s[1], s[2], s[4]] > m.reads.head()]
 
         m._late_schedule = consecutive
+        before = _votes()
         with m.late_hooked():
             tx = m._try(m.p.top_up, m._node(ADVERSARY).account, 1)
         del m._late_schedule
         m._check_invariants()  # reads the seals' events (sealed_at)
         landed = {seat + 1: m.sealed_at[(a, 0)].get(seat + 1) for seat, _ in seals[:2]}
-        assert list(landed.values()) == [head + 1, head + 2], landed
-        assert tx is not None and int(tx.receipt["blockNumber"], 16) == head + 3
+        assert list(landed.values()) == [head + 1, head + 1], landed
+        assert tx is not None and int(tx.receipt["blockNumber"], 16) == head + 2
+        assert _delta(before, "seal_late_in_last_block") == 1 and _delta(before, "seal_late_a_block_early") == 1, _votes()
         m.teardown()  # no honest member lost stake
     finally:
         del fuzz_world.protocol._send
