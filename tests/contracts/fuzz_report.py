@@ -42,6 +42,22 @@ class Reporting:
                 reasoned = name in ("PartySlashed", "DispatcherSlashed")
                 detail = abi_decode(["uint256", "string"], bytes.fromhex(log["data"][2:]))[1] if reasoned else name
                 out.append((name, int(log["topics"][1], 16), who, detail, int(log["blockNumber"], 16)))
+        return out + self._take_log()
+
+    def _take_log(self) -> list:
+        """Every stake the Registry took (`Slashed`, whichever contract asked: Coverage's omission
+        slashes and Batches' missed draws have no audit event above), as ("Taken", node, wei,
+        the contract, block)."""
+        names = {self.p.jobs.address.lower(): "Jobs", self.p.disputes.address.lower(): "Disputes",
+                 self.p.delivery.address.lower(): "Delivery", self.p.batches.address.lower(): "Batches",
+                 self.p.coverage.address.lower(): "Coverage"}
+        topic = "0x" + keccak256(b"Slashed(address,uint256,uint256,address)").hex()
+        logs = self.rpc.call("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": self.p.registry.address, "topics": [topic]}])
+        out = []
+        for log in logs:
+            amount, _, by = abi_decode(["uint256", "uint256", "address"], bytes.fromhex(log["data"][2:]))
+            who = self._index(to_checksum_address("0x" + log["topics"][1][-40:]))
+            out.append(("Taken", who, amount, names.get(by.lower(), by), int(log["blockNumber"], 16)))
         return out
 
     def _report_progress(self) -> None:
