@@ -150,8 +150,8 @@ class SealedVotes:
         120001's third long run), with the moves whose window ends in the block after it: the
         hooked transaction that follows takes that block (seed 140001's long run: a late seal of
         audit 5 due in block 328 was lost so behind a startAudit). One block a hook at most:
-        landing block after block in a loop took an honest dispatcher's 5-block window to answer
-        an omission claim (seed 160002). Return how many landed."""
+        landing block after block in a loop could take an honest dispatcher's 5-block window to
+        answer an omission claim. Return how many landed."""
         if self.making_late:
             return 0
         block = self.reads.head() + 1

@@ -724,8 +724,8 @@ def test_fuzzer_late_moves_due_in_consecutive_blocks_all_land_before_a_hooked_tr
     """Regression (seed 140001's long run): a late seal due in block B landed from the hook of an
     honest transaction, which then took block B + 1, another audit's late seal's last block: the
     member missed its seal, "honest node 6 lost stake". The hook now lands the moves due in B + 1
-    with those of B (a block early), and takes one block at most (landing block after block took
-    an honest dispatcher's 5-block answer window, seed 160002). Here two late seats of one audit
+    with those of B (a block early), and takes one block at most (landing block after block could
+    take an honest dispatcher's 5-block answer window). Here two late seats of one audit
     are given consecutive last blocks (a schedule of the fuzzer's own; both windows are still open
     on-chain) and one hooked top-up follows: both seals land in the first block, the top-up next."""
     m = _node5_seated(fuzz_world, timing=ALL_LATE)
