@@ -96,10 +96,13 @@ class HonestParties:
                     self._honest_delivery(t, state)
                     if self.audit(t.run.audit_id).phase == COMMITTING:
                         self._honest_claims(t, self.audit(t.run.audit_id))  # a claim's window closes like an answer's
-        self._honest_draws()
         # Batching promises (fuzz_coverage): an answer to an omission claim has the same 5-block
-        # proof window. The client's claims and slashes wait for the end of the pass.
+        # proof window, so it comes before the draws, whose receipts and reveals take a block
+        # each (seed 160002, run 164: a griefer's claim at block 207 on honest dispatcher 0's
+        # kept promise first met an answer at 212, its deadline: "honest node 0 lost stake", a
+        # harness fault). The client's claims and slashes wait for the end of the pass.
         self._honest_coverage_answers()
+        self._honest_draws()
         # Receipts next, of every round drawn or redrawn by now (sealed votes; a draw in this pass
         # posts them at once, `_honest_draws`): a seat has one commit window (20 blocks on MINIMAL),
         # and the openings loop below sends each opening round's challenge, opening, seals and
