@@ -114,13 +114,31 @@ def test_draw_committee_matches_the_spec_and_excludes(world):
         world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 3, [], epoch + 1, 0)
 
 
+def _draws_seeded_around(world, epoch: int, nodes, stakes, node: str, out: int) -> int:
+    """24 draws each seeded before, at and after block ``out``, from which ``node`` is out: each
+    equals the spec's (`compute_round_committee`), none seeded at or after ``out`` seats the node;
+    return how many seeded before seat it."""
+    from verillm.spec.audit import compute_round_committee
+
+    outs = [out if n == node else 0 for n in nodes]
+    drawn_before = 0
+    for i in range(24):
+        seed = bytes([i]) * 32
+        for seed_block in (out - 1, out, out + 5):
+            got = list(world.protocol.registry.call("drawCommittee", MODEL_ID, seed, 0, 3, [], epoch, seed_block))
+            assert got == list(compute_round_committee(seed, 0, 3, nodes, stakes, outs, seed_block))
+            if seed_block < out:
+                drawn_before += node in got
+            else:
+                assert node not in got, f"a node out at {out} was drawn for seed block {seed_block}"
+    return drawn_before
+
+
 def test_a_node_that_unbonds_sits_on_no_round_seeded_at_or_after_its_unbond(world):
     """Issue 20 (the unbond duty): after `deregister` (unbond) at block U, a draw whose seed block is
     ≥ U skips the node (it is excluded and the draw repeated, `compute_round_committee`); a draw
     whose seed block is < U still weighs it (leaving after the seed was known re-rolls nothing).
     Before the fix the node was drawn into 3 of the next 4 committees of its epoch."""
-    from verillm.spec.audit import compute_round_committee
-
     registry = world.protocol.registry
     epoch = registry.call("currentEpoch")
     nodes, stakes = registry.call("getModelWeights", MODEL_ID, epoch)
@@ -128,19 +146,7 @@ def test_a_node_that_unbonds_sits_on_no_round_seeded_at_or_after_its_unbond(worl
     left = world.protocol.deregister(heavy.account).receipt["blockNumber"]
     assert registry.call("leaveOf", heavy.address) == [True, left]
     assert registry.call("currentEpoch") == epoch  # its snapshot weight still stands this epoch
-    drawn_before = drawn_after = 0
-    for i in range(24):
-        seed = bytes([i]) * 32
-        lefts = [left if n == heavy.address else 0 for n in nodes]
-        for seed_block in (left - 1, left, left + 5):
-            got = list(registry.call("drawCommittee", MODEL_ID, seed, 0, 3, [], epoch, seed_block))
-            assert got == list(compute_round_committee(seed, 0, 3, nodes, stakes, lefts, seed_block))
-            if seed_block < left:
-                drawn_before += heavy.address in got
-            else:
-                assert heavy.address not in got, f"a node that left at {left} was drawn for seed block {seed_block}"
-        drawn_after += heavy.address in got
-    assert drawn_before > 0 and drawn_after == 0
+    assert _draws_seeded_around(world, epoch, nodes, stakes, heavy.address, left) > 0
 
 
 def test_a_slashed_node_sits_out_rounds_seeded_from_its_slash_and_keeps_earlier_seats(world):
@@ -148,8 +154,6 @@ def test_a_slashed_node_sits_out_rounds_seeded_from_its_slash_and_keeps_earlier_
     draw of its epoch seeded at or after S (`Registry.outBlock`), and still weighs in a draw seeded
     before S: the weights a draw reads are fixed when its epoch begins, so a slash fired between
     a seed block and the draw (a griefer's, or a dispatcher's of its own sybil) changes nothing."""
-    from verillm.spec.audit import compute_round_committee
-
     registry = world.protocol.registry
     victim = world.nodes[0]  # the heaviest node (3 × minimum): most often drawn
     batch = world.protocol.post_batch(victim.account, [b"\x01" * 32]).value
@@ -159,18 +163,7 @@ def test_a_slashed_node_sits_out_rounds_seeded_from_its_slash_and_keeps_earlier_
     slashed = world.protocol.slash_missed_draw(world.outsider, batch.batch_id).receipt["blockNumber"]
     assert registry.call("getModelWeights", MODEL_ID, epoch) == [nodes, stakes], "a slash changed a readable epoch"
     assert registry.call("currentEpoch") == epoch and registry.call("outBlock", victim.address, epoch) == slashed
-    outs = [slashed if n == victim.address else 0 for n in nodes]
-    drawn_before = 0
-    for i in range(24):
-        seed = bytes([i]) * 32
-        for seed_block in (slashed - 1, slashed, slashed + 5):
-            got = list(registry.call("drawCommittee", MODEL_ID, seed, 0, 3, [], epoch, seed_block))
-            assert got == list(compute_round_committee(seed, 0, 3, nodes, stakes, outs, seed_block))
-            if seed_block < slashed:
-                drawn_before += victim.address in got
-            else:
-                assert victim.address not in got, f"a node slashed at {slashed} was drawn for seed block {seed_block}"
-    assert drawn_before > 0
+    assert _draws_seeded_around(world, epoch, nodes, stakes, victim.address, slashed) > 0
 
 
 def test_weights_change_at_the_next_epoch_as_the_spec_computes(world):
