@@ -24,6 +24,26 @@ class Reporting:
         if progress:
             with open(progress + ".failures", "a") as f:
                 f.write(f"{time.strftime('%H:%M:%S')} {exc!r} after {' '.join(self.path)}\n  slashes: {self._slash_log()}\n")
+                f.writelines(f"  {line}\n" for line in self._state_dump())
+
+    def _state_dump(self) -> list[str]:
+        """What a failure's replay needs first (session 7 spent an hour rebuilding it by hand for
+        seed 160002): every audit of the run with its phase on-chain and the states the harness
+        saw, every batching promise and every omission claim with its state and deadline."""
+        lines = [f"head {self.reads.head()}"]
+        for t in self.audits:
+            a = t.run.audit_id
+            now = self.audit(a) if a else None
+            where = f"phase {now.phase} round {now.round}" if now else "never started"
+            lines.append(f"audit {a}: worker {t.worker} dispatcher {t.dispatcher} mode {t.mode} started {t.start_block} "
+                         f"{where}; seen {t.seen[-8:]}")
+        for pr in self.promises:
+            lines.append(f"promise: dispatcher {pr.dispatcher} worker {pr.worker} fate {pr.fate} batch {pr.batch_id} "
+                         f"seen included {pr.seen_included} claims {pr.claims}")
+        for claim_id, pr in sorted(self.claim_of.items()):
+            state, deadline = self._claim_state(claim_id)
+            lines.append(f"claim {claim_id}: on dispatcher {pr.dispatcher}'s promise, state {state}, prove by block {deadline}")
+        return lines
 
     def _slash_log(self) -> list:
         """Every PartySlashed / ContestLost of this run (the chain was reverted before it), for

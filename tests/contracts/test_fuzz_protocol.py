@@ -375,6 +375,40 @@ def test_fuzzer_omission_paths_claim_answer_and_slash(fuzz_world):
         del fuzz_world.protocol._send
 
 
+def test_a_failure_record_dumps_every_audit_promise_and_claim(fuzz_world, tmp_path, monkeypatch):
+    """A long run's failure record (`FUZZ_PROGRESS`.failures) carries what a replay needs first:
+    the head, every audit with its phase on-chain, every batching promise with its fate and batch,
+    every omission claim with its state and deadline (seed 160002's fault took an hour to rebuild
+    by hand without it). Here: an honest audit, and the cheater's promise it never batches, which
+    the client claims."""
+    m = _machine(fuzz_world, fresh=True)
+    try:
+        m.record_floor()
+        for worker, dispatcher, batching in ((0, 1, "keep"), (CHEATER, CHEATER, "never")):
+            m.new_audit(worker=worker, dispatcher=dispatcher, mode="open", batching=batching)
+            _drawn(m)
+        kept, never = m.promises
+        _until(m, lambda: bool(never.claims))
+        claim_id = never.claims[0][0]
+        progress = tmp_path / "progress.txt"
+        monkeypatch.setenv("FUZZ_PROGRESS", str(progress))
+        failures = m.stats["failures"]
+        m._record_failure(AssertionError("honest node 9 lost stake"))
+        m.stats["failures"] = failures  # not a failure of the module's count
+        record = (tmp_path / "progress.txt.failures").read_text()
+        assert "honest node 9 lost stake" in record and "  head " in record
+        for t in m.audits:
+            now = m.audit(t.run.audit_id)
+            assert f"audit {t.run.audit_id}: worker {t.worker} dispatcher {t.dispatcher}" in record
+            assert f"phase {now.phase} round {now.round}" in record
+        assert f"fate keep batch {kept.batch_id}" in record and "fate never batch None" in record
+        state, deadline = m._claim_state(claim_id)
+        assert f"claim {claim_id}: on dispatcher {CHEATER}'s promise, state {state}, prove by block {deadline}" in record
+        m.teardown()
+    finally:
+        del fuzz_world.protocol._send
+
+
 def test_fuzzer_exits_and_a_multi_leaf_batch(fuzz_world):
     """Exits and multi-leaf batches as the fuzzer plays them (`fuzz_exits.py`, `fuzz_batches.py`),
     in a fixed order from the registered state: honest dispatcher 0 batches three jobs (the
