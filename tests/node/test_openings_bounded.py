@@ -7,9 +7,11 @@ parses, computes and serializes off the event loop, and the daemon keeps its sta
 of the cyclic GC (a full collection walked ~450k objects: ~0.3 s with the loop stopped): `/healthz`
 answers within 100 ms throughout. The budget is over the same machine's own noise: the slowest of
 as many polls of the idle node just before (a few ms on a quiet machine; this one is shared). On a
-loaded machine (the CI's two cores beside other work) a poll can wait on the scheduler longer than
-that, so the bound is the larger of the budget and a quarter of the two openings' own wall time:
-the stall this replays held the loop for most of the openings (11 s of 8–17 s), never a quarter.
+heavily loaded machine a poll can wait on the scheduler longer than that, and the openings slow
+down with it, so the bound is the larger of the budget and a tenth of the two openings' own wall
+time: the budget alone while they take up to a second (about 1.1 s here with a busy loop on each
+core: slowest poll 41–53 ms), and the stall this replays held the loop for most of the openings
+(11 s of 8–17 s), never a tenth.
 """
 
 import asyncio
@@ -33,7 +35,7 @@ from node_process import NodeProcess
 
 MAX_CELLS = 65536
 HEALTHZ_BUDGET_S = 0.100
-STALL_SHARE_OF_OPENINGS = 0.25
+STALL_SHARE_OF_OPENINGS = 0.10
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,7 @@ async def test_copies_of_one_cell_cost_one_leaf(daemon, tiny_engine):
             await peer.request_opening(reply.job_hash, cells=[one] * (MAX_CELLS + 1))
 
 
-async def test_healthz_stays_under_100_ms_during_65536_cell_openings(daemon, tiny_engine):
+async def test_healthz_is_never_stalled_by_65536_cell_openings(daemon, tiny_engine):
     node, dispatcher = daemon
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as http:
         peer, reply = await _run_job(node.url, dispatcher, tiny_engine, http)
