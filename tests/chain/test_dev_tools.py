@@ -10,6 +10,9 @@ from click.testing import CliRunner
 from eth_account import Account
 
 from verillm.chain.anvil import find_free_port
+from verillm.chain.backends import MINE_CHUNK_BLOCKS, RpcChain
+from verillm.chain.chain import ChainConfig
+from verillm.errors import ChainError
 from verillm.cli.chain import chain as chain_cli, format_dev_accounts
 
 STRANGER = "0x000000000000000000000000000000000000bEEF"
@@ -42,6 +45,35 @@ def test_mine_moves_the_head_by_blocks_and_to_a_block(anvil_chain):
     assert result.exit_code == 0 and f"head {head + 30}" in result.stdout
     refused = CliRunner().invoke(chain_cli, ["mine", "--rpc-url", anvil_chain.url, "--blocks", "1", "--to-block", "5"])
     assert refused.exit_code == 2 and "exactly one of" in refused.output
+
+
+def test_a_long_mine_lands_on_its_target_with_progress(anvil_chain):
+    """Issue 36: `chain mine --past-unbonding` on a kept devnet overshot (3,020 blocks reported, the
+    head 3,400 past its target) and printed nothing for 7 minutes. A long mine goes in steps, says
+    where it is, and lands on the target block exactly."""
+    head = anvil_chain.get_block_number()
+    goal = head + 3 * MINE_CHUNK_BLOCKS + 17
+    result = CliRunner().invoke(chain_cli, ["mine", "--rpc-url", anvil_chain.url, "--to-block", str(goal)])
+    assert result.exit_code == 0, result.output
+    assert anvil_chain.get_block_number() == goal
+    assert f"mined {goal - head} blocks: head {goal}" in result.stdout
+    assert result.stderr.count(f" of {goal} (") == 4  # one line per step
+
+
+def test_a_mine_whose_rpc_call_times_out_is_never_mined_twice(anvil_chain):
+    """The overshoot's cause: one `anvil_mine` outlived the client's RPC timeout after anvil had
+    mined, and a block-by-block fallback mined the blocks again. Whatever times out, the head ends
+    on the goal (the head is re-read before each step)."""
+    impatient = RpcChain(anvil_chain.url, config=ChainConfig(rpc_timeout_s=0.02))
+    head = anvil_chain.get_block_number()
+    goal = head + 2 * MINE_CHUNK_BLOCKS
+    for _ in range(50):  # a 20 ms timeout fails some reads too: retry the whole mine, as a user would
+        try:
+            impatient.mine_to(goal)
+            break
+        except ChainError:
+            continue
+    assert anvil_chain.get_block_number() == goal
 
 
 def test_the_printed_dev_accounts_are_anvils_funded_ones(anvil_chain):

@@ -5,6 +5,8 @@ dev helpers: mine blocks, move time, snapshot and revert, switch automining.
 """
 
 import threading
+import time
+from collections.abc import Callable
 from functools import lru_cache
 
 import requests
@@ -16,6 +18,7 @@ from web3 import EthereumTesterProvider, HTTPProvider, Web3
 
 from verillm.chain.artifacts import ArtifactStore
 from verillm.chain.chain import Chain, ChainConfig
+from verillm.chain.errors import ChainUnavailable
 from verillm.errors import ChainError, ConfigError
 
 # anvil's (and hardhat's) default dev mnemonic; its accounts are public test keys.
@@ -79,6 +82,8 @@ class EthTesterChain(Chain):
             (self.tester.enable_auto_mine_transactions if enabled else self.tester.disable_auto_mine_transactions)()
 
 
+MINE_CHUNK_BLOCKS = 500  # one `anvil_mine` call: well inside the RPC timeout on a loaded machine
+MINE_SETTLE_S = 5.0  # how long a timed-out step may still land before the next one is sent
 RPC_POOL_CONNECTIONS = 64  # a node's dispatcher runs up to 48 chain calls at once (node/dispatcher/chainio.py)
 
 
@@ -106,18 +111,40 @@ class RpcChain(Chain):
         return self.rpc(method, lambda: self.w3.manager.request_blocking(method, params))
 
     def mine(self, blocks: int = 1) -> None:
-        """Mine ``blocks`` blocks (one `anvil_mine` call on anvil)."""
-        if self.chain_id == ANVIL_CHAIN_ID and blocks > 1 and self._anvil_mine(blocks):
-            return
-        for _ in range(blocks):
-            self._request("evm_mine", [])
+        """Mine ``blocks`` blocks (`anvil_mine` calls of at most MINE_CHUNK_BLOCKS on anvil)."""
+        self.mine_to(self.get_block_number() + blocks)
 
-    def _anvil_mine(self, blocks: int) -> bool:
+    def mine_to(self, goal: int, progress: Callable[[int, int], None] | None = None) -> int:
+        """Mine until the head is block ``goal``; returns the head. Each step re-reads the head and
+        mines at most what is left, so a call that timed out on the client after anvil mined its
+        blocks is never mined again (a 3,000-block `anvil_mine` on a busy devnet did, then fell
+        back to one block at a time and mined them twice). ``progress(head, goal)`` after each step."""
+        head = self.get_block_number()
+        while head < goal:
+            self._mine_step(head, min(goal - head, MINE_CHUNK_BLOCKS))
+            head = self.get_block_number()
+            if progress is not None:
+                progress(head, goal)
+        return head
+
+    def _mine_step(self, head: int, blocks: int) -> None:
+        if self.chain_id != ANVIL_CHAIN_ID or blocks == 1:
+            self._request("evm_mine", [])  # one block; the caller's loop re-reads the head
+            return
         try:
             self._request("anvil_mine", [hex(blocks)])
-        except ChainError:
-            return False  # not anvil (an embedded dev chain on anvil's chain id): one block at a time
-        return True
+        except ChainUnavailable:
+            self._await_head(head + blocks)  # timed out here: anvil may still be mining the step
+        except ChainError as exc:
+            if not _is_missing_method(exc):
+                raise
+            self._request("evm_mine", [])  # an embedded dev chain on anvil's chain id: one at a time
+
+    def _await_head(self, target: int) -> None:
+        """After a timed-out step: give anvil MINE_SETTLE_S to land it before the next step is sent."""
+        deadline = time.monotonic() + MINE_SETTLE_S
+        while time.monotonic() < deadline and self.get_block_number() < target:
+            time.sleep(0.1)
 
     def increase_time(self, seconds: int) -> None:
         """Mine one block whose timestamp is ``seconds`` after the latest one."""
@@ -156,3 +183,8 @@ def connect(url: str | None = None, *, artifacts: ArtifactStore | None = None, c
     if url in (None, "", "eth-tester"):
         return EthTesterChain(artifacts=artifacts, config=config)
     return RpcChain(url, artifacts=artifacts, config=config)
+
+
+def _is_missing_method(exc: ChainError) -> bool:
+    text = str(exc).lower()
+    return "-32601" in text or "not found" in text or "not supported" in text or "does not exist" in text

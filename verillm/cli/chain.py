@@ -142,6 +142,7 @@ def _is_dev_chain(target) -> bool:
 def mine(rpc_url, blocks, to_block, next_epoch, unbonding_address, addresses_path):
     """(Dev chains) Mine blocks now: a number, up to a block, to the next epoch, or past a node's unbonding."""
     from verillm.chain import connect
+    from verillm.chain.backends import MINE_CHUNK_BLOCKS
 
     chosen = [name for name, value in (("--blocks", blocks), ("--to-block", to_block), ("--next-epoch", next_epoch or None),
                                        ("--past-unbonding", unbonding_address)) if value is not None]
@@ -152,8 +153,12 @@ def mine(rpc_url, blocks, to_block, next_epoch, unbonding_address, addresses_pat
     goal = head + blocks if blocks is not None else to_block if to_block is not None else _protocol_goal(target, addresses_path, next_epoch, unbonding_address)
     if goal < head:
         raise InvalidInput(f"the head is already block {head}, past {goal}")
-    target.mine(goal - head)
-    click.echo(f"mined {goal - head} blocks: head {target.get_block_number()}")
+    def report(now: int, to: int) -> None:
+        if to - head > MINE_CHUNK_BLOCKS:  # a long mine says where it is (each step is one RPC call)
+            click.echo(f"  head {now} of {to} ({now - head} of {to - head} blocks)", err=True)
+
+    landed = target.mine_to(goal, progress=report)
+    click.echo(f"mined {landed - head} blocks: head {landed}")
 
 
 def _protocol_goal(target, addresses_path, next_epoch: bool, unbonding_address: str | None) -> int:
