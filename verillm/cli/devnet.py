@@ -92,6 +92,8 @@ def devnet(nodes, model, profile_dir, cheaters, dtype, job_count, max_tokens, ch
         net.stop()
         if temporary:
             shutil.rmtree(directory, ignore_errors=True)
+        if kept:
+            click.echo("stopped: every node and the chain", err=True)
     if not _report(problems):
         sys.exit(1)
 

@@ -287,7 +287,10 @@ class LocalNetwork:
                 node.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 node.process.kill()
-                node.process.wait(timeout=10)
+                try:
+                    node.process.wait(timeout=30)
+                except subprocess.TimeoutExpired:  # named, not a traceback: the stop goes on
+                    self.log(f"node {node.index} (pid {node.process.pid}) was killed but has not exited yet")
         if self.anvil is not None:
             self.anvil.stop()
             self.anvil = None
