@@ -19,7 +19,7 @@ from verillm.errors import VerillmError
 
 @click.group()
 def audit():
-    """Audit tools: replay a job's audit from public data, re-check a chain's audits."""
+    """Audit tools: replay a job's audit from a node's records, re-check a chain's audits."""
 
 
 @audit.command()
