@@ -1,6 +1,10 @@
 """Errors become responses here, and only here: OpenAI's error shape for every failure.
 
-    {"error": {"message": "...", "type": "invalid_request_error" | "server_error", "param": null, "code": "..."}}
+    {"error": {"message": "...", "type": "invalid_request_error" | "server_error", "param": "top_p" | null, "code": "..."}}
+
+``param`` is the field a client error names: every message about one field starts with it
+("top_p: must be greater than 0", "messages[2].role: …"), so it is read from there, and null
+when the error is about no one field.
 
 A `VerillmError` carries its own ``code`` and ``http_status``; aiohttp's own HTTP errors
 (unknown route, wrong method, body over the size limit) keep their status. Anything else is
@@ -8,6 +12,7 @@ a bug: logged with its traceback and answered 500 internal_error.
 """
 
 import logging
+import re
 
 from aiohttp import web
 
@@ -20,10 +25,19 @@ log = logging.getLogger(__name__)
 AIOHTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 400: "invalid_input"}
 
 
+FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?(?:\.[A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?)*): ")
+
+
+def compute_error_param(status: int, message: str) -> str | None:
+    """The request field a client error is about (its message's "field: " prefix), else None."""
+    match = FIELD_PREFIX.match(message) if status < 500 else None
+    return match.group(1) if match else None
+
+
 def compute_error_body(status: int, code: str, message: str) -> dict:
     """Return OpenAI's error body."""
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return {"error": {"message": message, "type": kind, "param": compute_error_param(status, message), "code": code}}
 
 
 def error_response(request: web.Request, status: int, code: str, message: str) -> web.Response:

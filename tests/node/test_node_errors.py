@@ -154,3 +154,18 @@ async def _wait_done(peer, job_hash):
             return
         await asyncio.sleep(0.02)
     pytest.fail("job did not finish")
+
+
+@pytest.mark.parametrize("message, param", [
+    ("top_p: must be greater than 0", "top_p"),
+    ("messages[2].role: expected system, user, assistant or developer", "messages[2].role"),
+    ("stream_options.include_usage: expected true or false", "stream_options.include_usage"),
+    ("this node is not active in the Registry", None),
+    ("body: expected a JSON object", "body"),
+])
+def test_an_error_body_names_the_field_its_message_names(message, param):
+    """Issue 36: OpenAI error bodies carried `param: null` though the message named the field."""
+    from verillm.node.middlewares import compute_error_body
+
+    assert compute_error_body(400, "invalid_input", message)["error"]["param"] == param
+    assert compute_error_body(500, "internal_error", message)["error"]["param"] is None
