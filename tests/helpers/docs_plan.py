@@ -28,7 +28,7 @@ SKIPS = {
     ("docs/operators.md", "verillm node withdraw --config node.toml --drive"):
         "the alternative to the plain `withdraw` before it, for a stake an open audit locks; a node withdraws once, "
         "and none locks it in the walk (tests/contracts/test_drive_locks.py drives locked audits)",
-    ("docs/sdk.md", 'verillm promise slash CLAIM_ID --rpc-url RPC_URL --deployment addresses.json --key 0x…'):
+    ("docs/sdk.md", 'verillm promise slash CLAIM_ID --rpc-url RPC_URL --addresses addresses.json --key 0x…'):
         "needs an open omission claim: a dispatcher that did not batch a receipt it promised; the devnet's "
         "dispatcher batches every one, so `promise claim` is refused, as the doc says (tests/spec/test_promises.py, "
         "tests/contracts/fuzz_coverage.py slash omissions)",
@@ -136,7 +136,7 @@ BENCH = [("docs/benchmarks.md", "verillm bench detect --model tiny --dtype bf16 
 
 DEVNET_START = ("docs/devnet.md", "verillm devnet --model tiny --cheater int8 --keep --workdir /tmp/devnet")
 DEVNET = [
-    ("docs/devnet.md", 'verillm complete --url http://127.0.0.1:PORT0 --rpc-url http://127.0.0.1:RPC_PORT --deployment /tmp/devnet/deployment.json "Hello"'),
+    ("docs/devnet.md", 'verillm complete --url http://127.0.0.1:PORT0 --rpc-url http://127.0.0.1:RPC_PORT --addresses /tmp/devnet/deployment.json "Hello"'),
     ("docs/devnet.md", "verillm audit chain --rpc-url http://127.0.0.1:RPC_PORT --addresses /tmp/devnet/deployment.json"),
     ("docs/devnet.md", "verillm audit replay 0xJOB_HASH --node http://127.0.0.1:PORT0 --token READ_TOKEN --addresses /tmp/devnet/deployment.json"),
     ("docs/devnet.md", "verillm audit replay 0xJOB_HASH --db /tmp/devnet/node0/node.sqlite --addresses /tmp/devnet/deployment.json"),
@@ -145,18 +145,18 @@ DEVNET = [
     ("docs/auditors.md", "verillm audit replay 0xJOB_HASH --node http://DISPATCHER:PORT --key-file party-key.json --addresses deployment.json"),
     ("docs/auditors.md", "verillm audit replay 0xJOB_HASH --db path/to/node.sqlite --addresses deployment.json"),
     ("docs/auditors.md", "verillm audit chain --rpc-url http://127.0.0.1:8545 --addresses deployment.json [--verbose]"),
-    ("docs/sdk.md", 'verillm complete --json --url NODE_URL --rpc-url RPC_URL --deployment addresses.json "..." > job.json'),
-    ("docs/sdk.md", "verillm promise check job.json --rpc-url RPC_URL --deployment addresses.json [--node-url NODE_URL]"),
-    ("docs/sdk.md", "verillm promise claim job.json --rpc-url RPC_URL --deployment addresses.json --key 0x…"),
+    ("docs/sdk.md", 'verillm complete --json --url NODE_URL --rpc-url RPC_URL --addresses addresses.json "..." > job.json'),
+    ("docs/sdk.md", "verillm promise check job.json --rpc-url RPC_URL --addresses addresses.json [--node-url NODE_URL]"),
+    ("docs/sdk.md", "verillm promise claim job.json --rpc-url RPC_URL --addresses addresses.json --key 0x…"),
     ("docs/sdk.md", 'verillm complete --url http://127.0.0.1:8000 --max-tokens 16 "The quick brown fox"'),
     ("docs/sdk.md", 'verillm complete --chat --json --url http://127.0.0.1:8000 --model-id 0x… --chain-id 31337 --jobs-address 0x… "What is the capital of France?"'),
-    ("docs/sdk.md", 'verillm complete --chat --url http://127.0.0.1:8000 --rpc-url http://127.0.0.1:8545 --deployment addresses.json "What is the capital of France?"'),
+    ("docs/sdk.md", 'verillm complete --chat --url http://127.0.0.1:8000 --rpc-url http://127.0.0.1:8545 --addresses addresses.json "What is the capital of France?"'),
 ]
 
 # Exit codes the docs give for what the walk runs (everything else: 0).
 EXIT_CODES = {
     # "`promise claim` runs the check first and refuses (exit 2, …) when inclusion is proven"
-    ("docs/sdk.md", "verillm promise claim job.json --rpc-url RPC_URL --deployment addresses.json --key 0x…"): 2,
+    ("docs/sdk.md", "verillm promise claim job.json --rpc-url RPC_URL --addresses addresses.json --key 0x…"): 2,
 }
 
 

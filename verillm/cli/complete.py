@@ -38,8 +38,8 @@ TINY_MANIFEST_NAME = "tiny-llama-seed0"
 @click.option("--model-id", default=None, help="Pin the model id (0x…); without it (or --rpc-url) the model is 'not checked'.")
 @click.option("--chain-id", type=int, default=None, help="Pin the receipt signing domain: chain id (with --jobs-address).")
 @click.option("--jobs-address", default=None, help="Pin the receipt signing domain: the Jobs contract (with --chain-id).")
-@click.option("--rpc-url", default=None, envvar="VERILLM_RPC_URL", help="With --deployment: the deployment pins the domain, the signer must be staked for a registered model, and the batching promise is checked against the head.")
-@click.option("--deployment", "deployment_file", default=None, type=click.Path(exists=True, dir_okay=False), help="The deployment's address book (verillm chain deploy --out).")
+@click.option("--rpc-url", default=None, envvar="VERILLM_RPC_URL", help="With --addresses: the deployment pins the domain, the signer must be staked for a registered model, and the batching promise is checked against the head.")
+@click.option("--addresses", "--deployment", "deployment_file", default=None, type=click.Path(exists=True, dir_okay=False), help="The deployment's address book (verillm chain deploy --out).")
 @click.option("--tokenizer", default="auto", show_default=True, help="Tokenizer that decodes the signed tokens: 'auto' (tiny, or the cached smollm2, when the model's manifest names its digest), a Hugging Face directory, or 'none'.")
 @click.option("--timeout-s", type=float, default=600.0, show_default=True, help="Total deadline of the call, bodies included.")
 @click.option("--json", "as_json", is_flag=True, help="Print the completion, receipt and checks as JSON.")
@@ -47,7 +47,7 @@ def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, se
              rpc_url, deployment_file, tokenizer, timeout_s, as_json):
     """Complete PROMPT on a node and show what the client verified of it (see docs/sdk.md)."""
     if (rpc_url is None) != (deployment_file is None):
-        raise click.UsageError("--rpc-url and --deployment go together")
+        raise click.UsageError("--rpc-url and --addresses go together")
     if (chain_id is None) != (jobs_address is None):
         raise click.UsageError("--chain-id and --jobs-address go together (the receipt's signing domain)")
     protocol = open_protocol(rpc_url, deployment_file) if rpc_url else None
@@ -119,7 +119,7 @@ def _load_directory(path: Path):
 def _check_promise(completion, protocol) -> str:
     """Return what was checked of the completion's batching promise (raise when it fails)."""
     if protocol is None:
-        return "not checked: its deadline (no --rpc-url/--deployment)" if completion.promise else "none (a node without a chain)"
+        return "not checked: its deadline (no --rpc-url/--addresses)" if completion.promise else "none (a node without a chain)"
     if completion.promise is None:
         raise InvalidProof("the node sent no batching promise: nothing binds its dispatcher to batch this receipt")
     head = verify_promise_on_receipt(completion.promise, completion.receipt, protocol)

@@ -54,7 +54,7 @@ def read_promise_file(path: str):
 
 _chain_options = [
     click.option("--rpc-url", required=True, envvar="VERILLM_RPC_URL", help="JSON-RPC endpoint of the chain"),
-    click.option("--deployment", "deployment_file", required=True, type=click.Path(exists=True, dir_okay=False),
+    click.option("--addresses", "--deployment", "deployment_file", envvar="VERILLM_ADDRESSES", required=True, type=click.Path(exists=True, dir_okay=False),
                  help="the deployment's address book (verillm chain deploy --out)"),
 ]
 _check_options = [

@@ -70,7 +70,7 @@ def print_network(info: dict, path: Path) -> None:
         *(f"  node {n['index']}     {n['url']}  {n['address']}  key file {n['key_file']}  ({n['role']})" for n in info["nodes"]),
         f"  explorer   {info['explorer_url']}",
         "", "try:",
-        f"  verillm complete --url {info['gateway_url']} --rpc-url {info['rpc_url']} --deployment {info['addresses_file']} 'Hello'",
+        f"  verillm complete --url {info['gateway_url']} --rpc-url {info['rpc_url']} --addresses {info['addresses_file']} 'Hello'",
         f"  openai client: base_url={info['gateway_url']}/v1, api_key=anything, model={info['model']}",
         f"  verillm audit chain --rpc-url {info['rpc_url']} --addresses {info['addresses_file']}",
         *_replay_lines(info),
