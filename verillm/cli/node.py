@@ -340,12 +340,20 @@ def status(node_url, model_id, as_json, **options):
             "ready": not reasons, "reasons": reasons,
             "keep_traces": compute_trace_keeping(protocol.chain.get_block_number(), protocol.preset),
             "leaving": compute_leave_advice(node, protocol.chain.get_block_number(), protocol.preset)}
+    body["block_interval_s"] = compute_block_interval_s(protocol.chain)
+    if not node["registered"]:
+        body["withdrawn"] = _last_withdrawal(protocol, operator.address)
     if as_json:
         click.echo(json.dumps(body, indent=2))
         return
     click.echo(f"node {body['address']}  balance {_eth(body['balance_wei'])}  block {body['block']}")
+    if body.get("withdrawn"):
+        w = body["withdrawn"]
+        click.echo(f"  withdrawn in block {w['block']}: {_eth(w['amount_wei'])} returned; not registered (register again to serve)")
+    unbonding = "-" if not body["unbonding_end_block"] else \
+        f"{body['unbonding_end_block']} ({_blocks_in_time(body['unbonding_end_block'] - body['block'], body['block_interval_s'])})"
     click.echo(f"  registered {body['registered']}  active {body['active']}  stake {_eth(body['stake_wei'])} "
-               f"(minimum {_eth(body['min_stake_wei'])})  locks {body['locks']}  unbonding until {body['unbonding_end_block'] or '-'}")
+               f"(minimum {_eth(body['min_stake_wei'])})  locks {body['locks']}  unbonding until {unbonding}")
     click.echo(f"  endpoint {body['endpoint'] or '-'}  models {', '.join(body['models']) or '-'}")
     if body["stay_up_until_block"]:
         click.echo(f"  unbonding: keep the node up until block {body['stay_up_until_block']} (its last audit duty)")
@@ -353,6 +361,39 @@ def status(node_url, model_id, as_json, **options):
     click.echo(f"  traces: {body['keep_traces']['rule']}")
     if body["leaving"]:
         click.echo(f"  leaving: {body['leaving']['advice']}")
+
+
+BLOCK_INTERVAL_SAMPLE_BLOCKS = 64
+
+
+def compute_block_interval_s(chain) -> float | None:
+    """Seconds per block over the last 64 blocks (None on a chain this young); 0 on a chain that
+    mines on demand (anvil's automine), where a block count says nothing about time."""
+    head = chain.get_block_number()
+    if head < BLOCK_INTERVAL_SAMPLE_BLOCKS:
+        return None
+    newest, oldest = chain.get_block(head)["timestamp"], chain.get_block(head - BLOCK_INTERVAL_SAMPLE_BLOCKS)["timestamp"]
+    return (newest - oldest) / BLOCK_INTERVAL_SAMPLE_BLOCKS
+
+
+def _blocks_in_time(blocks: int, interval_s: float | None) -> str:
+    if blocks <= 0:
+        return "passed"
+    if not interval_s:
+        return f"{blocks} blocks to go; the chain mines on demand" if interval_s == 0 else f"{blocks} blocks to go"
+    seconds = blocks * interval_s
+    span = f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+    return f"{blocks} blocks, about {span} at the last {BLOCK_INTERVAL_SAMPLE_BLOCKS} blocks' pace"
+
+
+def _last_withdrawal(protocol, address: str) -> dict | None:
+    """The node's last `Withdrawn` (block, amount), found by its indexed address; None if it never withdrew."""
+    from verillm.chain.events import get_events
+
+    start = protocol.deployment.start_block
+    events = [e for e in get_events(protocol.chain, [protocol.registry], start, names={"Withdrawn"})
+              if e.args["node"].lower() == address.lower()]
+    return {"block": events[-1].block_number, "amount_wei": events[-1].args["amountWei"]} if events else None
 
 
 def compute_trace_keeping(head: int, preset) -> dict:
