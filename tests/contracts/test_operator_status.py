@@ -6,6 +6,7 @@ import json
 
 from test_operator_leaving import _operator, _run
 
+from helpers.contracts import MODEL_ID
 from verillm.cli.chain import chain as chain_cli
 from verillm.cli.node import node as node_cli
 
@@ -13,6 +14,9 @@ from verillm.cli.node import node as node_cli
 def test_status_gives_unbonding_a_time_and_names_the_withdrawal(world, tmp_path):
     operator = _operator(world, tmp_path)
     stake = world.protocol.get_node(world.nodes[5].address)["stake_wei"]
+    before = json.loads(_run(node_cli, ["status", *operator, "--json"]).stdout)
+    nodes, stakes = world.protocol.get_model_nodes(MODEL_ID)
+    assert list(before["stake_share"].values()) == [stake / sum(stakes)]
     _run(node_cli, ["unbond", *operator])
     text = _run(node_cli, ["status", *operator]).stdout
     interval = json.loads(_run(node_cli, ["status", *operator, "--json"]).stdout)["block_interval_s"]

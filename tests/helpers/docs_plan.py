@@ -113,7 +113,7 @@ OPERATOR = [
     ("docs/operators.md", "verillm node run --config node.toml &"),
     ("docs/operators.md", "curl -s localhost:8000/healthz | python -m json.tool"),
     ("docs/operators.md", "verillm chain add-model --rpc-url $VERILLM_RPC_URL --addresses addresses.json --key $OWNER_KEY --node http://a-node-serving-it:8000"),
-    ("docs/operators.md", "verillm node register --config node.toml --endpoint https://node.example:8000 --stake 1.0"),
+    ("docs/operators.md", "verillm node register --config node.toml --endpoint https://node.example:8000 --stake 0.1"),
     ("docs/operators.md", "verillm node status --config node.toml"),
     ("docs/operators.md", "verillm chain mine --rpc-url http://127.0.0.1:8545 --next-epoch --addresses addresses.json"),
     ("docs/operators.md", "verillm node stake --config node.toml --amount 0.5"),

@@ -341,6 +341,7 @@ def status(node_url, model_id, as_json, **options):
             "keep_traces": compute_trace_keeping(protocol.chain.get_block_number(), protocol.preset),
             "leaving": compute_leave_advice(node, protocol.chain.get_block_number(), protocol.preset)}
     body["block_interval_s"] = compute_block_interval_s(protocol.chain)
+    body["stake_share"] = {"0x" + m.hex(): compute_stake_share(protocol, m, operator.address) for m in node["models"]}
     if not node["registered"]:
         body["withdrawn"] = _last_withdrawal(protocol, operator.address)
     if as_json:
@@ -355,6 +356,8 @@ def status(node_url, model_id, as_json, **options):
     click.echo(f"  registered {body['registered']}  active {body['active']}  stake {_eth(body['stake_wei'])} "
                f"(minimum {_eth(body['min_stake_wei'])})  locks {body['locks']}  unbonding until {unbonding}")
     click.echo(f"  endpoint {body['endpoint'] or '-'}  models {', '.join(body['models']) or '-'}")
+    for model, share in body["stake_share"].items():
+        click.echo(f"  {share:.0%} of the listed stake of model {model[:10]}…: about that share of its committee seats")
     if body["stay_up_until_block"]:
         click.echo(f"  unbonding: keep the node up until block {body['stay_up_until_block']} (its last audit duty)")
     click.echo("  ready to serve" if not reasons else "  cannot serve:\n" + "\n".join(f"    - {r}" for r in reasons))
@@ -364,6 +367,13 @@ def status(node_url, model_id, as_json, **options):
 
 
 BLOCK_INTERVAL_SAMPLE_BLOCKS = 64
+
+
+def compute_stake_share(protocol, model_id: bytes, address: str) -> float:
+    """This node's share of the stake listed for ``model_id`` (committees are drawn by stake)."""
+    nodes, stakes = protocol.get_model_nodes(model_id)
+    mine = sum(s for n, s in zip(nodes, stakes) if n.lower() == address.lower())
+    return mine / sum(stakes) if sum(stakes) else 0.0
 
 
 def compute_block_interval_s(chain) -> float | None:
