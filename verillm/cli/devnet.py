@@ -74,6 +74,7 @@ def devnet(nodes, model, profile_dir, cheaters, dtype, job_count, max_tokens, ch
         else:
             send_jobs(net, tracker, job_count, max_tokens)
             follow(tracker, timeout_s, stall_s)
+        say("every job settled; reading the gas of every protocol transaction for the summary…")
         problems = print_summary(net, tracker, compute_gas_table(net, first_block), say.elapsed()) + soak_problems
         problems += audit_chain(net, say)
         print_replay_commands(net, tracker)

@@ -45,6 +45,9 @@ STAKE_MULTIPLE = 10  # each node stakes 10 × MIN_STAKE_WEI
 START_TIMEOUT_S = 180.0
 
 
+PROGRESS_EVERY_S = 10.0  # a step that waits longer says what it waits for, this often
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     """How one node behaves: honest, or running a dishonest engine, or lazy on committees."""
@@ -229,7 +232,8 @@ class LocalNetwork:
 
     def wait_healthy(self, index: int, timeout_s: float = START_TIMEOUT_S) -> None:
         node = self.nodes[index]
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline, next_word = started + timeout_s, started + PROGRESS_EVERY_S
         while time.monotonic() < deadline:
             if node.process.poll() is not None:
                 raise ChainError(f"node {index} exited with code {node.process.returncode}; see {node.log_file}:\n{self.tail_log(index)}")
@@ -238,6 +242,10 @@ class LocalNetwork:
                 return
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 time.sleep(0.3)
+            if time.monotonic() >= next_word:  # a silent minute on 2 cores reads as a hang (issue 36)
+                next_word += PROGRESS_EVERY_S
+                last = self.tail_log(index, 1).strip()[:120] or "no log line yet"
+                self.log(f"  waiting for node {index} ({time.monotonic() - started:.0f} s): {last}")
         raise ChainError(f"node {index} did not answer /healthz within {timeout_s} s; {node.log_file}:\n{self.tail_log(index)}")
 
     def tail_log(self, index: int, lines: int = 30) -> str:
