@@ -118,6 +118,7 @@ def run_attack(name, model, tokenizer, manifest, jobs, profile, verifier) -> dic
 
 def run_detection(model_name, dtype, job_count, attack_job_count, max_new_tokens, attack_names, profile_path, seed_name, progress, mode=None) -> dict:
     """Run the whole detection benchmark and return its report (``mode``: see `load_model`)."""
+    progress(f"loading {model_name} ({dtype})…")
     model, tokenizer, manifest = load_model(model_name, dtype, mode=mode)
     profile = get_model_profile(model_name, manifest, profile_path)
     if seed_name == "calibration":
@@ -133,6 +134,7 @@ def run_detection(model_name, dtype, job_count, attack_job_count, max_new_tokens
     for name in list(ATTACKS) if attack_names is None else attack_names:
         workload = Workload(f"attack-{name}", attack_job_count, max_new_tokens, sampled_only=name in SAMPLED_ONLY_ATTACKS)
         jobs = make_jobs(workload, model_name, manifest, tokenizer, f"{seed_name}-attack-{name}")
+        progress(f"attack {name}: {len(jobs)} jobs…")
         attacks[name] = run_attack(name, model, tokenizer, manifest, jobs, profile, verifier)
         progress(f"attack {name}: {attacks[name]['detected']}/{attacks[name]['audits']} detected")
     return {

@@ -98,6 +98,8 @@ def run_honest_matrix(
     """Run every job under every worker config and audit it under every verifier config."""
     audits = []
     for worker_config in worker_configs:
+        if progress:  # each worker config generates every job first: minutes on a small CPU (issue 36)
+            progress(f"honest: generating {len(jobs)} jobs as worker {worker_config.label}…")
         worker = build_engine(model, tokenizer, manifest, worker_config)
         worker_runs = commit_runs(jobs, worker.run(jobs), manifest, WORKER_PARTY)
         member_jobs = compute_member_jobs(worker_runs)
