@@ -29,3 +29,17 @@ def test_the_listed_help_is_each_commands_own():
 def test_help_and_complete_import_no_heavy_package(argv):
     loaded = _modules_after(argv)
     assert not [name for name in HEAVY if name in loaded], argv
+
+
+def test_a_command_that_loaded_torch_exits_without_the_interpreters_teardown(tmp_path):
+    """`audit replay` went on 32-80 s after its report: with torch loaded, the CLI exits as soon as
+    its output is flushed (an atexit hook, run only by a full teardown, never runs) and keeps its code."""
+    marker = tmp_path / "teardown-ran"
+    code = ("import atexit, sys, torch\n"
+            f"atexit.register(lambda: open({str(marker)!r}, 'w').close())\n"
+            "sys.argv = ['verillm', 'chain', 'mine', '--rpc-url', 'http://127.0.0.1:1', '--blocks', '1', '--to-block', '2']\n"
+            "print('the report')\n"
+            "from verillm.cli import main\nmain()\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "exactly one of" in result.stderr  # a usage error keeps click's code
+    assert result.stdout == "the report\n" and not marker.exists()
