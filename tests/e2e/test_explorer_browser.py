@@ -205,6 +205,53 @@ def test_the_explorer_pages_in_a_real_browser(kept, tmp_path):
             browser.close()
 
 
+PHONE = {"width": 390, "height": 844}
+
+
+def _fits_the_phone(page) -> None:
+    """Nothing wider than the screen, and every vote cell on it (issue 36: 945 px at 390)."""
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], f"{page.evaluate('location.hash')}: {width} px wide at {PHONE['width']}"
+    for box in page.eval_on_selector_all("td.votes, td[data-label]", "cells => cells.map(c => { const r = c.getBoundingClientRect(); return [r.left, r.right]; })"):
+        assert box[0] >= 0 and box[1] <= PHONE["width"] + 0.5, box
+
+
+def test_the_explorer_at_phone_width(kept, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} missing: `make install` installs Debian's chromium (apt-get install -y chromium)")
+    shots = Path(os.environ.get("VERILLM_EXPLORER_SCREENSHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    roles = _roles(kept)
+    slashed = next(job for job in kept["jobs"] if job["status"] == "slashed")["job_hash"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"], headless=True)
+        try:
+            page = browser.new_page(viewport=PHONE, is_mobile=True)
+            page.goto(kept["explorer_url"])
+            page.wait_for_selector("#summary .card", timeout=WAIT_MS)
+            _fits_the_phone(page)
+            _shoot(page, "phone-overview", shots)
+            page.goto(kept["explorer_url"] + f"#/job/{slashed}")
+            _ready(page, f"#/job/{slashed}")
+            _fits_the_phone(page)
+            assert page.locator("#seats td.votes").count() >= 1
+            _shoot(page, "phone-job", shots)
+            assert _follow(page, page.locator("dl.facts a[data-link=audit]").first).startswith("#/audit/")
+            _fits_the_phone(page)
+            _shoot(page, "phone-audit", shots)
+            page.goto(kept["explorer_url"] + "#/node/" + roles["lazy member"].lower())
+            _ready(page, "#/node/" + roles["lazy member"].lower())
+            _fits_the_phone(page)
+            for route in ("#/jobs", "#/audits"):
+                page.goto(kept["explorer_url"] + route)
+                _ready(page, route)
+                _fits_the_phone(page)
+        finally:
+            browser.close()
+
+
 def _open_audit_next_step(kept, page, shots: Path) -> None:
     """Send one more job; on its page, wait for its audit to say what happens next, and check the
     deadline shown against the contract's round (read when the page shows that same phase)."""

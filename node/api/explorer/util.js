@@ -89,6 +89,11 @@ export function section(title, ...children) {
 }
 
 export function table(headers, rows, attrs = {}) {
+  // Each cell carries its column's name: at phone width a row is shown as a card of "name value"
+  // lines (style.css), so no column, the votes included, falls off a 390 px screen.
+  for (const row of rows) {
+    [...row.children].forEach((cell, i) => { if (typeof headers[i] === "string" && !cell.hasAttribute("data-label")) cell.setAttribute("data-label", headers[i]); });
+  }
   return el("table", attrs, el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
             el("tbody", {}, rows.length ? rows : [el("tr", {}, el("td", { colSpan: headers.length, class: "muted" }, "none"))]));
 }
