@@ -24,6 +24,7 @@ from verillm.spec import audit as spec_audit
 from verillm.spec.audit import compute_draw_commitment, compute_private_draw_bond
 from verillm.spec.receipt import compute_receipt_hash
 
+from verillm.node.dispatcher.deadlines import Due
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.metrics import NodeMetrics
@@ -67,8 +68,13 @@ class BatchScheduler:
         batch = self.tables.get_batch(row)
         found = self._find_posted(batch)
         if found is None:
-            receipts = [compute_receipt_hash(j.receipt) for j in self.tables.get_batch_jobs(row)]
-            tx = await self.chainio.send("post_batch", receipts)
+            jobs = self.tables.get_batch_jobs(row)
+            receipts = [compute_receipt_hash(j.receipt) for j in jobs]
+            promised = [p[0] for p in (self.tables.get_promise(j.job_hash) for j in jobs) if p is not None]
+            due = Due(f"post_batch:{row}", "post_batch", min(promised)) if promised else None  # the first promise to fall due
+            if due is not None:
+                self.chainio.duties.expect(due)
+            tx = await self.chainio.send("post_batch", receipts, due=due)
             found = (tx.value.batch_id, tx.receipt["blockNumber"])
         self.tables.update_batch(row, status="posted", batch_id=found[0], posted_block=found[1])
         log.info("batch row %d posted as batch %d (%d receipts)", row, found[0], batch["count"])
