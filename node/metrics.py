@@ -17,7 +17,7 @@ from verillm.errors import VerillmError
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 SLACK_BUCKETS_BLOCKS = (0, 1, 2, 3, 5, 10, 20, 50, 100, 200, 600)
-DUTY_KINDS = ("open_worker", "seal_vote", "open_and_vote", "reveal_round", "post_batch", "answer_contest")
+DUTY_KINDS = ("post_batch", "draw_audit", "start_audit", "open_worker", "seal_vote", "open_and_vote", "reveal_round", "post_batch", "answer_contest")
 
 JOB_OUTCOMES = ("done", "failed")  # refusals before admission are counted by error code
 VERDICTS = ("verified", "slashed", "member_slashed")

@@ -101,8 +101,10 @@ class BatchScheduler:
             log.error("batch %d: missed its draw window; the dispatcher is slashable", batch["batch_id"])
             return
         if on_chain[5] == 0:
+            due = Due(f"draw_audit:{batch['batch_id']}", "draw_audit", seed_block + window)  # a missed draw is slashed
+            self.chainio.duties.expect(due)
             try:
-                await self.chainio.send("draw_audit", batch["batch_id"], self.vrf_secret_key, batch_id=batch["batch_id"])
+                await self.chainio.send("draw_audit", batch["batch_id"], self.vrf_secret_key, batch_id=batch["batch_id"], due=due)
             except Exception as exc:
                 if not is_revert(exc, "AlreadyDrawn"):
                     raise
@@ -146,10 +148,13 @@ class BatchScheduler:
         # publicly: only a selected start may commit.
         fee = self.chainio.preset.COMMITTEE_SIZE * self.chainio.preset.AUDIT_FEE_WEI if requested else compute_private_draw_bond(self.chainio.preset)
         commitment = ZERO32 if requested else compute_draw_commitment(self.chainio.compute_draw_secret(batch["batch_id"], job.batch_index))
+        due = self._start_due(batch, job.batch_index)
+        if due is not None:
+            self.chainio.duties.expect(due)
         try:
             try:
                 tx = await self.chainio.send("start_audit", batch["batch_id"], job.batch_index, job.receipt, levels,
-                                             value_wei=fee, draw_commitment=commitment, batch_id=batch["batch_id"])
+                                             value_wei=fee, draw_commitment=commitment, batch_id=batch["batch_id"], due=due)
             except Exception as exc:
                 if commitment == ZERO32 or not is_revert(exc, "ReceiptExpired", "NotActiveNode"):
                     raise
@@ -172,6 +177,13 @@ class BatchScheduler:
             return
         self.tables.insert_audit(audit_id, job.job_hash, batch["id"], job.batch_index, requested)
         log.info("audit %d started for job 0x%s (batch %d #%d)", audit_id, job.job_hash.hex(), batch["batch_id"], job.batch_index)
+
+    def _start_due(self, batch: dict, index: int) -> Due | None:
+        """A selected leaf's start: due within START_WINDOW_BLOCKS of the draw (a missed start is slashed)."""
+        drawn = [e for e in self.tables.get_events("AuditDrawn") if e["batch_id"] == batch["batch_id"]]
+        if not drawn:
+            return None  # the watcher has not recorded the draw yet: the next pass knows its block
+        return Due(f"start_audit:{batch['batch_id']}:{index}", "start_audit", drawn[0]["block_number"] + self.chainio.preset.START_WINDOW_BLOCKS)
 
     def _find_started(self, batch_id: int, index: int) -> int | None:
         """The audit id the chain recorded for the leaf, 0 when it skipped the start, None when
