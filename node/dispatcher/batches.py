@@ -56,9 +56,15 @@ class BatchScheduler:
         waiting = len(self.tables.get_unbatched_jobs(self.max_receipts))
         return waiting >= self.max_receipts or time.time() - oldest >= self.max_wait_s
 
-    def create_batch(self) -> int:
-        """Give the oldest waiting receipts their leaf indices in a new batch row; return it."""
-        jobs = self.tables.get_unbatched_jobs(self.max_receipts)
+    def create_batch(self, head: int | None = None) -> int:
+        """Give the oldest waiting receipts their leaf indices in a new batch row; return it.
+
+        At most `max_receipts`, unless a promise is near its deadline (`Promises.is_post_due`): then
+        every waiting receipt up to the contracts' MAX_BATCH_RECEIPTS. One batch posts at a time, so
+        a batch size below the clients' rate would let the backlog outgrow every promise (measured:
+        batches of 4 at 96 completions in flight posted up to 59 blocks past their promises)."""
+        behind = head is not None and self.promises is not None and self.promises.is_post_due(head)
+        jobs = self.tables.get_unbatched_jobs(self.chainio.preset.MAX_BATCH_RECEIPTS if behind else self.max_receipts)
         hashes = [compute_receipt_hash(j.receipt) for j in jobs]
         root = spec_audit.compute_batch_levels(hashes)[-1][0]
         return self.tables.insert_batch(root, [j.job_hash for j in jobs])

@@ -64,6 +64,7 @@ class DutyClock:
     def __init__(self, get_head: Callable[[], int] = lambda: 0, shed_at_slack_blocks: int = SHED_AT_SLACK_BLOCKS, metrics=None):
         self.get_head, self.shed_at_slack_blocks, self.metrics = get_head, shed_at_slack_blocks, metrics
         self.pending: dict[str, Due] = {}
+        self.standing: dict[str, Due] = {}
         self._done: dict[str, int] = {}
         """Key → deadline of each duty landed (or found done): a later `expect` of it is stale (the watcher's view lags)."""
         self.expired: deque[Due] = deque(maxlen=KEPT_RECORDS)
@@ -78,6 +79,14 @@ class DutyClock:
         """Record a duty that can be done now (again: its deadline is updated); one already done is ignored."""
         if due.key not in self._done and due.by_block >= self.get_head():
             self.pending[due.key] = due
+
+    def set_standing(self, key: str, due: Due | None) -> None:
+        """A deadline re-read on every tick rather than sent once (the first unbatched promise's): it sheds
+        client work like a pending duty, and is never counted as landed or missed (its batch's post is)."""
+        if due is None:
+            self.standing.pop(key, None)
+        else:
+            self.standing[key] = due
 
     def forget(self, key: str) -> None:
         """Drop a pending duty that no longer applies (its round moved on without needing it, or it was done)."""
@@ -113,7 +122,8 @@ class DutyClock:
     def get_urgent(self, head: int) -> list[Due]:
         """Pending duties with `shed_at_slack_blocks` or fewer blocks left (and not yet past their window)."""
         self._expire(head)
-        return [d for d in self.pending.values() if head <= d.by_block <= head + self.shed_at_slack_blocks]
+        dues = list(self.pending.values()) + list(self.standing.values())
+        return [d for d in dues if head <= d.by_block <= head + self.shed_at_slack_blocks]
 
     def _expire(self, head: int) -> None:
         for key, due in list(self.pending.items()):

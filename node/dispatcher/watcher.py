@@ -15,6 +15,7 @@ import logging
 from verillm.chain.events import ChainEvent, EventPoller
 
 from verillm.node.dispatcher.batches import BatchScheduler
+from verillm.node.dispatcher.deadlines import Due
 from verillm.node.dispatcher.chainio import ChainIO
 from verillm.node.dispatcher.promises import OmissionAnswers
 from verillm.node.dispatcher.audit.delivery import DeliveryDuties
@@ -105,7 +106,10 @@ class ChainWatcher:
     def _advance_batches(self) -> None:
         posting = self.tables.get_batches(("posting",))
         if not posting and self.batches.is_batch_due(self.head):
-            posting = [self.tables.get_batch(self.batches.create_batch())]
+            posting = [self.tables.get_batch(self.batches.create_batch(self.head))]
+        # The first promise to fall due is a duty too: client work is shed before it would be missed.
+        earliest = self.tables.get_earliest_unbatched_promise()
+        self.chainio.duties.set_standing("promises", Due("promises", "post_batch", earliest) if earliest is not None else None)
         for batch in posting:
             self.tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.post_batch(b["id"]))
         for batch in self.tables.get_batches(("posted",)):
