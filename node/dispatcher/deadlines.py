@@ -44,6 +44,9 @@ class Due:
     key: str
     kind: str
     by_block: int
+    lead_blocks: int = 0
+    """Blocks its own transaction needs before the deadline, beyond `shed_at_slack_blocks` (a batch post: the
+    post margin); client work is shed from max(shed_at_slack_blocks, lead_blocks) blocks before it."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ class DutyClock:
         """Pending duties with `shed_at_slack_blocks` or fewer blocks left (and not yet past their window)."""
         self._expire(head)
         dues = list(self.pending.values()) + list(self.standing.values())
-        return [d for d in dues if head <= d.by_block <= head + self.shed_at_slack_blocks]
+        return [d for d in dues if head <= d.by_block <= head + max(self.shed_at_slack_blocks, d.lead_blocks)]
 
     def _expire(self, head: int) -> None:
         for key, due in list(self.pending.items()):

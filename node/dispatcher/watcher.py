@@ -16,6 +16,7 @@ from verillm.chain.events import ChainEvent, EventPoller
 
 from verillm.node.dispatcher.batches import BatchScheduler
 from verillm.node.dispatcher.deadlines import Due
+from verillm.node.dispatcher.promises import compute_post_margin
 from verillm.node.dispatcher.chainio import ChainIO
 from verillm.node.dispatcher.promises import OmissionAnswers
 from verillm.node.dispatcher.audit.delivery import DeliveryDuties
@@ -105,11 +106,15 @@ class ChainWatcher:
 
     def _advance_batches(self) -> None:
         posting = self.tables.get_batches(("posting",))
-        if not posting and self.batches.is_batch_due(self.head):
-            posting = [self.tables.get_batch(self.batches.create_batch(self.head))]
+        # One batch posts at a time, unless waiting receipts' promises are near their deadline: then
+        # the next batch goes out beside the one posting (a post takes blocks under load; a promise cannot wait).
+        behind = self.batches.promises is not None and self.batches.promises.is_post_due(self.head)
+        if (not posting or behind) and self.batches.is_batch_due(self.head):
+            posting = posting + [self.tables.get_batch(self.batches.create_batch(self.head))]
         # The first promise to fall due is a duty too: client work is shed before it would be missed.
         earliest = self.tables.get_earliest_unbatched_promise()
-        self.chainio.duties.set_standing("promises", Due("promises", "post_batch", earliest) if earliest is not None else None)
+        self.chainio.duties.set_standing("promises", Due("promises", "post_batch", earliest, lead_blocks=compute_post_margin(
+            self.chainio.preset.BATCH_BY_BLOCKS)) if earliest is not None else None)
         for batch in posting:
             self.tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.post_batch(b["id"]))
         for batch in self.tables.get_batches(("posted",)):

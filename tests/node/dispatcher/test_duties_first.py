@@ -228,3 +228,11 @@ async def test_a_duty_about_to_miss_its_window_sheds_client_work_until_it_lands(
     assert summary["shed_client_requests"] == 1
     clock.expect(reveal)  # the watcher's view lags: a landed duty seen again is not pending again
     assert clock.pending == {}
+    # The first unbatched promise is re-read every tick: it sheds like a pending duty, and is never counted.
+    clock.set_standing("promises", Due("promises", "post_batch", 109))
+    async with http.post(gateway.url + "/v1/completions", json=BODY | {"prompt": "Promised"}) as response:
+        assert response.status == 503 and "post_batch" in await response.text()
+    clock.set_standing("promises", None)
+    async with http.post(gateway.url + "/v1/completions", json=BODY | {"prompt": "Promised"}) as response:
+        assert response.status == 200, await response.text()
+    assert clock.get_summary()["landed"] == 1
