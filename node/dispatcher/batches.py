@@ -107,7 +107,7 @@ class BatchScheduler:
             log.error("batch %d: missed its draw window; the dispatcher is slashable", batch["batch_id"])
             return
         if on_chain[5] == 0:
-            due = Due(f"draw_audit:{batch['batch_id']}", "draw_audit", seed_block + window)  # a missed draw is slashed
+            due = Due(f"draw_audit:{batch['batch_id']}", "draw_audit", seed_block + window, lead_blocks=window // 2)  # a missed draw is slashed
             self.chainio.duties.expect(due)
             try:
                 await self.chainio.send("draw_audit", batch["batch_id"], self.vrf_secret_key, batch_id=batch["batch_id"], due=due)
@@ -189,7 +189,8 @@ class BatchScheduler:
         drawn = [e for e in self.tables.get_events("AuditDrawn") if e["batch_id"] == batch["batch_id"]]
         if not drawn:
             return None  # the watcher has not recorded the draw yet: the next pass knows its block
-        return Due(f"start_audit:{batch['batch_id']}:{index}", "start_audit", drawn[0]["block_number"] + self.chainio.preset.START_WINDOW_BLOCKS)
+        window = self.chainio.preset.START_WINDOW_BLOCKS
+        return Due(f"start_audit:{batch['batch_id']}:{index}", "start_audit", drawn[0]["block_number"] + window, lead_blocks=window // 2)
 
     def _find_started(self, batch_id: int, index: int) -> int | None:
         """The audit id the chain recorded for the leaf, 0 when it skipped the start, None when

@@ -6,8 +6,9 @@ transaction may land in (the contracts' windows are "(a, b]": landing in b is in
 It stays pending until its transaction lands (`on_landed`: slack = deadline − landing block) or the
 contract refuses it (`on_refused`: `TooLate` is a miss; a refusal saying it was done already ends it).
 
-While a pending duty has `shed_at_slack_blocks` blocks or fewer left, this node takes no new work
-from its clients (`verify_room_for_clients`: 503 `shedding_for_duty`, retry): their jobs would take
+While a pending duty has `shed_at_slack_blocks` blocks or fewer left (or is in the second half of
+its window: each duty names its lead, half its window for the audit steps, the post margin for a
+promise), this node takes no new work from its clients (`verify_room_for_clients`: 503 `shedding_for_duty`, retry): their jobs would take
 the engine, the CPU and the chain threads the duty needs. Jobs of peers and committees are never
 shed (the worker cannot tell a committee job from a peer's, docs/protocol.md §12), and nothing in
 flight is cancelled: shedding only stops new client work until the duty lands (issue 35).

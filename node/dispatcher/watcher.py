@@ -84,7 +84,7 @@ class ChainWatcher:
     async def tick(self) -> None:
         """Record new events, then give every pending item its next step."""
         self.head = await self.chainio.block_number()
-        events = await asyncio.to_thread(self.poller.poll)
+        events = await self.chainio.read(self.poller.poll)  # the duties' chain threads, not the loop's default ones (clients' DNS lookups use those)
         rows = [compute_event_row(e) for e in events]
         for row in rows:
             self.duties.on_event(row["name"], json.loads(row["args"]), row["audit_id"])

@@ -170,13 +170,14 @@ class PartyDuties:
         return state, model, prompt_len, challenge
 
     async def _open_worker(self, duty: Duty, info, head: int) -> None:
+        # Pending from the round's OPENING phase on, drawn challenge or not: the window runs either way.
+        due = await self._due(duty, "open_worker")
         if info.challenge_seed == b"\x00" * 32:
             # The dispatcher draws it as soon as it may; the worker only if that has not happened
             # a few blocks later (it must open within the window either way).
             if head > info.ready_block + self.chainio.preset.AUDIT_DRAW_DELAY_BLOCKS + WORKER_DRAW_GRACE_BLOCKS:
                 await self.chainio.draw_challenge(duty.audit_id)
             return
-        due = await self._due(duty, "open_worker")
         _, _, _, challenge = await self._challenge(duty, info.challenge_seed)
         opening = await self.worker.open_own_cells(duty.job_hash, challenge=challenge)
         if self.faults.worker_opening == "tampered":
@@ -237,11 +238,11 @@ class PartyDuties:
         self.chainio.duties.expect(due)
         return due
 
-    @staticmethod
-    def _make_due(duty: Duty, kind: str, state) -> Due:
+    def _make_due(self, duty: Duty, kind: str, state) -> Due:
         by = {"open_worker": state.deadlines.worker_open_by, "seal_vote": state.deadlines.members_seal_by,
               "open_and_vote": state.deadlines.members_open_by}[kind]
-        return Due(f"{kind}:{duty.audit_id}:{duty.round}:{duty.slot}", kind, by)
+        # Still pending in the second half of its window: client work yields from there on.
+        return Due(f"{kind}:{duty.audit_id}:{duty.round}:{duty.slot}", kind, by, lead_blocks=self.chainio.preset.OPEN_WINDOW_BLOCKS // 2)
 
     async def _send_once(self, name: str, duty: Duty, *args, status: str = "opened", did: str = "opened", due: Due | None = None) -> None:
         try:

@@ -85,10 +85,10 @@ class PrivateDrawDriver:
         if members and is_reveal_due(state, head, len(members), len(answered)):
             self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, answered, self.reveal_due(audit_id, state)))
 
-    @staticmethod
-    def reveal_due(audit_id: int, state: RoundState) -> Due:
-        """The reveal's deadline: the draw window's last block (a missed reveal is slashed at the lapse)."""
-        return Due(f"reveal:{audit_id}", "reveal_round", state.deadlines.draw_by)
+    def reveal_due(self, audit_id: int, state: RoundState) -> Due:
+        """The reveal's deadline: the draw window's last block (a missed reveal is slashed at the lapse);
+        still pending in the window's second half, it sheds client work."""
+        return Due(f"reveal:{audit_id}", "reveal_round", state.deadlines.draw_by, lead_blocks=self.chainio.preset.DRAW_WINDOW_BLOCKS // 2)
 
     def worker_receipt(self, audit_id: int) -> Receipt:
         """The worker's signed receipt of the audited job: the start sent only its hash, the reveal shows it."""
