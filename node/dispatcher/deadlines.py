@@ -7,7 +7,7 @@ It stays pending until its transaction lands (`on_landed`: slack = deadline − 
 contract refuses it (`on_refused`: `TooLate` is a miss; a refusal saying it was done already ends it).
 
 While a pending duty has `shed_at_slack_blocks` blocks or fewer left (or is in the second half of
-its window: each duty names its lead, half its window for the audit steps, the post margin for a
+its window: each duty names its lead, half its window for the audit steps, half its span for a
 promise), this node takes no new work from its clients (`verify_room_for_clients`: 503 `shedding_for_duty`, retry): their jobs would take
 the engine, the CPU and the chain threads the duty needs. Jobs of peers and committees are never
 shed (the worker cannot tell a committee job from a peer's, docs/protocol.md §12), and nothing in
@@ -47,7 +47,7 @@ class Due:
     by_block: int
     lead_blocks: int = 0
     """Blocks its own transaction needs before the deadline, beyond `shed_at_slack_blocks` (a batch post: the
-    post margin); client work is shed from max(shed_at_slack_blocks, lead_blocks) blocks before it."""
+    half its span); client work is shed from max(shed_at_slack_blocks, lead_blocks) blocks before it."""
 
 
 @dataclass(frozen=True)

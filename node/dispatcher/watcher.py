@@ -111,10 +111,11 @@ class ChainWatcher:
         behind = self.batches.promises is not None and self.batches.promises.is_post_due(self.head)
         if (not posting or behind) and self.batches.is_batch_due(self.head):
             posting = posting + [self.tables.get_batch(self.batches.create_batch(self.head))]
-        # The first promise to fall due is a duty too: client work is shed before it would be missed.
+        # The first promise to fall due is a duty too: client work is shed once a receipt has waited half its
+        # promise unbatched (the batcher is behind: it posts every batch_max_wait_s otherwise), before the post margin.
         earliest = self.tables.get_earliest_unbatched_promise()
-        self.chainio.duties.set_standing("promises", Due("promises", "post_batch", earliest, lead_blocks=compute_post_margin(
-            self.chainio.preset.BATCH_BY_BLOCKS)) if earliest is not None else None)
+        lead = max(compute_post_margin(self.chainio.preset.BATCH_BY_BLOCKS), self.chainio.preset.BATCH_BY_BLOCKS // 2)
+        self.chainio.duties.set_standing("promises", Due("promises", "post_batch", earliest, lead_blocks=lead) if earliest is not None else None)
         for batch in posting:
             self.tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.post_batch(b["id"]))
         for batch in self.tables.get_batches(("posted",)):
