@@ -86,8 +86,9 @@ class NodeMetrics:
             self.verdicts.labels(verdict=verdict)
         for outcome in DISPUTE_OUTCOMES:
             self.disputes.labels(outcome=outcome)
-        for kind in DUTY_KINDS:
+        for kind in DUTY_KINDS:  # not the worst-slack gauge: a 0 there would read "landed in the last block"
             self.duties_missed.labels(kind=kind)
+            self.duty_slack_blocks.labels(kind=kind)
 
     def on_duty_landed(self, kind: str, slack_blocks: int) -> None:
         """Count one duty's transaction landed with ``slack_blocks`` of its window left."""
