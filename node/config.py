@@ -136,6 +136,8 @@ class LimitsConfig:
     """Opening requests one sender may have in flight (429 above it)."""
     max_concurrent_openings: int = 2
     """Openings this node computes at once, all senders together (others wait): openings never starve the event loop or the engine."""
+    duty_openings: int = 2
+    """Openings this node computes at once for its own slashable duties (its cells as a worker or member, a contest's answer, its dispatcher's checks of its own worker), on slots and threads of their own: no sender's quota (max_openings_per_sender) or slot (max_concurrent_openings) ever applies to them."""
     max_inflight_per_client: int = 16
     """Generation requests one OpenAI client (its API key, else its IP address) may have in flight (429 above it)."""
     body_timeout_s: float = 30.0
@@ -313,12 +315,14 @@ def verify_config(config: NodeConfig) -> None:
         "limits.max_jobs_per_sender": config.limits.max_jobs_per_sender,
         "limits.max_openings_per_sender": config.limits.max_openings_per_sender,
         "limits.max_concurrent_openings": config.limits.max_concurrent_openings,
+        "limits.duty_openings": config.limits.duty_openings,
         "queue.reserved_for_committee": config.queue.reserved_for_committee,
         "store.retention_s": config.store.retention_s,
         "auth.max_clock_skew_s": config.auth.max_clock_skew_s,
         "limits.max_inflight_per_client": config.limits.max_inflight_per_client,
         "limits.body_timeout_s": config.limits.body_timeout_s,
         "limits.header_timeout_s": config.limits.header_timeout_s,
+        "dispatcher.client_jobs_per_worker": config.dispatcher.client_jobs_per_worker,
     }
     for name, value in positive.items():
         if value < 1:
@@ -327,6 +331,8 @@ def verify_config(config: NodeConfig) -> None:
         raise ConfigError(f"server.port must be in 0..65535, got {config.server.port}")
     if not 0 <= config.queue.reserved_for_peers < config.queue.max_queued_jobs:
         raise ConfigError(f"queue.reserved_for_peers must be in 0..max_queued_jobs-1, got {config.queue.reserved_for_peers}")
+    if config.dispatcher.shed_at_slack_blocks < 0:
+        raise ConfigError(f"dispatcher.shed_at_slack_blocks must not be negative, got {config.dispatcher.shed_at_slack_blocks}")
     if config.queue.batch_wait_ms < 0 or config.queue.max_batch_size < 0 or config.engine.threads < 0:
         raise ConfigError("queue.batch_wait_ms, queue.max_batch_size and engine.threads must not be negative")
     for name in ("synchronous", "receipts_synchronous"):

@@ -16,6 +16,8 @@ from verillm.errors import VerillmError
 # Seconds; CPU tiny-model jobs take milliseconds, SmolLM2 on CPU seconds, long GPU jobs minutes.
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+SLACK_BUCKETS_BLOCKS = (0, 1, 2, 3, 5, 10, 20, 50, 100, 200, 600)
+DUTY_KINDS = ("post_batch", "draw_audit", "start_audit", "open_worker", "seal_vote", "open_and_vote", "reveal_round", "post_batch", "answer_contest")
 
 JOB_OUTCOMES = ("done", "failed")  # refusals before admission are counted by error code
 VERDICTS = ("verified", "slashed", "member_slashed")
@@ -40,6 +42,7 @@ class NodeMetrics:
 
     def __post_init__(self):
         r = self.registry
+        self._worst_slack: dict[str, int] = {}
         # --- worker: jobs and tokens ---
         self.jobs = Counter("verillm_node_jobs", "Jobs finished, by outcome (done, failed).", ["outcome"], registry=r)
         self.input_tokens = Counter("verillm_node_input_tokens", "Input tokens of finished jobs, by outcome.", ["outcome"], registry=r)
@@ -63,6 +66,10 @@ class NodeMetrics:
         self.disputes = Counter("verillm_dispatcher_disputes", "Disputes, by outcome.", ["outcome"], registry=r)
         self.stake_wei = Gauge("verillm_node_stake_wei", "This node's stake in the Registry, in wei.", registry=r)
         self.slashed_wei = Counter("verillm_node_slashed_wei", "Stake this node lost to slashing, in wei.", registry=r)
+        self.duty_slack_blocks = Histogram("verillm_node_duty_slack_blocks", "Blocks left in its window when a slashable duty's transaction landed, by duty.",
+                                           ["kind"], buckets=SLACK_BUCKETS_BLOCKS, registry=r)
+        self.duty_worst_slack_blocks = Gauge("verillm_node_duty_worst_slack_blocks", "Least slack (blocks) any duty of this kind landed with since start.", ["kind"], registry=r)
+        self.duties_missed = Counter("verillm_node_duties_missed", "Slashable duties whose window closed before they landed, by duty.", ["kind"], registry=r)
         self.unbatched_receipts = Gauge("verillm_dispatcher_unbatched_receipts", "Receipts this dispatcher holds that no posted batch includes yet.", registry=r)
         self._initialise_label_sets()
 
@@ -79,6 +86,17 @@ class NodeMetrics:
             self.verdicts.labels(verdict=verdict)
         for outcome in DISPUTE_OUTCOMES:
             self.disputes.labels(outcome=outcome)
+        for kind in DUTY_KINDS:  # not the worst-slack gauge: a 0 there would read "landed in the last block"
+            self.duties_missed.labels(kind=kind)
+            self.duty_slack_blocks.labels(kind=kind)
+
+    def on_duty_landed(self, kind: str, slack_blocks: int) -> None:
+        """Count one duty's transaction landed with ``slack_blocks`` of its window left."""
+        self.duty_slack_blocks.labels(kind=kind).observe(slack_blocks)
+        worst = self._worst_slack.get(kind)
+        if worst is None or slack_blocks < worst:
+            self._worst_slack[kind] = slack_blocks
+            self.duty_worst_slack_blocks.labels(kind=kind).set(slack_blocks)
 
     def on_job_finished(self, outcome: str, input_tokens: int, output_tokens: int) -> None:
         """Count one finished job and its tokens under ``outcome``."""

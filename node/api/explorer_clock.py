@@ -49,7 +49,7 @@ class BlockClock:
         missing = [b for b in blocks if b not in known][:MAX_READS_PER_BODY]
         if missing:
             chain = self.service.chainio.chain
-            fetched = await self.service.chainio.read(lambda: {b: int(chain.get_block(b)["timestamp"]) for b in missing})
+            fetched = await self.service.chainio.read_for_clients(lambda: {b: int(chain.get_block(b)["timestamp"]) for b in missing})
             self.tables.insert_block_times(fetched)
             known.update(fetched)
         return known

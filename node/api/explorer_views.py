@@ -109,7 +109,7 @@ async def _nodes(service) -> list[dict]:
     cache = service.__dict__.setdefault("explorer_cache", {})
     if cache.get("at", 0.0) + NETWORK_CACHE_S < time.monotonic():
         registered, slashed = _registered_and_slashed(service.tables)  # the store: on the loop's thread (SQLite)
-        states = await service.chainio.read(lambda: [service.chainio.protocol.get_node(a) for a, _ in registered])
+        states = await service.chainio.read_for_clients(lambda: [service.chainio.protocol.get_node(a) for a, _ in registered])
         cache.update(at=time.monotonic(), nodes=[_node_row(address, block, state, slashed) for (address, block), state in zip(registered, states)])
     return cache["nodes"]
 
@@ -268,8 +268,8 @@ async def _next_step(service, body: dict) -> dict | None:
     """Read the audit's current round from Jobs (its phase and the deadlines the contract computes,
     `getRoundState`), and say what happens next."""
     chainio, head = service.chainio, service.watcher.head
-    audit = await chainio.read(chainio.protocol.get_audit, body["audit_id"])
-    state = await chainio.get_round_state(body["audit_id"], audit.round)
+    audit = await chainio.read_for_clients(chainio.protocol.get_audit, body["audit_id"])
+    state = await chainio.read_for_clients(chainio.protocol.get_round_state, body["audit_id"], audit.round)
     parties = {"worker": audit.worker, "dispatcher": audit.dispatcher, "requested": audit.requested}
     step = compute_next_step(state, parties, body["rounds"], chainio.preset, head)
     return None if step is None else {**step, "read_at_block": head, "phase_code": int(state.phase)}
@@ -303,7 +303,7 @@ async def get_block(request: web.Request) -> web.Response:
     number = compute_int_param(request.match_info, "number", 0, 0, 2**63 - 1)
     if number > head:
         raise NotFound(f"block {number} is not mined yet (head {head})")
-    header = await service.chainio.read(service.chainio.chain.get_block, number)
+    header = await service.chainio.read_for_clients(service.chainio.chain.get_block, number)
     return await _respond(service, {**compute_block_body(_explorer(service), number), "head": head, "hash": "0x" + bytes(header["hash"]).hex(),
                                     "transactions": len(header["transactions"]), "gas_used": header["gasUsed"]})
 

@@ -24,6 +24,7 @@ from verillm.spec import audit as spec_audit
 from verillm.spec.audit import compute_draw_commitment, compute_private_draw_bond
 from verillm.spec.receipt import compute_receipt_hash
 
+from verillm.node.dispatcher.deadlines import Due
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.metrics import NodeMetrics
@@ -55,9 +56,15 @@ class BatchScheduler:
         waiting = len(self.tables.get_unbatched_jobs(self.max_receipts))
         return waiting >= self.max_receipts or time.time() - oldest >= self.max_wait_s
 
-    def create_batch(self) -> int:
-        """Give the oldest waiting receipts their leaf indices in a new batch row; return it."""
-        jobs = self.tables.get_unbatched_jobs(self.max_receipts)
+    def create_batch(self, head: int | None = None) -> int:
+        """Give the oldest waiting receipts their leaf indices in a new batch row; return it.
+
+        At most `max_receipts`, unless a promise is near its deadline (`Promises.is_post_due`): then
+        every waiting receipt up to the contracts' MAX_BATCH_RECEIPTS. One batch posts at a time, so
+        a batch size below the clients' rate would let the backlog outgrow every promise (measured:
+        batches of 4 at 96 completions in flight posted up to 59 blocks past their promises)."""
+        behind = head is not None and self.promises is not None and self.promises.is_post_due(head)
+        jobs = self.tables.get_unbatched_jobs(self.chainio.preset.MAX_BATCH_RECEIPTS if behind else self.max_receipts)
         hashes = [compute_receipt_hash(j.receipt) for j in jobs]
         root = spec_audit.compute_batch_levels(hashes)[-1][0]
         return self.tables.insert_batch(root, [j.job_hash for j in jobs])
@@ -67,8 +74,13 @@ class BatchScheduler:
         batch = self.tables.get_batch(row)
         found = self._find_posted(batch)
         if found is None:
-            receipts = [compute_receipt_hash(j.receipt) for j in self.tables.get_batch_jobs(row)]
-            tx = await self.chainio.send("post_batch", receipts)
+            jobs = self.tables.get_batch_jobs(row)
+            receipts = [compute_receipt_hash(j.receipt) for j in jobs]
+            promised = [p[0] for p in (self.tables.get_promise(j.job_hash) for j in jobs) if p is not None]
+            due = Due(f"post_batch:{row}", "post_batch", min(promised)) if promised else None  # the first promise to fall due
+            if due is not None:
+                self.chainio.duties.expect(due)
+            tx = await self.chainio.send("post_batch", receipts, due=due)
             found = (tx.value.batch_id, tx.receipt["blockNumber"])
         self.tables.update_batch(row, status="posted", batch_id=found[0], posted_block=found[1])
         log.info("batch row %d posted as batch %d (%d receipts)", row, found[0], batch["count"])
@@ -95,8 +107,10 @@ class BatchScheduler:
             log.error("batch %d: missed its draw window; the dispatcher is slashable", batch["batch_id"])
             return
         if on_chain[5] == 0:
+            due = Due(f"draw_audit:{batch['batch_id']}", "draw_audit", seed_block + window, lead_blocks=window // 2)  # a missed draw is slashed
+            self.chainio.duties.expect(due)
             try:
-                await self.chainio.send("draw_audit", batch["batch_id"], self.vrf_secret_key, batch_id=batch["batch_id"])
+                await self.chainio.send("draw_audit", batch["batch_id"], self.vrf_secret_key, batch_id=batch["batch_id"], due=due)
             except Exception as exc:
                 if not is_revert(exc, "AlreadyDrawn"):
                     raise
@@ -140,10 +154,13 @@ class BatchScheduler:
         # publicly: only a selected start may commit.
         fee = self.chainio.preset.COMMITTEE_SIZE * self.chainio.preset.AUDIT_FEE_WEI if requested else compute_private_draw_bond(self.chainio.preset)
         commitment = ZERO32 if requested else compute_draw_commitment(self.chainio.compute_draw_secret(batch["batch_id"], job.batch_index))
+        due = self._start_due(batch, job.batch_index)
+        if due is not None:
+            self.chainio.duties.expect(due)
         try:
             try:
                 tx = await self.chainio.send("start_audit", batch["batch_id"], job.batch_index, job.receipt, levels,
-                                             value_wei=fee, draw_commitment=commitment, batch_id=batch["batch_id"])
+                                             value_wei=fee, draw_commitment=commitment, batch_id=batch["batch_id"], due=due)
             except Exception as exc:
                 if commitment == ZERO32 or not is_revert(exc, "ReceiptExpired", "NotActiveNode"):
                     raise
@@ -166,6 +183,14 @@ class BatchScheduler:
             return
         self.tables.insert_audit(audit_id, job.job_hash, batch["id"], job.batch_index, requested)
         log.info("audit %d started for job 0x%s (batch %d #%d)", audit_id, job.job_hash.hex(), batch["batch_id"], job.batch_index)
+
+    def _start_due(self, batch: dict, index: int) -> Due | None:
+        """A selected leaf's start: due within START_WINDOW_BLOCKS of the draw (a missed start is slashed)."""
+        drawn = [e for e in self.tables.get_events("AuditDrawn") if e["batch_id"] == batch["batch_id"]]
+        if not drawn:
+            return None  # the watcher has not recorded the draw yet: the next pass knows its block
+        window = self.chainio.preset.START_WINDOW_BLOCKS
+        return Due(f"start_audit:{batch['batch_id']}:{index}", "start_audit", drawn[0]["block_number"] + window, lead_blocks=window // 2)
 
     def _find_started(self, batch_id: int, index: int) -> int | None:
         """The audit id the chain recorded for the leaf, 0 when it skipped the start, None when

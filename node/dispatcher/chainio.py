@@ -25,6 +25,7 @@ from verillm.errors import ConfigError
 from verillm.spec.hashing import keccak256
 
 from verillm.node import faults
+from verillm.node.dispatcher.deadlines import Due, DutyClock
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.keys import NodeKey
 
@@ -35,6 +36,10 @@ log = logging.getLogger(__name__)
 # action, and aiohttp's host lookups behind them, until 20-block windows passed (issue 11). A pool
 # of its own, sized for the transactions a busy dispatcher has in flight, keeps them concurrent.
 CHAIN_THREADS = 48
+# The reads a client's request makes (a promise's head and standing, /healthz's readiness, the
+# explorer's pages) run on threads of their own: at the gateway's full admitted load they would
+# otherwise hold every one of the duties' CHAIN_THREADS while a reveal waited for one (issue 35).
+CLIENT_CHAIN_THREADS = 8
 
 
 def compute_vrf_secret_key(node_key: NodeKey) -> int:
@@ -74,20 +79,38 @@ class ChainIO:
         self.preset = self.protocol.preset
         self._models: dict[bytes, OnchainModel] = {}
         self._executor = ThreadPoolExecutor(max_workers=CHAIN_THREADS, thread_name_prefix="verillm-chain")
+        self._client_executor = ThreadPoolExecutor(max_workers=CLIENT_CHAIN_THREADS, thread_name_prefix="verillm-chain-clients")
+        self.duties = DutyClock()
+        """The deadline of every slashable transaction this node has pending, and the slack each landed with."""
 
     async def _run(self, function, *args, **kwargs):
-        """Run a blocking chain call in this ChainIO's own threads."""
+        """Run a blocking chain call in the duties' threads (this node's own steps: the watcher's, its duties')."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(function, *args, **kwargs))
 
     async def read(self, function, *args):
-        """Run a blocking read (any callable) in a thread."""
+        """Run a blocking read (any callable) in a thread of the node's own steps (never a client's request's)."""
         return await self._run(function, *args)
 
-    async def send(self, name: str, *args, audit_id: int | None = None, batch_id: int | None = None, **kwargs) -> Tx:
-        """Run ``Protocol.<name>(self.account, *args)`` in a thread and record its gas."""
+    async def read_for_clients(self, function, *args):
+        """Run a blocking read made on behalf of a client's or visitor's request, in threads of their own
+        (CLIENT_CHAIN_THREADS): however many such requests wait, the duties' threads stay free."""
+        return await asyncio.get_running_loop().run_in_executor(self._client_executor, functools.partial(function, *args))
+
+    async def send(self, name: str, *args, audit_id: int | None = None, batch_id: int | None = None, due: Due | None = None, **kwargs) -> Tx:
+        """Run ``Protocol.<name>(self.account, *args)`` in a thread and record its gas. With ``due`` (a
+        slashable duty's deadline), the duty is pending in `duties` until it lands, then its slack is kept."""
         method = getattr(self.protocol, name)
-        tx = await self._run(method, self.account, *args, **kwargs)
+        if due is not None:
+            self.duties.expect(due)
+        try:
+            tx = await self._run(method, self.account, *args, **kwargs)
+        except Exception as exc:
+            if due is not None:
+                self.duties.on_refused(due, getattr(exc, "error", None) if isinstance(exc, TransactionReverted) else None)
+            raise
         receipt = tx.receipt
+        if due is not None:
+            self.duties.on_landed(due, receipt["blockNumber"])
         function = f"{name}"
         faults.reach(f"tx_mined_{name}")
         self.tables.record_tx(bytes(receipt["transactionHash"]), function, tx.gas_used, receipt["blockNumber"], audit_id, batch_id)
@@ -146,6 +169,10 @@ class ChainIO:
 
     async def block_number(self) -> int:
         return await self._run(self.chain.get_block_number)
+
+    async def block_number_for_clients(self) -> int:
+        """The chain's head, read for a client's request (`read_for_clients`)."""
+        return await self.read_for_clients(self.chain.get_block_number)
 
     async def get_round_state(self, audit_id: int, round_index: int | None = None) -> RoundState:
         """`Jobs.getRoundState`: phase, counts, delivery state and deadlines (spec.audit.RoundState)."""

@@ -25,3 +25,7 @@ class DispatcherConfig:
     """How long the view of registered workers (addresses, endpoints, stakes) is cached."""
     escalate: bool = True
     """Bond and escalate a round that slashes a worker while a proven member's data agree with it."""
+    client_jobs_per_worker: int = 12
+    """Client jobs this gateway keeps in flight at any one other worker: keep it below that worker's `limits.max_jobs_per_sender` (16 by default), so the rest of this gateway's share there is always free for its committee jobs (node/dispatcher/router.py)."""
+    shed_at_slack_blocks: int = 4
+    """While a slashable duty of this node (an opening, a seal, a reveal, a batch a promise falls due on) is pending with this many blocks or fewer left in its window (an audit step: or in the second half of its window; a promise: unbatched past half its span), new client requests are refused 503 `shedding_for_duty` until it lands (node/dispatcher/deadlines.py)."""

@@ -63,19 +63,20 @@ class Promises:
 
     async def verify_capacity(self) -> None:
         """Raise CannotPromise unless this node can post a batch before a new promise falls due."""
-        active = await self.chainio.read(self.chainio.protocol.registry.call, "isActive", self.chainio.account.address)
+        # read for a client's request: on the clients' chain threads, never the duties' (node/dispatcher/chainio.py)
+        active = await self.chainio.read_for_clients(self.chainio.protocol.registry.call, "isActive", self.chainio.account.address)
         if not active:
             raise CannotPromise("this node is not active in the Registry: it could not batch the job's receipt")
-        head = await self.chainio.block_number()
+        head = await self.chainio.block_number_for_clients()
         earliest = self.tables.get_earliest_unbatched_promise()
         if earliest is not None and earliest < head:
             raise CannotPromise(f"the batcher is behind: a receipt promised for block {earliest} is still unbatched at {head}")
 
-    async def verify_horizon(self, receipt) -> None:
+    async def verify_horizon(self, receipt, for_duty: bool = False) -> None:
         """Raise InvalidProof unless ``receipt`` is auditable until a promise made now (head +
         BATCH_BY_BLOCKS) + the start span: a worker that signs a short horizon makes its receipt
         unauditable before the batch holding it could be drawn (`spec.verify_receipt_horizon`)."""
-        head = await self.chainio.block_number()
+        head = await (self.chainio.block_number() if for_duty else self.chainio.block_number_for_clients())
         verify_receipt_horizon(receipt, spec_coverage.compute_batch_by_block(head, self.batch_by_blocks), self.preset)
 
     async def make(self, job_hash: bytes, receipt) -> spec_coverage.SignedPromise:
@@ -87,7 +88,7 @@ class Promises:
         if stored is not None:
             promise = spec_coverage.BatchPromise(receipt_hash, self.key.address, stored[0])
             return spec_coverage.SignedPromise(promise, stored[1])
-        head = await self.chainio.block_number()
+        head = await self.chainio.block_number_for_clients()
         batch_by = min(spec_coverage.compute_batch_by_block(head, self.batch_by_blocks),
                        receipt.auditable_until_block - compute_timeline(self.preset).start_span)
         if batch_by < head:

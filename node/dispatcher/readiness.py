@@ -132,6 +132,6 @@ class ReadinessMonitor:
         """Return the current reasons (re-read from the chain when older than ``refresh_s``)."""
         async with self._lock:
             if self.reasons is None or time.monotonic() - self.read_at >= self.refresh_s:
-                state = await self.chainio.read(read_serving_state, self.chainio.protocol, self.address, self.model_id)
+                state = await self.chainio.read_for_clients(read_serving_state, self.chainio.protocol, self.address, self.model_id)
                 self.reasons, self.read_at = compute_serving_reasons(state), time.monotonic()
         return self.reasons

@@ -7,7 +7,17 @@ kept only if its receipt is signed by that worker for this deployment and binds 
 the output. Anything else a worker does — no answer, an error status, a malformed or oversized
 body, a bad receipt — is that worker's failure: the job goes to the next worker, and the failed
 one is benched (`WorkerHealth`: tried after every other worker, for a time that doubles with
-each failure in a row). The worker's own words never reach the client: they go to this node's
+each failure in a row). A worker that is full (429 `rate_limited`, 503 `queue_full`) has not
+failed: the job goes to the next worker and the full one is tried after the others for
+BUSY_BACKOFF_S, never benched, its failures in a row untouched (issue 35: an honest worker full
+of this gateway's own client jobs was benched as if it had failed).
+
+This gateway keeps at most `dispatcher.client_jobs_per_worker` client jobs in flight at any one
+other worker: the rest of its sender's share there (`limits.max_jobs_per_sender`) stays free for
+its committee jobs, which go on a session and connections of their own (`duty_session`) with no
+such cap, so its clients' load can never make a worker refuse or queue its committee job behind
+them (docs/protocol.md §12 "Duties first"). The worker sees one sender's jobs either way.
+The worker's own words never reach the client: they go to this node's
 log (truncated), and the client sees which workers failed and each failure's error code. A kept
 answer is durable (`dispatch_jobs`) before it is returned: the batcher posts its receipt and the
 audit scheduler may audit it.
@@ -23,7 +33,7 @@ import aiohttp
 from web3 import Web3
 
 from verillm.spec.receipt import verify_receipt_binding
-from verillm.errors import BadResponse, InvalidProof, InvalidSignature, QueueFull, VerillmError
+from verillm.errors import BadResponse, InvalidProof, InvalidSignature, QueueFull, TooManyRequests, VerillmError
 from verillm.spec.delivery import verify_transcript_bound
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain, verify_receipt_signature
@@ -44,6 +54,12 @@ log = logging.getLogger(__name__)
 # broken, refusing, answering junk or a receipt that does not hold (every VerillmError a peer's
 # answer maps to, BadResponse for a malformed or oversized one).
 WORKER_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, VerillmError)
+WORKER_BUSY = (TooManyRequests, QueueFull)
+"""A full worker's refusals (429, 503 queue_full): retried elsewhere, never a failure."""
+BUSY_BACKOFF_S = 1.0
+"""How long a worker that answered full is tried after the others (not doubled, not a failure)."""
+CLIENT_JOBS_PER_WORKER = 12
+"""Default of `dispatcher.client_jobs_per_worker`: 4 below the default `limits.max_jobs_per_sender` (16)."""
 BENCH_BASE_S = 10.0
 """How long a worker that just failed a job is tried after every other one; doubles per failure in a row."""
 BENCH_MAX_S = 600.0
@@ -78,22 +94,33 @@ class WorkerHealth:
         self.clock = clock
         self.failures: dict[bytes, int] = {}
         self.benched_until: dict[bytes, float] = {}
+        self.busy_until: dict[bytes, float] = {}
 
     def on_failure(self, address: bytes) -> None:
         count = self.failures.get(address, 0) + 1
         self.failures[address] = count
         self.benched_until[address] = self.clock() + min(BENCH_MAX_S, BENCH_BASE_S * 2 ** (count - 1))
 
+    def on_busy(self, address: bytes) -> None:
+        """A full worker (429, 503 queue_full): tried after the others for BUSY_BACKOFF_S; not a failure."""
+        self.busy_until[address] = self.clock() + BUSY_BACKOFF_S
+
     def on_success(self, address: bytes) -> None:
         self.failures.pop(address, None)
         self.benched_until.pop(address, None)
+        self.busy_until.pop(address, None)
 
     def is_benched(self, address: bytes) -> bool:
         return self.benched_until.get(address, 0.0) > self.clock()
 
+    def is_busy(self, address: bytes) -> bool:
+        return self.busy_until.get(address, 0.0) > self.clock()
+
     def compute_order(self, entries: list) -> list:
-        """``entries`` with the benched workers moved to the end (tried only when all others failed)."""
-        return [e for e in entries if not self.is_benched(e.address)] + [e for e in entries if self.is_benched(e.address)]
+        """``entries``: the ready workers, then the busy ones, then the benched ones (tried only when all others failed)."""
+        benched = [e for e in entries if self.is_benched(e.address)]
+        busy = [e for e in entries if self.is_busy(e.address) and e not in benched]
+        return [e for e in entries if e not in benched and e not in busy] + busy + benched
 
 
 def compute_failure_code(exc: BaseException) -> str:
@@ -180,6 +207,13 @@ class NetworkDispatcher:
                  domain: SigningDomain, session: aiohttp.ClientSession, committee_size: int, max_transcript_tokens: int):
         self.worker, self.store, self.tables, self.view = worker, store, tables, view
         self.key, self.domain, self.session = key, domain, session
+        self.duty_session = session
+        """The session of this node's duties (committee jobs, openings it checks): its own connections,
+        so no number of client jobs in flight can hold them (the service gives it a session of its own)."""
+        self.client_jobs_per_worker = CLIENT_JOBS_PER_WORKER
+        self._client_jobs: dict[bytes, int] = {}
+        """Client jobs in flight at each other worker (at most client_jobs_per_worker)."""
+        self.duties = None  # node/dispatcher/deadlines.py's DutyClock (set by the service): shed client work before a duty's window closes
         self.committee_size = committee_size
         self.max_transcript_tokens = max_transcript_tokens
         """The deployment's MAX_TRANSCRIPT_TOKENS: a longer job's receipt could never be audited."""
@@ -249,14 +283,27 @@ class NetworkDispatcher:
             del self._routing[job_hash]
 
     async def _route(self, job: Job, job_hash: bytes, audit_requested: bool, on_token: Callable[[int], None] | None) -> JobResult:
+        if self.duties is not None:  # a duty about to miss its window comes first: no new client work
+            self.duties.verify_room_for_clients()
         if self.promises is not None:  # never take a job whose receipt this node could not batch in time
             await self.promises.verify_capacity()
         failures = []
         for entry in self.health.compute_order(self._rotation()):
             relayed: list[int] = []
+            if entry.address != self.key.address and self._client_jobs.get(entry.address, 0) >= self.client_jobs_per_worker:
+                failures.append(f"0x{entry.address.hex()}: this gateway's client share of it is in use")
+                continue
             try:
-                output_tokens, receipt = await self.run_on(entry.address, entry.url, job, _relay(on_token, relayed, job.max_new_tokens))
+                output_tokens, receipt = await self._run_client_job(entry, job, _relay(on_token, relayed, job.max_new_tokens))
                 verify_streamed_prefix(relayed, output_tokens)
+            except WORKER_BUSY as exc:
+                if relayed:
+                    raise StreamBroken(f"worker 0x{entry.address.hex()} failed job 0x{job_hash.hex()} after streaming {len(relayed)} "
+                                       f"tokens ({compute_failure_code(exc)}); the stream ends here: retry the request") from None
+                self.health.on_busy(entry.address)
+                log.info("worker 0x%s is full (%s); job 0x%s goes to the next worker", entry.address.hex(), compute_failure_code(exc), job_hash.hex())
+                failures.append(f"0x{entry.address.hex()}: {compute_failure_code(exc)}")
+                continue
             except WORKER_FAILURES as exc:
                 self.health.on_failure(entry.address)
                 log.warning("worker 0x%s (%s) failed job 0x%s%s: %s %r", entry.address.hex(), entry.url, job_hash.hex(),
@@ -270,6 +317,16 @@ class NetworkDispatcher:
             self._keep(job_hash, job, entry, output_tokens, receipt, audit_requested)
             return JobResult(job_hash, job, receipt, output_tokens, await self._promise(job_hash, receipt))
         raise NoWorkerCompleted(f"no worker completed job 0x{job_hash.hex()}: " + "; ".join(failures))
+
+    async def _run_client_job(self, entry: WorkerEntry, job: Job, on_token) -> tuple[tuple[int, ...], Receipt]:
+        """`run_on` for a client's job, counted against this gateway's client share of ``entry``."""
+        self._client_jobs[entry.address] = self._client_jobs.get(entry.address, 0) + 1
+        try:
+            return await self.run_on(entry.address, entry.url, job, on_token)
+        finally:
+            self._client_jobs[entry.address] -= 1
+            if not self._client_jobs[entry.address]:
+                del self._client_jobs[entry.address]
 
     async def _promise(self, job_hash: bytes, receipt: Receipt):
         return await self.promises.make(job_hash, receipt) if self.promises is not None else None
@@ -285,24 +342,27 @@ class NetworkDispatcher:
         self.store.insert_dispatched(job_hash, entry.address, url, audit_requested)
         self.tables.insert_dispatched_job(job_hash, job, entry.address, url, output_tokens, receipt, audit_requested)
 
-    async def run_on(self, address: bytes, url: str, job: Job, on_token: Callable[[int], None] | None = None) -> tuple[tuple[int, ...], Receipt]:
+    async def run_on(self, address: bytes, url: str, job: Job, on_token: Callable[[int], None] | None = None,
+                     for_duty: bool = False) -> tuple[tuple[int, ...], Receipt]:
         """Run ``job`` on the node at ``address`` (this one: its own worker); check and return its answer.
-        ``on_token``: called with each output token as that worker samples it."""
+        ``on_token``: called with each output token as that worker samples it. ``for_duty``: a committee
+        job, sent on the duties' session (the worker sees the same signed job on the same route either way)."""
         if address == self.key.address:
             result = await run_local_job(self.worker, job, on_token)
             output_tokens, receipt = tuple(result.output_tokens), result.receipt
         else:
-            peer = PeerClient(url, self.key, self.session, recipient=address)
+            peer = PeerClient(url, self.key, self.duty_session if for_duty else self.session, recipient=address)
             reply = await (peer.submit_job(job) if on_token is None else peer.stream_job(job, on_token))
             output_tokens, receipt = tuple(reply.output_tokens), reply.receipt
         verify_worker_receipt(receipt, job, output_tokens, address, self.domain)
         if self.promises is not None:  # a receipt that expires before its batch's audit could start is the worker's failure
-            await self.promises.verify_horizon(receipt)
+            await self.promises.verify_horizon(receipt, for_duty)
         return output_tokens, receipt
 
     async def fetch_opening(self, address: bytes, url: str, job_hash: bytes, challenge):
-        """Ask the node that ran ``job_hash`` for this job (sent by this node) to open a challenge."""
+        """Ask the node that ran ``job_hash`` for this job (sent by this node) to open a challenge: this node's
+        own worker in process, on the duty lane (no sender's quota), a peer on the duties' session."""
         if address == self.key.address:
-            return await self.worker.open_cells(job_hash, self.key.address, challenge=challenge)
-        return await PeerClient(url, self.key, self.session, recipient=address).request_opening(job_hash, challenge=challenge)
+            return await self.worker.open_own_cells(job_hash, challenge=challenge)
+        return await PeerClient(url, self.key, self.duty_session, recipient=address).request_opening(job_hash, challenge=challenge)
 

@@ -59,13 +59,17 @@ def load_deployment(app: web.Application) -> Deployment:
     return deployment
 
 
-def build_service(app: web.Application, session: aiohttp.ClientSession, chainio: ChainIO, tables: DispatcherTables) -> DispatchService:
-    """Assemble router, batches, audits, duties and the watcher from the app's resources."""
+def build_service(app: web.Application, session: aiohttp.ClientSession, chainio: ChainIO, tables: DispatcherTables,
+                  duty_session: aiohttp.ClientSession | None = None) -> DispatchService:
+    """Assemble router, batches, audits, duties and the watcher from the app's resources. ``duty_session``:
+    the connections of this node's duties (committee jobs, the openings it checks), apart from its clients'."""
     config, worker, metrics, key = app[APP_CONFIG].dispatcher, app[APP_WORKER], app[APP_METRICS], app[APP_KEY]
     tasks = KeyedTasks()
     view = RegistryView(chainio, worker.served.model_id, config.registry_refresh_s)
     router = NetworkDispatcher(worker, app[APP_STORE], tables, view, key, app[APP_DOMAIN], session, chainio.preset.COMMITTEE_SIZE,
                                chainio.preset.MAX_TRANSCRIPT_TOKENS)
+    router.duty_session = duty_session or session
+    router.client_jobs_per_worker = config.client_jobs_per_worker
     batches = BatchScheduler(chainio, tables, metrics, compute_vrf_secret_key(key), config.batch_max_receipts, config.batch_max_wait_s)
     audits = AuditDriver(chainio, tables, router, view, tasks, metrics, config.escalate)
     faults = app.get(APP_FAULTS, PartyFaults())
@@ -75,6 +79,9 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     router.promises = batches.promises = Promises(chainio, tables, key)
     watcher = ChainWatcher(chainio, tables, view, batches, audits, duties, tasks, metrics, config.poll_interval_s, config.confirmations,
                            delivery, OmissionAnswers(chainio, tables))
+    # Every slashable duty's deadline, known to the node: new client work is shed before one would miss it.
+    chainio.duties.get_head, chainio.duties.shed_at_slack_blocks, chainio.duties.metrics = lambda: watcher.head, config.shed_at_slack_blocks, metrics
+    router.duties = chainio.duties
     router.readiness = ReadinessMonitor(chainio, key.address, worker.served.model_id, config.registry_refresh_s)
     # Every receipt this node signs is auditable until the head it last read + RECEIPT_HORIZON_BLOCKS
     # (before the watcher's first tick — jobs re-run at a restart — the chain's head, read now:
@@ -120,7 +127,10 @@ async def network_dispatcher_context(app: web.Application):
     chainio = await asyncio.to_thread(ChainIO, config.chain.rpc_url, deployment, app[APP_KEY], tables)
     verify_retention(config.store.retention_s, chainio.preset, await asyncio.to_thread(get_seconds_per_block, chainio.chain))
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=config.dispatcher.request_timeout_s))
-    service = build_service(app, session, chainio, tables)
+    # The duties' own connections: a client load that holds every connection of `session` never delays
+    # a committee job or an opening this node checks (issue 35).
+    duty_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=config.dispatcher.request_timeout_s))
+    service = build_service(app, session, chainio, tables, duty_session)
     await chainio.wait_own_pending_mined()  # a previous run's last transaction lands before its step is redone
     log.info("dispatcher: catching up with the contracts' events and the Registry ...")
     await service.watcher.tick()  # catch up with the chain (and the Registry) before serving
@@ -137,3 +147,4 @@ async def network_dispatcher_context(app: web.Application):
     await asyncio.gather(loop_task, seats_task, return_exceptions=True)
     await service.tasks.close()
     await session.close()
+    await duty_session.close()

@@ -15,6 +15,8 @@ import logging
 from verillm.chain.events import ChainEvent, EventPoller
 
 from verillm.node.dispatcher.batches import BatchScheduler
+from verillm.node.dispatcher.deadlines import Due
+from verillm.node.dispatcher.promises import compute_post_margin
 from verillm.node.dispatcher.chainio import ChainIO
 from verillm.node.dispatcher.promises import OmissionAnswers
 from verillm.node.dispatcher.audit.delivery import DeliveryDuties
@@ -82,7 +84,7 @@ class ChainWatcher:
     async def tick(self) -> None:
         """Record new events, then give every pending item its next step."""
         self.head = await self.chainio.block_number()
-        events = await asyncio.to_thread(self.poller.poll)
+        events = await self.chainio.read(self.poller.poll)  # the duties' chain threads, not the loop's default ones (clients' DNS lookups use those)
         rows = [compute_event_row(e) for e in events]
         for row in rows:
             self.duties.on_event(row["name"], json.loads(row["args"]), row["audit_id"])
@@ -104,8 +106,16 @@ class ChainWatcher:
 
     def _advance_batches(self) -> None:
         posting = self.tables.get_batches(("posting",))
-        if not posting and self.batches.is_batch_due(self.head):
-            posting = [self.tables.get_batch(self.batches.create_batch())]
+        # One batch posts at a time, unless waiting receipts' promises are near their deadline: then
+        # the next batch goes out beside the one posting (a post takes blocks under load; a promise cannot wait).
+        behind = self.batches.promises is not None and self.batches.promises.is_post_due(self.head)
+        if (not posting or behind) and self.batches.is_batch_due(self.head):
+            posting = posting + [self.tables.get_batch(self.batches.create_batch(self.head))]
+        # The first promise to fall due is a duty too: client work is shed once a receipt has waited half its
+        # promise unbatched (the batcher is behind: it posts every batch_max_wait_s otherwise), before the post margin.
+        earliest = self.tables.get_earliest_unbatched_promise()
+        lead = max(compute_post_margin(self.chainio.preset.BATCH_BY_BLOCKS), self.chainio.preset.BATCH_BY_BLOCKS // 2)
+        self.chainio.duties.set_standing("promises", Due("promises", "post_batch", earliest, lead_blocks=lead) if earliest is not None else None)
         for batch in posting:
             self.tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.post_batch(b["id"]))
         for batch in self.tables.get_batches(("posted",)):

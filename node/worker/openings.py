@@ -9,10 +9,16 @@ out committed leaves, so:
   cell cost one leaf, and an answer never holds more leaves than the job has cells;
 - at most `limits.max_opened_cells` cells per request (duplicates counted), at most
   `limits.max_openings_per_sender` requests in flight per sender (429), and at most
-  `limits.max_concurrent_openings` computed at once by the whole node (the rest wait their turn);
+  `limits.max_concurrent_openings` computed at once for all senders (the rest wait their turn);
 - a request from the HTTP route is parsed, computed and serialized in a separate process
   (node/worker/opening_process.py), so `/healthz`, the chain watcher and committee duties keep
-  their pace during a burst; this node's own duties (a challenge's few cells) use a thread;
+  their pace during a burst;
+- this node's own duties (opening its cells as a worker or member, answering a contest, its
+  dispatcher's checks of its own worker) take another path by construction (`open_for_duty`): no
+  requester, so no sender's quota; `limits.duty_openings` slots and threads of their own, never
+  the HTTP senders' slots or process pool, nor the event loop's default threads. Nothing a client
+  or peer sends can make this node refuse, or queue, its own slashable opening (issue 35: the
+  node refused itself 429 under client load and was slashed for a late reveal);
 - a job whose trace was not retained (exact mode, `engine.retention = tokens`: an empty blob) is
   opened from a trace rebuilt by one prefill over its tokens, in a thread (the engine lives in
   this process), and only if the rebuilt tree gives the receipt's root (`docs/protocol.md` §9).
@@ -22,6 +28,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 from verillm.errors import InvalidInput, InvalidSignature, NotFound, TooManyRequests
 from verillm.spec.challenge import compute_opened_cells
@@ -45,6 +52,10 @@ class Openings:
         self.served, self.store, self.key, self.limits, self.metrics = served, store, key, limits, metrics
         self._by_sender: Counter[bytes] = Counter()
         self._slots: asyncio.Semaphore | None = None  # made on the loop that uses it
+        self._duty_slots: asyncio.Semaphore | None = None  # the duties' own, apart from every sender's
+        self._duty_threads = ThreadPoolExecutor(max_workers=limits.duty_openings, thread_name_prefix="verillm-duty-opening")
+        self.duty_waits = 0
+        """Duty openings that found every duty slot taken (only this node's own duties can take one)."""
 
     def verify_access(self, job_hash: bytes, requester: bytes) -> Receipt:
         """Check ``requester`` submitted the done job ``job_hash`` (or is this node); return its receipt."""
@@ -80,23 +91,33 @@ class Openings:
         self._count(started, leaves)
         return body
 
-    async def open(self, job_hash: bytes, requester: bytes, cells: list[tuple[int, int]] | None = None,
-                   challenge: Challenge | None = None) -> Opening:
-        """Open ``cells`` (or the cells of ``challenge``) of a done job for the job's submitter (this node's duties)."""
-        receipt = self.verify_access(job_hash, requester)
+    async def open_for_duty(self, job_hash: bytes, cells: list[tuple[int, int]] | None = None,
+                            challenge: Challenge | None = None) -> Opening:
+        """Open ``cells`` (or the cells of ``challenge``) of a job this node ran, for one of its own duties.
+
+        The duty lane: only in-process callers reach it (no route does), it has no sender, so no
+        sender's quota (`_turn`) applies, and it computes on `limits.duty_openings` slots and threads
+        of its own; the HTTP senders' slots, process pool and quotas are never touched."""
+        receipt = self.verify_access(job_hash, self.key.address)
         if challenge is not None:
             cells = compute_opened_cells(challenge, receipt.num_positions)
         verify_cell_count(cells, self.limits.max_opened_cells)
-        async with self._turn(requester):
+        if self._duty_slots is None:
+            self._duty_slots = asyncio.Semaphore(self.limits.duty_openings)
+        if self._duty_slots.locked():
+            self.duty_waits += 1
+        async with self._duty_slots:
             started = time.perf_counter()
             blob = self.store.get_trace_blob(job_hash)
             faults.reach("opening_served")
             layers = self.served.manifest.committed_layers
             unique = compute_unique_cells(cells)
+            loop = asyncio.get_running_loop()
             if blob:
-                opening = await asyncio.to_thread(compute_opening_from_blob, blob, receipt, layers, unique)
+                opening = await loop.run_in_executor(self._duty_threads, compute_opening_from_blob, blob, receipt, layers, unique)
             else:
-                opening = await asyncio.to_thread(self._rebuild_opening, self.store.get_job(job_hash), receipt, unique)
+                record = self.store.get_job(job_hash)
+                opening = await loop.run_in_executor(self._duty_threads, self._rebuild_opening, record, receipt, unique)
         self._count(started, len(opening.leaves))
         return opening
 
@@ -112,7 +133,8 @@ class Openings:
 
     @contextlib.asynccontextmanager
     async def _turn(self, requester: bytes):
-        """One opening of ``requester``: its share first (429), then one of the node's slots (waits)."""
+        """One HTTP opening of ``requester``: its share first (429), then one of the senders' slots (waits).
+        This node's own duties never come here (`open_for_duty`)."""
         if self._by_sender[requester] >= self.limits.max_openings_per_sender:
             raise TooManyRequests(f"0x{requester.hex()} already has {self._by_sender[requester]} openings in flight "
                                   "(limits.max_openings_per_sender); retry when one ends")

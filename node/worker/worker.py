@@ -247,9 +247,10 @@ class Worker:
 
     # --- openings ---------------------------------------------------------------------------
 
-    async def open_cells(self, job_hash: bytes, requester: bytes, cells: list[tuple[int, int]] | None = None, challenge: Challenge | None = None) -> Opening:
-        """Open ``cells`` (or the cells of ``challenge``) of a done job for the job's submitter (node/worker/openings.py)."""
-        return await self.openings.open(job_hash, requester, cells, challenge)
+    async def open_own_cells(self, job_hash: bytes, cells: list[tuple[int, int]] | None = None, challenge: Challenge | None = None) -> Opening:
+        """Open ``cells`` (or the cells of ``challenge``) of a done job for one of this node's own duties: the
+        duty lane (node/worker/openings.py `open_for_duty`), which no sender's quota, slot or pool reaches."""
+        return await self.openings.open_for_duty(job_hash, cells, challenge)
 
 
 def _retrieve_exception(task: asyncio.Task) -> None:

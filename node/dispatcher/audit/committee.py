@@ -72,7 +72,7 @@ class CommitteeDriver:
         if seat.status == "sending":
             url = await self.view.get_endpoint(seat.member)
             try:
-                output_tokens, receipt = await self.router.run_on(seat.member, url, seat.job)
+                output_tokens, receipt = await self.router.run_on(seat.member, url, seat.job, for_duty=True)
             except Exception as exc:
                 self.tables.update_committee_job(seat, error=f"{type(exc).__name__}: {exc}")
                 raise

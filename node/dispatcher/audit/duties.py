@@ -40,6 +40,7 @@ from verillm.spec.challenge import compute_challenge
 from verillm.spec.settlement import AGREE, DISAGREE, FAIL
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
+from verillm.node.dispatcher.deadlines import Due
 from verillm.node.dispatcher.audit.hunt import LiarHunt
 from verillm.spec.audit import decode_opening_leaves
 from verillm.node.store.dispatcher_tables import DispatcherTables, Duty
@@ -169,6 +170,8 @@ class PartyDuties:
         return state, model, prompt_len, challenge
 
     async def _open_worker(self, duty: Duty, info, head: int) -> None:
+        # Pending from the round's OPENING phase on, drawn challenge or not: the window runs either way.
+        due = await self._due(duty, "open_worker")
         if info.challenge_seed == b"\x00" * 32:
             # The dispatcher draws it as soon as it may; the worker only if that has not happened
             # a few blocks later (it must open within the window either way).
@@ -176,10 +179,10 @@ class PartyDuties:
                 await self.chainio.draw_challenge(duty.audit_id)
             return
         _, _, _, challenge = await self._challenge(duty, info.challenge_seed)
-        opening = await self.worker.open_cells(duty.job_hash, self.chainio.address, challenge=challenge)
+        opening = await self.worker.open_own_cells(duty.job_hash, challenge=challenge)
         if self.faults.worker_opening == "tampered":
             opening = compute_tampered_opening(opening)
-        await self._send_once("open_worker", duty, opening)
+        await self._send_once("open_worker", duty, opening, due=due)
 
     async def _seal_or_open(self, duty: Duty, info, party: dict, head: int) -> None:
         """A member seat: seal the vote once the worker opened, open the seal once the others
@@ -187,10 +190,11 @@ class PartyDuties:
         if not info.worker_opened:
             return
         sealed = party["opening_hash"] != bytes(32)  # the seal, until it is opened
-        if sealed:
-            state = await self.chainio.get_round_state(duty.audit_id, duty.round)
-            if state.seals < state.members and head <= state.deadlines.members_seal_by:
-                return  # another member's seal may still come: nothing is shown before it
+        state = await self.chainio.get_round_state(duty.audit_id, duty.round)
+        due = self._make_due(duty, "open_and_vote" if sealed else "seal_vote", state)
+        self.chainio.duties.expect(due)
+        if sealed and state.seals < state.members and head <= state.deadlines.members_seal_by:
+            return  # another member's seal may still come: nothing is shown before it
         cast = await self._cast_vote(duty, info)
         if cast is None:
             return
@@ -198,9 +202,9 @@ class PartyDuties:
         salt = self.chainio.compute_vote_salt(duty.audit_id, duty.round, duty.slot - 1)
         if not sealed:
             # The seat stays "waiting" (its vote kept): the chain says it sealed (getParty's seal).
-            await self._send_once("seal_vote", duty, duty.round, duty.slot - 1, opening, agree, salt, status="waiting", did="sealed the vote of")
+            await self._send_once("seal_vote", duty, duty.round, duty.slot - 1, opening, agree, salt, status="waiting", did="sealed the vote of", due=due)
         else:
-            await self._send_once("open_and_vote", duty, duty.slot - 1, opening, agree, salt)
+            await self._send_once("open_and_vote", duty, duty.slot - 1, opening, agree, salt, due=due)
 
     async def _cast_vote(self, duty: Duty, info):
         """This seat's opening and vote: the vote computed once over the worker's posted leaves
@@ -209,7 +213,7 @@ class PartyDuties:
         if not worker_open:
             return None  # the watcher has not recorded the worker's opening yet
         state, model, prompt_len, challenge = await self._challenge(duty, info.challenge_seed)
-        opening = await self.worker.open_cells(duty.job_hash, self.chainio.address, challenge=challenge)
+        opening = await self.worker.open_own_cells(duty.job_hash, challenge=challenge)
         if duty.vote is not None:
             return opening, duty.vote == AGREE
         calldata = await self.chainio.get_calldata(bytes.fromhex(worker_open[0]["tx_hash"]))
@@ -228,9 +232,21 @@ class PartyDuties:
         stop_tokens = tuple(self.worker.served.manifest.stop_tokens)
         return compute_member_vote(worker_cells, mine, model, prompt_len, output_tokens, receipt["maxNewTokens"], stop_tokens, record.output_tokens or ())
 
-    async def _send_once(self, name: str, duty: Duty, *args, status: str = "opened", did: str = "opened") -> None:
+    async def _due(self, duty: Duty, kind: str) -> Due:
+        """The seat's next duty with its deadline from the round's state, pending in the node's duty clock."""
+        due = self._make_due(duty, kind, await self.chainio.get_round_state(duty.audit_id, duty.round))
+        self.chainio.duties.expect(due)
+        return due
+
+    def _make_due(self, duty: Duty, kind: str, state) -> Due:
+        by = {"open_worker": state.deadlines.worker_open_by, "seal_vote": state.deadlines.members_seal_by,
+              "open_and_vote": state.deadlines.members_open_by}[kind]
+        # Still pending in the second half of its window: client work yields from there on.
+        return Due(f"{kind}:{duty.audit_id}:{duty.round}:{duty.slot}", kind, by, lead_blocks=self.chainio.preset.OPEN_WINDOW_BLOCKS // 2)
+
+    async def _send_once(self, name: str, duty: Duty, *args, status: str = "opened", did: str = "opened", due: Due | None = None) -> None:
         try:
-            await self.chainio.send(name, duty.audit_id, *args, audit_id=duty.audit_id)
+            await self.chainio.send(name, duty.audit_id, *args, audit_id=duty.audit_id, due=due)
         except Exception as exc:
             if not is_revert(exc, "AlreadyOpened"):
                 raise
@@ -267,7 +283,7 @@ class PartyDuties:
             if not contest[3]:  # closed: answered or resolved
                 continue
             _, _, _, challenge = await self._challenge(duty, info.challenge_seed)
-            opening = await self.worker.open_cells(duty.job_hash, self.chainio.address, challenge=challenge)
+            opening = await self.worker.open_own_cells(duty.job_hash, challenge=challenge)
             cells = list(zip(args["positions"], args["layers"]))
             await self.chainio.send("answer_contest", args["contestId"], cells, opening, audit_id=duty.audit_id)
             log.info("audit %d: answered contest %d against slot %d", duty.audit_id, args["contestId"], duty.slot)

@@ -112,7 +112,7 @@ class LiarHunt:
         prompt_len = compute_prompt_len(state.num_positions, state.output_tokens)
         seed = (await self.chainio.get_round(duty.audit_id, round_index)).challenge_seed
         challenge = compute_challenge(seed, prompt_len, state.output_tokens, model.committed_layers, self.chainio.preset.CHALLENGE_POSITIONS)
-        return model, prompt_len, await self.worker.open_cells(duty.job_hash, self.chainio.address, challenge=challenge)
+        return model, prompt_len, await self.worker.open_own_cells(duty.job_hash, challenge=challenge)
 
     async def _posted_leaves(self, audit_id: int, dims: int) -> dict[int, dict]:
         """Each first-round member's leaves as its `openAndVote` posted them, by party slot."""

@@ -25,6 +25,7 @@ from verillm.spec.types import Receipt
 
 from verillm.node.dispatcher.audit.committee import CommitteeDriver
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
+from verillm.node.dispatcher.deadlines import Due
 from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.node.store.dispatcher_tables import DispatcherTables
 
@@ -60,6 +61,7 @@ class PrivateDrawDriver:
         audit_id = audit.audit_id
         if head <= state.deadlines.draw_after or self.withhold_reveal:
             return  # the seed block's hash is not known yet
+        self.chainio.duties.expect(self.reveal_due(audit_id, state))
         secret = self.chainio.compute_draw_secret(audit.batch_id, audit.index)
         try:
             previewed = await self.chainio.read(self.chainio.protocol.preview_committee, audit_id, secret)
@@ -69,7 +71,7 @@ class PrivateDrawDriver:
             # Too few candidates: the reveal abandons the round, nobody slashed (as a public draw
             # would); left unrevealed, the lapse would slash this dispatcher.
             log.warning("audit %d: the pool cannot seat the private draw (%s); revealing it at once", audit_id, exc.error)
-            self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, []))
+            self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, [], self.reveal_due(audit_id, state)))
             return
         members = [bytes.fromhex(m[2:]) for m in previewed]
         seats = []
@@ -81,7 +83,12 @@ class PrivateDrawDriver:
         seats = [self.tables.get_committee_job(audit_id, 0, s.slot, s.member) for s in seats]
         answered = [(s.slot, s.receipt) for s in seats if s.status == "answered"]
         if members and is_reveal_due(state, head, len(members), len(answered)):
-            self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, answered))
+            self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, answered, self.reveal_due(audit_id, state)))
+
+    def reveal_due(self, audit_id: int, state: RoundState) -> Due:
+        """The reveal's deadline: the draw window's last block (a missed reveal is slashed at the lapse);
+        still pending in the window's second half, it sheds client work."""
+        return Due(f"reveal:{audit_id}", "reveal_round", state.deadlines.draw_by, lead_blocks=self.chainio.preset.DRAW_WINDOW_BLOCKS // 2)
 
     def worker_receipt(self, audit_id: int) -> Receipt:
         """The worker's signed receipt of the audited job: the start sent only its hash, the reveal shows it."""
@@ -98,11 +105,13 @@ class PrivateDrawDriver:
             raise
         log.warning("audit %d: private draw missed; the worker's receipt is shown for a public draw", audit_id)
 
-    async def _reveal(self, audit_id: int, secret: bytes, answered: list) -> None:
+    async def _reveal(self, audit_id: int, secret: bytes, answered: list, due: Due | None = None) -> None:
         try:
-            tx = await self.chainio.send("reveal_round", audit_id, secret, self.worker_receipt(audit_id), answered, audit_id=audit_id)
+            tx = await self.chainio.send("reveal_round", audit_id, secret, self.worker_receipt(audit_id), answered, audit_id=audit_id, due=due)
         except Exception as exc:
             if is_revert(exc, "UnexpectedPhase"):  # revealed already (a previous run), or the round moved on
+                if due is not None:
+                    self.chainio.duties.forget(due.key)
                 return
             if not answered or not isinstance(exc, TransactionReverted):
                 raise
@@ -111,7 +120,7 @@ class PrivateDrawDriver:
             # draw, each receipt posted (or refused) on its own by CommitteeDriver.
             log.warning("audit %d: reveal with %d receipt(s) refused (%s); revealing the draw alone", audit_id, len(answered), exc)
             answered = []
-            tx = await self.chainio.send("reveal_round", audit_id, secret, self.worker_receipt(audit_id), answered, audit_id=audit_id)
+            tx = await self.chainio.send("reveal_round", audit_id, secret, self.worker_receipt(audit_id), answered, audit_id=audit_id, due=due)
         for slot, _ in answered:
             if slot >= len(tx.value):
                 break  # the round was abandoned (pool exhausted): no seat to record

@@ -195,3 +195,31 @@ async def test_an_expired_receipt_is_started_publicly_so_it_is_skipped_not_left_
     protocol.chain.mine(MINIMAL.START_WINDOW_BLOCKS + 1)
     with pytest.raises(Exception, match="AlreadyHandled"):  # the missed-start slash has nothing to take
         protocol.slash_missed_start(client, batch["batch_id"], 0)
+
+
+async def test_a_backlog_near_its_promise_goes_out_in_one_batch_and_the_post_lands_in_time(deployed, tmp_path):
+    """Issue 35's duty bench: one batch posts at a time, and batches of `batch_max_receipts` (4 on the devnet) at
+    96 completions in flight posted up to 59 blocks past their promises. A promise near its deadline now takes
+    every waiting receipt into the next batch, and the node's duty clock records the post's slack."""
+    _, protocol, node, _ = deployed
+    key, tables, chainio, domain = _node(deployed, tmp_path)
+    promises = Promises(chainio, tables, key)
+    batches = BatchScheduler(chainio, tables, NodeMetrics(), vrf.derive_secret_key(b"\x02" * 32), 4, max_wait_s=10_000)
+    batches.promises = promises
+    signed = []
+    for i in range(10):
+        job, receipt = _job_and_receipt(1000 + i, key, domain, protocol)
+        job_hash = (1000 + i).to_bytes(32, "big")
+        tables.insert_dispatched_job(job_hash, job, key.address, "", (5, 6), receipt, False)
+        signed.append(await promises.make(job_hash, receipt))
+    first_due = min(s.promise.batch_by_block for s in signed)
+    due_at = first_due - compute_post_margin(MINIMAL.BATCH_BY_BLOCKS)
+    protocol.chain.mine(max(0, due_at - protocol.chain.get_block_number()))
+    head = protocol.chain.get_block_number()
+    assert promises.is_post_due(head)
+    row = batches.create_batch(head)
+    assert tables.get_batch(row)["count"] == 10  # the whole backlog, not 4 of it
+    await batches.post_batch(row)
+    landed = [item for item in chainio.duties.landed if item.due.kind == "post_batch"]
+    assert len(landed) == 1 and landed[0].due.by_block == first_due and landed[0].slack_blocks >= 0
+    assert chainio.duties.missed == type(chainio.duties.missed)() and not chainio.duties.pending

@@ -43,7 +43,7 @@ pytestmark = pytest.mark.usefixtures("anvil_installed")
 
 
 class RetainedJobs:
-    """The worker's openings from its store, as `Worker.open_cells` serves them (real `Openings`
+    """The worker's openings from its store, as `Worker.open_own_cells` serves them (real `Openings`
     over the retained trace blob; no engine: the served model only names the committed layers)."""
 
     class Served:
@@ -56,8 +56,8 @@ class RetainedJobs:
     def __init__(self, store, key):
         self.openings = Openings(self.Served, store, key, LimitsConfig(), NodeMetrics())
 
-    async def open_cells(self, job_hash, requester, cells=None, challenge=None):
-        return await self.openings.open(job_hash, requester, cells, challenge)
+    async def open_own_cells(self, job_hash, cells=None, challenge=None):
+        return await self.openings.open_for_duty(job_hash, cells, challenge)
 
 
 @pytest.fixture
