@@ -16,6 +16,7 @@ EXTERNAL = {
     "node": "verillm.bench.node:node_bench",
     "store-sync": "verillm.bench.node:store_sync_bench",
     "devnet-load": "verillm.devnet.load:devnet_load_bench",
+    "stream-signing": "verillm.bench.stream_signing:stream_signing_bench",
 }
 
 
