@@ -215,22 +215,24 @@ class PeerClient:
                             return self._job_reply(get_reply_field(event, "done", self.peer, _require_dict), state)
                         if "tokens" not in event:
                             raise compute_error_from_body(502, event)  # {"error": ...}, or junk: a VerillmError either way
-                        tokens, signed = get_reply_field({"chunk": event}, "chunk", self.peer, stream_chunk_from_json)
-                        state = self._checked(state, tokens, signed, domain)
+                        state, tokens, signed = self._checked(state, event, domain)
                         on_chunk(tokens, signed)
         except TimeoutError:
             if timer.expired():
-                waited = "its first token" if state.last is None else f"a token after its {state.token_count}th"
-                raise StreamStalled(f"{self.peer} sent no {waited} within "
-                                    f"{limits.first_token_s if state.last is None else limits.idle_s:g} s") from None
+                if state.last is None:
+                    raise StreamStalled(f"{self.peer} streamed no token within {limits.first_token_s:g} s (the first-token limit)") from None
+                raise StreamStalled(f"{self.peer} streamed nothing for {limits.idle_s:g} s after {state.token_count} tokens (the idle limit)") from None
             raise
         raise BadResponse(f"{self.peer} ended its stream without the job's result")
 
-    def _checked(self, state: StreamState, tokens, signed, domain: SigningDomain) -> StreamState:
+    def _checked(self, state: StreamState, event: dict, domain: SigningDomain) -> tuple[StreamState, tuple[int, ...], object]:
+        """Return (the new state, the chunk's tokens, its signed prefix); BadStream for a chunk unsigned,
+        malformed, or not covered by its signed prefix (InvalidProof / InvalidSignature, named)."""
         try:
-            return process_stream_chunk(state, tokens, signed, domain)
-        except VerillmError as exc:  # InvalidProof / InvalidSignature: the worker's, named
-            raise BadStream(f"{self.peer} streamed a chunk its signed prefix does not cover: {exc}") from None
+            tokens, signed = stream_chunk_from_json(event)
+            return process_stream_chunk(state, tokens, signed, domain), tokens, signed
+        except VerillmError as exc:
+            raise BadStream(f"{self.peer} streamed a chunk its signed prefix does not cover: {type(exc).__name__}: {str(exc)[:200]}") from None
 
     async def enqueue_job(self, job: Job) -> bytes:
         """Hand ``job`` to the worker without waiting; return its job hash once it is durable there."""

@@ -30,7 +30,7 @@ from verillm.client import AsyncClient, Completion
 from verillm.node.api.streaming import NDJSON, compute_line
 from verillm.node.appkeys import APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_STORE, APP_WORKER
 from verillm.node.dispatcher.peer import StreamLimits
-from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView, WorkerEntry
+from verillm.node.dispatcher.router import BENCH_BASE_S, STRIKE_BENCH_BASE_S, NetworkDispatcher, RegistryView, WorkerEntry, WorkerHealth
 from verillm.node.keys import new_node_key, read_key_file
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.worker.stream_signer import PrefixSigner
@@ -79,6 +79,15 @@ class HostileStreams:
             return await self.honest(request, arrived, wait, compute_body, signer)
         self.served["hostile"] += 1
         response = web.StreamResponse(headers={"Content-Type": NDJSON})
+        try:
+            await self._write(mode, response, request, wait, compute_body, signer)
+        except ConnectionResetError:
+            pass  # the gateway hung up on it, as it should
+        finally:
+            wait.close()  # a stalled stream never awaited the run (which goes on, shielded)
+        return response
+
+    async def _write(self, mode, response, request, wait, compute_body, signer) -> None:
         await response.prepare(request)
         if mode == "stalls":
             await asyncio.Event().wait()  # never a byte of body; ends when the gateway hangs up
@@ -88,7 +97,6 @@ class HostileStreams:
         await response.write(compute_line(_hostile_line(mode, self.tokens, signer)))
         await response.write(compute_line({"done": compute_body(await wait)}))  # the receipt for the job's real output
         await response.write_eof()
-        return response
 
 
 async def _network(start, tmp_path, hostile_streams, mode: str, limits: StreamLimits = StreamLimits()):
@@ -114,7 +122,7 @@ async def _network(start, tmp_path, hostile_streams, mode: str, limits: StreamLi
 
 
 async def _raw_sse(url: str) -> list[str]:
-    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 12, "temperature": 0, "stream": True}
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 32, "temperature": 0, "stream": True}
     async with aiohttp.ClientSession() as http, http.post(url + "/v1/completions", json=body) as response:
         assert response.status == 200, await response.text()
         return [line[6:] for line in (await response.text()).splitlines() if line.startswith("data: ")]
@@ -124,7 +132,7 @@ async def _openai_text(url: str) -> tuple[str, dict]:
     client = AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     text, last = "", None
     try:
-        stream = await client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": PROMPT}], max_tokens=12,
+        stream = await client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": PROMPT}], max_tokens=32,
                                                       temperature=0, stream=True)
         async for chunk in stream:
             text += (chunk.choices[0].delta.content or "") if chunk.choices else ""
@@ -136,7 +144,7 @@ async def _openai_text(url: str) -> tuple[str, dict]:
 
 async def _sdk_items(url: str, served_tiny, domain) -> list:
     async with AsyncClient(url, model_id=served_tiny.model_id, domain=domain, tokenizer=served_tiny.tokenizer) as client:
-        return [item async for item in client.stream(PROMPT, max_tokens=12, temperature=0)]
+        return [item async for item in client.stream(PROMPT, max_tokens=32, temperature=0)]
 
 
 @pytest.fixture
@@ -183,7 +191,7 @@ async def test_a_receipt_contradicting_the_signed_stream_ends_it_and_yields_slas
             with pytest.raises(Exception, match="worker_failed_mid_stream"):
                 async with AsyncClient(gateway.url, model_id=served_tiny.model_id, domain=gateway.app[APP_DOMAIN],
                                        tokenizer=served_tiny.tokenizer) as client:
-                    async for item in client.stream(PROMPT, max_tokens=12, temperature=0):
+                    async for item in client.stream(PROMPT, max_tokens=32, temperature=0):
                         shown.append(item)
             assert not any(isinstance(item, Completion) for item in shown)
     router = gateway.app[APP_DISPATCHER]
@@ -202,13 +210,23 @@ async def test_a_worker_that_never_sends_is_failed_over_within_the_first_token_l
         elapsed = time.monotonic() - started
         assert items[-1].receipt.worker == honest.app[APP_KEY].address and "".join(items[:-1]) == items[-1].text
         assert elapsed < 60, f"{elapsed:.1f} s: the stall held the client (the session's total limit is 300 s)"
-        router = gateway.app[APP_DISPATCHER]
-        assert router.health.strikes == {hostile.app[APP_KEY].address: 1}
-        first_bench = router.health.benched_until[hostile.app[APP_KEY].address] - time.monotonic()
-        router.health.benched_until.clear()  # let it be tried first again: its second stall benches it longer
-        await _sdk_items(gateway.url, served_tiny, gateway.app[APP_DOMAIN])
-        assert router.health.strikes == {hostile.app[APP_KEY].address: 2}
-        assert router.health.benched_until[hostile.app[APP_KEY].address] - time.monotonic() > first_bench * 1.5
+        health = gateway.app[APP_DISPATCHER].health
+        assert health.strikes == {hostile.app[APP_KEY].address: 1} and health.is_benched(hostile.app[APP_KEY].address)
+
+
+def test_each_strike_benches_a_worker_longer_and_no_success_resets_it():
+    now = [1000.0]
+    health, worker = WorkerHealth(clock=lambda: now[0]), b"\x01" * 20
+    benches = []
+    for _ in range(4):
+        health.on_strike(worker)
+        benches.append(health.benched_until[worker] - now[0])
+        health.on_success(worker)  # an honest answer in between (a stalling worker may answer others)
+        assert health.is_benched(worker)
+        now[0] = health.benched_until[worker] + 1
+    assert benches == [STRIKE_BENCH_BASE_S * 2**k for k in range(4)]
+    health.on_failure(worker)  # an ordinary failure after: its short bench, strikes kept
+    assert health.strikes[worker] == 4 and health.benched_until[worker] - now[0] == BENCH_BASE_S
 
 
 async def test_a_worker_falling_silent_mid_stream_ends_it_at_the_idle_limit(start, tmp_path, served_tiny, hostile_streams):
