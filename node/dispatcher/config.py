@@ -22,11 +22,9 @@ class DispatcherConfig:
     request_timeout_s: float = 300.0
     """How long to wait for a worker or committee member to answer one job."""
     stream_first_token_s: float = 30.0
-    """How long a relayed stream waits for the worker's first token (its queue wait included) before
-    the job goes to the next worker; nothing has reached the client yet, so the failover is invisible."""
+    """How long a relayed stream waits for the worker's first token (queue wait included) before the job fails over, unseen."""
     stream_idle_s: float = 20.0
-    """How long a relayed stream waits between two of the worker's tokens before it ends with an error
-    (text went out: another worker's cannot be spliced on). A stall benches the worker, longer each time."""
+    """How long a relayed stream waits between two tokens before it ends with an error (each stall benches the worker longer)."""
     registry_refresh_s: float = 2.0
     """How long the view of registered workers (addresses, endpoints, stakes) is cached."""
     escalate: bool = True

@@ -2,7 +2,7 @@
 
 A worker signs every chunk it streams (verillm/spec/stream.py): per token one keccak of the running
 hash, per chunk one secp256k1 signature; a gateway and a client each recompute the running hash and
-recover the signer per chunk. This times those spec functions (medians over ``--repeats`` streams of
+recover the signer per chunk. This times those spec functions (median CPU time over ``--repeats`` streams of
 ``--tokens`` tokens) at chunk sizes of 1, 4 and 16 tokens (the native stream batches whatever the
 engine sampled while the last chunk was written; 1 is a worker that keeps up token by token), on the
 secp256k1 backend eth_keys uses here (coincurve when installed, its pure-Python one otherwise;
@@ -26,13 +26,14 @@ DOMAIN = SigningDomain(31337, b"\x11" * 20)
 
 
 def _use_backend(name: str) -> str:
-    """Make eth_keys sign with ``name`` ("auto": its default); return the backend's class name."""
-    import eth_keys.datatypes
+    """Make eth_keys sign with ``name`` ("auto": its default, coincurve when installed); return the backend's
+    class name. eth_keys reads ECC_BACKEND_CLASS at every operation."""
     from eth_keys.backends import get_backend
 
-    backend = get_backend() if name == "auto" else get_backend(f"eth_keys.backends.{'coincurve.CoinCurveECCBackend' if name == 'coincurve' else 'native.NativeECCBackend'}")
-    eth_keys.datatypes.BaseKey._backend = backend
-    return type(backend).__name__
+    if name != "auto":
+        os.environ["ECC_BACKEND_CLASS"] = {"coincurve": "eth_keys.backends.CoinCurveECCBackend",
+                                           "native": "eth_keys.backends.NativeECCBackend"}[name]
+    return type(get_backend()).__name__
 
 
 def _sign_stream(key: bytes, worker: bytes, job_hash: bytes, tokens: list[int], size: int) -> list:
@@ -51,11 +52,13 @@ def _check_stream(job_hash: bytes, chunks: list) -> None:
 
 
 def _median_s(action, repeats: int) -> float:
+    """Median CPU seconds of this process per call of ``action`` (CPU, not wall time: what the node pays,
+    and less swayed by other work on a shared machine)."""
     samples = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         action()
-        samples.append(time.perf_counter() - start)
+        samples.append(time.process_time() - start)
     return statistics.median(samples)
 
 
