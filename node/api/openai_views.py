@@ -23,6 +23,7 @@ from aiohttp import web
 
 from verillm.errors import VerillmError
 from verillm.spec.job import compute_job_hash
+from verillm.spec.stream import SignedPrefix
 from verillm.spec.types import Job
 
 from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_METRICS, APP_MODEL
@@ -51,7 +52,6 @@ from verillm.engine.text import (
     compute_text,
 )
 from verillm.node.api.streaming import stream_dispatch
-from verillm.spec.stream import SignedPrefix
 from verillm.wire import compute_stopped_text, job_to_json, stream_chunk_to_json, to_hex
 
 log = logging.getLogger(__name__)

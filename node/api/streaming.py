@@ -29,11 +29,12 @@ from aiohttp import web
 
 from verillm.errors import VerillmError
 
+from verillm.spec.stream import SignedPrefix
+from verillm.wire import stream_chunk_to_json
+
 from verillm.engine.text import compute_text
 from verillm.node.middlewares import compute_error_body
 from verillm.node.worker.stream_signer import OnChunk, PrefixSigner
-from verillm.spec.stream import SignedPrefix
-from verillm.wire import stream_chunk_to_json
 
 NDJSON = "application/x-ndjson"
 """The native job route's streamed answer: one JSON object per line."""

@@ -16,7 +16,7 @@ the code, node/dispatcher/router.py) — never a `KeyError`.
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp

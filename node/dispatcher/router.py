@@ -117,7 +117,7 @@ class WorkerHealth:
 
     def on_success(self, address: bytes) -> None:
         self.failures.pop(address, None)
-        if self.benched_until.get(address, 0.0) <= self.clock():  # a strike's bench runs its course
+        if address not in self.strikes:  # a strike's bench runs its course
             self.benched_until.pop(address, None)
 
     def is_benched(self, address: bytes) -> bool:

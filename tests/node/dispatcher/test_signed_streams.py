@@ -35,7 +35,7 @@ from verillm.node.keys import new_node_key, read_key_file
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.worker.stream_signer import PrefixSigner
 from verillm.spec.params import MINIMAL
-from verillm.spec.stream import SignedPrefix, StreamPrefix, verify_equivocation
+from verillm.spec.stream import SignedPrefix, verify_equivocation
 from verillm.wire import stream_chunk_to_json
 from helpers.nodes import make_local_config
 
