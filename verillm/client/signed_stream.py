@@ -15,7 +15,8 @@ Anything else raises (`InvalidSignature`, `InvalidProof`, `BadResponse`) before 
 Text with no signed prefix (what follows the last signed chunk, sent once the receipt exists) is
 held until the final chunk's receipt is verified and extends the last signed prefix
 (`verify_receipt_extends_prefix`): a worker whose receipt contradicts what it streamed has
-equivocated, and the client holds the evidence (`SignedStreamCheck.compute_evidence`).
+equivocated (the last signed prefix, the receipt and the transcript are the evidence
+`Coverage.slashStreamEquivocation` takes: `verillm.spec.stream.Equivocation`).
 """
 
 import asyncio
@@ -24,7 +25,7 @@ from verillm.errors import BadResponse, InvalidProof, VerillmError
 from verillm.spec.encoding import decode
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain
-from verillm.spec.stream import Equivocation, StreamState, process_stream_chunk, verify_receipt_extends_prefix
+from verillm.spec.stream import StreamState, process_stream_chunk, verify_receipt_extends_prefix
 from verillm.spec.types import Job
 from verillm.wire import from_hex, stream_chunk_from_json
 
@@ -81,16 +82,6 @@ class SignedStreamCheck:
             verify_receipt_extends_prefix(completion.receipt, completion.tokens, self.state)
         held, self.held = "".join(self.held), []
         return held
-
-    def compute_evidence(self, completion) -> Equivocation | None:
-        """The equivocation evidence when ``completion``'s receipt contradicts the last signed prefix, else None."""
-        if self.state is None or self.state.last is None:
-            return None
-        try:
-            verify_receipt_extends_prefix(completion.receipt, completion.tokens, self.state)
-        except InvalidProof:
-            return Equivocation(self.state.last, tuple(completion.job.input_tokens) + tuple(completion.tokens), receipt=completion.receipt)
-        return None
 
 
 def _parsed(what: str, parse):
