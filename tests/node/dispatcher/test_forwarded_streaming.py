@@ -146,9 +146,12 @@ class BadWorkers:
         signer = await self._signer(request)
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
+        # Signed up front: the gateway stops at the third chunk, and signing in this loop would hold
+        # the test's one event loop (gateway and workers share it) between writes.
+        lines = [compute_line(stream_chunk_to_json([450] * 4, signer.sign([450] * 4))) for _ in range(4)]
         try:
-            for _ in range(100_000):
-                await response.write(compute_line(stream_chunk_to_json([450] * 4, signer.sign([450] * 4))))
+            for i in range(100_000):
+                await response.write(lines[min(i, 3)])
         except (ConnectionResetError, aiohttp.ClientConnectionError):
             pass  # the gateway hung up
         return response
