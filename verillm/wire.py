@@ -10,6 +10,7 @@ from verillm.errors import EncodingError, InvalidInput, NotFound, VerillmError
 from verillm.spec.promise import BatchPromise, SignedPromise
 from verillm.spec.encoding import decode, encode
 from verillm.spec.receipt import compute_receipt_hash
+from verillm.spec.stream import SignedPrefix, StreamPrefix
 from verillm.spec.types import Challenge, Job, Opening, Receipt
 
 
@@ -82,6 +83,46 @@ def promise_from_json(data: object) -> SignedPromise:
     promise = BatchPromise(from_hex(data.get("receipt_hash"), "batch_promise.receipt_hash", 32),
                            from_hex(data.get("dispatcher"), "batch_promise.dispatcher", 20), by)
     return SignedPromise(promise, from_hex(data.get("signature"), "batch_promise.signature", 65))
+
+
+def signed_prefix_to_json(signed: SignedPrefix) -> dict:
+    """A worker's signed stream prefix (verillm.spec.stream), 0x-hex: what each streamed chunk carries."""
+    p = signed.prefix
+    return {"job_hash": to_hex(p.job_hash), "token_count": p.token_count, "prefix_hash": to_hex(p.prefix_hash),
+            "worker": to_hex(p.worker), "signature": to_hex(signed.signature)}
+
+
+def signed_prefix_from_json(data: object) -> SignedPrefix:
+    """Parse `signed_prefix_to_json`'s output; raise InvalidInput naming a malformed field."""
+    if not isinstance(data, dict):
+        raise InvalidInput("stream prefix: expected an object")
+    count = data.get("token_count")
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 < count < 1 << 32:
+        raise InvalidInput("stream prefix.token_count: expected a uint32 above 0")
+    prefix = StreamPrefix(from_hex(data.get("job_hash"), "stream prefix.job_hash", 32), count,
+                          from_hex(data.get("prefix_hash"), "stream prefix.prefix_hash", 32),
+                          from_hex(data.get("worker"), "stream prefix.worker", 20))
+    return SignedPrefix(prefix, from_hex(data.get("signature"), "stream prefix.signature", 65))
+
+
+def parse_token_list(value: object, name: str) -> tuple[int, ...]:
+    """Return a JSON list of token ids (u32 each); raise InvalidInput naming ``name`` otherwise."""
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**32 for t in value):
+        raise InvalidInput(f"{name}: expected a list of token ids")
+    return tuple(value)
+
+
+def stream_chunk_to_json(tokens, signed: SignedPrefix) -> dict:
+    """One signed chunk of a stream: the tokens it adds and the signed prefix that ends with them."""
+    return {"tokens": list(tokens), "signed": signed_prefix_to_json(signed)}
+
+
+def stream_chunk_from_json(data: object, name: str = "stream chunk") -> tuple[tuple[int, ...], SignedPrefix]:
+    """Parse `stream_chunk_to_json`'s output: (tokens, signed prefix); InvalidInput when malformed.
+    Whether the prefix holds (signature, running hash) is `verillm.spec.stream.process_stream_chunk`'s."""
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{name}: expected an object")
+    return parse_token_list(data.get("tokens"), f"{name}.tokens"), signed_prefix_from_json(data.get("signed"))
 
 
 def job_to_json(job: Job) -> dict:

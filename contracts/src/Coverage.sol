@@ -4,7 +4,9 @@ pragma solidity ^0.8.24;
 import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+import {ReceiptData, Receipts} from "./AuditTypes.sol";
 import {Batches} from "./Batches.sol";
+import {Blake3} from "./Blake3.sol";
 import {Disputes} from "./Disputes.sol";
 import {MerkleLib} from "./MerkleLib.sol";
 import {CoverageParams, Params, ProtocolParams} from "./Params.sol";
@@ -20,6 +22,11 @@ import {Registry} from "./Registry.sol";
 /// claimant's bond, the rest refunded), and an unanswered claim slashes the dispatcher (reward
 /// and bond to the claimant). Nothing is stored
 /// on-chain per job: a promise costs gas only when it is claimed.
+///
+/// Signed streams are enforced here too (docs/protocol.md §12 "Signed streams"): a worker signs
+/// every prefix of the output it streams; one that signs a receipt, or another prefix, whose output
+/// does not start with a prefix it signed for the same job has signed two outputs for one job, and
+/// anyone holding both statements slashes it (`slashStreamEquivocation`).
 contract Coverage is EIP712, ReentrancyGuard {
     /// @notice The signed promise (EIP-712, domain "VeriLLM" / "1" / chain id / this contract).
     struct BatchPromise {
@@ -37,6 +44,19 @@ contract Coverage is EIP712, ReentrancyGuard {
         uint8 state;
     }
 
+    /// @notice What a worker signs about the first tokenCount tokens it streamed for a job
+    /// (verillm/spec/stream.py), under the receipts' EIP-712 domain (the Jobs contract's).
+    struct StreamPrefix {
+        bytes32 jobHash;
+        uint32 tokenCount;
+        bytes32 prefixHash; // h_0 = 0, h_i = keccak256(0x1f ‖ h_{i-1} ‖ u32 token_i) over the output tokens
+        address worker;
+    }
+
+    bytes32 public constant STREAM_PREFIX_TYPEHASH =
+        keccak256("StreamPrefix(bytes32 jobHash,uint32 tokenCount,bytes32 prefixHash,address worker)");
+    bytes1 private constant DOMAIN_TOKENS = 0x16; // verillm.spec.hashing.DOMAIN_TOKENS: a receipt's outputHash
+    bytes1 private constant DOMAIN_STREAM_PREFIX = 0x1f; // verillm.spec.hashing.DOMAIN_STREAM_PREFIX (here, not in Params.Domains: one artifact changes)
     bytes32 public constant PROMISE_TYPEHASH = keccak256("BatchPromise(bytes32 receiptHash,address dispatcher,uint64 batchByBlock)");
     uint8 public constant OPEN = 1;
     uint8 public constant ANSWERED = 2;
@@ -56,12 +76,15 @@ contract Coverage is EIP712, ReentrancyGuard {
     mapping(uint256 => Claim) private claims;
     /// promise struct hash → its claim id (0: never claimed). One claim per promise, ever.
     mapping(bytes32 => uint256) public claimOf;
+    /// keccak256(worker ‖ jobHash) → slashed for equivocating on that job's stream (once per job).
+    mapping(bytes32 => bool) public streamSlashed;
 
     event OmissionClaimed(
         uint256 indexed claimId, bytes32 indexed receiptHash, address indexed dispatcher, address claimant, uint64 batchByBlock, uint64 proveDeadline
     );
     event OmissionAnswered(uint256 indexed claimId, uint256 batchId, uint32 leafIndex, uint256 paidWei, uint256 refundedWei);
     event OmissionSlashed(uint256 indexed claimId, address indexed dispatcher, uint256 slashedWei);
+    event StreamEquivocationSlashed(address indexed worker, bytes32 indexed jobHash, address indexed reporter, uint256 slashedWei);
 
     error WrongBond(uint256 givenWei, uint256 expectedWei);
     error BadSignature(address expected);
@@ -76,6 +99,8 @@ contract Coverage is EIP712, ReentrancyGuard {
     error BatchTooLate(uint256 postedBlock, uint256 batchByBlock);
     error InvalidMerkleProof();
     error NotRegistry();
+    error NotEquivocation(string reason);
+    error AlreadySlashed(address worker, bytes32 jobHash);
 
     constructor(Batches batches_, Registry registry_, Disputes disputes_, ProtocolParams memory p, CoverageParams memory c)
         EIP712("VeriLLM", "1")
@@ -157,7 +182,55 @@ contract Coverage is EIP712, ReentrancyGuard {
         emit OmissionSlashed(claimId, c.dispatcher, slashed);
     }
 
+    /// @notice Slash a worker that signed two outputs for one job (anyone may; the caller gets
+    /// slashRewardBps of the stake, the rest goes to the audit fee pool): `p` is a prefix it
+    /// signed while streaming, and `r` its signed receipt for the same job, whose transcript
+    /// `tokens` (P + N tokens of input ‖ output, u32 big-endian, hashing to r.outputHash) does not
+    /// start its output with p's tokens: N < p.tokenCount, or the running hash of the first
+    /// p.tokenCount output tokens is not p.prefixHash. Or `r` is left empty (worker 0) and `q` is
+    /// a second prefix of the same job signed by the same worker, no shorter than `p`, whose
+    /// tokens are `tokens` (hashing to q.prefixHash) and do not start with p's. Once per job.
+    function slashStreamEquivocation(
+        StreamPrefix calldata p,
+        bytes calldata pSignature,
+        ReceiptData calldata r,
+        bytes calldata rSignature,
+        StreamPrefix calldata q,
+        bytes calldata qSignature,
+        bytes calldata tokens
+    ) external nonReentrant {
+        bytes32 domain = batches.jobs().domainSeparator();
+        _requireSigned(domain, _hashPrefix(p), pSignature, p.worker);
+        bytes calldata output;
+        if (r.worker != address(0)) {
+            if (r.worker != p.worker || r.jobHash != p.jobHash) revert NotEquivocation("receipt of another worker or job");
+            _requireSigned(domain, Receipts.hash(r), rSignature, p.worker);
+            if (tokens.length != 4 * (uint256(r.inputTokens) + r.outputTokens)) revert NotEquivocation("transcript length");
+            if (Blake3.hash(bytes.concat(DOMAIN_TOKENS, tokens)) != r.outputHash) revert NotEquivocation("transcript hash");
+            output = tokens[4 * uint256(r.inputTokens):];
+        } else {
+            if (q.worker != p.worker || q.jobHash != p.jobHash) revert NotEquivocation("prefix of another worker or job");
+            _requireSigned(domain, _hashPrefix(q), qSignature, p.worker);
+            if (q.tokenCount < p.tokenCount || tokens.length != 4 * uint256(q.tokenCount)) revert NotEquivocation("prefix tokens");
+            if (_runningHash(tokens) != q.prefixHash) revert NotEquivocation("prefix hash");
+            output = tokens;
+        }
+        if (4 * uint256(p.tokenCount) <= output.length && _runningHash(output[:4 * uint256(p.tokenCount)]) == p.prefixHash) {
+            revert NotEquivocation("the output starts with the signed prefix");
+        }
+        bytes32 key = keccak256(abi.encode(p.worker, p.jobHash));
+        if (streamSlashed[key]) revert AlreadySlashed(p.worker, p.jobHash);
+        streamSlashed[key] = true;
+        uint256 slashed = registry.slash(p.worker);
+        disputes.relayCredit{value: slashed}(msg.sender, slashed * slashRewardBps / Params.BPS);
+        emit StreamEquivocationSlashed(p.worker, p.jobHash, msg.sender, slashed);
+    }
+
     // --- views -----------------------------------------------------------------------------
+
+    function hashStreamPrefix(StreamPrefix calldata p) external pure returns (bytes32) {
+        return _hashPrefix(p);
+    }
 
     function hashPromise(BatchPromise calldata p) public pure returns (bytes32) {
         return keccak256(abi.encode(PROMISE_TYPEHASH, p.receiptHash, p.dispatcher, p.batchByBlock));
@@ -170,6 +243,22 @@ contract Coverage is EIP712, ReentrancyGuard {
     function getClaim(uint256 claimId) external view returns (Claim memory) {
         if (claimId == 0 || claimId > claimCount) revert UnknownClaim(claimId);
         return claims[claimId];
+    }
+
+    function _hashPrefix(StreamPrefix calldata p) private pure returns (bytes32) {
+        return keccak256(abi.encode(STREAM_PREFIX_TYPEHASH, p.jobHash, p.tokenCount, p.prefixHash, p.worker));
+    }
+
+    function _requireSigned(bytes32 domain, bytes32 structHash, bytes calldata signature, address signer) private pure {
+        (address recovered, ECDSA.RecoverError err,) = ECDSA.tryRecover(keccak256(abi.encodePacked(hex"1901", domain, structHash)), signature);
+        if (err != ECDSA.RecoverError.NoError || recovered != signer) revert BadSignature(signer);
+    }
+
+    /// @dev The stream's running hash of u32 big-endian tokens (verillm.spec.stream.compute_prefix_hash).
+    function _runningHash(bytes calldata packed) private pure returns (bytes32 h) {
+        for (uint256 i = 0; i < packed.length; i += 4) {
+            h = keccak256(abi.encodePacked(DOMAIN_STREAM_PREFIX, h, bytes4(packed[i:i + 4])));
+        }
     }
 
     function _open(uint256 claimId) private view returns (Claim storage c) {

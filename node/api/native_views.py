@@ -3,7 +3,7 @@
     POST /v1/verillm/jobs                      signed envelope, payload = encode(Job)
                                                → 200 {job_hash, status, output_tokens, receipt, status_url}
                                                (?wait=0 → 202 once the job is durable and queued;
-                                               ?stream=1 → 200 NDJSON: {"tokens": [...]} lines as the
+                                               ?stream=1 → 200 NDJSON: {"tokens": [...], "signed": {...}} lines as the
                                                engine samples them, then {"done": <the body above>} or
                                                {"error": ...}: node/api/streaming.py)
     GET  /v1/verillm/jobs/{0xjob_hash}         → {job_hash, status, error, attempts, ..., receipt, output_tokens}
@@ -40,6 +40,7 @@ from verillm.node.worker.opening_process import parse_opening_payload  # noqa: F
 from verillm.node.appkeys import APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
 from verillm.node.api.http import get_status_url, read_signed_envelope, remember_nonce
 from verillm.node.api.streaming import write_job_stream
+from verillm.node.worker.stream_signer import PrefixSigner
 from verillm.node.store.migrations import get_schema_version
 from verillm.wire import from_hex, receipt_to_json, to_hex
 
@@ -64,7 +65,8 @@ async def post_job(request: web.Request) -> web.Response:
             body = {"job_hash": to_hex(job_hash), "status": "accepted", "status_url": get_status_url(request, job_hash)}
             return web.json_response(body, status=202)
         if request.query.get("stream") == "1":
-            return await write_job_stream(request, arrived, worker.wait_job(job_hash), lambda result: compute_job_body(request, result))
+            signer = PrefixSigner(job_hash, request.app[APP_KEY], request.app[APP_DOMAIN])
+            return await write_job_stream(request, arrived, worker.wait_job(job_hash), lambda result: compute_job_body(request, result), signer)
         return web.json_response(compute_job_body(request, await worker.wait_job(job_hash)))
     finally:
         unsubscribe()

@@ -4,6 +4,10 @@ Streaming (``"stream": true``) answers with server-sent events: ``data: {chunk}`
 final ``data: [DONE]``. Text chunks go out as the worker running the job samples the tokens,
 whichever worker that is (node/api/streaming.py: this node's engine, or another worker's native
 stream relayed by the dispatcher), and the last chunk carries ``finish_reason`` and the receipt.
+Each text chunk carries ``verillm_stream``: the tokens it adds and the worker's signature over the
+prefix so far (``{"tokens", "signed"}``, verillm/wire.py; the first one also the signed job), so a
+client shows a delta only once a worker signed it (verillm/client/stream.py); the text that
+follows the last signed prefix comes after the dispatch, covered by the receipt.
 The status line (and a chat's assistant-role chunk) goes out with the first text: every error
 before it — a bad request, no worker able to start the job — is an ordinary JSON error with its
 status; an error after it is sent as an ``{"error": ...}`` event before ``[DONE]``.
@@ -19,6 +23,7 @@ from aiohttp import web
 
 from verillm.errors import VerillmError
 from verillm.spec.job import compute_job_hash
+from verillm.spec.stream import SignedPrefix
 from verillm.spec.types import Job
 
 from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_METRICS, APP_MODEL
@@ -47,7 +52,7 @@ from verillm.engine.text import (
     compute_text,
 )
 from verillm.node.api.streaming import stream_dispatch
-from verillm.wire import compute_stopped_text, to_hex
+from verillm.wire import compute_stopped_text, job_to_json, stream_chunk_to_json, to_hex
 
 log = logging.getLogger(__name__)
 
@@ -132,15 +137,20 @@ async def _write_stream(request: web.Request, response: web.StreamResponse, gene
             if chat:
                 await _send(response, compute_role_chunk(head["id"], created, served.name))
 
-    async def send_text(text: str) -> None:
+    pending: list[int] = []  # tokens of chunks whose text is held back (a partial character, a possible stop string)
+
+    async def send_text(text: str, tokens: tuple[int, ...], signed: SignedPrefix) -> None:
+        pending.extend(tokens)
         text = stop_filter.push(text)
         if text:
             await start()
-            await _send(response, compute_text_chunk(head, text, chat))
+            extra = stream_chunk_to_json(pending, signed) | ({} if signed.prefix.token_count > len(pending) else {"job": job_to_json(job)})
+            pending.clear()
+            await _send(response, compute_text_chunk(head, text, chat) | {"verillm_stream": extra})
 
     dispatcher = request.app[APP_DISPATCHER]
     try:
-        result, remaining = await stream_dispatch(lambda on_token: dispatcher.dispatch(job, generation.audit, on_token=on_token),
+        result, remaining = await stream_dispatch(lambda on_chunk: dispatcher.dispatch(job, generation.audit, on_chunk=on_chunk),
                                                   served.tokenizer, send_text)
     except VerillmError as exc:
         if not response.prepared:

@@ -5,12 +5,15 @@ Three hops, one rule (tokens go out in the order sampled, the receipt last):
 - the engine queue hands each sampled token to its subscribers on the event loop
   (node/worker/engine_queue.py);
 - a worker asked for a stream on its native job route (``POST /v1/verillm/jobs?stream=1``)
-  answers NDJSON: ``{"tokens": [...]}`` lines as the engine samples them, then one
-  ``{"done": {...}}`` line carrying what the whole answer carries (output tokens, receipt), or
-  one ``{"error": {code, message}}`` line (`write_job_stream`; read by node/dispatcher/peer.py);
-- the dispatcher hands each token of whichever worker runs the job to the OpenAI edge
-  (`Dispatcher.dispatch(..., on_token=)`), which turns tokens into text deltas (`stream_dispatch`),
-  held back while a delta ends inside a multi-byte character.
+  answers NDJSON: ``{"tokens": [...], "signed": {...}}`` lines as the engine samples them, each
+  signed by the worker over the prefix so far (verillm/spec/stream.py, node/worker/stream_signer.py),
+  then one ``{"done": {...}}`` line carrying what the whole answer carries (output tokens, receipt),
+  or one ``{"error": {code, message}}`` line (`write_job_stream`; read by node/dispatcher/peer.py,
+  which relays a chunk only once its signature and running hash hold);
+- the dispatcher hands each checked chunk of whichever worker runs the job to the OpenAI edge
+  (`Dispatcher.dispatch(..., on_chunk=)`), which turns tokens into text deltas (`stream_dispatch`),
+  held back while a delta ends inside a multi-byte character; every SSE text chunk carries the
+  tokens it adds and the worker's signed prefix (``verillm.stream``), so the SDK checks it too.
 
 When the dispatch returns, whatever text was not streamed goes out, then the final chunk with
 `finish_reason` and the `verillm` field (receipt, job, job hash). The streamed tokens must be a
@@ -26,13 +29,18 @@ from aiohttp import web
 
 from verillm.errors import VerillmError
 
+from verillm.spec.stream import SignedPrefix
+from verillm.wire import stream_chunk_to_json
+
 from verillm.engine.text import compute_text
 from verillm.node.middlewares import compute_error_body
+from verillm.node.worker.stream_signer import OnChunk, PrefixSigner
 
 NDJSON = "application/x-ndjson"
 """The native job route's streamed answer: one JSON object per line."""
 
-OnToken = Callable[[int], None]
+SendText = Callable[[str, tuple[int, ...], SignedPrefix], Awaitable[None]]
+"""The edge's writer: (text delta, possibly "", the tokens that produced it, their signed prefix)."""
 
 
 class TextStream:
@@ -53,8 +61,8 @@ class TextStream:
         return delta
 
 
-async def iterate_arrivals(arrived: asyncio.Queue, task: asyncio.Future) -> AsyncIterator[list[int]]:
-    """Yield the tokens put in ``arrived`` (all that are waiting, as one list) until ``task`` is done,
+async def iterate_arrivals(arrived: asyncio.Queue, task: asyncio.Future) -> AsyncIterator[list]:
+    """Yield the items put in ``arrived`` (all that are waiting, as one list) until ``task`` is done,
     then what is left. Tokens arrive on the loop before the run's result does (engine_queue.py), so
     none is lost at the end."""
     while not task.done():
@@ -78,21 +86,21 @@ def _drain(arrived: asyncio.Queue) -> list[int]:
     return tokens
 
 
-async def stream_dispatch(dispatch: Callable[[OnToken], Awaitable], tokenizer, send_text: Callable[[str], Awaitable[None]]):
-    """Run ``dispatch(on_token)``, calling ``send_text(delta)`` as the worker running the job samples its tokens.
+async def stream_dispatch(dispatch: Callable[[OnChunk], Awaitable], tokenizer, send_text: SendText):
+    """Run ``dispatch(on_chunk)``, calling ``send_text(delta, tokens, signed)`` for each checked chunk of
+    the worker running the job (``delta`` may be "": the edge then holds the tokens for its next chunk).
 
     Returns (result, remaining text): the dispatch's result and the text not streamed yet.
     """
-    arrived: asyncio.Queue[int] = asyncio.Queue()
+    arrived: asyncio.Queue = asyncio.Queue()
     stream, sent = TextStream(tokenizer), []
-    task = asyncio.ensure_future(dispatch(arrived.put_nowait))
+    task = asyncio.ensure_future(dispatch(lambda tokens, signed: arrived.put_nowait((tokens, signed))))
     try:
-        async for tokens in iterate_arrivals(arrived, task):
-            for token in tokens:
-                delta = stream.push(token)
-                if delta:
-                    sent.append(delta)
-                    await send_text(delta)
+        async for chunks in iterate_arrivals(arrived, task):
+            for tokens, signed in chunks:
+                delta = "".join(stream.push(token) for token in tokens)
+                sent.append(delta)
+                await send_text(delta, tuple(tokens), signed)
     finally:
         if not task.done():
             task.cancel()
@@ -119,9 +127,10 @@ def compute_line(event: dict) -> bytes:
 
 
 async def write_job_stream(request: web.Request, arrived: asyncio.Queue, wait: Awaitable,
-                           compute_body: Callable[[object], dict]) -> web.StreamResponse:
-    """Answer a native job request as NDJSON: token lines while ``wait`` (the job's run) goes on, then
-    ``{"done": compute_body(result)}``, or the error body the plain route would answer with.
+                           compute_body: Callable[[object], dict], signer: PrefixSigner) -> web.StreamResponse:
+    """Answer a native job request as NDJSON: token lines while ``wait`` (the job's run) goes on, each
+    with ``signer``'s signature over the prefix so far, then ``{"done": compute_body(result)}``, or the
+    error body the plain route would answer with.
 
     A dispatcher that hangs up ends the stream, not the job (it is durable and runs to its end)."""
     response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-cache"})
@@ -130,7 +139,7 @@ async def write_job_stream(request: web.Request, arrived: asyncio.Queue, wait: A
     try:
         await response.prepare(request)
         async for tokens in iterate_arrivals(arrived, task):
-            await response.write(compute_line({"tokens": tokens}))
+            await response.write(compute_line(stream_chunk_to_json(tokens, signer.sign(tokens))))
         try:
             last = {"done": compute_body(task.result())}
         except VerillmError as exc:

@@ -21,6 +21,10 @@ class DispatcherConfig:
     """Blocks on top of an event before the watcher acts on it (0 on a dev chain without reorgs)."""
     request_timeout_s: float = 300.0
     """How long to wait for a worker or committee member to answer one job."""
+    stream_first_token_s: float = 30.0
+    """How long a relayed stream waits for the worker's first token (queue wait included) before the job fails over, unseen."""
+    stream_idle_s: float = 20.0
+    """How long a relayed stream waits between two tokens before it ends with an error (each stall benches the worker longer)."""
     registry_refresh_s: float = 2.0
     """How long the view of registered workers (addresses, endpoints, stakes) is cached."""
     escalate: bool = True

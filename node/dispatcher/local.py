@@ -7,7 +7,6 @@ and is installed under `APP_DISPATCHER` by `create_app`. Whatever it does, the w
 the job sees only the job: `audit_requested` stays in the dispatcher's table (`dispatched`).
 """
 
-from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -15,6 +14,7 @@ from verillm.spec.job import compute_job_hash
 from verillm.spec.types import Job
 
 from verillm.node.store.store import Store
+from verillm.node.worker.stream_signer import OnChunk, PrefixSigner, sign_each_token
 from verillm.node.worker.worker import JobResult, Worker
 
 
@@ -25,9 +25,10 @@ class Dispatcher(Protocol):
         """Check ``job`` can be served, before any response starts; raise with the reason."""
         ...
 
-    async def dispatch(self, job: Job, audit_requested: bool, on_token: Callable[[int], None] | None = None) -> JobResult:
-        """Run ``job`` on some worker and return its durable result (receipt included); with ``on_token``,
-        hand over each output token as the worker running the job samples it (node/api/streaming.py)."""
+    async def dispatch(self, job: Job, audit_requested: bool, on_chunk: OnChunk | None = None) -> JobResult:
+        """Run ``job`` on some worker and return its durable result (receipt included); with ``on_chunk``,
+        hand over the output tokens as the worker running the job samples them, each batch with that
+        worker's signature over the prefix so far, checked (node/api/streaming.py, verillm/spec/stream.py)."""
         ...
 
 
@@ -42,29 +43,31 @@ class LocalDispatcher:
         """Check the job against the served model, the limits and the queue's capacity."""
         self.worker.verify_acceptance(job)
 
-    async def dispatch(self, job: Job, audit_requested: bool, on_token: Callable[[int], None] | None = None) -> JobResult:
+    async def dispatch(self, job: Job, audit_requested: bool, on_chunk: OnChunk | None = None) -> JobResult:
         """Record the dispatch, then run the job on the local worker."""
         job_hash = compute_job_hash(job)
         record = self.worker.verify_acceptance(job, job_hash)
         self.store.insert_dispatched(job_hash, None, "", audit_requested)  # no await from the check to the acceptance
-        with _subscribed(self.worker, job_hash, record, on_token):
+        with _subscribed(self.worker, job_hash, record, on_chunk):
             return await self.worker.wait_job(self.worker.accept_checked_job(job, None, job_hash, record))
 
 
-async def run_local_job(worker: Worker, job: Job, on_token: Callable[[int], None] | None = None) -> JobResult:
+async def run_local_job(worker: Worker, job: Job, on_chunk: OnChunk | None = None) -> JobResult:
     """Run ``job`` on this node's own worker (or join its run, or return its stored result), handing
-    ``on_token`` each token of a run it sees start."""
+    ``on_chunk`` each token of a run it sees start, signed by this worker's key as it is sampled."""
     job_hash = compute_job_hash(job)
     record = worker.verify_acceptance(job, job_hash)
-    with _subscribed(worker, job_hash, record, on_token):
+    with _subscribed(worker, job_hash, record, on_chunk):
         return await worker.wait_job(worker.accept_checked_job(job, None, job_hash, record))
 
 
 @contextmanager
-def _subscribed(worker: Worker, job_hash: bytes, record, on_token: Callable[[int], None] | None):
-    """Subscribe ``on_token`` to the job's tokens when its run starts now (a run under way would be seen from its middle)."""
-    fresh = on_token is not None and worker.is_fresh_run(job_hash, record)
-    unsubscribe = worker.queue.subscribe(job_hash, on_token) if fresh else None
+def _subscribed(worker: Worker, job_hash: bytes, record, on_chunk: OnChunk | None):
+    """Subscribe ``on_chunk`` to the job's tokens, each signed, when its run starts now (a run under way
+    would be seen from its middle, where no signed prefix of ours began)."""
+    fresh = on_chunk is not None and worker.is_fresh_run(job_hash, record)
+    signer = PrefixSigner(job_hash, worker.key, worker.domain)
+    unsubscribe = worker.queue.subscribe(job_hash, sign_each_token(signer, on_chunk)) if fresh else None
     try:
         yield
     finally:

@@ -2,7 +2,10 @@
 
 The dispatcher role uses it to send jobs (inference and verification alike) to workers and
 to collect openings; tests and the bench use it as a dispatcher would. `stream_job` asks the
-worker for its tokens as they are sampled (NDJSON, node/api/streaming.py).
+worker for its tokens as they are sampled (NDJSON, node/api/streaming.py) and hands on a chunk only
+once the worker's signature over the prefix so far holds and extends what it handed on before
+(verillm/spec/stream.py); a stream that gives no token within `StreamLimits.first_token_s`, or
+falls silent for `idle_s`, is `StreamStalled`.
 
 The node at the other end may be hostile: every answer is read with a size cap (checked on the
 declared length and while reading, never buffered past it) and parsed strictly, so a malformed
@@ -11,8 +14,9 @@ names (with the peer's message: the caller decides what to show; the router show
 the code, node/dispatcher/router.py) — never a `KeyError`.
 """
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -20,19 +24,46 @@ import aiohttp
 from verillm.errors import BadResponse, VerillmError
 from verillm.jsonsafe import load_json
 from verillm.spec.encoding import encode
+from verillm.spec.job import compute_job_hash
+from verillm.spec.receipt import SigningDomain
+from verillm.spec.stream import StreamState, process_stream_chunk
 from verillm.spec.types import Challenge, Job, Opening, Receipt
 
 from verillm.node.api.access import compute_read_headers
 from verillm.node.api.streaming import NDJSON
 from verillm.node.envelope import encode_envelope_json, sign_envelope
 from verillm.node.keys import NodeKey
-from verillm.wire import challenge_to_json, compute_error_from_body, from_hex, opening_from_json, receipt_from_json, to_hex
+from verillm.node.worker.stream_signer import OnChunk
+from verillm.wire import challenge_to_json, compute_error_from_body, from_hex, opening_from_json, receipt_from_json, stream_chunk_from_json, to_hex
 
 JOBS_PATH = "/v1/verillm/jobs"
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 """Largest job, status or info answer read from a peer (a 4,096-token reply with its receipt is ~40 kB)."""
 MAX_OPENING_BYTES = 64 * 1024 * 1024
 """Largest opening answer read (a full challenge of the largest committed shape is a few MB)."""
+
+
+class BadStream(BadResponse):
+    """A worker streamed a chunk its signature or running hash does not cover: never relayed."""
+
+    code = "bad_stream"
+
+
+class StreamStalled(BadResponse):
+    """A worker streamed no token within the first-token limit, or fell silent past the idle limit."""
+
+    code = "worker_stalled"
+    http_status = 504
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    """How long a relayed stream may wait (DispatcherConfig.stream_first_token_s / stream_idle_s)."""
+
+    first_token_s: float = 30.0
+    idle_s: float = 20.0
+
+
 @dataclass(frozen=True)
 class WorkerReply:
     """A worker's answer to a job: its hash, output tokens and signed receipt."""
@@ -41,6 +72,8 @@ class WorkerReply:
     output_tokens: tuple[int, ...]
     receipt: Receipt
     status_url: str
+    stream: StreamState | None = None
+    """What a streamed answer's signed chunks covered (the receipt must extend its last prefix)."""
 
 
 async def read_capped(response: aiohttp.ClientResponse, limit: int, peer: str) -> bytes:
@@ -152,30 +185,54 @@ class PeerClient:
         _, data = await self.post_signed(JOBS_PATH, encode(job))
         return self._job_reply(data)
 
-    def _job_reply(self, data: dict) -> WorkerReply:
+    def _job_reply(self, data: dict, stream: StreamState | None = None) -> WorkerReply:
         field = lambda key, parse=lambda v: v: get_reply_field(data, key, self.peer, parse)  # noqa: E731
         return WorkerReply(field("job_hash", lambda v: from_hex(v, "job_hash", 32)), field("output_tokens", parse_tokens),
-                           field("receipt", receipt_from_json), field("status_url", _require_str))
+                           field("receipt", receipt_from_json), field("status_url", _require_str), stream)
 
-    async def stream_job(self, job: Job, on_token: Callable[[int], None]) -> WorkerReply:
-        """Run ``job`` on the worker, calling ``on_token(token)`` as the worker streams its tokens; return its reply.
+    async def stream_job(self, job: Job, on_chunk: OnChunk, domain: SigningDomain, limits: StreamLimits = StreamLimits()) -> WorkerReply:
+        """Run ``job`` on the worker, calling ``on_chunk(tokens, signed)`` for each chunk it streams once
+        the chunk's signed prefix holds for this worker and ``domain`` and extends the last one
+        (`BadStream` otherwise, before anything of it is handed on); return its reply, whose ``stream``
+        the caller checks the receipt against (`verify_receipt_extends_prefix`).
 
-        The stream is read under the same cap as a whole answer (MAX_REPLY_BYTES, all lines together);
-        a peer answering plain JSON (a node before streaming) is read as `submit_job` reads it."""
+        The first event (a token line, the result, an error) must come within ``limits.first_token_s``
+        of the request, each later one within ``limits.idle_s`` of the one before (`StreamStalled`). The
+        stream is read under the same cap as a whole answer (MAX_REPLY_BYTES, all lines together); a
+        peer answering plain JSON (a node before streaming) is read as `submit_job` reads it, within
+        the first-token limit: nothing of it could be shown before it ends."""
         body = encode_envelope_json(sign_envelope(JOBS_PATH, encode(job), self.key.private_key, await self.get_recipient()))
-        url = f"{self.base_url}{JOBS_PATH}?stream=1"
-        async with self.session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
-            if response.status >= 400 or response.content_type != NDJSON:
-                return self._job_reply((await self._read(response, MAX_REPLY_BYTES))[1])
-            async for event in read_events(response, MAX_REPLY_BYTES, self.peer):
-                if "tokens" in event:
-                    for token in get_reply_field(event, "tokens", self.peer, parse_tokens):
-                        on_token(token)
-                elif "done" in event:
-                    return self._job_reply(get_reply_field(event, "done", self.peer, _require_dict))
-                else:
-                    raise compute_error_from_body(502, event)  # {"error": ...}, or junk: a VerillmError either way
+        state = StreamState(compute_job_hash(job), worker=await self.get_recipient())
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(limits.first_token_s) as timer:
+                async with self.session.post(f"{self.base_url}{JOBS_PATH}?stream=1", data=body, headers={"Content-Type": "application/json"}) as response:
+                    if response.status >= 400 or response.content_type != NDJSON:
+                        return self._job_reply((await self._read(response, MAX_REPLY_BYTES))[1])
+                    async for event in read_events(response, MAX_REPLY_BYTES, self.peer):
+                        timer.reschedule(loop.time() + limits.idle_s)
+                        if "done" in event:
+                            return self._job_reply(get_reply_field(event, "done", self.peer, _require_dict), state)
+                        if "tokens" not in event:
+                            raise compute_error_from_body(502, event)  # {"error": ...}, or junk: a VerillmError either way
+                        state, tokens, signed = self._checked(state, event, domain)
+                        on_chunk(tokens, signed)
+        except TimeoutError:
+            if timer.expired():
+                if state.last is None:
+                    raise StreamStalled(f"{self.peer} streamed no token within {limits.first_token_s:g} s (the first-token limit)") from None
+                raise StreamStalled(f"{self.peer} streamed nothing for {limits.idle_s:g} s after {state.token_count} tokens (the idle limit)") from None
+            raise
         raise BadResponse(f"{self.peer} ended its stream without the job's result")
+
+    def _checked(self, state: StreamState, event: dict, domain: SigningDomain) -> tuple[StreamState, tuple[int, ...], object]:
+        """Return (the new state, the chunk's tokens, its signed prefix); BadStream for a chunk unsigned,
+        malformed, or not covered by its signed prefix (InvalidProof / InvalidSignature, named)."""
+        try:
+            tokens, signed = stream_chunk_from_json(event)
+            return process_stream_chunk(state, tokens, signed, domain), tokens, signed
+        except VerillmError as exc:
+            raise BadStream(f"{self.peer} streamed a chunk its signed prefix does not cover: {type(exc).__name__}: {str(exc)[:200]}") from None
 
     async def enqueue_job(self, job: Job) -> bytes:
         """Hand ``job`` to the worker without waiting; return its job hash once it is durable there."""

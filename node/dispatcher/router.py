@@ -17,6 +17,12 @@ other worker: the rest of its sender's share there (`limits.max_jobs_per_sender`
 its committee jobs, which go on a session and connections of their own (`duty_session`) with no
 such cap, so its clients' load can never make a worker refuse or queue its committee job behind
 them (docs/protocol.md §12 "Duties first"). The worker sees one sender's jobs either way.
+each failure in a row). A streamed job's chunks are relayed only once the worker's signature over
+the prefix holds (node/dispatcher/peer.py); a worker that stalls a stream (no first token within
+`stream_first_token_s`, silence past `stream_idle_s`) or streams what it did not sign gets a
+strike, and its bench grows with every strike, which no success resets (`WorkerHealth.on_strike`).
+A receipt that contradicts a prefix its worker signed is equivocation: the evidence goes to
+`on_equivocation` (the service slashes on-chain, Coverage.slashStreamEquivocation).
 The worker's own words never reach the client: they go to this node's
 log (truncated), and the client sees which workers failed and each failure's error code. A kept
 answer is durable (`dispatch_jobs`) before it is returned: the batcher posts its receipt and the
@@ -37,15 +43,17 @@ from verillm.errors import BadResponse, InvalidProof, InvalidSignature, QueueFul
 from verillm.spec.delivery import verify_transcript_bound
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain, verify_receipt_signature
+from verillm.spec.stream import Equivocation, SignedPrefix, is_prefix_contradicted
 from verillm.spec.types import Job, Receipt
 
 from verillm.node.dispatcher.chainio import ChainIO
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.keys import NodeKey
 from verillm.node.dispatcher.local import run_local_job
-from verillm.node.dispatcher.peer import PeerClient
+from verillm.node.dispatcher.peer import BadStream, PeerClient, StreamLimits, StreamStalled, WorkerReply
 from verillm.node.dispatcher.readiness import compute_needed_workers
 from verillm.node.store.store import Store
+from verillm.node.worker.stream_signer import OnChunk
 from verillm.node.worker.worker import JobResult, Worker
 
 log = logging.getLogger(__name__)
@@ -63,6 +71,10 @@ CLIENT_JOBS_PER_WORKER = 12
 BENCH_BASE_S = 10.0
 """How long a worker that just failed a job is tried after every other one; doubles per failure in a row."""
 BENCH_MAX_S = 600.0
+STRIKE_BENCH_BASE_S = 60.0
+"""How long a worker that stalled a stream or streamed unsigned tokens sits out after its first strike;
+doubles with each strike (never reset by a success: a stall costs every client routed to it a wait)."""
+STRIKE_BENCH_MAX_S = 86_400.0
 LOGGED_DETAIL_CHARS = 200
 """How much of a worker's own error text this node logs (its clients never see it)."""
 
@@ -87,14 +99,33 @@ class StreamBroken(VerillmError):
     http_status = 502
 
 
+class StreamEquivocation(BadStream):
+    """A worker's receipt contradicts a prefix it signed while streaming: two outputs for one job."""
+
+    code = "stream_equivocation"
+
+    def __init__(self, message: str, evidence: Equivocation):
+        super().__init__(message)
+        self.evidence = evidence
+
+
 class WorkerHealth:
-    """Failures in a row per worker; a worker with any is benched for BENCH_BASE_S · 2^(n−1) seconds."""
+    """Failures in a row per worker; a worker with any is benched for BENCH_BASE_S · 2^(n−1) seconds.
+    Strikes (a stalled or forged stream) count apart and never reset: STRIKE_BENCH_BASE_S · 2^(k−1)."""
 
     def __init__(self, clock=time.monotonic):
         self.clock = clock
         self.failures: dict[bytes, int] = {}
+        self.strikes: dict[bytes, int] = {}
         self.benched_until: dict[bytes, float] = {}
         self.busy_until: dict[bytes, float] = {}
+
+    def on_strike(self, address: bytes) -> None:
+        """A stalled or forged stream: benched for longer each time, whatever it answers in between."""
+        count = self.strikes.get(address, 0) + 1
+        self.strikes[address] = count
+        until = self.clock() + min(STRIKE_BENCH_MAX_S, STRIKE_BENCH_BASE_S * 2 ** (count - 1))
+        self.benched_until[address] = max(until, self.benched_until.get(address, 0.0))
 
     def on_failure(self, address: bytes) -> None:
         count = self.failures.get(address, 0) + 1
@@ -107,7 +138,8 @@ class WorkerHealth:
 
     def on_success(self, address: bytes) -> None:
         self.failures.pop(address, None)
-        self.benched_until.pop(address, None)
+        if address not in self.strikes:  # a strike's bench runs its course
+            self.benched_until.pop(address, None)
         self.busy_until.pop(address, None)
 
     def is_benched(self, address: bytes) -> bool:
@@ -178,20 +210,32 @@ def verify_worker_receipt(receipt: Receipt, job: Job, output_tokens, worker: byt
         raise InvalidProof("the worker returned no output token")
 
 
-def _relay(on_token: Callable[[int], None] | None, relayed: list[int], max_tokens: int) -> Callable[[int], None] | None:
-    """``on_token``, recording in ``relayed`` what it was handed (None stays None: nothing streams).
-    A worker streaming past the job's ``max_new_tokens`` is refused at the first token too many
+def _relay(on_chunk: OnChunk | None, relayed: list[int], max_tokens: int) -> OnChunk | None:
+    """``on_chunk``, recording in ``relayed`` the tokens it was handed (None stays None: nothing streams).
+    A worker streaming past the job's ``max_new_tokens`` is refused at the first chunk too long
     (each token costs the gateway a decode: an endless stream would be work for nothing)."""
-    if on_token is None:
+    if on_chunk is None:
         return None
 
-    def relay(token: int) -> None:
-        if len(relayed) >= max_tokens:
+    def relay(tokens: tuple[int, ...], signed: SignedPrefix) -> None:
+        if len(relayed) + len(tokens) > max_tokens:
             raise BadResponse(f"the worker streamed more than the job's {max_tokens} tokens")
-        relayed.append(token)
-        on_token(token)
+        relayed.extend(tokens)
+        on_chunk(tokens, signed)
 
     return relay
+
+
+def verify_stream_receipt(reply: WorkerReply, job: Job) -> None:
+    """Check a streamed reply's receipt (already checked as the worker's, about this job and output)
+    signs an output that starts with the last prefix the worker signed; `StreamEquivocation` with the
+    evidence otherwise."""
+    stream = reply.stream
+    if stream is None or stream.last is None or not is_prefix_contradicted(stream.last.prefix, reply.output_tokens):
+        return
+    evidence = Equivocation(stream.last, tuple(job.input_tokens) + tuple(reply.output_tokens), receipt=reply.receipt)
+    raise StreamEquivocation(f"the receipt's output does not start with the {stream.token_count} tokens the worker signed "
+                             "as it streamed them: equivocation", evidence)
 
 
 def verify_streamed_prefix(streamed: list[int], output_tokens) -> None:
@@ -219,6 +263,10 @@ class NetworkDispatcher:
         """The deployment's MAX_TRANSCRIPT_TOKENS: a longer job's receipt could never be audited."""
         self._next = 0
         self.health = WorkerHealth()
+        self.stream_limits = StreamLimits()
+        """First-token and idle limits of every relayed stream (set by the service from the config)."""
+        self.on_equivocation: Callable[[bytes, Equivocation], None] | None = None
+        """Called with (worker, evidence) when a worker's receipt contradicts its signed stream (the service slashes)."""
         self.readiness = None  # node/dispatcher/readiness.py's ReadinessMonitor (set by the service): why no_workers
         self.promises = None  # node/dispatcher/promises.py's Promises (set by the service): a batching promise per job
         self._routing: dict[bytes, asyncio.Future] = {}
@@ -240,12 +288,13 @@ class NetworkDispatcher:
             raise NoWorkers(f"{len(self.view.workers)} active workers serve this model; an audited job needs {needed} "
                             f"(its worker, {'this dispatcher, ' if weighs else ''}and a committee of {self.committee_size})")
 
-    async def dispatch(self, job: Job, audit_requested: bool, on_token: Callable[[int], None] | None = None) -> JobResult:
+    async def dispatch(self, job: Job, audit_requested: bool, on_chunk: OnChunk | None = None) -> JobResult:
         """Run ``job`` on the next worker that answers with a valid receipt; keep the result.
 
-        With ``on_token``, the worker's tokens are handed over as it samples them. A worker that fails
-        before its first token is that worker's failure like any other (the next one gets the job);
-        one that fails after is `StreamBroken`: the tokens already out cannot be taken back."""
+        With ``on_chunk``, the worker's tokens are handed over as it samples them, each chunk once its
+        signature holds. A worker that fails before its first chunk went out is that worker's failure like
+        any other (the next one gets the job); one that fails after is `StreamBroken`: the tokens already
+        out cannot be taken back."""
         try:
             self.verify_admission(job)
         except NoWorkers as exc:  # say why, this node's own standing first
@@ -268,7 +317,7 @@ class NetworkDispatcher:
                                         "whose caller left; retry") from None
         running = self._routing[job_hash] = asyncio.get_running_loop().create_future()
         try:
-            result = await self._route(job, job_hash, audit_requested, on_token)
+            result = await self._route(job, job_hash, audit_requested, on_chunk)
         except asyncio.CancelledError:  # the first caller left: its run ends, as without joiners
             running.cancel()
             raise
@@ -282,7 +331,7 @@ class NetworkDispatcher:
         finally:
             del self._routing[job_hash]
 
-    async def _route(self, job: Job, job_hash: bytes, audit_requested: bool, on_token: Callable[[int], None] | None) -> JobResult:
+    async def _route(self, job: Job, job_hash: bytes, audit_requested: bool, on_chunk: OnChunk | None) -> JobResult:
         if self.duties is not None:  # a duty about to miss its window comes first: no new client work
             self.duties.verify_room_for_clients()
         if self.promises is not None:  # never take a job whose receipt this node could not batch in time
@@ -294,7 +343,7 @@ class NetworkDispatcher:
                 failures.append(f"0x{entry.address.hex()}: this gateway's client share of it is in use")
                 continue
             try:
-                output_tokens, receipt = await self._run_client_job(entry, job, _relay(on_token, relayed, job.max_new_tokens))
+                output_tokens, receipt = await self._run_client_job(entry, job, _relay(on_chunk, relayed, job.max_new_tokens))
                 verify_streamed_prefix(relayed, output_tokens)
             except WORKER_BUSY as exc:
                 if relayed:
@@ -305,7 +354,7 @@ class NetworkDispatcher:
                 failures.append(f"0x{entry.address.hex()}: {compute_failure_code(exc)}")
                 continue
             except WORKER_FAILURES as exc:
-                self.health.on_failure(entry.address)
+                self._on_worker_failure(entry.address, exc)
                 log.warning("worker 0x%s (%s) failed job 0x%s%s: %s %r", entry.address.hex(), entry.url, job_hash.hex(),
                             f" after streaming {len(relayed)} tokens" if relayed else "", type(exc).__name__, str(exc)[:LOGGED_DETAIL_CHARS])
                 if relayed:
@@ -318,15 +367,23 @@ class NetworkDispatcher:
             return JobResult(job_hash, job, receipt, output_tokens, await self._promise(job_hash, receipt))
         raise NoWorkerCompleted(f"no worker completed job 0x{job_hash.hex()}: " + "; ".join(failures))
 
-    async def _run_client_job(self, entry: WorkerEntry, job: Job, on_token) -> tuple[tuple[int, ...], Receipt]:
+    async def _run_client_job(self, entry: WorkerEntry, job: Job, on_chunk) -> tuple[tuple[int, ...], Receipt]:
         """`run_on` for a client's job, counted against this gateway's client share of ``entry``."""
         self._client_jobs[entry.address] = self._client_jobs.get(entry.address, 0) + 1
         try:
-            return await self.run_on(entry.address, entry.url, job, on_token)
+            return await self.run_on(entry.address, entry.url, job, on_chunk)
         finally:
             self._client_jobs[entry.address] -= 1
             if not self._client_jobs[entry.address]:
                 del self._client_jobs[entry.address]
+
+    def _on_worker_failure(self, address: bytes, exc: BaseException) -> None:
+        if isinstance(exc, (StreamStalled, BadStream)):
+            self.health.on_strike(address)
+        else:
+            self.health.on_failure(address)
+        if isinstance(exc, StreamEquivocation) and self.on_equivocation is not None:
+            self.on_equivocation(address, exc.evidence)
 
     async def _promise(self, job_hash: bytes, receipt: Receipt):
         return await self.promises.make(job_hash, receipt) if self.promises is not None else None
@@ -342,19 +399,22 @@ class NetworkDispatcher:
         self.store.insert_dispatched(job_hash, entry.address, url, audit_requested)
         self.tables.insert_dispatched_job(job_hash, job, entry.address, url, output_tokens, receipt, audit_requested)
 
-    async def run_on(self, address: bytes, url: str, job: Job, on_token: Callable[[int], None] | None = None,
+    async def run_on(self, address: bytes, url: str, job: Job, on_chunk: OnChunk | None = None,
                      for_duty: bool = False) -> tuple[tuple[int, ...], Receipt]:
         """Run ``job`` on the node at ``address`` (this one: its own worker); check and return its answer.
-        ``on_token``: called with each output token as that worker samples it. ``for_duty``: a committee
-        job, sent on the duties' session (the worker sees the same signed job on the same route either way)."""
+        ``on_chunk``: called with each checked chunk of output tokens as that worker streams them. ``for_duty``:
+        a committee job, sent on the duties' session (the worker sees the same signed job on the same route either way)."""
+        reply = None
         if address == self.key.address:
-            result = await run_local_job(self.worker, job, on_token)
+            result = await run_local_job(self.worker, job, on_chunk)
             output_tokens, receipt = tuple(result.output_tokens), result.receipt
         else:
             peer = PeerClient(url, self.key, self.duty_session if for_duty else self.session, recipient=address)
-            reply = await (peer.submit_job(job) if on_token is None else peer.stream_job(job, on_token))
+            reply = await (peer.submit_job(job) if on_chunk is None else peer.stream_job(job, on_chunk, self.domain, self.stream_limits))
             output_tokens, receipt = tuple(reply.output_tokens), reply.receipt
         verify_worker_receipt(receipt, job, output_tokens, address, self.domain)
+        if reply is not None:
+            verify_stream_receipt(reply, job)
         if self.promises is not None:  # a receipt that expires before its batch's audit could start is the worker's failure
             await self.promises.verify_horizon(receipt, for_duty)
         return output_tokens, receipt

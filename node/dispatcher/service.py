@@ -23,6 +23,7 @@ from verillm.node.dispatcher.promises import OmissionAnswers, Promises
 from verillm.node.dispatcher.audit.delivery import DeliveryDuties
 from verillm.node.dispatcher.audit.duties import PartyDuties, PartyFaults
 from verillm.node.dispatcher.audit.driver import AuditDriver
+from verillm.node.dispatcher.peer import StreamLimits
 from verillm.node.dispatcher.router import NetworkDispatcher, RegistryView
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.dispatcher.tasks import KeyedTasks
@@ -70,6 +71,10 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
                                chainio.preset.MAX_TRANSCRIPT_TOKENS)
     router.duty_session = duty_session or session
     router.client_jobs_per_worker = config.client_jobs_per_worker
+    router.stream_limits = StreamLimits(config.stream_first_token_s, config.stream_idle_s)
+    router.on_equivocation = lambda worker_address, evidence: tasks.spawn(
+        f"stream-equivocation:0x{worker_address.hex()}:0x{evidence.prefix.prefix.job_hash.hex()}",
+        lambda: chainio.send("slash_stream_equivocation", evidence))
     batches = BatchScheduler(chainio, tables, metrics, compute_vrf_secret_key(key), config.batch_max_receipts, config.batch_max_wait_s)
     audits = AuditDriver(chainio, tables, router, view, tasks, metrics, config.escalate)
     faults = app.get(APP_FAULTS, PartyFaults())

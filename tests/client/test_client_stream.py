@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from verillm.client import AsyncClient, Client, Completion
-from verillm.errors import BadResponse, InvalidProof, UnknownModel
+from verillm.errors import BadResponse, InvalidProof, InvalidSignature, UnknownModel
 from verillm.node.appkeys import APP_DOMAIN
 from helpers.hostile_node import HostileNode
 
@@ -96,18 +96,63 @@ def _other_job(stash):
     return rewrite
 
 
+def _corrupt_signature(event):
+    if "verillm_stream" in event:
+        signature = bytearray.fromhex(event["verillm_stream"]["signed"]["signature"][2:])
+        signature[5] ^= 1
+        event["verillm_stream"]["signed"]["signature"] = "0x" + signature.hex()
+    return event
+
+
+def _inject_signed_tokens(event):
+    """Keep the worker's signature, claim other tokens under it (the running hash no longer extends)."""
+    if "verillm_stream" in event:
+        event["verillm_stream"]["tokens"] = [t + 1 for t in event["verillm_stream"]["tokens"]]
+    return event
+
+
+def _unsigned_then_signed():
+    """Drop the signature of the first text chunk only: text no worker signed, then signed text."""
+    seen = []
+
+    def rewrite(event):
+        if "verillm_stream" in event and not seen:
+            seen.append(event.pop("verillm_stream"))
+        return event
+    return rewrite
+
+
 @pytest.mark.parametrize("name, rewrite, error, match", [
-    ("tampered text", lambda: _replace_text, InvalidProof, "not what the receipt's output tokens decode to"),
+    ("tampered text", lambda: _replace_text, InvalidProof, "not the text of the tokens the worker signed"),
     ("no receipt", lambda: _drop_receipt, BadResponse, "without the chunk that carries the receipt"),
+    ("a corrupted signature", lambda: _corrupt_signature, InvalidSignature, "stream prefix"),
+    ("tokens the signature does not cover", lambda: _inject_signed_tokens, InvalidProof, "running hash"),
+    ("signed text after unsigned", _unsigned_then_signed, BadResponse, "signed text after text no worker signed"),
 ])
-def test_a_tampered_stream_is_refused(threaded_node, served_tiny, name, rewrite, error, match):
-    real = [threaded_node.url]
+def test_a_tampered_stream_is_refused_before_the_delta_is_shown(threaded_node, served_tiny, name, rewrite, error, match):
+    real, shown = [threaded_node.url], []
     handle = _sse_rewriter(rewrite())
     hostile = HostileNode(threaded_node.url, raw={"/v1/completions": lambda request: handle(request, real)})
     try:
         with _pinned(hostile.url, threaded_node, served_tiny) as client:
             with pytest.raises(error, match=match):
-                list(client.stream("The quick brown fox", max_tokens=8, temperature=0))
+                for item in client.stream("The quick brown fox", max_tokens=8, temperature=0):
+                    shown.append(item)
+        if name != "no receipt":
+            assert shown == [], f"{name}: {shown} shown before the check"
+    finally:
+        hostile.stop()
+
+
+def test_text_no_worker_signed_is_held_until_the_receipt_verifies(threaded_node, served_tiny):
+    """A relay that strips every signature: nothing is shown until the final receipt verifies, then the text at once."""
+    real = [threaded_node.url]
+    handle = _sse_rewriter(lambda event: {k: v for k, v in event.items() if k != "verillm_stream"})
+    hostile = HostileNode(threaded_node.url, raw={"/v1/completions": lambda request: handle(request, real)})
+    try:
+        with _pinned(hostile.url, threaded_node, served_tiny) as client:
+            *deltas, completion = client.stream("The quick brown fox", max_tokens=8, temperature=0)
+        assert isinstance(completion, Completion) and deltas == [completion.text]
     finally:
         hostile.stop()
 

@@ -61,6 +61,8 @@ SKIPS = {
         "8 × 64 SmolLM2 audits: hours on 2 cores",
     ("docs/benchmarks.md", "verillm bench detect --model smollm2 --dtype bf16 --jobs 8 --attack-jobs 8 --seed exact-attacks --json docs/results/detect-smollm2-bf16-exact.json"):
         "SmolLM2 bf16 with every attack: hours on 2 cores",
+    ("docs/benchmarks.md", "verillm bench stream-signing --repeats 9 --json docs/results/bench-stream-signing.json"):
+        "a timing benchmark (CPU-time medians), meaningless on a loaded machine; overwrites a committed result",
     ("docs/benchmarks.md", "verillm bench cost --model tiny --json docs/results/cost-tiny.json"):
         "512 in / 512 out, 9 repeats: a timing benchmark (minutes), meaningless on a shared machine",
     ("docs/benchmarks.md", "verillm bench cost --model smollm2 --json docs/results/cost-smollm2.json"):

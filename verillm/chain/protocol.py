@@ -146,6 +146,15 @@ def compute_receipt_tuple(receipt: Receipt) -> tuple:
             receipt.input_tokens, receipt.output_tokens, receipt.auditable_until_block, Web3.to_checksum_address(receipt.worker))
 
 
+def _prefix_tuple(prefix) -> tuple:
+    """A `verillm.spec.stream.StreamPrefix` as Coverage's StreamPrefix tuple."""
+    return (prefix.job_hash, prefix.token_count, prefix.prefix_hash, Web3.to_checksum_address(prefix.worker))
+
+
+_EMPTY_PREFIX = (b"\x00" * 32, 0, b"\x00" * 32, "0x" + "00" * 20)
+_EMPTY_RECEIPT = (b"\x00" * 32, b"\x00" * 32, b"\x00" * 32, b"\x00" * 32, 0, 0, 0, 0, 0, b"\x00" * 32, 0, 0, 0, 0, "0x" + "00" * 20)
+
+
 class Protocol:
     """The three contracts of one deployment, with one method per protocol message."""
 
@@ -513,6 +522,18 @@ class Protocol:
     def slash_omission(self, sender: LocalAccount, claim_id: int) -> Tx:
         """After an unanswered proof window: slash the dispatcher; value = the slashed wei."""
         return self._send(self.coverage, "slashOmission", claim_id, sender=sender, event="OmissionSlashed", field="slashedWei")
+
+    # --- signed streams (Coverage; verillm.spec.stream) ------------------------------------------
+    def slash_stream_equivocation(self, sender: LocalAccount, evidence) -> Tx:
+        """Slash a worker that signed two outputs for one job (`verillm.spec.stream.Equivocation`:
+        a signed prefix and its receipt with the transcript, or a second, no shorter prefix with its
+        tokens); value = the slashed wei. The caller is credited slashRewardBps of it."""
+        p, r, q = evidence.prefix, evidence.receipt, evidence.other
+        receipt = compute_receipt_tuple(r) if r is not None else _EMPTY_RECEIPT
+        other = _prefix_tuple(q.prefix) if q is not None else _EMPTY_PREFIX
+        return self._send(self.coverage, "slashStreamEquivocation", _prefix_tuple(p.prefix), p.signature, receipt,
+                          r.signature if r is not None else b"", other, q.signature if q is not None else b"", evidence.packed_tokens,
+                          sender=sender, event="StreamEquivocationSlashed", field="slashedWei")
 
     def get_omission_claim(self, claim_id: int) -> dict:
         receipt_hash, dispatcher, batch_by, claimant, deadline, state = self.coverage.call("getClaim", claim_id)

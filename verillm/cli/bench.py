@@ -17,6 +17,7 @@ EXTERNAL = {
     "store-sync": "verillm.bench.node:store_sync_bench",
     "devnet-load": "verillm.devnet.load:devnet_load_bench",
     "duties": "verillm.devnet.duties:duties_bench",
+    "stream-signing": "verillm.bench.stream_signing:stream_signing_bench",
 }
 
 

@@ -53,6 +53,7 @@ from verillm.client.completion import (  # noqa: F401  (re-exported: the SDK's s
 )
 from verillm.client.http import DEFAULT_MAX_BODY_BYTES, AsyncHttp, LoopThread
 from verillm.client.promise import InclusionCheck, check_inclusion  # noqa: F401  (re-exported: the SDK's promise check)
+from verillm.client.signed_stream import SignedStreamCheck
 from verillm.client.stream import compute_final_body, get_delta, iterate_events, iterate_on_loop
 
 VERDICT_STATUSES = ("verified", "final", "slashed", "tie", "abandoned")
@@ -250,9 +251,10 @@ class AsyncClient:
 
     async def stream(self, prompt: str | None = None, *, tokens: Sequence[int] | None = None, messages: Sequence[dict] | None = None,
                      model: str | None = None, **options) -> AsyncIterator["str | Completion"]:
-        """Stream a completion (``messages``: a chat completion): yield each text delta as it arrives (the
-        node's word, not checked yet), then the verified `Completion`, whose text the deltas must
-        concatenate to (verillm/client/stream.py). Options as for `complete`."""
+        """Stream a completion (``messages``: a chat completion): yield each text delta once the worker's
+        signature over the tokens it streamed holds and extends the previous one (verillm/client/signed_stream.py),
+        then the verified `Completion`, whose text the deltas must concatenate to and whose receipt must
+        extend the last signed prefix (verillm/client/stream.py). Options as for `complete`."""
         chat = messages is not None
         if chat and (prompt is not None or tokens is not None):
             raise InvalidInput("give a prompt (or tokens) or messages, not both")
@@ -265,6 +267,7 @@ class AsyncClient:
             body, path = compute_completion_request(prompt, tokens, name, **options), "/v1/completions"
             requested = compute_requested(prompt=prompt, tokens=tokens, **options)
         pieces, final = [], None
+        check = SignedStreamCheck(requested, self.pins, self.pins.domain or (await self.info()).domain)
         async with contextlib.aclosing(iterate_events(self.http, path, body | {"stream": True}, deadline)) as events:
             async for event in events:
                 delta = get_delta(event, chat)
@@ -272,12 +275,18 @@ class AsyncClient:
                     raise BadResponse("the node streamed text after the chunk that carries the receipt")
                 if delta:
                     pieces.append(delta)
-                    yield delta
-                if "verillm" in event:
+                    shown = await check.admit(event, delta)
+                    if shown:
+                        yield shown
+                if "receipt" in (event.get("verillm") or {}):
                     final = event
         if final is None:
             raise BadResponse("the stream ended without the chunk that carries the receipt")
-        yield await self._verified(compute_final_body(final, "".join(pieces), chat), requested, chat)
+        completion = await self._verified(compute_final_body(final, "".join(pieces), chat), requested, chat)
+        held = check.verify_final(completion)
+        if held:
+            yield held
+        yield completion
 
     async def _verified(self, body: object, requested: Requested, chat: bool) -> Completion:
         completion, node_text = parse_completion_body(body, chat)

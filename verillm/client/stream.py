@@ -2,16 +2,18 @@
 
     for item in client.stream("The capital of France is", max_tokens=32, temperature=0):
         if isinstance(item, str):
-            print(item, end="")           # a delta: the node's word, not checked yet
+            print(item, end="")           # a delta the worker signed as it streamed it (checked before it is yielded)
         else:
             completion = item             # the last item: verified, as `complete` returns it
 
 The node answers with OpenAI's server-sent events (node/api/openai_views.py); the last chunk
-carries the receipt. Deltas go to the caller as they arrive, and only the final `Completion`
-is verified: its text is decoded by the client from the signed output tokens and cut at the
-stop strings as the node's edge cuts them (verillm/wire.py), and the stream is refused
-(`InvalidProof`) unless the deltas concatenate to exactly that text, so a node that streamed
-one text and signed another is caught at the end of the stream. An ``{"error": ...}`` event
+carries the receipt. A delta goes to the caller only once the worker's signature over the tokens
+it streamed holds (verillm/client/signed_stream.py: job, signer, running hash, and with a
+tokenizer the text); text no prefix signs is held until the receipt verifies. The final
+`Completion`'s text is decoded by the client from the signed output tokens and cut at the stop
+strings as the node's edge cuts them (verillm/wire.py), and the stream is refused
+(`InvalidProof`) unless the deltas concatenate to exactly that text and the receipt's output
+starts with the last signed prefix. An ``{"error": ...}`` event
 raises the error it names; a stream without its receipt is a `BadResponse`.
 
 Reading is bounded as every SDK answer is: all lines together within ``max_body_bytes``, the

@@ -31,6 +31,7 @@ DOMAIN_CHALLENGE_SEED = b"\x1a"
 DOMAIN_ESCALATION = b"\x1b"  # the escalation draw before issue 20 (the simulator's rule sets)
 DOMAIN_ROUND_SEED = b"\x1c"  # every round's committee seed, from a blockhash after the round began
 DOMAIN_DRAW_SECRET = b"\x1d"  # a private draw's commitment: keccak256(0x1d ‖ secret), posted at the start
+DOMAIN_STREAM_PREFIX = b"\x1f"  # a stream's running hash: keccak256(0x1f ‖ previous ‖ u32 token) per token (verillm/spec/stream.py)
 DOMAIN_VOTE_SEAL = b"\x1e"  # a member's sealed vote (Jobs.sealVote): keccak256(0x1e ‖ audit ‖ round ‖ slot ‖ vote ‖ opening hash ‖ salt)
 
 

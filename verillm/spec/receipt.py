@@ -28,6 +28,7 @@ struct hash) is the leaf that receipt batches commit on-chain.
 """
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -63,6 +64,7 @@ def _word(value: int | bytes) -> bytes:
     return value.rjust(32, b"\x00") if isinstance(value, bytes) else value.to_bytes(32, "big")
 
 
+@functools.lru_cache(maxsize=16)
 def compute_domain_separator(domain: SigningDomain) -> bytes:
     """Return the EIP-712 domain separator."""
     return keccak256(
@@ -96,11 +98,18 @@ def sign_receipt(receipt: Receipt, private_key: bytes, domain: SigningDomain) ->
 def sign_digest(digest: bytes, private_key: bytes, signer: bytes, role: str) -> bytes:
     """Return r ‖ s ‖ v (v in {27, 28}) over an EIP-712 ``digest``; the key must be ``signer``'s
     (``role`` names it in the error), so a node never signs in another party's name."""
-    key = keys.PrivateKey(private_key)
+    key = _load_private_key(private_key)
     if key.public_key.to_canonical_address() != signer:
         raise InvalidSignature(f"the signing key is not {role}")
     signature = key.sign_msg_hash(digest)
     return signature.r.to_bytes(32, "big") + signature.s.to_bytes(32, "big") + bytes([signature.v + 27])
+
+
+@functools.lru_cache(maxsize=8)
+def _load_private_key(private_key: bytes) -> keys.PrivateKey:
+    """The key object of ``private_key`` (deriving its public key is an EC multiplication: a streaming
+    worker signs per chunk, so it is done once per key)."""
+    return keys.PrivateKey(private_key)
 
 
 def recover_digest_signer(digest: bytes, sig: bytes, what: str) -> bytes:

@@ -23,10 +23,18 @@ import pytest
 from aiohttp import web
 from openai import APIStatusError, AsyncOpenAI
 
+from verillm.node.api.streaming import compute_line
 from verillm.node.appkeys import APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_MODEL, APP_STORE, APP_WORKER
 from verillm.node.dispatcher.router import NetworkDispatcher, NoWorkers, RegistryView, WorkerEntry
 from verillm.node.keys import new_node_key, read_key_file
+from verillm.node.envelope import decode_envelope_json
 from verillm.node.store.dispatcher_tables import DispatcherTables
+from verillm.node.worker.stream_signer import PrefixSigner
+from verillm.spec.encoding import decode
+from verillm.spec.job import compute_job_hash
+from verillm.spec.receipt import SigningDomain
+from verillm.spec.types import Job
+from verillm.wire import stream_chunk_to_json
 from verillm.node.worker.engines import ServedModel
 from verillm.spec.params import MINIMAL
 from helpers.nodes import make_local_config
@@ -101,11 +109,18 @@ async def test_a_job_another_worker_runs_streams_through_the_gateway(start, serv
 class BadWorkers:
     """Workers on loopback that fail a streamed job: ``refuses`` before its first token (an error
     line), ``breaks`` after three tokens (the connection ends without a result), ``floods`` by
-    streaming more tokens than the job may have."""
+    streaming more tokens than the job may have. What they stream they sign, as a worker must
+    (issue 35: the gateway relays nothing unsigned; tests/node/dispatcher/test_signed_streams.py)."""
 
     def __init__(self):
         self.hits = {"refuses": 0, "breaks": 0, "floods": 0}
         self.runners = []
+        self.keys = {}
+
+    async def _signer(self, request: web.Request) -> PrefixSigner:
+        """Sign for the job the request carries, with this worker's key, for the tests' default deployment."""
+        job = decode(Job, decode_envelope_json(json.loads(await request.read())).payload)
+        return PrefixSigner(compute_job_hash(job), self.keys[request.app], SigningDomain())
 
     async def refuses(self, request: web.Request) -> web.StreamResponse:
         self.hits["refuses"] += 1
@@ -117,21 +132,26 @@ class BadWorkers:
 
     async def breaks(self, request: web.Request) -> web.StreamResponse:
         self.hits["breaks"] += 1
+        signer = await self._signer(request)
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         for token in (450, 3681, 17354):
-            await response.write(b'{"tokens": [%d]}\n' % token)
+            await response.write(compute_line(stream_chunk_to_json([token], signer.sign([token]))))
         await response.write_eof()  # and no result
         return response
 
     async def floods(self, request: web.Request) -> web.StreamResponse:
         """Streams tokens without end: the gateway must stop at the job's max_new_tokens, not decode them all."""
         self.hits["floods"] += 1
+        signer = await self._signer(request)
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
+        # Signed up front: the gateway stops at the third chunk, and signing in this loop would hold
+        # the test's one event loop (gateway and workers share it) between writes.
+        lines = [compute_line(stream_chunk_to_json([450] * 4, signer.sign([450] * 4))) for _ in range(4)]
         try:
-            for _ in range(100_000):
-                await response.write(b'{"tokens": [450, 450, 450, 450]}\n')
+            for i in range(100_000):
+                await response.write(lines[min(i, 3)])
         except (ConnectionResetError, aiohttp.ClientConnectionError):
             pass  # the gateway hung up
         return response
@@ -145,7 +165,8 @@ class BadWorkers:
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", 0).start()
             self.runners.append(runner)
-            entries.append(WorkerEntry(new_node_key().address, f"http://127.0.0.1:{runner.addresses[0][1]}", 10**18))
+            self.keys[app] = new_node_key()
+            entries.append(WorkerEntry(self.keys[app].address, f"http://127.0.0.1:{runner.addresses[0][1]}", 10**18))
         return entries
 
 
@@ -181,7 +202,8 @@ async def test_a_worker_failing_mid_stream_ends_it_with_an_error_never_another_w
     assert bad_workers.hits[bad] == 1
     assert events[-1] == "[DONE]" and '"worker_failed_mid_stream"' in events[-2], events
     texts = [json.loads(e)["choices"][0]["text"] for e in events[:-2]]
-    assert texts and all('"verillm"' not in e for e in events[:-2])  # the bad worker's tokens, no receipt
+    assert texts and all('"verillm"' not in e for e in events[:-2])  # the bad worker's signed tokens, no receipt
+    assert all("verillm_stream" in json.loads(e) for e in events[:-2])  # each with the worker's signature
     assert len(texts) <= 8  # at most the job's max_tokens were relayed
     assert engine.sampled_at == [] and worker.app[APP_STORE].get_job_counts().get("done", 0) == 0  # the honest worker never ran it
 
