@@ -5,11 +5,17 @@
 A `VerillmError` carries its own ``code`` and ``http_status``; aiohttp's own HTTP errors
 (unknown route, wrong method, body over the size limit) keep their status. Anything else is
 a bug: logged with its traceback and answered 500 internal_error.
+
+A request aiohttp cannot parse (a header line over 8,190 bytes, over 128 headers, a malformed
+request line) never reaches a handler: aiohttp answers it 400 and would log ERROR with a
+traceback, so anyone could fill the log. `SERVER_LOG` (the runner's logger) writes one WARNING
+line instead, naming the peer and the reason; every other error aiohttp logs keeps its traceback.
 """
 
 import logging
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from verillm.errors import VerillmError
 
@@ -18,6 +24,24 @@ from verillm.node.appkeys import APP_METRICS
 log = logging.getLogger(__name__)
 
 AIOHTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 400: "invalid_input"}
+
+
+MAX_LOGGED_REASON = 200
+"""Characters of a parse error's reason written to the log (it quotes the peer's bytes)."""
+
+
+class ServerLog(logging.LoggerAdapter):
+    """aiohttp's server logger, with a request it could not parse logged as one warning line."""
+
+    def exception(self, msg, *args, exc_info=True, **kwargs) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            reason = (exc_info.message or type(exc_info).__name__)[:MAX_LOGGED_REASON]
+            self.logger.warning("refused a malformed request from %s with HTTP %d: %s", args[0] if args else "?", exc_info.code or 400, reason)
+            return
+        self.logger.exception(msg, *args, exc_info=exc_info, **kwargs)
+
+
+SERVER_LOG = ServerLog(logging.getLogger("aiohttp.server"))
 
 
 def compute_error_body(status: int, code: str, message: str) -> dict:
