@@ -35,7 +35,7 @@ from verillm.spec.types import Job
 
 from verillm.node import faults
 from verillm.node.api.access import verify_reader
-from verillm.node.api.admission import compute_lane
+from verillm.node.api.admission import compute_lane, get_peer_job_limit
 from verillm.node.worker.opening_process import parse_opening_payload  # noqa: F401  (the fuzzers' entry point)
 from verillm.node.appkeys import APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
 from verillm.node.api.http import get_status_url, read_signed_envelope, remember_nonce
@@ -50,7 +50,8 @@ async def post_job(request: web.Request) -> web.Response:
     job = decode(Job, envelope.payload)
     job_hash, worker = compute_job_hash(job), request.app[APP_WORKER]
     lane = await compute_lane(request.app, envelope.sender, job, job_hash)  # 403 for a sender nobody answers for
-    record = worker.verify_acceptance(job, job_hash, envelope.sender, lane)
+    share = await get_peer_job_limit(request.app, envelope.sender) if lane == "peer" else None  # by stake (admission.py)
+    record = worker.verify_acceptance(job, job_hash, envelope.sender, lane, share)
     remember_nonce(request, envelope)
     faults.reach("nonce_recorded")
     # A stream shows the tokens of a run it saw start; a run under way or a stored result comes whole.

@@ -30,6 +30,7 @@ from verillm.node.dispatcher.watcher import ChainWatcher
 from verillm.node.dispatcher.readiness import ReadinessMonitor
 from verillm.node.dispatcher.seats import SeatBook
 from verillm.node.dispatcher.pruner import StorePruner
+from verillm.node.dispatcher.stakes import EpochStakes
 from verillm.node.store.retention import compute_audit_horizon_blocks, compute_horizons
 from verillm.spec.receipt import compute_auditable_until_block
 
@@ -40,11 +41,13 @@ class DispatchService:
     """Everything the networked dispatcher role runs, for the status route and tests."""
 
     def __init__(self, chainio: ChainIO, tables: DispatcherTables, router: NetworkDispatcher, watcher: ChainWatcher, tasks: KeyedTasks,
-                 seats: SeatBook | None = None, pruner: StorePruner | None = None):
+                 seats: SeatBook | None = None, pruner: StorePruner | None = None, stakes: EpochStakes | None = None):
         self.chainio, self.tables, self.router, self.watcher, self.tasks = chainio, tables, router, watcher, tasks
         self.seats = seats
         """This node's committee seats, as the chain proves them: the committee lane (node/api/admission.py)."""
         self.pruner = pruner
+        self.stakes = stakes
+        """The peers' stake weights of the current epoch: each one's share of the peer lane (node/api/admission.py)."""
         """Deletes the rows nothing can ask for any more, by the chain's head (node/store/retention.py)."""
 
 
@@ -92,7 +95,8 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     pruner = StorePruner(tables.db, compute_horizons(chainio.preset, store.retention_blocks), lambda: watcher.head, store.prune_interval_s,
                          store.retention_s)
     worker.retention_s = None  # with a chain, the pruner keeps each job by its receipt's horizon in blocks, not by the clock
-    return DispatchService(chainio, tables, router, watcher, tasks, seats, pruner)
+    stakes = EpochStakes(chainio, worker.served.model_id, lambda: watcher.head)
+    return DispatchService(chainio, tables, router, watcher, tasks, seats, pruner, stakes)
 
 
 async def get_serving(app: web.Application) -> dict:
