@@ -120,6 +120,8 @@ class ChainConfig:
     """Jobs contract address: the EIP-712 verifying contract of every receipt."""
     registry_address: str = "0x0000000000000000000000000000000000000000"
     """Registry contract address (stake, keys, endpoints)."""
+    public_rpc_url: str = ""
+    """The JSON-RPC URL /v1/verillm/info names for clients (`verillm complete` checks the signer's stake there unless pinned); empty = rpc_url."""
 
 
 @dataclass(frozen=True)

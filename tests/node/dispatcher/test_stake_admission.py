@@ -105,6 +105,15 @@ async def test_sybil_identities_at_minimum_stake_get_together_no_more_than_one_i
     assert sum(sybils) <= whale  # splitting the stake bought nothing (here 15 < 16: each share is rounded down)
 
 
+async def test_a_networked_node_names_its_chain_on_its_info_route(staked_node, http):
+    """What `verillm complete` ties a receipt's signer to when the caller pins no chain (verillm/cli/complete.py)."""
+    node, protocol, accounts, keys = staked_node
+    async with http.get(f"{node.url}/v1/verillm/info") as response:
+        chain = (await response.json())["chain"]
+    assert chain["rpc_url"] == node.config.chain.rpc_url
+    assert chain["deployment"]["addresses"] == protocol.deployment.addresses and chain["deployment"]["chain_id"] == protocol.chain.chain_id
+
+
 async def test_a_top_up_weighs_from_the_next_epoch_as_on_chain(staked_node, http):
     node, protocol, accounts, keys = staked_node
     model_id = node.app[APP_SERVICE].router.view.model_id
