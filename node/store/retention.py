@@ -17,9 +17,15 @@ settled audits, the explorer's pages), then deleted ``PRUNE_BATCH`` at a time:
 
 - a **batch** (`dispatch_batches`) with its jobs (`dispatch_jobs`, `batch_promises`, `dispatched`),
   its audits (`dispatch_audits`, `committee_jobs`, `proven_openings`): once it is final (started or
-  missed), every receipt in it is past its duties' end, every promise past its claim windows, and
-  every audit of it SETTLED or ABANDONED (an audit still open keeps the whole batch: its Merkle tree
-  proves the audited leaf). A job never batched goes on the same terms, alone;
+  missed), past the last block an audit of any of its leaves can start (`Batches._admit`: its
+  posted block + the timeline's start span) + the audit span, every promise in it past its claim
+  windows, and every audit of it SETTLED or ABANDONED (an audit still open keeps the whole batch:
+  its Merkle tree proves the audited leaf). Judged by the batch, not by its receipts' horizons: a
+  worker signs its own, and one signing a horizon far in the future must not keep a gateway's
+  batch for ever;
+- a **job never batched**: once its promise is past its claim windows (the batcher batches every
+  job it promised long before; with no promise, a crash between the two writes, it is batched too,
+  or goes when its receipt is past its duties);
 - a **worker job** (`jobs`, `receipts`, `traces`, its closed `party_duties`): once its receipt is
   past its duties' end and no duty of this node for it is still open; a failed job (no receipt,
   nothing can ask for it) after ``store.retention_s`` seconds;
@@ -57,7 +63,9 @@ class Horizons:
     """How many blocks after each anchor a row can still be asked for, and what the operator keeps beyond."""
 
     audit_span_blocks: int
-    """After a receipt's auditableUntilBlock: every audit of it has settled."""
+    """After a receipt's auditableUntilBlock, or an audit's start: every audit of it has settled."""
+    start_span_blocks: int
+    """After a batch is posted: the last block an audit of one of its leaves can start in."""
     omission_span_blocks: int
     """After a promise's batchByBlock: the last omission claim has been answered or slashed."""
     horizon_blocks: int
@@ -68,6 +76,10 @@ class Horizons:
     def get_receipt_cutoff(self, head: int) -> int:
         """Receipts with auditableUntilBlock below this are past their duties and the retention."""
         return head - self.audit_span_blocks - self.keep_blocks
+
+    def get_batch_cutoff(self, head: int) -> int:
+        """Batches posted below this block are past their last audit's start and settlement, and the retention."""
+        return head - self.start_span_blocks - self.audit_span_blocks - self.keep_blocks
 
     def get_promise_cutoff(self, head: int) -> int:
         """Promises with batchByBlock below this are past their claim windows and the retention."""
@@ -81,13 +93,13 @@ class Horizons:
 def compute_horizons(preset: Preset, keep_blocks: int) -> Horizons:
     """Return the horizons of ``preset`` with ``keep_blocks`` of retention."""
     omission = preset.OMISSION_CLAIM_WINDOW_BLOCKS + preset.PROOF_WINDOW_BLOCKS
-    return Horizons(compute_timeline(preset).audit_span, omission, compute_audit_horizon_blocks(preset), keep_blocks)
+    timeline = compute_timeline(preset)
+    return Horizons(timeline.audit_span, timeline.start_span, omission, compute_audit_horizon_blocks(preset), keep_blocks)
 
 
 PRUNABLE_BATCHES = """
 SELECT b.id FROM dispatch_batches b
-WHERE b.status IN ('started', 'missed')
-  AND NOT EXISTS (SELECT 1 FROM dispatch_jobs j WHERE j.batch_row = b.id AND j.auditable_until_block >= :receipts)
+WHERE b.status IN ('started', 'missed') AND b.posted_block < :batches
   AND NOT EXISTS (SELECT 1 FROM dispatch_jobs j JOIN batch_promises p ON p.job_hash = j.job_hash
                   WHERE j.batch_row = b.id AND p.batch_by_block >= :promises)
   AND NOT EXISTS (SELECT 1 FROM dispatch_audits a WHERE a.batch_row = b.id AND a.status = 'open')
@@ -106,8 +118,10 @@ DELETE_BATCH = (
 
 PRUNABLE_UNBATCHED = """
 SELECT j.job_hash FROM dispatch_jobs j
-WHERE j.batch_row IS NULL AND j.auditable_until_block < :receipts
-  AND NOT EXISTS (SELECT 1 FROM batch_promises p WHERE p.job_hash = j.job_hash AND p.batch_by_block >= :promises)
+WHERE j.batch_row IS NULL
+  AND CASE WHEN EXISTS (SELECT 1 FROM batch_promises p WHERE p.job_hash = j.job_hash)
+           THEN NOT EXISTS (SELECT 1 FROM batch_promises p WHERE p.job_hash = j.job_hash AND p.batch_by_block >= :promises)
+           ELSE j.auditable_until_block < :receipts END
 LIMIT :limit
 """
 
@@ -136,7 +150,7 @@ def _select(db: Database, sql: str, params: dict) -> list[tuple]:
 
 def prune_batches(db: Database, head: int, horizons: Horizons, limit: int = PRUNE_BATCH) -> int:
     """Delete up to ``limit`` final batches nothing can ask about any more, with their jobs and audits; return how many."""
-    params = {"receipts": horizons.get_receipt_cutoff(head), "promises": horizons.get_promise_cutoff(head), "limit": limit}
+    params = {"batches": horizons.get_batch_cutoff(head), "promises": horizons.get_promise_cutoff(head), "limit": limit}
     with transaction(db):
         rows = [row for (row,) in _select(db, PRUNABLE_BATCHES, params)]
         for statement in DELETE_BATCH:
@@ -145,7 +159,7 @@ def prune_batches(db: Database, head: int, horizons: Horizons, limit: int = PRUN
 
 
 def prune_unbatched_jobs(db: Database, head: int, horizons: Horizons, limit: int = PRUNE_BATCH) -> int:
-    """Delete up to ``limit`` dispatched jobs never batched whose receipt and promise nothing can use any more; return how many."""
+    """Delete up to ``limit`` dispatched jobs never batched whose promise (else receipt) nothing can use any more; return how many."""
     params = {"receipts": horizons.get_receipt_cutoff(head), "promises": horizons.get_promise_cutoff(head), "limit": limit}
     with transaction(db):
         jobs = [{"job": job} for (job,) in _select(db, PRUNABLE_UNBATCHED, params)]

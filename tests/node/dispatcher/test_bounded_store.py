@@ -49,14 +49,14 @@ class World:
         self.pruner = StorePruner(self.store.db, compute_horizons(MINIMAL, KEEP_BLOCKS), self.chain.get_block_number, 30.0, 3600.0)
         self.n = 0
 
-    def receipt(self):
+    def receipt(self, until: int | None = None):
         self.n += 1
         job = Job(MODEL_ID, (1, 2, self.n), SamplingParams(), 4, os.urandom(32))
-        until = self.chain.get_block_number() + MINIMAL.RECEIPT_HORIZON_BLOCKS  # what an honest worker signs
+        until = until or self.chain.get_block_number() + MINIMAL.RECEIPT_HORIZON_BLOCKS  # what an honest worker signs
         return job, sign_receipt(compute_receipt(job, (5, 6), b"\x09" * 32, self.key.address, until), self.key.private_key, SigningDomain())
 
-    def dispatch(self, promise: bool = True) -> bytes:
-        job, receipt = self.receipt()
+    def dispatch(self, promise: bool = True, until: int | None = None) -> bytes:
+        job, receipt = self.receipt(until)
         self.tables.insert_dispatched_job(receipt.job_hash, job, self.key.address, "http://w", (5, 6), receipt, False)
         self.store.insert_dispatched(receipt.job_hash, self.key.address, "http://w", False)
         if promise:
@@ -99,7 +99,8 @@ class World:
 
 async def test_rows_go_once_past_their_horizon_by_the_chain_s_head_and_rows_still_needed_stay(deployed, tmp_path):
     world = World(deployed, tmp_path)
-    settled = [world.dispatch() for _ in range(3)]
+    start = world.chain.get_block_number()  # every row below is written at this head
+    settled = [world.dispatch() for _ in range(2)] + [world.dispatch(until=2**40)]  # a hostile worker's far horizon
     world.batch(settled, audit_id=1, audit_status="settled")
     still_open = world.dispatch()
     world.batch([still_open], audit_id=2, audit_status="open")
@@ -108,30 +109,48 @@ async def test_rows_go_once_past_their_horizon_by_the_chain_s_head_and_rows_stil
     world.store.db.conn.execute("INSERT INTO party_duties VALUES (9, 0, 0, ?, 'opened', NULL, NULL, 0, 0)", (held_by_duty.hex(),))
     world.event("Registry", "Registered")
     world.event("Jobs", "BatchPosted")
-    assert compute_audit_horizon_blocks(MINIMAL) == MINIMAL.RECEIPT_HORIZON_BLOCKS + SPAN  # events share the receipts' boundary
-    horizon = max(world.tables.get_dispatched_job(h).receipt.auditable_until_block for h in settled + [never_batched])
+    assert world.chain.get_block_number() == start
+    timeline = compute_timeline(MINIMAL)
+    promises_end = start + MINIMAL.BATCH_BY_BLOCKS + MINIMAL.OMISSION_CLAIM_WINDOW_BLOCKS + MINIMAL.PROOF_WINDOW_BLOCKS + KEEP_BLOCKS
+    batches_end = start + timeline.start_span + SPAN + KEEP_BLOCKS  # the last audit start of a batch posted at start, settled
+    receipts_end = start + MINIMAL.RECEIPT_HORIZON_BLOCKS + SPAN + KEEP_BLOCKS
+    assert promises_end < batches_end < receipts_end == start + compute_audit_horizon_blocks(MINIMAL) + KEEP_BLOCKS
     before = count_rows(world.store.db, TABLES)
     gas_before = world.tables.get_gas_by_function()
 
-    # At the last block of the retention after the audits' span nothing goes (events and transactions
-    # were recorded at the receipts' signing head: the same span); the clock plays no part.
-    world.mine_to(horizon + SPAN + KEEP_BLOCKS)
+    # At each rule's last block nothing it covers goes (the clock plays no part); one block later it does.
+    world.mine_to(promises_end)
     await world.pruner.prune()
     assert count_rows(world.store.db, TABLES) == before
-
-    # One block later every receipt above is past its duties and the retention.
-    world.mine_to(horizon + SPAN + KEEP_BLOCKS + 1)
+    world.mine_to(promises_end + 1)
     await world.pruner.prune()
-    after = count_rows(world.store.db, TABLES)
-    for job_hash in settled + [never_batched, done]:
-        assert not any(world.has(t, job_hash) for t in ("dispatch_jobs", "batch_promises", "dispatched", "jobs", "receipts", "traces"))
-    # Needed still: the batch of an audit still open (its tree proves the leaf), the job a duty holds, the Registry's events.
+    assert not any(world.has(t, never_batched) for t in ("dispatch_jobs", "batch_promises", "dispatched"))
+    assert all(world.has("dispatch_jobs", h) for h in settled + [still_open])
+
+    world.mine_to(batches_end)
+    await world.pruner.prune()
+    assert all(world.has("dispatch_jobs", h) for h in settled)
+    world.mine_to(batches_end + 1)
+    await world.pruner.prune()
+    for job_hash in settled:  # the far horizon keeps nothing: no audit of the batch can start any more
+        assert not any(world.has(t, job_hash) for t in ("dispatch_jobs", "batch_promises", "dispatched"))
+    # Needed still: the batch of an audit still open (its tree proves the leaf).
     assert world.has("dispatch_jobs", still_open) and world.has("batch_promises", still_open)
-    assert world.has("jobs", held_by_duty) and world.has("traces", held_by_duty) and world.has("jobs", failed)
+    after = count_rows(world.store.db, TABLES)
     assert after["dispatch_batches"] == after["dispatch_audits"] == after["committee_jobs"] == after["proven_openings"] == 1
+    assert world.has("jobs", done) and after["chain_events"] == before["chain_events"]  # the worker's own receipts: their horizon
+
+    world.mine_to(receipts_end)
+    await world.pruner.prune()
+    assert world.has("jobs", done) and count_rows(world.store.db, ("chain_events",))["chain_events"] == before["chain_events"]
+    world.mine_to(receipts_end + 1)
+    await world.pruner.prune()
+    assert not any(world.has(t, done) for t in ("jobs", "receipts", "traces"))
+    # Needed still: the job an open duty holds, the open audit's events, the Registry's (the roster).
+    assert world.has("jobs", held_by_duty) and world.has("traces", held_by_duty) and world.has("jobs", failed)
     names = [r[0] for r in world.store.db.execute("SELECT name FROM chain_events ORDER BY name")]
-    assert names == ["AuditStarted", "Registered"]  # the open audit's event, and the roster's
-    assert after["chain_txs"] == 0 and world.tables.get_gas_by_function() == gas_before  # folded into the totals
+    assert names == ["AuditStarted", "Registered"]
+    assert count_rows(world.store.db, ("chain_txs",))["chain_txs"] == 0 and world.tables.get_gas_by_function() == gas_before
 
     # The audit settles and the duty closes: the rest goes at the next pass.
     world.tables.update_audit(2, status="settled")
