@@ -9,9 +9,12 @@ from the next epoch, as it buys seats in draws.
 """
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from verillm.node.dispatcher.chainio import ChainIO
+
+log = logging.getLogger(__name__)
 
 
 class EpochStakes:
@@ -32,9 +35,18 @@ class EpochStakes:
                 self._epoch_blocks = int(await self.chainio.read(self.chainio.protocol.registry.call, "epochBlocks"))
             epoch = self.get_head() // self._epoch_blocks
             if epoch != self.epoch:
-                self.weights = await self.chainio.read(self._fetch, epoch)
-                self.epoch = epoch
+                await self._refresh(epoch)
         return self.epoch, self.weights
+
+    async def _refresh(self, epoch: int) -> None:
+        try:
+            self.weights = await self.chainio.read(self._fetch, epoch)
+        except Exception as exc:  # a chain outage at an epoch's turn: the last epoch's shares until the next read
+            if self.epoch is None:
+                raise
+            log.warning("cannot read the Registry's weights of epoch %d (%s: %s); peers keep epoch %d's shares", epoch, type(exc).__name__, exc, self.epoch)
+            return
+        self.epoch = epoch
 
     def _fetch(self, epoch: int) -> dict[bytes, int]:
         addresses, weights = self.chainio.protocol.registry.call("getModelWeights", self.model_id, epoch)

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from verillm.errors import ConfigError, Forbidden, QueueFull, TooManyRequests
+from verillm.errors import Forbidden, QueueFull, TooManyRequests
 from verillm.node.appkeys import APP_STORE, APP_WORKER
 from verillm.node.dispatcher.peer import PeerClient
 from verillm.node.keys import new_node_key
