@@ -2,8 +2,10 @@
 
 What "nothing can ask" means, table by table, is node/store/retention.py: block comparisons
 against the head the chain watcher last read (never a clock, never a block interval measured
-once). Each step deletes at most `PRUNE_BATCH` rows in one transaction and yields to the event
-loop before the next, so a backlog (a node restarted after weeks) drains without stalling requests.
+once). Each step deletes about `PRUNE_BATCH` rows (retention.py) in one transaction and yields to
+the event loop before the next, until a step finds nothing, so a backlog (a node restarted after
+weeks) drains without stalling requests: 10,000 batched jobs, 10,000 worker jobs and 20,000 events
+in 80 steps of at most 0.43 s, 6.3 s in all (docs/operators.md "Pruning, in blocks").
 """
 
 import asyncio
@@ -13,7 +15,7 @@ from collections.abc import Callable
 
 from sqlite_utils import Database
 
-from verillm.node.store.retention import (PRUNE_BATCH, Horizons, prune_batches, prune_chain_records, prune_failed_jobs, prune_unbatched_jobs,
+from verillm.node.store.retention import (Horizons, prune_batches, prune_chain_records, prune_failed_jobs, prune_unbatched_jobs,
                                           prune_worker_jobs)
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,4 @@ class StorePruner:
         while (count := step()) > 0:
             total += count
             await asyncio.sleep(0)  # let requests in between batches
-            if count < PRUNE_BATCH:
-                break
         return total

@@ -98,7 +98,7 @@ def compute_horizons(preset: Preset, keep_blocks: int) -> Horizons:
 
 
 PRUNABLE_BATCHES = """
-SELECT b.id FROM dispatch_batches b
+SELECT b.id, b.count FROM dispatch_batches b
 WHERE b.status IN ('started', 'missed') AND b.posted_block < :batches
   AND NOT EXISTS (SELECT 1 FROM dispatch_jobs j JOIN batch_promises p ON p.job_hash = j.job_hash
                   WHERE j.batch_row = b.id AND p.batch_by_block >= :promises)
@@ -149,13 +149,25 @@ def _select(db: Database, sql: str, params: dict) -> list[tuple]:
 
 
 def prune_batches(db: Database, head: int, horizons: Horizons, limit: int = PRUNE_BATCH) -> int:
-    """Delete up to ``limit`` final batches nothing can ask about any more, with their jobs and audits; return how many."""
+    """Delete final batches nothing can ask about any more, with their jobs and audits, about ``limit`` jobs' worth
+    (at least one batch); return how many batches."""
     params = {"batches": horizons.get_batch_cutoff(head), "promises": horizons.get_promise_cutoff(head), "limit": limit}
     with transaction(db):
-        rows = [row for (row,) in _select(db, PRUNABLE_BATCHES, params)]
+        rows = _take_jobs_worth(_select(db, PRUNABLE_BATCHES, params), limit)
         for statement in DELETE_BATCH:
             db.conn.executemany(statement, [{"row": row} for row in rows])
     return len(rows)
+
+
+def _take_jobs_worth(batches: list[tuple[int, int]], limit: int) -> list[int]:
+    """The ids of the first ``batches`` (id, jobs) holding at most ``limit`` jobs together, at least the first."""
+    taken, jobs = [], 0
+    for row, count in batches:
+        if taken and jobs + count > limit:
+            break
+        taken.append(row)
+        jobs += count
+    return taken
 
 
 def prune_unbatched_jobs(db: Database, head: int, horizons: Horizons, limit: int = PRUNE_BATCH) -> int:

@@ -24,6 +24,7 @@ CREATE INDEX dispatch_audits_by_status ON dispatch_audits (status, batch_row);
 CREATE INDEX party_duties_by_job ON party_duties (job_hash, status);
 CREATE INDEX chain_txs_by_block ON chain_txs (block_number);
 CREATE INDEX chain_events_by_block_contract ON chain_events (contract, block_number);
+CREATE INDEX chain_event_parties_by_event ON chain_event_parties (block_number, log_index);
 
 CREATE TABLE chain_gas_totals (
     function TEXT PRIMARY KEY,            -- e.g. Jobs.postBatch
