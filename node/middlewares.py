@@ -26,24 +26,6 @@ log = logging.getLogger(__name__)
 AIOHTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 400: "invalid_input"}
 
 
-MAX_LOGGED_REASON = 200
-"""Characters of a parse error's reason written to the log (it quotes the peer's bytes)."""
-
-
-class ServerLog(logging.LoggerAdapter):
-    """aiohttp's server logger, with a request it could not parse logged as one warning line."""
-
-    def exception(self, msg, *args, exc_info=True, **kwargs) -> None:
-        if isinstance(exc_info, HttpProcessingError):
-            reason = (exc_info.message or type(exc_info).__name__)[:MAX_LOGGED_REASON]
-            self.logger.warning("refused a malformed request from %s with HTTP %d: %s", args[0] if args else "?", exc_info.code or 400, reason)
-            return
-        self.logger.exception(msg, *args, exc_info=exc_info, **kwargs)
-
-
-SERVER_LOG = ServerLog(logging.getLogger("aiohttp.server"))
-
-
 def compute_error_body(status: int, code: str, message: str) -> dict:
     """Return OpenAI's error body."""
     kind = "invalid_request_error" if status < 500 else "server_error"
@@ -71,3 +53,21 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.path)
         return error_response(request, 500, "internal_error", "internal error; see the node's log")
+
+
+MAX_LOGGED_REASON = 200
+"""Characters of a parse error's reason written to the log (it quotes the peer's bytes)."""
+
+
+class ServerLog(logging.LoggerAdapter):
+    """aiohttp's server logger, with a request it could not parse logged as one warning line."""
+
+    def exception(self, msg, *args, exc_info=True, **kwargs) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            reason = (exc_info.message or type(exc_info).__name__)[:MAX_LOGGED_REASON]
+            self.logger.warning("refused a malformed request from %s with HTTP %d: %s", args[0] if args else "?", exc_info.code or 400, reason)
+            return
+        self.logger.exception(msg, *args, exc_info=exc_info, **kwargs)
+
+
+SERVER_LOG = ServerLog(logging.getLogger("aiohttp.server"))
