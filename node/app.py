@@ -28,7 +28,7 @@ from verillm.node.keys import load_node_key
 from verillm.node.metrics import NodeMetrics
 from verillm.node.api.clients import client_middleware
 from verillm.node.appkeys import APP_INFLIGHT
-from verillm.node.middlewares import error_middleware
+from verillm.node.middlewares import SERVER_LOG, error_middleware
 from verillm.node.profiling import install_profile_toggle
 from verillm.node.routes import setup_routes
 from verillm.node.store.store import open_store
@@ -112,11 +112,16 @@ async def dispatcher_context(app: web.Application):
     yield
 
 
+def get_runner_options(config: NodeConfig) -> dict:
+    """The `web.AppRunner` options of a node: no access log, the slowloris limit, one line per unparsable request."""
+    return {"access_log": None, "keepalive_timeout": config.limits.header_timeout_s, "logger": SERVER_LOG}
+
+
 async def start_node(config: NodeConfig, served: ServedModel | None = None) -> tuple[web.AppRunner, int]:
     """Start the node on config.server.host:port; return the runner and the bound port."""
     # aiohttp's keep-alive timer is the only clock on a connection whose headers never finish (its
     # default is an hour): limits.header_timeout_s closes a slowloris client instead.
-    runner = web.AppRunner(create_app(config, served), access_log=None, keepalive_timeout=config.limits.header_timeout_s)
+    runner = web.AppRunner(create_app(config, served), **get_runner_options(config))
     await runner.setup()
     site = web.TCPSite(runner, config.server.host, config.server.port)
     await site.start()

@@ -101,7 +101,11 @@ class StoreConfig:
     receipts_synchronous: str = "FULL"
     """Synchronous mode of the one commit per batch that stores receipts and traces before any is returned: FULL makes a returned receipt survive power loss (one fsync per batch)."""
     retention_s: float = 14 * 24 * 3600.0
-    """How long finished jobs, their receipts and retained traces are kept; must cover the deployment's audit horizon (checked against the chain at startup, node/store/retention.py)."""
+    """Without a chain: how long finished jobs, their receipts and traces are kept. With one (the dispatcher role), only failed jobs (no receipt) are pruned by this clock; everything else by blocks (retention_blocks)."""
+    retention_blocks: int = 7200
+    """With a chain: blocks every row is kept after the last block anything can ask for it (a receipt's auditableUntilBlock + the audit span, a promise's claim windows, an audit's final state; node/store/retention.py), for auditors' replays and the explorer; 0 = prune as soon as the protocol allows."""
+    prune_interval_s: float = 30.0
+    """With a chain: how often the dispatcher's pruner compares every table with the chain's head (node/dispatcher/pruner.py)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,8 @@ class ChainConfig:
     """Jobs contract address: the EIP-712 verifying contract of every receipt."""
     registry_address: str = "0x0000000000000000000000000000000000000000"
     """Registry contract address (stake, keys, endpoints)."""
+    public_rpc_url: str = ""
+    """The JSON-RPC URL /v1/verillm/info names for clients (`verillm complete` checks the signer's stake there unless pinned); empty = rpc_url."""
 
 
 @dataclass(frozen=True)
@@ -327,6 +333,9 @@ def verify_config(config: NodeConfig) -> None:
     for name, value in positive.items():
         if value < 1:
             raise ConfigError(f"{name} must be at least 1, got {value}")
+    if config.store.retention_blocks < 0 or config.store.prune_interval_s <= 0:
+        raise ConfigError(f"store.retention_blocks must be at least 0 and store.prune_interval_s above 0, got "
+                          f"{config.store.retention_blocks} and {config.store.prune_interval_s}")
     if not 0 <= config.server.port < 65536:
         raise ConfigError(f"server.port must be in 0..65535, got {config.server.port}")
     if not 0 <= config.queue.reserved_for_peers < config.queue.max_queued_jobs:

@@ -9,12 +9,18 @@ when the error is about no one field.
 A `VerillmError` carries its own ``code`` and ``http_status``; aiohttp's own HTTP errors
 (unknown route, wrong method, body over the size limit) keep their status. Anything else is
 a bug: logged with its traceback and answered 500 internal_error.
+
+A request aiohttp cannot parse (a header line over 8,190 bytes, over 128 headers, a malformed
+request line) never reaches a handler: aiohttp answers it 400 and would log ERROR with a
+traceback, so anyone could fill the log. `SERVER_LOG` (the runner's logger) writes one WARNING
+line instead, naming the peer and the reason; every other error aiohttp logs keeps its traceback.
 """
 
 import logging
 import re
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from verillm.errors import VerillmError
 
@@ -61,3 +67,21 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.path)
         return error_response(request, 500, "internal_error", "internal error; see the node's log")
+
+
+MAX_LOGGED_REASON = 200
+"""Characters of a parse error's reason written to the log (it quotes the peer's bytes)."""
+
+
+class ServerLog(logging.LoggerAdapter):
+    """aiohttp's server logger, with a request it could not parse logged as one warning line."""
+
+    def exception(self, msg, *args, exc_info=True, **kwargs) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            reason = (exc_info.message or type(exc_info).__name__)[:MAX_LOGGED_REASON]
+            self.logger.warning("refused a malformed request from %s with HTTP %d: %s", args[0] if args else "?", exc_info.code or 400, reason)
+            return
+        self.logger.exception(msg, *args, exc_info=exc_info, **kwargs)
+
+
+SERVER_LOG = ServerLog(logging.getLogger("aiohttp.server"))

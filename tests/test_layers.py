@@ -16,12 +16,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE_DIRS = {"verillm": "verillm", "node": "verillm.node", "verifier": "verillm.verifier"}
 
-BASE = {"verillm.errors", "verillm.jsonsafe", "verillm.envs"}
+BASE = {"verillm.errors", "verillm.jsonsafe", "verillm.envs", "verillm.ndjson"}
 # layer -> the layers it may import (besides itself). Order of the table = bottom to top.
 ALLOWED = {
     "verillm.errors": set(),
     "verillm.jsonsafe": {"verillm.errors"},
     "verillm.envs": set(),
+    "verillm.ndjson": set(),
     "verillm.spec": {"verillm.errors"},
     "verillm.wire": {"verillm.errors", "verillm.jsonsafe", "verillm.spec"},
     "verillm.engine": BASE | {"verillm.spec"},

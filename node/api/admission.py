@@ -8,20 +8,27 @@ for it:
   slots, ahead of every other job, whoever floods the node;
 - **peer**: the sender is active and staked for this node's model in the Registry (the dispatcher
   role's view of the chain, refreshed every `dispatcher.registry_refresh_s`), or named by the
-  operator in `auth.allowed_senders`. Each may have `limits.max_jobs_per_sender` jobs queued or
-  running (429), and all peers together leave `queue.reserved_for_committee` slots alone;
+  operator in `auth.allowed_senders`. A staked peer may have queued or running (429 above it) its
+  stake's share of the ordinary queue: ⌊`queue.max_queued_jobs` × its weight / the weights of every
+  other node serving the model⌋, weights as the Registry fixes them for the current epoch
+  (node/dispatcher/stakes.py). Rounded down, so identities that split a stake get together at most
+  what the whole stake gets (⌊a⌋ + ⌊b⌋ ≤ ⌊a + b⌋), and N minimum stakes no more than one of N×
+  (issue 35: 16 jobs per identity let 14 minimum stakes fill every node's queue). A named sender
+  (unstaked: the operator answers for it) may have `limits.max_jobs_per_sender`. All peers
+  together leave `queue.reserved_for_committee` slots alone;
 - anyone else: 403 forbidden, with the reason. Clients use the OpenAI routes, with their API
-  keys and per-client limits (node/api/clients.py).
+  keys and per-client limits (node/api/clients.py): the operator's customers, admitted by its
+  tokens, not by stake; together they leave `queue.reserved_for_peers` slots to the peers.
 
 A valid signature alone buys nothing: a fresh key is free, a stake is not.
 """
 
 from aiohttp import web
 
-from verillm.errors import Forbidden
+from verillm.errors import Forbidden, TooManyRequests
 from verillm.spec.types import Job
 
-from verillm.node.appkeys import APP_CONFIG, APP_SERVICE
+from verillm.node.appkeys import APP_CONFIG, APP_KEY, APP_SERVICE
 from verillm.wire import from_hex
 
 
@@ -66,3 +73,28 @@ async def compute_lane(app: web.Application, sender: bytes, job: Job, job_hash: 
         return "committee"
     verify_native_sender(app, sender)
     return "peer"
+
+
+def compute_stake_share(capacity: int, stake_wei: int, total_stake_wei: int) -> int:
+    """Slots of ``capacity`` a sender holding ``stake_wei`` of ``total_stake_wei`` may fill, rounded down
+    (so a stake split among identities buys together at most what it buys whole)."""
+    if stake_wei <= 0 or total_stake_wei <= 0:
+        return 0
+    return capacity * min(stake_wei, total_stake_wei) // total_stake_wei
+
+
+async def get_peer_job_limit(app: web.Application, sender: bytes) -> int:
+    """How many peer-lane jobs ``sender`` (admitted by `verify_native_sender`) may have queued or running here:
+    ``limits.max_jobs_per_sender`` for a named sender, else its stake's share; TooManyRequests (429) for a share of 0."""
+    config = app[APP_CONFIG]
+    stakes = getattr(app.get(APP_SERVICE), "stakes", None)
+    if sender in get_allowed_senders(app) or stakes is None:
+        return config.limits.max_jobs_per_sender
+    epoch, weights = await stakes.get_weights()
+    total = sum(weight for address, weight in weights.items() if address != app[APP_KEY].address)
+    share = compute_stake_share(config.queue.max_queued_jobs, weights.get(sender, 0), total)
+    if share == 0:
+        raise TooManyRequests(f"sender 0x{sender.hex()} weighs {weights.get(sender, 0)} wei of the {total} wei its peers stake for this model "
+                              f"in epoch {epoch}: a share of 0 of queue.max_queued_jobs = {config.queue.max_queued_jobs} slots; "
+                              "a new or added stake weighs from the next epoch")
+    return share

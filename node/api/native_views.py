@@ -10,7 +10,7 @@
                                                (the requester's ?token= or a signed read by the submitter: node/api/access.py)
     POST /v1/verillm/jobs/{0xjob_hash}/openings signed envelope, payload = JSON {"cells": [[position, layer], ...]}
                                                or {"challenge": "0x<encode(Challenge)>"} → {job_hash, opening}
-    GET  /v1/verillm/info                      → worker address, served model, manifest, signing domain
+    GET  /v1/verillm/info                      → worker address, served model, manifest, signing domain, chain (if networked)
     GET  /healthz                              → {status: "ok", ...}
     GET  /metrics                              → Prometheus text format
 
@@ -24,6 +24,7 @@ Openings are parsed, computed and serialized off the event loop (node/worker/ope
 """
 
 import asyncio
+import dataclasses
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -35,9 +36,9 @@ from verillm.spec.types import Job
 
 from verillm.node import faults
 from verillm.node.api.access import verify_reader
-from verillm.node.api.admission import compute_lane
+from verillm.node.api.admission import compute_lane, get_peer_job_limit
 from verillm.node.worker.opening_process import parse_opening_payload  # noqa: F401  (the fuzzers' entry point)
-from verillm.node.appkeys import APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
+from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
 from verillm.node.api.http import get_status_url, read_signed_envelope, remember_nonce
 from verillm.node.api.streaming import write_job_stream
 from verillm.node.worker.stream_signer import PrefixSigner
@@ -51,7 +52,8 @@ async def post_job(request: web.Request) -> web.Response:
     job = decode(Job, envelope.payload)
     job_hash, worker = compute_job_hash(job), request.app[APP_WORKER]
     lane = await compute_lane(request.app, envelope.sender, job, job_hash)  # 403 for a sender nobody answers for
-    record = worker.verify_acceptance(job, job_hash, envelope.sender, lane)
+    share = await get_peer_job_limit(request.app, envelope.sender) if lane == "peer" else None  # by stake (admission.py)
+    record = worker.verify_acceptance(job, job_hash, envelope.sender, lane, share)
     remember_nonce(request, envelope)
     faults.reach("nonce_recorded")
     # A stream shows the tokens of a run it saw start; a run under way or a stored result comes whole.
@@ -129,11 +131,16 @@ async def post_opening(request: web.Request) -> web.Response:
 async def get_info(request: web.Request) -> web.Response:
     """Describe this node: worker address, served model and manifest, receipt signing domain."""
     served, domain = request.app[APP_MODEL], request.app[APP_DOMAIN]
-    return web.json_response({
+    body = {
         "worker": request.app[APP_KEY].address_hex,
         "model": {"name": served.name, "model_id": to_hex(served.model_id), "manifest": to_hex(encode(served.manifest))},
         "signing_domain": {"chain_id": domain.chain_id, "verifying_contract": to_hex(domain.verifying_contract)},
-    })
+    }
+    service = request.app.get(APP_SERVICE)
+    if service is not None:  # a networked node names its chain: `verillm complete` checks the signer there by default
+        chain = request.app[APP_CONFIG].chain
+        body["chain"] = {"rpc_url": chain.public_rpc_url or chain.rpc_url, "deployment": dataclasses.asdict(service.chainio.deployment)}
+    return web.json_response(body)
 
 
 async def get_healthz(request: web.Request) -> web.Response:

@@ -23,6 +23,7 @@ import aiohttp
 
 from verillm.errors import BadResponse, VerillmError
 from verillm.jsonsafe import load_json
+from verillm.ndjson import LineSplitter
 from verillm.spec.encoding import encode
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain
@@ -115,16 +116,15 @@ def get_reply_field(data: dict, key: str, peer: str, parse=lambda value: value):
 async def read_events(response: aiohttp.ClientResponse, limit: int, peer: str) -> AsyncIterator[dict]:
     """Yield each NDJSON line of ``response`` as a JSON object; BadResponse once the lines pass
     ``limit`` bytes together, for a line that is not a JSON object, or a last line cut short."""
-    pending, size = b"", 0
+    splitter, size = LineSplitter(), 0  # linear in the bytes, however the peer chunks them (verillm/ndjson.py)
     async for chunk in response.content.iter_any():
         size += len(chunk)
         if size > limit:
             raise BadResponse(f"{peer} streamed over {limit} bytes")
-        *lines, pending = (pending + chunk).split(b"\n")
-        for line in lines:
+        for line in splitter.feed(chunk):
             if line.strip():
                 yield _parse_event(line, peer)
-    if pending.strip():
+    if splitter.pending.strip():
         raise BadResponse(f"{peer} ended its stream inside a line")
 
 

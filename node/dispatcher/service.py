@@ -30,7 +30,9 @@ from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.node.dispatcher.watcher import ChainWatcher
 from verillm.node.dispatcher.readiness import ReadinessMonitor
 from verillm.node.dispatcher.seats import SeatBook
-from verillm.node.store.retention import compute_audit_horizon_blocks, verify_retention
+from verillm.node.dispatcher.pruner import StorePruner
+from verillm.node.dispatcher.stakes import EpochStakes
+from verillm.node.store.retention import compute_audit_horizon_blocks, compute_horizons
 from verillm.spec.receipt import compute_auditable_until_block
 
 log = logging.getLogger(__name__)
@@ -40,10 +42,14 @@ class DispatchService:
     """Everything the networked dispatcher role runs, for the status route and tests."""
 
     def __init__(self, chainio: ChainIO, tables: DispatcherTables, router: NetworkDispatcher, watcher: ChainWatcher, tasks: KeyedTasks,
-                 seats: SeatBook | None = None):
+                 seats: SeatBook | None = None, pruner: StorePruner | None = None, stakes: EpochStakes | None = None):
         self.chainio, self.tables, self.router, self.watcher, self.tasks = chainio, tables, router, watcher, tasks
         self.seats = seats
         """This node's committee seats, as the chain proves them: the committee lane (node/api/admission.py)."""
+        self.pruner = pruner
+        self.stakes = stakes
+        """The peers' stake weights of the current epoch: each one's share of the peer lane (node/api/admission.py)."""
+        """Deletes the rows nothing can ask for any more, by the chain's head (node/store/retention.py)."""
 
 
 
@@ -97,20 +103,12 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     worker.runner.horizon = lambda: compute_auditable_until_block(chainio.chain.get_block_number(), chainio.preset)
     seats = SeatBook(chainio, tables, lambda: watcher.head, compute_audit_horizon_blocks(chainio.preset))
     seats.on_seat = lambda seat: worker.promote_committee_job(seats.admit)  # a job that came before its seat was known
-    return DispatchService(chainio, tables, router, watcher, tasks, seats)
-
-
-SECONDS_PER_BLOCK_SAMPLE = 64
-"""Blocks over which the chain's block interval is measured for the retention check."""
-
-
-def get_seconds_per_block(chain) -> float:
-    """The chain's mean block interval over its last SECONDS_PER_BLOCK_SAMPLE blocks (1 s before it has that many)."""
-    head = chain.get_block_number()
-    if head < SECONDS_PER_BLOCK_SAMPLE:
-        return 1.0
-    newest, oldest = chain.get_block(head), chain.get_block(head - SECONDS_PER_BLOCK_SAMPLE)
-    return max(0.0, (newest["timestamp"] - oldest["timestamp"]) / SECONDS_PER_BLOCK_SAMPLE)
+    store = app[APP_CONFIG].store
+    pruner = StorePruner(tables.db, compute_horizons(chainio.preset, store.retention_blocks), lambda: watcher.head, store.prune_interval_s,
+                         store.retention_s)
+    worker.retention_s = None  # with a chain, the pruner keeps each job by its receipt's horizon in blocks, not by the clock
+    stakes = EpochStakes(chainio, worker.served.model_id, lambda: watcher.head)
+    return DispatchService(chainio, tables, router, watcher, tasks, seats, pruner, stakes)
 
 
 async def get_serving(app: web.Application) -> dict:
@@ -130,7 +128,6 @@ async def network_dispatcher_context(app: web.Application):
     started = time.monotonic()
     log.info("dispatcher: connecting to the chain at %s ...", config.chain.rpc_url)
     chainio = await asyncio.to_thread(ChainIO, config.chain.rpc_url, deployment, app[APP_KEY], tables)
-    verify_retention(config.store.retention_s, chainio.preset, await asyncio.to_thread(get_seconds_per_block, chainio.chain))
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=config.dispatcher.request_timeout_s))
     # The duties' own connections: a client load that holds every connection of `session` never delays
     # a committee job or an opening this node checks (issue 35).
@@ -144,12 +141,13 @@ async def network_dispatcher_context(app: web.Application):
     app[APP_SERVICE] = service
     loop_task = asyncio.get_running_loop().create_task(service.watcher.run_forever(), name="verillm-chain-watcher")
     seats_task = asyncio.get_running_loop().create_task(service.seats.run_forever(), name="verillm-committee-seats")
+    pruner_task = asyncio.get_running_loop().create_task(service.pruner.run_forever(), name="verillm-store-pruner")
     log.info("dispatcher: chain %s, deployment Jobs %s, %d workers serve the model", config.chain.rpc_url,
              deployment.addresses["Jobs"], len(service.router.view.workers))
     yield
-    loop_task.cancel()
-    seats_task.cancel()
-    await asyncio.gather(loop_task, seats_task, return_exceptions=True)
+    for task in (loop_task, seats_task, pruner_task):
+        task.cancel()
+    await asyncio.gather(loop_task, seats_task, pruner_task, return_exceptions=True)
     await service.tasks.close()
     await session.close()
     await duty_session.close()

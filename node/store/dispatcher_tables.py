@@ -105,10 +105,10 @@ class DispatcherTables:
         """Keep a worker's answer before it is returned with a batching promise: durable (`_write_durable`),
         since the receipt must reach a batch by the promised block."""
         self._write_durable(
-            "INSERT OR IGNORE INTO dispatch_jobs (job_hash, job, worker, worker_url, output_tokens, receipt, receipt_hash, audit_requested, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO dispatch_jobs (job_hash, job, worker, worker_url, output_tokens, receipt, receipt_hash, audit_requested,"
+            " created_at, auditable_until_block) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (job_hash.hex(), encode(job), worker.hex(), worker_url, json.dumps(list(output_tokens)), encode(receipt),
-             compute_receipt_hash(receipt).hex(), int(audit_requested), time.time()),
+             compute_receipt_hash(receipt).hex(), int(audit_requested), time.time(), receipt.auditable_until_block),
         )
 
     def get_dispatched_job(self, job_hash: bytes) -> DispatchedJob | None:
@@ -309,6 +309,8 @@ class DispatcherTables:
                     (tx_hash.hex(), function, audit_id, batch_id, gas_used, block_number, time.time()))
 
     def get_gas_by_function(self) -> dict[str, tuple[int, int]]:
-        """Return function -> (transactions, total gas) over every transaction this node sent."""
-        rows = self.db.execute("SELECT function, COUNT(*), SUM(gas_used) FROM chain_txs GROUP BY function").fetchall()
+        """Return function -> (transactions, total gas) over every transaction this node sent (those pruned
+        from `chain_txs` counted in `chain_gas_totals`, node/store/retention.py)."""
+        rows = self.db.execute("SELECT function, SUM(n), SUM(g) FROM (SELECT function, COUNT(*) AS n, SUM(gas_used) AS g FROM chain_txs GROUP BY function"
+                               " UNION ALL SELECT function, txs, gas_used FROM chain_gas_totals) GROUP BY function").fetchall()
         return {f: (n, g) for f, n, g in rows}

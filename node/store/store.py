@@ -139,8 +139,9 @@ class Store:
         now, key, receipt = time.time(), job_hash.hex(), output.receipt
         encoded, c = encode(receipt), self.db.conn
         c.execute(
-            "INSERT OR REPLACE INTO receipts VALUES (?, ?, ?, ?, ?)",
-            (key, encoded, compute_receipt_hash(receipt).hex(), receipt.commitment_root.hex(), now),
+            "INSERT OR REPLACE INTO receipts (job_hash, receipt, receipt_hash, commitment_root, created_at, auditable_until_block)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (key, encoded, compute_receipt_hash(receipt).hex(), receipt.commitment_root.hex(), now, receipt.auditable_until_block),
         )
         c.execute("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?)", (key, output.trace_blob, receipt.num_positions, now))
         faults.reach("receipt_written")

@@ -5,8 +5,8 @@ the engine thread → durable `done` (receipt, trace blob) → result.
 Nothing here knows, or could know, whether a job is an inference or an audit.
 
 Three lanes in, one path through: ``local`` (this node's own API and dispatcher), ``peer`` (the
-native route's admitted senders: each may have `limits.max_jobs_per_sender` jobs queued or
-running) and ``committee`` (verification jobs of an audit the chain says this node sits on:
+native route's admitted senders: each may have its share queued or running — its stake's, or
+`limits.max_jobs_per_sender` for a named sender) and ``committee`` (verification jobs of an audit the chain says this node sits on:
 their own queue slots, run first; node/api/admission.py decides). The engine never sees a lane.
 
 Finished jobs are kept `retention_s` (node/store/retention.py: at least the audit horizon), then
@@ -106,8 +106,10 @@ class Worker:
             raise InvalidInput(f"max_new_tokens: {job.max_new_tokens} exceeds this node's limit of {self.limits.max_new_tokens}")
         verify_job_admission(job, self.served.manifest, self.served.model_id)
 
-    def verify_acceptance(self, job: Job, job_hash: bytes | None = None, sender: bytes | None = None, lane: str = "local") -> JobRecord | None:
-        """Check ``job`` would be accepted now in ``lane`` (admission, then room unless known); return its stored record."""
+    def verify_acceptance(self, job: Job, job_hash: bytes | None = None, sender: bytes | None = None, lane: str = "local",
+                          sender_limit: int | None = None) -> JobRecord | None:
+        """Check ``job`` would be accepted now in ``lane`` (admission, then room unless known; a peer's room is
+        ``sender_limit``, its stake's share: node/api/admission.py); return its stored record."""
         if lane not in LANES:
             raise ValueError(f"unknown lane {lane!r}")
         self.verify_admission(job)
@@ -118,15 +120,16 @@ class Worker:
         if record is None or record.status == "failed":
             self.queue.verify_capacity(priority=lane == "committee")
             if lane == "peer":
-                self.verify_sender_room(sender)
+                self.verify_sender_room(sender, sender_limit)
         return record
 
-    def verify_sender_room(self, sender: bytes | None) -> None:
-        """Check a peer may queue one more job; TooManyRequests (429) at limits.max_jobs_per_sender."""
-        limit = self.limits.max_jobs_per_sender
+    def verify_sender_room(self, sender: bytes | None, limit: int | None = None) -> None:
+        """Check a peer may queue one more job; TooManyRequests (429) at ``limit`` (default limits.max_jobs_per_sender)."""
+        limit = self.limits.max_jobs_per_sender if limit is None else limit
         if self._by_sender[sender] >= limit:
             raise TooManyRequests(f"sender 0x{(sender or b'').hex()} already has {limit} jobs queued or running here "
-                                  "(limits.max_jobs_per_sender); retry when one ends")
+                                  "(its share: limits.max_jobs_per_sender for a named sender, its stake's share of "
+                                  "queue.max_queued_jobs for a staked peer); retry when one ends")
 
     def accept_job(self, job: Job, sender: bytes | None = None, job_hash: bytes | None = None, lane: str = "local") -> bytes:
         """Admit ``job``, make it durable and queue it (unless known); return its job hash."""

@@ -2,7 +2,9 @@
 and the receipt's signer registered, active and staked for it. A real anvil, the contracts
 (MINIMAL), a real node registered with its own key, and a hostile node in front of it."""
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 from eth_account import Account
@@ -85,3 +87,88 @@ def test_c_a_fresh_key_signing_for_the_real_model_is_not_a_registered_node(deplo
         hostile.stop()
     assert code == 2, (out, err)
     assert f"the receipt's signer {Account.from_key(fresh.private_key).address} is not a registered node" in err
+
+
+def naming(chain: dict, then=lambda path, body: body):
+    """A proxy rewrite: /v1/verillm/info names ``chain`` (what a networked node's info route adds), then ``then``."""
+    def rewrite(path, body):
+        if path == "/v1/verillm/info":
+            body = body | {"chain": chain}
+        return then(path, body)
+    return rewrite
+
+
+def promising(protocol, node):
+    """A proxy rewrite: the node's answer carries the batching promise a networked node's dispatcher signs."""
+    from verillm.spec.promise import BatchPromise, sign_promise
+    from verillm.spec.receipt import compute_receipt_hash
+    from verillm.wire import promise_to_json, receipt_from_json
+
+    def rewrite(path, body):
+        if path == "/v1/completions" and "verillm" in body:
+            receipt_hash = compute_receipt_hash(receipt_from_json(body["verillm"]["receipt"]))
+            promise = BatchPromise(receipt_hash, node.app[APP_KEY].address, protocol.chain.get_block_number() + MINIMAL.BATCH_BY_BLOCKS)
+            body["verillm"]["batch_promise"] = promise_to_json(sign_promise(promise, node.app[APP_KEY].private_key, protocol.get_promise_domain()))
+        return body
+    return rewrite
+
+
+def test_with_no_pins_the_chain_the_node_names_ties_the_signer(deployment, capsys):
+    """Issue 35: `verillm complete` with no pins exited 0 on a receipt nothing tied to the network. A node
+    that names its chain is checked there by default; the output says whose word the chain is."""
+    anvil, protocol, book, node = deployment
+    from verillm.node.appkeys import APP_WORKER
+    from verillm.spec.receipt import compute_auditable_until_block
+
+    named = {"rpc_url": anvil.url, "deployment": json.loads(Path(book).read_text())}
+    hostile = HostileNode(node.url, on_answer=naming(named, promising(protocol, node)))
+    runner = node.app[APP_WORKER].runner
+    runner.horizon = lambda: compute_auditable_until_block(protocol.chain.get_block_number(), MINIMAL)  # as a networked node signs
+    try:
+        code, out, err = run_verillm(capsys, "complete", "--url", hostile.url, "--max-tokens", "4", "Hi")
+    finally:
+        hostile.stop()
+        runner.horizon = lambda: 0  # the local node's own again
+    assert code == 0, (out, err)
+    assert "[checked: signer registered, active and staked on-chain" in err
+    assert f"[network: signer {Account.from_key(node.app[APP_KEY].private_key).address} checked on chain {protocol.chain.chain_id}" in err
+    assert f"via the chain the node names ({anvil.url}); pin it yourself with --rpc-url and --deployment]" in err
+
+
+def test_with_no_pins_a_fresh_key_on_the_named_chain_exits_2(deployment, capsys):
+    anvil, protocol, book, node = deployment
+    fresh, domain = new_node_key(), node.app[APP_DOMAIN]
+
+    def resign(path, body):
+        if path == "/v1/completions":
+            job = decode(Job, from_hex(body["verillm"]["job"]["encoded"], "job"))
+            receipt = compute_receipt(job, body["verillm"]["output_tokens"], os.urandom(32), fresh.address,
+                                      body["verillm"]["receipt"]["auditable_until_block"])
+            body["verillm"]["receipt"] = receipt_to_json(sign_receipt(receipt, fresh.private_key, domain))
+        return body
+
+    named = {"rpc_url": anvil.url, "deployment": json.loads(Path(book).read_text())}
+    hostile = HostileNode(node.url, on_answer=naming(named, resign))
+    try:
+        code, out, err = run_verillm(capsys, "complete", "--url", hostile.url, "--max-tokens", "4", "Hi")
+    finally:
+        hostile.stop()
+    assert code == 2, (out, err)
+    assert "is not a registered node" in err
+
+
+@pytest.mark.parametrize("named", [None, {"rpc_url": "http://127.0.0.1:9", "deployment": None}])
+def test_a_receipt_nothing_ties_to_a_network_is_shown_and_exits_3(deployment, capsys, named):
+    """No pin, and the node names no chain (or one that cannot be read): the text is shown with every check
+    it passed, and the exit status says the signer is tied to no network."""
+    anvil, protocol, book, node = deployment
+    if named is not None:
+        named = named | {"deployment": json.loads(Path(book).read_text())}
+    hostile = HostileNode(node.url, on_answer=naming(named) if named else (lambda path, body: body))
+    try:
+        code, out, err = run_verillm(capsys, "complete", "--url", hostile.url, "--max-tokens", "4", "Hi")
+    finally:
+        hostile.stop()
+    assert code == 3, (out, err)
+    assert out.strip() and "[network: not tied to any network: nothing shows the signer" in err
+    assert ("could not be read" in err) if named else ("the node names no chain" in err)

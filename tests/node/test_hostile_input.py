@@ -103,3 +103,37 @@ def test_depth_is_measured_outside_strings():
     assert load_json("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH) is not None
     with pytest.raises(InvalidInput, match="nested 65 levels"):
         load_json("[" * 65 + "]" * 65)
+
+
+def raw_request(url: str, request: bytes) -> bytes:
+    """Send ``request`` as is on a fresh connection; return the first bytes of the answer."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=60) as sock:
+        sock.sendall(request)
+        return sock.recv(4096)
+
+
+@pytest.mark.parametrize("name, request_bytes", [
+    ("a 20 kB header", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n"),
+    ("200 headers", b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(200)) + b"\r\n"),
+    ("a 20 kB request line", b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"),
+])
+def test_an_unparsable_request_gets_a_400_and_one_warning_line_not_a_traceback(daemon, name, request_bytes):
+    """Issue 35: aiohttp answered these 400 but logged ERROR with a traceback (anyone could fill the log)."""
+    before = daemon.log_path.read_text()
+    answer = raw_request(daemon.url, request_bytes)
+    assert answer.split(b"\r\n", 1)[0].split(b" ")[1] == b"400", (name, answer[:200])
+    status, _ = get_json(daemon.url + "/healthz")  # the node lives on, and its log now holds the refusal
+    assert status == 200
+    new = daemon.log_path.read_text()[len(before):]
+    warnings = [line for line in new.splitlines() if "refused a malformed request from 127.0.0.1 with HTTP 400" in line]
+    assert len(warnings) == 1, new
+    assert "Traceback" not in new and "ERROR" not in new, new
+
+
+def get_json(url: str) -> tuple[int, dict]:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return response.status, json.loads(response.read())

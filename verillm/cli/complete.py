@@ -5,14 +5,21 @@ compared with the request; the model is pinned by ``--model-id`` or the chain, t
 ``--chain-id``/``--jobs-address`` or the chain, never by the node under test; with ``--rpc-url``
 the signer must be registered and staked for the model. What could not be checked is printed
 as "not checked: …". A mismatch exits with code 2 naming it.
+
+Without ``--rpc-url``, the chain a networked node names on /v1/verillm/info is used to tie the
+signer to a network (registered, active and staked there; said to be the node's naming, which
+``--rpc-url``/``--deployment`` pin instead). A receipt that nothing ties to any network — no pin,
+and the node names no chain or its chain cannot be read — is shown, then exits with code 3
+(`EXIT_UNTIED`): its signer may be a key made up for the occasion.
 """
 
 import json
+import sys
 from pathlib import Path
 
 import click
 
-from verillm.errors import ConfigError, InvalidProof
+from verillm.errors import BadResponse, ConfigError, InvalidProof, VerillmError
 from verillm.spec.receipt import SigningDomain
 
 from verillm.client import Client
@@ -54,7 +61,12 @@ def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, se
     domain = SigningDomain(chain_id, from_hex(jobs_address, "--jobs-address", 20)) if chain_id is not None else None
     pins = dict(model_id=from_hex(model_id, "--model-id", 32) if model_id else None, domain=domain, protocol=protocol)
     with Client(url, timeout_s=timeout_s, **pins) as probe:
-        held = resolve_tokenizer(tokenizer, probe.info().manifest)
+        info = probe.info()
+        held = resolve_tokenizer(tokenizer, info.manifest)
+    tie = "your --rpc-url and --deployment" if protocol is not None else None
+    if protocol is None and info.chain is not None:
+        pins["protocol"], tie = open_named_chain(info.chain)
+        protocol = pins["protocol"]
     options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, audit=audit)
     with Client(url, timeout_s=timeout_s, tokenizer=held, **pins) as client:
         if chat:
@@ -62,14 +74,48 @@ def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, se
         else:
             completion = client.complete(prompt, model=model, **options)
     promise_note = _check_promise(completion, protocol)
+    network_note = compute_network_note(completion, protocol, tie)
     if as_json:
-        click.echo(json.dumps(compute_json(completion, promise_note), indent=2))
-        return
-    click.echo(completion.text if completion.text is not None else f"(output tokens, not decoded) {list(completion.tokens)}")
-    click.echo(f"\n[receipt: job {to_hex(completion.job_hash)} signed by {completion.worker}; status {completion.status_url}]", err=True)
-    for line in completion.verification.lines():
-        click.echo(f"[{line}]", err=True)
-    click.echo(f"[promise: {promise_note}]", err=True)
+        click.echo(json.dumps(compute_json(completion, promise_note) | {"network": network_note, "tied_to_network": protocol is not None}, indent=2))
+    else:
+        click.echo(completion.text if completion.text is not None else f"(output tokens, not decoded) {list(completion.tokens)}")
+        click.echo(f"\n[receipt: job {to_hex(completion.job_hash)} signed by {completion.worker}; status {completion.status_url}]", err=True)
+        for line in completion.verification.lines():
+            click.echo(f"[{line}]", err=True)
+        click.echo(f"[promise: {promise_note}]", err=True)
+        click.echo(f"[network: {network_note}]", err=True)
+    if protocol is None:
+        sys.exit(EXIT_UNTIED)  # click returns a ctx.exit code under standalone_mode=False (verillm.cli.main): exit here
+
+
+EXIT_UNTIED = 3
+"""Exit status of a completion shown whose signer nothing ties to a network (no pin, no chain named)."""
+
+
+def open_named_chain(chain) -> tuple[object, str | None]:
+    """Return (the Protocol of the chain a node names, how it was tied), or (None, why not) when it cannot be read."""
+    from verillm.chain.backends import RpcChain
+    from verillm.chain.deploy import Deployment
+    from verillm.chain.protocol import Protocol
+
+    try:
+        deployment = Deployment(**chain.deployment)
+    except TypeError as exc:
+        raise BadResponse(f"/v1/verillm/info names a chain whose deployment is malformed: {exc}") from None
+    try:
+        return Protocol(RpcChain(chain.rpc_url), deployment), f"the chain the node names ({chain.rpc_url})"
+    except (VerillmError, OSError, ValueError) as exc:  # unreachable or not that chain: the signer stays untied, exit 3
+        return None, f"the node names {chain.rpc_url}, which could not be read ({type(exc).__name__}: {exc})"
+
+
+def compute_network_note(completion, protocol, tie: str | None) -> str:
+    """Say what ties the receipt's signer to a network, and whose word that rests on."""
+    if protocol is not None:
+        note = f"signer {completion.worker} checked on chain {protocol.chain.chain_id}, Registry {protocol.registry.address}, via {tie}"
+        return note if tie.startswith("your") else note + "; pin it yourself with --rpc-url and --deployment"
+    why = tie or "no --rpc-url/--deployment, and the node names no chain"
+    return (f"not tied to any network: nothing shows the signer {completion.worker} is a staked node ({why}); "
+            f"exit {EXIT_UNTIED}")
 
 
 def compute_json(completion, promise_note: str) -> dict:

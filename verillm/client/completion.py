@@ -71,12 +71,24 @@ class Pins:
 
 
 @dataclass(frozen=True)
+class NamedChain:
+    """The chain a networked node says it serves on (its /v1/verillm/info ``chain``): the node's word,
+    which `verillm complete` uses to tie the signer to a network when the caller pins none."""
+
+    rpc_url: str
+    deployment: dict
+    """The deployment's address book, as `verillm.chain.deploy.Deployment.save` writes it."""
+
+
+@dataclass(frozen=True)
 class NodeInfo:
     """A node's /v1/verillm/info, parsed: only trusted where it hashes to what a receipt signs."""
 
     worker: bytes
     manifest: ModelManifest
     domain: SigningDomain
+    chain: NamedChain | None = None
+    """The chain the node names (a node with the dispatcher role), None for a node without one."""
 
 
 def compute_id_bytes(value: "bytes | str", name: str, size: int) -> bytes:
@@ -159,7 +171,17 @@ def parse_node_info(body: object) -> NodeInfo:
         manifest=decode(ModelManifest, from_hex(get_field(body, "model.manifest"), "model.manifest")),
         domain=SigningDomain(_chain_id(get_field(body, "signing_domain.chain_id")),
                              from_hex(get_field(body, "signing_domain.verifying_contract"), "verifying_contract", 20)),
+        chain=_named_chain(body.get("chain")) if isinstance(body, dict) else None,
     ))
+
+
+def _named_chain(value) -> NamedChain | None:
+    if value is None:
+        return None
+    rpc_url, deployment = get_field(value, "rpc_url"), get_field(value, "deployment")
+    if not isinstance(rpc_url, str) or not rpc_url.startswith(("http://", "https://")) or not isinstance(deployment, dict):
+        raise BadResponse("chain: expected an http(s) rpc_url and a deployment object")
+    return NamedChain(rpc_url, deployment)
 
 
 def _chain_id(value) -> int:

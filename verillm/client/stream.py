@@ -30,6 +30,7 @@ import httpx2
 
 from verillm.errors import BadResponse, DeadlineExceeded, InvalidInput, VerillmError
 from verillm.jsonsafe import load_json
+from verillm.ndjson import LineSplitter
 from verillm.wire import compute_error_from_body
 
 from verillm.client.http import AsyncHttp, LoopThread, parse_error_json, read_bounded, verify_declared_size
@@ -85,7 +86,7 @@ async def _bounded(awaitable, deadline: float, url: str):
 
 async def _lines(chunks: AsyncIterator[bytes], limit: int, url: str, deadline: float) -> AsyncIterator[bytes]:
     """Yield the lines of ``chunks``; BadResponse once they pass ``limit`` bytes together."""
-    pending, size = b"", 0
+    splitter, size = LineSplitter(), 0  # linear in the bytes, however the node chunks them (verillm/ndjson.py)
     iterator = chunks.__aiter__()
     while True:
         try:
@@ -95,11 +96,10 @@ async def _lines(chunks: AsyncIterator[bytes], limit: int, url: str, deadline: f
         size += len(chunk)
         if size > limit:
             raise BadResponse(f"{url}: stream exceeds {limit} bytes (the client's max_body_bytes); refused")
-        *lines, pending = (pending + chunk).split(b"\n")
-        for line in lines:
+        for line in splitter.feed(chunk):
             yield line.rstrip(b"\r")
-    if pending:
-        yield pending.rstrip(b"\r")
+    if splitter.pending:
+        yield splitter.pending.rstrip(b"\r")
 
 
 def _parse_event(data: bytes, url: str) -> dict:

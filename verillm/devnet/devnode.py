@@ -37,7 +37,7 @@ from verillm.spec.params import get_preset
 from verillm.spec.types import Job
 from verillm.spec.constants import FLAG_NEXT_WITHIN_MARGIN
 
-from verillm.node.app import create_app
+from verillm.node.app import create_app, get_runner_options
 from verillm.node.config import EngineConfig, NodeConfig, load_config
 from verillm.node.dispatcher.audit.duties import PartyFaults
 from verillm.node.appkeys import APP_FAULTS
@@ -114,7 +114,7 @@ async def serve(config: NodeConfig, attack: str | None, lazy: bool, tamper_openi
         # earns (an honest node's appeal of its own FAIL: docs/protocol.md §12 "Accountable votes").
         app[APP_FAULTS] = PartyFaults(member_vote="always_agree" if lazy else "honest", worker_opening="tampered" if tamper_opening else "honest",
                                       committee_jobs="withhold" if withhold_jobs else "deliver", appeal="never" if attack else "fail")
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, **get_runner_options(config))
     await runner.setup()
     await web.TCPSite(runner, config.server.host, config.server.port).start()
     print(f"verillm devnode listening on http://{config.server.host}:{config.server.port}", flush=True)
