@@ -18,6 +18,9 @@ BLOCKHASH_RANGE = 256
 TRANSCRIPT_TOKENS_LIMIT = 8_192
 """Params.MAX_TRANSCRIPT_TOKENS: the most a deployment may set MAX_TRANSCRIPT_TOKENS to (a
 publication of 8,192 tokens costs ≈ 9 M gas, under a third of a 30 M block)."""
+PUBLICATION_GAS_AT_MAX_TRANSCRIPT = 8_901_681
+"""Delivery.publishTranscript's gas at TRANSCRIPT_TOKENS_LIMIT tokens, measured on anvil
+(tests/contracts/test_issue20_attacks.py): what a delivery claim can force a worker to spend."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,13 @@ class Preset:
     levels), ≈ 1.7k per level (a sha256 call and a calldata word), so ≈ 176k for 1,024 (10
     levels); 190k leaves ≈ 8% for a cold-slot repricing. A withholding dispatcher farms at most
     this surplus over its real gas; less would leave an honest one out of pocket."""
+    DELIVERY_CLAIM_BOND_WEI: int = 3 * 10**17
+    """A delivery claim's bond (Delivery.claimUndelivered; docs/protocol.md §12 "Undelivered
+    jobs"): a claim forces the worker to publish its transcript, so it carries what that costs at
+    the bound, PUBLICATION_GAS_AT_MAX_TRANSCRIPT (8,901,681 gas at MAX_TRANSCRIPT_TOKENS,
+    measured) at 30 gwei here (≈ 2.67e17 wei, rounded up: it covers ≈ 33.7 gwei). A publication
+    pays the publisher its measured cost out of the bonds and returns the rest; a default or a
+    round whose receipts all came returns them whole."""
     AUDIT_HORIZON_BLOCKS: int = 300
     """A worker that unbonds at block U stays auditable only on batches posted by U + this
     (≥ BATCH_BY_BLOCKS: every receipt it served before leaving is batched in time under its
@@ -163,6 +173,7 @@ MINIMAL = Preset(
     BATCH_BY_BLOCKS=30,  # the node posts every ≤ 3 s and at the latest BATCH_POST_MARGIN before this
     OMISSION_CLAIM_WINDOW_BLOCKS=100,  # 30 + 100 < UNBONDING_BLOCKS = 300
     OMISSION_CLAIM_BOND_WEI=10**14,
+    DELIVERY_CLAIM_BOND_WEI=10**16,  # 8,901,681 gas at 1 gwei ≈ 8.9e15, rounded up (covers ≈ 1.12 gwei)
     AUDIT_HORIZON_BLOCKS=30,  # = BATCH_BY_BLOCKS
     RECEIPT_HORIZON_BLOCKS=200,  # ≥ BATCH_BY_BLOCKS + the start span (30 + 91 = 121); 79 blocks of lag on a chain mining per transaction
 )
