@@ -25,7 +25,7 @@ import {Registry} from "./Registry.sol";
 /// slash-anyone entry point for Delivery (the same power, one more hop) and cost Disputes the
 /// very bytes this split frees.
 /// Standing (issue 34): a claim carries deliveryClaimBondWei. A publication pays the publisher
-/// its measured cost out of the round's bonds (the claim forced it), the rest back to the
+/// its measured gas at deliveryGasPriceWei out of the round's bonds (the claim forced it), the rest back to the
 /// claimants; a default (the claim was true) or a round whose every receipt came (nothing was
 /// published) returns every bond. Delivery holds exactly the bonds of unresolved claims.
 contract Delivery is ReentrancyGuard {
@@ -40,6 +40,7 @@ contract Delivery is ReentrancyGuard {
     Registry public immutable registry;
     uint256 private immutable rewardBps;
     uint256 public immutable claimBondWei;
+    uint256 public immutable gasPriceWei;
     /// audit → round → the claimants whose bonds are held (a claim's bond until it is resolved).
     mapping(uint256 => mapping(uint256 => address[])) private bonded;
 
@@ -63,11 +64,12 @@ contract Delivery is ReentrancyGuard {
 
     constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p, DeliveryParams memory d) {
         if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
-        if (d.deliveryClaimBondWei == 0) revert Params.InvalidParams("deliveryClaimBondWei must be positive");
+        if (d.deliveryClaimBondWei == 0 || d.deliveryGasPriceWei == 0) revert Params.InvalidParams("delivery claim bond and gas price must be positive");
         jobs = jobs_;
         registry = registry_;
         rewardBps = p.slashRewardBps;
         claimBondWei = d.deliveryClaimBondWei;
+        gasPriceWei = d.deliveryGasPriceWei;
     }
 
     /// @notice The defaulting worker's slashed stake, from the Registry only (passed on to Jobs).
@@ -91,8 +93,10 @@ contract Delivery is ReentrancyGuard {
     /// hash must be the worker's signed outputHash, with the sampling its receipt signed.
     /// Restarts the committee's commit window.
     /// The publisher is paid its cost out of the round's claim bonds: the gas measured here plus
-    /// PUBLISH_OVERHEAD_GAS and the calldata at CALLDATA_GAS_PER_BYTE, at this transaction's gas
-    /// price, capped at the bonds; the claimants share the rest.
+    /// PUBLISH_OVERHEAD_GAS and the calldata at CALLDATA_GAS_PER_BYTE, at deliveryGasPriceWei (a
+    /// price the preset names: tx.gasprice would let a proposer publishing itself inflate it, and
+    /// is 0 in a gas estimate, whose payouts would then differ), capped at the bonds; the
+    /// claimants share the rest.
     function publishTranscript(uint256 auditId, bytes calldata tokens, uint32 temperatureMilli, uint32 topK, uint32 topPPpm, uint64 seed)
         external
         nonReentrant
@@ -105,7 +109,7 @@ contract Delivery is ReentrancyGuard {
         if (Blake3.hash(bytes.concat(DOMAIN_TOKENS, tokens)) != outputHash) revert TranscriptMismatch("outputHash");
         emit TranscriptPublished(auditId, msg.sender, tokens, temperatureMilli, topK, topPPpm, seed);
         uint256 gasUsed = gasAtStart - gasleft() + PUBLISH_OVERHEAD_GAS + CALLDATA_GAS_PER_BYTE * msg.data.length;
-        _resolveBonds(auditId, _round(auditId), msg.sender, gasUsed * tx.gasprice);
+        _resolveBonds(auditId, _round(auditId), msg.sender, gasUsed * gasPriceWei);
     }
 
     /// @notice After a claim's publication window passed with nothing published, slash the

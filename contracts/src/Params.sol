@@ -45,7 +45,8 @@ struct CoverageParams {
 /// @notice Undelivered jobs' parameters (contracts/src/Delivery.sol), a struct of their own for the
 /// same reason as CoverageParams. Same preset, same naming.
 struct DeliveryParams {
-    uint256 deliveryClaimBondWei; // a delivery claim's bond: the publication it forces at MAX_TRANSCRIPT_TOKENS × a named gas price
+    uint256 deliveryClaimBondWei; // a delivery claim's bond: the publication it forces at MAX_TRANSCRIPT_TOKENS × deliveryGasPriceWei
+    uint256 deliveryGasPriceWei; // the price a publication's gas is paid at out of the bonds (not tx.gasprice: the same in an estimate)
 }
 
 /// @notice One-byte domain tags prefixed to every hashed preimage (verillm/spec/hashing.py).

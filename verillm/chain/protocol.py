@@ -163,7 +163,7 @@ class Protocol:
         onchain = dict(zip(names, self.jobs.call("params"), strict=True))
         onchain.update(batchByBlocks=self.coverage.call("batchByBlocks"), omissionClaimWindowBlocks=self.coverage.call("claimWindowBlocks"),
                        omissionClaimBondWei=self.coverage.call("claimBondWei"), omissionAnswerGas=self.coverage.call("answerGas"),
-                       deliveryClaimBondWei=self.delivery.call("claimBondWei"))
+                       deliveryClaimBondWei=self.delivery.call("claimBondWei"), deliveryGasPriceWei=self.delivery.call("gasPriceWei"))
         self.preset: Preset = Preset.from_contract_params(onchain)
         """The deployment's protocol parameters, read once from its contracts."""
 

@@ -14,7 +14,7 @@
                 caller gets SLASH_REWARD_BPS of it) and the round is decided WORKER_DEFAULT
     bonds       (Standing) every claim carries DELIVERY_CLAIM_BOND_WEI. A publication pays the
                 publisher its cost (gas measured + PUBLISH_OVERHEAD_GAS + CALLDATA_GAS_PER_BYTE
-                × calldata bytes, at its gas price) out of the round's bonds, capped at them,
+                × calldata bytes, at DELIVERY_GAS_PRICE_WEI) out of the round's bonds, capped at them,
                 the rest back to the claimants in equal shares; a default, or a round whose every
                 receipt came with nothing published, returns every bond (`compute_claim_bond_payout`)
 
@@ -103,7 +103,7 @@ def compute_commit_deadline_after_publish(commit_deadline: int, publish_block: i
 def compute_claim_bond_payout(claimants: int, bond_wei: int, publication_cost_wei: int | None) -> tuple[int, int]:
     """Return (the publisher's credit, each claimant's refund) when a round's ``claimants`` delivery
     claims are resolved (Delivery._resolveBonds): with a publication (``publication_cost_wei``,
-    its measured cost at its gas price) the publisher gets its cost capped at the bonds, plus the
+    its measured gas × DELIVERY_GAS_PRICE_WEI: `compute_publication_cost`) the publisher gets its cost capped at the bonds, plus the
     wei an equal split leaves; without one (None: a default, or every receipt came) each claimant
     gets its bond back."""
     if claimants < 0 or bond_wei < 0 or (publication_cost_wei is not None and publication_cost_wei < 0):
@@ -113,3 +113,9 @@ def compute_claim_bond_payout(claimants: int, bond_wei: int, publication_cost_we
     held = claimants * bond_wei
     share = (held - min(publication_cost_wei or 0, held)) // claimants
     return held - share * claimants, share
+
+
+def compute_publication_cost(measured_gas: int, calldata_bytes: int, gas_price_wei: int) -> int:
+    """Return what a publication is paid for (Delivery.publishTranscript): the gas measured inside
+    it, PUBLISH_OVERHEAD_GAS and the calldata at CALLDATA_GAS_PER_BYTE, at ``gas_price_wei``."""
+    return (measured_gas + PUBLISH_OVERHEAD_GAS + CALLDATA_GAS_PER_BYTE * calldata_bytes) * gas_price_wei

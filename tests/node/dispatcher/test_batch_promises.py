@@ -195,3 +195,59 @@ async def test_an_expired_receipt_is_started_publicly_so_it_is_skipped_not_left_
     protocol.chain.mine(MINIMAL.START_WINDOW_BLOCKS + 1)
     with pytest.raises(Exception, match="AlreadyHandled"):  # the missed-start slash has nothing to take
         protocol.slash_missed_start(client, batch["batch_id"], 0)
+
+
+async def test_unbond_flushes_every_promise_before_it_deregisters(deployed, tmp_path):
+    """Issue 34, attack 3b, through the CLI path the guide gives (`verillm node unbond`): the node
+    stops promising, its batcher posts the outstanding promise at once (long before it falls
+    due), and only then does the CLI deregister; the client's claim is answered and the
+    operator's stake is whole."""
+    import asyncio
+    import json
+
+    from click.testing import CliRunner
+
+    from verillm.cli.node import node as node_cli
+
+    _, protocol, node, client = deployed
+    chain = protocol.chain
+    snapshot = chain.snapshot()
+    try:
+        key, tables, chainio, domain = _node(deployed, tmp_path)
+        promises = Promises(chainio, tables, key)
+        batches = BatchScheduler(chainio, tables, NodeMetrics(), vrf.derive_secret_key(b"\x01" * 32), 8, max_wait_s=10_000)
+        batches.promises = promises
+        job, receipt = _job_and_receipt(50, key, domain, protocol)
+        tables.insert_dispatched_job(b"\x50" * 32, job, key.address, "", (5, 6), receipt, False)
+        signed = await promises.make(b"\x50" * 32, receipt)
+        assert not batches.is_batch_due(chain.get_block_number())  # not due by size, age or deadline
+        stake = protocol.get_node(node.address)["stake_wei"]
+        key_file, book = tmp_path / "key.json", tmp_path / "addresses.json"
+        key_file.write_text(json.dumps({"address": node.address, "private_key": "0x" + bytes(node.key).hex()}))
+        key_file.chmod(0o600)
+        protocol.deployment.save(book)
+        args = ["unbond", "--rpc-url", deployed[0].url, "--addresses", str(book), "--key-file", str(key_file),
+                "--store", str(tmp_path / "node.sqlite"), "--flush-timeout", "120"]
+        cli = asyncio.ensure_future(asyncio.to_thread(CliRunner().invoke, node_cli, args))
+        while not cli.done():  # the node's batcher, ticking as the watcher does
+            if batches.is_batch_due(chain.get_block_number()):
+                await batches.post_batch(batches.create_batch())
+            await asyncio.sleep(0.05)
+        result = cli.result()
+        assert result.exit_code == 0, result.output + repr(result.exception)
+        assert "every promised receipt is in a posted batch" in result.stderr
+        with pytest.raises(CannotPromise, match="leaving"):
+            await promises.verify_capacity()
+        left = chain.get_block_number()
+        posted = tables.get_batches(("posted",))[-1]
+        assert posted["posted_block"] < left <= signed.promise.batch_by_block + 1  # posted before it deregistered
+        assert not protocol.get_node(node.address)["active"] and protocol.get_node(node.address)["unbonding_end_block"]
+        chain.mine(max(0, signed.promise.batch_by_block + 1 - chain.get_block_number()))
+        claim_id = protocol.claim_omitted(client, signed).value
+        rows = [compute_event_row(e) for e in get_events(chain, [protocol.coverage], 0)]
+        tables.record_events("protocol", rows, chain.get_block_number() + 1)
+        await OmissionAnswers(chainio, tables).advance(chain.get_block_number())
+        assert protocol.get_omission_claim(claim_id)["state"] == spec.ANSWERED
+        assert protocol.get_node(node.address)["stake_wei"] == stake  # whole
+    finally:
+        chain.revert(snapshot)
