@@ -30,10 +30,12 @@ import {Registry} from "./Registry.sol";
 /// published) returns every bond. Delivery holds exactly the bonds of unresolved claims.
 contract Delivery is ReentrancyGuard {
     bytes1 private constant DOMAIN_TOKENS = 0x16; // verillm.spec.hashing.DOMAIN_TOKENS
-    /// Gas a publication costs outside what gasleft() sees: the base transaction, the calldata at
-    /// its nonzero-byte price (an upper bound: a zero byte costs 4) and the payouts after the
-    /// measurement (verillm.spec.delivery.compute_publication_cost mirrors it).
-    uint256 public constant PUBLISH_OVERHEAD_GAS = 21_000 + 60_000;
+    /// Gas a publication costs outside what gasleft() sees: the base transaction with the event's
+    /// and the bond list's share, one credit written in Jobs per payout (the publisher and each
+    /// claimant), and the calldata at its nonzero-byte price (an upper bound: a zero byte costs 4).
+    /// verillm.spec.delivery.compute_publication_cost mirrors it.
+    uint256 public constant PUBLISH_BASE_GAS = 26_000;
+    uint256 public constant PAYOUT_GAS = 40_000;
     uint256 public constant CALLDATA_GAS_PER_BYTE = 16;
 
     Jobs public immutable jobs;
@@ -93,7 +95,7 @@ contract Delivery is ReentrancyGuard {
     /// hash must be the worker's signed outputHash, with the sampling its receipt signed.
     /// Restarts the committee's commit window.
     /// The publisher is paid its cost out of the round's claim bonds: the gas measured here plus
-    /// PUBLISH_OVERHEAD_GAS and the calldata at CALLDATA_GAS_PER_BYTE, at deliveryGasPriceWei (a
+    /// PUBLISH_BASE_GAS, PAYOUT_GAS per payout and the calldata at CALLDATA_GAS_PER_BYTE, at deliveryGasPriceWei (a
     /// price the preset names: tx.gasprice would let a proposer publishing itself inflate it, and
     /// is 0 in a gas estimate, whose payouts would then differ), capped at the bonds; the
     /// claimants share the rest.
@@ -108,8 +110,8 @@ contract Delivery is ReentrancyGuard {
         if (keccak256(abi.encode(temperatureMilli, topK, topPPpm, seed)) != samplingKey) revert TranscriptMismatch("sampling");
         if (Blake3.hash(bytes.concat(DOMAIN_TOKENS, tokens)) != outputHash) revert TranscriptMismatch("outputHash");
         emit TranscriptPublished(auditId, msg.sender, tokens, temperatureMilli, topK, topPPpm, seed);
-        uint256 gasUsed = gasAtStart - gasleft() + PUBLISH_OVERHEAD_GAS + CALLDATA_GAS_PER_BYTE * msg.data.length;
-        _resolveBonds(auditId, _round(auditId), msg.sender, gasUsed * gasPriceWei);
+        uint256 gasUsed = gasAtStart - gasleft() + PUBLISH_BASE_GAS + CALLDATA_GAS_PER_BYTE * msg.data.length;
+        _resolveBonds(auditId, _round(auditId), msg.sender, gasUsed);
     }
 
     /// @notice After a claim's publication window passed with nothing published, slash the
@@ -144,12 +146,14 @@ contract Delivery is ReentrancyGuard {
         return v.round;
     }
 
-    /// @dev Pay `publisher` min(cost, bonds) and return the rest to the claimants in equal shares
-    /// (the indivisible wei to the publisher; with no publisher the cost is 0 and nothing is left over).
-    function _resolveBonds(uint256 auditId, uint8 round, address publisher, uint256 costWei) private {
+    /// @dev Pay `publisher` its cost, (`gasUsed` + PAYOUT_GAS per payout) × deliveryGasPriceWei,
+    /// capped at the bonds, and return the rest to the claimants in equal shares (the indivisible
+    /// wei to the publisher; with no publisher the cost is 0 and nothing is left over).
+    function _resolveBonds(uint256 auditId, uint8 round, address publisher, uint256 gasUsed) private {
         address[] memory claimants = bonded[auditId][round];
         if (claimants.length == 0) return;
         delete bonded[auditId][round];
+        uint256 costWei = publisher == address(0) ? 0 : (gasUsed + PAYOUT_GAS * (claimants.length + 1)) * gasPriceWei;
         uint256 held = claimants.length * claimBondWei;
         uint256 share = (held - (costWei < held ? costWei : held)) / claimants.length;
         uint256 paid = held - share * claimants.length;

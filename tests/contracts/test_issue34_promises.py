@@ -51,7 +51,9 @@ def test_attack3a_a_minimum_stake_dispatcher_penalized_below_the_minimum_still_k
     assert not _is_active(world, victim)
     fell_out = world.protocol.registry.call("inactiveSince", victim.address)
     assert fell_out == world.chain.get_block_number()
-    posted = world.protocol.post_batch(victim.account, hashes).value  # still keepable
+    kept = world.protocol.post_batch(victim.account, hashes)  # still keepable
+    posted = kept.value
+    print(f"\npostBatch by a node inactive since block {fell_out}: {kept.gas_used} gas")
     _mine_to(world, signed.promise.batch_by_block + 1)
     claim = world.protocol.claim_omitted(client, signed).value
     world.protocol.prove_included(victim.account, claim, posted.batch_id, spec.compute_inclusion_proof(hashes, hashes[1]))
@@ -117,7 +119,9 @@ def _step_committing_round(world, run, sybils: set, armed: list) -> bool:
         if p.get_party(run.audit_id, 0, slot + 1)["root"] != EMPTY_ROOT:
             continue
         if address in sybils:
-            assert p.penalize_silent_seat(world.outsider, run.audit_id, 0, state.attempt, slot).value == 0  # armed
+            armed_tx = p.penalize_silent_seat(world.outsider, run.audit_id, 0, state.attempt, slot)
+            assert armed_tx.value == 0  # armed
+            print(f"\npenalizeSilentSeat (arm): {armed_tx.gas_used} gas")
             armed.append((run.audit_id, state.attempt, slot, address))
         else:
             p.post_committee_receipt(world.outsider, run.audit_id, slot, world.make_member(world.node(address)).receipt)
@@ -144,7 +148,9 @@ def test_silent_minimum_stake_sybils_pay_for_every_seat_they_held(sybil_world):
         for audit_id, attempt, slot, address in armed:
             with reverts("NotSilent"):  # an attempt the round is not at cannot be armed
                 world.protocol.penalize_silent_seat(world.outsider, audit_id, 0, attempt + 5, slot)
-            taken = world.protocol.penalize_silent_seat(world.outsider, audit_id, 0, attempt, slot).value
+            took = world.protocol.penalize_silent_seat(world.outsider, audit_id, 0, attempt, slot)
+            taken = took.value
+            print(f"penalizeSilentSeat (take, {world.protocol.get_round_state(audit_id, 0).phase.name}): {took.gas_used} gas")
             assert taken == stakes[address] * PRESET.MEMBER_PENALTY_BPS // 10_000 > 0
             stakes[address] -= taken
             with reverts("NotSilent"):  # once per seat

@@ -56,7 +56,7 @@ def test_claim_bonds_pay_the_publication_and_return_the_rest():
     paid, share = spec_delivery.compute_claim_bond_payout(3, bond, 10**15 + 1)
     assert paid + 3 * share == 3 * bond and paid - (10**15 + 1) < 3  # the indivisible wei to the publisher
     assert spec_delivery.compute_claim_bond_payout(0, bond, 10**15) == (0, 0)
-    cost = spec_delivery.compute_publication_cost(100_000, 1_000, 10**9)
-    assert cost == (100_000 + spec_delivery.PUBLISH_OVERHEAD_GAS + 16 * 1_000) * 10**9
+    cost = spec_delivery.compute_publication_cost(100_000, 1_000, 2, 10**9)
+    assert cost == (100_000 + spec_delivery.PUBLISH_BASE_GAS + 3 * spec_delivery.PAYOUT_GAS + 16 * 1_000) * 10**9
     for p in (MINIMAL, MAINNET):  # a bond covers the publication at the bound at the preset's price
         assert p.DELIVERY_CLAIM_BOND_WEI >= PUBLICATION_GAS_AT_MAX_TRANSCRIPT * p.DELIVERY_GAS_PRICE_WEI

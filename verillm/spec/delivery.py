@@ -13,8 +13,8 @@
                 claimant without a receipt:  the worker is slashed (SLASH_FRACTION_BPS, the
                 caller gets SLASH_REWARD_BPS of it) and the round is decided WORKER_DEFAULT
     bonds       (Standing) every claim carries DELIVERY_CLAIM_BOND_WEI. A publication pays the
-                publisher its cost (gas measured + PUBLISH_OVERHEAD_GAS + CALLDATA_GAS_PER_BYTE
-                × calldata bytes, at DELIVERY_GAS_PRICE_WEI) out of the round's bonds, capped at them,
+                publisher its cost (gas measured + PUBLISH_BASE_GAS + PAYOUT_GAS per payout +
+                CALLDATA_GAS_PER_BYTE × calldata bytes, at DELIVERY_GAS_PRICE_WEI) out of the round's bonds, capped at them,
                 the rest back to the claimants in equal shares; a default, or a round whose every
                 receipt came with nothing published, returns every bond (`compute_claim_bond_payout`)
 
@@ -32,9 +32,11 @@ from verillm.spec.job import compute_transcript_hash
 from verillm.spec.types import SamplingParams
 
 
-PUBLISH_OVERHEAD_GAS = 21_000 + 60_000
-"""Delivery.PUBLISH_OVERHEAD_GAS: what a publication costs outside its measured gas (the base
-transaction and the payouts after the measurement)."""
+PUBLISH_BASE_GAS = 26_000
+"""Delivery.PUBLISH_BASE_GAS: the base transaction, with the event's and the bond list's share,
+outside the publication's measured gas."""
+PAYOUT_GAS = 40_000
+"""Delivery.PAYOUT_GAS: one credit written in Jobs, per payout (the publisher and each claimant)."""
 CALLDATA_GAS_PER_BYTE = 16
 """Delivery.CALLDATA_GAS_PER_BYTE: calldata at its nonzero-byte price (an upper bound)."""
 
@@ -115,7 +117,9 @@ def compute_claim_bond_payout(claimants: int, bond_wei: int, publication_cost_we
     return held - share * claimants, share
 
 
-def compute_publication_cost(measured_gas: int, calldata_bytes: int, gas_price_wei: int) -> int:
+def compute_publication_cost(measured_gas: int, calldata_bytes: int, claimants: int, gas_price_wei: int) -> int:
     """Return what a publication is paid for (Delivery.publishTranscript): the gas measured inside
-    it, PUBLISH_OVERHEAD_GAS and the calldata at CALLDATA_GAS_PER_BYTE, at ``gas_price_wei``."""
-    return (measured_gas + PUBLISH_OVERHEAD_GAS + CALLDATA_GAS_PER_BYTE * calldata_bytes) * gas_price_wei
+    it, PUBLISH_BASE_GAS, PAYOUT_GAS per payout (``claimants`` + the publisher) and the calldata at
+    CALLDATA_GAS_PER_BYTE, at ``gas_price_wei``."""
+    payouts = claimants + 1
+    return (measured_gas + PUBLISH_BASE_GAS + PAYOUT_GAS * payouts + CALLDATA_GAS_PER_BYTE * calldata_bytes) * gas_price_wei
