@@ -18,9 +18,10 @@ BLOCKHASH_RANGE = 256
 TRANSCRIPT_TOKENS_LIMIT = 8_192
 """Params.MAX_TRANSCRIPT_TOKENS: the most a deployment may set MAX_TRANSCRIPT_TOKENS to (a
 publication of 8,192 tokens costs ≈ 9 M gas, under a third of a 30 M block)."""
-PUBLICATION_GAS_AT_MAX_TRANSCRIPT = 8_901_681
-"""Delivery.publishTranscript's gas at TRANSCRIPT_TOKENS_LIMIT tokens, measured on anvil
-(tests/contracts/test_issue20_attacks.py): what a delivery claim can force a worker to spend."""
+PUBLICATION_GAS_AT_MAX_TRANSCRIPT = 8_989_340
+"""Delivery.publishTranscript's gas at TRANSCRIPT_TOKENS_LIMIT tokens with one claim's bond paid
+out, measured on anvil (tests/contracts/test_issue20_attacks.py, 2026-11-28; 8,901,681 before the
+bonds): what a delivery claim can force a worker to spend."""
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,8 @@ class Preset:
     DELIVERY_CLAIM_BOND_WEI: int = 3 * 10**17
     """A delivery claim's bond (Delivery.claimUndelivered; docs/protocol.md §12 "Undelivered
     jobs"): a claim forces the worker to publish its transcript, so it carries what that costs at
-    the bound, PUBLICATION_GAS_AT_MAX_TRANSCRIPT (8,901,681 gas at MAX_TRANSCRIPT_TOKENS,
-    measured) × DELIVERY_GAS_PRICE_WEI (≈ 2.67e17 wei here, rounded up). A publication pays the
+    the bound, PUBLICATION_GAS_AT_MAX_TRANSCRIPT (8,989,340 gas at MAX_TRANSCRIPT_TOKENS,
+    measured) × DELIVERY_GAS_PRICE_WEI (≈ 2.70e17 wei here, rounded up). A publication pays the
     publisher its measured gas at that price out of the bonds and returns the rest; a default or
     a round whose receipts all came returns them whole."""
     AUDIT_HORIZON_BLOCKS: int = 300
@@ -178,7 +179,7 @@ MINIMAL = Preset(
     OMISSION_CLAIM_WINDOW_BLOCKS=100,  # 30 + 100 < UNBONDING_BLOCKS = 300
     OMISSION_CLAIM_BOND_WEI=10**14,
     DELIVERY_GAS_PRICE_WEI=10**9,
-    DELIVERY_CLAIM_BOND_WEI=10**16,  # 8,901,681 gas × 1 gwei ≈ 8.9e15, rounded up
+    DELIVERY_CLAIM_BOND_WEI=10**16,  # 8,989,340 gas × 1 gwei ≈ 9.0e15, rounded up
     AUDIT_HORIZON_BLOCKS=30,  # = BATCH_BY_BLOCKS
     RECEIPT_HORIZON_BLOCKS=200,  # ≥ BATCH_BY_BLOCKS + the start span (30 + 91 = 121); 79 blocks of lag on a chain mining per transaction
 )
