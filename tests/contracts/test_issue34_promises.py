@@ -177,3 +177,26 @@ def test_a_member_that_posts_after_being_armed_pays_nothing(world):
     with reverts("NotSilent"):  # a posted seat cannot be armed either
         p.penalize_silent_seat(world.outsider, run.audit_id, 0, 0, 1)
     assert world.stakes() == before
+
+
+def test_silent_seats_of_a_round_abandoned_for_them_pay_too(world):
+    """Every member silent, the pool too small to redraw: the round is abandoned with the seats
+    still empty, and each holder pays for its seat (the abandoned branch), once."""
+    p = world.protocol
+    run = world.start(world.make_worker(world.nodes[0], nonce=400), dispatcher=world.nodes[1])
+    committee = p.get_committee(run.audit_id, 0)
+    for slot in range(len(committee)):
+        assert p.penalize_silent_seat(world.outsider, run.audit_id, 0, 0, slot).value == 0
+    with reverts("NotSilent"):  # armed, not yet replaced or abandoned
+        p.penalize_silent_seat(world.outsider, run.audit_id, 0, 0, 0)
+    world.chain.mine(p.get_round_state(run.audit_id, 0).deadlines.commit_by - world.chain.get_block_number() + 1)
+    p.replace_missing(world.outsider, run.audit_id)
+    assert p.get_round_state(run.audit_id, 0).phase == Phase.ABANDONED
+    assert p.get_committee(run.audit_id, 0) == committee  # nobody replaced: the pool is exhausted
+    before = world.stakes()
+    for slot, address in enumerate(committee):
+        taken = p.penalize_silent_seat(world.outsider, run.audit_id, 0, 0, slot).value
+        assert taken == before[address] * PRESET.MEMBER_PENALTY_BPS // 10_000 > 0
+    after = world.stakes()
+    assert all(after[a] == before[a] - before[a] * PRESET.MEMBER_PENALTY_BPS // 10_000 for a in committee)
+    assert all(after[a] == before[a] for a in before if a not in committee)
