@@ -50,6 +50,7 @@ contract Batches is ReentrancyGuard {
     uint256 private immutable startWindow;
     uint256 private immutable auditRateBps;
     uint256 private immutable slashRewardBps;
+    uint256 private immutable keepBlocks; // auditHorizonBlocks (≥ batchByBlocks): how long an inactive node may still batch
 
     Stored[] private batches;
     mapping(uint256 => bool) private drawMissed;
@@ -87,6 +88,7 @@ contract Batches is ReentrancyGuard {
         startWindow = p.startWindowBlocks;
         auditRateBps = p.auditRateBps;
         slashRewardBps = p.slashRewardBps;
+        keepBlocks = p.auditHorizonBlocks;
     }
 
     /// @dev Slashed stake arrives from the Registry.
@@ -97,9 +99,17 @@ contract Batches is ReentrancyGuard {
     // --- 1. batches --------------------------------------------------------------------------
 
     /// @notice Post the Merkle root over `count` receipt hashes (EIP-712 struct hashes) of jobs
-    /// msg.sender dispatched, paying jobFeeWei per job into the audit fee pool (in Jobs).
+    /// msg.sender dispatched, paying jobFeeWei per job into the audit fee pool (in Jobs). Open to
+    /// an active node, and to a registered one that stopped being active (unbonded, or a penalty
+    /// or slash left it below the minimum stake) at most auditHorizonBlocks ago (≥ batchByBlocks):
+    /// a promise it gave while active falls due by then, so no penalty, unbond or settle ordering
+    /// makes it unkeepable (Keepability, docs/protocol.md §12 "Batching promises"). What such a
+    /// node batches only adds duties it answers for with the stake it has left.
     function postBatch(bytes32 root, uint32 count) external payable returns (uint256 batchId) {
-        if (!registry.isActive(msg.sender)) revert NotActiveNode(msg.sender);
+        if (!registry.isActive(msg.sender)) {
+            uint256 since = registry.inactiveSince(msg.sender);
+            if (since == 0 || block.number > since + keepBlocks) revert NotActiveNode(msg.sender);
+        }
         if (count == 0 || count > maxBatchReceipts) revert BadBatch("count outside [1, maxBatchReceipts]");
         uint256 fee = uint256(count) * jobFeeWei;
         if (msg.value != fee) revert WrongFee(msg.value, fee);

@@ -2,7 +2,7 @@
 pragma solidity ^0.8.24;
 
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
-import {AuditCodes, AuditView, Deadlines, PartyView, Phase} from "./AuditTypes.sol";
+import {AuditCodes, AuditView, Deadlines, PartyView, Phase, RoundState} from "./AuditTypes.sol";
 import {Fingerprint} from "./Fingerprint.sol";
 import {Jobs} from "./Jobs.sol";
 import {MerkleLib} from "./MerkleLib.sol";
@@ -123,6 +123,7 @@ contract Disputes is ReentrancyGuard {
         disputeWindowBlocks = p.disputeWindowBlocks;
         challengePositions = p.challengePositions;
         slashRewardBps = p.slashRewardBps;
+        memberPenaltyBps = p.memberPenaltyBps;
     }
 
     receive() external payable {
@@ -134,6 +135,49 @@ contract Disputes is ReentrancyGuard {
     function relayCredit(address to, uint256 creditWei) external payable {
         if (msg.sender != registry.coverage()) revert NotCoverage();
         jobs.depositCredit{value: msg.value}(to, creditWei);
+    }
+
+    // --- silent seats (docs/protocol.md §12 "Committees": a seat that never answers costs its holder) ---
+
+    uint256 public immutable memberPenaltyBps;
+    address private constant PENALIZED = address(1);
+    /// keccak256(auditId, round, attempt, slot) → the member seen holding that seat without a
+    /// receipt (armed), PENALIZED once its penalty is taken.
+    mapping(bytes32 => address) public silentSeats;
+
+    /// @notice Seat (`round`, `attempt`, `slot`) seen silent (`penaltyWei` 0: armed), or its holder penalized.
+    event SilentSeat(uint256 indexed auditId, uint8 round, uint8 attempt, uint8 slot, address indexed member, uint256 penaltyWei);
+
+    error NotSilent(string reason);
+
+    /// @notice A drawn member that never posts its receipt is redrawn (Jobs.replaceMissing) or its
+    /// round abandoned, and pays memberPenaltyBps for the seat, once (anyone may call; the caller
+    /// gets slashRewardBps of it). Jobs keeps no list of whom a redraw replaced, so the seat is
+    /// first armed: while its round commits at `attempt`, the call records the member holding
+    /// `slot` with no receipt (a member that posts later is never replaced, and pays nothing).
+    /// Once the slot holds another member (the redraw replaced it: posted seats are never
+    /// redrawn) or the round was abandoned with the seat still empty, the same call takes the
+    /// penalty. A member whose job never came claims it (Delivery) and is neither replaced nor
+    /// abandoned until the transcript is published and a full commit window has passed.
+    function penalizeSilentSeat(uint256 auditId, uint8 round, uint8 attempt, uint8 slot) external nonReentrant {
+        bytes32 key = keccak256(abi.encode(auditId, round, attempt, slot));
+        address member = silentSeats[key];
+        RoundState memory s = jobs.getRoundState(auditId, round);
+        if (slot >= s.members) revert NotSilent("no such seat");
+        PartyView memory seat = jobs.getParty(auditId, round, slot + 1);
+        if (member == address(0)) {
+            if (s.phase != Phase.COMMITTING || s.attempt != attempt || seat.root != bytes32(0)) revert NotSilent("not an empty seat of a committing round");
+            silentSeats[key] = seat.node;
+            emit SilentSeat(auditId, round, attempt, slot, seat.node, 0);
+            return;
+        }
+        if (member == PENALIZED) revert NotSilent("already penalized");
+        bool replaced = seat.node != member;
+        if (!replaced && (s.phase != Phase.ABANDONED || seat.root != bytes32(0))) revert NotSilent("the seat is not replaced");
+        silentSeats[key] = PENALIZED;
+        uint256 taken = registry.penalize(member, memberPenaltyBps);
+        jobs.depositCredit{value: taken}(msg.sender, taken * slashRewardBps / Params.BPS);
+        emit SilentSeat(auditId, round, attempt, slot, member, taken);
     }
 
     // --- escalation ------------------------------------------------------------------------

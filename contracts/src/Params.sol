@@ -42,6 +42,13 @@ struct CoverageParams {
     // maxBatchReceipts-leaf batch (≈ 162k + 1.7k per tree level, measured) plus a margin, sized in the preset
 }
 
+/// @notice Undelivered jobs' parameters (contracts/src/Delivery.sol), a struct of their own for the
+/// same reason as CoverageParams. Same preset, same naming.
+struct DeliveryParams {
+    uint256 deliveryClaimBondWei; // a delivery claim's bond: the publication it forces at MAX_TRANSCRIPT_TOKENS × deliveryGasPriceWei
+    uint256 deliveryGasPriceWei; // the price a publication's gas is paid at out of the bonds (not tx.gasprice: the same in an estimate)
+}
+
 /// @notice One-byte domain tags prefixed to every hashed preimage (verillm/spec/hashing.py).
 library Domains {
     bytes1 internal constant MERKLE_LEAF = 0x00;

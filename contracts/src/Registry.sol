@@ -60,6 +60,10 @@ contract Registry is ReentrancyGuard {
     address public delivery; // undelivered jobs (Delivery.sol): slashes a defaulting worker, nothing else
 
     mapping(address => Node) private nodes;
+    /// The block a registered node last stopped being active (unbonded, or left below the minimum
+    /// stake): a dispatcher may still post the batches it promised while active until they fall
+    /// due (Batches.postBatch; docs/protocol.md §12 "Batching promises", Keepability).
+    mapping(address => uint64) private inactiveFrom;
     using StakeTree for StakeTree.Tree;
 
     mapping(bytes32 => StakeTree.Tree) private trees; // per model: the sortition weights
@@ -219,7 +223,7 @@ contract Registry is ReentrancyGuard {
         Node storage node = _requireRegistered(msg.sender);
         if (node.unbondingEndBlock != 0) revert Deregistering();
         node.unbondingEndBlock = uint64(block.number + unbondingBlocks);
-        node.listed = false;
+        _unlist(msg.sender, node);
         _syncWeights(msg.sender, node);
         emit Deregistered(msg.sender, node.unbondingEndBlock);
     }
@@ -232,6 +236,7 @@ contract Registry is ReentrancyGuard {
         if (node.locks != 0) revert StakeLocked(node.locks);
         uint256 amount = node.stakeWei;
         delete nodes[msg.sender];
+        delete inactiveFrom[msg.sender];
         emit Withdrawn(msg.sender, amount);
         (bool ok,) = msg.sender.call{value: amount}("");
         if (!ok) revert TransferFailed();
@@ -256,7 +261,7 @@ contract Registry is ReentrancyGuard {
         Node storage node = _requireRegistered(node_);
         amountWei = node.stakeWei * bps / Params.BPS;
         node.stakeWei -= amountWei;
-        if (node.stakeWei < minStakeWei) node.listed = false;
+        if (node.stakeWei < minStakeWei) _unlist(node_, node);
         // The new stake weighs from the next epoch, as every change does. A slashed node, or one
         // left below the minimum, sits out every draw seeded from this block on until then
         // (outBlock) and keeps the seats of draws seeded before: a slash after a seed block
@@ -282,6 +287,14 @@ contract Registry is ReentrancyGuard {
 
     function isActive(address node_) public view returns (bool) {
         return nodes[node_].listed;
+    }
+
+    /// @notice The block `node_` stopped being active if it is registered and inactive now (it
+    /// unbonded, or a slash or penalty left it below the minimum stake; the first such block
+    /// since it was last active), else 0.
+    function inactiveSince(address node_) external view returns (uint256) {
+        Node storage n = nodes[node_];
+        return n.registered && !n.listed ? inactiveFrom[node_] : 0;
     }
 
     function isRegistered(address node_) external view returns (bool) {
@@ -446,6 +459,12 @@ contract Registry is ReentrancyGuard {
     function _list(Node storage node) private {
         if (node.listed || node.stakeWei < minStakeWei || node.unbondingEndBlock != 0) return;
         node.listed = true;
+    }
+
+    function _unlist(address node_, Node storage node) private {
+        if (!node.listed) return;
+        node.listed = false;
+        inactiveFrom[node_] = uint64(block.number);
     }
 
     function _requireReadable(uint256 epoch, bool laterToo) private view {

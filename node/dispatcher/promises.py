@@ -4,12 +4,16 @@ contracts/src/Coverage.sol; the rules in verillm.spec.promise).
     promise  with every client job it keeps, the dispatcher signs (receipt hash, itself,
              head + BATCH_BY_BLOCKS) and stores it before answering; a repeated job gets the
              same promise. It promises only what it can batch: an inactive node (deregistering,
-             slashed below the minimum) posts no batch, so it serves no job. And only a receipt
+             slashed below the minimum) serves no job, nor does a node whose operator is leaving
+             (`verillm node unbond` records it in the store: `node_leaving`). And only a receipt
              still auditable at its batch's last start (its auditableUntilBlock ≥ the promised
              block + the start span): a worker's receipt with a shorter horizon is that worker's
              failure, and the job goes to the next worker (docs/protocol.md §12 "Receipt horizons").
     batch    the batcher posts as soon as the earliest promise of a waiting receipt is within
-             `compute_post_margin` blocks of its deadline, whatever its size and wait rules say.
+             `compute_post_margin` blocks of its deadline, whatever its size and wait rules say,
+             and at once while the node is leaving. Keepability: a node that stopped being
+             active (a penalty, an unbond) may still post until its promises fall due
+             (`spec.promise.is_batch_allowed`), so the batcher posts whatever it promised.
     answer   every `OmissionClaimed` naming this node is answered with the inclusion proof of the
              receipt in the batch that holds it (`proveIncluded`): a claim on an included receipt
              pays this node its answer's gas out of the claimant's bond; one on a receipt never
@@ -67,6 +71,8 @@ class Promises:
         active = await self.chainio.read_for_clients(self.chainio.protocol.registry.call, "isActive", self.chainio.account.address)
         if not active:
             raise CannotPromise("this node is not active in the Registry: it could not batch the job's receipt")
+        if self.tables.get_leaving_since() is not None:
+            raise CannotPromise("this node is leaving (`verillm node unbond`): it makes no new batching promise")
         head = await self.chainio.block_number_for_clients()
         earliest = self.tables.get_earliest_unbatched_promise()
         if earliest is not None and earliest < head:
@@ -88,6 +94,8 @@ class Promises:
         if stored is not None:
             promise = spec_coverage.BatchPromise(receipt_hash, self.key.address, stored[0])
             return spec_coverage.SignedPromise(promise, stored[1])
+        if self.tables.get_leaving_since() is not None:
+            raise CannotPromise("this node is leaving (`verillm node unbond`): it makes no new batching promise")
         head = await self.chainio.block_number_for_clients()
         batch_by = min(spec_coverage.compute_batch_by_block(head, self.batch_by_blocks),
                        receipt.auditable_until_block - compute_timeline(self.preset).start_span)
@@ -100,9 +108,12 @@ class Promises:
         return signed
 
     def is_post_due(self, head: int) -> bool:
-        """Whether a waiting receipt's promise is close enough to its deadline to post now."""
+        """Whether a waiting receipt's promise is close enough to its deadline to post now, or the
+        node is leaving (`verillm node unbond` waits for every promised receipt to be posted)."""
         earliest = self.tables.get_earliest_unbatched_promise()
-        return earliest is not None and head >= earliest - compute_post_margin(self.batch_by_blocks)
+        if earliest is None:
+            return False
+        return self.tables.get_leaving_since() is not None or head >= earliest - compute_post_margin(self.batch_by_blocks)
 
 
 class OmissionAnswers:

@@ -161,3 +161,19 @@ def migrate_6_drop_chain_actions(db: Database) -> None:
     dispatcher posts receipts from `dispatch_jobs`), so its pending-actions gauge only grew."""
     db.conn.execute("DROP INDEX IF EXISTS chain_actions_by_status")
     db.conn.execute("DROP TABLE IF EXISTS chain_actions")
+
+
+NODE_LEAVING_TABLE = """
+CREATE TABLE node_leaving (
+    id INTEGER PRIMARY KEY CHECK (id = 1),  -- one row: the operator ran `verillm node unbond`
+    since_block INTEGER NOT NULL,          -- the chain head when it did
+    created_at REAL NOT NULL
+)
+"""
+
+
+def migrate_9_node_leaving(db: Database) -> None:
+    """The operator's decision to leave (`verillm node unbond`): from then the dispatcher makes no
+    new batching promise and posts every promised receipt at once, before the CLI deregisters
+    (docs/protocol.md §12 "Stake locks and unbonding", Keepability)."""
+    db.conn.execute(NODE_LEAVING_TABLE)

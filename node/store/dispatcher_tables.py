@@ -155,6 +155,23 @@ class DispatcherTables:
         rows = self._rows("SELECT * FROM dispatch_jobs WHERE receipt_hash = ?", [receipt_hash.hex()])
         return _job_row(rows[0]) if rows else None
 
+    # --- leaving (`verillm node unbond`) ----------------------------------------------------
+
+    def set_leaving(self, head: int) -> None:
+        """Record that the operator is leaving: no new promise from now, every promised receipt posted."""
+        self._write_durable("INSERT OR IGNORE INTO node_leaving (id, since_block, created_at) VALUES (1, ?, ?)", (head, time.time()))
+
+    def get_leaving_since(self) -> int | None:
+        """The chain head when the operator decided to leave, None while it has not."""
+        rows = self._rows("SELECT since_block FROM node_leaving WHERE id = 1")
+        return rows[0]["since_block"] if rows else None
+
+    def count_unposted_promises(self) -> int:
+        """Promised receipts not yet in a batch posted on-chain (unbatched, or in a batch still 'posting')."""
+        return self.db.execute("SELECT COUNT(*) FROM batch_promises p JOIN dispatch_jobs j ON j.job_hash = p.job_hash"
+                               " LEFT JOIN dispatch_batches b ON b.id = j.batch_row"
+                               " WHERE j.batch_row IS NULL OR b.status = 'posting'").fetchone()[0]
+
     # --- batches ------------------------------------------------------------------------------
 
     def insert_batch(self, root: bytes, job_hashes: list[bytes]) -> int:

@@ -41,7 +41,7 @@ Invariants, after every step:
     conservation  each contract's balance = what it owes, to the wei (Registry: stakes; Jobs:
                   credits + fee pool + escalation bonds held, relayed omission credits included;
                   Disputes: open contest bonds; Coverage: the bonds of open omission claims;
-                  Delivery: nothing)
+                  Delivery: exactly the bonds of unresolved delivery claims, `getClaimBonds`)
     honest        an honest node's stake and credit never decrease, nor the client's credit (an
                   exit pays exactly stake + credits, checked to the wei in the rule; the node
                   registers again with the same stake, and its credit floor becomes 0)
@@ -138,6 +138,7 @@ class ProtocolMachine(Issue20Rules, ExitRules, SealedVotes, BatchRules, RoundAtt
         self.registry = CachedReader(FastReader(self.rpc, self.p.registry), self.reads)
         self.disputes = CachedReader(FastReader(self.rpc, self.p.disputes), self.reads)
         self.coverage = CachedReader(FastReader(self.rpc, self.p.coverage), self.reads)
+        self.delivery = CachedReader(FastReader(self.rpc, self.p.delivery), self.reads)
         self.promise_domain = self.p.get_promise_domain()
         self.client = self.world.chain.dev_accounts[8]  # holds every promise (fuzz_coverage)
         self.promises = []  # fuzz_coverage.Promised, one per job served
@@ -335,6 +336,7 @@ class ProtocolMachine(Issue20Rules, ExitRules, SealedVotes, BatchRules, RoundAtt
         calls += [(jobs, "getAudit", (t.run.audit_id,)) for t in self.audits]
         calls += [(jobs, "getRoundState", (t.run.audit_id, 0)) for t in self.audits]
         calls += [(self.coverage.raw, "getClaim", (i,)) for i in range(1, claims + 1)]
+        calls += [(self.delivery.raw, "getClaimBonds", (t.run.audit_id, r)) for t in self.audits for r in (0, 1)]
         got = read_batch(self.rpc, calls)
         registry_wei, jobs_wei, disputes_wei, coverage_wei, pool, delivery_wei = got[:6]
         at = 6
@@ -343,14 +345,16 @@ class ProtocolMachine(Issue20Rules, ExitRules, SealedVotes, BatchRules, RoundAtt
         contests, at = got[at:at + count], at + count
         extras, at = got[at:at + len(self.audits)], at + len(self.audits)
         views, at = got[at:at + len(self.audits)], at + len(self.audits)
-        first_rounds, omission_claims = got[at:at + len(self.audits)], got[at + len(self.audits):]
+        first_rounds, at = got[at:at + len(self.audits)], at + len(self.audits)
+        omission_claims, claim_bonds = got[at:at + claims], got[at + claims:]
         bonds = sum(p.preset.DISPUTE_BOND_WEI for e, v in zip(extras, views, strict=True)
                     if int(e[3], 16) != 0 and v[4] == 1 and v[5] not in (SETTLED, ABANDONED))
         assert registry_wei == sum(row[0] for row in node_rows), "Registry balance != stakes"
         held = compute_private_draw_bond(p.preset) * sum(1 for s in first_rounds if s[12])  # privateDraw: its start's bond held
         assert jobs_wei == sum(credits) + pool + bonds + held, "Jobs balance != credits + pool + escalation bonds + private-draw bonds"
         assert disputes_wei == sum(c[6] for c in contests if c[3]), "Disputes balance != open contest bonds"
-        assert delivery_wei == 0, "Delivery holds ether (a slashed worker's stake goes straight on to Jobs)"
+        held_claims = sum(len(claimants) for claimants in claim_bonds)
+        assert delivery_wei == held_claims * p.preset.DELIVERY_CLAIM_BOND_WEI, "Delivery balance != the bonds of unresolved delivery claims"
         open_claims = sum(1 for c in omission_claims if c[5] == 1)
         assert coverage_wei == open_claims * p.preset.OMISSION_CLAIM_BOND_WEI, "Coverage balance != open omission claim bonds"
         assert credits[len(nodes) + 1] >= self.client_floor, "the honest client lost credit"

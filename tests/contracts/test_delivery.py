@@ -19,6 +19,7 @@ from verillm.spec.types import Receipt, SamplingParams
 from helpers.contracts import MODEL_ID, OUTPUT_TOKENS, PRESET, PROMPT_LEN, AuditRun, Party
 
 INPUT = tuple(range(1000, 1000 + PROMPT_LEN))
+BOND = PRESET.DELIVERY_CLAIM_BOND_WEI
 COMMITTING, OPENING, DECIDED = Phase.COMMITTING, Phase.OPENING, Phase.DECIDED
 
 
@@ -115,7 +116,7 @@ def test_claim_unanswered_slashes_the_worker_and_decides_its_default(world):
     assert world.stakes()[worker] == stake - slashed
     assert world.protocol.get_credit(world.outsider.address) - credit == slashed * PRESET.SLASH_REWARD_BPS // 10_000
     assert world.protocol.get_audit(run.audit_id).phase == DECIDED
-    assert _balances(world) == total  # the slashed stake moved to credits and the pool, to the wei
+    assert _balances(world) == total + BOND  # the slashed stake moved to credits and the pool, the bond to a credit
     with reverts("UnexpectedPhase"):  # decided: no receipt, no second slash, no late publication changes it
         world.protocol.post_committee_receipt(world.outsider, run.audit_id, 1, members[1].receipt)
     with reverts("AlreadyHandled|UnexpectedPhase"):
@@ -125,7 +126,7 @@ def test_claim_unanswered_slashes_the_worker_and_decides_its_default(world):
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     assert world.protocol.settle(world.outsider, run.audit_id).value == spec.WORKER_DEFAULT
     assert world.stakes()[worker] == stake - slashed  # slashed once
-    assert _balances(world) == total
+    assert _balances(world) == total + BOND
     assert all(world.protocol.get_node(n.address)["locks"] == 0 for n in world.nodes)
 
 
@@ -155,6 +156,78 @@ def test_lying_member_costs_the_worker_one_publication_and_nothing_else(world):
     before = world.stakes()
     assert _settle_honestly(world, run, members) == spec.PASS
     assert world.stakes() == before
+
+
+def _delivery_held(world) -> int:
+    return world.chain.w3.eth.get_balance(world.protocol.delivery.address)
+
+
+def _bonds_resolved(world, tx) -> dict:
+    delivery = world.protocol.delivery
+    own = {**tx.receipt, "logs": [log for log in tx.receipt["logs"] if log["address"] == delivery.address]}
+    return dict(delivery.web3.events.ClaimBondsResolved().process_receipt(own)[0]["args"])
+
+
+def test_a_false_claim_costs_its_maker_the_publication_it_forced_paid_to_the_publisher(world):
+    """Attack 4: a member that had its job claims anyway. Its bond pays the worker's publication
+    (measured gas at DELIVERY_GAS_PRICE_WEI, capped at the bond); it gets only the rest back."""
+    run = _start(world)
+    members = _members(world, run)
+    liar, worker = members[0].node, run.worker.node
+    credits = {a: world.protocol.get_credit(a) for a in (liar.address, worker.address)}
+    world.protocol.claim_undelivered(liar.account, run.audit_id, 0)
+    assert _delivery_held(world) == BOND and world.protocol.get_claim_bonds(run.audit_id, 0) == [liar.address]
+    tokens = _transcript(run.worker)
+    published = world.protocol.publish_transcript(worker.account, run.audit_id, tokens, SamplingParams())
+    resolved = _bonds_resolved(world, published)
+    paid, refunded = resolved["paidWei"], resolved["refundedWei"]
+    assert resolved["publisher"] == worker.address and paid + refunded == BOND and paid > 0
+    # What it was paid for is what it spent: its gas (within 10%: the calldata is priced as if no
+    # byte were zero, the payouts at a flat PAYOUT_GAS), at the preset's price.
+    paid_gas = paid // PRESET.DELIVERY_GAS_PRICE_WEI
+    assert published.gas_used * 0.95 <= paid_gas <= published.gas_used * 1.1, (paid_gas, published.gas_used)
+    assert world.protocol.get_credit(worker.address) - credits[worker.address] == paid
+    assert world.protocol.get_credit(liar.address) - credits[liar.address] == refunded
+    assert _delivery_held(world) == 0 and world.protocol.get_claim_bonds(run.audit_id, 0) == []
+    print(f"\nfalse claim: the claimant paid {paid} wei ({paid_gas} gas at {PRESET.DELIVERY_GAS_PRICE_WEI} wei) for a "
+          f"{published.gas_used}-gas publication; {refunded} wei of its bond back")
+
+
+def test_a_true_claim_gets_its_bond_back_when_the_worker_defaults(world):
+    run = _start(world)
+    members = _members(world, run)
+    claimant = members[1].node
+    credit = world.protocol.get_credit(claimant.address)
+    publish_deadline = world.protocol.claim_undelivered(claimant.account, run.audit_id, 1).value
+    with reverts("ClaimsOpen"):
+        world.protocol.release_claim_bonds(world.outsider, run.audit_id, 0)
+    world.chain.mine(publish_deadline - world.chain.get_block_number() + 1)
+    tx = world.protocol.slash_undelivered(world.outsider, run.audit_id)
+    assert _bonds_resolved(world, tx)["refundedWei"] == BOND
+    assert world.protocol.get_credit(claimant.address) - credit == BOND  # whole
+    assert _delivery_held(world) == 0
+
+
+def test_claim_bonds_come_back_when_every_receipt_came_and_nothing_was_published(world):
+    run = _start(world)
+    members = _members(world, run)
+    credit = world.protocol.get_credit(members[0].node.address)
+    world.protocol.claim_undelivered(members[0].node.account, run.audit_id, 0)
+    for slot, member in enumerate(members):
+        world.protocol.post_committee_receipt(world.outsider, run.audit_id, slot, member.receipt)
+    assert world.protocol.get_round_state(run.audit_id, 0).phase == OPENING
+    world.protocol.release_claim_bonds(world.outsider, run.audit_id, 0)
+    assert world.protocol.get_credit(members[0].node.address) - credit == BOND and _delivery_held(world) == 0
+    with reverts("NoBonds"):
+        world.protocol.release_claim_bonds(world.outsider, run.audit_id, 0)
+
+
+def test_a_claim_without_its_bond_reverts(world):
+    run = _start(world)
+    member = world.committee(run)[0]
+    for value in (0, BOND - 1, BOND + 1):
+        with reverts("WrongBond"):
+            world.chain.transact(world.protocol.delivery, "claimUndelivered", run.audit_id, 0, sender=member.account, value=value)
 
 
 def test_claim_rules(world):

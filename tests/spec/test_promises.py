@@ -95,3 +95,19 @@ def test_an_answer_pays_its_gas_out_of_the_bond_and_refunds_the_rest():
 def test_presets_keep_a_promise_claimable_before_its_dispatcher_can_leave(preset):
     assert preset.BATCH_BY_BLOCKS + preset.OMISSION_CLAIM_WINDOW_BLOCKS < preset.UNBONDING_BLOCKS
     assert preset.OMISSION_CLAIM_BOND_WEI > 0
+
+
+def test_an_inactive_node_may_batch_until_its_promises_fall_due():
+    """Keepability (issue 34): a node that went inactive at block X (a penalty below the minimum,
+    an unbond) may post until X + AUDIT_HORIZON_BLOCKS, which covers every promise it gave while
+    active (batchByBlock ≤ X + BATCH_BY_BLOCKS); never registered (X = 0): never."""
+    from verillm.spec.params import MAINNET, MINIMAL
+
+    for p in (MINIMAL, MAINNET):
+        went_inactive = 1_000
+        latest_promise = spec.compute_batch_by_block(went_inactive, p.BATCH_BY_BLOCKS)
+        assert spec.is_batch_allowed(False, went_inactive, latest_promise, p.AUDIT_HORIZON_BLOCKS)
+        assert spec.is_batch_allowed(False, went_inactive, went_inactive + p.AUDIT_HORIZON_BLOCKS, p.AUDIT_HORIZON_BLOCKS)
+        assert not spec.is_batch_allowed(False, went_inactive, went_inactive + p.AUDIT_HORIZON_BLOCKS + 1, p.AUDIT_HORIZON_BLOCKS)
+        assert not spec.is_batch_allowed(False, 0, 5, p.AUDIT_HORIZON_BLOCKS)
+        assert spec.is_batch_allowed(True, 0, 10**9, p.AUDIT_HORIZON_BLOCKS)

@@ -40,3 +40,23 @@ def test_windows():
 def test_sampling_key_is_abi_encoded_words():
     key = delivery.compute_sampling_key(SamplingParams(700, 40, 900_000, 2**64 - 1))
     assert len(key) == 32 and key != delivery.compute_sampling_key(SamplingParams())
+
+
+def test_claim_bonds_pay_the_publication_and_return_the_rest():
+    """Standing (issue 34): a publication is paid its cost out of the round's bonds, capped at
+    them; the claimants share the rest; with no publication every bond comes back."""
+    from verillm.spec import delivery as spec_delivery
+    from verillm.spec.params import MAINNET, MINIMAL, PUBLICATION_GAS_AT_MAX_TRANSCRIPT
+
+    bond = 10**16
+    assert spec_delivery.compute_claim_bond_payout(1, bond, None) == (0, bond)
+    assert spec_delivery.compute_claim_bond_payout(3, bond, None) == (0, bond)
+    assert spec_delivery.compute_claim_bond_payout(1, bond, 4 * 10**14) == (4 * 10**14, bond - 4 * 10**14)
+    assert spec_delivery.compute_claim_bond_payout(2, bond, 10**20) == (2 * bond, 0)  # capped at the bonds
+    paid, share = spec_delivery.compute_claim_bond_payout(3, bond, 10**15 + 1)
+    assert paid + 3 * share == 3 * bond and paid - (10**15 + 1) < 3  # the indivisible wei to the publisher
+    assert spec_delivery.compute_claim_bond_payout(0, bond, 10**15) == (0, 0)
+    cost = spec_delivery.compute_publication_cost(100_000, 1_000, 2, 10**9)
+    assert cost == (100_000 + spec_delivery.PUBLISH_BASE_GAS + 3 * spec_delivery.PAYOUT_GAS + 16 * 1_000) * 10**9
+    for p in (MINIMAL, MAINNET):  # a bond covers the publication at the bound at the preset's price
+        assert p.DELIVERY_CLAIM_BOND_WEI >= PUBLICATION_GAS_AT_MAX_TRANSCRIPT * p.DELIVERY_GAS_PRICE_WEI

@@ -81,7 +81,8 @@ PROTOCOL_STEPS = (
     DeployStep("Jobs", lambda ctx: (ctx.addresses["Registry"], _params(ctx))),
     DeployStep("Batches", lambda ctx: (ctx.addresses["Registry"], ctx.addresses["Jobs"], _params(ctx))),
     DeployStep("Disputes", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Registry"], _params(ctx))),
-    DeployStep("Delivery", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Registry"], _params(ctx))),
+    DeployStep("Delivery", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Registry"], _params(ctx),
+                                        compute_protocol_params(ctx.preset, ctx.artifacts, "Delivery", "DeliveryParams"))),
     DeployStep("Coverage", _coverage_args),
     CallStep("Registry", "bindProtocol", lambda ctx: (ctx.addresses["Jobs"], ctx.addresses["Batches"], ctx.addresses["Disputes"],
                                                       ctx.addresses["Delivery"])),
@@ -170,7 +171,8 @@ class Protocol:
         names = [c["name"] for c in get_params_components(chain.artifacts, "Jobs")]
         onchain = dict(zip(names, self.jobs.call("params"), strict=True))
         onchain.update(batchByBlocks=self.coverage.call("batchByBlocks"), omissionClaimWindowBlocks=self.coverage.call("claimWindowBlocks"),
-                       omissionClaimBondWei=self.coverage.call("claimBondWei"), omissionAnswerGas=self.coverage.call("answerGas"))
+                       omissionClaimBondWei=self.coverage.call("claimBondWei"), omissionAnswerGas=self.coverage.call("answerGas"),
+                       deliveryClaimBondWei=self.delivery.call("claimBondWei"), deliveryGasPriceWei=self.delivery.call("gasPriceWei"))
         self.preset: Preset = Preset.from_contract_params(onchain)
         """The deployment's protocol parameters, read once from its contracts."""
 
@@ -472,8 +474,9 @@ class Protocol:
 
     # --- undelivered committee jobs (Delivery; verillm.spec.delivery) --------------------------
     def claim_undelivered(self, member: LocalAccount, audit_id: int, slot: int) -> Tx:
-        """Member ``slot`` says its verification job never came; value = the publish deadline."""
-        return self._send(self.delivery, "claimUndelivered", audit_id, slot, sender=member,
+        """Member ``slot`` says its verification job never came, bonding DELIVERY_CLAIM_BOND_WEI;
+        value = the publish deadline."""
+        return self._send(self.delivery, "claimUndelivered", audit_id, slot, sender=member, value=self.preset.DELIVERY_CLAIM_BOND_WEI,
                           event="DeliveryClaimed", field="publishDeadline")
 
     def publish_transcript(self, sender: LocalAccount, audit_id: int, tokens: list[int], sampling) -> Tx:
@@ -485,6 +488,21 @@ class Protocol:
         """After an unanswered publication window: slash the worker; value = the slashed wei."""
         return self._send(self.delivery, "slashUndelivered", audit_id, sender=sender,
                           event="DeliveryDefaulted", field="slashedWei")
+
+    def release_claim_bonds(self, sender: LocalAccount, audit_id: int, round_index: int) -> Tx:
+        """Return the claim bonds of a round whose every receipt came with nothing published."""
+        return self._send(self.delivery, "releaseClaimBonds", audit_id, round_index, sender=sender)
+
+    def get_claim_bonds(self, audit_id: int, round_index: int) -> list[str]:
+        """The claimants of ``round_index`` whose delivery claim bonds Delivery still holds."""
+        return list(self.delivery.call("getClaimBonds", audit_id, round_index))
+
+    def penalize_silent_seat(self, sender: LocalAccount, audit_id: int, round_index: int, attempt: int, slot: int) -> Tx:
+        """Arm seat (round, attempt, slot) while it is empty in a committing round, or, once the
+        seat was redrawn or its round abandoned empty, take its holder's MEMBER_PENALTY_BPS;
+        value = the penalty (0 when armed)."""
+        return self._send(self.disputes, "penalizeSilentSeat", audit_id, round_index, attempt, slot, sender=sender,
+                          event="SilentSeat", field="penaltyWei")
 
     def get_availability(self, audit_id: int) -> dict:
         """The current round's claim window: publish deadline (0: no claim), round, published."""

@@ -256,18 +256,56 @@ def models(model_ids, node_url, **options):
 
 @node.command("unbond")
 @_options
-def unbond(**options):
-    """Deregister: no new jobs, and no seat in a round seeded from now; the stake stays slashable
-    until withdrawn, and the node must stay up until its last duty ends (printed)."""
+@click.option("--store", "store_path", default=None, type=click.Path(dir_okay=False),
+              help="The node's store (SQLite) [default: the --config file's store.path]: unbond first stops the node "
+                   "promising and waits until every receipt it promised is in a posted batch.")
+@click.option("--flush-timeout", default=600.0, show_default=True, type=float,
+              help="Seconds to wait for the node to post its promised receipts before giving up (nothing is sent then).")
+def unbond(store_path, flush_timeout, **options):
+    """Leave: stop promising (the node refuses new client jobs), wait until every promised receipt
+    is in a posted batch, then deregister: no seat in a round seeded from now; the stake stays
+    slashable until withdrawn, and the node must stay up until its last duty ends (printed)."""
     from verillm.spec.params import compute_leaver_schedule
 
     operator = load_operator(**options)
+    if store_path is None and options.get("config_path"):
+        from verillm.node.config import load_config
+
+        store_path = load_config(options["config_path"]).store.path
+    if store_path is None:
+        click.echo("no node store (--config or --store): the node is not told to stop promising; it may still post what it "
+                   f"promised until block unbond + {operator.protocol.preset.AUDIT_HORIZON_BLOCKS}", err=True)
+    else:
+        _flush_promises(operator, store_path, flush_timeout)
     tx = operator.protocol.deregister(operator.account)
     end = operator.protocol.get_node(operator.address)["unbonding_end_block"]
     plan = compute_leaver_schedule(tx.receipt["blockNumber"], operator.protocol.preset)
     click.echo(f"{operator.address} deregistered: withdraw from block {end} on, once no audit holds the stake ({_tx(tx)})")
     click.echo(f"  keep the node up until block {plan.duties_end_block}: drawn at most until block {plan.seated_until_block}, "
                f"its receipts auditable until block {plan.last_start_block}")
+
+
+def _flush_promises(operator, store_path: str, timeout_s: float) -> None:
+    """Tell the node at ``store_path`` to make no new promise and post what it promised; wait until
+    every promised receipt is in a batch posted on-chain (the node's batcher posts it at once)."""
+    import time
+    from pathlib import Path
+
+    from verillm.node.store.dispatcher_tables import DispatcherTables
+    from verillm.node.store.store import open_store
+
+    if not Path(store_path).exists():
+        raise InvalidInput(f"--store {store_path}: no node store there (is it the path the node runs with?)")
+    tables = DispatcherTables(open_store(store_path).db)
+    tables.set_leaving(operator.protocol.chain.get_block_number())
+    click.echo(f"{operator.address} is leaving: the node takes no new job; waiting for its promised receipts to be posted", err=True)
+    deadline = time.monotonic() + timeout_s
+    while (waiting := tables.count_unposted_promises()) > 0:
+        if time.monotonic() > deadline:
+            raise ConfigError(f"{waiting} promised receipts are still not in a posted batch after {timeout_s:g} s: is the node "
+                              "running with this store? Nothing was sent; run `verillm node unbond` again")
+        time.sleep(0.2)
+    click.echo("every promised receipt is in a posted batch", err=True)
 
 
 @node.command("withdraw")

@@ -90,6 +90,10 @@ class ReplayResult:
     unsealed: int = 0
     """Seats (all rounds) that never sealed although the worker opened."""
     mismatches: list = field(default_factory=list)
+    claimants: list = field(default_factory=list)
+    """node indices whose delivery claims are unresolved (their bonds held in Delivery)."""
+    claim_bond_credits: dict = field(default_factory=dict)
+    """node index → wei credited by the resolution of delivery claim bonds (paid in ETH, outside the simulator's ledger)."""
 
 
 def sample_cases(count: int, adversarial: np.ndarray, seed: int = 0) -> list[ReplayCase]:
@@ -226,7 +230,8 @@ class Replayer:
             if undelivered:
                 # nobody publishes: after the publication window the claimant slashes the worker
                 self.chain.mine(pre.COMMIT_WINDOW_BLOCKS + 1)
-                p.slash_undelivered(w.nodes[trace["claimant"]].account, audit_id)
+                tx = p.slash_undelivered(w.nodes[trace["claimant"]].account, audit_id)
+                self._record_bonds(res, tx, None)
                 return
             if all(done):
                 break
@@ -245,10 +250,26 @@ class Replayer:
             return
         for slot in claims:
             p.claim_undelivered(w.nodes[attempt["seats"][slot]].account, audit_id, slot)
+            res.claimants.append(attempt["seats"][slot])
             res.claims += 1
         if not undelivered:
-            p.publish_transcript(w.nodes[self._worker_of(audit_id)].account, audit_id, list(TRANSCRIPT), SamplingParams())
+            worker = self._worker_of(audit_id)
+            tx = p.publish_transcript(w.nodes[worker].account, audit_id, list(TRANSCRIPT), SamplingParams())
+            self._record_bonds(res, tx, worker)
             res.published = True
+
+    def _record_bonds(self, res, tx, publisher: int | None) -> None:
+        """Book what the round's claim bonds credited (`ClaimBondsResolved`): the publisher its cost,
+        each claimant the rest of its bond. A bond is paid in ETH, so the simulator's credits leave it out."""
+        delivery = self.world.protocol.delivery
+        own = {**tx.receipt, "logs": [log for log in tx.receipt["logs"] if log["address"] == delivery.address]}
+        for event in delivery.web3.events.ClaimBondsResolved().process_receipt(own):
+            args = event["args"]
+            if publisher is not None:
+                res.claim_bond_credits[publisher] = res.claim_bond_credits.get(publisher, 0) + args["paidWei"]
+            for index in res.claimants:
+                res.claim_bond_credits[index] = res.claim_bond_credits.get(index, 0) + args["refundedWei"]
+            res.claimants = []
 
     def _open_and_vote(self, res, audit_id, ri, trace, members, wtrace, wcommit) -> None:
         """The worker opens; every member that will open seals its vote first (`sealVote`), and the
@@ -292,7 +313,7 @@ class Replayer:
         stakes1, credits1 = self.world.balances()
         for i in range(len(stakes0)):
             slashed = stakes0[i] - stakes1[i]
-            credit = credits1[i] - credits0[i] - (bond if i == out.escalator else 0)
+            credit = credits1[i] - credits0[i] - (bond if i == out.escalator else 0) - res.claim_bond_credits.get(i, 0)
             if out.contested and i == out.contest.challenger:  # its bond was paid in ETH, not from credit
                 credit -= self.preset.DISPUTE_BOND_WEI
             if slashed != out.slashed_wei.get(i, 0):

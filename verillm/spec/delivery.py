@@ -12,6 +12,11 @@
     default     anyone, block > publish deadline, unpublished, the round still committing and a
                 claimant without a receipt:  the worker is slashed (SLASH_FRACTION_BPS, the
                 caller gets SLASH_REWARD_BPS of it) and the round is decided WORKER_DEFAULT
+    bonds       (Standing) every claim carries DELIVERY_CLAIM_BOND_WEI. A publication pays the
+                publisher its cost (gas measured + PUBLISH_BASE_GAS + PAYOUT_GAS per payout +
+                CALLDATA_GAS_PER_BYTE × calldata bytes, at DELIVERY_GAS_PRICE_WEI) out of the round's bonds, capped at them,
+                the rest back to the claimants in equal shares; a default, or a round whose every
+                receipt came with nothing published, returns every bond (`compute_claim_bond_payout`)
 
 The contract checks the tokens hash with its own BLAKE3 (`contracts/src/Blake3.sol`), so what
 is published is exactly the transcript the worker signed.
@@ -25,6 +30,15 @@ from verillm.errors import InvalidInput, PromptTooLong
 from verillm.spec.hashing import keccak256
 from verillm.spec.job import compute_transcript_hash
 from verillm.spec.types import SamplingParams
+
+
+PUBLISH_BASE_GAS = 26_000
+"""Delivery.PUBLISH_BASE_GAS: the base transaction, with the event's and the bond list's share,
+outside the publication's measured gas."""
+PAYOUT_GAS = 40_000
+"""Delivery.PAYOUT_GAS: one credit written in Jobs, per payout (the publisher and each claimant)."""
+CALLDATA_GAS_PER_BYTE = 16
+"""Delivery.CALLDATA_GAS_PER_BYTE: calldata at its nonzero-byte price (an upper bound)."""
 
 
 @dataclass(frozen=True)
@@ -87,3 +101,25 @@ def compute_commit_deadline_after_publish(commit_deadline: int, publish_block: i
     """Return the round's commit deadline once the transcript is published: a fresh window."""
     return max(commit_deadline, publish_block + commit_window_blocks)
 
+
+def compute_claim_bond_payout(claimants: int, bond_wei: int, publication_cost_wei: int | None) -> tuple[int, int]:
+    """Return (the publisher's credit, each claimant's refund) when a round's ``claimants`` delivery
+    claims are resolved (Delivery._resolveBonds): with a publication (``publication_cost_wei``,
+    its measured gas × DELIVERY_GAS_PRICE_WEI: `compute_publication_cost`) the publisher gets its cost capped at the bonds, plus the
+    wei an equal split leaves; without one (None: a default, or every receipt came) each claimant
+    gets its bond back."""
+    if claimants < 0 or bond_wei < 0 or (publication_cost_wei is not None and publication_cost_wei < 0):
+        raise InvalidInput("claimants, bond and publication cost must be non-negative")
+    if claimants == 0:
+        return 0, 0
+    held = claimants * bond_wei
+    share = (held - min(publication_cost_wei or 0, held)) // claimants
+    return held - share * claimants, share
+
+
+def compute_publication_cost(measured_gas: int, calldata_bytes: int, claimants: int, gas_price_wei: int) -> int:
+    """Return what a publication is paid for (Delivery.publishTranscript): the gas measured inside
+    it, PUBLISH_BASE_GAS, PAYOUT_GAS per payout (``claimants`` + the publisher) and the calldata at
+    CALLDATA_GAS_PER_BYTE, at ``gas_price_wei``."""
+    payouts = claimants + 1
+    return (measured_gas + PUBLISH_BASE_GAS + PAYOUT_GAS * payouts + CALLDATA_GAS_PER_BYTE * calldata_bytes) * gas_price_wei

@@ -18,6 +18,10 @@ BLOCKHASH_RANGE = 256
 TRANSCRIPT_TOKENS_LIMIT = 8_192
 """Params.MAX_TRANSCRIPT_TOKENS: the most a deployment may set MAX_TRANSCRIPT_TOKENS to (a
 publication of 8,192 tokens costs ≈ 9 M gas, under a third of a 30 M block)."""
+PUBLICATION_GAS_AT_MAX_TRANSCRIPT = 8_989_340
+"""Delivery.publishTranscript's gas at TRANSCRIPT_TOKENS_LIMIT tokens with one claim's bond paid
+out, measured on anvil (tests/contracts/test_issue20_attacks.py, 2026-11-28; 8,901,681 before the
+bonds): what a delivery claim can force a worker to spend."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,17 @@ class Preset:
     levels), ≈ 1.7k per level (a sha256 call and a calldata word), so ≈ 176k for 1,024 (10
     levels); 190k leaves ≈ 8% for a cold-slot repricing. A withholding dispatcher farms at most
     this surplus over its real gas; less would leave an honest one out of pocket."""
+    DELIVERY_GAS_PRICE_WEI: int = 30 * 10**9
+    """The gas price a transcript publication is paid at out of the delivery claims' bonds (its
+    gas measured on-chain × this, not the transaction's own price: that would let a proposer
+    publishing itself set its pay, and is 0 in a gas estimate)."""
+    DELIVERY_CLAIM_BOND_WEI: int = 3 * 10**17
+    """A delivery claim's bond (Delivery.claimUndelivered; docs/protocol.md §12 "Undelivered
+    jobs"): a claim forces the worker to publish its transcript, so it carries what that costs at
+    the bound, PUBLICATION_GAS_AT_MAX_TRANSCRIPT (8,989,340 gas at MAX_TRANSCRIPT_TOKENS,
+    measured) × DELIVERY_GAS_PRICE_WEI (≈ 2.70e17 wei here, rounded up). A publication pays the
+    publisher its measured gas at that price out of the bonds and returns the rest; a default or
+    a round whose receipts all came returns them whole."""
     AUDIT_HORIZON_BLOCKS: int = 300
     """A worker that unbonds at block U stays auditable only on batches posted by U + this
     (≥ BATCH_BY_BLOCKS: every receipt it served before leaving is batched in time under its
@@ -163,6 +178,8 @@ MINIMAL = Preset(
     BATCH_BY_BLOCKS=30,  # the node posts every ≤ 3 s and at the latest BATCH_POST_MARGIN before this
     OMISSION_CLAIM_WINDOW_BLOCKS=100,  # 30 + 100 < UNBONDING_BLOCKS = 300
     OMISSION_CLAIM_BOND_WEI=10**14,
+    DELIVERY_GAS_PRICE_WEI=10**9,
+    DELIVERY_CLAIM_BOND_WEI=10**16,  # 8,989,340 gas × 1 gwei ≈ 9.0e15, rounded up
     AUDIT_HORIZON_BLOCKS=30,  # = BATCH_BY_BLOCKS
     RECEIPT_HORIZON_BLOCKS=200,  # ≥ BATCH_BY_BLOCKS + the start span (30 + 91 = 121); 79 blocks of lag on a chain mining per transaction
 )
@@ -272,6 +289,8 @@ def compute_timeline_problems(p: Preset) -> list[str]:
         problems.append("auditHorizonBlocks shorter than batchByBlocks")
     if p.RECEIPT_HORIZON_BLOCKS < p.BATCH_BY_BLOCKS + t.start_span:
         problems.append("receiptHorizonBlocks shorter than batchByBlocks + a batch's start span")
+    if p.DELIVERY_CLAIM_BOND_WEI <= 0 or p.DELIVERY_GAS_PRICE_WEI <= 0:
+        problems.append("delivery claim bond and gas price must be positive")
     return problems
 
 

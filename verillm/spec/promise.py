@@ -22,6 +22,11 @@ the promise is claimed.
     slash    anyone, block > prove deadline, claim unanswered: the dispatcher is slashed
              (SLASH_FRACTION_BPS); the claimant is credited its bond + SLASH_REWARD_BPS of the
              slashed stake, the rest goes to the audit fee pool
+    keep     (Keepability) `Batches.postBatch` is open to an active node, and to a registered
+             node that stopped being active at block X (unbonded, or a penalty or slash left it
+             below the minimum stake) until X + AUDIT_HORIZON_BLOCKS (≥ BATCH_BY_BLOCKS): every
+             promise it gave while active falls due by then, so neither a penalty, an unbond nor
+             the order of anyone's `settle` makes a promise unkeepable (`is_batch_allowed`)
 """
 
 from dataclasses import dataclass
@@ -157,6 +162,16 @@ def compute_inclusion_proof(receipt_hashes: list[bytes], receipt_hash: bytes) ->
     if receipt_hash not in receipt_hashes:
         raise InvalidInput(f"receipt 0x{receipt_hash.hex()} is not in this batch")
     return compute_batch_proof(compute_batch_levels(receipt_hashes), receipt_hashes.index(receipt_hash))
+
+
+def is_batch_allowed(active: bool, inactive_since_block: int, block: int, audit_horizon_blocks: int) -> bool:
+    """Whether `Batches.postBatch` accepts a batch from a node at ``block``: it is active, or
+    registered and inactive since ``inactive_since_block`` (0: not registered) at most
+    ``audit_horizon_blocks`` ago. A promise made while active (batchByBlock ≤ the block it went
+    inactive + BATCH_BY_BLOCKS ≤ that + AUDIT_HORIZON_BLOCKS) stays keepable until it falls due."""
+    if active:
+        return True
+    return inactive_since_block != 0 and block <= inactive_since_block + audit_horizon_blocks
 
 
 def compute_omission_payout(slashed_wei: int, bond_wei: int, slash_reward_bps: int) -> tuple[int, int]:

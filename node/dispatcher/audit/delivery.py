@@ -7,6 +7,9 @@
              runs the verification job itself — the published input ‖ output, the published
              sampling, one new token — and posts its own receipt; from there its seat is an
              ordinary member duty (`duties.py`), found through the receipt like any other.
+             A claim bonds DELIVERY_CLAIM_BOND_WEI (issue 34, Standing): a publication pays its
+             cost out of it, a default returns it; if every seat's receipt came with nothing
+             published, the member takes it back (`releaseClaimBonds`) once the round opens.
     worker   answers every `DeliveryClaimed` on an audit of its own receipt, while the round is
              committing, by publishing the transcript its receipt signed (`publishTranscript`),
              whoever claimed and whether or not the claimant's job came since: once claimed, only
@@ -72,6 +75,9 @@ class DeliveryDuties:
             members = [m.lower() for m in event["args"]["members"]]
             if self.me in members:
                 await self._member_step(audit_id, round_index, members.index(self.me), event["block_number"], head)
+        for event in self._recent("DeliveryClaimed", since):
+            if event["args"]["member"].lower() == self.me:
+                await self._release_bond(event["audit_id"], event["args"]["round"])
 
     def _recent(self, name: str, since: int) -> list[dict]:
         return [e for e in self.tables.get_events(name) if e["block_number"] >= since]
@@ -141,6 +147,20 @@ class DeliveryDuties:
                 raise
             return
         log.warning("audit %d: no verification job for member slot %d of round %d; claimed it on-chain", audit_id, slot, round_index)
+
+    async def _release_bond(self, audit_id: int, round_index: int) -> None:
+        """Take back this node's claim bond when its round left COMMITTING with nothing published."""
+        held = await self.chainio.read(self.chainio.protocol.get_claim_bonds, audit_id, round_index)
+        if self.me not in [a.lower() for a in held]:
+            return  # resolved: paid to a publisher, or returned
+        state = await self.chainio.read(self.chainio.protocol.get_round_state, audit_id, round_index)
+        if state.phase == Phase.COMMITTING:
+            return
+        try:
+            await self.chainio.send("release_claim_bonds", audit_id, round_index, audit_id=audit_id)
+        except Exception as exc:
+            if not is_revert(exc, "NoBonds", "ClaimsOpen"):
+                raise
 
     async def _slash_if_unanswered(self, audit_id: int, round_index: int, slot: int, head: int) -> None:
         """After an unanswered publication window, slash the worker (the caller is rewarded)."""

@@ -68,7 +68,7 @@ async def test_a_kept_job_gets_a_promise_the_batcher_keeps_and_a_claim_is_answer
     due_at = signed.promise.batch_by_block - compute_post_margin(MINIMAL.BATCH_BY_BLOCKS)
     assert not batches.is_batch_due(due_at - 1) and batches.is_batch_due(due_at)
     protocol.chain.mine(due_at - protocol.chain.get_block_number())
-    await batches.post_batch(batches.create_batch())
+    await batches.post_batch(batches.create_batch(chain.get_block_number()))
     posted = protocol.batches.call("getBatch", tables.get_batch(1)["batch_id"])
     assert posted[3] <= signed.promise.batch_by_block
     # A griefer claims anyway; the node's watcher step answers from its own tables.
@@ -182,7 +182,7 @@ async def test_an_expired_receipt_is_started_publicly_so_it_is_skipped_not_left_
     batches = BatchScheduler(chainio, tables, NodeMetrics(), vrf.derive_secret_key(b"\x01" * 32), 8, max_wait_s=10_000)
     job, receipt = _job_and_receipt(7, key, domain, protocol, horizon_blocks=2)
     tables.insert_dispatched_job(b"\x07" * 32, job, key.address, "", (5, 6), receipt, False)
-    await batches.post_batch(batches.create_batch())
+    await batches.post_batch(batches.create_batch(chain.get_block_number()))
     batch = tables.get_batch(tables.get_batches(("posted",))[-1]["id"])
     protocol.chain.mine(MINIMAL.AUDIT_DRAW_DELAY_BLOCKS + 1)
     await batches.advance_posted(batch, protocol.chain.get_block_number())
@@ -223,3 +223,66 @@ async def test_a_backlog_near_its_promise_goes_out_in_one_batch_and_the_post_lan
     landed = [item for item in chainio.duties.landed if item.due.kind == "post_batch"]
     assert len(landed) == 1 and landed[0].due.by_block == first_due and landed[0].slack_blocks >= 0
     assert chainio.duties.missed == type(chainio.duties.missed)() and not chainio.duties.pending
+async def test_unbond_flushes_every_promise_before_it_deregisters(deployed, tmp_path):
+    """Issue 34, attack 3b, through the CLI path the guide gives (`verillm node unbond`): the node
+    stops promising, its batcher posts the outstanding promise at once (long before it falls
+    due), and only then does the CLI deregister; the client's claim is answered and the
+    operator's stake is whole."""
+    import asyncio
+    import json
+
+    from click.testing import CliRunner
+
+    from verillm.cli.node import node as node_cli
+    from verillm.errors import ChainError
+
+    _, protocol, node, client = deployed
+    chain = protocol.chain
+    snapshot = chain.snapshot()
+    try:
+        key, tables, chainio, domain = _node(deployed, tmp_path)
+        promises = Promises(chainio, tables, key)
+        batches = BatchScheduler(chainio, tables, NodeMetrics(), vrf.derive_secret_key(b"\x01" * 32), 8, max_wait_s=10_000)
+        batches.promises = promises
+        job, receipt = _job_and_receipt(50, key, domain, protocol)
+        tables.insert_dispatched_job(b"\x50" * 32, job, key.address, "", (5, 6), receipt, False)
+        signed = await promises.make(b"\x50" * 32, receipt)
+        assert not batches.is_batch_due(chain.get_block_number())  # not due by size, age or deadline
+        stake = protocol.get_node(node.address)["stake_wei"]
+        key_file, book = tmp_path / "key.json", tmp_path / "addresses.json"
+        key_file.write_text(json.dumps({"address": node.address, "private_key": "0x" + bytes(node.key).hex()}))
+        key_file.chmod(0o600)
+        protocol.deployment.save(book)
+        args = ["unbond", "--rpc-url", deployed[0].url, "--addresses", str(book), "--key-file", str(key_file),
+                "--store", str(tmp_path / "node.sqlite"), "--flush-timeout", "120"]
+        cli = asyncio.ensure_future(asyncio.to_thread(CliRunner().invoke, node_cli, args))
+        while not cli.done():  # the node's batcher, ticking as the watcher does
+            if batches.is_batch_due(chain.get_block_number()):
+                await batches.post_batch(batches.create_batch(chain.get_block_number()))
+            await asyncio.sleep(0.05)
+        result = cli.result()
+        assert result.exit_code == 0, result.output + repr(result.exception)
+        assert "every promised receipt is in a posted batch" in result.stderr
+        _, later = _job_and_receipt(51, key, domain, protocol)
+        with pytest.raises(CannotPromise, match="leaving"):  # no new promise once the operator decided to leave
+            await promises.make(b"\x51" * 32, later)
+        with pytest.raises(CannotPromise, match="not active|leaving"):
+            await promises.verify_capacity()
+        left = chain.get_block_number()
+        posted = tables.get_batches(("posted",))[-1]
+        assert posted["posted_block"] < left <= signed.promise.batch_by_block + 1  # posted before it deregistered
+        assert not protocol.get_node(node.address)["active"] and protocol.get_node(node.address)["unbonding_end_block"]
+        chain.mine(max(0, signed.promise.batch_by_block + 1 - chain.get_block_number()))
+        claim_id = protocol.claim_omitted(client, signed).value
+        rows = [compute_event_row(e) for e in get_events(chain, [protocol.coverage], 0)]
+        tables.record_events("protocol", rows, chain.get_block_number() + 1)
+        answers = OmissionAnswers(chainio, tables)
+        try:
+            await answers.advance(chain.get_block_number())
+        except ChainError as exc:  # the CLI sent `deregister` from the node's key: this tick's cached nonce was
+            assert "nonce too low" in str(exc)  # stale, dropped on the error; the watcher's next tick re-reads it
+            await answers.advance(chain.get_block_number())
+        assert protocol.get_omission_claim(claim_id)["state"] == spec.ANSWERED
+        assert protocol.get_node(node.address)["stake_wei"] == stake  # whole
+    finally:
+        chain.revert(snapshot)
