@@ -718,13 +718,13 @@ contract Jobs is ReentrancyGuard {
         uint8 firstMajority = _majorityOf(rounds[auditId][0]);
         a.verdict = verdict;
         r.phase = Phase.SETTLED;
-        _settleParties(auditId, a, verdict);
+        _settleParties(auditId, a, verdict, firstMajority);
         _settleBond(a, verdict, firstMajority);
         _unlockAll(auditId, a);
         emit AuditSettled(auditId, verdict);
     }
 
-    function _settleParties(uint256 auditId, Audit storage a, uint8 verdict) private {
+    function _settleParties(uint256 auditId, Audit storage a, uint8 verdict, uint8 firstMajority) private {
         address[] memory winners = new address[](_everyParty(auditId, a).length);
         uint256 winnerCount;
         uint256 pot;
@@ -738,7 +738,12 @@ contract Jobs is ReentrancyGuard {
         }
         if ((verdict == AuditCodes.FAIL || verdict == AuditCodes.WORKER_DEFAULT) && !a.workerSlashed) {
             a.workerSlashed = true;
-            uint256 amount = _slash(auditId, a.worker, "failed audit");
+            // An appeal's FAIL of a round 0 that did not fail the worker (PASS or TIE): one round's
+            // bare votes, no evidence the contract checks and no second round agreeing
+            // (docs/protocol.md §12 "Proportionality"): the penalty, not the slash.
+            uint256 amount = verdict == AuditCodes.FAIL && firstMajority != AuditCodes.FAIL
+                ? _penalize(auditId, a.worker, "overturned")
+                : _slash(auditId, a.worker, "failed audit");
             pot += _rewardOf(amount);
             feePoolWei += amount - _rewardOf(amount);
         }
@@ -764,10 +769,14 @@ contract Jobs is ReentrancyGuard {
     /// memberPenaltyBps of its stake, not slashFractionBps.
     function _slashParty(uint256 auditId, Member storage m, string memory reason) private returns (uint256 reward) {
         m.slashed = true;
-        uint256 amount = registry.penalize(m.node, params.memberPenaltyBps);
-        emit PartySlashed(auditId, m.node, amount, reason);
+        uint256 amount = _penalize(auditId, m.node, reason);
         reward = _rewardOf(amount);
         feePoolWei += amount - reward;
+    }
+
+    function _penalize(uint256 auditId, address node, string memory reason) private returns (uint256 amount) {
+        amount = registry.penalize(node, params.memberPenaltyBps);
+        emit PartySlashed(auditId, node, amount, reason);
     }
 
     function _splitPot(uint256 pot, address[] memory winners, uint256 winnerCount) private {
