@@ -350,7 +350,7 @@ contract Jobs is ReentrancyGuard {
         (Audit storage a, Round storage r) = _at(auditId, Phase.DRAWING);
         if (msg.sender != a.dispatcher) revert NotParty(msg.sender);
         if (a.drawCommitment == bytes32(0) || keccak256(abi.encodePacked(Domains.DRAW_SECRET, secret)) != a.drawCommitment) revert InvalidSecret(auditId);
-        if (slots.length != receipts.length || slots.length != signatures.length) revert ReceiptMismatch("one slot and one signature per receipt");
+        if (slots.length != receipts.length || slots.length != signatures.length) revert ReceiptMismatch("a slot and signature per receipt");
         a.drawCommitment = bytes32(0);
         emit PrivateDrawRevealed(auditId, secret);
         _credit(a.dispatcher, _privateDrawBond()); // the bond of its start, back
