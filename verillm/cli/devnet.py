@@ -18,7 +18,7 @@ from verillm.spec.params import MINIMAL
 
 
 @click.command()
-@click.option("--nodes", type=int, default=None, help="Node processes [default: 5, plus one per --cheater].")
+@click.option("--nodes", type=int, default=None, help="Node processes [default: 5, plus one per --cheater; 10 with two or more cheaters, so that a tie can be appealed].")
 @click.option("--model", default="smollm2", show_default=True,
               help="tiny (a seeded random 4-layer model: gibberish text, no conversion; a run still takes 75-90 s on 2 cores, "
                    "mostly node start-up and audit windows), smollm2 (~100 s, plus about a minute to convert it the first time), "
