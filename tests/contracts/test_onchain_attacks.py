@@ -221,5 +221,5 @@ def test_only_a_party_with_standing_may_escalate_a_pass(world):
             world.protocol.escalate(caller, run.audit_id)
     world.protocol.escalate(world.nodes[1].account, run.audit_id)  # a PASS, escalated by its dispatcher
     assert world.protocol.get_audit(run.audit_id).round == 1
-    with reverts("AlreadyHandled|UnexpectedPhase"):
-        world.protocol.escalate(world.nodes[5].account, run.audit_id)
+    with reverts("AlreadyHandled|UnexpectedPhase"):  # one appeal per audit
+        world.protocol.escalate(world.nodes[1].account, run.audit_id)
