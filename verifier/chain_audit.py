@@ -39,6 +39,7 @@ from verillm.spec.types import Leaf, Receipt, SamplingParams
 from verillm.verifier.chain_committee import CommitteeReplay, HistoryUnavailable, get_round_entry
 from verillm.verifier.chain_settlement import (
     MEMBER_PENALTY_REASON,
+    WORKER_PENALTY_REASON,
     WORKER_SLASH_REASON,
     compute_audit_record,
     compute_faults,
@@ -358,7 +359,9 @@ class ChainAuditor:
         self._add(penalised_nodes == set(penalties), subject, f"members penalised at settlement: {self._list(penalties) or 'none'}",
                   f"members penalised {sorted(penalised_nodes)}, but the rules penalise {self._list(penalties) or 'none'}")
         convicted = event.args["verdict"] in (spec_settlement.FAIL, spec_settlement.WORKER_DEFAULT) and not record.worker_slashed
-        worker_slashed = any(e.args["node"].lower() == worker and e.args["reason"] == WORKER_SLASH_REASON for e in at_settle)
+        # An appeal's FAIL of a round 0 that did not fail it: the penalty, "overturned" (Proportionality)
+        reason = WORKER_PENALTY_REASON if spec_settlement.is_worker_penalty_only(record, event.args["verdict"]) else WORKER_SLASH_REASON
+        worker_slashed = any(e.args["node"].lower() == worker and e.args["reason"] == reason for e in at_settle)
         self._add(worker_slashed == convicted, subject, "the worker is slashed exactly when the verdict fails it", "worker slashing disagrees with the verdict")
         self._check_amounts(subject, event, at_settle, worker)
         # A member penalty (MEMBER_PENALTY_BPS: a minority vote or a missed opening) is not a conviction.

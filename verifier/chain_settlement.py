@@ -16,6 +16,7 @@ from verillm.spec.constants import BPS
 
 MEMBER_PENALTY_REASON = "missed opening or minority vote"  # Jobs._settleParties: one string for both
 WORKER_SLASH_REASON = "failed audit"
+WORKER_PENALTY_REASON = "overturned"  # an appeal's FAIL of a round 0 that did not fail the worker: the penalty (issue 34)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,11 @@ import {Registry} from "./Registry.sol";
 /// - `adjudicate`: anyone with both parties' leaves and proofs re-runs the tolerance test and
 ///   the token check for one member; a member whose vote contradicts its own committed data
 ///   is slashed.
-/// - `escalate`: a bonded call for a fresh, larger committee (handled by Jobs).
-/// - `adjudicateAcrossRounds`: a first-round "agree" whose data an appeal that decided FAIL
-///   contradicts (one of its "disagree" voters' proven cells) is slashed.
+/// - `escalate`: a bonded call for a fresh, larger committee (handled by Jobs), open only to a
+///   party with standing: the worker (against a FAIL or a TIE), the dispatcher, or a first-round
+///   member that voted against the majority (in a TIE: any that voted).
+/// - `adjudicateAcrossRounds`: a first-round minority "agree" whose data an appeal that decided
+///   FAIL contradicts (a majority of its seats' proven cells) is slashed: two rounds against it.
 /// Undelivered committee jobs (claim, publish, the worker's default) are `Delivery`'s.
 contract Disputes is ReentrancyGuard {
     struct Contest {
@@ -113,6 +115,8 @@ contract Disputes is ReentrancyGuard {
     error NotCoverage();
     error NotHeld(uint256 contestId);
     error AlreadyCounted(uint8 appealSlot);
+    /// @notice `caller` has no standing to appeal this audit (docs/protocol.md §12 "Standing").
+    error NoStanding(address caller);
 
     constructor(Jobs jobs_, Registry registry_, ProtocolParams memory p) {
         if (keccak256(abi.encode(p)) != registry_.paramsHash()) revert Params.InvalidParams("not the Registry's parameters");
@@ -183,10 +187,44 @@ contract Disputes is ReentrancyGuard {
     // --- escalation ------------------------------------------------------------------------
 
     /// @notice Bond disputeBondWei to send a decided first round to a fresh committee of
-    /// escalationCommitteeSize; refunded if it overturns the first verdict.
+    /// escalationCommitteeSize; refunded if it overturns the first verdict. Only a party with
+    /// standing (docs/protocol.md §12 "Standing"): the worker against a FAIL or a TIE, the
+    /// audit's dispatcher, or a first-round member that opened, is not slashed and voted against
+    /// the majority (in a TIE: any such member). An outsider puts the worker and every honest
+    /// voter at the risk of an appeal it has no stake in: `NoStanding`.
     function escalate(uint256 auditId) external payable nonReentrant {
         if (msg.value != disputeBondWei) revert WrongBond(msg.value, disputeBondWei);
+        if (!_hasStanding(auditId, msg.sender)) revert NoStanding(msg.sender);
         jobs.startEscalation{value: msg.value}(auditId, msg.sender);
+    }
+
+    function _hasStanding(uint256 auditId, address caller) private view returns (bool) {
+        (,, address dispatcher,,,,,) = jobs.getAuditExtra(auditId);
+        if (caller == dispatcher) return true;
+        uint8 majority = _majorityOf(auditId, 0);
+        if (caller == jobs.getAudit(auditId).worker) return majority != AuditCodes.PASS;
+        (,,,,,, address[] memory members) = jobs.getRound(auditId, 0);
+        for (uint256 i = 0; i < members.length; i++) {
+            if (members[i] != caller) continue;
+            PartyView memory m = jobs.getParty(auditId, 0, uint8(i + 1));
+            return m.opened && !m.slashed && (majority == AuditCodes.TIE || m.vote != majority);
+        }
+        return false;
+    }
+
+    /// @dev Round `round`'s majority as `Jobs` tallies it now: PASS, FAIL or TIE over the votes
+    /// of members that opened and were not slashed.
+    function _majorityOf(uint256 auditId, uint8 round) private view returns (uint8) {
+        (,,,,,, address[] memory members) = jobs.getRound(auditId, round);
+        uint256 agree;
+        uint256 disagree;
+        for (uint256 i = 0; i < members.length; i++) {
+            PartyView memory m = jobs.getParty(auditId, round, uint8(i + 1));
+            if (!m.opened || m.slashed) continue;
+            if (m.vote == AuditCodes.AGREE) agree++;
+            else disagree++;
+        }
+        return agree > disagree ? AuditCodes.PASS : disagree > agree ? AuditCodes.FAIL : AuditCodes.TIE;
     }
 
     // --- contests ----------------------------------------------------------------------------
@@ -310,8 +348,8 @@ contract Disputes is ReentrancyGuard {
     /// what the members were shown). A member whose committed data fail there is a provable
     /// liar, slashed in full (slashRewardBps of it, and the bond back, to the challenger of the
     /// first contest answered against it, else to the caller: `_payHunter`), when it voted "agree", or —
-    /// whatever it voted — when a later round of the audit (the appeal) has decided PASS and
-    /// every cell is one that round checked too: a last-layer token cell (every round opens and
+    /// whatever it voted — when a later round of the audit (the appeal) has decided PASS, its own
+    /// round's majority passed too (two rounds against it), and every cell is one that round checked too: a last-layer token cell (every round opens and
     /// token-checks them), so the appeal majority's data contradict the member's on the very
     /// cell (docs/protocol.md §12 "Accountable votes"). Otherwise a "disagree" is not slashed
     /// here: it may rest on the stop rule, which needs the output tokens the contract does not
@@ -342,7 +380,8 @@ contract Disputes is ReentrancyGuard {
     /// appeal round decided FAIL (or the worker's default): the proven leaves of one of that
     /// round's DISAGREE voters (after a default: of any seat with a posted receipt; `appealSlot`,
     /// not slashed) fail against its own on last-layer token cells — cells every round opens and
-    /// token-checks (docs/protocol.md §12 "Accountable votes"). The member is
+    /// token-checks (docs/protocol.md §12 "Accountable votes"), and only when the first round's
+    /// majority failed too (two rounds against the member; after an overturned PASS: `NoFault`). The member is
     /// slashed once a majority of the appeal committee's seats (size / 2 + 1) contradicted it:
     /// one colluding DISAGREE with fabricated leaves cannot slash an honest agree alone (an honest
     /// agree's token cells match every honest appeal member's), colluders must hold the appeal.
@@ -358,6 +397,10 @@ contract Disputes is ReentrancyGuard {
         if ((a.phase != Phase.DECIDED && a.phase != Phase.SETTLED) || (verdict != AuditCodes.FAIL && verdict != AuditCodes.WORKER_DEFAULT)) {
             revert NoFault(); // no appeal, or one that has not convicted the worker: nothing contradicts an agree
         }
+        // Two rounds against the member, or no full slash (Proportionality): after an appeal
+        // overturned a first-round PASS (or TIE), one captured round would otherwise convict
+        // every honest agree; they keep the minority penalty of settlement.
+        if (_majorityOf(auditId, 0) != AuditCodes.FAIL) revert NoFault();
         if (slot == 0 || appealSlot == 0) revert BadCells("slot 0 is the worker");
         PartyView memory member = jobs.getParty(auditId, 0, slot);
         PartyView memory judge = jobs.getParty(auditId, a.round, appealSlot);
@@ -443,11 +486,14 @@ contract Disputes is ReentrancyGuard {
         return uint256(round) << 8 | slot;
     }
 
-    /// @dev A later round decided PASS, and every cell is a last-layer token cell: one that round
-    /// opened and token-checked too.
+    /// @dev A later round decided PASS, `round`'s own majority passed too (two rounds agreeing:
+    /// never after an appeal overturned a FAIL, when one captured round would make every honest
+    /// dissenter a "liar"), and every cell is a last-layer token cell: one that round opened and
+    /// token-checked too.
     function _isContradictedByAppeal(Context memory ctx, uint256 auditId, uint8 round, CellPair[] calldata cells) private view returns (bool) {
         AuditView memory a = jobs.getAudit(auditId);
-        if (a.round <= round || (a.phase != Phase.DECIDED && a.phase != Phase.SETTLED) || jobs.currentVerdict(auditId) != AuditCodes.PASS) {
+        if (a.round <= round || (a.phase != Phase.DECIDED && a.phase != Phase.SETTLED) || jobs.currentVerdict(auditId) != AuditCodes.PASS
+            || _majorityOf(auditId, round) != AuditCodes.PASS) {
             return false;
         }
         uint16 lastLayer = ctx.model.committedLayers[ctx.model.committedLayers.length - 1];

@@ -350,7 +350,7 @@ contract Jobs is ReentrancyGuard {
         (Audit storage a, Round storage r) = _at(auditId, Phase.DRAWING);
         if (msg.sender != a.dispatcher) revert NotParty(msg.sender);
         if (a.drawCommitment == bytes32(0) || keccak256(abi.encodePacked(Domains.DRAW_SECRET, secret)) != a.drawCommitment) revert InvalidSecret(auditId);
-        if (slots.length != receipts.length || slots.length != signatures.length) revert ReceiptMismatch("one slot and one signature per receipt");
+        if (slots.length != receipts.length || slots.length != signatures.length) revert ReceiptMismatch("a slot and signature per receipt");
         a.drawCommitment = bytes32(0);
         emit PrivateDrawRevealed(auditId, secret);
         _credit(a.dispatcher, _privateDrawBond()); // the bond of its start, back
@@ -718,13 +718,13 @@ contract Jobs is ReentrancyGuard {
         uint8 firstMajority = _majorityOf(rounds[auditId][0]);
         a.verdict = verdict;
         r.phase = Phase.SETTLED;
-        _settleParties(auditId, a, verdict);
+        _settleParties(auditId, a, verdict, firstMajority);
         _settleBond(a, verdict, firstMajority);
         _unlockAll(auditId, a);
         emit AuditSettled(auditId, verdict);
     }
 
-    function _settleParties(uint256 auditId, Audit storage a, uint8 verdict) private {
+    function _settleParties(uint256 auditId, Audit storage a, uint8 verdict, uint8 firstMajority) private {
         address[] memory winners = new address[](_everyParty(auditId, a).length);
         uint256 winnerCount;
         uint256 pot;
@@ -738,7 +738,12 @@ contract Jobs is ReentrancyGuard {
         }
         if ((verdict == AuditCodes.FAIL || verdict == AuditCodes.WORKER_DEFAULT) && !a.workerSlashed) {
             a.workerSlashed = true;
-            uint256 amount = _slash(auditId, a.worker, "failed audit");
+            // An appeal's FAIL of a round 0 that did not fail the worker (PASS or TIE): one round's
+            // bare votes, no evidence the contract checks and no second round agreeing
+            // (docs/protocol.md §12 "Proportionality"): the penalty, not the slash.
+            uint256 amount = verdict == AuditCodes.FAIL && firstMajority != AuditCodes.FAIL
+                ? _penalize(auditId, a.worker, "overturned")
+                : _slash(auditId, a.worker, "failed audit");
             pot += _rewardOf(amount);
             feePoolWei += amount - _rewardOf(amount);
         }
@@ -764,10 +769,14 @@ contract Jobs is ReentrancyGuard {
     /// memberPenaltyBps of its stake, not slashFractionBps.
     function _slashParty(uint256 auditId, Member storage m, string memory reason) private returns (uint256 reward) {
         m.slashed = true;
-        uint256 amount = registry.penalize(m.node, params.memberPenaltyBps);
-        emit PartySlashed(auditId, m.node, amount, reason);
+        uint256 amount = _penalize(auditId, m.node, reason);
         reward = _rewardOf(amount);
         feePoolWei += amount - reward;
+    }
+
+    function _penalize(uint256 auditId, address node, string memory reason) private returns (uint256 amount) {
+        amount = registry.penalize(node, params.memberPenaltyBps);
+        emit PartySlashed(auditId, node, amount, reason);
     }
 
     function _splitPot(uint256 pot, address[] memory winners, uint256 winnerCount) private {

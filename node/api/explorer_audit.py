@@ -10,6 +10,7 @@ from verillm.spec.params import Preset
 from verillm.spec.settlement import AGREE, VERDICT_NAMES
 
 MEMBER_PENALTY_REASON = "missed opening or minority vote"  # Jobs._settleParties names both rules at once
+OVERTURNED_REASON = "overturned"  # Jobs._settleParties: the worker's penalty when the appeal fails what round 0 did not
 
 
 def compute_rounds(events: list[dict]) -> list[dict]:
@@ -70,8 +71,11 @@ def compute_conduct(events: list[dict], contest_events: list[dict], rounds: list
             conduct[seat["node"].lower()] = _member_conduct(r, seat, adjudicated, contested, slashes.get(seat["node"].lower()))
     slash = slashes.get(worker.lower())
     proved_wrong = any(slot == 0 for _, slot in contested)
-    label = ("could not prove its opening (contest lost)" if proved_wrong else f"slashed: {slash['reason']}" if slash else "")
-    conduct[worker.lower()] = {"label": label or "worker", "lie": bool(slash) or proved_wrong, "slashed_wei": slash["amountWei"] if slash else None}
+    overturned = bool(slash) and slash["reason"] == OVERTURNED_REASON  # the appeal failed it where round 0 did not: a penalty, no lie
+    label = ("could not prove its opening (contest lost)" if proved_wrong else
+             "overturned: the appeal failed it where round 0 did not (penalised)" if overturned else f"slashed: {slash['reason']}" if slash else "")
+    conduct[worker.lower()] = {"label": label or "worker", "lie": (bool(slash) and not overturned) or proved_wrong,
+                               "slashed_wei": slash["amountWei"] if slash else None}
     return conduct
 
 

@@ -10,6 +10,7 @@ from verillm.node.store.explorer_tables import ExplorerTables
 AUDIT_EVENTS = ("AuditStarted", "WorkerReceiptShown", "CommitteeDrawn", "CommitteeReceiptPosted", "ChallengeDrawn", "VoteSealed", "Opened", "RoundDecided",
                 "EscalationStarted", "EscalationLapsed", "Contested", "Adjudicated", "PartySlashed", "AuditAbandoned", "AuditSettled")
 PENALTY_REASON = "missed opening or minority vote"
+OVERTURNED_REASON = "overturned"  # a worker the appeal failed where round 0 did not: the penalty (Jobs._settleParties)
 WORKER_OUTCOMES = {"pass": "passed: the committee's data matched its receipt", "open": "its receipt is being checked",
                    "tie": "not judged: the committee split evenly", "abandoned": "not judged: the audit was abandoned"}
 
@@ -75,8 +76,10 @@ def compute_slashes(events: list[dict], registry: list[dict]) -> list[dict]:
     rows = []
     for e in events:
         if e["name"] == "PartySlashed":
-            reason, penalty = e["args"]["reason"], e["args"]["reason"] == PENALTY_REASON
-            if penalty:
+            reason, penalty = e["args"]["reason"], e["args"]["reason"] in (PENALTY_REASON, OVERTURNED_REASON)
+            if reason == OVERTURNED_REASON:
+                reason = "overturned: the appeal failed it where round 0 did not"
+            elif penalty:
                 reason = "minority vote" if e["args"]["node"].lower() in opened else "missed opening"
             rows.append({"node": e["args"]["node"], "amount_wei": e["args"]["amountWei"], "reason": reason, "penalty": penalty,
                          "block": e["block_number"], "tx_hash": compute_hex(e["tx_hash"])})

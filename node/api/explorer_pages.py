@@ -83,7 +83,7 @@ def _slash_row(e: dict, explorer: ExplorerTables) -> dict:
     reason = e["args"].get("reason") or {"Adjudicated": "adjudicated: voted agree against its own data", "ContestLost": "lost a contest: could not prove its opening",
                                          "OmissionSlashed": "omitted a promised receipt from its batches"}.get(e["name"], e["name"])
     return {"event": e["name"], "audit_id": e["audit_id"], "batch_id": e["batch_id"], "block": e["block_number"], "reason": reason,
-            "penalty": reason == "missed opening or minority vote", "amount_wei": taken.get("amountWei"), "stake_left_wei": taken.get("stakeLeftWei"),
+            "penalty": reason in ("missed opening or minority vote", "overturned"), "amount_wei": taken.get("amountWei"), "stake_left_wei": taken.get("stakeLeftWei"),
             "tx_hash": compute_hex(e["tx_hash"])}
 
 

@@ -164,7 +164,7 @@ async def get_summary(request: web.Request) -> web.Response:
     start = service.chainio.protocol.deployment.start_block
     counts = explorer.count_events()
     slashes = explorer.get_events("Slashed")
-    penalties = explorer.count_events_where("PartySlashed", "reason", "missed opening or minority vote")
+    penalties = sum(explorer.count_events_where("PartySlashed", "reason", r) for r in ("missed opening or minority vote", "overturned"))
     hour_ago = await clock.get_block_at(await clock.get_time(head) - 3600, start, head)
     # The plot spans the chain's activity: from its first batch (start-up blocks are empty), the last PLOT_BLOCKS at most.
     edges = compute_block_edges(max(explorer.get_first_block("BatchPosted") or start, head + 1 - PLOT_BLOCKS, start), head + 1, 24)

@@ -89,6 +89,7 @@ def compute_audit_summary(tables: DispatcherTables, audit: dict) -> dict:
 
 
 MEMBER_PENALTY_REASON = "missed opening or minority vote"  # Jobs._settleParties names both rules at once
+OVERTURNED_REASON = "overturned"  # Jobs._settleParties: a worker an appeal failed after round 0 did not (a penalty)
 
 
 def compute_party_slash(args: dict, opened: set[str]) -> dict:
@@ -96,8 +97,10 @@ def compute_party_slash(args: dict, opened: set[str]) -> dict:
     a member that opened was outvoted (a minority vote), one that did not missed its opening.
     ``penalty``: a member penalty (a small share of the stake, not a provable lie), not a conviction."""
     reason = args["reason"]
-    penalty = reason == MEMBER_PENALTY_REASON
-    if penalty:
+    penalty = reason in (MEMBER_PENALTY_REASON, OVERTURNED_REASON)
+    if reason == OVERTURNED_REASON:
+        reason = "overturned: the appeal failed it where round 0 did not (the penalty, not the slash)"
+    elif penalty:
         reason = ("minority vote: it opened and voted against the verdict" if args["node"].lower() in opened
                   else "missed opening: it did not open after the worker did")
     return {"node": args["node"], "amount_wei": args["amountWei"], "reason": reason, "penalty": penalty}

@@ -291,7 +291,9 @@ class ProtocolMachine(Issue20Rules, ExitRules, SealedVotes, BatchRules, RoundAtt
     @precondition(lambda self: self.audits)
     @rule(pick=st.integers(0, MAX_AUDITS - 1))
     def grief_escalate(self, pick):
-        self._try(self.p.escalate, self.world.outsider, self.audits[pick % len(self.audits)].run.audit_id)
+        # Issue 34 (Standing): an outsider's appeal of any verdict is refused (NoStanding).
+        assert self._try(self.p.escalate, self.world.outsider, self.audits[pick % len(self.audits)].run.audit_id) is None, \
+            "an outsider escalated an audit"
         self._step("grief_escalate")
 
     @rule(amount=st.integers(1, 10**6))

@@ -173,7 +173,7 @@ def test_an_escalation_committee_excludes_every_member_drawn_before(big_world):
         world.open_worker(run)
         world.vote_members(run)
         world.protocol.finalize(world.outsider, run.audit_id)
-        world.protocol.escalate(world.nodes[0].account, run.audit_id)
+        world.protocol.escalate(world.nodes[1].account, run.audit_id)  # the dispatcher: standing (issue 34)
         world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
         world.protocol.draw_escalation(world.outsider, run.audit_id)
         auditor = ChainAuditor(world.chain, world.protocol.deployment)

@@ -157,8 +157,8 @@ def test_escalation_overturns_a_colluding_majority(big_world):
         assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.FAIL
         escalator = run.members[0].node.account
         world.protocol.escalate(escalator, run.audit_id)
-        with reverts("UnexpectedPhase"):
-            world.protocol.escalate(world.outsider, run.audit_id)
+        with reverts("UnexpectedPhase"):  # the worker has standing against a FAIL, but one appeal per audit
+            world.protocol.escalate(run.worker.node.account, run.audit_id)
         world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1)
         world.protocol.draw_escalation(world.outsider, run.audit_id)
         second = world.committee(run, 1)

@@ -191,7 +191,7 @@ def test_contest_answered_while_an_escalation_round_is_staffed(fuzz_world):
         m.new_audit(worker=CHEATER, dispatcher=0, mode="open")  # A: its cheat fails round 0
         a = m.audits[0].run.audit_id
         _until(m, lambda: m.audit(a).phase == DECIDED)
-        m.grief_escalate(pick=0)
+        m.cheat_escalates(pick=0)  # the worker has standing against its FAIL (an outsider has none since issue 34)
         assert m.audit(a).round == 1, "the escalation did not start"
         m.new_audit(worker=0, dispatcher=1, mode="open")  # C: honest (the mode is for cheaters), alongside A's round 1
         c = m.audits[1].run.audit_id

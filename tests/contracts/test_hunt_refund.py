@@ -1,6 +1,8 @@
-"""The hunter of a provable liar is made whole (docs/protocol.md §12 "Accountable votes"): after an
-appeal passes a framed worker, whoever contested a round-0 liar gets its bond back and the slash
-reward once the liar is adjudicated. A member's answered contest holds its bond (in Jobs' pool)
+"""The hunter of a provable liar is made whole (docs/protocol.md §12 "Accountable votes"): whoever
+contested a round-0 liar gets its bond back and the slash reward once the liar is adjudicated.
+(Since issue 34 the liars here lie against their own committed data — an AGREE over fabricated
+leaves, `adjudicate` within the round —: the cross-round clause needs two rounds agreeing, and
+the appeal the dispatcher asks for only keeps round 0's dispute window open through its own.) A member's answered contest holds its bond (in Jobs' pool)
 until the member is proven a liar (back to the challenger) or can no longer be (to the member).
 Each attack on the refund is replayed as the attacker would: claiming it twice, for a contest
 that proved another party, for an honest member, by front-running the hunter's adjudication, by
@@ -23,12 +25,14 @@ CELLS = sorted(compute_appeal_cells(PROMPT_LEN, OUTPUT_TOKENS, LAYERS))
 
 @pytest.fixture
 def framed(world_base):
-    """Round 0: members 1 and 2 commit fabricated data and vote DISAGREE on an honest worker,
-    member 3 is honest; the worker appeals and the appeal round passes it."""
+    """Round 0: members 1 and 2 commit fabricated data and vote AGREE on an honest worker (a lie
+    their own data prove), member 3 is honest; the dispatcher appeals (standing) and the appeal
+    round passes the worker."""
     snapshot = world_base.chain.snapshot()
     world = World(RpcChain(world_base.chain.url), PRESET, extra_nodes=4)
-    worker, run, round0 = world.start_framed(votes=lambda slot: slot == 2)
-    world.pass_appeal(run, worker)
+    worker, run, round0 = world._round0_with_two_fabricated_members(0.0, lambda slot: True, spec.PASS)
+    world.appeal(run, world.nodes[1])
+    assert world.protocol.jobs.call("currentVerdict", run.audit_id) == spec.PASS
     yield world, run, worker, round0
     world_base.chain.revert(snapshot)
 

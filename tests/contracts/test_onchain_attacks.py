@@ -208,12 +208,18 @@ def test_dispatcher_is_excluded_from_its_own_committee(world):
         assert world.nodes[1].address not in committee and world.nodes[0].address not in committee
 
 
-def test_any_party_may_escalate_a_pass(world):
+def test_only_a_party_with_standing_may_escalate_a_pass(world):
+    # Issue 34 (Standing): an outsider, the worker of a PASS and a majority voter have nothing at
+    # stake in the appeal they would impose; the dispatcher may (its appeal costs an honest party
+    # at most the penalty, docs/protocol.md §12 "Proportionality").
     run = _opened(world)
     world.vote_members(run)
     world.protocol.finalize(world.outsider, run.audit_id)
     assert world.protocol.get_audit(run.audit_id).phase == DECIDED
-    world.protocol.escalate(world.outsider, run.audit_id)  # a PASS, escalated by a non-party
+    for caller in (world.outsider, world.nodes[0].account, run.members[0].node.account):
+        with reverts("NoStanding"):
+            world.protocol.escalate(caller, run.audit_id)
+    world.protocol.escalate(world.nodes[1].account, run.audit_id)  # a PASS, escalated by its dispatcher
     assert world.protocol.get_audit(run.audit_id).round == 1
-    with reverts("AlreadyHandled|UnexpectedPhase"):
-        world.protocol.escalate(world.nodes[5].account, run.audit_id)
+    with reverts("AlreadyHandled|UnexpectedPhase"):  # one appeal per audit
+        world.protocol.escalate(world.nodes[1].account, run.audit_id)

@@ -203,7 +203,7 @@ def test_every_state_accepts_exactly_the_due_calls_and_every_other_call_names_it
     d = _check(world, a, "decided, dispute window", walked).deadlines
     _deadlines_match(world, a, 0)
     snapshot = world.chain.snapshot()
-    world.protocol.escalate(world.nodes[5].account, a)
+    world.protocol.escalate(world.nodes[1].account, a)  # the dispatcher: standing (issue 34)
     d1 = _check(world, a, "escalated: round 1 drawing", walked).deadlines
     _to(world, d1.draw_by)
     _check(world, a, "round 1 undrawn past its window", walked)

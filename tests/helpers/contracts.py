@@ -266,6 +266,13 @@ class World:
         slot k votes ``votes(k)`` (default: the colluders agree); the round decides PASS."""
         return self._round0_with_two_fabricated_members(0.3, votes, PASS)
 
+    def start_vouched_outvoted(self) -> tuple[Party, AuditRun, list[Party]]:
+        """Round 0 on a cheating worker (as `start_vouched`): colluder slot 0 agrees, colluder slot
+        1 hedges with a disagree, the honest third disagrees; the round decides FAIL. The agree is a
+        first-round minority: an appeal that fails the cheat again is the second round against it
+        (`Disputes.adjudicateAcrossRounds` slashes only then, docs/protocol.md §12 "Proportionality")."""
+        return self._round0_with_two_fabricated_members(0.3, lambda slot: slot == 0, FAIL)
+
     def _round0_with_two_fabricated_members(self, worker_offset: float, votes, verdict: int) -> tuple[Party, AuditRun, list[Party]]:
         """Worker node 0 (trace at ``worker_offset``) dispatched by node 1; round 0's first two
         members commit the fabricated trace (offset 0.3), the third the honest one; slot k votes

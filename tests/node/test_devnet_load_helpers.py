@@ -39,10 +39,13 @@ def test_devnet_needs_a_committee_besides_the_worker_and_the_dispatcher():
     assert len(_node_specs(None, None)) == 5 and len(_node_specs(None, "int8")) == 6
     with pytest.raises(click.UsageError, match="at least 6"):
         _node_specs(5, "int8")
-    # Two dishonest nodes (the explorer's devnet: a cheating worker and a lazy member): one more node,
-    # so that 5 remain once both are slashed; the dishonest ones last, in the order given.
+    # Two dishonest nodes (the explorer's devnet: a cheating worker and a lazy member) can tie an
+    # honest job's committee: enough nodes for its appeal (worker, dispatcher, round 0's 3 and the
+    # appeal's 5, issue 34); the dishonest ones last, in the order given. At least one more node
+    # each than 5, so that 5 remain once both are slashed.
     specs = _node_specs(None, ("int8", "lazy"))
-    assert len(specs) == 7 and [s.label for s in specs[-2:]] == ["cheater (int8)", "lazy member"] and all(s.is_honest for s in specs[:5])
+    assert len(specs) == 10 and [s.label for s in specs[-2:]] == ["cheater (int8)", "lazy member"] and all(s.is_honest for s in specs[:8])
+    assert len(_node_specs(7, ("int8", "lazy"))) == 7
     with pytest.raises(click.UsageError, match="at least 7"):
         _node_specs(6, ("int8", "lazy"))
 

@@ -106,6 +106,64 @@ def test_unheard_escalation_slashes_nobody_and_refunds_unless_the_dispatcher_wit
     assert forfeited.credits_wei == {} and forfeited.fee_pool_wei == 5 + PRESET.DISPUTE_BOND_WEI
 
 
+@settings(max_examples=300, deadline=None)
+@given(audit=audits)
+def test_the_bare_verdict_of_one_round_never_takes_more_than_the_penalty(audit):
+    """Issue 34 (Proportionality): a worker convicted by votes loses more than MEMBER_PENALTY_BPS
+    only when the final round failed it and round 0 failed it too (two rounds, or round 0 alone
+    unappealed), or it defaulted; a member's settlement loss is always the penalty."""
+    stakes = {f"m{i}": STAKE for i in range(12)} | {"w": STAKE}
+    out = s.compute_settlement(audit, stakes, 10**18, PRESET)
+    penalty = STAKE * PRESET.MEMBER_PENALTY_BPS // 10_000
+    seats = [m.node for r in audit.rounds for m in r.members]  # the generator may seat a node in both rounds: a penalty per seat
+    assert all(v <= penalty * seats.count(node) for node, v in out.slashed_wei.items() if node != "w")
+    if out.slashed_wei.get("w", 0) > penalty:
+        assert out.verdict == s.WORKER_DEFAULT or s.compute_majority(audit.rounds[0]) == s.FAIL
+
+
+def test_an_appeal_that_fails_what_round_zero_did_not_costs_the_worker_the_penalty():
+    # Issue 34, attack 1: round 0 passes (or ties) an honest worker; a captured appeal fails it.
+    appeal = s.RoundRecord(True, tuple(s.MemberRecord(f"x{i}", vote=s.DISAGREE) for i in range(5)))
+    stakes = {"w": STAKE}
+    for first_votes, bps in (((s.AGREE, s.AGREE, s.DISAGREE), PRESET.MEMBER_PENALTY_BPS), ((s.AGREE, s.DISAGREE), PRESET.MEMBER_PENALTY_BPS),
+                             ((s.DISAGREE, s.DISAGREE, s.AGREE), PRESET.SLASH_FRACTION_BPS)):
+        first = s.RoundRecord(True, tuple(s.MemberRecord(f"m{i}", vote=v) for i, v in enumerate(first_votes)))
+        audit = s.AuditRecord("w", (first, appeal), escalator="m0", escalation_bond_wei=PRESET.DISPUTE_BOND_WEI)
+        out = s.compute_settlement(audit, stakes, 10**18, PRESET)
+        assert out.verdict == s.FAIL and out.slashed_wei["w"] == STAKE * bps // 10_000
+        assert s.is_worker_penalty_only(audit, out.verdict) is (bps == PRESET.MEMBER_PENALTY_BPS)
+    defaulted = s.RoundRecord(False, appeal.members)
+    first = s.RoundRecord(True, tuple(s.MemberRecord(f"m{i}") for i in range(3)))
+    out = s.compute_settlement(s.AuditRecord("w", (first, defaulted)), stakes, 10**18, PRESET)
+    assert out.verdict == s.WORKER_DEFAULT and out.slashed_wei["w"] == STAKE * PRESET.SLASH_FRACTION_BPS // 10_000  # its own default
+
+
+def test_a_tie_appealed_to_a_decision_penalises_the_vote_it_contradicts_and_refunds_the_worker():
+    # Honest work gets verified (issue 34): a lazy agree voided (slashed), a false disagree ties
+    # with the honest agree; the worker appeals, the appeal passes.
+    first = s.RoundRecord(True, (s.MemberRecord("lazy", slashed=True), s.MemberRecord("int8", vote=s.DISAGREE), s.MemberRecord("h")))
+    assert s.compute_majority(first) == s.TIE
+    appeal = s.RoundRecord(True, tuple(s.MemberRecord(f"x{i}") for i in range(5)))
+    audit = s.AuditRecord("w", (first, appeal), escalator="w", escalation_bond_wei=PRESET.DISPUTE_BOND_WEI)
+    out = s.compute_settlement(audit, {"int8": STAKE, "w": STAKE}, 10**18, PRESET)
+    assert out.verdict == s.PASS and out.slashed_wei == {"int8": STAKE * PRESET.MEMBER_PENALTY_BPS // 10_000}
+    assert out.credits_wei["w"] == PRESET.AUDIT_FEE_WEI + PRESET.DISPUTE_BOND_WEI
+
+
+def test_standing_to_appeal():
+    # Issue 34 (Standing): the dispatcher; the worker against a FAIL or a TIE; a round-0 member that
+    # opened, is not slashed and voted against the majority (in a TIE: any that voted).
+    passed = s.AuditRecord("w", (s.RoundRecord(True, (s.MemberRecord("a"), s.MemberRecord("b"), s.MemberRecord("c", vote=s.DISAGREE),
+                                                      s.MemberRecord("d", opened=False, vote=s.NO_VOTE))),))
+    assert {n for n in "wabcdxz" if s.has_escalation_standing(passed, n, "z")} == {"c", "z"}
+    failed = s.AuditRecord("w", (s.RoundRecord(True, (s.MemberRecord("a"), s.MemberRecord("b", vote=s.DISAGREE),
+                                                      s.MemberRecord("c", vote=s.DISAGREE, slashed=True), s.MemberRecord("e", vote=s.DISAGREE))),))
+    assert {n for n in "wabcexz" if s.has_escalation_standing(failed, n, "z")} == {"w", "a", "z"}
+    tied = s.AuditRecord("w", (s.RoundRecord(True, (s.MemberRecord("a"), s.MemberRecord("b", vote=s.DISAGREE),
+                                                    s.MemberRecord("c", slashed=True))),))
+    assert {n for n in "wabcxz" if s.has_escalation_standing(tied, n, "z")} == {"w", "a", "b", "z"}
+
+
 def test_pool_payments_are_capped_by_the_pool():
     members = tuple(s.MemberRecord(f"m{i}") for i in range(3))
     out = s.compute_settlement(s.AuditRecord("w", (s.RoundRecord(True, members),)), {}, PRESET.AUDIT_FEE_WEI + 1, PRESET)

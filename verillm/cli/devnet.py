@@ -18,7 +18,7 @@ from verillm.spec.params import MINIMAL
 
 
 @click.command()
-@click.option("--nodes", type=int, default=None, help="Node processes [default: 5, plus one per --cheater].")
+@click.option("--nodes", type=int, default=None, help="Node processes [default: 5, plus one per --cheater; 10 with two or more cheaters, so that a tie can be appealed].")
 @click.option("--model", default="smollm2", show_default=True,
               help="tiny (a seeded random 4-layer model: gibberish text, no conversion; a run still takes 75-90 s on 2 cores, "
                    "mostly node start-up and audit windows), smollm2 (~100 s, plus about a minute to convert it the first time), "
@@ -27,7 +27,7 @@ from verillm.spec.params import MINIMAL
 @click.option("--cheater", "cheaters", type=click.Choice(sorted(CHEATERS)), multiple=True,
               help="Make the last node dishonest; repeat for several (--cheater int8 --cheater lazy: a cheating worker and a lazy member).")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True, help="bf16: an exact-mode manifest (kernel class, zero tolerance).")
-@click.option("--jobs", "job_count", type=int, default=8, show_default=True, help="Requests to send.")
+@click.option("--jobs", "job_count", type=int, default=None, help="Requests to send [default: 8, or one per node if more, so that every cheater serves a job].")
 @click.option("--max-tokens", type=int, default=16, show_default=True)
 @click.option("--chain", "chain_kind", type=click.Choice(["auto", "anvil", "embedded"]), default="auto", show_default=True)
 @click.option("--block-time", type=float, default=1.0, show_default=True, help="Seconds per block.")
@@ -48,6 +48,9 @@ def devnet(nodes, model, profile_dir, cheaters, dtype, job_count, max_tokens, ch
     """Run a local VeriLLM network end to end: serve, batch, audit, vote, settle, slash."""
     say = Clock()
     specs = _node_specs(nodes, cheaters)
+    # Node 0 routes round-robin and the cheaters are the last nodes: with fewer jobs than nodes a
+    # cheating worker would never serve one (10 nodes with two cheaters, issue 34).
+    job_count = job_count if job_count is not None else max(8, len(specs))
     temporary = workdir is None
     directory = Path(workdir or tempfile.mkdtemp(prefix="verillm-devnet-"))
     for signum in (signal.SIGINT, signal.SIGTERM):  # also when started with SIGINT ignored (a background job)

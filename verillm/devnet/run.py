@@ -22,6 +22,7 @@ import click
 from verillm.bench.workloads import DEVNET_PROMPTS
 from verillm.devnet.progress import StallWatch
 from verillm.devnet.network import LocalNetwork, NodeSpec, get_json
+from verillm.spec.params import MINIMAL
 
 CHEATERS = {"int8": NodeSpec(attack="int8"), "model": NodeSpec(attack="other_model"),
             "truncate": NodeSpec(attack="truncate"), "kv_int8": NodeSpec(attack="kv_int8"), "lazy": NodeSpec(lazy=True), "tamper": NodeSpec(tamper_opening=True)}
@@ -263,7 +264,13 @@ def _node_specs(nodes: int | None, cheaters: str | tuple[str, ...] | None) -> li
     # cheaters, one more each: once they are slashed, 5 remain. Fewer, and such audits end abandoned.
     cheaters = (cheaters,) if isinstance(cheaters, str) else tuple(cheaters or ())
     minimum = 5 + len(cheaters)
-    count = nodes or minimum
+    # Two faulty members can tie a committee on an honest job (one's vote voided as a proven lie,
+    # the other's against the honest member's): a TIE goes to an appeal (docs/protocol.md §12,
+    # "Honest work gets verified"), whose committee is drawn apart from the worker, the dispatcher
+    # and round 0's seats. By default the devnet is large enough to hear it; fewer (--nodes), and
+    # such an audit ends abandoned, unheard.
+    appeal = 2 + MINIMAL.COMMITTEE_SIZE + MINIMAL.ESCALATION_COMMITTEE_SIZE if len(cheaters) > 1 else 0
+    count = nodes or max(minimum, appeal)
     if count < minimum:
         raise click.UsageError(f"--nodes {count}: need at least {minimum} (a worker, the dispatcher and a committee of 3 "
                                f"drawn from the others{', after the cheaters are slashed' if cheaters else ''})")

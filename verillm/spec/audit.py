@@ -274,7 +274,7 @@ TRANSITIONS = (
     Transition(Phase.OPENING, "open_and_vote", "a member that sealed: its leaves, vote and salt", "(every member sealed, or > ready + delay + 2·open) ≤ ready + delay + 3·open",
                (Phase.OPENING,), False),
     Transition(Phase.OPENING, "finalize", "anyone", "every member opened its vote, or > ready + delay + open (worker silent) / + 3·open", (Phase.DECIDED,)),
-    Transition(Phase.DECIDED, "escalate", "anyone (bond)", "round 0, ≤ verdict + dispute, worker opened and not slashed", (Phase.DRAWING,), False),
+    Transition(Phase.DECIDED, "escalate", "a party with standing (bond): the worker against a FAIL or TIE, the dispatcher, a round-0 dissenter", "round 0, ≤ verdict + dispute, worker opened and not slashed", (Phase.DRAWING,), False),
     Transition(Phase.DECIDED, "settle", "anyone", "> verdict + dispute, no contest pending", (Phase.SETTLED,)),
 )
 

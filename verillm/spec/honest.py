@@ -11,14 +11,23 @@ A vote is provably a lie (`Disputes.adjudicate` slashes it) only when the member
 never adjudicated: it may rest on the stop rule, which the contract cannot run (an honest
 member that caught a truncated output votes "disagree" although every opened cell passes); a
 false "disagree" is a minority vote, settled by the vote or by escalation — except after an
-appeal: once the appeal round decided PASS, a first-round member whose posted leaves fail the
+appeal: once the appeal round decided PASS and the first round's majority passed too (two rounds
+agreeing), a first-round member whose posted leaves fail the
 cell test on the appeal cells (the token cells every round checks) is a provable liar whatever
 it voted (`compute_hunt_targets`: which members the worker's node hunts, and on which cells).
-Symmetrically, once the appeal round decided FAIL (or the worker's default), a first-round
+Symmetrically, once the appeal round decided FAIL (or the worker's default) and the first
+round's majority failed too, a first-round
 member that voted "agree" and whose posted leaves fail on those cells against the leaves of a
 majority of the appeal's seats is a provable liar (`Disputes.adjudicateAcrossRounds`, one count
 per appeal seat; `compute_vouch_targets`: which members an appeal seat's node hunts, and on
-which cells).
+which cells). After an appeal that overturned the first round, nobody is hunted: one round's
+votes against another's convict nobody in full (Proportionality, docs/protocol.md §12); the
+members the final verdict contradicts take the minority penalty at settlement.
+
+Who appeals (`Disputes.escalate`, standing): the worker's node appeals a FAIL or a TIE of its own
+job (`is_worker_appeal_warranted`: its data are honest, so a FAIL is the committee's and a TIE
+leaves honest work unverified); the dispatcher's node when proven data contradict the verdict
+(`is_escalation_warranted`).
 """
 
 from collections.abc import Mapping
@@ -75,6 +84,15 @@ def is_escalation_warranted(verdict: int, proven_agreements: list[bool]) -> bool
     return verdict in (FAIL, TIE) and any(proven_agreements)
 
 
+def is_worker_appeal_warranted(verdict: int) -> bool:
+    """Return whether an honest worker's node appeals its own first round's verdict: a FAIL (its
+    data are honest: the committee lied or erred) or a TIE (honest work left unverified, e.g. a
+    lazy "agree" voided as a proven lie against a false "disagree"; a decisive appeal refunds the
+    bond, and every first-round vote the final verdict contradicts takes the minority penalty).
+    Never a PASS or the worker's own default."""
+    return verdict in (FAIL, TIE)
+
+
 def compute_lie_cells(worker: Cells, member: Cells, model: OnchainModel, prompt_len: int, output_tokens: int) -> tuple[tuple[int, int], ...]:
     """Return the appeal cells where ``member``'s leaf fails the on-chain cell test against
     ``worker``'s (Disputes._compare per cell: outside the layer's band, or its token not flagged
@@ -94,15 +112,18 @@ def compute_lie_cells(worker: Cells, member: Cells, model: OnchainModel, prompt_
 
 
 def compute_hunt_targets(appeal_verdict: int, worker: Cells, members: Mapping[int, Cells], model: OnchainModel,
-                         prompt_len: int, output_tokens: int) -> dict[int, tuple[tuple[int, int], ...]]:
+                         prompt_len: int, output_tokens: int, *, first_majority: int) -> dict[int, tuple[tuple[int, int], ...]]:
     """Return, for each first-round member slot to hunt, the cells to contest and adjudicate it on.
 
-    Only after the appeal round decided PASS (the worker's data found honest), and only members
+    Only after the appeal round decided PASS (the worker's data found honest) of a first round
+    whose majority (``first_majority``, `settlement.compute_majority`) passed too — after an
+    overturned FAIL or TIE, `Disputes.adjudicate` reverts `NoFault` on a "disagree", so a contest
+    would only cost its bond —, and only members
     whose posted leaves fail there (`compute_lie_cells`): ``worker`` is the worker's own leaves,
     ``members`` each first-round member's leaves as posted in its `openAndVote`, by party slot.
     A contest the member answers makes the hunter whole only if the adjudication then slashes
     it, so nobody whose data pass is ever contested."""
-    if appeal_verdict != PASS:
+    if appeal_verdict != PASS or first_majority != PASS:
         return {}
     targets = {slot: compute_lie_cells(worker, cells, model, prompt_len, output_tokens) for slot, cells in sorted(members.items())}
     return {slot: cells for slot, cells in targets.items() if cells}
@@ -118,18 +139,21 @@ def is_cell_contradicted(reference: Leaf, member: Leaf, model: OnchainModel) -> 
 
 
 def compute_vouch_targets(appeal_verdict: int, own_vote: int, own: Cells, members: Mapping[int, Cells], votes: Mapping[int, int],
-                          model: OnchainModel, prompt_len: int, output_tokens: int) -> dict[int, tuple[tuple[int, int], ...]]:
+                          model: OnchainModel, prompt_len: int, output_tokens: int, *,
+                          first_majority: int) -> dict[int, tuple[tuple[int, int], ...]]:
     """Return, for each first-round member slot an appeal member hunts, the cells to contest
     and adjudicate it on (`Disputes.adjudicateAcrossRounds`; its own data are the reference the
     contract compares with).
 
     Only after the appeal round decided FAIL, by a node that voted "disagree" in it, or the
     worker's default, by any node of the appeal (a cheat that does not open there shields no
-    partner), only members that voted "agree"
+    partner), and only when the first round's majority (``first_majority``) failed the worker
+    too (two rounds against the member; after an overturned PASS or TIE `adjudicateAcrossRounds`
+    reverts `NoFault`), only members that voted "agree"
     (``votes``, by party slot: an honest "disagree" the appeal upheld is never hunted) and whose
     posted leaves (``members``) fail against ``own`` on the appeal cells (`is_cell_contradicted`),
     sorted, at most MAX_CONTEST_CELLS."""
-    if appeal_verdict not in (FAIL, WORKER_DEFAULT) or (appeal_verdict == FAIL and own_vote != DISAGREE):
+    if appeal_verdict not in (FAIL, WORKER_DEFAULT) or (appeal_verdict == FAIL and own_vote != DISAGREE) or first_majority != FAIL:
         return {}
     targets = {}
     for slot, cells in sorted(members.items()):

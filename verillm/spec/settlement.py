@@ -100,6 +100,31 @@ def compute_round_verdict(audit: AuditRecord, round_: RoundRecord) -> int:
     return compute_majority(round_)
 
 
+def is_worker_penalty_only(audit: AuditRecord, verdict: int) -> bool:
+    """Return whether a convicted worker takes the member penalty instead of the slash: the final
+    verdict is the appeal's FAIL of a first round whose majority did not fail it (PASS or TIE).
+    No second round agrees and no evidence the contract checks is involved (Proportionality,
+    docs/protocol.md §12): the bare verdict of one round never takes the whole stake. A default
+    (no opening, a lost contest), an unappealed FAIL and two rounds failing it are slashed in full."""
+    return verdict == FAIL and compute_majority(audit.rounds[0]) != FAIL
+
+
+def has_escalation_standing(audit: AuditRecord, caller: str, dispatcher: str) -> bool:
+    """Return whether ``caller`` may appeal round 0 (`Disputes.escalate`, else `NoStanding`):
+    the audit's dispatcher; the worker against a FAIL or a TIE; a round-0 member that opened, is
+    not slashed and voted against the majority (in a TIE: any such member). Nobody else puts the
+    worker and the honest voters at the risk of an appeal."""
+    if caller == dispatcher:
+        return True
+    majority = compute_majority(audit.rounds[0])
+    if caller == audit.worker:
+        return majority != PASS
+    for member in audit.rounds[0].members:
+        if member.node == caller:
+            return member.opened and not member.slashed and (majority == TIE or member.vote != majority)
+    return False
+
+
 def compute_member_judgement(round_: RoundRecord, member: MemberRecord, verdict: int) -> tuple[bool, bool]:
     """Return (slash it, it wins a fee): slashed for a missed opening or a minority vote."""
     if member.slashed or not member.posted:
@@ -126,7 +151,9 @@ def compute_settlement(audit: AuditRecord, stakes_wei: dict[str, int], fee_pool_
             if wins:
                 winners.append(member.node)
     if verdict in (FAIL, WORKER_DEFAULT) and not audit.worker_slashed:
-        pot += _apply_slash(out, stakes, audit.worker, preset)
+        # An appeal's FAIL of a first round that did not fail the worker: one round's votes, the penalty.
+        bps = min(preset.MEMBER_PENALTY_BPS, preset.SLASH_FRACTION_BPS) if is_worker_penalty_only(audit, verdict) else None
+        pot += _apply_slash(out, stakes, audit.worker, preset, bps)
     for node in winners:
         _pay_from_pool(out, node, preset.AUDIT_FEE_WEI)
     if verdict == PASS:

@@ -250,7 +250,13 @@ class AuditDriver:
             # Escalate anyway: an escalation the pool cannot staff abandons the audit, nobody
             # slashed and the bond refunded, instead of enforcing a verdict proven data contradict.
             log.warning("audit %d: escalation warranted with only %d candidates: it will be unheard", row["audit_id"], available)
-        await self.chainio.send("escalate", row["audit_id"], audit_id=row["audit_id"])
+        try:
+            await self.chainio.send("escalate", row["audit_id"], audit_id=row["audit_id"])
+        except Exception as exc:
+            # The worker appeals its own FAIL or TIE too (standing): whoever is first escalates.
+            if not is_revert(exc, "AlreadyHandled", "UnexpectedPhase"):
+                raise
+            return
         self.metrics.disputes.labels(outcome="opened").inc()
         log.warning("audit %d: escalated (verdict %d while proven members agree with the worker)", row["audit_id"], verdict)
 

@@ -15,9 +15,12 @@ first). From there:
     either   answers every contest against its seat with Merkle proofs (`answerContest`); a
              member's answered contest holds its bond until the member can no longer be proven
              a liar: the seat collects it (`releaseBond`) before it closes
-    worker   appeals a FAIL of its first round (`escalate`, the bond refunded when the appeal
-             passes it): its node ran the job, so a FAIL of its data is a committee's lie or
-             error (docs/protocol.md §12 "Accountable votes"); faults.appeal = "never" turns it off
+    worker   appeals a FAIL or a TIE of its first round (`escalate`, standing: the worker;
+             `honest.is_worker_appeal_warranted`; the bond refunded when the appeal passes it):
+             its node ran the job, so a FAIL of its data is a committee's lie or error, and a TIE
+             (a lazy "agree" voided against a false "disagree") leaves honest work unverified —
+             a new round verifies it and the vote it contradicts pays (docs/protocol.md §12
+             "Honest work gets verified"); faults.appeal = "never" turns it off
     worker   once its appeal passed, hunts the first-round members whose posted data the
              passed appeal contradicts: contest, then adjudicate with the answer's proofs
              (`hunt.py`; only members that provably fail, never an honest "disagree")
@@ -44,7 +47,7 @@ from verillm.node.dispatcher.deadlines import Due
 from verillm.node.dispatcher.audit.hunt import LiarHunt
 from verillm.spec.audit import decode_opening_leaves
 from verillm.node.store.dispatcher_tables import DispatcherTables, Duty
-from verillm.spec.honest import compute_member_vote
+from verillm.spec.honest import compute_member_vote, is_worker_appeal_warranted
 from verillm.node.store.store import Store
 from verillm.node.worker.worker import Worker
 
@@ -66,8 +69,9 @@ class PartyFaults:
     """"deliver", or "withhold": as dispatcher, never send the committee their verification jobs
     (their claims then make the worker publish its transcript, docs/protocol.md §12)."""
     appeal: str = "fail"
-    """"fail": as worker, escalate a first-round FAIL of its own job (an honest node's data are
-    honest: the FAIL is the committee's) and, once the appeal passes, hunt the first-round liars;
+    """"fail": as worker, escalate a first-round FAIL or TIE of its own job (an honest node's data
+    are honest: the FAIL is the committee's, a TIE leaves it unverified) and, once the appeal
+    passes, hunt the first-round liars;
     "never": leave both (a cheater's node, in the tests)."""
 
 
@@ -134,12 +138,12 @@ class PartyDuties:
             log.error("audit %d: missed the opening of slot %d (phase %d)", duty.audit_id, duty.slot, info.phase)
 
     async def _appeal(self, duty: Duty, info, head: int) -> None:
-        """Escalate a FAIL of round 0 on this node's own job, once, within the dispute window."""
+        """Escalate a FAIL or a TIE of round 0 on this node's own job, once, within the dispute window."""
         if self.faults.appeal != "fail" or head >= info.verdict_block + self.chainio.preset.DISPUTE_WINDOW_BLOCKS:
             return
         state = await self.chainio.read(self.chainio.protocol.get_audit, duty.audit_id)
         verdict = await self.chainio.read(self.chainio.protocol.jobs.call, "currentVerdict", duty.audit_id)
-        if state.round != 0 or state.escalator != "0x" + "00" * 20 or verdict != FAIL:
+        if state.round != 0 or state.escalator != "0x" + "00" * 20 or not is_worker_appeal_warranted(verdict):
             return
         try:
             await self.chainio.send("escalate", duty.audit_id, audit_id=duty.audit_id)
@@ -147,7 +151,8 @@ class PartyDuties:
             if not is_revert(exc, "AlreadyHandled", "UnexpectedPhase", "TooLate"):
                 raise
             return
-        log.warning("audit %d: its first round failed this node's own job; appealed (escalated)", duty.audit_id)
+        log.warning("audit %d: its first round %s this node's own job; appealed (escalated)", duty.audit_id,
+                    "failed" if verdict == FAIL else "tied on")
 
     async def _is_over(self, duty: Duty, info, head: int) -> bool:
         """Whether nothing can be asked of this seat any more: the audit has ended, or its last

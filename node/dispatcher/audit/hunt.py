@@ -1,6 +1,8 @@
 """The worker's hunt of the first-round members that framed it (docs/protocol.md §12 "Accountable votes").
 
-Once the appeal round this node asked for decides PASS, its own data are found honest; a
+Once the appeal round this node asked for decides PASS of a first round whose majority passed it
+too (after an overturned FAIL or TIE nobody is hunted: the contract convicts only on two rounds
+agreeing), its own data are found honest; a
 first-round member whose posted leaves fail the cell test against them on the token cells
 every round checks is a provable liar. For each such member (`spec.honest.compute_hunt_targets`
 decides, over the `openAndVote` calldata and this node's own opening: no other I/O), one step
@@ -20,7 +22,8 @@ per watcher tick, each re-read from the chain:
 A member whose data pass is never contested, whatever it voted: an honest "disagree" on honest
 data (the stop rule) costs nobody anything.
 
-The symmetric hunt, by a member of the appeal round: once the appeal decided FAIL and this node
+The symmetric hunt, by a member of the appeal round: once the appeal decided FAIL of a first round
+whose majority failed the worker too, and this node
 voted "disagree" in it (or the worker defaulted there, whether this node opened or not), a
 first-round member that voted "agree" and whose posted leaves fail
 against this node's own on those token cells vouched for a cheat (`compute_vouch_targets`). The
@@ -36,7 +39,7 @@ import logging
 from verillm.spec.audit import Phase, compute_prompt_len, decode_opening_leaves
 from verillm.spec.challenge import compute_challenge
 from verillm.spec.honest import compute_hunt_targets, compute_vouch_targets, is_hunt_in_time
-from verillm.spec.settlement import FAIL, PASS, WORKER_DEFAULT
+from verillm.spec.settlement import FAIL, PASS, WORKER_DEFAULT, MemberRecord, RoundRecord, compute_majority
 
 from verillm.node.dispatcher.chainio import ChainIO, is_revert
 from verillm.node.store.dispatcher_tables import DispatcherTables, Duty
@@ -94,7 +97,7 @@ class LiarHunt:
         model, prompt_len, mine = await self._own_opening(duty, state, 0)
         members = await self._posted_leaves(duty.audit_id, model.fingerprint_dims)
         targets = compute_hunt_targets(PASS, {(i.leaf.position, i.leaf.layer): i.leaf for i in mine.leaves}, members, model,
-                                       prompt_len, state.output_tokens)
+                                       prompt_len, state.output_tokens, first_majority=await self._first_majority(duty.audit_id))
         return mine, targets, model
 
     async def _plan_vouched(self, duty: Duty, state, verdict: int) -> tuple:
@@ -104,8 +107,16 @@ class LiarHunt:
         members = await self._posted_leaves(duty.audit_id, model.fingerprint_dims)
         votes = {e["args"]["slot"]: e["args"]["vote"] for e in self.tables.get_events("Opened", duty.audit_id) if e["args"]["round"] == 0}
         targets = compute_vouch_targets(verdict, own_vote, {(i.leaf.position, i.leaf.layer): i.leaf for i in mine.leaves}, members, votes,
-                                        model, prompt_len, state.output_tokens)
+                                        model, prompt_len, state.output_tokens, first_majority=await self._first_majority(duty.audit_id))
         return mine, targets, model
+
+    async def _first_majority(self, audit_id: int) -> int:
+        """Round 0's majority as `Disputes` tallies it (opened, not slashed): only a hunt of two
+        rounds agreeing can slash, so a hunt after an overturn would only cost its bonds."""
+        seats = (await self.chainio.get_round(audit_id, 0)).members
+        parties = [await self.chainio.read(self.chainio.protocol.get_party, audit_id, 0, slot) for slot in range(1, len(seats) + 1)]
+        return compute_majority(RoundRecord(worker_opened=True, members=tuple(
+            MemberRecord(node=p["node"], opened=p["opened"], vote=p["vote"], slashed=p["slashed"]) for p in parties)))
 
     async def _own_opening(self, duty: Duty, state, round_index: int) -> tuple:
         model = await self.chainio.get_model(state.model_id)

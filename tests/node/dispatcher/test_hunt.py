@@ -4,14 +4,18 @@ chain's events as its watcher feeds them), its SQLite store and its retained tra
 
 Round 0 of an honest job: two colluders commit fabricated data and vote DISAGREE, the third
 member votes DISAGREE on honest data (the stop rule). The worker appeals (as its node does), the
-appeal passes; from there only the node acts: it contests the two liars on the cells where their
-posted data fail, adjudicates the one that answers, resolves the one that does not, and ends
-with both bonds back plus both rewards. The honest dissenter is never contested.
+appeal passes. One round against another convicts nobody in full (issue 34, Proportionality):
+the node contests nobody (a contest would only cost its bond), the framers take the minority
+penalty at settlement.
 
-The symmetric duty: round 0 of a cheat passes on two colluders' agrees; the dispatcher appeals;
-the nodes of three appeal members (a majority of its seats) open, vote disagree, and once the
-appeal decides FAIL hunt the two agrees their own data contradict (`adjudicateAcrossRounds`, each
-node's contradiction counted once), never the honest dissenter."""
+A round 0 that ties (a lazy agree voided as a proven lie against a false disagree): the worker's
+node appeals it (Honest work gets verified).
+
+The cross-round duty: round 0 fails a cheat over one colluder's agree (its partner hedges with a
+disagree); the dispatcher appeals; the nodes of three appeal members (a majority of its seats)
+open, vote disagree, and once the appeal decides FAIL again (two rounds against the agree) hunt
+the agree their own data contradict (`adjudicateAcrossRounds`, each node's contradiction counted
+once), never a disagree."""
 
 import json
 
@@ -99,7 +103,7 @@ def _round0_opening(world, run, party):
     return compute_opening(party.trace, party.commitment, compute_opened_cells(challenge, party.trace.num_positions))
 
 
-async def test_the_worker_node_appeals_then_hunts_the_liars_and_is_made_whole(framed, tmp_path):
+async def test_the_worker_node_appeals_its_fail_and_after_the_overturn_hunts_nobody(framed, tmp_path):
     anvil, world, run, worker, round0, start = framed
     chainio, tables, duties = _node(anvil, world, worker, tmp_path)
     tables.insert_duty(run.audit_id, 0, 0, worker.receipt.job_hash)
@@ -117,29 +121,44 @@ async def test_the_worker_node_appeals_then_hunts_the_liars_and_is_made_whole(fr
     assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
 
     disputes = world.protocol.disputes.web3.events
-    answered = set()
     dispute_by = world.protocol.get_round_state(run.audit_id, 1).deadlines.dispute_by
-    while world.chain.get_block_number() <= dispute_by + PRESET.PROOF_WINDOW_BLOCKS + 1:
+    while world.chain.get_block_number() <= dispute_by + 1:
         await _tick(world, chainio, tables, duties, poller)
-        for log in disputes.Contested().get_logs(from_block=start):
-            contest_id, slot = log["args"]["contestId"], log["args"]["slot"]
-            if slot == 1 and contest_id not in answered:  # liar 1 answers: its proofs adjudicate it
-                cells = list(zip(log["args"]["positions"], log["args"]["layers"]))
-                world.protocol.answer_contest(round0[0].node.account, contest_id, cells, _round0_opening(world, run, round0[0]))
-                answered.add(contest_id)
-        if all(world.protocol.get_party(run.audit_id, 0, s)["slashed"] for s in (1, 2)) and not world.protocol.get_audit(run.audit_id).pending_contests:
-            break
         world.chain.mine(1)
-
-    contested = {log["args"]["slot"] for log in disputes.Contested().get_logs(from_block=start)}
-    assert contested == {1, 2}  # the honest dissenter (slot 3) is never contested
+    assert disputes.Contested().get_logs(from_block=start) == []  # round 0 failed it: no second round agrees, nobody to prove a liar
+    assert world.stakes() == stakes
+    assert world.protocol.settle(world.outsider, run.audit_id).value == spec.PASS
     after = world.stakes()
-    liars = [m.node.address for m in round0[:2]]
-    assert all(after[a] == stakes[a] * (10_000 - PRESET.SLASH_FRACTION_BPS) // 10_000 for a in liars)
-    assert after[round0[2].node.address] == stakes[round0[2].node.address]  # not slashed as a liar (settlement not run here)
-    rewards = sum((stakes[a] - after[a]) * PRESET.SLASH_REWARD_BPS // 10_000 for a in liars)
-    # the appeal bond stays in play until settlement; both hunt bonds came back, with both rewards
-    assert world.protocol.get_credit(worker.node.address) == credit + 2 * PRESET.DISPUTE_BOND_WEI + rewards
+    for member in round0:  # every round-0 DISAGREE: the minority penalty, the framers' as the honest dissenter's
+        assert after[member.node.address] == stakes[member.node.address] * (10_000 - PRESET.MEMBER_PENALTY_BPS) // 10_000
+    assert after[worker.node.address] == stakes[worker.node.address]
+    assert world.protocol.get_credit(worker.node.address) >= credit + PRESET.DISPUTE_BOND_WEI  # its bond back (overturned), and its fee
+
+
+@pytest.fixture
+def tied(tmp_path):
+    """Round 0 of an honest job: a lazy member agrees over fabricated data (voided: adjudicated),
+    a member with fabricated data disagrees, the honest third agrees: a TIE."""
+    with AnvilProcess() as anvil:
+        world = World(RpcChain(anvil.url), PRESET, extra_nodes=4)
+        worker = world.make_worker(world.nodes[0])
+        run = world.start(worker, dispatcher=world.nodes[1])
+        committee = world.committee(run)
+        round0 = [world.make_member(committee[0], offset=0.3), world.make_member(committee[1], offset=0.3), world.make_member(committee[2])]
+        assert world.decide(run, round0, votes=lambda slot: slot != 1) == spec.PASS
+        world.protocol.adjudicate(world.outsider, run.audit_id, 0, 1, _round0_opening(world, run, worker), _round0_opening(world, run, round0[0]))
+        assert world.protocol.jobs.call("currentVerdict", run.audit_id) == spec.TIE
+        yield anvil, world, run, worker, round0
+
+
+async def test_the_worker_node_appeals_a_tie_of_its_own_job(tied, tmp_path):
+    anvil, world, run, worker, round0 = tied
+    chainio, tables, duties = _node(anvil, world, worker, tmp_path)
+    tables.insert_duty(run.audit_id, 0, 0, worker.receipt.job_hash)
+    poller = EventPoller(chainio.chain, [chainio.protocol.jobs, chainio.protocol.disputes], 0)
+    await _tick(world, chainio, tables, duties, poller)
+    assert world.protocol.get_audit(run.audit_id).round == 1
+    assert world.protocol.jobs.call("getAuditExtra", run.audit_id)[3].lower() == worker.node.address.lower()  # the escalator
 
 
 async def test_an_honest_members_node_answers_a_contest_and_collects_the_held_bond(framed, tmp_path):
@@ -167,7 +186,7 @@ async def test_an_honest_members_node_answers_a_contest_and_collects_the_held_bo
 def vouched(tmp_path):
     with AnvilProcess() as anvil:
         world = World(RpcChain(anvil.url), PRESET, extra_nodes=4)
-        worker, run, round0 = world.start_vouched()  # two colluders agree, the honest member disagrees: PASS
+        worker, run, round0 = world.start_vouched_outvoted()  # colluder 1 agrees, colluder 2 and the honest member disagree: FAIL
         start = world.chain.get_block_number()
         yield anvil, world, run, worker, round0, start
 
@@ -179,7 +198,7 @@ async def test_the_appeal_dissenters_nodes_hunt_the_first_round_agrees_that_vouc
     # cheat never opens in the appeal (a default, to shield its partners): nobody votes there,
     # and the nodes hunt with the data their receipts committed.
     anvil, world, run, worker, round0, start = vouched
-    world.protocol.escalate(world.nodes[1].account, run.audit_id)  # the dispatcher appeals the PASS
+    world.protocol.escalate(world.nodes[1].account, run.audit_id)  # the dispatcher appeals
     world.draw_round(run)
     appeal = [world.make_member(n) for n in world.committee(run, 1)]
     world.post_members(run, appeal, 1)
@@ -229,7 +248,7 @@ async def test_the_appeal_dissenters_nodes_hunt_the_first_round_agrees_that_vouc
                 cells = list(zip(log["args"]["positions"], log["args"]["layers"]))
                 world.protocol.answer_contest(round0[0].node.account, contest_id, cells, _round0_opening(world, run, round0[0]))
                 answered.add(contest_id)
-        done = all(world.protocol.get_party(run.audit_id, 0, s)["slashed"] for s in (1, 2)) and not world.protocol.get_audit(run.audit_id).pending_contests
+        done = world.protocol.get_party(run.audit_id, 0, 1)["slashed"] and not world.protocol.get_audit(run.audit_id).pending_contests
         held = [i for i in range(world.protocol.disputes.call("contestCount")) if world.protocol.disputes.call("getContest", i)[8]
                 and not world.protocol.disputes.call("getContest", i)[9]]
         if done and not held:
@@ -237,13 +256,13 @@ async def test_the_appeal_dissenters_nodes_hunt_the_first_round_agrees_that_vouc
         world.chain.mine(1)
 
     contested = {(log["args"]["round"], log["args"]["slot"]) for log in disputes.Contested().get_logs(from_block=start)}
-    assert contested == {(0, 1), (0, 2)}  # the honest dissenter (slot 3) is never contested
-    assert len(disputes.Contested().get_logs(from_block=start)) == 2  # one contest per liar: the other hunters use its answer
+    assert contested == {(0, 1)}  # the disagrees (the hedging colluder, the honest dissenter) are never contested
+    assert len(disputes.Contested().get_logs(from_block=start)) == 1  # one contest per liar: the other hunters use its answer
     assert len(disputes.Contradicted().get_logs(from_block=start)) == quorum  # colluder 1: one per appeal node
     after = world.stakes()
-    colluders = [m.node.address for m in round0[:2]]
+    colluders = [round0[0].node.address]
     assert all(after[a] == stakes[a] * (10_000 - PRESET.SLASH_FRACTION_BPS) // 10_000 for a in colluders)
-    assert after[round0[2].node.address] == stakes[round0[2].node.address]
+    assert after[round0[1].node.address] == stakes[round0[1].node.address] and after[round0[2].node.address] == stakes[round0[2].node.address]
     rewards = sum((stakes[a] - after[a]) * PRESET.SLASH_REWARD_BPS // 10_000 for a in colluders)
     bonds = len(disputes.Contested().get_logs(from_block=start)) * PRESET.DISPUTE_BOND_WEI
-    assert sum(world.protocol.get_credit(a) for a in hunters) == credits + bonds + rewards  # every bond back, both rewards
+    assert sum(world.protocol.get_credit(a) for a in hunters) == credits + bonds + rewards  # every bond back, and the reward

@@ -62,6 +62,15 @@ def test_escalation_when_proven_data_contradict_the_verdict():
     assert not is_escalation_warranted(WORKER_DEFAULT, [True])
 
 
+def test_the_worker_appeals_its_own_fail_or_tie_never_a_pass():
+    # Honest work gets verified (issue 34): a TIE (a lazy agree voided against a false disagree)
+    # goes to a new round, appealed by the worker's own node; the bond comes back when it decides.
+    from verillm.spec.honest import is_worker_appeal_warranted
+
+    assert is_worker_appeal_warranted(FAIL) and is_worker_appeal_warranted(TIE)
+    assert not is_worker_appeal_warranted(PASS) and not is_worker_appeal_warranted(WORKER_DEFAULT)
+
+
 def _round0(worker_offset: float = 0.0, changed: Leaf | None = None) -> dict:
     cells = _cells(3, offset=worker_offset, member=True)
     if changed is not None:
@@ -78,10 +87,12 @@ def test_only_members_whose_data_fail_the_appeal_cells_are_hunted_and_only_after
     off_layer_1 = _round0(changed=Leaf(PROMPT_LEN, 1, (0.9,), FLAG_NEXT_WITHIN_MARGIN))  # not an appeal cell
     honest = _round0()  # an honest DISAGREE (the stop rule) on honest data
     members = {1: fabricated, 2: flagless, 3: off_layer_1, 4: honest}
-    targets = compute_hunt_targets(PASS, worker, members, MODEL, PROMPT_LEN, 3)
+    targets = compute_hunt_targets(PASS, worker, members, MODEL, PROMPT_LEN, 3, first_majority=PASS)
     assert targets == {1: ((3, 3), (4, 3), (5, 3)), 2: ((PROMPT_LEN, 3),)}
     for verdict in (FAIL, TIE, WORKER_DEFAULT):
-        assert compute_hunt_targets(verdict, worker, members, MODEL, PROMPT_LEN, 3) == {}
+        assert compute_hunt_targets(verdict, worker, members, MODEL, PROMPT_LEN, 3, first_majority=PASS) == {}
+    for first in (FAIL, TIE):  # the appeal overturned round 0: one round against another convicts nobody in full (issue 34)
+        assert compute_hunt_targets(PASS, worker, members, MODEL, PROMPT_LEN, 3, first_majority=first) == {}
 
 
 def test_a_hunt_names_at_most_one_contests_cells():
@@ -110,13 +121,15 @@ def test_an_appeal_dissenter_hunts_only_first_round_agrees_its_data_contradict_a
     dissenter = _round0(worker_offset=1e-4)  # its data differ too, but it voted disagree
     members = {1: vouched, 2: honest_agree, 3: dissenter}
     votes = {1: AGREE, 2: AGREE, 3: DISAGREE}
-    targets = compute_vouch_targets(FAIL, DISAGREE, own, members, votes, MODEL, PROMPT_LEN, 3)
+    targets = compute_vouch_targets(FAIL, DISAGREE, own, members, votes, MODEL, PROMPT_LEN, 3, first_majority=FAIL)
     assert targets == {1: ((3, 3), (4, 3), (5, 3))}
-    assert compute_vouch_targets(PASS, DISAGREE, own, members, votes, MODEL, PROMPT_LEN, 3) == {}
-    assert compute_vouch_targets(FAIL, AGREE, own, members, votes, MODEL, PROMPT_LEN, 3) == {}  # not a reference
+    assert compute_vouch_targets(PASS, DISAGREE, own, members, votes, MODEL, PROMPT_LEN, 3, first_majority=FAIL) == {}
+    assert compute_vouch_targets(FAIL, AGREE, own, members, votes, MODEL, PROMPT_LEN, 3, first_majority=FAIL) == {}  # not a reference
     # the cheat defaulted in the appeal (no vote there): every seat's committed data serve
-    assert compute_vouch_targets(WORKER_DEFAULT, 0, own, members, votes, MODEL, PROMPT_LEN, 3) == targets
-    assert compute_vouch_targets(TIE, DISAGREE, own, members, votes, MODEL, PROMPT_LEN, 3) == {}
+    assert compute_vouch_targets(WORKER_DEFAULT, 0, own, members, votes, MODEL, PROMPT_LEN, 3, first_majority=FAIL) == targets
+    assert compute_vouch_targets(TIE, DISAGREE, own, members, votes, MODEL, PROMPT_LEN, 3, first_majority=FAIL) == {}
+    for first in (PASS, TIE):  # round 0 did not fail the cheat: no two rounds against the agrees (issue 34, attack 1)
+        assert compute_vouch_targets(FAIL, DISAGREE, own, members, votes, MODEL, PROMPT_LEN, 3, first_majority=first) == {}
 
 
 def test_across_rounds_exact_mode_compares_bit_for_bit_flags_included():
