@@ -47,6 +47,7 @@ from fuzz_honest import ABANDONED, COMMITTING, DECIDED, OPENING, SETTLED
 CONTRACTS = ("registry", "batches", "jobs", "disputes", "delivery", "coverage")
 POOL_CAP = 24  # values kept per (type, name): the newest
 EDGE_STEP_BLOCKS = 4  # as `mine`: never a whole window without an honest pass
+SELF_EXITS = {("registry", "deregister"), ("registry", "withdraw")}  # a colluder's exit is for good: 1 in 10 of its draws
 SEAT_MOVES = ("postCommitteeReceipt", "sealVote", "openAndVote", "claimUndelivered")
 GENERIC_WEIGHT = 36  # the generic rule's aliases: about half of all steps in a machine of ~40 named rules
 
@@ -161,23 +162,29 @@ class GenericAdversary:
             self._to_edge(rng)
         self._refresh_ids()
         contract, function, inputs, payable, proposals = self._pick_function(rng)
-        choice = self._build(rng, contract, function, inputs, payable, proposals)
-        if choice is None:
-            self._count_generic(f"{contract}.{function}:unbuilt")
-            self._step("generic:unbuilt")
-            return
-        args, value, sender, on_success = choice
+        if function in SEAT_MOVES and proposals and rng.random() < 0.8:
+            # the colluders act as one: the move in every colluder seat of that round, each by its node
+            calls = [(args, value, hint, on_success) for args, value, hint, on_success in proposals]
+        else:
+            calls = [self._build(rng, contract, function, inputs, payable, proposals)]
+        landed = 0
+        for args, value, sender, on_success in calls:
+            landed += self._send_generic(contract, function, args, value, sender or self.world.outsider, on_success)
+        self._step(f"generic:{contract}.{function}" + (f":landed{landed}" if landed else ""))
+
+    def _send_generic(self, contract: str, function: str, args, value: int, sender, on_success) -> int:
+        self._count_generic(f"{contract}.{function}:sent")
         try:
             tx = self._try(self.p._send, getattr(self.p, contract), function, *args, sender=sender, value=value)
         except (EncodingError, OverflowError, TypeError, ValueError):
             tx = None  # arguments no ABI encoder takes: nothing sent
             self._count_generic(f"{contract}.{function}:unencodable")
-        if tx is not None:
-            self._count_generic(f"{contract}.{function}:landed")
-            if on_success is not None:
-                on_success()
-        self._count_generic(f"{contract}.{function}:sent")
-        self._step(f"generic:{contract}.{function}" + (":landed" if tx is not None else ""))
+        if tx is None:
+            return 0
+        self._count_generic(f"{contract}.{function}:landed")
+        if on_success is not None:
+            on_success()
+        return 1
 
     def _pick_function(self, rng):
         """(contract, function, inputs, payable, proposals): any function a third of the time
@@ -207,8 +214,11 @@ class GenericAdversary:
         return [self._node(i).account for i in sorted(self.adversaries)] + [self.world.outsider]
 
     def _build(self, rng, contract, function, inputs, payable, proposals):
-        """(args, value, sender, on_success) of one call."""
-        sender = rng.choice(self._actors())
+        """(args, value, sender, on_success) of one call (the outsider half the time: a colluder's
+        exit is for good, and five of them leaving early would leave nothing to capture)."""
+        sender = self.world.outsider if rng.random() < 0.5 else rng.choice(self._actors())
+        if (contract, function) in SELF_EXITS and rng.random() < 0.9:
+            sender = self.world.outsider
         roll = rng.random()
         seen = self.pool.calls.get((contract, function), [])
         if proposals:

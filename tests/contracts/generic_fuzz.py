@@ -31,7 +31,10 @@ from helpers.contracts import PRESET
 from fuzz_generic import GenericAdversary
 from fuzz_honest import CHEATER
 from fuzz_ledger import LEDGER, honest_bound, read_decided, read_takes
+from verillm.chain import TransactionReverted
+
 from fuzz_coverage import BATCHING, MAX_PROMISES
+from fuzz_exits import _error
 from fuzz_honest import MAX_AUDITS
 from protocol_fuzz import CHEAT_MODES, STATS, ProtocolMachine
 
@@ -41,6 +44,8 @@ GENERIC_ADVERSARIES = frozenset({5, 8, 9, 10, 11})
 ADVERSARY_TOP_UP = {5: 1}  # × MIN_STAKE_WEI, before the first epoch
 FAIL = 2  # AuditCodes.FAIL
 SERVE_WEIGHT = 6  # `new_audit`'s aliases (`_serve_alias`)
+DEFERRING_DISPATCHERS = (0, 1, 3)
+DEFER_MAX_BLOCKS = PRESET.BATCH_BY_BLOCKS * 2 // 3
 
 STATS.setdefault("generic", {})
 STATS.setdefault("violations", [])
@@ -130,9 +135,13 @@ class LedgerChecks:
         """A cheat convicted by an honest majority never ends with its stake."""
         head = self.reads.head()
         for audit_id, r, verdict in read_decided(self.rpc, self.p.jobs.address, 0, head):
-            if audit_id != t.run.audit_id or verdict != FAIL or t.mode == "honest":
+            if audit_id != t.run.audit_id:
                 continue
             seats = [self._index_of(a) for a in self.committee(audit_id, r)]
+            captured = 2 * sum(1 for i in seats if i in self.adversaries) >= len(seats)
+            self._count_generic(f"decided:round{r}:{'captured' if captured else 'honest'}:{'honest' if t.mode == 'honest' else 'cheat'}:verdict{verdict}")
+            if verdict != FAIL or t.mode == "honest":
+                continue
             if 2 * sum(1 for i in seats if i not in self.adversaries) <= len(seats):
                 continue  # not an honest majority
             worker = t.run.worker.node.address
@@ -154,6 +163,50 @@ class GenericMachine(LedgerChecks, GenericAdversary, ProtocolMachine):
         super().__init__()
         self._generic_setup()
         self._ledger_setup()
+        self.deferred: list = []  # (promise, party, worker, dispatcher, block it batches by) of `serve_deferred`
+
+    # --- an honest dispatcher that batches later, as the node does (keepability) -----------------
+    @precondition(lambda self: len(self.audits) + len(self.deferred) < MAX_AUDITS and len(self.promises) < MAX_PROMISES)
+    @rule(worker=st.sampled_from([0, 1, CHEATER]), dispatcher=st.sampled_from(DEFERRING_DISPATCHERS), delay=st.integers(1, DEFER_MAX_BLOCKS))
+    def serve_deferred(self, worker, dispatcher, delay):
+        """An honest dispatcher serves a job with its batching promise and batches it ``delay`` blocks
+        later (the node batches every few seconds, by `BATCH_BY_BLOCKS` − a margin), so a promise
+        is outstanding while the colluders move: a penalty or an unbond in between must leave it
+        keepable. Node 3 dispatches at the minimum stake."""
+        if self._active() + len(self.deferred) >= self.max_active or not self.registry("getNode", self._node(dispatcher).address)[4] \
+                or worker == CHEATER and not self.registry("getNode", self._node(CHEATER).address)[4]:
+            self._step("serve_deferred:busy")  # an inactive node neither serves nor dispatches
+            return
+        self.nonce += 1
+        party = self._worker(worker, worker == CHEATER, self.nonce)
+        pr = self._promise(dispatcher, worker, party, "open" if worker == CHEATER else "honest", "keep")
+        self.deferred.append((pr, party, worker, dispatcher, self.reads.head() + delay))
+        self._step("serve_deferred")
+
+    def _honest(self) -> None:
+        super()._honest()
+        self._batch_deferred(now=False)
+
+    def _batch_deferred(self, now: bool) -> None:
+        """The honest dispatcher's duty: batch each deferred receipt at its block (refused: counted,
+        and the client's claim follows — the ledger then sees what the dispatcher lost)."""
+        for entry in list(self.deferred):
+            pr, party, worker, dispatcher, due = entry
+            if not now and self.reads.head() + 1 < due:
+                continue
+            self.deferred.remove(entry)
+            try:
+                run, pr.batch_id = self._start_batched(party, dispatcher)
+            except TransactionReverted as exc:
+                self._count_generic(f"deferred:refused:{_error(exc) or 'revert'}")
+                continue
+            self._count_generic("deferred:batched")
+            if run.audit_id:
+                self._track(run, worker, dispatcher, pr.mode)
+
+    def _drive_to_the_end(self) -> None:
+        self._batch_deferred(now=True)
+        super()._drive_to_the_end()
 
     @invariant()
     def invariants_hold(self):
@@ -175,6 +228,11 @@ class GenericMachine(LedgerChecks, GenericAdversary, ProtocolMachine):
             self._violation(f"teardown: {exc}")
         finally:
             self.p._send = self.sender  # the next machine wraps the fuzzer's sender afresh
+            progress = os.environ.get("FUZZ_PROGRESS")
+            if progress:  # the generic calls so far (sent, landed), rewritten after every run
+                with open(progress + ".generic", "w") as f:
+                    json.dump({"steps": self.stats["steps"], "runs": self.stats["runs"], "violations": len(self.stats["violations"]),
+                               "calls": dict(sorted(self.stats["generic"].items()))}, f, indent=0)
 
 
 def _serve_alias(k: int):

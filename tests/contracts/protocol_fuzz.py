@@ -211,7 +211,9 @@ class ProtocolMachine(Issue20Rules, ExitRules, SealedVotes, BatchRules, RoundAtt
         return self.openings[key]
 
     def _mine(self, blocks: int) -> None:
-        self.world.chain.mine(blocks)
+        # raw, as `RpcChain.mine` does on anvil (evm_mine for one block, anvil_mine for more) without
+        # web3's two eth_blockNumber round trips a call (a profile of the generic fuzzer: 10% of its wall time)
+        self.rpc.call("evm_mine" if blocks == 1 else "anvil_mine", [] if blocks == 1 else [hex(blocks)])
         self.reads.clear()  # the cached head (and reads of it) moved on
 
     def _send(self, call: str, audit_id: int):
