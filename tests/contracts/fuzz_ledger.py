@@ -45,11 +45,12 @@ class Rule:
     principle: str  # docs/protocol.md §12 (issue 34) principle that sets the bound
 
 
-ZERO, PENALTY_IF_CAPTURED = "0", "MEMBER_PENALTY_BPS if captured"
+ZERO, PENALTY_IF_CAPTURED, STAKE_IF_FRAMED = "0", "MEMBER_PENALTY_BPS if captured", "the stake if both rounds captured"
 
 # rule (contract.reason or contract.function) → Rule. An honest party's take by a rule missing here is bound 0.
 LEDGER = {
-    "Jobs.failed audit": Rule("the worker", ZERO, "proportionality: one round's bare verdict never takes an honest worker's stake"),
+    "Jobs.failed audit": Rule("the worker", STAKE_IF_FRAMED, "proportionality: one round's bare verdict never takes an honest "
+                              "worker's stake (it appeals a FAIL); both rounds captured is §13's priced framing residual"),
     "Jobs.missed opening or minority vote": Rule("a member", PENALTY_IF_CAPTURED,
                                                  "proportionality: outvoted by a captured round costs MEMBER_PENALTY_BPS"),
     "Jobs.missed committee draw": Rule("the dispatcher", ZERO, "keepability: an honest dispatcher draws in its window"),
@@ -151,12 +152,14 @@ def read_takes(rpc, protocol, from_block: int, to_block: int) -> list[Take]:
     return takes
 
 
-def honest_bound(take: Take, captured: bool, preset) -> int:
+def honest_bound(take: Take, captured: bool, preset, framed: bool = False) -> int:
     """What ``take``'s rule may take from a party that acted honestly (``captured``: its round's
-    adversarial seats are at least half the seats)."""
+    adversarial seats are at least half the seats; ``framed``: round 0 and the appeal both were)."""
     rule = LEDGER.get(take.rule)
     if rule is None or rule.honest_bound == ZERO:
         return 0
+    if rule.honest_bound == STAKE_IF_FRAMED:
+        return take.stake_before if framed else 0
     return take.stake_before * preset.MEMBER_PENALTY_BPS // BPS if captured else 0
 
 

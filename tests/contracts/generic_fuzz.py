@@ -21,6 +21,7 @@ With FUZZ_LEDGER=record a violation is written (FUZZ_VIOLATIONS, one JSON line: 
 the rule, the call that took it, the run's rule path) and the run goes on; otherwise it fails.
 """
 
+import dataclasses
 import json
 import os
 
@@ -29,7 +30,7 @@ from hypothesis.stateful import invariant, precondition, rule
 
 from helpers.contracts import PRESET
 from fuzz_generic import GenericAdversary
-from fuzz_honest import CHEATER
+from fuzz_honest import CHEATER, DECIDED
 from fuzz_ledger import LEDGER, honest_bound, read_decided, read_takes
 from verillm.chain import TransactionReverted
 
@@ -79,6 +80,25 @@ class LedgerChecks:
         seats = [self._index_of(a) for a in self.committee(take.audit_id, r)]
         return 2 * sum(1 for i in seats if i in self.adversaries) >= len(seats) > 0
 
+    def _framed(self, take) -> bool:
+        """Whether round 0 and the appeal of the take's audit were both captured (§13's framing residual)."""
+        if take.audit_id is None or not any(t.run.audit_id == take.audit_id for t in self.audits) or self.audit(take.audit_id).round < 1:
+            return False
+        return all(self._captured(dataclasses.replace(take, round=r)) for r in (0, 1))
+
+    def _honest_appeals(self) -> None:
+        """An honest worker's node appeals a FAIL of its own job (escalates, with the bond:
+        docs/protocol.md §13 "Accountable votes", `PartyFaults.appeal`), once."""
+        for t in self.audits:
+            a = t.run.audit_id
+            if t.mode != "honest" or a in self.appealed:
+                continue
+            state = self.audit(a)
+            if state.phase == DECIDED and state.round == 0 and self.jobs("getAuditExtra", a)[4] == FAIL:
+                self.appealed.add(a)
+                if self._try(self.p.escalate, t.run.worker.node.account, a) is not None:
+                    self._count_generic("honest:appealed")
+
     def _call_of(self, tx_hash: str) -> str:
         """contract.function of the transaction that took (its selector against the ABIs), and who sent it."""
         tx = self.rpc.call("eth_getTransactionByHash", [tx_hash])
@@ -119,7 +139,7 @@ class LedgerChecks:
             i = self._index_of(take.node)
             if i not in self.allowed:
                 continue
-            bound = honest_bound(take, self._captured(take), PRESET)
+            bound = honest_bound(take, self._captured(take), PRESET, self._framed(take))
             self.allowed[i] += bound
             if take.amount > bound:
                 self.allowed[i] += take.amount - bound  # recorded once; the floor check does not count it again
@@ -164,6 +184,7 @@ class GenericMachine(LedgerChecks, GenericAdversary, ProtocolMachine):
         self._generic_setup()
         self._ledger_setup()
         self.deferred: list = []  # (promise, party, worker, dispatcher, block it batches by) of `serve_deferred`
+        self.appealed: set = set()  # audits whose honest worker appealed its FAIL (`_honest_appeals`)
 
     # --- an honest dispatcher that batches later, as the node does (keepability) -----------------
     @precondition(lambda self: len(self.audits) + len(self.deferred) < MAX_AUDITS and len(self.promises) < MAX_PROMISES)
@@ -185,6 +206,7 @@ class GenericMachine(LedgerChecks, GenericAdversary, ProtocolMachine):
 
     def _honest(self) -> None:
         super()._honest()
+        self._honest_appeals()
         self._batch_deferred(now=False)
 
     def _batch_deferred(self, now: bool) -> None:

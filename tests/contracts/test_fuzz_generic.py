@@ -98,9 +98,10 @@ def test_the_ledger_bounds_an_honest_take():
     assert honest_bound(take, captured=True, preset=PRESET) == 10**16 * PRESET.MEMBER_PENALTY_BPS // 10_000
     assert honest_bound(take, captured=False, preset=PRESET) == 0
     full = Take("0x", 1, "0x" + "11" * 20, 10**16, 10**16, "Jobs", "Jobs.failed audit", 1, 0)
-    assert honest_bound(full, captured=True, preset=PRESET) == 0
-    assert honest_bound(Take("0x", 1, "0x", 1, 1, "X", "unattributed:X"), captured=True, preset=PRESET) == 0
-    assert all(rule.honest_bound in ("0", "MEMBER_PENALTY_BPS if captured") for rule in LEDGER.values())
+    assert honest_bound(full, captured=True, preset=PRESET) == 0  # one captured round: the worker appeals
+    assert honest_bound(full, captured=True, preset=PRESET, framed=True) == 10**16  # both rounds: §13's residual
+    assert honest_bound(Take("0x", 1, "0x", 1, 1, "X", "unattributed:X"), captured=True, preset=PRESET, framed=True) == 0
+    assert {rule.honest_bound for rule in LEDGER.values()} == {"0", "MEMBER_PENALTY_BPS if captured", "the stake if both rounds captured"}
 
 
 @pytest.fixture(scope="module")
