@@ -163,11 +163,12 @@ def honest_bound(take: Take, captured: bool, preset, framed: bool = False) -> in
     return take.stake_before * preset.MEMBER_PENALTY_BPS // BPS if captured else 0
 
 
-def read_decided(rpc, jobs_address: str, from_block: int, to_block: int) -> list[tuple[int, int, int]]:
-    """(audit id, round, verdict) of every RoundDecided in the range."""
+def read_decided(rpc, jobs_address: str, from_block: int, to_block: int, audit_id: int | None = None) -> list[tuple[int, int, int]]:
+    """(audit id, round, verdict) of every RoundDecided in the range (of one audit, if named)."""
     if to_block < from_block:
         return []
-    logs = rpc.call("eth_getLogs", [{"fromBlock": hex(from_block), "toBlock": hex(to_block), "address": jobs_address, "topics": [ROUND_DECIDED]}])
+    topics = [ROUND_DECIDED] + ([] if audit_id is None else ["0x" + audit_id.to_bytes(32, "big").hex()])
+    logs = rpc.call("eth_getLogs", [{"fromBlock": hex(from_block), "toBlock": hex(to_block), "address": jobs_address, "topics": topics}])
     out = []
     for log in logs:
         round_index, verdict, _, _ = abi_decode(["uint8", "uint8", "uint8", "uint8"], bytes.fromhex(log["data"][2:]))

@@ -94,7 +94,8 @@ class LedgerChecks:
             if t.mode != "honest" or a in self.appealed:
                 continue
             state = self.audit(a)
-            if state.phase == DECIDED and state.round == 0 and self.jobs("getAuditExtra", a)[4] == FAIL:
+            if state.phase == DECIDED and state.round == 0 and (a, 0, FAIL) in read_decided(self.rpc, self.p.jobs.address, t.start_block,
+                                                                                            self.reads.head(), a):
                 self.appealed.add(a)
                 if self._try(self.p.escalate, t.run.worker.node.account, a) is not None:
                     self._count_generic("honest:appealed")
