@@ -88,12 +88,16 @@ class ColluderMoves:
                 out.append((call[2], call[3], item[1], item[2] if len(item) > 2 else None))
         return out
 
-    def _pick_live(self, rng, phases):
+    def _pick_live(self, rng, phases, seated: bool = False):
+        """A live audit in one of ``phases`` (``seated``: whose current round seats a colluder: it
+        knows where its seats are)."""
         live = [t for t in self._live() if self.audit(t.run.audit_id).phase in phases]
+        if seated:
+            live = [t for t in live if self._seats(t, self.audit(t.run.audit_id).round)]
         return rng.choice(live) if live else None
 
     def _propose_postCommitteeReceipt(self, rng):
-        t = self._pick_live(rng, (COMMITTING,))
+        t = self._pick_live(rng, (COMMITTING,), seated=True)
         if t is None:
             return []
         r = self.audit(t.run.audit_id).round
@@ -101,7 +105,7 @@ class ColluderMoves:
                 for slot, i in self._seats(t, r) if self.party(t.run.audit_id, r, slot + 1)["root"] == bytes(32)]
 
     def _propose_claimUndelivered(self, rng):
-        t = self._pick_live(rng, (COMMITTING,))
+        t = self._pick_live(rng, (COMMITTING,), seated=True)
         if t is None:
             return []
         r = self.audit(t.run.audit_id).round
@@ -109,7 +113,7 @@ class ColluderMoves:
                 if self.party(t.run.audit_id, r, slot + 1)["root"] == bytes(32) and rng.random() < 0.3]
 
     def _propose_sealVote(self, rng):
-        t = self._pick_live(rng, (OPENING,))
+        t = self._pick_live(rng, (OPENING,), seated=True)
         if t is None:
             return []
         a, r = t.run.audit_id, self.audit(t.run.audit_id).round

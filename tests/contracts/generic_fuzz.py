@@ -155,6 +155,8 @@ class LedgerChecks:
     def _check_cheater(self, t, state, slashed: bool) -> None:
         """A cheat convicted by an honest majority never ends with its stake."""
         head = self.reads.head()
+        if t.mode == "honest" and state.phase != 5:  # SETTLED: counted, not asserted (issue 34 "honest work gets verified")
+            self._count_generic(f"honest_work_unverified:phase{state.phase}:round{state.round}")
         for audit_id, r, verdict in read_decided(self.rpc, self.p.jobs.address, 0, head):
             if audit_id != t.run.audit_id:
                 continue
