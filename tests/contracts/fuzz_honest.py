@@ -201,7 +201,7 @@ class HonestParties:
         over `Jobs.getRoundState`, the contract's guards mirrored), made at once by an honest
         party: draw a round once its seed block is mined, redraw, slash an unpublished claim,
         finalize, settle, lapse. Two draws are left to the cheater: round 0 of an audit it both
-        works and dispatches (its own duty: a lapse slashes it) and an escalation of an audit it
+        works and dispatches (its own duty: a lapse slashes it) and an escalation of a cheat audit it
         dispatches (it escalated its own FAIL hoping for an unheard round, and draws it itself)."""
         rs = self.round_state(t.run.audit_id)
         if rs.private_draw and t.dispatcher != CHEATER:
@@ -214,7 +214,11 @@ class HonestParties:
                 self.stats["issue20"]["receipt_supplied"] = self.stats["issue20"].get("receipt_supplied", 0) + 1
             rs = self.round_state(t.run.audit_id)
         for step in compute_due_steps(rs, self.reads.head() + 1):
-            if step == "draw_round" and CHEATER == t.dispatcher and (rs.round > 0 or t.worker == CHEATER):
+            # an honest worker's appeal (or a griefer's escalation of its job) is drawn by the honest
+            # parties even when the cheater dispatched it: the appellant draws its own round (the
+            # generic fuzzer's seed 34001 saw an honest worker's appeal lapse undrawn, its first
+            # round's captured FAIL then settled: a harness gap, not the protocol's)
+            if step == "draw_round" and CHEATER == t.dispatcher and (rs.round > 0 and t.mode != "honest" or t.worker == CHEATER):
                 continue
             tx = self._try(getattr(self.p, step), self.world.outsider, t.run.audit_id)
             if tx is not None:
