@@ -17,6 +17,8 @@ missed-seal checks):
                  less those bounds; its credit never decreases
     convicted    a cheat convicted by an honest majority (a round that decided FAIL with more
                  non-colluding seats than half) never ends with its stake: the audit took some
+    standing     a colluder's delivery claim of a job an honest dispatcher sent (a false claim)
+                 costs it something in that audit (end of run)
 With FUZZ_LEDGER=record a violation is written (FUZZ_VIOLATIONS, one JSON line: seed, run, step,
 the rule, the call that took it, the run's rule path) and the run goes on; otherwise it fails.
 """
@@ -27,6 +29,8 @@ import os
 
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
+
+from verillm.spec.hashing import keccak256
 
 from helpers.contracts import PRESET
 from fuzz_generic import GenericAdversary
@@ -44,6 +48,7 @@ GENERIC_HONEST = (0, 1, 3, 4, 6, 7)
 GENERIC_ADVERSARIES = frozenset({5, 8, 9, 10, 11})
 ADVERSARY_TOP_UP = {5: 1}  # × MIN_STAKE_WEI, before the first epoch
 FAIL = 2  # AuditCodes.FAIL
+DELIVERY_CLAIMED = "0x" + keccak256(b"DeliveryClaimed(uint256,uint8,uint8,address,uint64)").hex()
 SERVE_WEIGHT = 6  # `new_audit`'s aliases (`_serve_alias`)
 DEFERRING_DISPATCHERS = (0, 1, 3)
 DEFER_MAX_BLOCKS = PRESET.BATCH_BY_BLOCKS * 2 // 3
@@ -110,7 +115,7 @@ class LedgerChecks:
         return f"{name} by {role} {'' if who is None else who}".strip()
 
     def _violation(self, message: str, take=None) -> None:
-        key = (message.split(":")[0], take.tx if take else None)
+        key = (message.split(":")[0], take.tx) if take else (message, None)
         if key in self.reported:
             return
         self.reported.add(key)
@@ -171,6 +176,22 @@ class LedgerChecks:
             if not any(x.audit_id == audit_id and x.node.lower() == worker.lower() for x in self.takes) and not slashed:
                 self._violation(f"convicted: cheater ({t.mode}) of audit {audit_id}, convicted by an honest majority in round {r}, "
                                 f"kept its stake (ended {state.phase}, seen {t.seen[-6:]})")
+
+
+    def _check_false_claims(self) -> None:
+        """Standing (issue 34): a delivery claim by a colluder whose job an honest dispatcher sent
+        (so the claim is false) costs its author something in that audit."""
+        logs = self.rpc.call("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": self.p.delivery.address,
+                                               "topics": [DELIVERY_CLAIMED]}])
+        for log in logs:
+            audit_id, member = int(log["topics"][1], 16), self._index_of("0x" + log["topics"][2][-40:])
+            t = next((x for x in self.audits if x.run.audit_id == audit_id), None)
+            if t is None or t.dispatcher not in self.honest or member not in self.adversaries:
+                continue
+            self._count_generic("false_delivery_claim")
+            if not any(x.audit_id == audit_id and self._index_of(x.node) == member for x in self.takes):
+                self._violation(f"standing: colluder {member}'s false delivery claim on audit {audit_id} (its job sent by honest "
+                                f"dispatcher {t.dispatcher}) cost it nothing; the honest worker {t.worker} had to publish")
 
 
 class GenericMachine(LedgerChecks, GenericAdversary, ProtocolMachine):
@@ -247,6 +268,7 @@ class GenericMachine(LedgerChecks, GenericAdversary, ProtocolMachine):
     def teardown(self):
         try:
             super().teardown()
+            self._check_false_claims()
         except AssertionError as exc:
             if not recording():
                 raise
