@@ -141,8 +141,10 @@ def read_takes(rpc, protocol, from_block: int, to_block: int) -> list[Take]:
         node = to_checksum_address("0x" + log["topics"][1][-40:])
         amount, left, by = abi_decode(["uint256", "uint256", "address"], bytes.fromhex(log["data"][2:]))
         index = int(log["logIndex"], 16)
-        reason = next((r for r in _reasons(receipt, names) if r["index"] > index and r["index"] not in used and r["node"] == node
-                       and r["amount"] in (None, amount)), None)
+        # the rule's event of the same node (and amount, where it has one), unused: the nearest after the
+        # Slashed log, else before it (Disputes emits Adjudicated before it slashes)
+        fits = [r for r in _reasons(receipt, names) if r["index"] not in used and r["node"] == node and r["amount"] in (None, amount)]
+        reason = min(fits, key=lambda r: (r["index"] < index, abs(r["index"] - index)), default=None)
         if reason is None:
             takes.append(Take(tx, int(log["blockNumber"], 16), node, amount, amount + left, by, f"unattributed:{names.get(by.lower(), by)}"))
             continue
