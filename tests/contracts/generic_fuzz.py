@@ -191,7 +191,7 @@ class LedgerChecks:
             self._count_generic("false_delivery_claim")
             if not any(x.audit_id == audit_id and self._index_of(x.node) == member for x in self.takes):
                 self._violation(f"standing: colluder {member}'s false delivery claim on audit {audit_id} (its job sent by honest "
-                                f"dispatcher {t.dispatcher}) cost it nothing; the honest worker {t.worker} had to publish")
+                                f"dispatcher {t.dispatcher}) cost it nothing; worker {t.worker} had to publish")
 
 
 class GenericMachine(LedgerChecks, GenericAdversary, ProtocolMachine):
