@@ -37,11 +37,14 @@ test-slow: install
 ## Every fuzz target: the parsers at 100,000 hypothesis cases each (VERILLM_FUZZ_EXAMPLES overrides;
 ## hours on 2 cores), then the stateful protocol fuzzer over the real contracts (FUZZ_EXAMPLES runs of
 ## FUZZ_STEPS_PER_RUN steps: 1000 × 100 = 100,000 by default; FUZZ_SEED to replay; FUZZ_REPORT=file
-## appends a JSON line of steps, paths and lifecycles).
+## appends a JSON line of steps, paths and lifecycles), then the generic adversary against the loss
+## ledger (tests/contracts/test_fuzz_generic.py, the same variables; FUZZ_LEDGER=record FUZZ_VIOLATIONS=file
+## lists every violation and goes on; docs/protocol.md §13 "Generic adversary (issue 34)").
 test-fuzz: install
 	rm -f fuzz-counts.txt
 	VERILLM_FUZZ_COUNTS=fuzz-counts.txt $(PY) -m pytest -q -m fuzz tests/fuzz; status=$$?; cat fuzz-counts.txt; exit $$status
 	$(PY) -m pytest -q -s -m fuzz tests/contracts/test_fuzz_protocol.py
+	$(PY) -m pytest -q -s -m fuzz tests/contracts/test_fuzz_generic.py
 
 test-all: install
 	$(PY) -m pytest -q -m "not gpu and not vllm"

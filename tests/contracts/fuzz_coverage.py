@@ -149,7 +149,18 @@ class CoverageParties:
 
     def _answer_or_slash(self, slash: bool) -> None:
         """Every open claim: its dispatcher answers if it kept the promise; past the proof window
-        (``slash``), the client slashes."""
+        (``slash``), the client slashes. A claim the harness did not make (the generic adversary's
+        replay of a promise, `fuzz_generic`) is found on-chain and tracked as any other."""
+        count = self.coverage("claimCount")
+        for claim_id in range(self.claims_scanned + 1, count + 1):
+            if claim_id not in self.claim_of:
+                receipt_hash, dispatcher, batch_by = self.coverage("getClaim", claim_id)[:3]
+                pr = next((x for x in self.promises if x.signed.promise.receipt_hash == bytes(receipt_hash)
+                           and self._node(x.dispatcher).address.lower() == dispatcher.lower() and x.batch_by == batch_by), None)
+                if pr is not None:
+                    pr.claims.append((claim_id, "generic"))
+                    self.claim_of[claim_id] = pr
+        self.claims_scanned = count
         for claim_id, pr in list(self.claim_of.items()):
             if claim_id in self.resolved:
                 continue

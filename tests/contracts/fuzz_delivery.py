@@ -33,7 +33,7 @@ from verillm.spec.receipt import sign_receipt
 from verillm.spec.types import SamplingParams
 
 from helpers.contracts import OUTPUT_TOKENS, PRESET, PROMPT_LEN
-from fuzz_honest import ADVERSARY, CHEATER, COMMITTING, HONEST
+from fuzz_honest import ADVERSARY, CHEATER, COMMITTING
 
 INPUT_TOKENS = tuple(range(1000, 1000 + PROMPT_LEN))
 TRANSCRIPT = INPUT_TOKENS + tuple(range(OUTPUT_TOKENS))  # helpers.contracts.compute_trace's output tokens
@@ -76,7 +76,7 @@ class DeliveryParties:
         with no receipt posted."""
         out = []
         for slot, address in enumerate(self.committee(t.run.audit_id, round_index)):
-            if honest_only and self._index(address) not in HONEST:
+            if honest_only and self._index(address) not in self.honest:
                 continue
             if self.claimant(t.run.audit_id, round_index, slot) == address.lower() and \
                     self.party(t.run.audit_id, round_index, slot + 1)["root"] == bytes(32):
@@ -139,7 +139,7 @@ class DeliveryParties:
             return
         for slot, address in enumerate(self.committee(t.run.audit_id, state.round)):
             i = self._index(address)
-            if i not in HONEST or self.party(t.run.audit_id, state.round, slot + 1)["root"] != bytes(32):
+            if i not in self.honest or self.party(t.run.audit_id, state.round, slot + 1)["root"] != bytes(32):
                 continue
             if self.claimant(t.run.audit_id, state.round, slot) != address.lower():
                 self._try(self.p.claim_undelivered, self._node(i).account, t.run.audit_id, slot)

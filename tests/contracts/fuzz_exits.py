@@ -137,8 +137,8 @@ class ExitRules:
     @rule(i=st.sampled_from(EXIT_MEMBERS))
     def honest_deregisters(self, i):
         """An honest member in no open audit (no lock) leaves; one at a time."""
-        if self.leaving or self._row(i)[2]:
-            self._step("honest_deregisters:busy")
+        if self.leaving or self._row(i)[2] or i not in self.honest:
+            self._step("honest_deregisters:busy")  # busy, locked, or adversarial (fuzz_generic's cast)
             return
         self.p.deregister(self._node(i).account)
         self.leaving[i] = self._row(i)[1]

@@ -34,7 +34,7 @@ from verillm.spec.hashing import keccak256
 
 from helpers.contracts import MODEL, OUTPUT_TOKENS, PROMPT_LEN
 from fuzz_rpc import GAS_LIMIT
-from fuzz_honest import ADVERSARY, COMMITTING, DRAWING, MAX_AUDITS, OPENING, SETTLED
+from fuzz_honest import COMMITTING, DRAWING, MAX_AUDITS, OPENING, SETTLED
 
 SEAL, OPEN = "seal", "open"
 STEER_BLOCKS = 12  # a late move this close to its block: time moves on under the honest parties' control
@@ -88,7 +88,7 @@ class SealedVotes:
         for slot, address in enumerate(self.committee(audit_id, rs.round)):
             i = self._index(address)
             party = self.party(audit_id, rs.round, slot + 1)
-            if i == ADVERSARY or party["opened"] or party["root"] == bytes(32):
+            if i in self.adversaries or party["opened"] or party["root"] == bytes(32):
                 continue
             out.append((slot, i, OPEN if party["hash"] != bytes(32) else SEAL))
         return out
