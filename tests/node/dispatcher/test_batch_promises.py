@@ -68,7 +68,7 @@ async def test_a_kept_job_gets_a_promise_the_batcher_keeps_and_a_claim_is_answer
     due_at = signed.promise.batch_by_block - compute_post_margin(MINIMAL.BATCH_BY_BLOCKS)
     assert not batches.is_batch_due(due_at - 1) and batches.is_batch_due(due_at)
     protocol.chain.mine(due_at - protocol.chain.get_block_number())
-    await batches.post_batch(batches.create_batch(chain.get_block_number()))
+    await batches.post_batch(batches.create_batch())
     posted = protocol.batches.call("getBatch", tables.get_batch(1)["batch_id"])
     assert posted[3] <= signed.promise.batch_by_block
     # A griefer claims anyway; the node's watcher step answers from its own tables.
@@ -182,7 +182,7 @@ async def test_an_expired_receipt_is_started_publicly_so_it_is_skipped_not_left_
     batches = BatchScheduler(chainio, tables, NodeMetrics(), vrf.derive_secret_key(b"\x01" * 32), 8, max_wait_s=10_000)
     job, receipt = _job_and_receipt(7, key, domain, protocol, horizon_blocks=2)
     tables.insert_dispatched_job(b"\x07" * 32, job, key.address, "", (5, 6), receipt, False)
-    await batches.post_batch(batches.create_batch(chain.get_block_number()))
+    await batches.post_batch(batches.create_batch())
     batch = tables.get_batch(tables.get_batches(("posted",))[-1]["id"])
     protocol.chain.mine(MINIMAL.AUDIT_DRAW_DELAY_BLOCKS + 1)
     await batches.advance_posted(batch, protocol.chain.get_block_number())
