@@ -51,6 +51,8 @@ ZERO, PENALTY_IF_CAPTURED, STAKE_IF_FRAMED = "0", "MEMBER_PENALTY_BPS if capture
 LEDGER = {
     "Jobs.failed audit": Rule("the worker", STAKE_IF_FRAMED, "proportionality: one round's bare verdict never takes an honest "
                               "worker's stake (it appeals a FAIL); both rounds captured is §13's priced framing residual"),
+    "Jobs.overturned": Rule("the worker", PENALTY_IF_CAPTURED, "proportionality: an appeal's FAIL of a round-0 PASS or TIE "
+                            "is one round against another: MEMBER_PENALTY_BPS, and an honest worker only meets it in a captured appeal"),
     "Jobs.missed opening or minority vote": Rule("a member", PENALTY_IF_CAPTURED,
                                                  "proportionality: outvoted by a captured round costs MEMBER_PENALTY_BPS"),
     "Jobs.missed committee draw": Rule("the dispatcher", ZERO, "keepability: an honest dispatcher draws in its window"),
