@@ -32,7 +32,7 @@ def bench():
 @click.option("--repeats", type=int, default=None, help="Interleaved repeats; medians are reported (default 7 tiny, 3 smollm2).")
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads; times are process CPU time, exact with 1.")
 @click.option("--engine", "engine_kind", type=click.Choice(["torch", "vllm"]), default="torch", show_default=True, help="vllm needs the vLLM environment (make test-vllm builds .venv-vllm).")
-@click.option("--mode", type=click.Choice(["exact", "tolerance"]), default=None, help="Verification mode (default: exact for bf16, tolerance for fp32).")
+@click.option("--mode", type=click.Choice(["exact", "canonical", "tolerance"]), default=None, help="Verification mode (default: exact for bf16, tolerance for fp32); canonical: exact with the canonical kernels (one class on every machine).")
 @click.option("--batches", "batch_sizes", default="1,8", show_default=True, help="Exact mode: batch sizes of the component table.")
 @click.option("--regeneration-jobs", type=int, default=None, help="Exact mode: jobs decoded with stock kernels to measure the canonical-pass design's regenerations (default 64 tiny, 16 smollm2; 0 skips).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
@@ -92,7 +92,7 @@ def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engi
 @click.option("--attacks", "attack_names", default=None, help="Comma-separated subset of attacks (default: all; 'none': honest audits only).")
 @click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False), default=None, help="Tolerance profile (default: the shipped one).")
 @click.option("--seed", "seed_name", default="detect", show_default=True, help="Names the job set; change it for a fresh, independent sample.")
-@click.option("--mode", type=click.Choice(["exact", "tolerance"]), default=None, help="Verification mode (default: exact for bf16, tolerance for fp32).")
+@click.option("--mode", type=click.Choice(["exact", "canonical", "tolerance"]), default=None, help="Verification mode (default: exact for bf16, tolerance for fp32); canonical: exact with the canonical kernels (one class on every machine).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def detect(model_name, dtype, job_count, attack_jobs, max_new_tokens, attack_names, profile_path, seed_name, mode, json_path):
     """Honest false rejections over the noise matrix and detection of every attack."""
