@@ -26,6 +26,24 @@ def bench():
 
 @bench.command()
 @click.option("--model", "model_name", default="tiny", show_default=True, help="tiny, smollm2, a Hugging Face directory or a GGUF file.")
+@click.option("--prompts", "prompt_count", type=int, default=8, show_default=True, help="Fixed chat prompts (at most 8).")
+@click.option("--max-new-tokens", type=int, default=64, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def agreement(model_name, prompt_count, max_new_tokens, json_path):
+    """Exact kernels (per machine and canonical) vs stock bf16: greedy tokens and perplexity on a fixed text."""
+    from verillm.bench.agreement import measure_agreement
+    from verillm.engine.models import load_model
+
+    model, tokenizer, manifest = load_model(model_name, "bfloat16", mode="canonical")
+    report = measure_agreement(model, tokenizer, manifest, prompt_count, max_new_tokens)
+    rows = [[k, v] for k, v in report.items() if not isinstance(v, dict)]
+    rows += [[f"{form}.{k}", v] for form in ("machine", "canonical") for k, v in report[form].items()]
+    click.echo(format_table(["metric", "value"], rows))
+    write_json(json_path, report)
+
+
+@bench.command()
+@click.option("--model", "model_name", default="tiny", show_default=True, help="tiny, smollm2, a Hugging Face directory or a GGUF file.")
 @click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="fp32", show_default=True)
 @click.option("--prompt-tokens", type=int, default=None, help="Default 512 tiny, 256 smollm2.")
 @click.option("--output-tokens", type=int, default=None, help="Default 512 tiny, 256 smollm2.")
@@ -118,12 +136,13 @@ def detect(model_name, dtype, job_count, attack_jobs, max_new_tokens, attack_nam
 @click.option("--threads", "thread_counts", default="1,2", show_default=True, help="Torch thread counts the batches draw from.")
 @click.option("--chunk", type=int, default=64, show_default=True, help="Audits per round (jobs drawn, run, checked; the JSON is rewritten after each).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def audits(model_name, audit_count, max_new_tokens, long_prompt_tokens, seed_name, thread_counts, chunk, json_path):
+@click.option("--mode", type=click.Choice(["exact", "canonical"]), default="exact", show_default=True, help="The kernel form: per machine (exact) or canonical.")
+def audits(model_name, audit_count, max_new_tokens, long_prompt_tokens, seed_name, thread_counts, chunk, json_path, mode):
     """Fresh honest bf16 exact-mode audits: false rejections and differing positions (both must be 0)."""
     from verillm.bench.audits import run_honest_audits
     from verillm.engine.models import load_model
 
-    model, tokenizer, manifest = load_model(model_name, "bfloat16", mode="exact")
+    model, tokenizer, manifest = load_model(model_name, "bfloat16", mode=mode)
     threads = tuple(int(t) for t in thread_counts.split(","))
     report = run_honest_audits(
         model, tokenizer, manifest, model_name, audit_count, max_new_tokens, seed_name, long_prompt_tokens,

@@ -157,15 +157,18 @@ def compute_canonical_fingerprints(hidden: torch.Tensor, projection: torch.Tenso
 class CanonicalSiLU(torch.nn.Module):
     """SiLU by table lookup on the bf16 input's bits: the same value on every machine."""
 
-    _table: torch.Tensor | None = None
+    _tables: dict[torch.device, torch.Tensor] = {}  # built once on the CPU, copied once per device
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.bfloat16:
             raise ConfigError(f"the canonical SiLU takes bf16 input, got {x.dtype}")
-        if CanonicalSiLU._table is None:
-            CanonicalSiLU._table = compute_canonical_silu_table()
-        table = CanonicalSiLU._table if CanonicalSiLU._table.device == x.device else CanonicalSiLU._table.to(x.device)
-        return table[x.view(torch.int16).to(torch.int32) + 32768]
+        tables = CanonicalSiLU._tables
+        if x.device not in tables:
+            cpu = tables.get(torch.device("cpu"))
+            if cpu is None:
+                cpu = tables[torch.device("cpu")] = compute_canonical_silu_table()
+            tables[x.device] = cpu.to(x.device)
+        return tables[x.device][x.view(torch.int16).to(torch.int32) + 32768]
 
 
 class CanonicalRotary:
