@@ -21,7 +21,7 @@ from verillm.engine.profiles import select_profile
 from verillm.spec.types import Job, SamplingParams
 from verillm.verifier.local import Party, check_pair, commit_runs, compute_member_jobs
 
-CPU_DIGEST_HERE = "canon1-kat1-6ed72330c18383da7798971b"  # tiny on the AVX2 EPYC, ATEN default and avx2 (docs/protocol.md §9)
+CPU_DIGEST_HERE = "canon1-kat1-b4ec3833ba03749e07deb78c"  # tiny on the AVX2 EPYC, ATEN default and avx2 (docs/protocol.md §9)
 out = sys.argv[1]
 report = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 started = time.time()
