@@ -22,7 +22,7 @@ import torch
 
 from verillm.engine import canonical
 from verillm.engine.canonical_math import compute_canonical_exp, compute_canonical_silu_table, compute_canonical_sin_cos
-from verillm.engine.kernel_class import compute_battery_tensor, compute_kernel_class
+from verillm.engine.kernel_class import compute_battery_tensor
 from verillm.engine.models import load_model
 from verillm.engine.profiles import select_profile
 from verillm.engine.torch_engine import TorchEngine
@@ -170,18 +170,19 @@ def test_canonical_functions_are_accurate_and_nan_has_one_encoding():
     assert set(table.view(torch.int16)[inputs.float().isnan()].tolist()) == {0x7FC0}
 
 
-def test_a_model_with_no_canonical_form_is_refused(canonical_tiny):
+def test_a_model_with_no_canonical_form_is_refused_and_left_unpatched(canonical_tiny):
     model, _, _ = canonical_tiny
-    config = model.config
-    mlp = model.get_decoder().layers[0].mlp
+    mlp = model.get_decoder().layers[-1].mlp  # the last module visited: everything before it was patched
     original = mlp.act_fn
     mlp.act_fn = torch.nn.GELU()
     try:
         with pytest.raises(ConfigError, match="SiLU activation only"):
-            compute_kernel_class(model, 64, "canonical") if False else canonical.canonical_modules(model).__enter__()
+            with canonical.canonical_modules(model):
+                pass
     finally:
         mlp.act_fn = original
-    assert config._attn_implementation != "verillm_canonical"
+    assert not any("forward" in m.__dict__ for m in model.modules())
+    assert all(type(m.act_fn).__name__ != "CanonicalSiLU" for m in model.modules() if hasattr(m, "act_fn"))
 
 
 @pytest.mark.slow
