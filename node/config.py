@@ -69,7 +69,7 @@ class EngineConfig:
     profile_dir: str = "profiles"
     """Where `verillm calibrate --model …` writes tolerance profiles (<model id>-<dtype>.json); a tolerance-mode model without one is refused."""
     kernel_class: str = ""
-    """Exact mode: the kernel class the network's manifest names; the node measures its own at start and refuses to serve if it differs. Empty = serve what this machine measures."""
+    """Exact mode: the kernel class the network's manifest names; the node measures its own at start and refuses to serve if it differs. Empty = serve what this machine measures (the per-machine kernels). A `canon…` class selects the canonical kernels, whose class is the same on every machine (docs/protocol.md §9)."""
     retention: str = "tokens"
     """Exact mode: "tokens" keeps only each job's tokens and receipt and rebuilds the trace when an opening is asked (0 trace bytes); "full" keeps the trace blob. Tolerance mode always keeps it."""
 

@@ -127,11 +127,13 @@ def load_replay_engine(model_id: bytes, model: str = "auto", dtype: str = "float
     from verillm.engine.models import load_model
     from verillm.engine.torch_engine import TorchEngine
 
+    modes = (None, "canonical") if dtype == "bfloat16" else (None,)  # bf16: either exact kernel form
     for name in (KNOWN_MODELS if model == "auto" else (model,)):
-        loaded, tokenizer, manifest = load_model(name, dtype)
-        engine = TorchEngine(loaded, tokenizer, manifest)
-        if engine.model_id == model_id:
-            return name, engine
+        for mode in modes:
+            loaded, tokenizer, manifest = load_model(name, dtype, mode=mode)
+            engine = TorchEngine(loaded, tokenizer, manifest)
+            if engine.model_id == model_id:
+                return name, engine
     raise ConfigError(f"model id 0x{model_id.hex()} is none of {KNOWN_MODELS if model == 'auto' else (model,)} in {dtype}")
 
 

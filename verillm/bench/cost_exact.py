@@ -32,7 +32,7 @@ import statistics
 
 from verillm.bench.cost import _timed, make_cost_job
 from verillm.bench.workloads import Workload, make_jobs
-from verillm.engine.exact import exact_kernels
+from verillm.engine.exact import exact_kernels, get_kernel_form
 from verillm.engine.torch_engine import TorchEngine
 from verillm.errors import ConfigError
 from verillm.node.worker.commit import compute_rebuilt_trace
@@ -79,7 +79,7 @@ class ComponentRuns:
         if component == "stock":
             return self.stock.run(self.stock_jobs)
         if component == "linears":
-            with exact_kernels(self.model, linears=True, attention=False):
+            with exact_kernels(self.model, linears=True, attention=False, form=get_kernel_form(self.exact.manifest.kernel_class)):
                 return self.stock.run(self.stock_jobs)
         if component == "attention":
             return self.plain.run(self.jobs)

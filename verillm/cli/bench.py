@@ -28,13 +28,31 @@ def bench():
 
 @bench.command()
 @click.option("--model", "model_name", default="tiny", show_default=True, help="tiny, smollm2, a Hugging Face directory or a GGUF file.")
+@click.option("--prompts", "prompt_count", type=int, default=8, show_default=True, help="Fixed chat prompts (at most 8).")
+@click.option("--max-new-tokens", type=int, default=64, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def agreement(model_name, prompt_count, max_new_tokens, json_path):
+    """Exact kernels (per machine and canonical) vs stock bf16: greedy tokens and perplexity on a fixed text."""
+    from verillm.bench.agreement import measure_agreement
+    from verillm.engine.models import load_model
+
+    model, tokenizer, manifest = load_model(model_name, "bfloat16", mode="canonical")
+    report = measure_agreement(model, tokenizer, manifest, prompt_count, max_new_tokens)
+    rows = [[k, v] for k, v in report.items() if not isinstance(v, dict)]
+    rows += [[f"{form}.{k}", v] for form in ("machine", "canonical") for k, v in report[form].items()]
+    click.echo(format_table(["metric", "value"], rows))
+    write_json(json_path, report)
+
+
+@bench.command()
+@click.option("--model", "model_name", default="tiny", show_default=True, help="tiny, smollm2, a Hugging Face directory or a GGUF file.")
 @click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="fp32", show_default=True)
 @click.option("--prompt-tokens", type=int, default=None, help="Default 512 tiny, 256 smollm2.")
 @click.option("--output-tokens", type=int, default=None, help="Default 512 tiny, 256 smollm2.")
 @click.option("--repeats", type=int, default=None, help="Interleaved repeats; medians are reported (default 7 tiny, 3 smollm2).")
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads; times are process CPU time, exact with 1.")
 @click.option("--engine", "engine_kind", type=click.Choice(["torch", "vllm"]), default="torch", show_default=True, help="vllm needs the vLLM environment (make test-vllm builds .venv-vllm).")
-@click.option("--mode", type=click.Choice(["exact", "tolerance"]), default=None, help="Verification mode (default: exact for bf16, tolerance for fp32).")
+@click.option("--mode", type=click.Choice(["exact", "canonical", "tolerance"]), default=None, help="Verification mode (default: exact for bf16, tolerance for fp32); canonical: exact with the canonical kernels (one class on every machine).")
 @click.option("--batches", "batch_sizes", default="1,8", show_default=True, help="Exact mode: batch sizes of the component table.")
 @click.option("--regeneration-jobs", type=int, default=None, help="Exact mode: jobs decoded with stock kernels to measure the canonical-pass design's regenerations (default 64 tiny, 16 smollm2; 0 skips).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
@@ -94,7 +112,7 @@ def cost(model_name, dtype, prompt_tokens, output_tokens, repeats, threads, engi
 @click.option("--attacks", "attack_names", default=None, help="Comma-separated subset of attacks (default: all; 'none': honest audits only).")
 @click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False), default=None, help="Tolerance profile (default: the shipped one).")
 @click.option("--seed", "seed_name", default="detect", show_default=True, help="Names the job set; change it for a fresh, independent sample.")
-@click.option("--mode", type=click.Choice(["exact", "tolerance"]), default=None, help="Verification mode (default: exact for bf16, tolerance for fp32).")
+@click.option("--mode", type=click.Choice(["exact", "canonical", "tolerance"]), default=None, help="Verification mode (default: exact for bf16, tolerance for fp32); canonical: exact with the canonical kernels (one class on every machine).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def detect(model_name, dtype, job_count, attack_jobs, max_new_tokens, attack_names, profile_path, seed_name, mode, json_path):
     """Honest false rejections over the noise matrix and detection of every attack."""
@@ -120,12 +138,13 @@ def detect(model_name, dtype, job_count, attack_jobs, max_new_tokens, attack_nam
 @click.option("--threads", "thread_counts", default="1,2", show_default=True, help="Torch thread counts the batches draw from.")
 @click.option("--chunk", type=int, default=64, show_default=True, help="Audits per round (jobs drawn, run, checked; the JSON is rewritten after each).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def audits(model_name, audit_count, max_new_tokens, long_prompt_tokens, seed_name, thread_counts, chunk, json_path):
+@click.option("--mode", type=click.Choice(["exact", "canonical"]), default="exact", show_default=True, help="The kernel form: per machine (exact) or canonical.")
+def audits(model_name, audit_count, max_new_tokens, long_prompt_tokens, seed_name, thread_counts, chunk, json_path, mode):
     """Fresh honest bf16 exact-mode audits: false rejections and differing positions (both must be 0)."""
     from verillm.bench.audits import run_honest_audits
     from verillm.engine.models import load_model
 
-    model, tokenizer, manifest = load_model(model_name, "bfloat16", mode="exact")
+    model, tokenizer, manifest = load_model(model_name, "bfloat16", mode=mode)
     threads = tuple(int(t) for t in thread_counts.split(","))
     report = run_honest_audits(
         model, tokenizer, manifest, model_name, audit_count, max_new_tokens, seed_name, long_prompt_tokens,

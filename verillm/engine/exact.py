@@ -29,11 +29,19 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from verillm.engine.canonical_math import compute_canonical_exp
 from verillm.engine.exact_attention import compute_exact_sum_attention
 from verillm.errors import ConfigError
 from verillm.spec.types import ModelManifest
 
 ATTENTION_NAME = "verillm_exact"
+CANONICAL_ATTENTION_NAME = "verillm_canonical"
+# Kernel forms (`docs/protocol.md` §9): "machine", the per-machine class (stock GEMMs and
+# library exp/SiLU, measured per machine kind), and "canonical", every reduction an exact sum and
+# every function IEEE basic ops (`engine/canonical.py`): one class per model on every machine.
+MACHINE_FORM = "machine"
+CANONICAL_FORM = "canonical"
+CANONICAL_CLASS_PREFIX = "canon"
 # Rows of products materialised at once by compute_exact_fingerprints (memory: rows × H × dims × 8 B).
 FINGERPRINT_CHUNK_ROWS = 128
 
@@ -41,6 +49,11 @@ FINGERPRINT_CHUNK_ROWS = 128
 def is_exact(manifest: ModelManifest) -> bool:
     """Check if ``manifest`` names a kernel class (exact mode) rather than the tolerance mode."""
     return bool(manifest.kernel_class)
+
+
+def get_kernel_form(kernel_class: str) -> str:
+    """The kernel form a class id names: ``canon<v>-…`` the canonical kernels, any other exact class the per-machine ones."""
+    return CANONICAL_FORM if kernel_class.startswith(CANONICAL_CLASS_PREFIX) else MACHINE_FORM
 
 
 # --- attention ------------------------------------------------------------------------------
@@ -58,6 +71,17 @@ def compute_exact_attention(module, query, key, value, attention_mask, scaling, 
     return compute_exact_sum_attention(query, key, value, attention_mask, scaling), None
 
 
+def _canonical_exp(x: torch.Tensor) -> torch.Tensor:
+    return compute_canonical_exp(x)
+
+
+def compute_canonical_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """The exact-sum attention with the canonical exp (`canonical_math`): the same bits on every machine."""
+    if attention_mask is None or attention_mask.dtype != torch.bool:
+        raise ConfigError("exact attention needs the boolean mask of compute_exact_mask")
+    return compute_exact_sum_attention(query, key, value, attention_mask, scaling, _canonical_exp), None
+
+
 def compute_exact_mask(*args, **kwargs):
     """sdpa's boolean mask, never skipped: the exact attention always needs the explicit mask."""
     kwargs["allow_is_causal_skip"] = False
@@ -66,6 +90,8 @@ def compute_exact_mask(*args, **kwargs):
 
 AttentionInterface.register(ATTENTION_NAME, compute_exact_attention)
 AttentionMaskInterface.register(ATTENTION_NAME, compute_exact_mask)
+AttentionInterface.register(CANONICAL_ATTENTION_NAME, compute_canonical_attention)
+AttentionMaskInterface.register(CANONICAL_ATTENTION_NAME, compute_exact_mask)
 
 
 # --- linears --------------------------------------------------------------------------------
@@ -127,14 +153,19 @@ def is_exact_norm_module(module: torch.nn.Module) -> bool:
 
 
 @contextlib.contextmanager
-def exact_kernels(model: torch.nn.Module, linears: bool = True, attention: bool = True):
+def exact_kernels(model: torch.nn.Module, linears: bool = True, attention: bool = True, form: str = MACHINE_FORM):
     """Run ``model`` with the exact kernels for the duration of the block, then restore it.
 
     The model object may be shared with tolerance-mode engines: the attention choice and the
     linears' forwards are set here and undone on exit, never left on the model. ``linears`` /
     ``attention`` False leave that part stock (only `verillm bench cost` measures them apart);
-    ``linears`` covers the per-row kernels: the linears and, off the CPU, the norms.
+    ``linears`` covers the per-row kernels: the linears and, off the CPU, the norms (canonical
+    form: the linears, norms, SiLU and RoPE on every device). ``form``: MACHINE_FORM or CANONICAL_FORM.
     """
+    if form == CANONICAL_FORM:
+        with _canonical_kernels(model, linears, attention):
+            yield
+        return
     config = model.config
     previous = config._attn_implementation
     patched = []
@@ -153,6 +184,30 @@ def exact_kernels(model: torch.nn.Module, linears: bool = True, attention: bool 
         for module in patched:
             del module.forward
         config._attn_implementation = previous
+
+
+@contextlib.contextmanager
+def _canonical_kernels(model: torch.nn.Module, linears: bool, attention: bool):
+    from verillm.engine.canonical import canonical_modules
+
+    config = model.config
+    previous = config._attn_implementation
+    try:
+        if attention:
+            config._attn_implementation = CANONICAL_ATTENTION_NAME
+        with canonical_modules(model, linears):
+            yield
+    finally:
+        config._attn_implementation = previous
+
+
+def get_fingerprint_function(form: str):
+    """The exact fingerprint of a kernel form: the fixed-tree float64 one (per machine) or the exact-sum one (canonical)."""
+    if form == CANONICAL_FORM:
+        from verillm.engine.canonical import compute_canonical_fingerprints
+
+        return compute_canonical_fingerprints
+    return compute_exact_fingerprints
 
 
 # --- fingerprints ---------------------------------------------------------------------------

@@ -92,7 +92,11 @@ def compute_rounded(x: torch.Tensor) -> torch.Tensor:
     return x.add_(ROUNDING_MAGIC).sub_(ROUNDING_MAGIC)
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, vsig: torch.Tensor, allowed: torch.Tensor | None, scaling: float) -> torch.Tensor:
+def _exp_in_place(x: torch.Tensor) -> torch.Tensor:
+    return x.exp_()
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, vsig: torch.Tensor, allowed: torch.Tensor | None, scaling: float, exp=_exp_in_place) -> torch.Tensor:
     """One block: q [B, KV, G, Tq, D] (canonical), k [B, KV, Tk, D], vsig [B, KV, Tk, D + 1], allowed [B, 1, 1, Tq, Tk]
     (None: every query may attend every key, as in a one-row decode step; fewer ops, the same values).
 
@@ -107,7 +111,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, vsig: torch.Tensor, allowed: torch
     best = weights.amax(dim=-1, keepdim=True)
     if allowed is not None:
         best.masked_fill_(best == -math.inf, 0.0)
-    weights.sub_(best).exp_()  # masked keys → exactly 0
+    weights = exp(weights.sub_(best))  # masked keys → exactly 0
     scratch = torch.add(ROUNDING_MAGIC, weights, alpha=2.0**DENOMINATOR_BITS)  # the weight on 2^−36, + magic: one rounding
     denominator = scratch.sub_(ROUNDING_MAGIC).sum(dim=-1, keepdim=True).clamp_min_(1.0)  # exact; 0 only with no key
     # Bits of a query's weights: from how many keys it attends (the same in decode and prefill).
@@ -132,9 +136,12 @@ def _attend(q: torch.Tensor, k: torch.Tensor, vsig: torch.Tensor, allowed: torch
     return numerator.div_(denominator).add_(0.0)  # −0 → +0: a zero sum's sign must not depend on which zeros were added
 
 
-def compute_exact_sum_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor, scaling: float) -> torch.Tensor:
+def compute_exact_sum_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor, scaling: float, exp=_exp_in_place) -> torch.Tensor:
     """Attention over bf16 q [B, H, Tq, D] and k/v [B, KV, Tk, D] (or their cache form, `compute_canonical_kv`)
-    with boolean ``allowed`` [B, 1, Tq, Tk]; returns [B, Tq, H, D] in q's dtype."""
+    with boolean ``allowed`` [B, 1, Tq, Tk]; returns [B, Tq, H, D] in q's dtype.
+
+    ``exp``: float64 tensor → its exponential (may work in place): torch's (the per-machine
+    class) or `canonical_math.compute_canonical_exp` (the canonical kernels)."""
     b, h, tq, d = query.shape
     kv, tk = key.shape[1], key.shape[2]
     if d > MAX_HEAD_DIM or tk > MAX_KEYS or h % kv:
@@ -144,17 +151,17 @@ def compute_exact_sum_attention(query: torch.Tensor, key: torch.Tensor, value: t
     q = compute_canonical_rows(query)[0].view(b, kv, h // kv, tq, d)
     allowed = allowed[..., :tk].unsqueeze(1)  # [B, 1, 1, Tq, Tk]
     if tq == 1 and bool(allowed.all()):
-        return _attend(q, key, value, None, scaling).reshape(b, h, 1, d).to(query.dtype).transpose(1, 2)
+        return _attend(q, key, value, None, scaling, exp).reshape(b, h, 1, d).to(query.dtype).transpose(1, 2)
     if tq == 1:
-        out = _attend(q, key, value, allowed, scaling)
+        out = _attend(q, key, value, allowed, scaling, exp)
     else:  # a prefill: row by row, each over its own queries and keys only (left padding costs nothing)
         out = torch.zeros_like(q)
         for row in range(b):
-            _prefill_row(q[row : row + 1], key[row : row + 1], value[row : row + 1], allowed[row : row + 1], scaling, out[row : row + 1])
+            _prefill_row(q[row : row + 1], key[row : row + 1], value[row : row + 1], allowed[row : row + 1], scaling, out[row : row + 1], exp)
     return out.reshape(b, h, tq, d).to(query.dtype).transpose(1, 2).contiguous()
 
 
-def _prefill_row(q: torch.Tensor, k: torch.Tensor, vsig: torch.Tensor, allowed: torch.Tensor, scaling: float, out: torch.Tensor) -> None:
+def _prefill_row(q: torch.Tensor, k: torch.Tensor, vsig: torch.Tensor, allowed: torch.Tensor, scaling: float, out: torch.Tensor, exp=_exp_in_place) -> None:
     """Write one batch row's attention into ``out`` [1, KV, G, Tq, D] (left as zeros for queries that attend no key).
 
     Only the queries that attend a key and the keys some query attends are computed, in
@@ -170,7 +177,7 @@ def _prefill_row(q: torch.Tensor, k: torch.Tensor, vsig: torch.Tensor, allowed: 
         stop = min(start + QUERY_BLOCK_ROWS, q.shape[3])
         block = allowed[..., start:stop, k_first:]
         extent = k_first + _get_key_extent(block)
-        out[:, :, :, start:stop] = _attend(q[:, :, :, start:stop], k[:, :, k_first:extent], vsig[:, :, k_first:extent], allowed[..., start:stop, k_first:extent], scaling)
+        out[:, :, :, start:stop] = _attend(q[:, :, :, start:stop], k[:, :, k_first:extent], vsig[:, :, k_first:extent], allowed[..., start:stop, k_first:extent], scaling, exp)
 
 
 def _get_key_extent(allowed: torch.Tensor) -> int:

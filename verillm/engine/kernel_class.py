@@ -26,7 +26,19 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from verillm.engine.exact import compute_exact_fingerprints, compute_row_invariant_linear, get_exact_norm, is_exact_norm_module, is_stock_norm_row_invariant
+from verillm.engine import canonical
+from verillm.engine.canonical_math import compute_canonical_exp
+from verillm.engine.exact import (
+    CANONICAL_CLASS_PREFIX,
+    CANONICAL_FORM,
+    MACHINE_FORM,
+    compute_exact_fingerprints,
+    compute_row_invariant_linear,
+    get_exact_norm,
+    get_kernel_form,
+    is_exact_norm_module,
+    is_stock_norm_row_invariant,
+)
 from verillm.engine.exact_attention import SHORT_KEYS, compute_canonical_kv, compute_exact_sum_attention
 from verillm.errors import ConfigError
 from verillm.spec.hashing import blake3_digest
@@ -39,6 +51,7 @@ ATTENTION_LENGTHS = (1, 2, 5, 64, SHORT_KEYS + 90)
 ATTENTION_PADDING = 11
 DECODE_CHECKS = 6  # query positions per (row, length) re-run as decode steps
 NORM_ROWS = 37
+ROPE_POSITIONS = 4099  # canonical form: the RoPE table over these positions
 
 
 def compute_battery_tensor(label: str, shape: tuple[int, ...], low: int, high: int, dtype=torch.bfloat16) -> torch.Tensor:
@@ -69,7 +82,8 @@ def _with_threads(count: int, fn: Callable[[], torch.Tensor]) -> torch.Tensor:
         torch.set_num_threads(previous)
 
 
-def _run_linears(shapes: tuple[tuple[int, int, bool], ...], device: torch.device) -> list[torch.Tensor]:
+def _run_linears(shapes: tuple[tuple[int, int, bool], ...], device: torch.device, linear=compute_row_invariant_linear) -> list[torch.Tensor]:
+    compute_row_invariant_linear = linear  # noqa: N806 (the form's linear)
     outputs = []
     for k, n, has_bias in shapes:
         weight = compute_battery_tensor(f"linear-w-{k}-{n}", (n, k), -9, -4).to(device)
@@ -92,7 +106,14 @@ def _attention_mask(lengths: tuple[int, ...], width: int, device: torch.device) 
     return allowed
 
 
-def _run_attention(heads: int, kv_heads: int, head_dim: int, scaling: float, device: torch.device) -> list[torch.Tensor]:
+def _torch_exp(x: torch.Tensor) -> torch.Tensor:
+    return torch.exp(x)
+
+
+def _run_attention(heads: int, kv_heads: int, head_dim: int, scaling: float, device: torch.device, exp=None) -> list[torch.Tensor]:
+    kwargs = {} if exp is None else {"exp": exp}
+    canonical_inputs = exp is not None
+    exp = exp or _torch_exp
     outputs = []
     for length in ATTENTION_LENGTHS:
         width = length + ATTENTION_PADDING
@@ -100,20 +121,23 @@ def _run_attention(heads: int, kv_heads: int, head_dim: int, scaling: float, dev
         q = compute_battery_tensor(f"attn-q-{length}", (2, heads, width, head_dim), -5, 2).to(device)
         k = compute_battery_tensor(f"attn-k-{length}", (2, kv_heads, width, head_dim), -5, 2).to(device)
         v = compute_battery_tensor(f"attn-v-{length}", (2, kv_heads, width, head_dim), -12, 1).to(device)  # wide rows: the flush
-        prefill = compute_exact_sum_attention(q, k, v, _attention_mask(lengths, width, device), scaling)
+        prefill = compute_exact_sum_attention(q, k, v, _attention_mask(lengths, width, device), scaling, **kwargs)
         for row, real in enumerate(lengths):
             pad = width - real
             for position in sorted({pad, width - 1, *range(pad, width, max(1, real // DECODE_CHECKS))}):
                 keys = slice(pad, position + 1)
                 allowed = torch.ones((1, 1, 1, position + 1 - pad), dtype=torch.bool, device=device)
                 cached_k, cached_v = compute_canonical_kv(k[row : row + 1, :, keys], v[row : row + 1, :, keys])  # the decode path: the cache form
-                step = compute_exact_sum_attention(q[row : row + 1, :, position : position + 1], cached_k, cached_v, allowed, scaling)
+                step = compute_exact_sum_attention(q[row : row + 1, :, position : position + 1], cached_k, cached_v, allowed, scaling, **kwargs)
                 _verify_equal(f"attention decode vs prefill at {position - pad + 1} keys", step[0, 0], prefill[row, position])
         outputs.append(prefill)
-    values = torch.linspace(-700.0, 0.0, 4099, dtype=torch.float64, device=device)
-    whole = torch.exp(values)
+    if canonical_inputs:  # linspace's own arithmetic differs by ISA: the canonical battery's inputs may not
+        values = torch.arange(4099, dtype=torch.float64, device=device).mul_(700.0 / 4098).sub_(700.0)
+    else:
+        values = torch.linspace(-700.0, 0.0, 4099, dtype=torch.float64, device=device)
+    whole = exp(values)
     for start, stop in ((0, 1), (3, 20), (7, 4099), (1000, 1017)):
-        _verify_equal("float64 exp at another offset", torch.exp(values[start:stop].clone()), whole[start:stop])
+        _verify_equal("float64 exp at another offset", exp(values[start:stop].clone()), whole[start:stop])
     outputs.append(whole)
     return outputs
 
@@ -125,8 +149,10 @@ def _run_rows(label: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.T
     return together
 
 
-def compute_battery_outputs(model: torch.nn.Module, fingerprint_dims: int) -> list[torch.Tensor]:
+def compute_battery_outputs(model: torch.nn.Module, fingerprint_dims: int, form: str = MACHINE_FORM) -> list[torch.Tensor]:
     """Run the known-answer battery at ``model``'s shapes on its device; raise ConfigError if an invariant fails."""
+    if form == CANONICAL_FORM:
+        return compute_canonical_battery_outputs(model, fingerprint_dims)
     device = next(model.parameters()).device
     config = model.config
     shapes = sorted({(m.in_features, m.out_features, m.bias is not None) for m in model.modules() if isinstance(m, torch.nn.Linear)})
@@ -147,6 +173,34 @@ def compute_battery_outputs(model: torch.nn.Module, fingerprint_dims: int) -> li
     return outputs
 
 
+def compute_canonical_battery_outputs(model: torch.nn.Module, fingerprint_dims: int) -> list[torch.Tensor]:
+    """The battery through the canonical kernels (`engine/canonical.py`): the same shapes and
+    invariants, plus the SiLU table and the RoPE table, the parts that are library functions in
+    the per-machine form. Also refuses (ConfigError) a model with a module of no canonical form."""
+    device = next(model.parameters()).device
+    config = model.config
+    shapes = sorted({(m.in_features, m.out_features, m.bias is not None) for m in model.modules() if isinstance(m, torch.nn.Linear)})
+    heads, kv_heads = config.num_attention_heads, getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    with torch.inference_mode():
+        with canonical.canonical_modules(model):  # raises for a norm, activation or RoPE of no canonical form
+            rotary = [m.forward for m in model.modules() if isinstance(m.__dict__.get("forward"), canonical.CanonicalRotary)]
+            outputs = _run_linears(tuple(shapes), device, canonical.compute_canonical_linear)
+            outputs += _run_attention(heads, kv_heads, head_dim, head_dim**-0.5, device, compute_canonical_exp)
+            hidden = compute_battery_tensor("hidden", (NORM_ROWS, config.hidden_size), -6, 4).to(device)
+            projection = compute_battery_tensor("projection", (config.hidden_size, fingerprint_dims), -3, 0, torch.float32).to(device)
+            outputs.append(_run_rows("the canonical fingerprint", lambda h: canonical.compute_canonical_fingerprints(h, projection), hidden))
+            weight = compute_battery_tensor("norm", (config.hidden_size,), -2, 1).to(device)
+            eps = getattr(get_final_norm(model), "variance_epsilon", 1e-6)
+            outputs.append(_run_rows("the canonical norm", lambda h: canonical.compute_canonical_rms_norm(h, weight, eps), hidden))
+            outputs.append(canonical.CanonicalSiLU()(torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).to(device)))
+            positions = torch.arange(ROPE_POSITIONS, device=device)[None]
+            for rope in rotary:
+                cos, sin = rope(hidden[:1, None].to(torch.bfloat16), positions)
+                outputs += [cos, sin]
+    return outputs
+
+
 _CLASSES: dict[tuple, str] = {}
 
 
@@ -159,13 +213,21 @@ def get_final_norm(model: torch.nn.Module) -> torch.nn.Module:
     return norm
 
 
-def compute_kernel_class(model: torch.nn.Module, fingerprint_dims: int) -> str:
-    """Return the kernel class ``model``'s exact kernels compute on this machine (the battery runs once per shape set and process)."""
+def compute_kernel_class(model: torch.nn.Module, fingerprint_dims: int, form: str = MACHINE_FORM) -> str:
+    """Return the kernel class ``model``'s exact kernels of ``form`` compute on this machine (the battery runs once per shape set and process).
+
+    The canonical form's id is ``canon<form version>-kat<battery version>-<digest>``: no device,
+    because its kernels compute the same bits on every machine (the digest shows it)."""
     parameter = next(model.parameters())
     config, norm = model.config, get_final_norm(model)
     shapes = tuple(sorted({(m.in_features, m.out_features, m.bias is not None) for m in model.modules() if isinstance(m, torch.nn.Linear)}))
     attention = (config.num_attention_heads, getattr(config, "num_key_value_heads", None), getattr(config, "head_dim", None), config.hidden_size)
-    signature = (parameter.device.type, str(parameter.dtype), shapes, attention, type(norm).__name__, getattr(norm, "variance_epsilon", None), fingerprint_dims)
+    rope = getattr(getattr(model.get_decoder(), "rotary_emb", None), "inv_freq", None)
+    signature = (form, parameter.device.type, str(parameter.dtype), shapes, attention, type(norm).__name__, getattr(norm, "variance_epsilon", None), fingerprint_dims, None if rope is None else tuple(rope.shape), str(getattr(config, "rope_parameters", "")))
+    if form == CANONICAL_FORM and signature not in _CLASSES:
+        outputs = compute_battery_outputs(model, fingerprint_dims, form)
+        digest = blake3_digest(f"form:canonical{canonical.FORM_VERSION};".encode() + b"".join(_bits(out).cpu().numpy().tobytes() for out in outputs))
+        _CLASSES[signature] = f"{CANONICAL_CLASS_PREFIX}{canonical.FORM_VERSION}-kat{BATTERY_VERSION}-{digest[:12].hex()}"
     if signature not in _CLASSES:
         outputs = compute_battery_outputs(model, fingerprint_dims)
         # Off the CPU the norm is exact mode's own (`exact.get_exact_norm`): named in the digest,
@@ -186,8 +248,9 @@ def verify_kernel_class(manifest: ModelManifest, model: torch.nn.Module) -> None
     if not manifest.kernel_class:
         return
     device = next(model.parameters()).device.type
-    if not manifest.kernel_class.startswith(f"{device}-kat"):
+    form = get_kernel_form(manifest.kernel_class)
+    if form == MACHINE_FORM and not manifest.kernel_class.startswith(f"{device}-kat"):
         raise ConfigError(f"manifest {manifest.name} needs kernel class {manifest.kernel_class!r}; this {device} model cannot compute a {manifest.kernel_class.split('-')[0]} class")
-    have = compute_kernel_class(model, manifest.fingerprint_dims)
+    have = compute_kernel_class(model, manifest.fingerprint_dims, form)
     if have != manifest.kernel_class:
         raise ConfigError(f"manifest {manifest.name} needs kernel class {manifest.kernel_class}; this machine computes {have} (known-answer battery)")

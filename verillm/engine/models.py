@@ -172,16 +172,18 @@ def load_smollm2(dtype: str = "float32"):
 
 MODEL_NAMES = ALIASES
 
-MODES = ("exact", "tolerance")
+# "exact": exact mode with the per-machine kernels (a class per machine kind); "canonical": exact
+# mode with the canonical kernels (one class per model on every machine, `engine/canonical.py`).
+MODES = ("exact", "canonical", "tolerance")
 
 
 def is_exact_mode(dtype: str, mode: str | None) -> bool:
-    """Return whether ``mode`` (default: exact for bf16, tolerance otherwise) is exact mode."""
+    """Return whether ``mode`` (default: exact for bf16, tolerance otherwise) is exact mode (either kernel form)."""
     if mode is None:
         mode = "exact" if dtype == "bfloat16" else "tolerance"
     if mode not in MODES:
         raise ConfigError(f"unknown verification mode {mode!r}; known: {list(MODES)}")
-    return mode == "exact"
+    return mode != "tolerance"
 
 
 def get_kernel_class(model, dtype: str, mode: str | None, preset: Preset = MAINNET, expected: str | None = None) -> str:
@@ -194,9 +196,17 @@ def get_kernel_class(model, dtype: str, mode: str | None, preset: Preset = MAINN
         if expected:
             raise ConfigError(f"kernel class {expected} pinned, but {dtype} in this mode is tolerance mode")
         return ""
+    from verillm.engine.exact import CANONICAL_FORM, MACHINE_FORM, get_kernel_form
     from verillm.engine.kernel_class import compute_kernel_class  # imports the exact kernels (registers the attention)
 
-    computed = compute_kernel_class(model, preset.FINGERPRINT_DIMS)
+    form = CANONICAL_FORM if mode == "canonical" else MACHINE_FORM
+    if expected and mode is None:
+        form = get_kernel_form(expected)  # a pinned class names its form
+    if expected and get_kernel_form(expected) != form:
+        raise ConfigError(f"kernel class {expected} pinned, but mode {mode!r} runs the {form} kernels")
+    if form == CANONICAL_FORM and dtype != "bfloat16":
+        raise ConfigError(f"the canonical kernels are bf16 kernels; {dtype} cannot use them")
+    computed = compute_kernel_class(model, preset.FINGERPRINT_DIMS, form)
     if expected and expected != computed:
         raise ConfigError(f"the manifest needs kernel class {expected}; this machine computes {computed} (known-answer battery): it cannot serve that model id")
     return computed
@@ -209,8 +219,9 @@ def load_model(name: str, dtype: str = "float32", preset: Preset = MAINNET, mode
     (`verillm.engine.checkpoints.resolve_model_source`). A directory or GGUF (smollm2 is its
     cache directory) gets every manifest field derived from its files, so the same files give
     the same model id wherever they lie; tiny has no files and keeps its fixed manifest.
-    ``mode``: "exact" (a kernel class in the manifest, zero tolerance) or "tolerance"; the
-    default is exact for bfloat16 and tolerance for float32 (`docs/protocol.md` §9). In exact
+    ``mode``: "exact" (a kernel class in the manifest, zero tolerance, per-machine kernels),
+    "canonical" (exact, with the canonical kernels: one class on every machine) or "tolerance";
+    the default is exact for bfloat16 and tolerance for float32 (`docs/protocol.md` §9). In exact
     mode the kernel class is measured here (`engine/kernel_class.py`); ``kernel_class``, when
     given, is the one the network's manifest names, and a machine that computes another refuses.
     """

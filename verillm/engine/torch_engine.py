@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from verillm.engine.exact import compute_exact_fingerprints, exact_kernels, is_exact
+from verillm.engine.exact import MACHINE_FORM, exact_kernels, get_fingerprint_function, get_kernel_form, is_exact
 from verillm.engine.exact_attention import make_exact_cache
 from verillm.engine.kernel_class import verify_kernel_class
 from verillm.engine.families import get_layer_module
@@ -152,7 +152,8 @@ class TorchEngine:
         self.capture = capture
         # Exact mode (a kernel class in the manifest): row-invariant kernels and fingerprints.
         self.exact = is_exact(manifest)
-        self._fingerprint = compute_exact_fingerprints if self.exact else compute_fingerprints_torch
+        self.kernel_form = get_kernel_form(manifest.kernel_class) if self.exact else MACHINE_FORM
+        self._fingerprint = get_fingerprint_function(self.kernel_form) if self.exact else compute_fingerprints_torch
         self.device = next(model.parameters()).device
         self.margin_logits = manifest.token_margin_micrologits / 1_000_000
         self.stop_list = list(manifest.stop_tokens)
@@ -194,7 +195,7 @@ class TorchEngine:
         for job in jobs:
             verify_job_admission(job, self.manifest, self.model_id)
         traces = []
-        kernels = exact_kernels(self.model) if self.exact else contextlib.nullcontext()
+        kernels = exact_kernels(self.model, form=self.kernel_form) if self.exact else contextlib.nullcontext()
         with get_model_lock(self.model), self._threads(), kernels, self._hooks(), torch.inference_mode():
             for start in range(0, len(jobs), self.max_batch_size):
                 self._on_token = None if on_token is None else (lambda slot, token, start=start: on_token(start + slot, token))
