@@ -61,6 +61,14 @@ SKIPS = {
         "8 × 64 SmolLM2 audits: hours on 2 cores",
     ("docs/benchmarks.md", "verillm bench detect --model smollm2 --dtype bf16 --jobs 8 --attack-jobs 8 --seed exact-attacks --json docs/results/detect-smollm2-bf16-exact.json"):
         "SmolLM2 bf16 with every attack: hours on 2 cores",
+    ("docs/benchmarks.md", "verillm bench cost --dtype bf16 --mode canonical --repeats 3 --regeneration-jobs 0 --json docs/results/cost-tiny-bf16-canonical.json"):
+        "512 in / 512 out, 3 repeats of the canonical kernels: a timing benchmark (many minutes); overwrites a committed result",
+    ("docs/benchmarks.md", "verillm bench cost --dtype bf16 --mode exact --repeats 3 --regeneration-jobs 0 --json docs/results/cost-tiny-bf16-machine-issue37.json"):
+        "512 in / 512 out, 3 repeats: a timing benchmark (many minutes); overwrites a committed result",
+    ("docs/benchmarks.md", "verillm bench agreement --model tiny --json docs/results/agreement-tiny-bf16.json"):
+        "teacher-forced agreement and perplexity of three kernel forms: minutes of CPU; overwrites a committed result",
+    ("docs/benchmarks.md", "verillm bench duties --clients 6 --per-client 16 --max-tokens 8 --load-s 60 --drain-s 60 --window-s 60 --audit-rate-bps 500 --json docs/results/bench-duties-tiny-window60.json"):
+        "a 5-node devnet under 96 completions in flight for minutes: a load benchmark; overwrites a committed result",
     ("docs/benchmarks.md", "verillm bench stream-signing --repeats 9 --json docs/results/bench-stream-signing.json"):
         "a timing benchmark (CPU-time medians), meaningless on a loaded machine; overwrites a committed result",
     ("docs/benchmarks.md", "verillm bench cost --model tiny --json docs/results/cost-tiny.json"):
