@@ -212,7 +212,12 @@ PHONE = {"width": 390, "height": 844}
 def _fits_the_phone(page) -> None:
     """Nothing wider than the screen, and every vote cell on it (issue 36: 945 px at 390)."""
     width = page.evaluate("document.documentElement.scrollWidth")
-    assert width <= PHONE["width"], f"{page.evaluate('location.hash')}: {width} px wide at {PHONE['width']}"
+    if width > PHONE["width"]:
+        # name the element that sticks out, so a failure says what to fix
+        culprit = page.evaluate("""w => { let worst = null; for (const el of document.querySelectorAll('body *')) {
+            const r = el.getBoundingClientRect(); if (r.right > w + 0.5 && (!worst || r.width < worst[1])) worst = [el.tagName + (el.id ? '#' + el.id : '') + '.' + el.className + ' ' + (el.textContent || '').slice(0, 60), r.width, r.right]; }
+            return worst; }""", PHONE["width"])
+        raise AssertionError(f"{page.evaluate('location.hash')}: {width} px wide at {PHONE['width']}; narrowest element past the edge: {culprit}")
     for box in page.eval_on_selector_all("td.votes, td[data-label]", "cells => cells.map(c => { const r = c.getBoundingClientRect(); return [r.left, r.right]; })"):
         assert box[0] >= 0 and box[1] <= PHONE["width"] + 0.5, box
 

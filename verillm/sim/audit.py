@@ -42,8 +42,9 @@ class Behaviour:
     """An adversarial worker whose starved seats claimed their jobs never publishes its transcript:
     `slashUndelivered` slashes it as a worker default (the claimant earns the slash reward)."""
     escalate_own_fail: bool = False
-    """A cheat's FAIL (or TIE) is escalated by another adversarial identity (not the dispatcher, so
-    an unheard escalation refunds its bond), hoping the escalation is unheard or captured."""
+    """A cheat's FAIL (or TIE) is appealed, hoping the appeal is unheard or captured: by the cheating
+    worker itself where only parties with standing appeal (issue 34), else by another adversarial
+    identity (not the dispatcher, so an unheard escalation refunds its bond)."""
     lazy: bool = False
     """Adversarial members vote without computing the job (saving the prefill): AGREE, blind, under
     sealed votes; without them, the majority of the votes already shown (they open last)."""
@@ -285,7 +286,7 @@ def _escalator(ctx, first: _Round, verdict: int, worker: int, dispatcher: int, c
     if verdict == WORKER_DEFAULT:
         return None  # nothing to re-judge: `startEscalation` refuses a round the worker did not open
     if ctx.rules.escalate_any_party_any_verdict and ctx.behaviour.escalate_own_fail and cheated and adv[worker] and verdict in (FAIL, TIE):
-        return _first_adversarial(ctx.pool, exclude={worker, dispatcher})
+        return worker if ctx.rules.escalation_standing else _first_adversarial(ctx.pool, exclude={worker, dispatcher})
     if ctx.rules.escalate_any_party_any_verdict:
         # any honest party whose own data contradict the verdict
         if verdict == PASS:

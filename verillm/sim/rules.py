@@ -79,6 +79,11 @@ class RuleSet:
     worker_node_appeals: bool = True
     """The honest worker's node escalates a FAIL of its own job (issue 20; the simulator always
     assumed it). False: as the nodes did before issue 20, nobody escalates a captured FAIL."""
+    escalation_standing: bool = False
+    """Issue 34: only a party with standing appeals (`Disputes.escalate`, else `NoStanding`): the
+    worker against a FAIL or a TIE, the dispatcher, a round-0 dissenter
+    (`spec.settlement.has_escalation_standing`). A cheat's own FAIL is then appealed by the cheating
+    worker itself. False: any identity of the adversary may appeal it."""
 
     def with_changes(self, **changes) -> "RuleSet":
         return replace(self, **changes)
@@ -145,7 +150,11 @@ BEFORE_COVERAGE = MEMBER_PENALTY.with_changes(
 # main before issue 20 merged: LANDED, and the nodes of the time (no worker appeal).
 BEFORE_ISSUE20 = MEMBER_PENALTY.with_changes(name="before-issue-20", worker_node_appeals=False,
                                              **{k: v for change in LANDED.values() for k, v in change.items()})
-MAIN = BEFORE_ISSUE20.with_changes(name="main", **ISSUE20)
+# Issue 34: standing to appeal (the proportionality of an overturned round lives in the spec's
+# settlement, shared by every rule set).
+ISSUE34 = {"escalation_standing": True}
+BEFORE_ISSUE34 = BEFORE_ISSUE20.with_changes(name="before-issue-34", **ISSUE20)
+MAIN = BEFORE_ISSUE34.with_changes(name="main", **ISSUE34)
 
 # What issue 9 asks beyond that (its "structural weaknesses"), as a what-if over main:
 # a non-answer penalty (1% of stake), a fresh committee after an abandoned round, windows in seconds.
@@ -156,7 +165,7 @@ ISSUE9_FULL = MAIN.with_changes(
     windows_in_seconds=True,
 )
 
-RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9, MEMBER_PENALTY, BEFORE_COVERAGE, BEFORE_ISSUE20, MAIN, ISSUE9_FULL)}
+RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9, MEMBER_PENALTY, BEFORE_COVERAGE, BEFORE_ISSUE20, BEFORE_ISSUE34, MAIN, ISSUE9_FULL)}
 
 
 def get_rules(name: str) -> RuleSet:
