@@ -35,6 +35,28 @@ def build_job(engine, input_tokens, max_new_tokens: int = 16, sampling: Sampling
     )
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_left_as_found():
+    """Fail a test that leaves torch at another intra-op thread count: fp32 sums split over more
+    threads round differently on some CPUs, so a later test comparing this process's engine with a
+    daemon's (which starts at OMP_NUM_THREADS) would see another commitment root (CI, issue 37's
+    canonical test set 2 threads and left them: the crash matrix re-signed "differently")."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    yield
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    if before is None:
+        before = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    after = torch.get_num_threads()
+    if after != before:
+        torch.set_num_threads(before)
+        pytest.fail(f"the test left torch at {after} intra-op threads (found {before}): restore the count it changed")
+
+
 @pytest.fixture(scope="session")
 def anvil_installed():
     """Skip a test that needs the anvil binary (the npm package `make install` brings) when it is missing."""

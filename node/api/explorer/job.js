@@ -32,7 +32,16 @@ function describe(event) {
     case "DeliveryClaimed": return [n(a.member), ` (round ${a.round}) claims its verification job never came: the worker publishes the transcript by block ${a.publishDeadline}`];
     case "TranscriptPublished": return ["transcript published by ", n(a.publisher)];
     case "AuditSettled": return [`settled: ${VERDICTS[a.verdict] || a.verdict}`];
-    default: return [event.event + " " + JSON.stringify(a)];
+    case "VoteSealed": return [n(a.member), ` (round ${a.round}, seat ${a.slot + 1}) sealed its vote: hidden until every member has sealed`];
+    case "PrivateDrawRevealed": return [`the dispatcher revealed its private draw (secret ${short(a.secret)}): the committee is the one it committed to`];
+    case "PrivateDrawMissed": return ["dispatcher ", n(a.dispatcher), " missed its private draw: the round is drawn publicly"];
+    case "SilentSeat": return [n(a.member), ` (round ${a.round}, seat ${a.slot + 1}) never answered its seat: penalised ${eth(a.penaltyWei)}`];
+    case "DeliveryDefaulted": return ["worker ", n(a.worker), ` never published the transcript it owed: slashed ${eth(a.slashedWei)}`];
+    case "ClaimBondsResolved": return [`delivery claims of round ${a.round} resolved: the publisher `, n(a.publisher), ` paid ${eth(a.paidWei)}, ${eth(a.refundedWei)} refunded`];
+    case "ContestAnswered": return ["contest #" + a.contestId + " answered: the leaves were proven"];
+    case "ContestMoot": return ["contest #" + a.contestId + " moot: the round moved on"];
+    case "BondReleased": return ["contest #" + a.contestId + " bond of ", eth(a.bondWei), " released to ", n(a.to)];
+    default: return [event.event + " " + JSON.stringify(a)];  // an event this page has no words for yet (wrapped by .what's CSS)
   }
 }
 
