@@ -30,6 +30,8 @@ from verillm.node.metrics import NodeMetrics
 log = logging.getLogger(__name__)
 
 CURSOR = "protocol"
+SLOW_TICK_S = 2.0
+"""A tick slower than this is logged: a duty step starts no earlier than the tick that spawns it."""
 
 
 def compute_json_value(value):
@@ -72,9 +74,14 @@ class ChainWatcher:
 
     async def run_forever(self) -> None:
         """Tick until cancelled; a failed tick (chain unreachable, ...) is logged and retried."""
+        loop = asyncio.get_running_loop()
         while True:
+            started = loop.time()
             try:
                 await self.tick()
+                took = loop.time() - started
+                if took > SLOW_TICK_S:  # every step of every duty waits for the tick: say so, it explains a late duty
+                    log.warning("watcher tick took %.1f s (head %d): the duties' steps started that late", took, self.head)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the loop outlives a chain outage; every step re-reads state
