@@ -1,7 +1,9 @@
 """Streaming through a gateway on a devnet (issue 23): every job streams, whichever worker runs it.
 
 Five honest devnode processes on anvil (`minimal` preset: a committee of 3, so the gateway routes
-jobs round-robin to all five, itself included). Each job is streamed with the unmodified `openai`
+jobs round-robin to all five, itself included) and a sixth, registered and staked, that streams
+injected text under a signature over other tokens (`--cheater inject`, issue 35): its turns fail over
+and no client ever shows its text. Each job is streamed with the unmodified `openai`
 client; the worker that ran it is the one whose key signed the receipt in the last chunk.
 
 Spread, per job: ``(last content chunk − first content chunk) / (last chunk − request sent)`` on
@@ -24,6 +26,7 @@ import openai
 import pytest
 
 from verillm.client import Client, Completion
+from verillm.devnet.hostile_stream import INJECTED
 from verillm.devnet.network import NodeSpec
 
 from e2e_network import start_network
@@ -32,12 +35,16 @@ pytestmark = pytest.mark.usefixtures("anvil_installed")
 MAX_TOKENS = 64
 TOKEN_DELAY_MS = 20.0  # SmolLM2-135M's pace on this CPU is ~40 ms per token
 VERILLM = str(Path(sys.executable).parent / "verillm")
-JOBS = 10  # two rounds of the gateway's rotation over five workers
+JOBS = 12  # two rounds of the gateway's rotation over six workers (the hostile one's turns fail over)
+
+
+HOSTILE = 5  # the sixth node: registered, staked, in the gateway's rotation, streams injected text (issue 35)
 
 
 @pytest.fixture(scope="module")
 def net(tmp_path_factory):
-    network = start_network(tmp_path_factory, [NodeSpec(token_delay_ms=TOKEN_DELAY_MS) for _ in range(5)], "streaming")
+    specs = [NodeSpec(token_delay_ms=TOKEN_DELAY_MS) for _ in range(5)] + [NodeSpec(token_delay_ms=TOKEN_DELAY_MS, hostile_stream="forged")]
+    network = start_network(tmp_path_factory, specs, "streaming")
     yield network
     network.stop()
 
@@ -64,7 +71,7 @@ def compute_spread(sent_at: float, arrivals: list[tuple[float, str]]) -> float:
 def test_every_job_streams_through_the_gateway_whichever_worker_runs_it(net):
     client = openai.OpenAI(base_url=f"{net.gateway_url}/v1", api_key="unused", max_retries=0)
     gateway = net.nodes[0].address.lower()
-    rows = []
+    rows, texts = [], []
     for index in range(JOBS):
         sent_at, arrivals, last = _stream(client, index, chat=index % 2 == 1)
         verillm = last.model_extra["verillm"]
@@ -72,11 +79,18 @@ def test_every_job_streams_through_the_gateway_whichever_worker_runs_it(net):
         content = [t for t, text in arrivals if text]
         rows.append((index, worker, len(verillm["output_tokens"]), len(content), content[0] - sent_at, arrivals[-1][0] - sent_at,
                      compute_spread(sent_at, arrivals)))
+        texts.append((index, worker, verillm, [text for _, text in arrivals]))
     for index, worker, tokens, chunks, ttft, total, spread in rows:
         print(f"job {index}: worker {worker[:10]} {'(gateway)' if worker == gateway else '(routed)'} {tokens} tokens in {chunks} chunks, "
               f"first text {ttft * 1000:.0f} ms, last chunk {total * 1000:.0f} ms, spread {spread:.0%}")
     workers = {worker for _, worker, *_ in rows}
-    assert len(workers) == 5 and gateway in workers, f"the rotation reached {len(workers)} workers"
+    hostile = net.nodes[HOSTILE].address.lower()
+    assert len(workers) == 5 and gateway in workers and hostile not in workers, f"the rotation reached {len(workers)} workers"
+    shown = "".join(text for _, _, _, arrivals_text in texts for text in arrivals_text)
+    assert INJECTED.strip() not in shown and "evil@example.com" not in shown, "a client showed the hostile worker's text"
+    # the hostile worker was in the rotation and tried: its chunk refused before any byte was relayed
+    refused = [line for line in net.nodes[0].log_file.read_text().splitlines() if f"worker {hostile} " in line.lower() and "BadStream" in line]
+    assert refused, "the gateway never routed a job to the hostile worker"
     bad = [row for row in rows if row[-1] < 0.5]
     assert not bad, f"jobs whose content chunks spread over < 50% of the wait: {bad}"
 

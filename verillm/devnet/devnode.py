@@ -13,6 +13,8 @@ run` because some of them must cheat, and a production daemon has no switch for 
                     but not what it committed to (only a contest catches it)
     --withhold-jobs   as a dispatcher, never sends the committees their verification jobs (the
                     members claim them and the workers publish, docs/protocol.md §12)
+    --hostile-stream MODE  as a worker, streams injected text (forged, unsigned or equivocates:
+                    `verillm.devnet.hostile_stream`) and then the real output's receipt
     --token-delay-ms  the engine samples at most one token per this many ms (honest, only slower):
                     the tiny model samples in well under a millisecond, so streaming is observable
                     on a devnet only at a real model's pace
@@ -99,7 +101,7 @@ def build_dishonest_model(config: EngineConfig, attack: str | None, lazy: bool) 
 
 
 async def serve(config: NodeConfig, attack: str | None, lazy: bool, tamper_opening: bool = False, withhold_jobs: bool = False,
-                token_delay_ms: float = 0.0) -> None:
+                token_delay_ms: float = 0.0, hostile_stream: str | None = None) -> None:
     """Run one node until SIGTERM or SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -108,6 +110,10 @@ async def serve(config: NodeConfig, attack: str | None, lazy: bool, tamper_openi
     served = await asyncio.to_thread(build_dishonest_model, config.engine, attack, lazy)
     if token_delay_ms > 0:
         served = ServedModel(served.alias, PacedEngine(served.engine, token_delay_ms / 1000), served.tokenizer)
+    if hostile_stream:
+        from verillm.devnet.hostile_stream import install_hostile_stream
+
+        install_hostile_stream(hostile_stream, served.tokenizer)
     app = create_app(config, served)
     if attack or lazy or tamper_opening or withhold_jobs:
         # A node serving an attack is the adversary's: it does not appeal the FAIL its cheat
@@ -131,13 +137,15 @@ async def serve(config: NodeConfig, attack: str | None, lazy: bool, tamper_openi
 @click.option("--tamper-opening", is_flag=True, help="As a worker, post leaves that do not match the committed root.")
 @click.option("--withhold-jobs", is_flag=True, help="As a dispatcher, never send committee members their verification jobs.")
 @click.option("--token-delay-ms", default=0.0, type=click.FloatRange(min=0), help="Sample at most one token per this many ms.")
+@click.option("--hostile-stream", type=click.Choice(["forged", "unsigned", "equivocates"]), default=None,
+              help="As a worker, stream injected text before the real output's receipt (verillm.devnet.hostile_stream).")
 @click.option("--log-level", default="INFO")
 def main(config_path: str, attack: str | None, lazy: bool, tamper_opening: bool, withhold_jobs: bool, token_delay_ms: float,
-         log_level: str) -> None:
+         hostile_stream: str | None, log_level: str) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = load_config(config_path)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(config, attack, lazy, tamper_opening, withhold_jobs, token_delay_ms))
+        asyncio.run(serve(config, attack, lazy, tamper_opening, withhold_jobs, token_delay_ms, hostile_stream))
 
 
 if __name__ == "__main__":

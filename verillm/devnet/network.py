@@ -58,13 +58,16 @@ class NodeSpec:
     withhold_jobs: bool = False
     """As a dispatcher, never send the committees their verification jobs (not slashable: its
     members claim, the workers publish, docs/protocol.md §13; `is_honest` as a worker)."""
+    hostile_stream: str | None = None
+    """As a worker, stream injected text, then the real output's receipt (devnode --hostile-stream:
+    forged, unsigned or equivocates). Its receipts, openings and votes stay honest."""
     token_delay_ms: float = 0.0
     """The engine samples at most one token per this many ms (honest, only slower: a real model's
     pace, so that streaming is observable on the tiny model; devnode's --token-delay-ms)."""
 
     @property
     def is_honest(self) -> bool:
-        return self.attack is None and not self.lazy and not self.tamper_opening
+        return self.attack is None and not self.lazy and not self.tamper_opening and self.hostile_stream is None
 
     @property
     def cheats_as_worker(self) -> bool:
@@ -77,6 +80,8 @@ class NodeSpec:
             return "honest"
         if self.withhold_jobs and self.attack is None and not self.lazy and not self.tamper_opening:
             return "withholding dispatcher"
+        if self.hostile_stream and self.attack is None and not self.lazy and not self.tamper_opening:
+            return f"hostile stream ({self.hostile_stream})"
         return "lazy member" if self.lazy else ("tampered opening" if self.tamper_opening else f"cheater ({self.attack})")
 
 
@@ -222,6 +227,7 @@ class LocalNetwork:
         argv += ["--tamper-opening"] if node.spec.tamper_opening else []
         argv += ["--withhold-jobs"] if node.spec.withhold_jobs else []
         argv += ["--token-delay-ms", str(node.spec.token_delay_ms)] if node.spec.token_delay_ms else []
+        argv += ["--hostile-stream", node.spec.hostile_stream] if node.spec.hostile_stream else []
         env = envs.compute_child_environ(OMP_NUM_THREADS="1")
         log_handle = open(node.log_file, "ab")  # noqa: SIM115 (the child keeps it)
         node.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_handle, stderr=subprocess.STDOUT,

@@ -25,7 +25,10 @@ from verillm.devnet.network import LocalNetwork, NodeSpec, get_json
 from verillm.spec.params import MINIMAL
 
 CHEATERS = {"int8": NodeSpec(attack="int8"), "model": NodeSpec(attack="other_model"),
-            "truncate": NodeSpec(attack="truncate"), "kv_int8": NodeSpec(attack="kv_int8"), "lazy": NodeSpec(lazy=True), "tamper": NodeSpec(tamper_opening=True)}
+            "truncate": NodeSpec(attack="truncate"), "kv_int8": NodeSpec(attack="kv_int8"), "lazy": NodeSpec(lazy=True), "tamper": NodeSpec(tamper_opening=True),
+            # streams injected text under a signature over other tokens (issue 35): nothing signed covers
+            # it, so it is not slashable; the gateway relays none of it and fails the job over
+            "inject": NodeSpec(hostile_stream="forged")}
 PROMPTS = DEVNET_PROMPTS  # calibrated on: `verillm/bench/workloads.py`
 TERMINAL = ("final", "slashed", "tie", "abandoned")
 
@@ -233,8 +236,9 @@ def _check_cheaters_caught(net: LocalNetwork, tracker: JobTracker) -> list[str]:
     audits = [j["body"].get("audit") or {} for j in tracker.jobs]
     slashed = {s["node"].lower() for a in audits for s in a.get("slashed", [])}
     seats = [m.lower() for a in audits for m in a.get("committee", [])]
+    slashable = [n for n in net.nodes if not n.spec.is_honest and n.spec.hostile_stream in (None, "equivocates")]  # unsigned text is not evidence
     return [f"node {n.index} ({n.spec.label}) was never slashed (it sat on {seats.count(n.address.lower())} committees)"
-            for n in net.nodes if not n.spec.is_honest and n.address.lower() not in slashed]
+            for n in slashable if n.address.lower() not in slashed]
 
 
 def follow(tracker: JobTracker, timeout_s: float, stall_s: float = 60.0) -> None:
