@@ -14,7 +14,7 @@ from verillm.sim.bounds import tail
 from verillm.sim.engine import Scenario, run_scenario
 from verillm.sim.gas import GasModel
 from verillm.sim.montecarlo import make_pool, run_cell
-from verillm.sim.rules import BEFORE_COVERAGE, BEFORE_ISSUE20, ISSUE20, LANDED, MAIN, MEMBER_PENALTY, RULES
+from verillm.sim.rules import BEFORE_COVERAGE, BEFORE_ISSUE20, ISSUE20, ISSUE34, LANDED, MAIN, MEMBER_PENALTY, RULES
 
 
 def _close(value, expected, n):
@@ -30,8 +30,8 @@ def test_landed_changes_are_one_change_each_and_main_is_all_of_them():
     assert BEFORE_COVERAGE.omission_possible and BEFORE_COVERAGE.with_changes(**LANDED["receipt-coverage"]) == BEFORE_ISSUE20.with_changes(
         name="before-coverage", worker_node_appeals=True)
     assert RULES["main"] is MAIN and "main+coverage" not in RULES
-    # main is before-issue-20 plus issue 20's four flags, and nothing else
-    assert MAIN == BEFORE_ISSUE20.with_changes(name="main", **ISSUE20) and not BEFORE_ISSUE20.committee_after_payment
+    # main is before-issue-20 plus issue 20's flags and issue 34's, and nothing else
+    assert MAIN == BEFORE_ISSUE20.with_changes(name="main", **ISSUE20, **ISSUE34) and not BEFORE_ISSUE20.committee_after_payment
 
 
 def test_collusion_escape_under_main_needs_both_rounds():
