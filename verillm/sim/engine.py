@@ -97,7 +97,9 @@ class Tally:
     honest_slashed_events: dict = field(default_factory=lambda: {"worker": 0, "member": 0, "dispatcher": 0})
     honest_slashed_wei: int = 0
     honest_beyond_penalty_wei: int = 0
-    """Of ``honest_slashed_wei``: takings above MEMBER_PENALTY_BPS of the stake (issue 34's bound)."""
+    """Of ``honest_slashed_wei``: takings beyond the member penalty, issue 34's bound for a party that
+    acted honestly (counted above twice MEMBER_PENALTY_BPS of the stake left: a penalty computed on
+    the stake its audit saw may land after another penalty)."""
     honest_silent_penalty_wei: int = 0
     adversary_silent_penalties: int = 0
     adversary_appeals: int = 0
