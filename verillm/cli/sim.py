@@ -15,7 +15,8 @@ import click
 from verillm.bench.tables import format_table, write_json
 
 RUN_ROWS = ("jobs", "audits", "audits_unstartable", "cheated_served", "cheated_unslashed", "cheated_omitted_from_batches",
-            "p_audited_cheat_escapes", "honest_slashed", "honest_slashed_eth", "honest_no_answer_penalties",
+            "p_audited_cheat_escapes", "honest_slashed", "honest_slashed_eth", "honest_beyond_penalty_eth", "honest_no_answer_penalties",
+            "honest_silent_penalty_eth", "adversary_silent_penalties", "adversary_appeals", "unkeepable_omissions",
             "adversary_profit_eth", "adversary_profit_per_identity_eth", "ev_per_cheated_job_eth", "detection_time_s",
             "audit_latency_s", "locked_stake_eth", "gas_per_job", "gas_per_audit", "largest_nodes_within_block_gas",
             "calls_per_block", "verification_share_gpu", "verification_share_cpu", "abandoned", "escalations", "wall_s")
@@ -29,11 +30,12 @@ def sim():
 @sim.command()
 @click.option("--preset", default="mainnet", show_default=True)
 @click.option("--rules", "rules_name", default="main", show_default=True,
-              help="first-landing | issue-9 | member-penalty | before-coverage | before-issue-20 | main | issue-9-full (docs/simulation.md)")
+              help="first-landing | issue-9 | member-penalty | before-coverage | before-issue-20 | before-issue-34 | main | issue-9-full (docs/simulation.md)")
 @click.option("--workers", type=int, default=1000, show_default=True)
 @click.option("--stake", type=click.Choice(["equal", "lognormal"]), default="equal", show_default=True)
 @click.option("--adversary-share", type=float, default=0.1, show_default=True)
-@click.option("--strategy", default="cheat-always", show_default=True, help="see docs/simulation.md")
+@click.option("--strategy", default="cheat-always", show_default=True,
+              help="see docs/simulation.md (issue 34: appeal-griefer | appeal-hunter | settle-front-run | silent-sybils)")
 @click.option("--attack", default="int8", show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
 @click.option("--bound", type=click.Choice(["point", "pessimistic"]), default="point", show_default=True, help="measured rates or their 95% worst case")

@@ -16,6 +16,7 @@ from verillm.spec.hashing import keccak256
 from verillm.spec.params import Preset
 from verillm.spec.settlement import (AGREE, DISAGREE, FAIL, PASS, TIE, WORKER_DEFAULT, AuditRecord, MemberRecord, RoundRecord, compute_settlement,
                                      compute_slash, compute_slash_split, compute_round_verdict)
+from verillm.sim.appeals import charge_silent_seats, choose_escalator, is_lazy, cross_round_hunts, griefer_escalator, griefer_votes, undo_proportionality
 from verillm.sim.rules import RuleSet
 from verillm.spec.constants import BPS
 from verillm.sim.settle_paths import BIG_POOL_WEI, Contest, apply_contest, settle_undelivered, settle_unheard
@@ -58,6 +59,17 @@ class Behaviour:
     """Issue 20, attack 2: a self-dispatched cheat times every window at its edge and an adversarial
     member of its committee claims falsely at the last block: unless the epoch covers the claim
     window (`timeline_covers_claims`), the redraw reads an unreadable epoch and the round is abandoned."""
+    appeal_pass: bool = False
+    """Issue 34, attack 1: appeal an honest worker's PASS, hoping to capture the appeal (its
+    members vote DISAGREE there, with fabricated data): an outsider identity where anyone may
+    appeal; with standing, a round-0 member of its own that dissents for it, or its dispatcher
+    (`verillm.sim.appeals`)."""
+    appeal_rich_only: bool = False
+    """appeal-hunter: appeal only workers staked at least `AuditContext.appeal_min_stake_wei` (the
+    most stake to burn per bond; the appeal's committee is drawn from a blockhash after the
+    escalation, so which appeal is capturable cannot be seen)."""
+    silent: bool = False
+    """Issue 34, silent sybils: adversarial members never answer any seat (neither receipt nor claim)."""
     grind_max_trials: int = 5000
 
 
@@ -72,6 +84,8 @@ class AuditContext:
     offline: float = 0.0
     lazy: np.ndarray | None = None
     """bool per node: an honest-looking member that votes without computing (as `Behaviour.lazy`)."""
+    appeal_min_stake_wei: int = 0
+    """`Behaviour.appeal_rich_only`: the least stake of a worker whose PASS the hunter appeals."""
 
 
 @dataclass
@@ -93,6 +107,12 @@ class Outcome:
     honest_slashed: list = field(default_factory=list)
     """(role, node, wei) for every slash of a node that followed the protocol."""
     no_answer_penalised: list = field(default_factory=list)
+    silent_penalty_wei: dict = field(default_factory=dict)
+    """`penalizeSilentSeat` per node (issue 34): sent apart from `settle` (`verillm.sim.appeals`)."""
+    hunted_wei: dict = field(default_factory=dict)
+    """Cross-round slashes of honest round-0 voters by the adversary's hunts, apart from `settle`."""
+    hunt_credits_wei: dict = field(default_factory=dict)
+    """The hunters' rewards for ``hunted_wei``."""
     escalator: int | None = None
     unheard_escalation: bool = False
     """The escalation could not be staffed and the rules abandon the audit for it (nobody slashed)."""
@@ -144,11 +164,13 @@ def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, se
         return _finish(ctx, out, worker, dispatcher, [first], cheated)
     verdict = compute_round_verdict(AuditRecord(f"n{worker}", ()), first.record())
     rounds = [first]
-    escalator = _escalator(ctx, first, verdict, worker, dispatcher, cheated)
+    escalator = griefer_escalator(ctx, first.record(), verdict, worker, dispatcher, first.seats)
+    escalator = choose_escalator(ctx, first, verdict, worker, dispatcher, cheated) if escalator is None else escalator
     if escalator is not None:
         out.escalated, out.escalator = True, escalator
         esc_seed = escalation_seed or compute_escalation_seed(audit_id, keccak256(seed + b"escalation"))
-        second = _round_with_fresh(ctx, out, worker, dispatcher, cheated, esc_seed, ctx.preset.ESCALATION_COMMITTEE_SIZE, excluded, favoured or hostile, rng)
+        second = _round_with_fresh(ctx, out, worker, dispatcher, cheated, esc_seed, ctx.preset.ESCALATION_COMMITTEE_SIZE, excluded, favoured or hostile, rng,
+                                   appeal=True)
         if second is None:
             out.lapsed_escalation = True
             out.unheard_escalation = ctx.rules.unheard_escalation_abandons
@@ -174,18 +196,18 @@ def _first_round(ctx, out, worker, dispatcher, cheated, seed, excluded, conteste
     return _round_with_fresh(ctx, out, worker, dispatcher, cheated, seed, seats, excluded, contested, rng, weights)
 
 
-def _round_with_fresh(ctx, out, worker, dispatcher, cheated, seed, size, excluded, contested, rng, weights=None):
+def _round_with_fresh(ctx, out, worker, dispatcher, cheated, seed, size, excluded, contested, rng, weights=None, appeal=False):
     """A round, plus the fresh committees the rules allow after an abandoned one."""
     for fresh in range(ctx.rules.fresh_draws_after_abandon + 1):
         round_seed = seed if fresh == 0 else keccak256(seed + b"fresh" + bytes([fresh]))
-        r = _round(ctx, out, worker, dispatcher, cheated, round_seed, size, excluded, contested, rng, weights if fresh == 0 else None)
+        r = _round(ctx, out, worker, dispatcher, cheated, round_seed, size, excluded, contested, rng, weights if fresh == 0 else None, appeal)
         if not r.abandoned:
             return r
         weights = None
     return None
 
 
-def _round(ctx, out, worker, dispatcher, cheated, seed, size, excluded, contested, rng, weights):
+def _round(ctx, out, worker, dispatcher, cheated, seed, size, excluded, contested, rng, weights, appeal=False):
     pool, rules, beh = ctx.pool, ctx.rules, ctx.behaviour
     try:
         seats = draw_committee(pool, seed, 0, size, excluded, weights)
@@ -235,7 +257,7 @@ def _round(ctx, out, worker, dispatcher, cheated, seed, size, excluded, conteste
     if missing:
         trace["abandoned"] = True
         return _Round(seats, None, None, True, redraws, out.seats_drawn)
-    votes = _copy_votes([_vote(ctx, s, worker, cheated, rng) for s in seats])
+    votes = griefer_votes(ctx, seats, _copy_votes([_vote(ctx, s, worker, cheated, rng) for s in seats]), worker, dispatcher, appeal)
     worker_opened = not (cheated and beh.worker_defaults and pool.adversarial[worker])
     # a member seals and opens only after the worker has opened (sealVote requires it)
     opened = [worker_opened and not (beh.withhold_openings and pool.adversarial[s]) for s in seats]
@@ -246,6 +268,8 @@ def _round(ctx, out, worker, dispatcher, cheated, seed, size, excluded, conteste
 def _answers(ctx, seat, n_adv, size, dispatcher, contested, rng) -> bool:
     pool, beh = ctx.pool, ctx.behaviour
     if pool.adversarial[seat]:
+        if beh.silent:
+            return False
         if beh.refuse:
             return bool(pool.adversarial[dispatcher])  # refuse only audits an honest dispatcher answers for
         return not (beh.withhold and contested and 2 * n_adv <= size)
@@ -278,33 +302,6 @@ def _copy_votes(votes: list) -> list:
     shown = [v for v in votes if v is not None]
     majority = DISAGREE if 2 * shown.count(DISAGREE) > len(shown) else AGREE
     return [majority if v is None else v for v in votes]
-
-
-def _escalator(ctx, first: _Round, verdict: int, worker: int, dispatcher: int, cheated: bool):
-    """Return who escalates the first round's verdict, or None."""
-    adv = ctx.pool.adversarial
-    if verdict == WORKER_DEFAULT:
-        return None  # nothing to re-judge: `startEscalation` refuses a round the worker did not open
-    if ctx.rules.escalate_any_party_any_verdict and ctx.behaviour.escalate_own_fail and cheated and adv[worker] and verdict in (FAIL, TIE):
-        return worker if ctx.rules.escalation_standing else _first_adversarial(ctx.pool, exclude={worker, dispatcher})
-    if ctx.rules.escalate_any_party_any_verdict:
-        # any honest party whose own data contradict the verdict
-        if verdict == PASS:
-            for s, v, o in zip(first.seats, first.votes, first.opened or [True] * len(first.seats)):
-                if o and v == DISAGREE and not adv[s] and not _lazy(ctx, s):
-                    return s
-        if verdict in (FAIL, TIE) and not cheated and not adv[worker] and ctx.rules.worker_node_appeals:
-            return worker
-        return None
-    # the first landing's node code (verillm/spec/honest.py is_escalation_warranted): the
-    # dispatcher escalates a FAIL or TIE when some member's data agree with the worker's
-    if verdict in (FAIL, TIE) and not adv[dispatcher] and AGREE in first.votes:
-        return dispatcher
-    return None
-
-
-def _lazy(ctx, s) -> bool:
-    return ctx.lazy is not None and bool(ctx.lazy[s]) or bool(ctx.pool.adversarial[s]) and ctx.behaviour.lazy
 
 
 def _grind(ctx, out, seed, size, excluded) -> np.ndarray | None:
@@ -348,9 +345,10 @@ def _finish(ctx, out: Outcome, worker, dispatcher, rounds, cheated, escalator=No
     _charge_no_answers(ctx, out)
     out.escaped = cheated and worker not in out.slashed_wei
     for node, wei in out.slashed_wei.items():
-        if not pool.adversarial[node] and not _lazy(ctx, node) and wei > 0 and node not in out.no_answer_penalised:
+        if not pool.adversarial[node] and not is_lazy(ctx, node) and wei > 0 and node not in out.no_answer_penalised:
             role = "dispatcher" if node == dispatcher and out.abandoned else "worker" if node == worker else "member"
             out.honest_slashed.append((role, node, wei))
+    out.honest_slashed += [("member", node, wei) for node, wei in out.hunted_wei.items()]  # the hunts take honest voters only
     return out
 
 
@@ -372,6 +370,8 @@ def _settle(ctx, out, worker, rounds, escalator):
         _add(out.slashed_wei, int(name[1:]), wei)
     for name, wei in settlement.credits_wei.items():
         _add(out.credits_wei, int(name[1:]), wei)
+    undo_proportionality(ctx, out, audit, settlement.verdict, stakes, settlement, _add)
+    cross_round_hunts(ctx, out, worker, out.cheated, records, [r.seats for r in rounds], _add)
     if escalator is not None and not (out.lapsed_escalation and rules.lapse_refunds_bond):
         _add(out.credits_wei, escalator, -bond)  # the bond was paid when escalating
     if contest is not None:
@@ -379,10 +379,11 @@ def _settle(ctx, out, worker, rounds, escalator):
 
 
 def _charge_no_answers(ctx, out):
-    if ctx.rules.no_answer_penalty_bps == 0:
+    charge_silent_seats(ctx, out, _add)
+    if ctx.rules.no_answer_penalty_bps == 0 and not ctx.rules.silent_seat_penalty:
         out.no_answer_penalised = []
         return
-    for node in set(out.no_answer_penalised):
+    for node in set(out.no_answer_penalised) if ctx.rules.no_answer_penalty_bps else ():
         _add(out.slashed_wei, node, ctx.pool.stake_wei(node) * ctx.rules.no_answer_penalty_bps // BPS)
     out.no_answer_penalised = sorted(set(out.no_answer_penalised))
 

@@ -27,12 +27,15 @@ from verillm.sim.grief import draw_contest
 from verillm.sim.inputs import PAPER_GPU_VERIFY_OVER_GENERATE, load_detection
 from verillm.sim.latency import audit_latency_blocks
 from verillm.sim.montecarlo import make_pool
-from verillm.sim.sortition import draw_committee
+from verillm.sim.moves import claim_leavers, front_run_settle, hold_leavers, shop
 from verillm.sim.rules import get_rules
+from verillm.spec.constants import BPS
 from verillm.sim.strategies import choose_adaptive_rate, get_strategy
 from verillm.sim.summary import summarize
 
 WEI = 10**18
+HUNT_QUANTILE = 0.9
+"""appeal-hunter appeals only workers staked at least this quantile of the honest stakes."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,16 @@ class Tally:
     lapsed_escalations: int = 0
     honest_slashed_events: dict = field(default_factory=lambda: {"worker": 0, "member": 0, "dispatcher": 0})
     honest_slashed_wei: int = 0
+    honest_beyond_penalty_wei: int = 0
+    """Of ``honest_slashed_wei``: takings beyond the member penalty, issue 34's bound for a party that
+    acted honestly (counted above twice MEMBER_PENALTY_BPS of the stake left: a penalty computed on
+    the stake its audit saw may land after another penalty)."""
+    honest_silent_penalty_wei: int = 0
+    adversary_silent_penalties: int = 0
+    adversary_appeals: int = 0
+    """Appeals the adversary sent against honest workers (appeal-griefer, appeal-hunter)."""
+    unkeepable_omissions: int = 0
+    """Honest dispatchers slashed by `slashOmission` for a promise a penalty or unbond made unkeepable."""
     honest_no_answer_penalised: int = 0
     adversary_savings_wei: int = 0
     adversary_credits_wei: int = 0
@@ -118,7 +131,10 @@ class Simulation:
         self.rng = np.random.default_rng(scenario.seed)
         self.pool = make_pool(scenario.workers, scenario.adversary_share, self.preset.MIN_STAKE_WEI, self.rng, scenario.stake)
         lazy = (~self.pool.adversarial) & (self.rng.random(scenario.workers) < scenario.lazy_share) if scenario.lazy_share else None
-        self.ctx = AuditContext(self.preset, self.rules, self.pool, self.strategy.behaviour, self.d, self.mu, scenario.offline, lazy)
+        rich = 0
+        if self.strategy.behaviour.appeal_rich_only:  # the hunter's targets: the top decile of honest stakes
+            rich = int(np.quantile(self.pool.stake_units[~self.pool.adversarial], HUNT_QUANTILE)) * self.pool.unit_wei
+        self.ctx = AuditContext(self.preset, self.rules, self.pool, self.strategy.behaviour, self.d, self.mu, scenario.offline, lazy, rich)
         self.a = self.preset.AUDIT_RATE_BPS / 10_000
         self.gain_wei = int(scenario.job_cost_eth * scenario.saved_fraction * WEI)
         self.cheat_rate = self.strategy.cheat_rate
@@ -186,55 +202,12 @@ class Simulation:
             worker = int(self.rng.choice(honest_active))
             self._start_audit(block, compute_committee_seed(beta, n_adv + k), worker, self._dispatcher(worker), False)
         if self.strategy.shop and len(adv_active):
-            self._shop(block, beta, honest_active, n_hon)
-        if self.strategy.hostage and block % max(1, int(3600 / s.block_s)) == 0:
-            self._hold_leavers(honest_active)
-
-    # shops among this many unselected honest jobs a block (scanning is free before issue 20)
-    SHOP_SCAN = 32
-    # blind, after issue 20: the share of scanned jobs it still requests (it cannot see the committee)
-    SHOP_BLIND_RATE = 0.01
-
-    def _shop(self, block: int, beta: bytes, honest_active, n_hon: int) -> None:
-        """Attack 1: pay (COMMITTEE_SIZE × AUDIT_FEE_WEI) for audits of honest jobs whose committee
-        is captured (≥ 2 of 3 adversarial), its members voting DISAGREE. Before issue 20 the
-        committee is the β-seeded draw: the shopper sees it and requests only captured ones; after,
-        the committee is drawn after payment: it can only request blind."""
-        scan = min(self.SHOP_SCAN, int(self.rng.binomial(n_hon, 1 - self.a)))
-        size = self.preset.COMMITTEE_SIZE
-        for k in range(scan):
-            worker = int(self.rng.choice(honest_active))
-            dispatcher = self._dispatcher(worker)
-            seed = keccak256(b"verillm sim request" + beta + k.to_bytes(4, "big"))
-            if not self.rules.committee_after_payment:
-                seats = draw_committee(self.pool, seed, 0, size, {worker, dispatcher})
-                if 2 * sum(bool(self.pool.adversarial[x]) for x in seats) <= size:
-                    continue  # not captured: the shopper does not pay for it
-            elif self.rng.random() >= self.SHOP_BLIND_RATE:
-                continue
-            self.t.adversary_savings_wei -= size * self.preset.AUDIT_FEE_WEI  # the request fee
-            self._start_audit(block, seed, worker, dispatcher, False)
-
-    LEAVE_SHARE_PER_HOUR = 0.002
-    """Honest nodes that unbond each hour (a node that leaves has its node off once unbonded)."""
-
-    def _hold_leavers(self, honest_active) -> None:
-        """Attack 3: each honest node leaving this hour is held by a request on an old receipt in
-        the block before its withdrawal; its node is off, it never opens: a worker default,
-        slashed in full. After issue 20 no audit of its receipts starts past its horizon."""
-        leavers = int(self.rng.binomial(len(honest_active), self.LEAVE_SHARE_PER_HOUR))
-        for leaver in self.rng.choice(honest_active, size=min(leavers, len(honest_active)), replace=False):
-            if self.rules.leaver_horizon:
-                continue  # the request reverts ReceiptExpired: the leaver withdraws at its end block
-            node = int(leaver)
-            self.t.adversary_savings_wei -= self.preset.COMMITTEE_SIZE * self.preset.AUDIT_FEE_WEI + self.preset.JOB_FEE_WEI
-            wei = self.pool.stake_wei(node) * self.preset.SLASH_FRACTION_BPS // 10_000
-            units = min(int(self.pool.stake_units[node]), wei // self.pool.unit_wei)
-            self.pool.stake_units[node] -= units
-            if self.pool.stake_units[node] * self.pool.unit_wei < self.preset.MIN_STAKE_WEI:
-                self.pool.stake_units[node] = 0
-            self.t.honest_slashed_events["worker"] += 1
-            self.t.honest_slashed_wei += units * self.pool.unit_wei
+            shop(self, block, beta, honest_active, n_hon)
+        if block % max(1, int(3600 / s.block_s)) == 0:
+            if self.strategy.hostage:
+                hold_leavers(self, honest_active)
+            if self.strategy.front_run:
+                claim_leavers(self, honest_active)
 
     def _dispatcher(self, worker: int) -> int:
         if self.rng.random() < self.s.self_dispatch:
@@ -315,23 +288,43 @@ class Simulation:
             if caught and worker in self.first_cheat_s and pool.stake_units[worker] > 0:
                 t.detection_s.append(settle_block * self.s.block_s - self.first_cheat_s[worker])
         honest_roles = {node: role for role, node, _wei in out.honest_slashed}
-        for node, wei in out.slashed_wei.items():
-            # a node slashed by an earlier settlement has less (or nothing) left to take
-            units = min(int(pool.stake_units[node]), wei // pool.unit_wei)
-            pool.stake_units[node] -= units
-            if pool.stake_units[node] * pool.unit_wei < self.preset.MIN_STAKE_WEI:
-                pool.stake_units[node] = 0  # below MIN_STAKE: out of the sortition lists and of service
-            if pool.adversarial[node]:
-                t.adversary_slashed_wei += units * pool.unit_wei
-            elif node in honest_roles and units:
-                t.honest_slashed_events[honest_roles[node]] += 1
-                t.honest_slashed_wei += units * pool.unit_wei
-        for node, wei in out.credits_wei.items():
-            if pool.adversarial[node]:
-                t.adversary_credits_wei += wei
-            else:
-                t.honest_credits_wei += wei
+        for source in (out.slashed_wei, out.hunted_wei, out.silent_penalty_wei):
+            for node, wei in source.items():
+                self._take(node, wei, honest_roles.get(node), silent=source is out.silent_penalty_wei)
+        for credits in (out.credits_wei, out.hunt_credits_wei):
+            for node, wei in credits.items():
+                if pool.adversarial[node]:
+                    t.adversary_credits_wei += wei
+                else:
+                    t.honest_credits_wei += wei
         t.honest_no_answer_penalised += sum(1 for n in out.no_answer_penalised if not pool.adversarial[n])
+        t.adversary_appeals += bool(out.escalated and pool.adversarial[out.escalator] and not pool.adversarial[worker])
+
+    def _take(self, node: int, wei: int, role: str | None, silent: bool = False) -> None:
+        """Take ``wei`` from ``node`` (a node slashed by an earlier settlement has less, or nothing,
+        left); ``role``: the node followed the protocol in that role."""
+        t, pool = self.t, self.pool
+        before = int(pool.stake_units[node]) * pool.unit_wei
+        units = min(int(pool.stake_units[node]), wei // pool.unit_wei)
+        pool.stake_units[node] -= units
+        taken = units * pool.unit_wei
+        if pool.adversarial[node]:
+            t.adversary_slashed_wei += taken
+            t.adversary_silent_penalties += bool(silent and units)
+        elif silent:
+            t.honest_silent_penalty_wei += taken
+        elif role is not None and units:
+            t.honest_slashed_events[role] += 1
+            t.honest_slashed_wei += taken
+            # twice the penalty: a penalty computed on the stake its audit saw may land after another one
+            t.honest_beyond_penalty_wei += taken if taken * BPS > 2 * self.preset.MEMBER_PENALTY_BPS * before else 0
+        if pool.adversarial[node] and self.strategy.top_up and units:
+            pool.stake_units[node] = max(int(pool.stake_units[node]), -(-self.preset.MIN_STAKE_WEI // pool.unit_wei))
+        if pool.stake_units[node] * pool.unit_wei < self.preset.MIN_STAKE_WEI:
+            left = int(pool.stake_units[node]) * pool.unit_wei
+            pool.stake_units[node] = 0  # below MIN_STAKE: out of the sortition lists and of service
+            if units and not pool.adversarial[node]:
+                front_run_settle(self, node, left)
 
     def _adapt(self) -> None:
         slashed, escaped = self.cheat_audit_results

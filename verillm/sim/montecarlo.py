@@ -56,6 +56,9 @@ class CellResult:
     honest_dispatcher_slashed: int = 0
     honest_members_slashed: int = 0
     honest_slashed_wei: int = 0
+    honest_members_hunted: int = 0
+    """Of the honest members slashed: by the adversary's cross-round hunts (`verillm.sim.appeals`)."""
+    honest_hunted_wei: int = 0
     grind_trials: list | None = None
     grind_topup_units: list | None = None
     verdicts: dict | None = None
@@ -84,6 +87,8 @@ def run_cell(preset: Preset, rules: RuleSet, adversary_share: float, behaviour: 
         res.lapsed += out.lapsed_escalation
         res.escalated += out.escalated
         res.verdicts[out.verdict] = res.verdicts.get(out.verdict, 0) + 1
+        res.honest_members_hunted += len(out.hunted_wei)
+        res.honest_hunted_wei += sum(out.hunted_wei.values())
         for role, _node, wei in out.honest_slashed:
             res.honest_slashed_wei += wei
             res.honest_worker_slashed += role == "worker"

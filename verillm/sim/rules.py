@@ -9,7 +9,9 @@ tree, the job-delivery challenge). `MAIN` is what main's contracts enforce today
 the receipt-coverage change included (contracts/src/Coverage.sol: a dispatcher-signed batching
 promise and an on-chain non-inclusion challenge). Every rule set drives the same audit and
 settlement code (the spec's, as it is today: the escalation bond of every rule set follows the
-landed refund-on-win rule), so before/after curves come from one code base; `verillm sim replay`
+landed refund-on-win rule; issue 34's proportionality of an overturning appeal is a flag,
+`proportional_verdicts`, undone for the older rule sets in `verillm.sim.appeals`), so
+before/after curves come from one code base; `verillm sim replay`
 checks `MAIN` against the contracts audit by audit.
 """
 
@@ -84,6 +86,29 @@ class RuleSet:
     worker against a FAIL or a TIE, the dispatcher, a round-0 dissenter
     (`spec.settlement.has_escalation_standing`). A cheat's own FAIL is then appealed by the cheating
     worker itself. False: any identity of the adversary may appeal it."""
+    cross_round_slashes: bool = False
+    """Issue 20: a round-0 vote two rounds contradict is slashed in full by a hunter
+    (`Disputes.adjudicateAcrossRounds` for a round-0 AGREE once the appeal fails the worker, with a
+    majority of the appeal's seats contradicting it; `adjudicate`'s cross-round clause for a round-0
+    DISAGREE once the appeal passes it). The simulator prices only the adversary's hunts of honest
+    voters, when its colluders hold the appeal. False: the rules before issue 20 had neither."""
+    proportional_verdicts: bool = False
+    """Issue 34 (Proportionality): the bare verdict of one round never takes more than
+    MEMBER_PENALTY_BPS from a party another round's majority supports. An appeal's FAIL of a
+    round-0 PASS or TIE penalises the worker (`spec.settlement.is_worker_penalty_only`), and the
+    cross-round slashes need round 0's majority on the appeal's side (`NoFault` after an overturn).
+    False: as before issue 34, an overturning appeal slashes the worker in full and (with
+    `cross_round_slashes`) lets the captured appeal's side slash every round-0 voter against it."""
+    promises_keepable: bool = False
+    """Issue 34 (Keepability): `Batches.postBatch` accepts a node inactive for less than
+    AUDIT_HORIZON_BLOCKS (`Registry.inactiveSince`), so a penalty, a slash or an unbond never makes
+    a batching promise it gave unkeepable. False: a node that falls below MIN_STAKE_WEI or unbonds
+    while a promise is outstanding cannot post it, and the holder's `slashOmission` takes its stake
+    (only where promises exist: `omission_possible` False)."""
+    silent_seat_penalty: bool = False
+    """Issue 34: a seat that never answers costs its holder MEMBER_PENALTY_BPS of its stake
+    (`Disputes.penalizeSilentSeat`, once per seat; the caller earns SLASH_REWARD_BPS of it). False:
+    it is redrawn for free (see also the what-if `no_answer_penalty_bps`)."""
 
     def with_changes(self, **changes) -> "RuleSet":
         return replace(self, **changes)
@@ -143,16 +168,16 @@ LANDED = {
 # Issue 20 (one change set: docs/protocol.md §12-13): committees drawn after the request is paid,
 # one timeline, the leave horizon, the worker's node appealing its FAIL, and sealed votes (aa89393).
 ISSUE20 = {"committee_after_payment": True, "timeline_covers_claims": True, "leaver_horizon": True, "worker_node_appeals": True,
-           "sealed_votes": True}
+           "sealed_votes": True, "cross_round_slashes": True}
 # main before Coverage.sol merged (2026-11-24): every change of LANDED but receipt coverage.
 BEFORE_COVERAGE = MEMBER_PENALTY.with_changes(
     name="before-coverage", **{k: v for name, change in LANDED.items() if name != "receipt-coverage" for k, v in change.items()})
 # main before issue 20 merged: LANDED, and the nodes of the time (no worker appeal).
 BEFORE_ISSUE20 = MEMBER_PENALTY.with_changes(name="before-issue-20", worker_node_appeals=False,
                                              **{k: v for change in LANDED.values() for k, v in change.items()})
-# Issue 34: standing to appeal (the proportionality of an overturned round lives in the spec's
-# settlement, shared by every rule set).
-ISSUE34 = {"escalation_standing": True}
+# Issue 34 (docs/protocol.md §12 "The principles these rules enforce", §13 "Loss ledger"):
+# standing to appeal, proportional cross-round verdicts, keepable promises, silent seats paying.
+ISSUE34 = {"escalation_standing": True, "proportional_verdicts": True, "promises_keepable": True, "silent_seat_penalty": True}
 BEFORE_ISSUE34 = BEFORE_ISSUE20.with_changes(name="before-issue-34", **ISSUE20)
 MAIN = BEFORE_ISSUE34.with_changes(name="main", **ISSUE34)
 

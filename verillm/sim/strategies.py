@@ -27,6 +27,15 @@ class Strategy:
     hostage: bool = False
     """Issue 20, attack 3: request an audit of an old receipt of every honest node that leaves,
     in the block before its withdrawal, when its node is already off."""
+    top_up: bool = False
+    """Top each identity a penalty left below MIN_STAKE_WEI back up to it, so it stays drawn (the
+    penalty is the loss; the top-up stays its own stake). False: it leaves the lists, as the Registry
+    unlists it."""
+    front_run: bool = False
+    """Issue 34, attack 3: hold a receipt (a job) of every honest node, send each `settle` that
+    leaves one below MIN_STAKE_WEI before its `postBatch`, and claim every promise its leavers
+    (0.2% of the honest nodes an hour, unbonding as the guide says) had outstanding
+    (`verillm.sim.moves`)."""
 
 
 STRATEGIES = {s.name: s for s in (
@@ -55,6 +64,14 @@ STRATEGIES = {s.name: s for s in (
     Strategy("window-edge-escape", "cheat always, self-dispatched; a colluding member's false claim at the window's edge pushes the "
              "redraw past its epoch (issue 20, attack 2)", 1.0, Behaviour(collude=True, edge_escape=True)),
     Strategy("hostage", "no cheating; request audits of leavers' old receipts before each withdrawal (issue 20, attack 3)", 0.0, hostage=True),
+    Strategy("appeal-griefer", "no cheating; appeal honest PASSes hoping to capture the appeal (an outsider; with standing, a round-0 "
+             "member of its own dissents and appeals), its appeal members voting DISAGREE (issue 34, attack 1)", 0.0, Behaviour(appeal_pass=True), top_up=True),
+    Strategy("appeal-hunter", "appeal-griefer, appealing only workers in the top decile of honest stake (run it with --stake lognormal)",
+             0.0, Behaviour(appeal_pass=True, appeal_rich_only=True), top_up=True),
+    Strategy("settle-front-run", "appeal-griefer, and order every settle that leaves an honest node below MIN_STAKE before its postBatch; "
+             "claim the promises of unbonding nodes (issue 34, attack 3)", 0.0, Behaviour(appeal_pass=True), top_up=True, front_run=True),
+    Strategy("silent-sybils", "no cheating; MIN_STAKE identities that never answer a seat (issue 34: free before, the penalty per seat after)",
+             0.0, Behaviour(silent=True), top_up=True),
 )}
 
 ADAPTIVE_GRID = (0.0, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0)

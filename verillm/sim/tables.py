@@ -14,7 +14,8 @@ TABLE_SHARES = (0.10, 0.33, 0.49)
 GRIND_AUDITS = 1000
 TABLE_STRATEGIES = ("cheat-always", "cheat-fraction", "cheat-unwatched", "collude", "collude-withhold",
                     "dispatcher-reroll", "withhold-jobs", "escalate-unheard", "stake-grind", "lazy", "grief-refuse", "grief-disagree", "grief-contest",
-                    "withhold-openings", "worker-default", "flood-identities", "adaptive")
+                    "withhold-openings", "worker-default", "flood-identities", "adaptive",
+                    "appeal-griefer", "appeal-hunter", "settle-front-run", "silent-sybils")
 
 
 def strategy_table(preset: str, hours: float, workers: int, jobs_per_s: float, seed: int = 0, rules=("before-coverage", "main"), strategies=TABLE_STRATEGIES,
@@ -48,6 +49,8 @@ def table_row(r: dict) -> dict:
         "cheated_served": r["cheated_served"], "cheated_unslashed": r["cheated_unslashed"],
         "honest_slashed_events": sum(r["honest_slashed"].values()), "honest_slashed_eth": r["honest_slashed_eth"],
         "honest_no_answer_penalties": r["honest_no_answer_penalties"],
+        "honest_beyond_penalty_eth": r["honest_beyond_penalty_eth"], "adversary_appeals": r["adversary_appeals"],
+        "adversary_silent_penalties": r["adversary_silent_penalties"], "unkeepable_omissions": r["unkeepable_omissions"],
         "abandoned": r["abandoned"], "audits_unstartable": r["audits_unstartable"],
         "flood_identities": r["flood_identities"],
         "detection_median_s": det["median"] if det else None,
