@@ -58,7 +58,10 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except VerillmError as exc:
-        return error_response(request, exc.http_status, exc.code, str(exc))
+        response = error_response(request, exc.http_status, exc.code, str(exc))
+        if exc.retry_after_s is not None:  # a full queue, a quota, a duty first: the request may come back
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -11,6 +11,8 @@ class VerillmError(Exception):
 
     code = "verillm_error"
     http_status = 500
+    retry_after_s: int | None = None
+    """Seconds a client should wait before retrying (sent as `Retry-After`; OpenAI clients honour it)."""
 
 
 class InvalidInput(VerillmError):
@@ -66,6 +68,7 @@ class QueueFull(VerillmError):
 
     code = "queue_full"
     http_status = 503
+    retry_after_s = 2
 
 
 class NotFound(VerillmError):
@@ -107,6 +110,7 @@ class TooManyRequests(VerillmError):
 
     code = "rate_limited"
     http_status = 429
+    retry_after_s = 1
 
 
 class RequestTimeout(InvalidInput):

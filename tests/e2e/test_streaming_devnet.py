@@ -69,7 +69,8 @@ def compute_spread(sent_at: float, arrivals: list[tuple[float, str]]) -> float:
 
 
 def test_every_job_streams_through_the_gateway_whichever_worker_runs_it(net):
-    client = openai.OpenAI(base_url=f"{net.gateway_url}/v1", api_key="unused", max_retries=0)
+    # a shed request (503 with Retry-After: the gateway's own duty comes first) is retried, as the client does by default
+    client = openai.OpenAI(base_url=f"{net.gateway_url}/v1", api_key="unused", max_retries=4)
     gateway = net.nodes[0].address.lower()
     rows, texts = [], []
     for index in range(JOBS):

@@ -139,7 +139,9 @@ async def test_queue_full_is_503_and_leaves_no_trace(start, http, served_tiny, d
     queued = await peer.enqueue_job(make_job(served_tiny, nonce=b"\x0b" * 32))
     refused = sign_envelope(JOBS, encode(make_job(served_tiny, nonce=b"\x0c" * 32)), dispatcher_key.private_key, ME)
     expect(await post(http, node.url + JOBS, encode_envelope_json(refused)), 503, "queue_full", "limit 1")
-    status, body = await post(http, node.url + "/v1/completions", {"model": "tiny", "prompt": "hi", "max_tokens": 2})
+    async with http.post(node.url + "/v1/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 2}) as response:
+        status, body = response.status, await response.json(content_type=None)
+        assert response.headers.get("Retry-After") == "2"  # a full queue is worth coming back to: OpenAI clients wait this long
     assert status == 503 and body["error"]["code"] == "queue_full"
     store = node.app[APP_STORE]
     assert store.get_job(running).status == "running" and store.get_job(queued).status == "received"
