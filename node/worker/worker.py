@@ -198,7 +198,11 @@ class Worker:
             self._senders.pop(job_hash, None)
             self._release(owner)
         self.metrics.on_job_finished("done", len(job.input_tokens), len(output.output_tokens))
-        self.metrics.job_seconds.observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.metrics.job_seconds.observe(took)
+        # one line per served job (issue 36: an operator could not tell from the log that the node worked)
+        log.info("served job 0x%s: %d prompt + %d output tokens in %.2f s%s", job_hash.hex()[:16], len(job.input_tokens),
+                 len(output.output_tokens), took, f" for 0x{owner.hex()[:10]}" if owner else "")
         self._maybe_prune()
         return JobResult(job_hash, job, output.receipt, output.output_tokens)
 
