@@ -36,6 +36,8 @@ from verillm.spec.merkle import MerkleProof, compute_leaf_hash, is_valid_merkle_
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, recover_receipt_signer
 from verillm.spec.types import Leaf, Receipt, SamplingParams
 
+from verillm.spec.outcome import AuditOutcome
+from verillm.verifier.chain_outcome import compute_outcome, format_caught, format_state
 from verillm.verifier.chain_committee import CommitteeReplay, HistoryUnavailable, get_round_entry
 from verillm.verifier.chain_settlement import (
     MEMBER_PENALTY_REASON,
@@ -98,7 +100,9 @@ class ChainAuditor:
         self.states: dict[int, str] = {}
         """Every audit's state, settled, abandoned or open (the report lists them all)."""
         self.caught: list[str] = []
-        """Every party the contracts slashed in an audit, with the rule that caught it."""
+        """Every party the contracts slashed in an audit: node, rule and amount (`verifier/chain_outcome.py`)."""
+        self.outcomes: dict[int, AuditOutcome] = {}
+        """Every audit's outcome, `verillm.spec.outcome`'s one derivation over its events."""
         self._models: dict[bytes, OnchainModel] = {}
         self.committees = CommitteeReplay(self)
 
@@ -163,6 +167,7 @@ class ChainAuditor:
     def check_audit(self, event: ChainEvent) -> None:
         audit_id, batch_id, index = event.args["auditId"], event.args["batchId"], event.args["index"]
         subject = f"audit {audit_id}"
+        self._record_outcome(audit_id)
         call = self._calldata(event)
         receipt = self._started_receipt(audit_id, call)
         root, dispatcher, count, posted_block, beta, *_ = self.protocol.batches.call("getBatch", batch_id)
@@ -186,6 +191,16 @@ class ChainAuditor:
                 self._check_round(audit_id, round_index, receipt, bytes(beta), index, receipt.output_tokens)
         self._check_decisions(audit_id, base["worker"])
         self._check_settlement(audit_id, base["worker"])
+
+    def _record_outcome(self, audit_id: int) -> None:
+        """The audit's outcome, its report line and its `caught` lines: one derivation (`verillm.spec.outcome`)."""
+        outcome = self.outcomes[audit_id] = compute_outcome(self.events, audit_id)
+        phase = None
+        if outcome.state == "open":
+            state = self.protocol.get_audit(audit_id)
+            phase = f"{PHASE_NAMES.get(state.phase, state.phase)} in round {state.round}"
+        self.states[audit_id] = format_state(outcome, phase)
+        self.caught += format_caught(outcome)
 
     def _started_receipt(self, audit_id: int, start: dict) -> Receipt | None:
         """The worker's receipt: in a public start's calldata; a private start (`startPrivateAudit`)
@@ -364,17 +379,6 @@ class ChainAuditor:
         worker_slashed = any(e.args["node"].lower() == worker and e.args["reason"] == reason for e in at_settle)
         self._add(worker_slashed == convicted, subject, "the worker is slashed exactly when the verdict fails it", "worker slashing disagrees with the verdict")
         self._check_amounts(subject, event, at_settle, worker)
-        # A member penalty (MEMBER_PENALTY_BPS: a minority vote or a missed opening) is not a conviction.
-        slashes = [(e.args["node"], e.args["reason"], e.args["amountWei"]) for e in at_settle if e.args["reason"] != MEMBER_PENALTY_REASON]
-        # a dispatcher that never revealed its private draw was slashed at the lapse, before settlement
-        slashes = [(e.args["node"], e.args["reason"], e.args["amountWei"]) for e in self.named("PartySlashed", auditId=audit_id)
-                   if e.args["reason"] == PRIVATE_DRAW_MISSED_REASON] + slashes
-        penalised = [(e.args["node"], "penalised: " + penalties.get(e.args["node"].lower(), "?"), e.args["amountWei"])
-                     for e in at_settle if e.args["reason"] == MEMBER_PENALTY_REASON]
-        self._record_caught(audit_id, slashes + penalised)
-        named = "; ".join(f"{node} ({why}, {_eth(wei)})" for node, why, wei in slashes) or "nobody"
-        self.states[audit_id] = f"settled: {name}; slashed {named}" + (
-            "; penalised " + "; ".join(f"{node} ({why.split(': ')[1]}, {_eth(wei)})" for node, why, wei in penalised) if penalised else "")
 
     def _check_amounts(self, subject: str, settled: ChainEvent, at_settle: list[ChainEvent], worker: str) -> None:
         taken = [e for e in self.named("Slashed") if e.tx_hash == settled.tx_hash]
@@ -390,26 +394,16 @@ class ChainAuditor:
     def _list(penalties: dict[str, str]) -> str:
         return ", ".join(f"{node} ({why})" for node, why in sorted(penalties.items()))
 
-    def _record_caught(self, audit_id: int, slashes: list[tuple[str, str, int]]) -> None:
-        for fault in compute_faults(self, audit_id):
-            node = self.chain.w3.to_checksum_address(fault.node)
-            self.caught.append(f"audit {audit_id}: {node} ({'worker' if fault.slot == 0 else 'member'}): {fault.how}")
-        for node, why, wei in slashes:
-            self.caught.append(f"audit {audit_id}: {node}: {why} ({_eth(wei)})")
-
     def _check_unsettled(self, audit_id: int) -> None:
         """An audit with no AuditSettled: abandoned (who was slashed for it), or still open (its phase)."""
         subject = f"audit {audit_id}"
         state = self.protocol.get_audit(audit_id)
         abandoned = self.named("AuditAbandoned", auditId=audit_id)
         if not abandoned:
-            self.states[audit_id] = f"open: {PHASE_NAMES.get(state.phase, state.phase)} in round {state.round}"
             return self._note(subject, f"not settled yet: {self.states[audit_id]}")
         round_index = abandoned[-1].args["round"]
         slashes = [e for e in self.named("PartySlashed", auditId=audit_id) if e.tx_hash == abandoned[-1].tx_hash]
         named = "; ".join(f"{e.args['node']} ({e.args['reason']}, {_eth(e.args['amountWei'])})" for e in slashes) or "nobody"
-        self.states[audit_id] = f"abandoned in round {round_index}; slashed {named}"
-        self._record_caught(audit_id, [])
         if round_index > 0:  # an escalation that could not be staffed lapses: round 0's verdict stands
             return self._note(subject, f"abandoned: escalation round {round_index} could not be staffed and lapsed; slashed {named}")
         # docs/protocol.md §12: a round that cannot be staffed ends with nobody slashed (issue 9); a
