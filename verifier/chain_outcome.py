@@ -4,7 +4,7 @@ and the `--json` body. The same derivation backs the status body, the explorer a
 """
 
 from verillm.chain.events import ChainEvent
-from verillm.spec.outcome import AuditOutcome, EventRecord, Slash, compute_audit_outcome, compute_counted_tally, compute_outcome_dict, compute_tx_key
+from verillm.spec.outcome import AuditOutcome, EventRecord, Slash, compute_audit_outcome, compute_counted_tally, compute_eth_text, compute_outcome_dict, compute_tx_key
 
 WEI_PER_ETH = 10**18
 
@@ -32,7 +32,7 @@ def format_amount(wei: int | None) -> str:
     """An amount in ETH and in wei (exact)."""
     if wei is None:
         return "amount not recorded"
-    return f"{wei / WEI_PER_ETH:g} ETH = {wei} wei"
+    return f"{compute_eth_text(wei)} ETH = {wei} wei"
 
 
 def _tally(outcome: AuditOutcome) -> str:
@@ -46,7 +46,7 @@ def _tally(outcome: AuditOutcome) -> str:
 
 
 def _eth(wei: int | None) -> str:
-    return "amount not recorded" if wei is None else f"{wei / WEI_PER_ETH:g} ETH"
+    return "amount not recorded" if wei is None else f"{compute_eth_text(wei)} ETH"
 
 
 def format_state(outcome: AuditOutcome, open_phase: str | None = None) -> str:
@@ -82,10 +82,11 @@ def format_caught(outcome: AuditOutcome) -> list[str]:
     return [format_slash(outcome.audit_id, s) for s in outcome.slashes]
 
 
-def compute_report_json(auditor, findings: list) -> dict:
-    """`audit chain --json`: the counts, every audit's outcome (the spec's, plus its state line) and every finding."""
+def compute_report_json(auditor, shown: list, findings: list) -> dict:
+    """`audit chain --json`: the counts, every audit's outcome (the spec's, with its report line), the
+    caught lines, the findings ``shown`` (the report's: all with --verbose) and the count of inconsistencies."""
     audits = [{**compute_outcome_dict(o), "summary": auditor.states.get(o.audit_id)} for o in sorted(auditor.outcomes.values(), key=lambda o: o.audit_id)]
     return {"summary": {**auditor.summary(), "consistent checks": sum(1 for f in findings if f.severity == "ok")},
             "audits": audits, "caught": list(auditor.caught),
-            "findings": [{"severity": f.severity, "subject": f.subject, "detail": f.detail} for f in findings],
+            "findings": [{"severity": f.severity, "subject": f.subject, "detail": f.detail} for f in shown],
             "inconsistencies": sum(1 for f in findings if f.severity == "inconsistent")}

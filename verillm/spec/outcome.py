@@ -90,7 +90,8 @@ class RoundDecision:
 
 @dataclass(frozen=True)
 class AuditOutcome:
-    audit_id: int
+    audit_id: int | None
+    """None only when no event given names it (a view handed a partial list)."""
     worker: str
     state: str
     """open, settled or abandoned"""
@@ -181,13 +182,17 @@ def _is_across_rounds(events: list[EventRecord], adjudicated: EventRecord) -> bo
     return any(e.name == "Contradicted" and e.tx_hash == adjudicated.tx_hash for e in events)
 
 
-def compute_audit_outcome(events: list[EventRecord]) -> AuditOutcome:
-    """Return what the chain decided for the audit whose events (see the module) are ``events``."""
+def compute_audit_outcome(events: list[EventRecord], worker: str | None = None) -> AuditOutcome:
+    """Return what the chain decided for the audit whose events (see the module) are ``events``.
+    ``worker``: the audit's worker, needed only when its `AuditStarted` is not among them."""
     ordered = sorted(events, key=_key)
     started = next((e for e in ordered if e.name == "AuditStarted"), None)
-    if started is None:
-        raise InvalidInput("no AuditStarted among the events: not one audit's events")
-    worker = started.args["worker"]
+    if started is None and worker is None:
+        raise InvalidInput("no AuditStarted among the events and no worker given: not one audit's events")
+    worker = started.args["worker"] if started is not None else worker
+    audit_ids = {e.args["auditId"] for e in ordered if "auditId" in e.args}
+    if len(audit_ids) > 1:
+        raise InvalidInput(f"events of several audits given: {sorted(audit_ids)}")
     opened = {e.args["party"].lower() for e in ordered if e.name == "Opened"}
     settled = next((e for e in ordered if e.name == "AuditSettled"), None)
     abandoned = [e for e in ordered if e.name == "AuditAbandoned"]
@@ -200,8 +205,19 @@ def compute_audit_outcome(events: list[EventRecord]) -> AuditOutcome:
     slashes.sort(key=lambda s: (s.block_number, s.tx_hash, s.node.lower()))
     rounds = tuple(RoundDecision(e.args["round"], VERDICT_NAMES.get(e.args["verdict"], str(e.args["verdict"])), e.args["agree"], e.args["disagree"])
                    for e in ordered if e.name == "RoundDecided")
-    return AuditOutcome(started.args["auditId"], worker, state, verdict, rounds, compute_votes(ordered), tuple(slashes),
-                        *((abandoned[-1].args["reason"], abandoned[-1].args["round"]) if abandoned and settled is None else (None, None)))
+    ended = (abandoned[-1].args["reason"], abandoned[-1].args["round"]) if abandoned and settled is None else (None, None)
+    return AuditOutcome(next(iter(audit_ids), None), worker, state, verdict, rounds, compute_votes(ordered), tuple(slashes), *ended)
+
+
+def compute_slash_of(outcome: AuditOutcome, node: str) -> Slash | None:
+    """The (first) slash ``node`` took in the audit, or None."""
+    return next((s for s in outcome.slashes if s.node.lower() == node.lower()), None)
+
+
+def compute_eth_text(wei: int) -> str:
+    """An amount of wei in ETH, exactly (no float rounding): 100000000000000000 → "0.1"."""
+    whole, fraction = divmod(wei, 10**18)
+    return f"{whole}.{fraction:018d}".rstrip("0").rstrip(".")
 
 
 def compute_counted_tally(outcome: AuditOutcome, round_index: int) -> tuple[int, int]:
@@ -213,6 +229,8 @@ def compute_counted_tally(outcome: AuditOutcome, round_index: int) -> tuple[int,
 def compute_outcome_dict(outcome: AuditOutcome) -> dict:
     """The outcome as plain data (JSON-ready): what `audit chain --json`, the status body and the explorer carry."""
     body = asdict(outcome)
+    for slash in body["slashes"]:
+        slash["amount_eth"] = None if slash["amount_wei"] is None else compute_eth_text(slash["amount_wei"])
     body["rounds"] = [{**r, "counted": dict(zip(("agree", "disagree"), compute_counted_tally(outcome, r["round_index"])))}
                       for r in body["rounds"]]
     return body
