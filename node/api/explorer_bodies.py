@@ -54,6 +54,10 @@ def _conduct_of(conduct: dict, node: str) -> dict:
     return {"label": c.get("label", ""), "lie": c.get("lie", False)}
 
 
+def _contest_events(explorer: ExplorerTables, events: list[dict]) -> list[dict]:
+    return explorer.get_contest_events(sorted({e["contest_id"] for e in events if e["name"] == "Contested"}))
+
+
 def compute_slashes(outcome: AuditOutcome) -> list[dict]:
     """The audit's slashes, as its outcome has them: a conviction (failed audit, proven lie) apart from a
     penalty (``penalty``); ``reason`` in plain words, ``rule`` the contract's (or the event that took the stake)."""
