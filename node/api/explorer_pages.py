@@ -4,10 +4,10 @@ summary's counts, from the recorded chain events and the dispatcher's tables (no
 import re
 
 from verillm.errors import InvalidInput
+from verillm.spec.outcome import compute_tx_key
 
 from verillm.node.api.explorer_bodies import compute_audit_brief, compute_event_json, compute_hex, compute_job_row
 from verillm.node.store.explorer_tables import ExplorerTables
-from verillm.spec.outcome import compute_tx_key
 
 STAKE_EVENTS = ("Registered", "StakeAdded", "Slashed", "Deregistered", "Withdrawn")
 SLASH_EVENTS = ("PartySlashed", "Adjudicated", "ContestLost", "DispatcherSlashed", "OmissionSlashed")

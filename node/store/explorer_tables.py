@@ -9,8 +9,9 @@ import json
 
 from sqlite_utils import Database
 
-from verillm.node.store.migrations import transaction
 from verillm.spec.outcome import AuditOutcome, EventRecord, compute_audit_outcome, compute_tx_key
+
+from verillm.node.store.migrations import transaction
 
 # A dispatched job's status, as `verillm.node.dispatcher.status.compute_job_status` derives it,
 # in SQL so that a page can be filtered on it (tests/node/test_explorer_tables.py keeps the two equal).
