@@ -34,22 +34,13 @@ from verillm.spec.hashing import keccak256
 from verillm.spec.honest import is_cell_contradicted
 from verillm.spec.merkle import MerkleProof, compute_leaf_hash, is_valid_merkle_proof
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, recover_receipt_signer
+from verillm.spec.outcome import AuditOutcome
 from verillm.spec.types import Leaf, Receipt, SamplingParams
 
+from verillm.verifier.chain_outcome import compute_outcome, format_caught, format_state
 from verillm.verifier.chain_committee import CommitteeReplay, HistoryUnavailable, get_round_entry
-from verillm.verifier.chain_settlement import (
-    MEMBER_PENALTY_REASON,
-    WORKER_PENALTY_REASON,
-    WORKER_SLASH_REASON,
-    compute_audit_record,
-    compute_faults,
-    compute_member_penalties,
-    compute_round_record,
-    is_slash_amount,
-)
+from verillm.verifier.chain_settlement import check_decisions, check_settlement, compute_faults
 
-
-ABANDONED_PHASE = next(code for code, name in PHASE_NAMES.items() if name == "abandoned")
 
 
 @dataclass(frozen=True)
@@ -78,13 +69,6 @@ def _before(a: ChainEvent, b: ChainEvent) -> bool:
     return (a.block_number, a.log_index) < (b.block_number, b.log_index)
 
 
-def _eth(wei: int) -> str:
-    return f"{wei / 1e18:g} ETH"
-
-
-PRIVATE_DRAW_MISSED_REASON = "missed private draw"  # Jobs._fallBackToPublicDraw
-
-
 class ChainAuditor:
     """Walks one deployment's events and re-derives what each of them claims."""
 
@@ -98,7 +82,9 @@ class ChainAuditor:
         self.states: dict[int, str] = {}
         """Every audit's state, settled, abandoned or open (the report lists them all)."""
         self.caught: list[str] = []
-        """Every party the contracts slashed in an audit, with the rule that caught it."""
+        """Every party the contracts slashed in an audit: node, rule and amount (`verifier/chain_outcome.py`)."""
+        self.outcomes: dict[int, AuditOutcome] = {}
+        """Every audit's outcome, `verillm.spec.outcome`'s one derivation over its events."""
         self._models: dict[bytes, OnchainModel] = {}
         self.committees = CommitteeReplay(self)
 
@@ -163,6 +149,7 @@ class ChainAuditor:
     def check_audit(self, event: ChainEvent) -> None:
         audit_id, batch_id, index = event.args["auditId"], event.args["batchId"], event.args["index"]
         subject = f"audit {audit_id}"
+        self._record_outcome(audit_id)
         call = self._calldata(event)
         receipt = self._started_receipt(audit_id, call)
         root, dispatcher, count, posted_block, beta, *_ = self.protocol.batches.call("getBatch", batch_id)
@@ -184,8 +171,18 @@ class ChainAuditor:
         for round_index in range(2):
             if self.named("ChallengeDrawn", auditId=audit_id, round=round_index):
                 self._check_round(audit_id, round_index, receipt, bytes(beta), index, receipt.output_tokens)
-        self._check_decisions(audit_id, base["worker"])
-        self._check_settlement(audit_id, base["worker"])
+        check_decisions(self, audit_id, base["worker"])
+        check_settlement(self, audit_id, base["worker"])
+
+    def _record_outcome(self, audit_id: int) -> None:
+        """The audit's outcome, its report line and its `caught` lines: one derivation (`verillm.spec.outcome`)."""
+        outcome = self.outcomes[audit_id] = compute_outcome(self.events, audit_id)
+        phase = None
+        if outcome.state == "open":
+            state = self.protocol.get_audit(audit_id)
+            phase = f"{PHASE_NAMES.get(state.phase, state.phase)} in round {state.round}"
+        self.states[audit_id] = format_state(outcome, phase)
+        self.caught += format_caught(outcome)
 
     def _started_receipt(self, audit_id: int, start: dict) -> Receipt | None:
         """The worker's receipt: in a public start's calldata; a private start (`startPrivateAudit`)
@@ -327,100 +324,6 @@ class ChainAuditor:
                 self._note(subject, f"member {party} voted disagree although every opened cell passes on-chain (a truncation vote, or a lie nobody adjudicated)")
             else:
                 self._add(True, subject, f"member {party}'s vote matches its posted leaves", "")
-
-    # --- verdicts and settlement ------------------------------------------------------------------
-
-    def _check_decisions(self, audit_id: int, worker: str) -> None:
-        """Every RoundDecided: the tally of the members that opened and were not slashed, and its verdict."""
-        for event in self.named("RoundDecided", auditId=audit_id):
-            round_index = event.args["round"]
-            record = compute_audit_record(self, audit_id, worker, event)
-            round_ = compute_round_record(self, audit_id, round_index, event, compute_faults(self, audit_id, event))
-            agree, disagree = spec_settlement.compute_tally(round_)
-            verdict = spec_settlement.compute_round_verdict(record, round_)
-            got = (event.args["verdict"], event.args["agree"], event.args["disagree"])
-            self._add(got == (verdict, agree, disagree), f"audit {audit_id} round {round_index}",
-                      f"decided {spec_settlement.VERDICT_NAMES[verdict]}, {agree} agree / {disagree} disagree, as the votes tally",
-                      f"decided {got}, but the votes tally to {(verdict, agree, disagree)}")
-
-    def _check_settlement(self, audit_id: int, worker: str) -> None:
-        settled = self.named("AuditSettled", auditId=audit_id)
-        if not settled:
-            return self._check_unsettled(audit_id)
-        subject, event = f"audit {audit_id}", settled[0]
-        record = compute_audit_record(self, audit_id, worker, event)
-        verdict = spec_settlement.compute_round_verdict(record, record.rounds[-1])
-        name = spec_settlement.VERDICT_NAMES.get(event.args["verdict"], str(event.args["verdict"]))
-        self._add(event.args["verdict"] == verdict, subject, f"settled {name}: the final round's verdict over the votes still counted",
-                  f"settled {name}, but the final round's votes give {spec_settlement.VERDICT_NAMES.get(verdict, verdict)}")
-        at_settle = [e for e in self.named("PartySlashed", auditId=audit_id) if e.tx_hash == event.tx_hash]
-        penalties = compute_member_penalties(record, event.args["verdict"])
-        penalised_nodes = {e.args["node"].lower() for e in at_settle if e.args["reason"] == MEMBER_PENALTY_REASON}
-        self._add(penalised_nodes == set(penalties), subject, f"members penalised at settlement: {self._list(penalties) or 'none'}",
-                  f"members penalised {sorted(penalised_nodes)}, but the rules penalise {self._list(penalties) or 'none'}")
-        convicted = event.args["verdict"] in (spec_settlement.FAIL, spec_settlement.WORKER_DEFAULT) and not record.worker_slashed
-        # An appeal's FAIL of a round 0 that did not fail it: the penalty, "overturned" (Proportionality)
-        reason = WORKER_PENALTY_REASON if spec_settlement.is_worker_penalty_only(record, event.args["verdict"]) else WORKER_SLASH_REASON
-        worker_slashed = any(e.args["node"].lower() == worker and e.args["reason"] == reason for e in at_settle)
-        self._add(worker_slashed == convicted, subject, "the worker is slashed exactly when the verdict fails it", "worker slashing disagrees with the verdict")
-        self._check_amounts(subject, event, at_settle, worker)
-        # A member penalty (MEMBER_PENALTY_BPS: a minority vote or a missed opening) is not a conviction.
-        slashes = [(e.args["node"], e.args["reason"], e.args["amountWei"]) for e in at_settle if e.args["reason"] != MEMBER_PENALTY_REASON]
-        # a dispatcher that never revealed its private draw was slashed at the lapse, before settlement
-        slashes = [(e.args["node"], e.args["reason"], e.args["amountWei"]) for e in self.named("PartySlashed", auditId=audit_id)
-                   if e.args["reason"] == PRIVATE_DRAW_MISSED_REASON] + slashes
-        penalised = [(e.args["node"], "penalised: " + penalties.get(e.args["node"].lower(), "?"), e.args["amountWei"])
-                     for e in at_settle if e.args["reason"] == MEMBER_PENALTY_REASON]
-        self._record_caught(audit_id, slashes + penalised)
-        named = "; ".join(f"{node} ({why}, {_eth(wei)})" for node, why, wei in slashes) or "nobody"
-        self.states[audit_id] = f"settled: {name}; slashed {named}" + (
-            "; penalised " + "; ".join(f"{node} ({why.split(': ')[1]}, {_eth(wei)})" for node, why, wei in penalised) if penalised else "")
-
-    def _check_amounts(self, subject: str, settled: ChainEvent, at_settle: list[ChainEvent], worker: str) -> None:
-        taken = [e for e in self.named("Slashed") if e.tx_hash == settled.tx_hash]
-        penalty_bps = min(self.preset.MEMBER_PENALTY_BPS, self.preset.SLASH_FRACTION_BPS)
-        for event in at_settle:
-            node = event.args["node"].lower()
-            bps = self.preset.SLASH_FRACTION_BPS if node == worker and event.args["reason"] == WORKER_SLASH_REASON else penalty_bps
-            match = [t for t in taken if t.args["node"].lower() == node and t.args["amountWei"] == event.args["amountWei"]]
-            self._add(bool(match) and is_slash_amount(match[0], bps), subject, f"{node} lost {bps / 100:g}% of its stake ({_eth(event.args['amountWei'])})",
-                      f"{node} lost {_eth(event.args['amountWei'])}, not {bps / 100:g}% of the stake it held")
-
-    @staticmethod
-    def _list(penalties: dict[str, str]) -> str:
-        return ", ".join(f"{node} ({why})" for node, why in sorted(penalties.items()))
-
-    def _record_caught(self, audit_id: int, slashes: list[tuple[str, str, int]]) -> None:
-        for fault in compute_faults(self, audit_id):
-            node = self.chain.w3.to_checksum_address(fault.node)
-            self.caught.append(f"audit {audit_id}: {node} ({'worker' if fault.slot == 0 else 'member'}): {fault.how}")
-        for node, why, wei in slashes:
-            self.caught.append(f"audit {audit_id}: {node}: {why} ({_eth(wei)})")
-
-    def _check_unsettled(self, audit_id: int) -> None:
-        """An audit with no AuditSettled: abandoned (who was slashed for it), or still open (its phase)."""
-        subject = f"audit {audit_id}"
-        state = self.protocol.get_audit(audit_id)
-        abandoned = self.named("AuditAbandoned", auditId=audit_id)
-        if not abandoned:
-            self.states[audit_id] = f"open: {PHASE_NAMES.get(state.phase, state.phase)} in round {state.round}"
-            return self._note(subject, f"not settled yet: {self.states[audit_id]}")
-        round_index = abandoned[-1].args["round"]
-        slashes = [e for e in self.named("PartySlashed", auditId=audit_id) if e.tx_hash == abandoned[-1].tx_hash]
-        named = "; ".join(f"{e.args['node']} ({e.args['reason']}, {_eth(e.args['amountWei'])})" for e in slashes) or "nobody"
-        self.states[audit_id] = f"abandoned in round {round_index}; slashed {named}"
-        self._record_caught(audit_id, [])
-        if round_index > 0:  # an escalation that could not be staffed lapses: round 0's verdict stands
-            return self._note(subject, f"abandoned: escalation round {round_index} could not be staffed and lapsed; slashed {named}")
-        # docs/protocol.md §12: a round that cannot be staffed ends with nobody slashed (issue 9); a
-        # selected audit whose committee nobody drew slashes its dispatcher (issue 20: the draw was its duty).
-        if abandoned[-1].args["reason"] == "committee never drawn":
-            dispatcher = self.protocol.get_audit(audit_id).dispatcher.lower()
-            return self._add(state.phase == ABANDONED_PHASE and all(e.args["node"].lower() == dispatcher for e in slashes), subject,
-                             f"abandoned: its committee was never drawn; slashed {named}", f"abandoned undrawn but others were slashed: {named}")
-        self._add(state.phase == ABANDONED_PHASE and not slashes, subject,
-                  "abandoned: no full committee could be drawn in round 0; nobody slashed for it",
-                  f"abandoned in round 0 but parties were slashed for it: {named}")
 
     def check_adjudication(self, event: ChainEvent) -> None:
         audit_id, round_index, slot = event.args["auditId"], event.args["round"], event.args["slot"]

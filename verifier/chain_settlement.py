@@ -5,18 +5,22 @@
 committee draw), who posted a receipt, who opened and how it voted, who was already slashed
 by an adjudication or a lost contest (`Jobs.recordFault`), and whether the worker was. The
 auditor then runs the spec's tally and settlement rules over it and compares them with the
-`RoundDecided`, `AuditSettled` and `PartySlashed` events the contract emitted.
+`RoundDecided`, `AuditSettled` and `PartySlashed` events the contract emitted
+(`check_decisions`, `check_settlement`, `check_unsettled`: the auditor's findings on them).
 """
 
 from dataclasses import dataclass
 
 from verillm.chain.events import ChainEvent
+from verillm.chain.protocol import PHASE_NAMES
+from verillm.spec.outcome import MEMBER_PENALTY_RULE, OVERTURNED_RULE
 from verillm.spec import settlement as spec_settlement
 from verillm.spec.constants import BPS
 
-MEMBER_PENALTY_REASON = "missed opening or minority vote"  # Jobs._settleParties: one string for both
+MEMBER_PENALTY_REASON = MEMBER_PENALTY_RULE  # Jobs._settleParties: one string for both
 WORKER_SLASH_REASON = "failed audit"
-WORKER_PENALTY_REASON = "overturned"  # an appeal's FAIL of a round 0 that did not fail the worker: the penalty (issue 34)
+WORKER_PENALTY_REASON = OVERTURNED_RULE  # an appeal's FAIL of a round 0 that did not fail the worker: the penalty (issue 34)
+ABANDONED_PHASE = next(code for code, name in PHASE_NAMES.items() if name == "abandoned")
 
 
 @dataclass(frozen=True)
@@ -93,3 +97,82 @@ def is_slash_amount(slashed: ChainEvent, bps: int) -> bool:
     """Return whether a Registry `Slashed` event took ``bps`` of the stake the node held just before."""
     before = slashed.args["amountWei"] + slashed.args["stakeLeftWei"]
     return slashed.args["amountWei"] == before * bps // BPS
+
+
+def check_decisions(auditor, audit_id: int, worker: str) -> None:
+    """Every RoundDecided: the tally of the members that opened and were not slashed, and its verdict."""
+    for event in auditor.named("RoundDecided", auditId=audit_id):
+        round_index = event.args["round"]
+        record = compute_audit_record(auditor, audit_id, worker, event)
+        round_ = compute_round_record(auditor, audit_id, round_index, event, compute_faults(auditor, audit_id, event))
+        agree, disagree = spec_settlement.compute_tally(round_)
+        verdict = spec_settlement.compute_round_verdict(record, round_)
+        got = (event.args["verdict"], event.args["agree"], event.args["disagree"])
+        auditor._add(got == (verdict, agree, disagree), f"audit {audit_id} round {round_index}",
+                     f"decided {spec_settlement.VERDICT_NAMES[verdict]}, {agree} agree / {disagree} disagree, as the votes tally",
+                     f"decided {got}, but the votes tally to {(verdict, agree, disagree)}")
+
+
+def check_settlement(auditor, audit_id: int, worker: str) -> None:
+    settled = auditor.named("AuditSettled", auditId=audit_id)
+    if not settled:
+        return check_unsettled(auditor, audit_id)
+    subject, event = f"audit {audit_id}", settled[0]
+    record = compute_audit_record(auditor, audit_id, worker, event)
+    verdict = spec_settlement.compute_round_verdict(record, record.rounds[-1])
+    name = spec_settlement.VERDICT_NAMES.get(event.args["verdict"], str(event.args["verdict"]))
+    auditor._add(event.args["verdict"] == verdict, subject, f"settled {name}: the final round's verdict over the votes still counted",
+                 f"settled {name}, but the final round's votes give {spec_settlement.VERDICT_NAMES.get(verdict, verdict)}")
+    at_settle = [e for e in auditor.named("PartySlashed", auditId=audit_id) if e.tx_hash == event.tx_hash]
+    penalties = compute_member_penalties(record, event.args["verdict"])
+    penalised_nodes = {e.args["node"].lower() for e in at_settle if e.args["reason"] == MEMBER_PENALTY_REASON}
+    auditor._add(penalised_nodes == set(penalties), subject, f"members penalised at settlement: {_list(penalties) or 'none'}",
+                 f"members penalised {sorted(penalised_nodes)}, but the rules penalise {_list(penalties) or 'none'}")
+    convicted = event.args["verdict"] in (spec_settlement.FAIL, spec_settlement.WORKER_DEFAULT) and not record.worker_slashed
+    # An appeal's FAIL of a round 0 that did not fail it: the penalty, "overturned" (Proportionality)
+    reason = WORKER_PENALTY_REASON if spec_settlement.is_worker_penalty_only(record, event.args["verdict"]) else WORKER_SLASH_REASON
+    worker_slashed = any(e.args["node"].lower() == worker and e.args["reason"] == reason for e in at_settle)
+    auditor._add(worker_slashed == convicted, subject, "the worker is slashed exactly when the verdict fails it", "worker slashing disagrees with the verdict")
+    _check_amounts(auditor, subject, event, at_settle, worker)
+
+
+def _check_amounts(auditor, subject: str, settled: ChainEvent, at_settle: list[ChainEvent], worker: str) -> None:
+    taken = [e for e in auditor.named("Slashed") if e.tx_hash == settled.tx_hash]
+    penalty_bps = min(auditor.preset.MEMBER_PENALTY_BPS, auditor.preset.SLASH_FRACTION_BPS)
+    for event in at_settle:
+        node = event.args["node"].lower()
+        bps = auditor.preset.SLASH_FRACTION_BPS if node == worker and event.args["reason"] == WORKER_SLASH_REASON else penalty_bps
+        match = [t for t in taken if t.args["node"].lower() == node and t.args["amountWei"] == event.args["amountWei"]]
+        auditor._add(bool(match) and is_slash_amount(match[0], bps), subject, f"{node} lost {bps / 100:g}% of its stake ({_eth(event.args['amountWei'])})",
+                     f"{node} lost {_eth(event.args['amountWei'])}, not {bps / 100:g}% of the stake it held")
+
+
+def _list(penalties: dict[str, str]) -> str:
+    return ", ".join(f"{node} ({why})" for node, why in sorted(penalties.items()))
+
+
+def check_unsettled(auditor, audit_id: int) -> None:
+    """An audit with no AuditSettled: abandoned (who was slashed for it), or still open (its phase)."""
+    subject = f"audit {audit_id}"
+    state = auditor.protocol.get_audit(audit_id)
+    abandoned = auditor.named("AuditAbandoned", auditId=audit_id)
+    if not abandoned:
+        return auditor._note(subject, f"not settled yet: {auditor.states[audit_id]}")
+    round_index = abandoned[-1].args["round"]
+    slashes = [e for e in auditor.named("PartySlashed", auditId=audit_id) if e.tx_hash == abandoned[-1].tx_hash]
+    named = "; ".join(f"{e.args['node']} ({e.args['reason']}, {_eth(e.args['amountWei'])})" for e in slashes) or "nobody"
+    if round_index > 0:  # an escalation that could not be staffed lapses: round 0's verdict stands
+        return auditor._note(subject, f"abandoned: escalation round {round_index} could not be staffed and lapsed; slashed {named}")
+    # docs/protocol.md §12: a round that cannot be staffed ends with nobody slashed (issue 9); a
+    # selected audit whose committee nobody drew slashes its dispatcher (issue 20: the draw was its duty).
+    if abandoned[-1].args["reason"] == "committee never drawn":
+        dispatcher = auditor.protocol.get_audit(audit_id).dispatcher.lower()
+        return auditor._add(state.phase == ABANDONED_PHASE and all(e.args["node"].lower() == dispatcher for e in slashes), subject,
+                            f"abandoned: its committee was never drawn; slashed {named}", f"abandoned undrawn but others were slashed: {named}")
+    auditor._add(state.phase == ABANDONED_PHASE and not slashes, subject,
+                 "abandoned: no full committee could be drawn in round 0; nobody slashed for it",
+                 f"abandoned in round 0 but parties were slashed for it: {named}")
+
+
+def _eth(wei: int) -> str:
+    return f"{wei / 1e18:g} ETH"

@@ -7,10 +7,10 @@ Pure functions over event rows (``{"name", "block_number", "args", ...}``) and a
 
 from verillm.spec.audit import TERMINAL_PHASES, Phase, RoundState, is_claim_standing
 from verillm.spec.params import Preset
+from verillm.spec.outcome import ADJUDICATED, CONTEST_LOST, OVERTURNED_RULE, AuditOutcome, compute_audit_outcome
 from verillm.spec.settlement import AGREE, VERDICT_NAMES
 
-MEMBER_PENALTY_REASON = "missed opening or minority vote"  # Jobs._settleParties names both rules at once
-OVERTURNED_REASON = "overturned"  # Jobs._settleParties: the worker's penalty when the appeal fails what round 0 did not
+from verillm.node.store.explorer_tables import compute_event_records
 
 
 def compute_rounds(events: list[dict]) -> list[dict]:
@@ -59,38 +59,41 @@ def _seats(r: dict) -> list[dict]:
 
 
 def compute_conduct(events: list[dict], contest_events: list[dict], rounds: list[dict], worker: str) -> dict:
-    """Return, per address (lower case), what its part in the audit came to: a label, whether it was a
-    proven lie, and the slash it cost. A caught liar's vote is shown as what it was, not as a vote."""
-    lost = {e["contest_id"] for e in contest_events if e["name"] == "ContestLost"}
-    contested = {(e["args"]["round"], e["args"]["slot"]) for e in events if e["name"] == "Contested" and e["contest_id"] in lost}
-    adjudicated = {(e["args"]["round"], e["args"]["slot"]) for e in events if e["name"] == "Adjudicated"}
-    slashes = {e["args"]["node"].lower(): e["args"] for e in events if e["name"] == "PartySlashed"}
+    """`compute_conduct_of` over event rows (the audit's, its contests' and the Registry's `Slashed` of the same transactions)."""
+    return compute_conduct_of(compute_audit_outcome(compute_event_records(events + contest_events), worker), rounds)
+
+
+def compute_conduct_of(outcome: AuditOutcome, rounds: list[dict]) -> dict:
+    """Return, per address (lower case), what its part in the audit came to, from the audit's outcome
+    (`verillm.spec.outcome`, which `audit chain` and the status route render too): a label, whether it
+    was a proven lie, and the slash it cost. A caught liar's vote is shown as what it was, not as a vote."""
     conduct = {}
     for r in rounds:
         for seat in r["members"]:
-            conduct[seat["node"].lower()] = _member_conduct(r, seat, adjudicated, contested, slashes.get(seat["node"].lower()))
-    slash = slashes.get(worker.lower())
-    proved_wrong = any(slot == 0 for _, slot in contested)
-    overturned = bool(slash) and slash["reason"] == OVERTURNED_REASON  # the appeal failed it where round 0 did not: a penalty, no lie
-    label = ("could not prove its opening (contest lost)" if proved_wrong else
-             "overturned: the appeal failed it where round 0 did not (penalised)" if overturned else f"slashed: {slash['reason']}" if slash else "")
-    conduct[worker.lower()] = {"label": label or "worker", "lie": (bool(slash) and not overturned) or proved_wrong,
-                               "slashed_wei": slash["amountWei"] if slash else None}
+            conduct[seat["node"].lower()] = _member_conduct(r, seat, outcome)
+    slash = next((s for s in outcome.slashes if s.role == "worker"), None)
+    label = ("" if slash is None else "could not prove its opening (contest lost)" if slash.rule == CONTEST_LOST else
+             "overturned: the appeal failed it where round 0 did not (penalised)" if slash.rule == OVERTURNED_RULE else f"slashed: {slash.meaning}")
+    conduct[outcome.worker.lower()] = {"label": label or "worker", "lie": bool(slash) and slash.lie, "slashed_wei": slash.amount_wei if slash else None}
     return conduct
 
 
-def _member_conduct(r: dict, seat: dict, adjudicated: set, contested: set, slash: dict | None) -> dict:
-    party_slot = None if seat["slot"] is None else seat["slot"] + 1
+PENALTY_LABELS = {"minority vote": "minority vote (penalised)", "missed opening": "missed its opening (penalised)"}
+
+
+def _member_conduct(r: dict, seat: dict, outcome: AuditOutcome) -> dict:
     opening = seat["opening"]
     vote = opening["vote"] if opening else None
-    lie, label = False, ""
-    if (r["round"], party_slot) in adjudicated:
-        lie, label = True, ("lied: voted agree, but its own committed data disagrees with the worker's (adjudicated)" if vote == AGREE else
-                            "lied: its committed data contradict the worker's data that the appeal round found honest (adjudicated)")
-    elif (r["round"], party_slot) in contested:
-        lie, label = True, "could not prove the opening it voted on (contest lost)"
-    elif slash and slash["reason"] == MEMBER_PENALTY_REASON:
-        label = "minority vote (penalised)" if opening else "missed its opening (penalised)"
+    slash = next((s for s in outcome.slashes if s.node.lower() == seat["node"].lower() and s.role == "member"), None)
+    fault = slash if slash is not None and slash.lie and slash.round_index == r["round"] and not seat["replaced"] else None
+    lie, label = fault is not None, ""
+    if fault is not None and fault.rule == ADJUDICATED:
+        label = ("lied: voted agree, but its own committed data disagrees with the worker's (adjudicated)" if vote == AGREE else
+                 "lied: its committed data contradict the worker's data that the appeal round found honest (adjudicated)")
+    elif fault is not None:
+        label = "could not prove the opening it voted on (contest lost)"
+    elif slash is not None and slash.penalty:
+        label = PENALTY_LABELS.get(slash.meaning, slash.meaning)
     elif seat["replaced"]:
         label = "replaced: its receipt never came (nobody slashed)"
     elif opening:
@@ -99,7 +102,7 @@ def _member_conduct(r: dict, seat: dict, adjudicated: set, contested: set, slash
         label = "committed; has not opened"
     else:
         label = "has not posted its receipt"
-    return {"label": label, "vote": vote, "lie": lie, "slashed_wei": slash["amountWei"] if slash else None}
+    return {"label": label, "vote": vote, "lie": lie, "slashed_wei": slash.amount_wei if slash else None}
 
 
 def compute_next_step(state: RoundState, audit: dict, rounds: list[dict], preset: Preset, head: int) -> dict | None:

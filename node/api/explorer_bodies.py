@@ -2,15 +2,15 @@
 the chain events the node records (node/store/explorer_tables.py). No chain reads here: the views
 add what is live (an open audit's next step, block timestamps)."""
 
-from verillm.node.api.explorer_audit import compute_conduct, compute_rounds
+from verillm.spec.outcome import AuditOutcome, compute_outcome_dict
+
+from verillm.node.api.explorer_audit import compute_conduct_of, compute_rounds
 from verillm.node.dispatcher.status import compute_job_status
 from verillm.node.store.explorer_tables import ExplorerTables
 
 # Events of one audit, in the order the protocol emits them (docs/protocol.md §12).
 AUDIT_EVENTS = ("AuditStarted", "WorkerReceiptShown", "CommitteeDrawn", "CommitteeReceiptPosted", "ChallengeDrawn", "VoteSealed", "Opened", "RoundDecided",
                 "EscalationStarted", "EscalationLapsed", "Contested", "Adjudicated", "PartySlashed", "AuditAbandoned", "AuditSettled")
-PENALTY_REASON = "missed opening or minority vote"
-OVERTURNED_REASON = "overturned"  # a worker the appeal failed where round 0 did not: the penalty (Jobs._settleParties)
 WORKER_OUTCOMES = {"pass": "passed: the committee's data matched its receipt", "open": "its receipt is being checked",
                    "tie": "not judged: the committee split evenly", "abandoned": "not judged: the audit was abandoned"}
 
@@ -37,26 +37,16 @@ def compute_job_row(row: dict, explorer: ExplorerTables) -> dict:
 
 
 def compute_audit_brief(explorer: ExplorerTables, audit_id: int, worker: str) -> dict:
-    """An audit in a list: its votes (a caught liar's marked), verdict and slashes."""
+    """An audit in a list: its votes (a caught liar's marked), verdict and slashes, from its outcome (`verillm.spec.outcome`)."""
     events = explorer.get_audit_events(audit_id)
     rounds = compute_rounds(events)
-    conduct = compute_conduct(events, _contest_events(explorer, events), rounds, worker)
+    outcome = explorer.get_outcome(audit_id, worker)
+    conduct = compute_conduct_of(outcome, rounds)
     votes = [{"node": s["node"], "round": r["round"], "vote": s["opening"]["vote"] if s["opening"] else None, **_conduct_of(conduct, s["node"])}
              for r in rounds for s in r["members"] if not s["replaced"]]
-    settled = next((e for e in events if e["name"] in ("AuditSettled", "AuditAbandoned")), None)
-    decided = rounds[-1]["decided"] if rounds and rounds[-1]["decided"] else None
-    adjudicated = sorted({e["tx_hash"] for e in events if e["name"] == "Adjudicated"})
-    registry = [e for e in explorer.get_txs_events(adjudicated) if e["name"] == "Slashed"]
-    return {"audit_id": audit_id, "votes": votes, "slashed": compute_slashes(events, registry),
-            "outcome": _outcome(settled), "round_verdict": decided["verdict"] if decided else None}
-
-
-def _outcome(ended: dict | None) -> str:
-    from verillm.spec.settlement import VERDICT_NAMES
-
-    if ended is None:
-        return "open"
-    return "abandoned" if ended["name"] == "AuditAbandoned" else VERDICT_NAMES.get(ended["args"]["verdict"], str(ended["args"]["verdict"]))
+    decided = outcome.rounds[-1] if outcome.rounds else None
+    return {"audit_id": audit_id, "votes": votes, "slashed": compute_slashes(outcome),
+            "outcome": outcome.verdict, "round_verdict": decided.verdict if decided else None}
 
 
 def _conduct_of(conduct: dict, node: str) -> dict:
@@ -68,25 +58,11 @@ def _contest_events(explorer: ExplorerTables, events: list[dict]) -> list[dict]:
     return explorer.get_contest_events(sorted({e["contest_id"] for e in events if e["name"] == "Contested"}))
 
 
-def compute_slashes(events: list[dict], registry: list[dict]) -> list[dict]:
-    """The audit's slashes: a conviction (failed audit, proven lie) apart from a member penalty.
-    ``registry``: the Registry's `Slashed` events of the same transactions (an adjudication's amount)."""
-    taken = {(e["tx_hash"], e["args"]["node"].lower()): e["args"]["amountWei"] for e in registry}
-    opened = {e["args"]["party"].lower() for e in events if e["name"] == "Opened"}
-    rows = []
-    for e in events:
-        if e["name"] == "PartySlashed":
-            reason, penalty = e["args"]["reason"], e["args"]["reason"] in (PENALTY_REASON, OVERTURNED_REASON)
-            if reason == OVERTURNED_REASON:
-                reason = "overturned: the appeal failed it where round 0 did not"
-            elif penalty:
-                reason = "minority vote" if e["args"]["node"].lower() in opened else "missed opening"
-            rows.append({"node": e["args"]["node"], "amount_wei": e["args"]["amountWei"], "reason": reason, "penalty": penalty,
-                         "block": e["block_number"], "tx_hash": compute_hex(e["tx_hash"])})
-        elif e["name"] == "Adjudicated":
-            rows.append({"node": e["args"]["member"], "amount_wei": taken.get((e["tx_hash"], e["args"]["member"].lower())), "reason": "adjudicated: voted agree against its own data",
-                         "penalty": False, "block": e["block_number"], "tx_hash": compute_hex(e["tx_hash"])})
-    return rows
+def compute_slashes(outcome: AuditOutcome) -> list[dict]:
+    """The audit's slashes, as its outcome has them: a conviction (failed audit, proven lie) apart from a
+    penalty (``penalty``); ``reason`` in plain words, ``rule`` the contract's (or the event that took the stake)."""
+    return [{"node": s.node, "amount_wei": s.amount_wei, "reason": s.meaning, "rule": s.rule, "role": s.role, "penalty": s.penalty, "lie": s.lie,
+             "block": s.block_number, "tx_hash": s.tx_hash} for s in outcome.slashes]
 
 
 def _output_tokens(started: dict, events: list[dict]) -> int | None:
@@ -107,26 +83,23 @@ def compute_audit_body(explorer: ExplorerTables, audit_id: int) -> dict | None:
     batch_events = explorer.get_batch_events(args["batchId"])
     posted = next((e for e in batch_events if e["name"] == "BatchPosted"), None)
     rounds = compute_rounds(events)
-    conduct = compute_conduct(events, contests, rounds, args["worker"])
+    outcome = explorer.get_outcome(audit_id)
+    conduct = compute_conduct_of(outcome, rounds)
     mine = explorer.get_dispatched_audit(audit_id)
     registry = [e for e in explorer.get_txs_events(sorted({e["tx_hash"] for e in events})) if e["name"] == "Slashed"]
     timeline = [e for e in batch_events if e["name"] in ("BatchPosted", "AuditDrawn")] + events + contests + registry
     timeline.sort(key=lambda e: (e["block_number"], e["log_index"]))
-    slashes = compute_slashes(events, registry)
-    for s in slashes:  # an adjudication's amount is the Registry's, in the same transaction
-        c = conduct.get(s["node"].lower())
-        if c is not None and c.get("slashed_wei") is None:
-            c["slashed_wei"] = s["amount_wei"]
+    slashes = compute_slashes(outcome)
     worker = conduct[args["worker"].lower()]
     if worker["label"] == "worker":
-        worker["label"] = WORKER_OUTCOMES.get(started["outcome"], "worker")
+        worker["label"] = WORKER_OUTCOMES.get(outcome.verdict, "worker")
     return {
-        "audit_id": audit_id, "outcome": started["outcome"], "started_block": started["started_block"], "ended_block": started["ended_block"],
+        "audit_id": audit_id, "outcome": outcome.verdict, "started_block": started["started_block"], "ended_block": started["ended_block"],
         "worker": args["worker"], "receipt_hash": args["receiptHash"], "output_tokens": _output_tokens(args, events), "requested": args["requested"],
         "batch": {"batch_id": args["batchId"], "index": args["index"], "posted_block": posted["block_number"] if posted else None},
         "dispatcher": posted["args"]["dispatcher"] if posted else None,
         "job_hash": "0x" + mine["job_hash"] if mine else None,
-        "rounds": rounds, "conduct": conduct, "slashed": slashes,
+        "rounds": rounds, "conduct": conduct, "slashed": slashes, "chain_outcome": compute_outcome_dict(outcome),
         "timeline": [compute_event_json(e) for e in timeline],
     }
 

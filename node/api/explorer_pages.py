@@ -4,6 +4,7 @@ summary's counts, from the recorded chain events and the dispatcher's tables (no
 import re
 
 from verillm.errors import InvalidInput
+from verillm.spec.outcome import compute_tx_key
 
 from verillm.node.api.explorer_bodies import compute_audit_brief, compute_event_json, compute_hex, compute_job_row
 from verillm.node.store.explorer_tables import ExplorerTables
@@ -76,15 +77,28 @@ def compute_node_body(explorer: ExplorerTables, address: bytes, limit: int) -> d
 
 
 def _slash_row(e: dict, explorer: ExplorerTables) -> dict:
-    """A slash naming the node, with the amount the Registry took in the same transaction."""
+    """A slash naming the node, with the amount the Registry took in the same transaction; an audit's
+    slash says what its outcome (`verillm.spec.outcome`, as on the audit page) says of it."""
     registry = [x for x in explorer.get_tx_events(bytes.fromhex(e["tx_hash"].removeprefix("0x"))) if x["name"] == "Slashed"]
     node = (e["args"].get("node") or e["args"].get("member") or e["args"].get("party") or e["args"].get("dispatcher") or "").lower()
     taken = next((x["args"] for x in registry if x["args"]["node"].lower() == node), {})
-    reason = e["args"].get("reason") or {"Adjudicated": "adjudicated: voted agree against its own data", "ContestLost": "lost a contest: could not prove its opening",
-                                         "OmissionSlashed": "omitted a promised receipt from its batches"}.get(e["name"], e["name"])
-    return {"event": e["name"], "audit_id": e["audit_id"], "batch_id": e["batch_id"], "block": e["block_number"], "reason": reason,
-            "penalty": reason in ("missed opening or minority vote", "overturned"), "amount_wei": taken.get("amountWei"), "stake_left_wei": taken.get("stakeLeftWei"),
-            "tx_hash": compute_hex(e["tx_hash"])}
+    reason = e["args"].get("reason") or {"OmissionSlashed": "omitted a promised receipt from its batches"}.get(e["name"], e["name"])
+    penalty, amount = False, taken.get("amountWei")
+    audit_id = e["audit_id"] if e["audit_id"] is not None else _contest_audit(explorer, e)
+    outcome = explorer.get_outcome(audit_id) if audit_id is not None else None
+    slash = next((s for s in (outcome.slashes if outcome else ()) if s.node.lower() == node and s.tx_hash == compute_tx_key(e["tx_hash"])), None)
+    if slash is not None:
+        reason, penalty, amount = slash.meaning, slash.penalty, slash.amount_wei
+    return {"event": e["name"], "audit_id": audit_id, "batch_id": e["batch_id"], "block": e["block_number"], "reason": reason,
+            "penalty": penalty, "amount_wei": amount, "stake_left_wei": taken.get("stakeLeftWei"), "tx_hash": compute_hex(e["tx_hash"])}
+
+
+def _contest_audit(explorer: ExplorerTables, e: dict) -> int | None:
+    """A `ContestLost` names no audit: its contest's `Contested` does."""
+    if e["name"] != "ContestLost":
+        return None
+    contested = [x for x in explorer.get_contest_events([e["contest_id"]]) if x["name"] == "Contested"]
+    return contested[0]["audit_id"] if contested else None
 
 
 def compute_batch_body(explorer: ExplorerTables, batch_id: int, head: int, start_window: int) -> dict | None:

@@ -27,6 +27,7 @@ from aiohttp import web
 from web3 import Web3
 
 from verillm.errors import InvalidInput, NotFound
+from verillm.spec.outcome import PENALTY_RULES
 
 from verillm.node.api.dispatcher_views import require_dispatch_service
 from verillm.node.api.explorer_audit import compute_next_step
@@ -164,7 +165,7 @@ async def get_summary(request: web.Request) -> web.Response:
     start = service.chainio.protocol.deployment.start_block
     counts = explorer.count_events()
     slashes = explorer.get_events("Slashed")
-    penalties = sum(explorer.count_events_where("PartySlashed", "reason", r) for r in ("missed opening or minority vote", "overturned"))
+    penalties = sum(explorer.count_events_where("PartySlashed", "reason", r) for r in PENALTY_RULES)  # spec.outcome's: a penalty, not a conviction
     hour_ago = await clock.get_block_at(await clock.get_time(head) - 3600, start, head)
     # The plot spans the chain's activity: from its first batch (start-up blocks are empty), the last PLOT_BLOCKS at most.
     edges = compute_block_edges(max(explorer.get_first_block("BatchPosted") or start, head + 1 - PLOT_BLOCKS, start), head + 1, 24)

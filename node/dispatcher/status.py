@@ -13,9 +13,13 @@
 from verillm.errors import NotFound
 from verillm.spec.params import Preset
 from verillm.spec.receipt import compute_receipt_hash
+from verillm.spec.outcome import Slash, compute_outcome_dict
 from verillm.spec.settlement import FAIL, PASS, TIE, VERDICT_NAMES, WORKER_DEFAULT
 
 from verillm.node.store.dispatcher_tables import DispatcherTables
+from verillm.node.store.explorer_tables import ExplorerTables
+
+VERDICT_CODES = {name: code for code, name in VERDICT_NAMES.items()}
 
 
 def compute_job_status(tables: DispatcherTables, job_hash: bytes, head: int, preset: Preset) -> dict:
@@ -35,7 +39,7 @@ def compute_job_status(tables: DispatcherTables, job_hash: bytes, head: int, pre
     if audit is None:
         body["status"] = _unaudited_status(tables, batch, head, preset)
         return body
-    body["audit"] = compute_audit_summary(tables, audit)
+    body["audit"] = compute_audit_summary(tables, audit, body["worker"])
     body["status"] = _audit_status(audit, body["audit"]["round_verdict"])
     return body
 
@@ -64,43 +68,28 @@ def _audit_status(audit: dict, round_verdict: int | None) -> str:
     return "audited"
 
 
-def compute_audit_summary(tables: DispatcherTables, audit: dict) -> dict:
-    """Return an audit's committee, votes, verdict and slashes from the recorded events."""
+def compute_audit_summary(tables: DispatcherTables, audit: dict, worker: str | None = None) -> dict:
+    """Return an audit's committee, votes, verdict and slashes: the chain's outcome as
+    `verillm.spec.outcome` derives it from the recorded events (the explorer and `audit chain` render
+    the same), under ``chain_outcome``; ``votes`` (party → vote) and ``slashed`` are views of it."""
     audit_id = audit["audit_id"]
     committees = tables.get_events("CommitteeDrawn", audit_id)
-    decided = tables.get_events("RoundDecided", audit_id)
-    votes = {e["args"]["party"]: e["args"]["vote"] for e in tables.get_events("Opened", audit_id) if e["args"]["slot"] > 0}
-    opened = {e["args"]["party"].lower() for e in tables.get_events("Opened", audit_id)}
-    slashes = [compute_party_slash(e["args"], opened) for e in tables.get_events("PartySlashed", audit_id)]
-    contests = {e["contest_id"] for e in tables.get_events("Contested", audit_id)}  # ContestLost names no audit
-    slashes += [{"node": e["args"]["party"], "amount_wei": e["args"]["slashedWei"], "reason": "lost a contest: could not prove its opening", "penalty": False}
-                for e in tables.get_events("ContestLost") if e["contest_id"] in contests]
-    amounts = {e["tx_hash"]: e["args"]["amountWei"] for e in tables.get_events("Slashed")}
-    slashes += [{"node": e["args"]["member"], "amount_wei": amounts.get(e["tx_hash"]), "reason": "adjudicated: vote contradicts its own data", "penalty": False}
-                for e in tables.get_events("Adjudicated", audit_id)]
-    round_verdict = decided[-1]["args"]["verdict"] if decided else None
+    outcome = ExplorerTables(tables.db).get_outcome(audit_id, worker)
+    decided = outcome.rounds if outcome else ()
     return {
         "audit_id": audit_id, "status": audit["status"], "requested": bool(audit["requested"]),
         "committee": committees[-1]["args"]["members"] if committees else [],
-        "votes": votes, "round_verdict": round_verdict,
+        "votes": {v.node: v.vote for v in outcome.votes} if outcome else {},
+        "round_verdict": VERDICT_CODES.get(decided[-1].verdict) if decided else None,
         "verdict": VERDICT_NAMES.get(audit["verdict"]) if audit["verdict"] else None,
-        "escalated": audit["escalated"] == 1, "slashed": slashes,
+        "escalated": audit["escalated"] == 1,
+        "slashed": [compute_slash_json(s) for s in outcome.slashes] if outcome else [],
+        "chain_outcome": compute_outcome_dict(outcome) if outcome else None,
     }
 
 
-MEMBER_PENALTY_REASON = "missed opening or minority vote"  # Jobs._settleParties names both rules at once
-OVERTURNED_REASON = "overturned"  # Jobs._settleParties: a worker an appeal failed after round 0 did not (a penalty)
-
-
-def compute_party_slash(args: dict, opened: set[str]) -> dict:
-    """Return one `PartySlashed` as the status lists it, saying which rule a member penalty applied:
-    a member that opened was outvoted (a minority vote), one that did not missed its opening.
-    ``penalty``: a member penalty (a small share of the stake, not a provable lie), not a conviction."""
-    reason = args["reason"]
-    penalty = reason in (MEMBER_PENALTY_REASON, OVERTURNED_REASON)
-    if reason == OVERTURNED_REASON:
-        reason = "overturned: the appeal failed it where round 0 did not (the penalty, not the slash)"
-    elif penalty:
-        reason = ("minority vote: it opened and voted against the verdict" if args["node"].lower() in opened
-                  else "missed opening: it did not open after the worker did")
-    return {"node": args["node"], "amount_wei": args["amountWei"], "reason": reason, "penalty": penalty}
+def compute_slash_json(slash: Slash) -> dict:
+    """One slash as the status lists it: ``reason`` the rule in plain words (a member penalty says which
+    of its two rules applied), ``rule`` the contract's, ``penalty`` a share of the stake, not a conviction."""
+    return {"node": slash.node, "amount_wei": slash.amount_wei, "reason": slash.meaning, "rule": slash.rule, "role": slash.role,
+            "penalty": slash.penalty, "lie": slash.lie}

@@ -9,6 +9,8 @@ import json
 
 from sqlite_utils import Database
 
+from verillm.spec.outcome import AuditOutcome, EventRecord, compute_audit_outcome, compute_tx_key
+
 from verillm.node.store.migrations import transaction
 
 # A dispatched job's status, as `verillm.node.dispatcher.status.compute_job_status` derives it,
@@ -57,6 +59,11 @@ CASE WHEN abandoned THEN 'abandoned' WHEN settled = 1 THEN 'pass' WHEN settled =
 
 def _event(row: dict) -> dict:
     return {**row, "args": json.loads(row["args"])}
+
+
+def compute_event_records(rows: list[dict]) -> list[EventRecord]:
+    """Recorded event rows (args decoded) as the spec's `EventRecord`s."""
+    return [EventRecord(r["name"], r["args"], r["block_number"], r.get("log_index", 0), compute_tx_key(r.get("tx_hash") or "")) for r in rows]
 
 
 class ExplorerTables:
@@ -148,6 +155,22 @@ class ExplorerTables:
     def get_audit_events(self, audit_id: int) -> list[dict]:
         """Every recorded event of one audit (those carrying its id), in chain order."""
         return [_event(r) for r in self._rows("SELECT * FROM chain_events WHERE audit_id = ? ORDER BY block_number, log_index", [audit_id])]
+
+    def get_outcome_events(self, audit_id: int) -> list[dict]:
+        """What `verillm.spec.outcome` reads for one audit: its events, its contests' `ContestLost` (they
+        name no audit) and the Registry's `Slashed` of the same transactions (an adjudication's amount)."""
+        own = self.get_audit_events(audit_id)
+        lost = [e for e in self.get_contest_events(sorted({e["contest_id"] for e in own if e["name"] == "Contested"})) if e["name"] == "ContestLost"]
+        taken = [e for e in self.get_txs_events(sorted({e["tx_hash"] for e in own + lost})) if e["name"] == "Slashed"]
+        return own + lost + taken
+
+    def get_outcome(self, audit_id: int, worker: str | None = None) -> AuditOutcome | None:
+        """The audit's outcome (`verillm.spec.outcome.compute_audit_outcome`); None before its start is
+        recorded, unless the caller knows its ``worker`` (a dispatcher knows its own audits')."""
+        events = self.get_outcome_events(audit_id)
+        if worker is None and not any(e["name"] == "AuditStarted" for e in events):
+            return None
+        return compute_audit_outcome(compute_event_records(events), worker)
 
     def get_batch_events(self, batch_id: int) -> list[dict]:
         return [_event(r) for r in self._rows("SELECT * FROM chain_events WHERE batch_id = ? ORDER BY block_number, log_index", [batch_id])]

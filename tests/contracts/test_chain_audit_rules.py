@@ -54,6 +54,37 @@ def test_a_lazy_member_caught_by_adjudication_is_named_and_nothing_is_inconsiste
     assert "inconsistencies: 0" in result.output and "caught" in result.output and lazy.node.address in result.output
 
 
+def test_audit_chain_names_each_slash_with_its_amount_rule_and_node_and_says_it_again_as_json(world, tmp_path):
+    """Issue 36: an audit that settled PASS while a member lost its stake to an adjudication said
+    "slashed nobody"; now the state line, the caught line and `--json` carry the slash: the node, the
+    amount (ETH and wei), the rule, and the lazy member's agree as a proven lie that did not count."""
+    import json
+
+    run, lazy = _lazy_member_caught(world)
+    address = lazy.node.address
+    auditor = ChainAuditor(world.chain, world.protocol.deployment)
+    auditor.run()
+    outcome = auditor.outcomes[run.audit_id]
+    slash = next(s for s in outcome.slashes if s.node == address)
+    taken = next(e for e in auditor.named("Slashed") if e.args["node"] == address)
+    assert (slash.amount_wei, slash.rule, slash.role, slash.lie) == (taken.args["amountWei"], "Adjudicated", "member", True) and slash.amount_wei > 0
+    state = auditor.states[run.audit_id]
+    assert state.startswith(f"settled: pass; slashed {address} (adjudicated: voted agree against its own posted data, ") and "slashed nobody" not in state
+    assert f"1 vote proven a lie ({address})" in state
+    line = next(line for line in auditor.caught if address in line)
+    assert f"{slash.amount_wei} wei" in line and 'rule "Adjudicated"' in line and f"{address} (member): adjudicated" in line
+    path = tmp_path / "addresses.json"
+    world.protocol.deployment.save(path)
+    result = CliRunner().invoke(audit, ["chain", "--rpc-url", world.chain.url, "--addresses", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.output[result.output.index("{"):])  # progress lines go to stderr; CliRunner mixes them in
+    assert body["inconsistencies"] == 0 and body["caught"] == auditor.caught
+    audited = next(a for a in body["audits"] if a["audit_id"] == run.audit_id)
+    assert audited["summary"] == state and audited["verdict"] == "pass"
+    assert [(v["node"], v["lie"], v["counted"]) for v in audited["votes"] if v["node"] == address] == [(address, True, False)]
+    assert [(s["amount_wei"], s["rule"]) for s in audited["slashes"] if s["node"] == address] == [(slash.amount_wei, "Adjudicated")]
+
+
 def _settled(world, nonce: int, votes: dict[int, bool]):
     """An honest worker's audit where seat i seals, opens and votes ``votes[i]`` (a seat not in it never seals nor opens)."""
     run = world.start(world.make_worker(world.nodes[0], nonce=nonce), dispatcher=world.nodes[1])

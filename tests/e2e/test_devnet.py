@@ -24,7 +24,7 @@ def test_devnet_tiny_with_a_lazy_member_exits_0(tmp_path):
                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "every job settled as the protocol says it should" in run.stdout
-    assert "adjudicated: vote contradicts its own data" in run.stdout
+    assert "adjudicated: voted agree against its own posted data" in run.stdout  # the progress line: the one outcome's words (issue 36)
     assert "Batches.postBatch" in run.stdout and "Disputes.adjudicate" in run.stdout
     # The devnet's own `verillm audit chain`: every rule re-derived agrees with the contracts
     # (issue 23: committees flagged on honest audits, a KeyError on the adjudication), and the

@@ -8,10 +8,6 @@ condition. ``VERILLM_EXPLORER_SCREENSHOTS=DIR`` keeps a screenshot of each page 
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,35 +15,14 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.usefixtures("anvil_installed")
-VERILLM = str(Path(sys.executable).parent / "verillm")
 CHROMIUM = os.environ.get("VERILLM_CHROMIUM", "/usr/bin/chromium")
-START_TIMEOUT_S = 600
 WAIT_MS = 30_000
 
 
 @pytest.fixture(scope="module")
-def kept(tmp_path_factory):
-    reuse = os.environ.get("VERILLM_KEPT_DEVNET")  # WORKDIR/network.json of a devnet you keep running with the same options
-    if reuse:
-        yield json.loads(Path(reuse).read_text())
-        return
-    workdir = tmp_path_factory.mktemp("explorer") / "devnet"
-    log = (workdir.parent / "devnet.log").open("w")
-    # 10 jobs: the lazy member is caught whenever it sits on a committee; it is drawn into most.
-    process = subprocess.Popen([VERILLM, "devnet", "--model", "tiny", "--cheater", "int8", "--cheater", "lazy", "--jobs", "10", "--keep",
-                                "--workdir", str(workdir)], stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    network_file = workdir / "network.json"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not network_file.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail("devnet --keep did not come up:\n" + (workdir.parent / "devnet.log").read_text()[-4000:])
-        time.sleep(1.0)
-    info = json.loads(network_file.read_text())
-    yield {**info, "workdir": workdir, "process": process}
-    process.send_signal(signal.SIGTERM)
-    process.wait(timeout=60)
-    log.close()
+def kept(two_cheater_devnet):
+    """The session's two-cheater devnet (tests/e2e/conftest.py), shared with test_audit_outcomes_agree.py."""
+    return two_cheater_devnet
 
 
 def _get(url: str) -> tuple[int, dict]:

@@ -113,11 +113,17 @@ def compute_signed_read_headers(node_url: str, job_hash: bytes, key_file: str) -
 @click.option("--rpc-url", required=True, help="JSON-RPC endpoint of the chain.")
 @click.option("--addresses", "addresses_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Deployment address book (JSON).")
 @click.option("--verbose", is_flag=True, help="List every consistent check too.")
-def chain_audit(rpc_url, addresses_path, verbose):
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object instead of the report: the counts, every audit's outcome (votes, each counted or a proven lie; "
+                   "every slash with node, role, amount in wei, the contract's rule), the caught lines and every finding.")
+def chain_audit(rpc_url, addresses_path, verbose, as_json):
     """Re-check every draw, audit, vote, verdict, slash and adjudication recorded on-chain."""
+    import json
+
     from verillm.chain import connect
     from verillm.chain.deploy import Deployment
     from verillm.verifier.chain_audit import ChainAuditor
+    from verillm.verifier.chain_outcome import compute_report_json
     from verillm.verifier.report import format_chain_audit
 
     say = Progress()
@@ -128,9 +134,12 @@ def chain_audit(rpc_url, addresses_path, verbose):
         f"({len(auditor.events)} events; every committee re-derived from the Registry's past state)")
     with tool_failure():
         findings = auditor.run()
-    shown = findings if verbose else [f for f in findings if f.severity != "ok"]
-    checked = sum(1 for f in findings if f.severity == "ok")
-    click.echo(format_chain_audit(shown, {**auditor.summary(), "consistent checks": checked}, auditor.states, auditor.caught))
+    if as_json:
+        click.echo(json.dumps(compute_report_json(auditor, findings if verbose else [f for f in findings if f.severity != "ok"], findings), indent=2))
+    else:
+        shown = findings if verbose else [f for f in findings if f.severity != "ok"]
+        checked = sum(1 for f in findings if f.severity == "ok")
+        click.echo(format_chain_audit(shown, {**auditor.summary(), "consistent checks": checked}, auditor.states, auditor.caught))
     sys.exit(1 if any(f.severity == "inconsistent" for f in findings) else 0)
 
 

@@ -86,7 +86,8 @@ class JobTracker:
     def _report(self, job: dict, body: dict) -> None:
         audit = body.get("audit") or {}
         settled = audit.get("status") in ("settled", "abandoned")
-        change = (body["status"], settled, bool(audit.get("committee")))
+        lies = sum(v["lie"] for v in (audit.get("chain_outcome") or {}).get("votes", []))
+        change = (body["status"], settled, bool(audit.get("committee")), lies, len(audit.get("slashed", [])))
         if change != job.get("change"):
             job["change"], job["status"], job["settled"] = change, body["status"], settled
             self.say(f"job {job['n']}: {self._describe(body)}")
@@ -101,9 +102,11 @@ class JobTracker:
         if status == "audited":
             committee = ", ".join(self.name(m) for m in audit["committee"]) or "being drawn"
             return f"audited: audit #{audit['audit_id']}, committee {committee}"
-        votes = audit.get("votes", {})
-        agree = sum(1 for v in votes.values() if v == 1)
-        text = f"{status}: {agree}/{len(votes)} members agree" + (" (settled)" if audit.get("status") == "settled" else "")
+        votes = (audit.get("chain_outcome") or {}).get("votes", [])
+        counted = [v for v in votes if v["counted"]]
+        lies = [f"{self.name(v['node'])}'s {'agree' if v['vote'] == 1 else 'disagree'}" for v in votes if v["lie"]]
+        text = (f"{status}: {sum(v['vote'] == 1 for v in counted)}/{len(counted)} counted votes agree"
+                + (f" ({', '.join(lies)} proven a lie: not counted)" if lies else "") + (" (settled)" if audit.get("status") == "settled" else ""))
         slashes = [f"{self.name(s['node'])} ({s['reason']}, {_amount(s['amount_wei'])})" for s in audit.get("slashed", [])]
         return text + ("; slashed " + "; ".join(slashes) if slashes else "")
 
@@ -173,17 +176,20 @@ def print_summary(net: LocalNetwork, tracker: JobTracker, gas_rows: list, wall_s
     own data or who could not prove its opening); ``penalised``: members that lost a small share
     for a minority vote or a missed opening, which an honest job's audit may well have."""
     click.echo("\n  job  worker   status    committee votes      slashed          penalised")
-    verified, slashed, problems = 0, 0, []
+    verified, slashed, lies, problems = 0, 0, 0, []
     for job in tracker.jobs:
         body, audit = job["body"], job["body"].get("audit") or {}
         worker = tracker.name(body["worker"])
-        votes = "".join("✓" if v == 1 else "✗" for v in audit.get("votes", {}).values()) or "-"
+        votes = compute_vote_cell((audit.get("chain_outcome") or {}).get("votes", []))
+        lies += "(lie)" in votes
         convicted, penalised = compute_slash_columns(tracker.name, audit.get("slashed", []))
         click.echo(f"  {job['n']:>3}  {worker:<8} {body['status']:<9} {votes:<16} {convicted:<16} {penalised}")
         verified += body["status"] == "final" and bool(audit)
         slashed += body["status"] == "slashed"
         problems += _check_outcome(net, tracker, job)
     problems += _check_cheaters_caught(net, tracker)
+    if lies:
+        click.echo("  ✓(lie): a vote proven a lie (adjudicated, or a lost contest); it did not count")
     click.echo(f"\njobs {len(tracker.jobs)}  verified {verified}  worker slashed {slashed}  wall time {wall_s:.1f} s")
     click.echo("\n  gas per step (every protocol transaction on the chain)")
     click.echo(f"  {'step':<32} {'txs':>4} {'total gas':>11} {'gas/tx':>9}")
@@ -193,6 +199,12 @@ def print_summary(net: LocalNetwork, tracker: JobTracker, gas_rows: list, wall_s
     if tracker.jobs:
         click.echo(f"  {'per job (all audited, MINIMAL)':<32} {'':>4} {audited // len(tracker.jobs):>11,}")
     return problems
+
+
+def compute_vote_cell(votes: list[dict]) -> str:
+    """The summary's votes cell of an audit's outcome votes (`chain_outcome`, spec.outcome): ✓ agree, ✗
+    disagree, and a vote proven a lie marked as one, "✓(lie)", not as an ordinary vote."""
+    return "".join(("✓" if v["vote"] == 1 else "✗") + ("(lie)" if v["lie"] else "") for v in votes) or "-"
 
 
 def compute_slash_columns(name, slashes: list[dict]) -> tuple[str, str]:

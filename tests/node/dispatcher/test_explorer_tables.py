@@ -131,3 +131,51 @@ def test_migration_7_indexes_the_events_recorded_before_it(tmp_path):
     DispatcherTables(db).record_events("protocol", [_event(3, "Registered", node="0x" + "Ab" * 20, stakeWei=1, endpoint="e", models=[])], 4)
     assert process_migrations(db, MIGRATIONS[:7]) == 7 and get_schema_version(db) == 7
     assert ExplorerTables(db).count_events_naming(bytes.fromhex("ab" * 20)) == {"Registered": 1}
+
+
+def test_the_status_body_and_every_explorer_view_render_one_outcome(tmp_path):
+    """Issue 36: a lazy member's agree, proven a lie by an adjudication, is a lie (not counted) in the
+    status body, the explorer's audit page, its lists and the member's node page, each slash with the
+    same node, amount and rule: all of them render `verillm.spec.outcome` over the recorded events."""
+    from verillm.node.api.explorer_bodies import compute_audit_body, compute_audit_brief
+    from verillm.node.api.explorer_pages import compute_node_body
+
+    tables = DispatcherTables(open_store(tmp_path / "n.sqlite").db)
+    receipt = _dispatch(tables, 1)
+    row = tables.insert_batch(b"\x0a" * 32, [receipt.job_hash])
+    tables.update_batch(row, status="started", batch_id=0, posted_block=5)
+    tables.insert_audit(3, receipt.job_hash, row, 0, requested=False)
+    worker = "0x" + receipt.worker.hex()
+    lazy, honest, silent = ("0x" + f"{n:02x}" * 20 for n in (0xA1, 0xB2, 0xC3))
+    adjudication = os.urandom(32).hex()
+    events = [_event(6, "AuditStarted", 3, 0, worker=worker, index=0, receiptHash="0x" + "00" * 32, outputTokens=2, requested=False),
+              _event(7, "CommitteeDrawn", 3, round=0, attempt=0, members=[lazy, honest, silent]),
+              _event(9, "Opened", 3, round=0, slot=0, party=worker, vote=0), _event(9, "Opened", 3, log_index=1, round=0, slot=1, party=lazy, vote=1),
+              _event(9, "Opened", 3, log_index=2, round=0, slot=2, party=honest, vote=1),
+              _event(10, "RoundDecided", 3, round=0, verdict=1, agree=2, disagree=0),
+              {**_event(11, "Adjudicated", 3, contract="Disputes", round=0, slot=1, member=lazy, dataAgrees=False, vote=1), "tx_hash": adjudication},
+              {**_event(11, "Slashed", log_index=1, node=lazy, amountWei=10**17, stakeLeftWei=0, by=honest), "contract": "Registry", "tx_hash": adjudication},
+              _event(20, "PartySlashed", 3, node=silent, amountWei=10**16, reason="missed opening or minority vote"),
+              _event(20, "AuditSettled", 3, log_index=1, verdict=1)]
+    for e in events:  # the Registry's Slashed carries no audit id
+        e["args"] = json.dumps({k: v for k, v in json.loads(e["args"]).items() if not (k in ("auditId", "batchId") and v is None)})
+    tables.record_events("protocol", events, 21)
+    tables.update_audit(3, status="settled", verdict=1)
+    explorer = ExplorerTables(tables.db)
+    status = compute_job_status(tables, receipt.job_hash, 21, PRESET)["audit"]
+    page = compute_audit_body(explorer, 3)
+    brief = compute_audit_brief(explorer, 3, worker)
+    assert status["chain_outcome"] == page["chain_outcome"]
+    outcome = page["chain_outcome"]
+    assert outcome["verdict"] == "pass" and outcome["rounds"][0]["counted"] == {"agree": 1, "disagree": 0}
+    assert [(v["node"], v["lie"], v["counted"]) for v in outcome["votes"]] == [(lazy, True, False), (honest, False, True)]
+    assert {v["node"]: v["lie"] for v in brief["votes"]} == {lazy: True, honest: False, silent: False}
+    assert page["conduct"][lazy]["lie"] and page["conduct"][lazy]["slashed_wei"] == 10**17
+    slashes = [(s["node"], s["amount_wei"], s["rule"], s["reason"], s["penalty"]) for s in status["slashed"]]
+    assert slashes == [(lazy, 10**17, "Adjudicated", "adjudicated: voted agree against its own posted data", False),
+                       (silent, 10**16, "missed opening or minority vote", "missed opening", True)]
+    for view in (page["slashed"], brief["slashed"]):
+        assert [(s["node"], s["amount_wei"], s["rule"], s["reason"], s["penalty"]) for s in view] == slashes
+    node_page = compute_node_body(explorer, bytes.fromhex(lazy[2:]), 50)
+    assert [(s["reason"], s["amount_wei"], s["penalty"]) for s in node_page["slashes"]] == [(slashes[0][3], 10**17, False)]
+    assert [v["lie"] for v in node_page["votes"]] == [True]
