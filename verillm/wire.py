@@ -1,4 +1,4 @@
-"""JSON forms of protocol records, shared by the node's API and the client SDK.
+"""JSON forms of protocol records (and OpenAI's error body), shared by the node's API and the client SDK.
 
 A record travels as its canonical encoding in hex (``"encoded"``) — the only part a reader
 trusts — beside readable fields for people and dashboards. `receipt_from_json` decodes the
