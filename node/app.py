@@ -22,7 +22,7 @@ from verillm.spec.receipt import SigningDomain
 from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_STORE, APP_WORKER
 from verillm.node.config import NodeConfig
 from verillm.node.dispatcher.local import LocalDispatcher
-from verillm.node.dispatcher.service import network_dispatcher_context
+from verillm.node.dispatcher_role import network_dispatcher_context
 from verillm.node.worker.engines import ServedModel, build_served_model
 from verillm.node.keys import load_node_key
 from verillm.node.metrics import NodeMetrics

@@ -23,7 +23,7 @@ from pathlib import Path
 from verillm import envs
 from verillm.errors import ConfigError
 from verillm.jsonsafe import compute_json_depth
-from verillm.node.dispatcher.config import DispatcherConfig  # the [dispatcher] section (node/dispatcher/)
+from verillm.node.dispatcher_config import DispatcherConfig  # the [dispatcher] section (its own file: config.py stays under 400 lines)
 
 ENV_PREFIX = "VERILLM_"
 MAX_CONFIG_DEPTH = 16

@@ -32,8 +32,12 @@ from verillm.spec.hashing import keccak256
 
 from verillm.wire import from_hex
 
+from verillm.node.keys import NodeKey
+
 ENVELOPE_DOMAIN = b"verillm-envelope-v2"
 EIP191_PREFIX = b"\x19Ethereum Signed Message:\n32"
+READ_HEADER = "X-Verillm-Envelope"
+"""The header of a signed read: an envelope for the request's path with an empty payload (node/api/access.py)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,11 @@ def verify_envelope_freshness(envelope: Envelope, now_s: float, max_skew_s: int)
     skew = envelope.timestamp_s - now_s
     if abs(skew) > max_skew_s:
         raise ReplayedMessage(f"envelope timestamp is {skew:+.0f} s from this node's clock (limit ±{max_skew_s} s)")
+
+
+def compute_read_headers(path: str, key: NodeKey, recipient: bytes) -> dict[str, str]:
+    """Return the headers of a signed read of ``path`` by ``key``'s owner on the node ``recipient``."""
+    return {READ_HEADER: encode_envelope_json(sign_envelope(path, b"", key.private_key, recipient)).decode()}
 
 
 # --- JSON form ----------------------------------------------------------------------------

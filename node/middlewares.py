@@ -17,33 +17,18 @@ line instead, naming the peer and the reason; every other error aiohttp logs kee
 """
 
 import logging
-import re
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from verillm.errors import VerillmError
+from verillm.wire import compute_error_body
 
 from verillm.node.appkeys import APP_METRICS
 
 log = logging.getLogger(__name__)
 
 AIOHTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 400: "invalid_input"}
-
-
-FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?(?:\.[A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?)*): ")
-
-
-def compute_error_param(status: int, message: str) -> str | None:
-    """The request field a client error is about (its message's "field: " prefix), else None."""
-    match = FIELD_PREFIX.match(message) if status < 500 else None
-    return match.group(1) if match else None
-
-
-def compute_error_body(status: int, code: str, message: str) -> dict:
-    """Return OpenAI's error body."""
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return {"error": {"message": message, "type": kind, "param": compute_error_param(status, message), "code": code}}
 
 
 def error_response(request: web.Request, status: int, code: str, message: str) -> web.Response:

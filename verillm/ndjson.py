@@ -5,7 +5,22 @@ in many small chunks: ``(pending + chunk).split(b"\\n")`` copies everything stil
 every chunk and searches it again, so one 4 MiB line in 256-byte chunks copied ~32 GB (21 s of a
 gateway's CPU, issue 35). Here each byte is searched once and copied at most twice (into the
 pending buffer, then out as its line), whatever the chunking: `LineSplitter.copied_bytes` counts it.
+
+The writing side is here too: `NDJSON` (the media type) and `compute_line` (one object, one line),
+so the worker that writes a native stream (node/api/streaming.py) and the dispatcher that reads
+one (node/dispatcher/peer.py) share them from below both.
 """
+
+import json
+
+NDJSON = "application/x-ndjson"
+"""The native job route's streamed answer: one JSON object per line."""
+
+
+def compute_line(event: dict) -> bytes:
+    """One NDJSON line of the native stream."""
+    return json.dumps(event, separators=(",", ":")).encode() + b"\n"
+
 
 
 class LineSplitter:

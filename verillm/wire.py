@@ -1,10 +1,12 @@
-"""JSON forms of protocol records, shared by the node's API and the client SDK.
+"""JSON forms of protocol records (and OpenAI's error body), shared by the node's API and the client SDK.
 
 A record travels as its canonical encoding in hex (``"encoded"``) — the only part a reader
 trusts — beside readable fields for people and dashboards. `receipt_from_json` decodes the
 encoding and refuses a body whose readable fields disagree with it. Hex is 0x-prefixed.
 Imports nothing heavy: the SDK uses this module without torch or aiohttp's server.
 """
+
+import re
 
 from verillm.errors import EncodingError, InvalidInput, NotFound, VerillmError
 from verillm.spec.promise import BatchPromise, SignedPromise
@@ -153,6 +155,23 @@ def opening_from_json(data: object) -> Opening:
 def challenge_to_json(challenge: Challenge) -> str:
     """Return a challenge as the hex of its encoding (how opening requests carry it)."""
     return to_hex(encode(challenge))
+
+
+# --- errors: OpenAI's body, written by the node's edge (node/middlewares.py, a stream's error event), read back here ---
+
+FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?(?:\.[A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?)*): ")
+
+
+def compute_error_param(status: int, message: str) -> str | None:
+    """The request field a client error is about (its message's "field: " prefix), else None."""
+    match = FIELD_PREFIX.match(message) if status < 500 else None
+    return match.group(1) if match else None
+
+
+def compute_error_body(status: int, code: str, message: str) -> dict:
+    """Return OpenAI's error body."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": compute_error_param(status, message), "code": code}}
 
 
 def _error_classes(root: type = VerillmError) -> dict[str, type]:

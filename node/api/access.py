@@ -26,20 +26,13 @@ from verillm.jsonsafe import load_json
 from verillm.spec.hashing import keccak256
 
 from verillm.node.appkeys import APP_CONFIG, APP_KEY
-from verillm.node.envelope import decode_envelope_json, encode_envelope_json, verify_envelope_freshness, verify_envelope_signature, sign_envelope
+from verillm.node.envelope import READ_HEADER, decode_envelope_json, verify_envelope_freshness, verify_envelope_signature
 from verillm.node.keys import NodeKey
-
-READ_HEADER = "X-Verillm-Envelope"
 
 
 def compute_read_token(key: NodeKey, job_hash: bytes) -> str:
     """Return the requester's read token of ``job_hash`` on the node with ``key``."""
     return keccak256(b"verillm-read-token-v1" + key.private_key + job_hash)[:16].hex()
-
-
-def compute_read_headers(path: str, key: NodeKey, recipient: bytes) -> dict[str, str]:
-    """Return the headers of a signed read of ``path`` by ``key``'s owner on the node ``recipient``."""
-    return {READ_HEADER: encode_envelope_json(sign_envelope(path, b"", key.private_key, recipient)).decode()}
 
 
 def verify_reader(request: web.Request, job_hash: bytes, parties: set[bytes]) -> None:

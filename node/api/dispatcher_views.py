@@ -20,6 +20,15 @@ def require_dispatch_service(request: web.Request, consequence: str = ""):
     return service
 
 
+async def get_serving(app: web.Application) -> dict:
+    """For /healthz: whether this node can serve jobs now, and if not, why (node/dispatcher/readiness.py; a node without the role always can)."""
+    service = app.get(APP_SERVICE)
+    if service is None:
+        return {"ready": True, "reasons": [], "role": "local: runs every job itself, no chain checks"}
+    reasons = await service.router.readiness.get_reasons()
+    return {"ready": not reasons, "reasons": reasons, "role": "networked dispatcher and worker"}
+
+
 async def get_dispatch_status(request: web.Request) -> web.Response:
     """Where a job this node dispatched stands: batch, audit, committee, votes, verdict, slashes."""
     service = require_dispatch_service(request)

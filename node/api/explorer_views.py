@@ -29,7 +29,7 @@ from web3 import Web3
 from verillm.errors import InvalidInput, NotFound
 from verillm.spec.outcome import PENALTY_RULES
 
-from verillm.node.api.dispatcher_views import require_dispatch_service
+from verillm.node.api.dispatcher_views import get_serving, require_dispatch_service
 from verillm.node.api.explorer_audit import compute_next_step
 from verillm.node.api.explorer_bodies import compute_audit_body, compute_job_body, compute_job_row
 from verillm.node.api.explorer_clock import BlockClock, compute_block_edges
@@ -117,8 +117,6 @@ async def _nodes(service) -> list[dict]:
 
 async def get_network(request: web.Request) -> web.Response:
     """Chain head, contracts, the served model, every registered node's standing, and whether this node can serve."""
-    from verillm.node.dispatcher.service import get_serving  # the dispatcher role's chain stack, as /healthz loads it
-
     service = require_dispatch_service(request, "it has no network view")
     nodes = await _nodes(service)
     served, protocol = request.app[APP_MODEL], service.chainio.protocol

@@ -37,6 +37,7 @@ from verillm.spec.types import Job
 from verillm.node import faults
 from verillm.node.api.access import verify_reader
 from verillm.node.api.admission import compute_lane, get_peer_job_limit
+from verillm.node.api.dispatcher_views import get_serving
 from verillm.node.worker.opening_process import parse_opening_payload  # noqa: F401  (the fuzzers' entry point)
 from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_METRICS, APP_MODEL, APP_SERVICE, APP_STORE, APP_WORKER
 from verillm.node.api.http import get_status_url, read_signed_envelope, remember_nonce
@@ -145,8 +146,6 @@ async def get_info(request: web.Request) -> web.Response:
 
 async def get_healthz(request: web.Request) -> web.Response:
     """Liveness and a summary: model, queue depth, jobs by status, schema version, whether it can serve."""
-    from verillm.node.dispatcher.service import get_serving  # the dispatcher role imports the chain stack
-
     store, worker = request.app[APP_STORE], request.app[APP_WORKER]
     return web.json_response({
         "status": "ok",

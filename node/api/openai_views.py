@@ -29,7 +29,6 @@ from verillm.spec.types import Job
 from verillm.node.appkeys import APP_CONFIG, APP_DISPATCHER, APP_METRICS, APP_MODEL
 from verillm.node.worker.engines import ServedModel, verify_model_name
 from verillm.node.api.http import get_status_url, read_json
-from verillm.node.middlewares import compute_error_body
 from verillm.node.api.openai_format import (
     GenerationRequest,
     StopFilter,
@@ -52,7 +51,7 @@ from verillm.engine.text import (
     compute_text,
 )
 from verillm.node.api.streaming import stream_dispatch
-from verillm.wire import compute_stopped_text, job_to_json, stream_chunk_to_json, to_hex
+from verillm.wire import compute_error_body, compute_stopped_text, job_to_json, stream_chunk_to_json, to_hex
 
 log = logging.getLogger(__name__)
 

@@ -22,22 +22,18 @@ is never spliced into a stream (node/dispatcher/router.py ends a broken stream i
 """
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
 from verillm.errors import VerillmError
+from verillm.ndjson import NDJSON, compute_line
 
 from verillm.spec.stream import SignedPrefix
-from verillm.wire import stream_chunk_to_json
+from verillm.wire import compute_error_body, stream_chunk_to_json
 
 from verillm.engine.text import compute_text
-from verillm.node.middlewares import compute_error_body
 from verillm.node.worker.stream_signer import OnChunk, PrefixSigner
-
-NDJSON = "application/x-ndjson"
-"""The native job route's streamed answer: one JSON object per line."""
 
 SendText = Callable[[str, tuple[int, ...], SignedPrefix], Awaitable[None]]
 """The edge's writer: (text delta, possibly "", the tokens that produced it, their signed prefix)."""
@@ -119,11 +115,6 @@ def compute_remaining_text(tokenizer, stream: TextStream, sent: str, output_toke
 
 
 # --- the worker's side of the native stream ---------------------------------------------------
-
-
-def compute_line(event: dict) -> bytes:
-    """One NDJSON line of the native stream."""
-    return json.dumps(event, separators=(",", ":")).encode() + b"\n"
 
 
 async def write_job_stream(request: web.Request, arrived: asyncio.Queue, wait: Awaitable,

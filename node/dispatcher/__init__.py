@@ -19,10 +19,11 @@
     chainio.py       the typed chain bindings off the event loop, gas recorded
     readiness.py     why this node cannot serve (its standing, the network's size)
     status.py        a dispatched job's status
-    service.py       wiring into the aiohttp app (installed by `node/app.py`)
+    service.py       DispatchService: the role's parts in one object (wired into the app by node/dispatcher_role.py)
 
 The pure rules of a vote are `verillm/spec/honest.py`; the tables are `node/store/dispatcher_*.py`;
-the routes are `node/api/dispatcher_views.py`; a local network for the devnet is `verillm/devnet/`.
+the routes are `node/api/dispatcher_views.py`; its config section is
+`node/dispatcher_config.py`; a local network for the devnet is `verillm/devnet/`.
 
 Every pending chain action lives in SQLite before it is acted on, and each step reads the
 chain's state first, so a restarted node resumes where it stopped.

@@ -23,16 +23,14 @@ import aiohttp
 
 from verillm.errors import BadResponse, VerillmError
 from verillm.jsonsafe import load_json
-from verillm.ndjson import LineSplitter
+from verillm.ndjson import NDJSON, LineSplitter
 from verillm.spec.encoding import encode
 from verillm.spec.job import compute_job_hash
 from verillm.spec.receipt import SigningDomain
 from verillm.spec.stream import StreamState, process_stream_chunk
 from verillm.spec.types import Challenge, Job, Opening, Receipt
 
-from verillm.node.api.access import compute_read_headers
-from verillm.node.api.streaming import NDJSON
-from verillm.node.envelope import encode_envelope_json, sign_envelope
+from verillm.node.envelope import compute_read_headers, encode_envelope_json, sign_envelope
 from verillm.node.keys import NodeKey
 from verillm.node.worker.stream_signer import OnChunk
 from verillm.wire import challenge_to_json, compute_error_from_body, from_hex, opening_from_json, receipt_from_json, stream_chunk_from_json, to_hex

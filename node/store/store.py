@@ -14,7 +14,6 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sqlite_utils import Database
 
@@ -25,9 +24,7 @@ from verillm.spec.types import Job, Receipt
 
 from verillm.node import faults
 from verillm.node.store.migrations import process_migrations, transaction
-
-if TYPE_CHECKING:
-    from verillm.node.worker.commit import JobOutput
+from verillm.node.store.outputs import JobOutput
 
 JOB_STATUSES = ("received", "running", "done", "failed")
 
@@ -104,7 +101,7 @@ class Store:
                 [(now, h.hex()) for h in job_hashes],
             )
 
-    def record_outcomes(self, outcomes: list[tuple[bytes, "JobOutput | Exception"]]) -> None:
+    def record_outcomes(self, outcomes: list[tuple[bytes, JobOutput | Exception]]) -> None:
         """Record a batch's outcomes in one transaction: each job done (with its output) or failed.
 
         This commit backs every receipt of the batch, so it runs at ``receipts_synchronous``
@@ -126,7 +123,7 @@ class Store:
         if self.receipts_synchronous != self.synchronous:
             self.db.conn.execute(f"PRAGMA synchronous = {mode}")
 
-    def complete_job(self, job_hash: bytes, output: "JobOutput") -> None:
+    def complete_job(self, job_hash: bytes, output: JobOutput) -> None:
         """Record a finished job: receipt, retained trace and status done, in one transaction."""
         self.record_outcomes([(job_hash, output)])
 
@@ -135,7 +132,7 @@ class Store:
         with transaction(self.db):
             self._fail(job_hash, error)
 
-    def _complete(self, job_hash: bytes, output: "JobOutput") -> None:
+    def _complete(self, job_hash: bytes, output: JobOutput) -> None:
         now, key, receipt = time.time(), job_hash.hex(), output.receipt
         encoded, c = encode(receipt), self.db.conn
         c.execute(

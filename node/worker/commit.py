@@ -8,7 +8,6 @@ import dataclasses
 import inspect
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from verillm.engine.base import Engine
 from verillm.errors import EngineError, VerillmError
@@ -20,15 +19,7 @@ from verillm.spec.types import Job, Opening, Receipt
 
 from verillm.node.keys import NodeKey
 from verillm.node.metrics import NodeMetrics
-
-
-@dataclass(frozen=True)
-class JobOutput:
-    """A committed, signed job, ready to be made durable."""
-
-    receipt: Receipt
-    output_tokens: tuple[int, ...]
-    trace_blob: bytes
+from verillm.node.store.outputs import JobOutput
 
 
 def compute_job_output(job: Job, trace: JobTrace, committed_layers: tuple[int, ...], key: NodeKey, domain: SigningDomain, retain_trace: bool = True,

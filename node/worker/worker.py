@@ -31,13 +31,14 @@ from verillm.spec.job import compute_job_hash, verify_job_admission
 from verillm.spec.receipt import SigningDomain
 from verillm.spec.types import Challenge, Job, Opening, Receipt
 
-from verillm.node.worker.commit import BatchRunner, JobOutput
+from verillm.node.worker.commit import BatchRunner
 from verillm.node.worker.openings import Openings
 from verillm.node.config import LimitsConfig, QueueConfig
 from verillm.node.worker.engine_queue import EngineQueue
 from verillm.node.worker.engines import ServedModel
 from verillm.node.keys import NodeKey
 from verillm.node.metrics import NodeMetrics
+from verillm.node.store.outputs import JobOutput
 from verillm.node.store.store import JobRecord, Store
 
 log = logging.getLogger(__name__)

@@ -2,9 +2,9 @@
 
 import time
 
-from verillm.node.api.access import compute_read_headers, compute_read_token, compute_evidence_parties
+from verillm.node.api.access import compute_read_token, compute_evidence_parties
 from verillm.node.appkeys import APP_KEY
-from verillm.node.envelope import encode_envelope_json, sign_envelope
+from verillm.node.envelope import compute_read_headers, encode_envelope_json, sign_envelope
 from verillm.node.keys import new_node_key
 from verillm.node.dispatcher.peer import JOBS_PATH, PeerClient
 from verillm.spec.types import Job, SamplingParams

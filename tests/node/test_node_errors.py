@@ -167,7 +167,7 @@ async def _wait_done(peer, job_hash):
 ])
 def test_an_error_body_names_the_field_its_message_names(message, param):
     """Issue 36: OpenAI error bodies carried `param: null` though the message named the field."""
-    from verillm.node.middlewares import compute_error_body
+    from verillm.wire import compute_error_body
 
     assert compute_error_body(400, "invalid_input", message)["error"]["param"] == param
     assert compute_error_body(500, "internal_error", message)["error"]["param"] is None

@@ -99,9 +99,9 @@ def compute_signing_domain(addresses_path: str):
 
 
 def compute_signed_read_headers(node_url: str, job_hash: bytes, key_file: str) -> dict[str, str]:
-    """Return the headers of a signed read of the job's evidence by ``key_file``'s owner (node/api/access.py)."""
+    """Return the headers of a signed read of the job's evidence by ``key_file``'s owner (node/envelope.py; checked by node/api/access.py)."""
     from verillm.cli.node import fetch_node_info
-    from verillm.node.api.access import compute_read_headers
+    from verillm.node.envelope import compute_read_headers
     from verillm.node.keys import read_key_file
 
     recipient = bytes.fromhex(fetch_node_info(node_url)["worker"][2:])
