@@ -12,10 +12,10 @@ from pathlib import Path
 from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess
 from verillm.chain.protocol import Protocol
-from verillm.spec import vrf
 from verillm.spec.audit import OnchainModel
 from verillm.spec.params import MINIMAL, Preset
 
+from verillm.node.dispatcher.chainio import compute_vrf_secret_key
 from verillm.node.keys import compute_node_key, write_key_file
 from helpers.nodes import ThreadedNode, make_local_config
 
@@ -30,9 +30,9 @@ def networked_node(directory: Path, served, preset: Preset = MINIMAL, configured
         owner, accounts = chain.dev_accounts[0], chain.dev_accounts[1:1 + NODES]
         protocol = Protocol.deploy(chain, preset, owner)
         protocol.add_model(owner, OnchainModel(served.model_id, (1,), 1, (50_000,), (30_000,), 4))
-        for i, account in enumerate(accounts):
-            protocol.register(account, vrf.derive_secret_key(bytes([i + 1]) * 32), f"http://127.0.0.1:{9 + i}", [served.model_id],
-                              preset.MIN_STAKE_WEI)
+        for i, account in enumerate(accounts):  # each with the VRF key its node would derive (it draws with it)
+            protocol.register(account, compute_vrf_secret_key(compute_node_key(bytes(account.key))), f"http://127.0.0.1:{9 + i}",
+                              [served.model_id], preset.MIN_STAKE_WEI)
         protocol.advance_to_next_epoch()  # registrations weigh from the next epoch
         deployment = Path(directory) / "deployment.json"
         protocol.deployment.save(deployment)
