@@ -294,6 +294,13 @@ class AsyncClient:
     def _deadline(self):
         return _CallDeadline(self.timeout_s)
 
+    async def network(self) -> dict:
+        """Return the node's GET /v1/verillm/network: the chain, contracts and parameters it sees, the model's
+        pool, nodes and recent verdicts. The node's word: check what matters on the chain (`Protocol`)."""
+        body = await self._request("GET", "/v1/verillm/network")
+        get_field(body, "preset.params")
+        return body
+
     async def get_status(self, job: "Completion | bytes | str") -> dict:
         """Return the node's status body for a job (status, receipt once done); a Completion carries the read token it needs."""
         return await self._request("GET", get_status_path(job))
@@ -428,6 +435,10 @@ class Client:
             loop = self._loop
         return iterate_on_loop(loop, lambda: self._async.stream(prompt, tokens=tokens, messages=messages, model=model, **options),
                                self.timeout_s)
+
+    def network(self) -> dict:
+        """`AsyncClient.network`: the network the node sees (GET /v1/verillm/network)."""
+        return self._run(self._async.network())
 
     def get_status(self, job: "Completion | bytes | str") -> dict:
         """Return the node's status body for a job; a Completion carries the read token it needs."""

@@ -76,7 +76,7 @@ def _name_and_detail(body: dict) -> tuple[str, str]:
     if status == "audited":
         return _audit_phase(audit)
     if status == "final":
-        return "final", ("passed its audit " + _audit_ref(audit) + "; settled" if audit else
+        return "final", ("passed " + _audit_ref(audit) + "; settled" if audit else
                          f"never selected for audit, and batch {batch.get('batch_id')}'s start window has closed")
     if status == "verified":
         return "verified", f"the committee passed the worker ({_votes(audit)}); the dispute window is open"
