@@ -10,7 +10,6 @@ A node without ``[dispatcher] enabled`` has no chain and answers 404 saying so.
 """
 
 import dataclasses
-import time
 
 from aiohttp import web
 
@@ -24,25 +23,35 @@ from verillm.node.store.explorer_tables import ExplorerTables
 from verillm.wire import to_hex
 
 RECENT_AUDITS = 10
-POOL_CACHE_S = 2.0  # the pool is a chain read: at most one every 2 s, however often clients ask
 
 
 async def get_network(request: web.Request) -> web.Response:
-    """The network as this gateway sees it: chain, contracts, parameters, the model's pool, nodes, verdicts."""
+    """The network as this gateway sees it: chain, contracts, parameters, the model's pool, nodes, verdicts.
+    Built once per head block (a public route: a client polling it costs one body per block, not a
+    chain read and an audit count per request)."""
     service = require_dispatch_service(request, "it has no view of a network")
-    protocol, served = service.chainio.protocol, request.app[APP_MODEL]
+    cache = service.__dict__.setdefault("network_body", {})
+    head = service.watcher.head
+    if cache.get("head") != head:
+        cache.update(head=head, body=await compute_network_body(request.app, service, head))
+    return web.json_response(cache["body"])
+
+
+async def compute_network_body(app: web.Application, service, head: int) -> dict:
+    """The body of GET /v1/verillm/network at ``head``."""
+    protocol, served = service.chainio.protocol, app[APP_MODEL]
     nodes = await get_registered_nodes(service)
     pool = await _model_pool(service, served.model_id)
-    return web.json_response({
-        "chain_id": protocol.chain.chain_id, "head": service.watcher.head, "start_block": protocol.deployment.start_block,
+    return {
+        "chain_id": protocol.chain.chain_id, "head": head, "start_block": protocol.deployment.start_block,
         "addresses": dict(protocol.deployment.addresses),
         "gateway": to_hex(service.chainio.address),
-        "preset": compute_preset_body(protocol.preset, request.app[APP_CONFIG].engine.preset),
+        "preset": compute_preset_body(protocol.preset, app[APP_CONFIG].engine.preset),
         "models": [compute_model_body(served, pool)],
         "nodes": {"registered": sum(1 for n in nodes if n["registered"]), "active": sum(1 for n in nodes if n["active"]),
                   "stake_wei": sum(int(n["stake_wei"]) for n in nodes), "slashed_wei": sum(int(n["slashed_wei"]) for n in nodes)},
         "audits": compute_audits_body(ExplorerTables(service.tables.db)),
-    })
+    }
 
 
 def compute_preset_body(onchain: Preset, configured_name: str) -> dict:
@@ -72,10 +81,7 @@ def compute_model_body(served, pool: tuple[list[str], list[int]]) -> dict:
 
 async def _model_pool(service, model_id: bytes) -> tuple[list[str], list[int]]:
     """`Registry.getModelNodes`: the sortition table the next epoch's draws of this model's committees use (nodes, stakes)."""
-    cache = service.__dict__.setdefault("network_pool", {})
-    if cache.get("at", 0.0) + POOL_CACHE_S < time.monotonic():
-        cache.update(at=time.monotonic(), pool=await service.chainio.read_for_clients(lambda: service.chainio.protocol.get_model_nodes(model_id)))
-    return cache["pool"]
+    return await service.chainio.read_for_clients(lambda: service.chainio.protocol.get_model_nodes(model_id))
 
 
 def compute_audits_body(explorer: ExplorerTables) -> dict:

@@ -8,6 +8,8 @@ the table does not describe, or a described route that does not exist, fails it;
 of a running node are validated against the schemas.
 """
 
+import functools
+import json
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -138,8 +140,14 @@ def _operation_id(op: Operation) -> str:
     return op.method.lower() + "_" + "_".join(words)
 
 
-async def get_openapi(request: web.Request) -> web.Response:
-    """This node's API as an OpenAPI 3.1 document."""
+@functools.cache
+def compute_served_document() -> bytes:
+    """The document as served: built and encoded once per process (it changes only with the code)."""
     from importlib.metadata import version
 
-    return web.json_response(compute_openapi_document(version("verillm")))
+    return json.dumps(compute_openapi_document(version("verillm"))).encode()
+
+
+async def get_openapi(request: web.Request) -> web.Response:
+    """This node's API as an OpenAPI 3.1 document."""
+    return web.Response(body=compute_served_document(), content_type=JSON)

@@ -8,6 +8,7 @@ import dataclasses
 import httpx2 as httpx
 import pytest
 
+from verillm.client import Client
 from verillm.spec.params import MINIMAL, compute_timeline
 from verillm.node.api.network_views import compute_preset_body
 from helpers.networked_node import NODES, networked_node
@@ -49,6 +50,9 @@ def test_the_network_route_says_what_the_chain_holds(network):
     assert body["nodes"]["registered"] == body["nodes"]["active"] == NODES and body["nodes"]["slashed_wei"] == 0
     assert body["gateway"].lower() == protocol.chain.dev_accounts[1].address.lower()  # the node runs as dev account 1
     assert body["audits"] == {"total": 0, "by_outcome": {}, "recent": []}
+    with Client(node.url) as client:  # the SDK reads the same body (one per head block)
+        again = client.network()
+    assert again["head"] >= body["head"] and {k: v for k, v in again.items() if k != "head"} == {k: v for k, v in body.items() if k != "head"}
 
 
 def test_the_preset_matches_the_chain_only_when_every_value_does():
