@@ -44,28 +44,28 @@ PAGE = (("limit", "at most this many rows (1–200, default 50)"), ("offset", "r
 NEEDS_DISPATCHER = "404 on a node without [dispatcher] enabled."
 
 OPERATIONS: tuple[Operation, ...] = (
-    Operation("GET", "/v1/models", OPENAI, "The served model (OpenAI's list), with its on-chain model id", "ModelList"),
+    Operation("GET", "/v1/models", OPENAI, "The served model (OpenAI's list), with its on-chain model id", "ModelList", errors=(401,)),
     Operation("POST", "/v1/completions", OPENAI, "A text completion with its signed receipt in `verillm`; `stream: true` answers SSE chunks, "
               "each carrying the worker's signed prefix (`verillm_stream`), the last one the receipt", "Completion", (JSON, SSE),
-              request="CompletionRequest", errors=(400, 403, 404, 413, 429, 503)),
+              request="CompletionRequest", errors=(400, 401, 403, 404, 413, 429, 503)),
     Operation("POST", "/v1/chat/completions", OPENAI, "A chat completion through the model's own chat template; as /v1/completions",
-              "ChatCompletion", (JSON, SSE), request="ChatRequest", errors=(400, 403, 404, 413, 429, 503)),
+              "ChatCompletion", (JSON, SSE), request="ChatRequest", errors=(400, 401, 403, 404, 413, 429, 503)),
     Operation("GET", "/v1/openapi.json", OPS, "This document", "OpenApiDocument"),
     Operation("POST", "/v1/verillm/jobs", NATIVE, "A job in a signed envelope from an accountable sender (a dispatcher); the receipt. "
               "?wait=0: 202 once durable; ?stream=1: NDJSON token lines, each signed, then the result", "NativeJobResult", (JSON, NDJSON),
               query=(("wait", "0: answer 202 once the job is durable and queued"), ("stream", "1: NDJSON lines as the engine samples")),
-              errors=(400, 403, 409, 413, 429), extra={"requestBody": {"required": True, "content": {"application/octet-stream": {}}}}),
+              errors=(400, 401, 403, 409, 413, 429), extra={"requestBody": {"required": True, "content": {"application/octet-stream": {}}}}),
     Operation("GET", "/v1/verillm/jobs/{job_hash}", NATIVE, "A job's status, receipt and output tokens, for its requester (?token= from "
-              "status_url) or a signed read", "NativeJobStatus", query=(("token", "the read token of status_url"),), errors=(400, 403, 404)),
+              "status_url) or a signed read", "NativeJobStatus", query=(("token", "the read token of status_url"),), errors=(400, 401, 403, 404)),
     Operation("POST", "/v1/verillm/jobs/{job_hash}/openings", NATIVE, "Open cells of a done job, for its submitter (a signed envelope)",
-              "Opening", errors=(400, 403, 404, 409, 429), extra={"requestBody": {"required": True, "content": {"application/octet-stream": {}}}}),
+              "Opening", errors=(400, 401, 403, 404, 409, 429), extra={"requestBody": {"required": True, "content": {"application/octet-stream": {}}}}),
     Operation("GET", "/v1/verillm/info", NATIVE, "This node: worker address, model and manifest, signing domain, the chain it names", "Info"),
     Operation("GET", "/healthz", OPS, "Liveness: model, queue depth, jobs by status, schema version, whether it can serve now", "Health"),
     Operation("GET", "/metrics", OPS, "Prometheus metrics", None, ("text/plain",)),
     Operation("GET", "/v1/verillm/audits/{job_hash}", DISPATCHER, "Where a job this node dispatched stands: batch, audit, committee, votes, "
               "verdict, slashes (the SDK's wait_verified, wait_final and watch read it). " + NEEDS_DISPATCHER, "AuditStatus", errors=(400, 404)),
     Operation("GET", "/v1/verillm/audits/{job_hash}/evidence", DISPATCHER, "The data to replay a dispatched job's audit, for its parties "
-              "(a signed read). " + NEEDS_DISPATCHER, "ExplorerBody", errors=(400, 403, 404)),
+              "(a signed read). " + NEEDS_DISPATCHER, "Evidence", errors=(400, 401, 403, 404)),
     Operation("GET", "/v1/verillm/dispatcher", DISPATCHER, "The dispatcher's view: head, promise domain, workers, pending work. " + NEEDS_DISPATCHER,
               "DispatcherInfo", errors=(404,)),
     Operation("GET", "/v1/verillm/receipts/{receipt_hash}/inclusion", DISPATCHER, "The inclusion proof of a receipt this dispatcher promised "
@@ -92,7 +92,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("GET", "/v1/verillm/explorer/txs/{tx_hash}", EXPLORER, "The protocol events of one transaction", "ExplorerBody", errors=(400, 404)),
 )
 
-ERROR_MEANINGS = {400: "a malformed request; `param` names the field", 403: "not allowed for this sender", 404: "not found, or the role is off",
+ERROR_MEANINGS = {400: "a malformed request; `param` names the field", 401: "no valid API key or signature", 403: "not allowed for this sender", 404: "not found, or the role is off",
                   409: "conflicts with the job's state", 413: "the body is over the node's limit", 429: "over the sender's share of the queue",
                   503: "the node cannot serve now (no worker, not ready)"}
 

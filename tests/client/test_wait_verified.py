@@ -1,5 +1,5 @@
 """`wait_verified` against a real local network: anvil (or the embedded chain), the contracts,
-four node processes; the job is audited (minimal preset: every job) and the SDK follows it
+five node processes (an audited job needs its worker, the dispatcher and a committee of 3); the job is audited (minimal preset: every job) and the SDK follows it
 from the dispatcher's status route until the verdict."""
 
 import pytest
@@ -13,7 +13,7 @@ from verillm.spec.receipt import SigningDomain
 def test_wait_verified_follows_an_audit_to_its_verdict(tmp_path):
     from verillm.devnet.network import LocalNetwork, NodeSpec
 
-    with LocalNetwork(tmp_path / "net", nodes=[NodeSpec() for _ in range(4)], log=lambda *a: None) as net:
+    with LocalNetwork(tmp_path / "net", nodes=[NodeSpec() for _ in range(5)], log=lambda *a: None) as net:
         net.wait_gateway_sees_all()
         client = Client(net.gateway_url)
         completion = client.complete("The quick brown fox", max_tokens=6, temperature=0, audit=True)

@@ -17,7 +17,8 @@ from click.testing import CliRunner
 
 from verillm.cli.complete import EXIT_SLASHED, EXIT_STILL_PENDING, EXIT_UNDECIDED, complete as complete_cli, wait_for_final
 from verillm.client import Client, compute_phase
-from verillm.errors import StillPending
+from verillm.client.outcome import verify_final_on_chain
+from verillm.errors import InvalidProof, StillPending
 from verillm.spec.params import MINIMAL
 from helpers.networked_node import networked_node
 
@@ -58,6 +59,20 @@ def test_watch_shows_every_phase_in_order_until_final(network):
     batch_id = seen[1].status["batch"]["batch_id"]
     assert protocol.get_batch(batch_id)["count"] >= 1  # the batch the phase names is on the chain
     assert "never selected for audit" in seen[-1].detail
+    # the end checked on the contracts, not taken from the dispatcher: and a dispatcher's lie refused
+    final = seen[-1].status
+    assert verify_final_on_chain(final, completion, protocol, node.url).startswith("passed: leaf 0 of")
+    with pytest.raises(InvalidProof, match="the dispatcher says the job slashed, the chain says passed"):
+        verify_final_on_chain(final | {"status": "slashed"}, completion, protocol, node.url)
+    with pytest.raises(InvalidProof, match="the status names batch"):
+        verify_final_on_chain(final | {"batch": final["batch"] | {"index": 1}}, completion, protocol, node.url)
+    with pytest.raises(InvalidProof, match="not this job"):  # an audit of another job (none exists: id 0 is empty)
+        verify_final_on_chain(final | {"audit": {"audit_id": 0}}, completion, protocol, node.url)
+    with Client(node.url) as client:
+        fresh = client.complete("A job that is only batched", max_tokens=2, temperature=0)
+        batched = next(p for p in client.watch(fresh, timeout_s=120, poll_s=0.05) if p.name == "batched")  # no block mined: no draw
+    with pytest.raises(InvalidProof, match="was never drawn on-chain"):  # called final before its batch is even drawn
+        verify_final_on_chain(batched.status | {"status": "final"}, fresh, protocol, node.url)
     phases = []
     with Client(node.url) as client:  # once final, the waits return at once and report the phase
         assert client.wait_final(completion, timeout_s=10, poll_s=0.05, on_phase=phases.append)["status"] == "final"
@@ -79,6 +94,7 @@ def test_complete_wait_prints_each_phase_and_exits_0_at_final(network):
     lines = [line for line in result.output.splitlines() if line.startswith("[phase: ")]
     assert [line.split("] ", 1)[1].split(":")[0].split(" ")[0] for line in lines] == EXPECTED, result.output
     assert lines[-1].endswith("start window has closed]")
+    assert "[outcome: checked on chain passed: leaf " in result.output  # the chain the node names, read by the CLI itself
 
 
 def _new_job(url: str, known: set, cli: threading.Thread) -> str:

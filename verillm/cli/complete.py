@@ -16,7 +16,8 @@ With ``--wait`` it then follows the job's verification on the node that answered
 status route, verillm/client/phases.py), printing each phase as it happens, until nothing can change
 it: exit 0 final and passed (or never selected for audit), 4 the worker was slashed (the text shown
 is proven wrong), 5 the audit ended deciding nothing (a tie, abandoned), 6 not final within
-``--wait-timeout-s``. A failed wait outranks exit 3.
+``--wait-timeout-s``. A failed wait outranks exit 3. With a chain (pinned or named), the final
+outcome is checked on the contracts (verillm/client/outcome.py); a contradiction exits 2.
 """
 
 import json
@@ -30,6 +31,7 @@ from verillm.spec.receipt import SigningDomain
 
 from verillm.client import Client
 from verillm.client.checks import compute_tokenizer_digest
+from verillm.client.outcome import verify_final_on_chain
 from verillm.client.phases import PASSED, SLASHED, compute_outcome
 from verillm.cli.promise import open_protocol
 from verillm.client.promise import verify_promise_on_receipt
@@ -95,7 +97,7 @@ def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, se
         click.echo(f"[network: {network_note}]", err=True)
     code = EXIT_UNTIED if protocol is None else 0
     if wait:
-        waited = wait_for_final(url, completion, timeout_s, wait_timeout_s, poll_s)
+        waited = wait_for_final(url, completion, timeout_s, wait_timeout_s, poll_s, protocol)
         body["verification"] = waited
         code = waited["exit_code"] or code
     if as_json:
@@ -115,9 +117,10 @@ EXIT_STILL_PENDING = 6
 OUTCOME_EXITS = {PASSED: 0, SLASHED: EXIT_SLASHED}
 
 
-def wait_for_final(url: str, completion, timeout_s: float, wait_timeout_s: float, poll_s: float) -> dict:
+def wait_for_final(url: str, completion, timeout_s: float, wait_timeout_s: float, poll_s: float, protocol=None) -> dict:
     """Follow the job's verification on ``url`` until final, printing each phase to stderr as it happens;
-    return the phases, the last status body, the outcome and the exit code it calls for."""
+    with ``protocol``, check the final outcome on the contracts (InvalidProof: exit 2); return the
+    phases, the last status body, the outcome, what the chain showed and the exit code it calls for."""
     phases = []
     with Client(url, timeout_s=timeout_s) as client:
         try:
@@ -128,7 +131,13 @@ def wait_for_final(url: str, completion, timeout_s: float, wait_timeout_s: float
             click.echo(f"[phase: not final after {wait_timeout_s:g} s: {exc}; exit {EXIT_STILL_PENDING}]", err=True)
             return {"phases": phases, "status": None, "outcome": "still_pending", "exit_code": EXIT_STILL_PENDING}
     outcome = compute_outcome(phase.status)
-    return {"phases": phases, "status": phase.status, "outcome": outcome, "exit_code": OUTCOME_EXITS.get(outcome, EXIT_UNDECIDED)}
+    if protocol is not None:
+        checked = "checked on chain " + verify_final_on_chain(phase.status, completion, protocol, url)
+    else:
+        checked = "not checked on chain (no chain to read): the dispatcher's word"
+    click.echo(f"[outcome: {checked}]", err=True)
+    return {"phases": phases, "status": phase.status, "outcome": outcome, "outcome_check": checked,
+            "exit_code": OUTCOME_EXITS.get(outcome, EXIT_UNDECIDED)}
 
 
 def open_named_chain(chain) -> tuple[object, str | None]:

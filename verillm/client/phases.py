@@ -94,7 +94,7 @@ def _batch_phase(batch: dict) -> tuple[str, str]:
     if batch.get("status") == "missed":
         return "draw_missed", f"{where}: the dispatcher missed the draw window; no audit will start"
     if batch.get("status") in ("drawn", "started"):
-        return "drawn", f"{where} is drawn; no audit of this job has started: final once the start window closes"
+        return "drawn", f"{where} is drawn; no audit of this job has started (yet): unless one starts, it is final once the start window closes"
     return "batched", f"in {where}; the audit draw comes next"
 
 
