@@ -16,6 +16,7 @@ A contradiction raises `InvalidProof` naming it (the CLI's exit 2).
 
 from web3 import Web3
 
+from verillm.chain.errors import TransactionReverted
 from verillm.errors import InvalidProof
 from verillm.spec.audit import Phase, is_audited
 from verillm.spec.settlement import FAIL, PASS, VERDICT_NAMES, WORKER_DEFAULT
@@ -48,7 +49,12 @@ def verify_final_on_chain(status: dict, completion, protocol, node_url: str) -> 
 
 
 def _verify_audit(audit: dict, batch: dict, worker: str, protocol) -> tuple[str, str]:
-    state = protocol.get_audit(int(audit["audit_id"]))
+    try:
+        state = protocol.get_audit(int(audit["audit_id"]))
+    except TransactionReverted as exc:
+        if exc.error != "UnknownAudit":
+            raise
+        raise InvalidProof(f"the status names audit {audit['audit_id']}, which the chain does not know: not this job's") from None
     if (state.batch_id, state.index) != (batch["batch_id"], batch["index"]) or Web3.to_checksum_address(state.worker) != Web3.to_checksum_address(worker):
         raise InvalidProof(f"audit {state.audit_id} on-chain is of batch {state.batch_id} leaf {state.index} by {state.worker}, not this job")
     if state.phase == Phase.ABANDONED:
