@@ -2,7 +2,7 @@
 
 from aiohttp import web
 
-from verillm.node.api import dispatcher_views, explorer_views, native_views, openai_views
+from verillm.node.api import dispatcher_views, explorer_views, native_views, network_views, openai_views, openapi
 
 
 def setup_routes(app: web.Application) -> None:
@@ -10,6 +10,7 @@ def setup_routes(app: web.Application) -> None:
     app.router.add_get("/v1/models", openai_views.get_models)
     app.router.add_post("/v1/completions", openai_views.post_completions)
     app.router.add_post("/v1/chat/completions", openai_views.post_chat_completions)
+    app.router.add_get("/v1/openapi.json", openapi.get_openapi)  # this table, described (node/api/openapi.py; a test holds them equal)
     app.router.add_post("/v1/verillm/jobs", native_views.post_job)
     app.router.add_get("/v1/verillm/jobs/{job_hash}", native_views.get_job)
     app.router.add_post("/v1/verillm/jobs/{job_hash}/openings", native_views.post_opening)
@@ -21,6 +22,7 @@ def setup_routes(app: web.Application) -> None:
     app.router.add_get("/v1/verillm/audits/{job_hash}/evidence", dispatcher_views.get_dispatch_evidence)
     app.router.add_get("/v1/verillm/dispatcher", dispatcher_views.get_dispatcher_info)
     app.router.add_get("/v1/verillm/receipts/{receipt_hash}/inclusion", dispatcher_views.get_receipt_inclusion)
+    app.router.add_get("/v1/verillm/network", network_views.get_network)
     # the explorer: its page and the JSON it reads
     app.router.add_get("/explorer", explorer_views.get_page)
     app.router.add_get("/explorer/{file}", explorer_views.get_page)

@@ -91,6 +91,13 @@ class ChainError(VerillmError):
     http_status = 502
 
 
+class StillPending(ChainError):
+    """A job's on-chain status did not reach what the caller waits for (a verdict, final) within its timeout."""
+
+    code = "still_pending"
+    http_status = 504
+
+
 class ConfigError(VerillmError):
     """A configuration file, variable or flag with a bad value."""
 

@@ -105,7 +105,7 @@ async def _respond(service, body: dict) -> web.Response:
 
 # --- network and summary -----------------------------------------------------------------------------
 
-async def _nodes(service) -> list[dict]:
+async def get_registered_nodes(service) -> list[dict]:
     """Every node that ever registered, with its live Registry state (read at most every 2 s: the page polls)."""
     cache = service.__dict__.setdefault("explorer_cache", {})
     if cache.get("at", 0.0) + NETWORK_CACHE_S < time.monotonic():
@@ -118,7 +118,7 @@ async def _nodes(service) -> list[dict]:
 async def get_network(request: web.Request) -> web.Response:
     """Chain head, contracts, the served model, every registered node's standing, and whether this node can serve."""
     service = require_dispatch_service(request, "it has no network view")
-    nodes = await _nodes(service)
+    nodes = await get_registered_nodes(service)
     served, protocol = request.app[APP_MODEL], service.chainio.protocol
     preset = protocol.preset
     return web.json_response({
@@ -158,7 +158,7 @@ async def get_summary(request: web.Request) -> web.Response:
     cache = service.__dict__.setdefault("explorer_summary", {})
     if cache.get("head") == service.watcher.head:  # the page polls every 3 s: nothing new until a new block is read
         return web.json_response(cache["body"])
-    nodes = await _nodes(service)
+    nodes = await get_registered_nodes(service)
     explorer, clock, head = _explorer(service), _clock(service), service.watcher.head
     start = service.chainio.protocol.deployment.start_block
     counts = explorer.count_events()
@@ -282,7 +282,7 @@ async def get_node(request: web.Request) -> web.Response:
     if not explorer.is_known_address(address):
         raise NotFound(f"no recorded event names 0x{address.hex()}")
     body = compute_node_body(explorer, address, limit)
-    body["state"] = next((n for n in await _nodes(service) if n["address"].lower() == body["address"]), None)
+    body["state"] = next((n for n in await get_registered_nodes(service) if n["address"].lower() == body["address"]), None)
     body["this_node"] = body["address"] == "0x" + service.chainio.address.hex()
     return await _respond(service, body)
 

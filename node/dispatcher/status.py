@@ -30,6 +30,7 @@ def compute_job_status(tables: DispatcherTables, job_hash: bytes, head: int, pre
     body = {
         "job_hash": "0x" + job_hash.hex(), "worker": "0x" + job.worker.hex(), "worker_url": job.worker_url,
         "receipt_hash": "0x" + _receipt_hash(job), "audit_requested": job.audit_requested, "status": "dispatched",
+        "head": head,  # the block this view is of: a watcher sees the chain move while the status stays
     }
     batch = tables.get_batch(job.batch_row) if job.batch_row is not None else None
     if batch is None or batch["status"] == "posting":

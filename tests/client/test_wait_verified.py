@@ -1,5 +1,5 @@
 """`wait_verified` against a real local network: anvil (or the embedded chain), the contracts,
-four node processes; the job is audited (minimal preset: every job) and the SDK follows it
+five node processes (an audited job needs its worker, the dispatcher and a committee of 3); the job is audited (minimal preset: every job) and the SDK follows it
 from the dispatcher's status route until the verdict."""
 
 import pytest
@@ -13,17 +13,26 @@ from verillm.spec.receipt import SigningDomain
 def test_wait_verified_follows_an_audit_to_its_verdict(tmp_path):
     from verillm.devnet.network import LocalNetwork, NodeSpec
 
-    with LocalNetwork(tmp_path / "net", nodes=[NodeSpec() for _ in range(4)], log=lambda *a: None) as net:
+    with LocalNetwork(tmp_path / "net", nodes=[NodeSpec() for _ in range(5)], log=lambda *a: None) as net:
         net.wait_gateway_sees_all()
         client = Client(net.gateway_url)
         completion = client.complete("The quick brown fox", max_tokens=6, temperature=0, audit=True)
         domain = SigningDomain(chain_id=net.protocol.chain.chain_id, verifying_contract=bytes.fromhex(net.protocol.jobs.address[2:]))
         verify_receipt(completion.receipt, domain, model_id=net.model_id, job=completion.job, output_tokens=completion.tokens)
-        status = client.wait_verified(completion, timeout_s=600, poll_s=1.0)
+        phases = []
+        status = client.wait_verified(completion, timeout_s=600, poll_s=1.0, on_phase=phases.append)
         assert status["status"] in ("verified", "final"), status
         assert status["audit_requested"]
-        final = client.wait_final(completion, timeout_s=600, poll_s=1.0)
+        final = client.wait_final(completion, timeout_s=600, poll_s=1.0, on_phase=phases.append)
         assert final["status"] == "final" and final["audit"]["status"] == "settled", final
+        # the phases of a real audit, as it happened: forward only, through the verdict, to final
+        names = [p.name for p in phases]
+        assert all(ORDER.index(a) <= ORDER.index(b) for a, b in zip(names, names[1:])), names
+        assert names[-1] == "final" and phases[-1].final and "verified" in names, names
+        assert {"committee", "voting"} & set(names), names
+
+
+ORDER = ["served", "batched", "drawn", "audit_started", "committee", "voting", "verified", "final"]
 
 
 def test_wait_verified_stops_at_the_verdict_and_wait_final_at_the_settlement(tmp_path):

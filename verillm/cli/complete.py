@@ -11,6 +11,13 @@ signer to a network (registered, active and staked there; said to be the node's 
 ``--rpc-url``/``--deployment`` pin instead). A receipt that nothing ties to any network — no pin,
 and the node names no chain or its chain cannot be read — is shown, then exits with code 3
 (`EXIT_UNTIED`): its signer may be a key made up for the occasion.
+
+With ``--wait`` it then follows the job's verification on the node that answered (its dispatcher's
+status route, verillm/client/phases.py), printing each phase as it happens, until nothing can change
+it: exit 0 final and passed (or never selected for audit), 4 the worker was slashed (the text shown
+is proven wrong), 5 the audit ended deciding nothing (a tie, abandoned), 6 not final within
+``--wait-timeout-s``. A failed wait outranks exit 3. With a chain (pinned or named), the final
+outcome is checked on the contracts (verillm/client/outcome.py); a contradiction exits 2.
 """
 
 import json
@@ -19,11 +26,13 @@ from pathlib import Path
 
 import click
 
-from verillm.errors import BadResponse, ConfigError, InvalidProof, VerillmError
+from verillm.errors import BadResponse, ConfigError, InvalidProof, StillPending, VerillmError
 from verillm.spec.receipt import SigningDomain
 
 from verillm.client import Client
 from verillm.client.checks import compute_tokenizer_digest
+from verillm.client.outcome import verify_final_on_chain
+from verillm.client.phases import PASSED, SLASHED, compute_outcome
 from verillm.cli.promise import open_protocol
 from verillm.client.promise import verify_promise_on_receipt
 from verillm.wire import from_hex, promise_to_json, receipt_to_json, to_hex
@@ -50,8 +59,11 @@ TINY_MANIFEST_NAME = "tiny-llama-seed0"
 @click.option("--tokenizer", default="auto", show_default=True, help="Tokenizer that decodes the signed tokens: 'auto' (tiny, or the cached smollm2, when the model's manifest names its digest), a Hugging Face directory, or 'none'.")
 @click.option("--timeout-s", type=float, default=600.0, show_default=True, help="Total deadline of the call, bodies included.")
 @click.option("--json", "as_json", is_flag=True, help="Print the completion, receipt and checks as JSON.")
+@click.option("--wait", is_flag=True, help="Then follow the job's verification, printing each phase, until it is final (exit 0 passed, 4 slashed, 5 undecided, 6 timeout).")
+@click.option("--wait-timeout-s", type=float, default=1800.0, show_default=True, help="How long --wait follows the job before it exits 6.")
+@click.option("--poll-s", type=float, default=1.0, show_default=True, help="How often --wait reads the job's status.")
 def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, seed, audit, model_id, chain_id, jobs_address,
-             rpc_url, deployment_file, tokenizer, timeout_s, as_json):
+             rpc_url, deployment_file, tokenizer, timeout_s, as_json, wait, wait_timeout_s, poll_s):
     """Complete PROMPT on a node and show what the client verified of it (see docs/sdk.md)."""
     if (rpc_url is None) != (deployment_file is None):
         raise click.UsageError("--rpc-url and --addresses go together")
@@ -75,21 +87,57 @@ def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, se
             completion = client.complete(prompt, model=model, **options)
     promise_note = _check_promise(completion, protocol)
     network_note = compute_network_note(completion, protocol, tie)
-    if as_json:
-        click.echo(json.dumps(compute_json(completion, promise_note) | {"network": network_note, "tied_to_network": protocol is not None}, indent=2))
-    else:
+    body = compute_json(completion, promise_note) | {"network": network_note, "tied_to_network": protocol is not None}
+    if not as_json:
         click.echo(completion.text if completion.text is not None else f"(output tokens, not decoded) {list(completion.tokens)}")
         click.echo(f"\n[receipt: job {to_hex(completion.job_hash)} signed by {completion.worker}; status {completion.status_url}]", err=True)
         for line in completion.verification.lines():
             click.echo(f"[{line}]", err=True)
         click.echo(f"[promise: {promise_note}]", err=True)
         click.echo(f"[network: {network_note}]", err=True)
-    if protocol is None:
-        sys.exit(EXIT_UNTIED)  # click returns a ctx.exit code under standalone_mode=False (verillm.cli.main): exit here
+    code = EXIT_UNTIED if protocol is None else 0
+    if wait:
+        waited = wait_for_final(url, completion, timeout_s, wait_timeout_s, poll_s, protocol)
+        body["verification"] = waited
+        code = waited["exit_code"] or code
+    if as_json:
+        click.echo(json.dumps(body, indent=2))
+    if code:
+        sys.exit(code)  # click returns a ctx.exit code under standalone_mode=False (verillm.cli.main): exit here
 
 
 EXIT_UNTIED = 3
 """Exit status of a completion shown whose signer nothing ties to a network (no pin, no chain named)."""
+EXIT_SLASHED = 4
+"""--wait: the worker was slashed for this job (failed its audit, or defaulted): the text shown is proven wrong."""
+EXIT_UNDECIDED = 5
+"""--wait: the audit ended deciding nothing about the worker (a tie, or abandoned: the committee never filled)."""
+EXIT_STILL_PENDING = 6
+"""--wait: the job was not final within --wait-timeout-s."""
+OUTCOME_EXITS = {PASSED: 0, SLASHED: EXIT_SLASHED}
+
+
+def wait_for_final(url: str, completion, timeout_s: float, wait_timeout_s: float, poll_s: float, protocol=None) -> dict:
+    """Follow the job's verification on ``url`` until final, printing each phase to stderr as it happens;
+    with ``protocol``, check the final outcome on the contracts (InvalidProof: exit 2); return the
+    phases, the last status body, the outcome, what the chain showed and the exit code it calls for."""
+    phases = []
+    with Client(url, timeout_s=timeout_s) as client:
+        try:
+            for phase in client.watch(completion, timeout_s=wait_timeout_s, poll_s=poll_s):
+                phases.append({"phase": phase.name, "detail": phase.detail, "head": phase.head, "final": phase.final})
+                click.echo(f"[phase: {phase.line()}]", err=True)
+        except StillPending as exc:
+            click.echo(f"[phase: not final after {wait_timeout_s:g} s: {exc}; exit {EXIT_STILL_PENDING}]", err=True)
+            return {"phases": phases, "status": None, "outcome": "still_pending", "exit_code": EXIT_STILL_PENDING}
+    outcome = compute_outcome(phase.status)
+    if protocol is not None:
+        checked = "checked on chain " + verify_final_on_chain(phase.status, completion, protocol, url)
+    else:
+        checked = "not checked on chain (no chain to read): the dispatcher's word"
+    click.echo(f"[outcome: {checked}]", err=True)
+    return {"phases": phases, "status": phase.status, "outcome": outcome, "outcome_check": checked,
+            "exit_code": OUTCOME_EXITS.get(outcome, EXIT_UNDECIDED)}
 
 
 def open_named_chain(chain) -> tuple[object, str | None]:

@@ -26,7 +26,9 @@ verillm/client/http.py); `Client` runs the same coroutines on a private event lo
 On-chain status comes from the node that dispatched the job (``[dispatcher] enabled = true``):
 `get_audit_status` reads it once; `wait_verified` follows it until the audit has a verdict
 (``verified``: the round passed the worker, its dispute window still open) or ends;
-`wait_final` until nothing can change it any more (``final``, or settled / abandoned).
+`wait_final` until nothing can change it any more (``final``, or settled / abandoned); `watch` yields
+each phase as it happens (verillm/client/phases.py: served, batched, drawn, committee, voting,
+verified, final, ...), and both waits take ``on_phase=`` to be told the same.
 
 With every job the dispatcher also signs a batching promise (`Completion.promise`,
 `verify_promise`; `check_inclusion` in verillm/client/promise.py; docs/protocol.md §12).
@@ -37,9 +39,9 @@ import contextlib
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
-from verillm.errors import BadResponse, ChainError, DeadlineExceeded, InvalidInput, InvalidProof
+from verillm.errors import BadResponse, DeadlineExceeded, InvalidInput, InvalidProof, StillPending
 from verillm.spec.promise import SignedPromise, verify_promise_signature, verify_promise_terms
 from verillm.spec.params import Preset
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, verify_receipt_horizon
@@ -52,20 +54,14 @@ from verillm.client.completion import (  # noqa: F401  (re-exported: the SDK's s
     parse_node_info, verify_completion, verify_receipt,
 )
 from verillm.client.http import DEFAULT_MAX_BODY_BYTES, AsyncHttp, LoopThread
+from verillm.client.phases import FINAL_AUDIT_STATES, JobPhase, compute_outcome, compute_phase, is_final  # noqa: F401  (re-exported)
 from verillm.client.promise import InclusionCheck, check_inclusion  # noqa: F401  (re-exported: the SDK's promise check)
 from verillm.client.signed_stream import SignedStreamCheck
 from verillm.client.stream import compute_final_body, get_delta, iterate_events, iterate_on_loop
 
 VERDICT_STATUSES = ("verified", "final", "slashed", "tie", "abandoned")
 """Where `wait_verified` stops: the audit has a verdict (node/dispatcher/status.py), final or not."""
-FINAL_AUDIT_STATES = ("settled", "abandoned")
 SETTLED_STATUSES = VERDICT_STATUSES  # the name before `wait_final` existed
-
-
-def is_final(body: dict) -> bool:
-    """Whether a status body can no longer change: ``final``, or its audit settled or abandoned."""
-    audit = body.get("audit")
-    return body.get("status") == "final" or (isinstance(audit, dict) and audit.get("status") in FINAL_AUDIT_STATES)
 
 
 def compute_completion_request(prompt: str | None, tokens: Sequence[int] | None, model: str, **options) -> dict:
@@ -298,6 +294,13 @@ class AsyncClient:
     def _deadline(self):
         return _CallDeadline(self.timeout_s)
 
+    async def network(self) -> dict:
+        """Return the node's GET /v1/verillm/network: the chain, contracts and parameters it sees, the model's
+        pool, nodes and recent verdicts. The node's word: check what matters on the chain (`Protocol`)."""
+        body = await self._request("GET", "/v1/verillm/network")
+        get_field(body, "preset.params")
+        return body
+
     async def get_status(self, job: "Completion | bytes | str") -> dict:
         """Return the node's status body for a job (status, receipt once done); a Completion carries the read token it needs."""
         return await self._request("GET", get_status_path(job))
@@ -308,25 +311,46 @@ class AsyncClient:
         get_field(body, "status")
         return body
 
-    async def wait_verified(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
+    async def wait_verified(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0,
+                            on_phase: Callable[[JobPhase], None] | None = None) -> dict:
         """Follow a job's on-chain status until its audit has a verdict (``verified``, which its dispute
         window may still overturn) or ends (final, slashed, tie, abandoned); return the status body.
-        `wait_final` waits until nothing can change it."""
-        return await self._wait(job, lambda body: body["status"] in VERDICT_STATUSES, timeout_s, poll_s)
+        `wait_final` waits until nothing can change it. ``on_phase`` is called with each new phase."""
+        return await self._wait(job, lambda body: body["status"] in VERDICT_STATUSES, timeout_s, poll_s, on_phase)
 
-    async def wait_final(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
+    async def wait_final(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0,
+                         on_phase: Callable[[JobPhase], None] | None = None) -> dict:
         """Follow a job's on-chain status until it is final (settled, abandoned, or never selected
-        for audit once the start window closed); return the status body."""
-        return await self._wait(job, is_final, timeout_s, poll_s)
+        for audit once the start window closed); return the status body. ``on_phase``: as `wait_verified`."""
+        return await self._wait(job, is_final, timeout_s, poll_s, on_phase)
 
-    async def _wait(self, job, done, timeout_s: float, poll_s: float) -> dict:
-        deadline = time.monotonic() + timeout_s
+    async def watch(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> AsyncIterator[JobPhase]:
+        """Yield each phase of the job's verification as the dispatcher's status shows it (a new name or
+        detail is a new phase), the last one final; `StillPending` if it is not final within ``timeout_s``."""
+        async for phase in self._follow(job, is_final, timeout_s, poll_s):
+            yield phase
+
+    async def _wait(self, job, done, timeout_s: float, poll_s: float, on_phase=None) -> dict:
+        async with contextlib.aclosing(self._follow(job, done, timeout_s, poll_s)) as phases:
+            async for phase in phases:
+                if on_phase is not None:
+                    on_phase(phase)
+        return phase.status
+
+    async def _follow(self, job, done, timeout_s: float, poll_s: float) -> AsyncIterator[JobPhase]:
+        """Poll the status until ``done(body)``; yield each new phase (the last one's body is the answer)."""
+        deadline, last = time.monotonic() + timeout_s, None
         while True:
             body = await self.get_audit_status(job)
-            if done(body):
-                return body
+            phase = compute_phase(body)
+            finished = done(body)
+            if phase != last or finished:
+                yield phase
+            last = phase
+            if finished:
+                return
             if time.monotonic() > deadline:
-                raise ChainError(f"job 0x{get_job_hash(job).hex()} is still {body['status']} after {timeout_s:g} s")
+                raise StillPending(f"job 0x{get_job_hash(job).hex()} is still {body['status']} ({phase.name}) after {timeout_s:g} s")
             await asyncio.sleep(poll_s)
 
 
@@ -412,6 +436,10 @@ class Client:
         return iterate_on_loop(loop, lambda: self._async.stream(prompt, tokens=tokens, messages=messages, model=model, **options),
                                self.timeout_s)
 
+    def network(self) -> dict:
+        """`AsyncClient.network`: the network the node sees (GET /v1/verillm/network)."""
+        return self._run(self._async.network())
+
     def get_status(self, job: "Completion | bytes | str") -> dict:
         """Return the node's status body for a job; a Completion carries the read token it needs."""
         return self._run(self._async.get_status(job))
@@ -420,10 +448,21 @@ class Client:
         """Return the dispatcher's on-chain status of a job it dispatched (batch, audit, verdict)."""
         return self._run(self._async.get_audit_status(job))
 
-    def wait_verified(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
-        """`AsyncClient.wait_verified`: until the audit has a verdict (``verified`` may still be overturned)."""
-        return self._run(self._async.wait_verified(job, timeout_s, poll_s), timeout_s + self.timeout_s)
+    def wait_verified(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0,
+                      on_phase: Callable[[JobPhase], None] | None = None) -> dict:
+        """`AsyncClient.wait_verified`: until the audit has a verdict (``verified`` may still be overturned).
+        ``on_phase`` is called (on the client's loop thread) with each new phase."""
+        return self._run(self._async.wait_verified(job, timeout_s, poll_s, on_phase), timeout_s + self.timeout_s)
 
-    def wait_final(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> dict:
+    def wait_final(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0,
+                   on_phase: Callable[[JobPhase], None] | None = None) -> dict:
         """`AsyncClient.wait_final`: until nothing can change the job's status."""
-        return self._run(self._async.wait_final(job, timeout_s, poll_s), timeout_s + self.timeout_s)
+        return self._run(self._async.wait_final(job, timeout_s, poll_s, on_phase), timeout_s + self.timeout_s)
+
+    def watch(self, job: "Completion | Receipt | bytes | str", timeout_s: float = 600.0, poll_s: float = 1.0) -> Iterator[JobPhase]:
+        """`AsyncClient.watch`: each phase of the job's verification as it happens, the last one final."""
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = LoopThread()
+            loop = self._loop
+        return iterate_on_loop(loop, lambda: self._async.watch(job, timeout_s, poll_s), timeout_s + self.timeout_s)

@@ -44,6 +44,8 @@ class InclusionCheck:
     head_block: int
     batch_by_block: int
     batch_id: int | None = None
+    leaf_index: int | None = None
+    """The receipt's leaf in that batch (with ``batch_id``: which audit can be of it)."""
 
     @property
     def claimable(self) -> bool:
@@ -145,4 +147,5 @@ def check_inclusion(signed: spec.SignedPromise, protocol, node_url: str | None =
         spec.verify_inclusion_proof(promise, read_batch(protocol, batch_id), proof)
     except (InvalidInput, InvalidProof) as exc:
         return InclusionCheck(INVALID, f"the dispatcher's proof does not hold on-chain: {exc}", head, due)
-    return InclusionCheck(INCLUDED, f"leaf {proof.index} of {proof.leaf_count} in batch {batch_id}, posted by block {due}", head, due, batch_id)
+    return InclusionCheck(INCLUDED, f"leaf {proof.index} of {proof.leaf_count} in batch {batch_id}, posted by block {due}", head, due, batch_id,
+                          proof.index)
