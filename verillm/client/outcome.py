@@ -14,7 +14,7 @@ client checks the end itself:
 A contradiction raises `InvalidProof` naming it (the CLI's exit 2).
 """
 
-from web3 import Web3
+from eth_utils import to_checksum_address
 
 from verillm.chain.errors import TransactionReverted
 from verillm.errors import InvalidProof
@@ -55,7 +55,7 @@ def _verify_audit(audit: dict, batch: dict, worker: str, protocol) -> tuple[str,
         if exc.error != "UnknownAudit":
             raise
         raise InvalidProof(f"the status names audit {audit['audit_id']}, which the chain does not know: not this job's") from None
-    if (state.batch_id, state.index) != (batch["batch_id"], batch["index"]) or Web3.to_checksum_address(state.worker) != Web3.to_checksum_address(worker):
+    if (state.batch_id, state.index) != (batch["batch_id"], batch["index"]) or to_checksum_address(state.worker) != to_checksum_address(worker):
         raise InvalidProof(f"audit {state.audit_id} on-chain is of batch {state.batch_id} leaf {state.index} by {state.worker}, not this job")
     if state.phase == Phase.ABANDONED:
         return UNDECIDED, f"audit {state.audit_id} abandoned on-chain"
