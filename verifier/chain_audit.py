@@ -83,6 +83,7 @@ def _eth(wei: int) -> str:
 
 
 PRIVATE_DRAW_MISSED_REASON = "missed private draw"  # Jobs._fallBackToPublicDraw
+PRIVATE_DRAW_LATE_REASON = "late private draw"  # Jobs._drawRound: revealed after drawBy, in its grace (the penalty)
 
 
 class ChainAuditor:
@@ -261,6 +262,13 @@ class ChainAuditor:
             self._add(spec_audit.compute_draw_commitment(secret) == commitment, f"audit {audit_id}",
                       "first round drawn privately: the revealed secret is the one its dispatcher committed to at the start",
                       "the revealed secret does not hash to the start's draw commitment")
+        for late in [e for e in self.named("PartySlashed", auditId=audit_id) if e.args["reason"] == PRIVATE_DRAW_LATE_REASON]:
+            # Issue 34: a late reveal is the same draw: its dispatcher pays the penalty, in the reveal's transaction, nothing more.
+            bps = min(self.preset.MEMBER_PENALTY_BPS, self.preset.SLASH_FRACTION_BPS)
+            taken = [t for t in self.named("Slashed") if t.tx_hash == late.tx_hash and t.args["node"].lower() == late.args["node"].lower()]
+            self._add(bool(revealed) and late.tx_hash == revealed[0].tx_hash and bool(taken) and is_slash_amount(taken[0], bps), f"audit {audit_id}",
+                      f"its private draw was revealed late, in its grace: the dispatcher lost {bps / 100:g}% of its stake ({_eth(late.args['amountWei'])})",
+                      f"a late-reveal penalty of {_eth(late.args['amountWei'])} outside its reveal, or not {bps / 100:g}% of the stake")
         for missed in self.named("PrivateDrawMissed", auditId=audit_id):
             self._note(f"audit {audit_id}", f"its dispatcher {missed.args['dispatcher']} never revealed its private draw: slashed, drawn publicly from block {missed.block_number}")
 
@@ -368,7 +376,7 @@ class ChainAuditor:
         slashes = [(e.args["node"], e.args["reason"], e.args["amountWei"]) for e in at_settle if e.args["reason"] != MEMBER_PENALTY_REASON]
         # a dispatcher that never revealed its private draw was slashed at the lapse, before settlement
         slashes = [(e.args["node"], e.args["reason"], e.args["amountWei"]) for e in self.named("PartySlashed", auditId=audit_id)
-                   if e.args["reason"] == PRIVATE_DRAW_MISSED_REASON] + slashes
+                   if e.args["reason"] in (PRIVATE_DRAW_MISSED_REASON, PRIVATE_DRAW_LATE_REASON)] + slashes
         penalised = [(e.args["node"], "penalised: " + penalties.get(e.args["node"].lower(), "?"), e.args["amountWei"])
                      for e in at_settle if e.args["reason"] == MEMBER_PENALTY_REASON]
         self._record_caught(audit_id, slashes + penalised)

@@ -70,6 +70,7 @@ struct Deadlines {
     uint64 membersOpenBy; // R + delay + 3 × open: members open what they sealed (once all sealed, or after membersSealBy)
     uint64 verdictBlock; // V
     uint64 disputeBy; // V + dispute
+    uint64 revealBy; // drawBy + privateRevealGraceBlocks: a private draw's late reveal (penalized), then its lapse
 }
 
 /// @notice A round as the state machine sees it (Jobs.getRoundState): what decides which call is
@@ -87,7 +88,7 @@ struct RoundState {
     bool published;
     uint16 pendingContests;
     uint64 publishDeadline; // the round's claim window (0: no claim)
-    bool privateDraw; // DRAWING, and only the dispatcher may draw it (revealRound) until drawBy
+    bool privateDraw; // DRAWING, and only the dispatcher may draw it (revealRound): by drawBy, or late by revealBy at the penalty
     bool receiptKnown; // the worker's receipt is on-chain (false: a private start before its reveal, or a missed reveal nobody supplied)
     Deadlines deadlines;
 }

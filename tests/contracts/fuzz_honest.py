@@ -181,7 +181,7 @@ class HonestParties:
         (the honest members answer; the adversary, node 5, never does) and reveal with their receipts."""
         secret = self.draw_secrets.get(t.run.audit_id)
         head = self.reads.head()
-        if secret is None or not rs.deadlines.draw_after < head + 1 <= rs.deadlines.draw_by:
+        if secret is None or not rs.deadlines.draw_after < head + 1 <= rs.deadlines.reveal_by:  # late, in the grace: the penalty
             return
         seats = []
         for slot, address in enumerate(self.p.preview_committee(t.run.audit_id, secret)):

@@ -300,9 +300,9 @@ class Protocol:
         return Tx(tx.gas_used, tx.value or 0, tx.receipt)
 
     def preview_committee(self, audit_id: int, secret: bytes) -> list[str]:
-        """Who the private draw with ``secret`` seats (`Jobs.previewCommittee`; empty before the seed
+        """Who the private draw with ``secret`` seats (`Batches.previewCommittee`; empty before the seed
         block). An eth_call: send it only to a node you trust, the secret is the draw's privacy."""
-        return list(self.jobs.call("previewCommittee", audit_id, secret))
+        return list(self.batches.call("previewCommittee", audit_id, secret))
 
     def reveal_round(self, sender: LocalAccount, audit_id: int, secret: bytes, worker_receipt: Receipt,
                      seats: list[tuple[int, Receipt]]) -> Tx:
