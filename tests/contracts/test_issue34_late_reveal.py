@@ -11,6 +11,8 @@ re-rolled publicly — starts only after the grace: `lapse` refuses (`TooEarly`)
 slashes the whole stake after it.
 """
 
+from web3.exceptions import ContractCustomError, ContractLogicError
+
 from helpers.chain import reverts
 from verillm.chain.events import get_events
 from verillm.spec.audit import Phase, compute_due_steps, compute_private_draw_bond
@@ -40,6 +42,22 @@ def _takes(world: World, block: int) -> list:
     """Every stake taken in ``block``: Registry.Slashed, with the Jobs rule (PartySlashed) named beside it."""
     contracts = [world.protocol.registry, world.protocol.jobs]
     return get_events(world.chain, contracts, block, block, names={"Slashed", "PartySlashed", "PrivateDrawMissed"})
+
+
+def _too_early(until_block: int) -> bytes:
+    return keccak256(b"TooEarly(uint256)")[:4] + until_block.to_bytes(32, "big")
+
+
+def _lapse_refusal(world: World, run) -> bytes | None:
+    """The revert data of `lapse` in the next block (an eth_call on the pending block), None if accepted."""
+    jobs = world.protocol.jobs
+    call = {"from": world.outsider.address, "to": jobs.address, "data": jobs.web3.encode_abi("lapse", args=[run.audit_id])}
+    try:
+        world.chain.w3.eth.call(call, "pending")
+    except (ContractCustomError, ContractLogicError) as exc:
+        raw = str(exc.data if isinstance(exc.data, str) else exc.args[0])
+        return bytes.fromhex(raw[2:]) if raw.startswith("0x") else raw.encode()
+    return None
 
 
 def _state(world: World, run):
@@ -96,19 +114,23 @@ def test_lapse_waits_out_the_grace_and_withholding_past_it_still_costs_the_stake
     world.preview(run, SECRET)
     d = _state(world, run).deadlines
     stake = world.stakes()[dispatcher.address]
-    for head in (d.draw_by, d.reveal_by - 1):  # lapse would land in draw_by + 1, then in reveal_by
+    for head in (d.draw_by, d.reveal_by - 1):  # a lapse would land in draw_by + 1, then in reveal_by
         _mine_to(world, head)
         assert compute_due_steps(_state(world, run), head + 1) == ()
+        assert _lapse_refusal(world, run) == _too_early(d.reveal_by + 1)  # in the next block (eth_call "pending")
         with reverts(f"TooEarly.*{d.reveal_by + 1}"):
             world.protocol.lapse(world.outsider, run.audit_id)
     _mine_to(world, d.reveal_by)
-    with reverts("TooLate"):  # past the grace the reveal is refused: the draw is lost
-        world.reveal(run, dispatcher, SECRET, [])
-    _mine_to(world, d.reveal_by)
+    assert _lapse_refusal(world, run) is None  # accepted from reveal_by + 1 on
     assert compute_due_steps(_state(world, run), d.reveal_by + 1) == ("lapse",)
+    snapshot = world.chain.snapshot()
+    with reverts("TooLate|a window that closed"):  # past the grace the reveal is refused: the draw is lost
+        world.reveal(run, dispatcher, SECRET, [])  # (its gas estimated at the head, where it still fit: mined, reverted)
+    world.chain.revert(snapshot)
+    world.chain.mine(1)  # a transaction's gas is estimated at the head: one block more to send it
     lapsed = world.protocol.lapse(world.outsider, run.audit_id)
     block = lapsed.receipt["blockNumber"]
-    assert block == d.reveal_by + 1
+    assert block == d.reveal_by + 2
     # Withholding past the grace gets a re-roll (the public draw), so it still costs the whole stake.
     full = stake * world.preset.SLASH_FRACTION_BPS // BPS
     rules = [e for e in _takes(world, block) if e.name != "Slashed"]
