@@ -70,7 +70,6 @@ struct Deadlines {
     uint64 membersOpenBy; // R + delay + 3 × open: members open what they sealed (once all sealed, or after membersSealBy)
     uint64 verdictBlock; // V
     uint64 disputeBy; // V + dispute
-    uint64 revealBy; // drawBy + privateRevealGraceBlocks: a private draw's late reveal (penalized), then its lapse
 }
 
 /// @notice A round as the state machine sees it (Jobs.getRoundState): what decides which call is

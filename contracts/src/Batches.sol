@@ -2,7 +2,7 @@
 pragma solidity ^0.8.24;
 
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
-import {AuditRequest, AuditView, Deadlines, ReceiptClaim, ReceiptData, Receipts, RoundState} from "./AuditTypes.sol";
+import {AuditRequest, ReceiptClaim, ReceiptData, Receipts} from "./AuditTypes.sol";
 import {BlsVrf} from "./BlsVrf.sol";
 import {Jobs} from "./Jobs.sol";
 import {MerkleLib} from "./MerkleLib.sol";
@@ -51,7 +51,6 @@ contract Batches is ReentrancyGuard {
     uint256 private immutable auditRateBps;
     uint256 private immutable slashRewardBps;
     uint256 private immutable keepBlocks; // auditHorizonBlocks (≥ batchByBlocks): how long an inactive node may still batch
-    uint8 private immutable committeeSize;
 
     Stored[] private batches;
     mapping(uint256 => bool) private drawMissed;
@@ -90,7 +89,6 @@ contract Batches is ReentrancyGuard {
         auditRateBps = p.auditRateBps;
         slashRewardBps = p.slashRewardBps;
         keepBlocks = p.auditHorizonBlocks;
-        committeeSize = p.committeeSize;
     }
 
     /// @dev Slashed stake arrives from the Registry.
@@ -249,25 +247,6 @@ contract Batches is ReentrancyGuard {
     }
 
     // --- views -----------------------------------------------------------------------------
-
-    /// @notice Who the private draw of audit `auditId`'s first round with `secret` seats (empty
-    /// until its seed block is mined, or once the round no longer waits for its reveal): the
-    /// dispatcher's own preview before it sends the members their jobs (call it on a node you
-    /// trust). The draw `Jobs.revealRound` makes, in time or late: seed keccak256(0x1c ‖ u64 auditId
-    /// ‖ u8 0 ‖ blockhash(drawAfter) ‖ secret), the weights of the epoch the round was entered in,
-    /// the worker and the dispatcher excluded (nobody else is seated in an audit before its first
-    /// draw). Here, not in Jobs, for Jobs' code size (EIP-170; issue 34).
-    function previewCommittee(uint256 auditId, bytes32 secret) external view returns (address[] memory) {
-        RoundState memory s = jobs.getRoundState(auditId, 0);
-        Deadlines memory d = s.deadlines;
-        if (!s.privateDraw || block.number <= d.drawAfter) return new address[](0);
-        (,, address dispatcher,,,,,) = jobs.getAuditExtra(auditId);
-        AuditView memory a = jobs.getAudit(auditId);
-        address[] memory excluded = new address[](2);
-        (excluded[0], excluded[1]) = (a.worker, dispatcher);
-        bytes32 seed = keccak256(abi.encodePacked(Domains.ROUND_SEED, uint64(auditId), uint8(0), blockhash(d.drawAfter), secret));
-        return registry.drawCommittee(a.modelId, seed, 0, committeeSize, excluded, registry.epochOf(d.enteredBlock), d.drawAfter);
-    }
 
     function hashReceipt(ReceiptData calldata r) external pure returns (bytes32) {
         return Receipts.hash(r);

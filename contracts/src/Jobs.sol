@@ -86,6 +86,9 @@ contract Jobs is ReentrancyGuard {
     address public batches;
     address public delivery; // Delivery.sol: claims, publication, the worker's default (onClaim, onPublish, onUndelivered)
     ProtocolParams public params;
+    /// @dev params.privateRevealGraceBlocks, kept where reading it costs no storage read: only a
+    /// private draw's reveal and its lapse use it, and no other deadline moves (docs/gas.md).
+    uint256 private immutable revealGraceBlocks;
 
     uint256 public auditCount;
     mapping(uint256 => Audit) private audits;
@@ -157,6 +160,7 @@ contract Jobs is ReentrancyGuard {
         registry = registry_;
         deployer = msg.sender;
         params = p;
+        revealGraceBlocks = p.privateRevealGraceBlocks;
     }
 
     modifier onlyDisputes() {
@@ -370,7 +374,7 @@ contract Jobs is ReentrancyGuard {
     /// (lapse: the public fallback, the full slash).
     function _drawRound(uint256 auditId, Audit storage a, Round storage r, bytes memory secret) private returns (bool) {
         Deadlines memory d = _deadlines(r);
-        _window(d.drawAfter, secret.length == 0 ? d.drawBy : d.revealBy);
+        _window(d.drawAfter, secret.length == 0 ? d.drawBy : d.drawBy + revealGraceBlocks); // a private draw: until revealBy
         r.seed = keccak256(abi.encodePacked(Domains.ROUND_SEED, uint64(auditId), a.round, blockhash(d.drawAfter), secret));
         uint8 size = a.round == 0 ? params.committeeSize : params.escalationCommitteeSize;
         bool drawn = _drawMembers(auditId, a, r, size, d.drawAfter);
@@ -389,8 +393,8 @@ contract Jobs is ReentrancyGuard {
     function lapse(uint256 auditId) external nonReentrant {
         (Audit storage a, Round storage r) = _at(auditId, Phase.DRAWING);
         Deadlines memory d = _deadlines(r);
-        // A private draw is still revealable (late, at a penalty) until revealBy: no re-roll before.
-        uint256 by = a.drawCommitment != bytes32(0) ? d.revealBy : d.drawBy;
+        // A private draw is still revealable (late, at a penalty) until revealBy = drawBy + grace: no re-roll before.
+        uint256 by = a.drawCommitment != bytes32(0) ? d.drawBy + revealGraceBlocks : d.drawBy;
         if (block.number <= by) revert TooEarly(by + 1);
         if (a.drawCommitment != bytes32(0)) {
             _fallBackToPublicDraw(auditId, a, r);
@@ -968,7 +972,6 @@ contract Jobs is ReentrancyGuard {
         d.enteredBlock = r.enteredBlock;
         d.drawAfter = r.enteredBlock + delay;
         d.drawBy = d.drawAfter + uint64(params.drawWindowBlocks);
-        d.revealBy = d.drawBy + uint64(params.privateRevealGraceBlocks);
         d.commitBy = r.commitDeadline;
         if (r.readyBlock != 0) {
             d.challengeAfter = r.readyBlock + delay;

@@ -242,7 +242,8 @@ class HonestParties:
         (phase, r, attempt, members, receipts, seals, opens, worker_opened, drawn, published, pending, publish_deadline,
          private_draw, receipt_known, d) = self.jobs("getRoundState", audit_id, round_index)
         return spec_audit.RoundState(Phase(phase), r, attempt, members, receipts, seals, opens, worker_opened, drawn, published, pending,
-                                     publish_deadline, spec_audit.RoundDeadlines(*d), private_draw, receipt_known)
+                                     publish_deadline, spec_audit.RoundDeadlines(*d, reveal_by=d[2] + PRESET.PRIVATE_REVEAL_GRACE_BLOCKS),
+                                     private_draw, receipt_known)
 
     def _honest_receipts(self, t: Tracked, state) -> None:
         if state.phase != COMMITTING:

@@ -296,7 +296,9 @@ class RoundDeadlines:
     dispute_by: int
     reveal_by: int = 0
     """draw_by + PRIVATE_REVEAL_GRACE_BLOCKS: a private draw revealed after draw_by (the same draw)
-    costs its dispatcher MEMBER_PENALTY_BPS; `lapse` re-rolls it only after this."""
+    costs its dispatcher MEMBER_PENALTY_BPS; `lapse` re-rolls it only after this. Not in Jobs'
+    `Deadlines` (the grace is an immutable there, out of every other deadline's gas): the chain
+    reader adds it from the deployment's preset."""
 
 
 def compute_round_deadlines(entered_block: int, commit_deadline: int, ready_block: int, verdict_block: int, preset) -> RoundDeadlines:

@@ -2,7 +2,7 @@
 
 This node started the audit with a commitment to a secret (`ChainIO.compute_draw_secret`, derived
 from its key: a restart reveals the same one). Once the round's seed block is mined it previews
-the committee with the secret (`Batches.previewCommittee`, an eth_call to its own RPC node), sends
+the committee with the secret (`Delivery.previewCommittee`, an eth_call to its own RPC node), sends
 each member its verification job — the member runs it as any other job: nothing public says it
 sits on a committee — and reveals the draw with every receipt that came back (`revealRound`), as
 soon as all have, or once a third of the draw window has passed (`REVEAL_WAIT_FRACTION`). Seats whose receipt has not
