@@ -34,12 +34,12 @@ from verillm.spec.hashing import keccak256
 from verillm.spec.honest import is_cell_contradicted
 from verillm.spec.merkle import MerkleProof, compute_leaf_hash, is_valid_merkle_proof
 from verillm.spec.receipt import SigningDomain, compute_receipt_hash, recover_receipt_signer
-from verillm.spec.outcome import AuditOutcome
+from verillm.spec.outcome import LATE_REVEAL_RULE, AuditOutcome
 from verillm.spec.types import Leaf, Receipt, SamplingParams
 
 from verillm.verifier.chain_outcome import compute_outcome, format_caught, format_state
 from verillm.verifier.chain_committee import CommitteeReplay, HistoryUnavailable, get_round_entry
-from verillm.verifier.chain_settlement import check_decisions, check_settlement, compute_faults
+from verillm.verifier.chain_settlement import check_decisions, check_settlement, compute_faults, is_slash_amount
 
 
 
@@ -260,6 +260,13 @@ class ChainAuditor:
                       "the revealed secret does not hash to the start's draw commitment")
         for missed in self.named("PrivateDrawMissed", auditId=audit_id):
             self._note(f"audit {audit_id}", f"its dispatcher {missed.args['dispatcher']} never revealed its private draw: slashed, drawn publicly from block {missed.block_number}")
+        for late in [e for e in self.named("PartySlashed", auditId=audit_id) if e.args["reason"] == LATE_REVEAL_RULE]:
+            # Issue 34: a late reveal is the same draw: its dispatcher pays the penalty, in the reveal's transaction, nothing more.
+            bps = min(self.preset.MEMBER_PENALTY_BPS, self.preset.SLASH_FRACTION_BPS)
+            taken = [t for t in self.named("Slashed") if t.tx_hash == late.tx_hash and t.args["node"].lower() == late.args["node"].lower()]
+            self._add(bool(revealed) and late.tx_hash == revealed[0].tx_hash and bool(taken) and is_slash_amount(taken[0], bps), f"audit {audit_id}",
+                      f"its private draw was revealed late, in its grace: the dispatcher lost {bps / 100:g}% of its stake",
+                      f"a late-reveal penalty of {late.args['amountWei']} wei outside its reveal, or not {bps / 100:g}% of the stake")
 
     def _check_round(self, audit_id: int, round_index: int, receipt: Receipt, beta: bytes, index: int, output_tokens: int) -> None:
         subject = f"audit {audit_id} round {round_index}"

@@ -87,7 +87,7 @@ struct RoundState {
     bool published;
     uint16 pendingContests;
     uint64 publishDeadline; // the round's claim window (0: no claim)
-    bool privateDraw; // DRAWING, and only the dispatcher may draw it (revealRound) until drawBy
+    bool privateDraw; // DRAWING, and only the dispatcher may draw it (revealRound): by drawBy, or late by revealBy at the penalty
     bool receiptKnown; // the worker's receipt is on-chain (false: a private start before its reveal, or a missed reveal nobody supplied)
     Deadlines deadlines;
 }

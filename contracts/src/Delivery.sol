@@ -4,8 +4,8 @@ pragma solidity ^0.8.24;
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
 import {Blake3} from "./Blake3.sol";
 import {Jobs} from "./Jobs.sol";
-import {AuditView, Phase, RoundState} from "./AuditTypes.sol";
-import {DeliveryParams, Params, ProtocolParams} from "./Params.sol";
+import {AuditView, Deadlines, Phase, RoundState} from "./AuditTypes.sol";
+import {DeliveryParams, Domains, Params, ProtocolParams} from "./Params.sol";
 import {Registry} from "./Registry.sol";
 
 /// @notice Data availability of committee jobs (docs/protocol.md §12, "Undelivered jobs").
@@ -43,6 +43,7 @@ contract Delivery is ReentrancyGuard {
     uint256 private immutable rewardBps;
     uint256 public immutable claimBondWei;
     uint256 public immutable gasPriceWei;
+    uint8 private immutable committeeSize;
     /// audit → round → the claimants whose bonds are held (a claim's bond until it is resolved).
     mapping(uint256 => mapping(uint256 => address[])) private bonded;
 
@@ -72,6 +73,7 @@ contract Delivery is ReentrancyGuard {
         rewardBps = p.slashRewardBps;
         claimBondWei = d.deliveryClaimBondWei;
         gasPriceWei = d.deliveryGasPriceWei;
+        committeeSize = p.committeeSize;
     }
 
     /// @notice The defaulting worker's slashed stake, from the Registry only (passed on to Jobs).
@@ -134,6 +136,26 @@ contract Delivery is ReentrancyGuard {
         if (s.phase == Phase.COMMITTING) revert ClaimsOpen(auditId, round);
         if (bonded[auditId][round].length == 0) revert NoBonds(auditId, round);
         _resolveBonds(auditId, round, address(0), 0);
+    }
+
+    /// @notice Who the private draw of audit `auditId`'s first round with `secret` seats (empty
+    /// until its seed block is mined, or once the round no longer waits for its reveal): the
+    /// dispatcher's own preview before it sends the members their jobs (call it on a node you
+    /// trust). The draw `Jobs.revealRound` makes, in time or late: seed keccak256(0x1c ‖ u64 auditId
+    /// ‖ u8 0 ‖ blockhash(drawAfter) ‖ secret), the weights of the epoch the round was entered in,
+    /// the worker and the dispatcher excluded (nobody else is seated in an audit before its first
+    /// draw). Here, not in Jobs, for Jobs' code size (EIP-170; issue 34), and not in a contract the
+    /// happy path calls (its function table would cost their calls gas).
+    function previewCommittee(uint256 auditId, bytes32 secret) external view returns (address[] memory) {
+        RoundState memory s = jobs.getRoundState(auditId, 0);
+        Deadlines memory d = s.deadlines;
+        if (!s.privateDraw || block.number <= d.drawAfter) return new address[](0);
+        (,, address dispatcher,,,,,) = jobs.getAuditExtra(auditId);
+        AuditView memory a = jobs.getAudit(auditId);
+        address[] memory excluded = new address[](2);
+        (excluded[0], excluded[1]) = (a.worker, dispatcher);
+        bytes32 seed = keccak256(abi.encodePacked(Domains.ROUND_SEED, uint64(auditId), uint8(0), blockhash(d.drawAfter), secret));
+        return registry.drawCommittee(a.modelId, seed, 0, committeeSize, excluded, registry.epochOf(d.enteredBlock), d.drawAfter);
     }
 
     /// @notice The claimants of `round` whose bonds Delivery holds.

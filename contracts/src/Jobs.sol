@@ -86,6 +86,9 @@ contract Jobs is ReentrancyGuard {
     address public batches;
     address public delivery; // Delivery.sol: claims, publication, the worker's default (onClaim, onPublish, onUndelivered)
     ProtocolParams public params;
+    /// @dev params.privateRevealGraceBlocks, kept where reading it costs no storage read: only a
+    /// private draw's reveal and its lapse use it, and no other deadline moves (docs/gas.md).
+    uint256 private immutable revealGraceBlocks;
 
     uint256 public auditCount;
     mapping(uint256 => Audit) private audits;
@@ -157,6 +160,7 @@ contract Jobs is ReentrancyGuard {
         registry = registry_;
         deployer = msg.sender;
         params = p;
+        revealGraceBlocks = p.privateRevealGraceBlocks;
     }
 
     modifier onlyDisputes() {
@@ -333,8 +337,9 @@ contract Jobs is ReentrancyGuard {
     }
 
     /// @notice The dispatcher's private draw of round 0 (docs/protocol.md §12 "Private draws"), in
-    /// the same window: it reveals the secret it committed to at the start (before the seed
-    /// block's hash existed, so it could not choose), the committee is drawn from
+    /// the same window, or late by revealBy at memberPenaltyBps of its stake: it reveals the
+    /// secret it committed to at the start (before the seed block's hash existed, so it could not
+    /// choose), the committee is drawn from
     /// keccak256(0x1c ‖ u64 auditId ‖ u8 0 ‖ blockhash(entered + delay) ‖ secret), and the receipts
     /// it collected from the members — who ran their jobs not knowing they were audits — are
     /// posted in the same transaction. A member learns its seat only once its receipt is on-chain.
@@ -361,31 +366,26 @@ contract Jobs is ReentrancyGuard {
         }
     }
 
-    /// @notice Who a private draw with `secret` seats (empty until the seed block is mined): the
-    /// dispatcher's own preview before it sends the members their jobs (call it on a node you trust).
-    function previewCommittee(uint256 auditId, bytes32 secret) external view returns (address[] memory) {
-        Audit storage a = _audit(auditId);
-        Round storage r = rounds[auditId][a.round];
-        Deadlines memory d = _deadlines(r);
-        if (r.phase != Phase.DRAWING || block.number <= d.drawAfter) return new address[](0);
-        bytes32 seed = keccak256(abi.encodePacked(Domains.ROUND_SEED, uint64(auditId), a.round, blockhash(d.drawAfter), secret));
-        uint8 size = a.round == 0 ? params.committeeSize : params.escalationCommitteeSize;
-        return registry.drawCommittee(a.modelId, seed, 0, size, _everyParty(auditId, a), r.epoch, d.drawAfter);
-    }
-
     /// @dev Draw the round in its window from its seed (`secret`: empty for a public draw); false
-    /// when the pool was too small and the round was abandoned.
+    /// when the pool was too small and the round was abandoned. A private draw may be revealed
+    /// until revealBy: late, it is still the same draw (its seed was fixed by the secret committed
+    /// before the seed block), so a late reveal re-rolls nothing and costs memberPenaltyBps, not the
+    /// stake (docs/protocol.md §12 "Private draws"); only a reveal withheld past revealBy is re-rolled
+    /// (lapse: the public fallback, the full slash).
     function _drawRound(uint256 auditId, Audit storage a, Round storage r, bytes memory secret) private returns (bool) {
         Deadlines memory d = _deadlines(r);
-        _window(d.drawAfter, d.drawBy);
+        _window(d.drawAfter, secret.length == 0 ? d.drawBy : d.drawBy + revealGraceBlocks); // a private draw: until revealBy
         r.seed = keccak256(abi.encodePacked(Domains.ROUND_SEED, uint64(auditId), a.round, blockhash(d.drawAfter), secret));
         uint8 size = a.round == 0 ? params.committeeSize : params.escalationCommitteeSize;
-        if (_drawMembers(auditId, a, r, size, d.drawAfter)) return true;
-        _abandonRound(auditId, a, r, "pool exhausted", false);
-        return false;
+        bool drawn = _drawMembers(auditId, a, r, size, d.drawAfter);
+        if (!drawn) _abandonRound(auditId, a, r, "pool exhausted", false);
+        // After the draw: the penalty moves no seat of it.
+        if (block.number > d.drawBy) feePoolWei += _penalize(auditId, a.dispatcher, "late private draw");
+        return drawn;
     }
 
-    /// @notice After a round's draw window passed undrawn (anyone may call): an escalation round
+    /// @notice After a round's draw window passed undrawn (a private draw's: its reveal grace too;
+    /// anyone may call): an escalation round
     /// LAPSES (bond to the pool; the audit settles its first round); a first round is ABANDONED,
     /// and when the batch's draw selected the job, its dispatcher — whose duty the draw was — is
     /// slashed (the caller rewarded). A requested job whose round lapsed may still be audited by a
@@ -393,7 +393,9 @@ contract Jobs is ReentrancyGuard {
     function lapse(uint256 auditId) external nonReentrant {
         (Audit storage a, Round storage r) = _at(auditId, Phase.DRAWING);
         Deadlines memory d = _deadlines(r);
-        if (block.number <= d.drawBy) revert TooEarly(d.drawBy + 1);
+        // A private draw is still revealable (late, at a penalty) until revealBy = drawBy + grace: no re-roll before.
+        uint256 by = a.drawCommitment != bytes32(0) ? d.drawBy + revealGraceBlocks : d.drawBy;
+        if (block.number <= by) revert TooEarly(by + 1);
         if (a.drawCommitment != bytes32(0)) {
             _fallBackToPublicDraw(auditId, a, r);
             return;

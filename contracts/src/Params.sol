@@ -21,6 +21,9 @@ struct ProtocolParams {
     uint32 startWindowBlocks;
     uint32 commitWindowBlocks;
     uint32 openWindowBlocks;
+    // A private draw revealed this many blocks after its window still counts (the same draw), at
+    // memberPenaltyBps. Here, in the storage slot the round's deadlines already read (Jobs._deadlines).
+    uint16 privateRevealGraceBlocks;
     uint32 disputeWindowBlocks;
     uint32 proofWindowBlocks;
     uint32 unbondingBlocks;
@@ -71,10 +74,10 @@ library Domains {
 /// commit window; one claim window per round adds at most two commit windows (publish deadline =
 /// claim + commit, commit deadline ≥ publish deadline + commit). A first round drawn privately
 /// whose dispatcher never reveals falls back to a public draw: lapse one block after its draw
-/// window, then a draw window of its own (privateFallback).
+/// window and its reveal grace, then a draw window of its own (privateFallback).
 struct Timeline {
     uint256 claimExtension; // 2 × commit: the round's one publication window and the commit window after it
-    uint256 privateFallback; // delay + draw + 1: a private draw missed, then the public one
+    uint256 privateFallback; // delay + draw + grace + 1: a private draw missed (its grace too), then the public one
     uint256 roundDrawSpan; // E → the round's last draw: privateFallback + delay + draw + redraws × (commit + 1) + claimExtension
     uint256 roundSpan; // E → the verdict: roundDrawSpan + commit + delay + 3 × open (worker, seals, their openings) + 1 (finalize)
     uint256 startSpan; // a batch's posting → its last audit start: delay + draw + start
@@ -98,7 +101,7 @@ library Params {
     function timeline(ProtocolParams memory p) internal pure returns (Timeline memory t) {
         uint256 commit = p.commitWindowBlocks;
         t.claimExtension = 2 * commit;
-        t.privateFallback = uint256(p.auditDrawDelayBlocks) + p.drawWindowBlocks + 1;
+        t.privateFallback = uint256(p.auditDrawDelayBlocks) + p.drawWindowBlocks + p.privateRevealGraceBlocks + 1;
         t.roundDrawSpan = t.privateFallback + uint256(p.auditDrawDelayBlocks) + p.drawWindowBlocks + uint256(p.maxCommitteeRedraws) * (commit + 1)
             + t.claimExtension;
         t.roundSpan = t.roundDrawSpan + commit + p.auditDrawDelayBlocks + 3 * uint256(p.openWindowBlocks) + 1;
@@ -157,6 +160,10 @@ library Params {
     function _validateWindows(ProtocolParams memory p) private pure {
         if (p.auditDrawDelayBlocks == 0) revert InvalidParams("auditDrawDelayBlocks must be positive");
         if (p.drawWindowBlocks == 0 || p.drawWindowBlocks >= BLOCKHASH_RANGE) revert InvalidParams("drawWindowBlocks must be in [1, 255]");
+        // A late reveal (revealBy = seed block + draw + grace) still reads its seed block's hash.
+        if (p.privateRevealGraceBlocks == 0 || uint256(p.drawWindowBlocks) + p.privateRevealGraceBlocks >= BLOCKHASH_RANGE) {
+            revert InvalidParams("privateRevealGraceBlocks must be positive, drawWindowBlocks + privateRevealGraceBlocks < 256");
+        }
         if (p.openWindowBlocks == 0 || p.openWindowBlocks >= BLOCKHASH_RANGE) revert InvalidParams("openWindowBlocks must be in [1, 255]");
         if (p.startWindowBlocks == 0 || p.commitWindowBlocks == 0 || p.disputeWindowBlocks == 0 || p.proofWindowBlocks == 0) {
             revert InvalidParams("every window must be positive");

@@ -137,8 +137,9 @@ def _drawing(state: RoundState, audit: dict, preset: Preset, anyone) -> dict:
     if state.private_draw:  # docs/protocol.md §12 "Private draws": nobody but the dispatcher knows the seats yet
         what = (f"the dispatcher draws the committee of {size} privately, sends the members their jobs and reveals the draw "
                 f"with the worker's receipt and theirs (revealRound)")
-        then = (f"if it does not, from block {d.draw_by + 1} anyone may call lapse: the dispatcher is slashed, loses its bond, and "
-                f"the committee is drawn publicly once someone shows the worker's receipt")
+        then = (f"a reveal after block {d.draw_by} is the same draw, late: it costs the dispatcher {preset.MEMBER_PENALTY_BPS} bps of its "
+                f"stake; if it does not reveal by block {d.reveal_by}, from block {d.reveal_by + 1} anyone may call lapse: the dispatcher "
+                f"is slashed, loses its bond, and the committee is drawn publicly once someone shows the worker's receipt")
         who = {"parties": [audit["dispatcher"]]}
         return {"phase": "drawing", "steps": [_step("revealRound", what, who, from_block=d.draw_after + 1, by_block=d.draw_by)], "then": then}
     if not state.receipt_known:  # a missed private draw: the start kept the worker's receipt back

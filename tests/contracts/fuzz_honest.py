@@ -181,7 +181,7 @@ class HonestParties:
         (the honest members answer; the adversary, node 5, never does) and reveal with their receipts."""
         secret = self.draw_secrets.get(t.run.audit_id)
         head = self.reads.head()
-        if secret is None or not rs.deadlines.draw_after < head + 1 <= rs.deadlines.draw_by:
+        if secret is None or not rs.deadlines.draw_after < head + 1 <= rs.deadlines.reveal_by:  # late, in the grace: the penalty
             return
         seats = []
         for slot, address in enumerate(self.p.preview_committee(t.run.audit_id, secret)):
@@ -242,7 +242,8 @@ class HonestParties:
         (phase, r, attempt, members, receipts, seals, opens, worker_opened, drawn, published, pending, publish_deadline,
          private_draw, receipt_known, d) = self.jobs("getRoundState", audit_id, round_index)
         return spec_audit.RoundState(Phase(phase), r, attempt, members, receipts, seals, opens, worker_opened, drawn, published, pending,
-                                     publish_deadline, spec_audit.RoundDeadlines(*d), private_draw, receipt_known)
+                                     publish_deadline, spec_audit.RoundDeadlines(*d, reveal_by=d[2] + PRESET.PRIVATE_REVEAL_GRACE_BLOCKS),
+                                     private_draw, receipt_known)
 
     def _honest_receipts(self, t: Tracked, state) -> None:
         if state.phase != COMMITTING:

@@ -78,7 +78,8 @@ class Issue20Rules:
             self._count20("shop:rebatch_skipped")
         rs = self.round_state(t.run.audit_id)
         if rs.phase == DRAWING:  # the seed may be public: nothing re-rolls the draw
-            if self.reads.head() + 1 <= rs.deadlines.draw_by and self._try(self.p.lapse, shopper.account, t.run.audit_id) is not None:
+            last = rs.deadlines.reveal_by if rs.private_draw else rs.deadlines.draw_by  # a private draw: its late reveal's grace too
+            if self.reads.head() + 1 <= last and self._try(self.p.lapse, shopper.account, t.run.audit_id) is not None:
                 self._fail(f"audit {t.run.audit_id}: a round lapsed inside its draw window")
             self._count20("shop:drawing_reroll_refused")
         self._step("shop_committees")

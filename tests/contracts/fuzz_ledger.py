@@ -46,6 +46,7 @@ class Rule:
 
 
 ZERO, PENALTY_IF_CAPTURED, STAKE_IF_FRAMED = "0", "MEMBER_PENALTY_BPS if captured", "the stake if both rounds captured"
+PENALTY = "MEMBER_PENALTY_BPS"  # a missed deadline that gains its party nothing: the penalty, whatever anyone else does
 
 # rule (contract.reason or contract.function) → Rule. An honest party's take by a rule missing here is bound 0.
 LEDGER = {
@@ -56,7 +57,10 @@ LEDGER = {
     "Jobs.missed opening or minority vote": Rule("a member", PENALTY_IF_CAPTURED,
                                                  "proportionality: outvoted by a captured round costs MEMBER_PENALTY_BPS"),
     "Jobs.missed committee draw": Rule("the dispatcher", ZERO, "keepability: an honest dispatcher draws in its window"),
-    "Jobs.missed private draw": Rule("the dispatcher", ZERO, "proportionality: an honest reveal is never late"),
+    "Jobs.late private draw": Rule("the dispatcher", PENALTY, "proportionality: a reveal mined after drawBy (a loaded machine) is the same "
+                                   "draw, re-rolls nothing: MEMBER_PENALTY_BPS, never the stake"),
+    "Jobs.missed private draw": Rule("the dispatcher", ZERO, "proportionality: an honest reveal lands within its grace (revealBy); "
+                                     "only a reveal withheld past it gets the re-roll the full slash is for"),
     "Batches.missed draw": Rule("the dispatcher", ZERO, "keepability"),
     "Batches.missed audit start": Rule("the dispatcher", ZERO, "keepability"),
     "Coverage.slashOmission": Rule("the dispatcher", ZERO, "keepability: a promise accepted while able stays keepable"),
@@ -164,6 +168,8 @@ def honest_bound(take: Take, captured: bool, preset, framed: bool = False) -> in
         return 0
     if rule.honest_bound == STAKE_IF_FRAMED:
         return take.stake_before if framed else 0
+    if rule.honest_bound == PENALTY:
+        return take.stake_before * preset.MEMBER_PENALTY_BPS // BPS
     return take.stake_before * preset.MEMBER_PENALTY_BPS // BPS if captured else 0
 
 

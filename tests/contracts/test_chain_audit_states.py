@@ -90,7 +90,7 @@ def test_private_draws_are_re_derived_from_the_revealed_secret_and_a_missed_one_
     world.vote_members(revealed)
     world.finish(revealed)
     missed = world.start(world.make_worker(world.nodes[0], nonce=72), dispatcher=world.nodes[2], secret=secret)
-    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + 1)
+    world.chain.mine(PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + PRESET.PRIVATE_REVEAL_GRACE_BLOCKS + 1)
     world.protocol.lapse(world.outsider, missed.audit_id)
     world.protocol.supply_receipt(world.outsider, missed.audit_id, missed.worker.receipt)  # the client shows the receipt
     world.draw_round(missed)

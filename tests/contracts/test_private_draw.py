@@ -100,7 +100,7 @@ def test_only_the_committed_secret_of_the_dispatcher_reveals_in_the_window(world
         world.reveal(run, dispatcher, keccak256(b"chosen later"), members)
     with reverts("NotParty"):  # a receipt for a seat it does not hold
         world.reveal(run, dispatcher, SECRET, [members[1], members[0], members[2]])
-    world.chain.mine(world.preset.DRAW_WINDOW_BLOCKS)
+    world.chain.mine(world.preset.DRAW_WINDOW_BLOCKS + world.preset.PRIVATE_REVEAL_GRACE_BLOCKS)  # past the late reveal's grace too
     with reverts("TooLate"):
         world.reveal(run, dispatcher, SECRET, members)
 
@@ -118,7 +118,7 @@ def test_a_dispatcher_that_keeps_its_secret_is_slashed_and_the_audit_goes_on_pub
     worker, dispatcher, run = _start_private(world, dispatcher=5)
     stake = world.stakes()[dispatcher.address]
     deadlines = world.protocol.get_round_state(run.audit_id).deadlines
-    world.chain.mine(deadlines.draw_by + 1 - world.chain.get_block_number())
+    world.chain.mine(deadlines.reveal_by + 1 - world.chain.get_block_number())
     assert compute_due_steps(world.protocol.get_round_state(run.audit_id), world.chain.get_block_number() + 1) == ("lapse",)
     lapsed = world.protocol.lapse(world.outsider, run.audit_id)
     slashed = [e for e in _events(world, lapsed.receipt["blockNumber"], {"PartySlashed", "PrivateDrawMissed"})]
@@ -191,7 +191,7 @@ def test_a_missed_reveal_nobody_follows_with_the_receipt_ends_the_audit_with_one
     dispatcher slashed once (at the first lapse), nobody else, every lock released. (Node 4
     dispatches: node 5 was slashed above; the module's deployment is shared.)"""
     worker, dispatcher, run = _start_private(world, dispatcher=4)
-    world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
+    world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.reveal_by + 1 - world.chain.get_block_number())
     world.protocol.lapse(world.outsider, run.audit_id)
     after_first = world.stakes()
     world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
@@ -223,7 +223,7 @@ def test_a_false_claim_at_a_private_start_costs_its_dispatcher(world):
     with reverts("ReceiptMismatch"):
         world.reveal(run, dispatcher, SECRET, [])
     stake = world.stakes()[dispatcher.address]
-    world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
+    world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.reveal_by + 1 - world.chain.get_block_number())
     world.protocol.lapse(world.outsider, run.audit_id)
     assert world.stakes()[dispatcher.address] < stake
 

@@ -158,8 +158,8 @@ def test_an_honest_dispatcher_is_not_slashed_when_its_private_draw_cannot_be_sea
     driver = PrivateDrawDriver(chainio, tables, committee=None, tasks=tasks)  # no seat to send: none can be drawn
 
     async def drive_window():
-        draw_by = world.protocol.get_round_state(audit_id).deadlines.draw_by
-        while world.chain.get_block_number() < draw_by:
+        reveal_by = world.protocol.get_round_state(audit_id).deadlines.reveal_by  # the window and the late reveal's grace
+        while world.chain.get_block_number() < reveal_by:
             world.chain.mine(1)
             state = world.protocol.get_round_state(audit_id)
             if state.phase != Phase.DRAWING:
@@ -186,7 +186,7 @@ def test_each_refused_private_committee_costs_its_dispatcher(world):
     costs = []
     for run in runs:  # it dislikes each private committee and keeps the secret: the public draw is its second chance
         world.preview(run, SECRET)
-        world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
+        world.chain.mine(world.protocol.get_round_state(run.audit_id).deadlines.reveal_by + 1 - world.chain.get_block_number())
         stake, credit = world.stakes()[dispatcher.address], world.protocol.get_credit(dispatcher.address)
         world.protocol.lapse(world.outsider, run.audit_id)
         world.protocol.supply_receipt(world.outsider, run.audit_id, run.worker.receipt)  # the client shows the receipt
@@ -349,7 +349,7 @@ def test_a_dispatcher_node_back_after_its_missed_reveal_shows_the_receipt_and_th
     drawn publicly and the audit goes on: a crash costs the dispatcher, never the audit."""
     dispatcher = world.nodes[1]
     chainio, tables, audit_id, secret = _node_starts_privately(world, dispatcher, contracts_anvil, tmp_path)
-    world.chain.mine(world.protocol.get_round_state(audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
+    world.chain.mine(world.protocol.get_round_state(audit_id).deadlines.reveal_by + 1 - world.chain.get_block_number())
     world.protocol.lapse(world.outsider, audit_id)
     assert not world.protocol.get_round_state(audit_id).receipt_known
     driver = PrivateDrawDriver(chainio, tables, committee=None, tasks=KeyedTasks())

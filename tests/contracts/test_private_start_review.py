@@ -52,7 +52,10 @@ def _start_claiming(world: World, receipt, *, sender=None, worker: str | None = 
 
 
 def _mine_past_draw_window(world: World, audit_id: int) -> None:
-    world.chain.mine(world.protocol.get_round_state(audit_id).deadlines.draw_by + 1 - world.chain.get_block_number())
+    """Mine to the first block `lapse` accepts: after the draw window (a private draw's: its reveal grace too)."""
+    state = world.protocol.get_round_state(audit_id)
+    last = state.deadlines.reveal_by if state.private_draw else state.deadlines.draw_by
+    world.chain.mine(last + 1 - world.chain.get_block_number())
 
 
 def _assert_solvent(world: World, *extra: str) -> None:

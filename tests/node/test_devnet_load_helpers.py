@@ -28,7 +28,9 @@ def test_timed_preset_sizes_deadlines_in_seconds_and_keeps_the_contracts_rules()
 
 def test_timed_preset_stays_inside_the_blockhash_range_and_never_shrinks_a_window():
     long = compute_timed_preset(MINIMAL, block_time_s=1.0, window_s=600)
-    assert long.DRAW_WINDOW_BLOCKS == 255 and long.OPEN_WINDOW_BLOCKS == 255  # blockhash reaches 256 blocks back
+    assert long.OPEN_WINDOW_BLOCKS == 255  # blockhash reaches 256 blocks back
+    # a private draw's late reveal reads its seed block's hash too: draw + grace within the range
+    assert (long.DRAW_WINDOW_BLOCKS, long.PRIVATE_REVEAL_GRACE_BLOCKS) == (170, 85) and compute_timeline_problems(long) == []
     short = compute_timed_preset(MINIMAL, block_time_s=1.0, window_s=1)
     assert short.COMMIT_WINDOW_BLOCKS == MINIMAL.COMMIT_WINDOW_BLOCKS and short.START_WINDOW_BLOCKS == MINIMAL.START_WINDOW_BLOCKS
     with pytest.raises(ValueError):

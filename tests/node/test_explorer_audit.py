@@ -132,6 +132,9 @@ def test_a_private_draw_waits_for_its_dispatcher_s_reveal_and_names_the_fallback
     assert reveal["action"] == "revealRound" and reveal["who"]["parties"] == [DISPATCHER]
     assert reveal["by_block"] == 60 + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS
     assert "dispatcher is slashed" in step["then"] and "drawn publicly" in step["then"]
+    # a late reveal is still the same draw (issue 34): the penalty until revealBy, the lapse only after it
+    reveal_by = 60 + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS + PRESET.PRIVATE_REVEAL_GRACE_BLOCKS
+    assert f"from block {reveal_by + 1} anyone may call lapse" in step["then"] and f"{PRESET.MEMBER_PENALTY_BPS} bps" in step["then"]
 
 
 def test_after_a_missed_private_draw_the_page_asks_for_the_worker_s_receipt_before_any_draw():

@@ -23,22 +23,23 @@ from verillm.spec.params import MAINNET, MINIMAL, Preset, compute_leaver_schedul
 def test_the_spans_hand_checked_on_minimal_and_mainnet():
     # MINIMAL: delay 1, draw 10, start 80, commit 20, open 20, dispute 10, proof 5, 1 redraw, horizon 30
     t = compute_timeline(MINIMAL)
-    assert t.private_fallback == 1 + 10 + 1 == 12  # a private draw missed: its window, the lapse
-    assert t.round_draw_span == 12 + 1 + 10 + 1 * 21 + 40 == 84
-    assert t.round_span == 84 + 20 + 1 + 3 * 20 + 1 == 166  # three open windows: the worker's, the seals, their openings
-    assert t.audit_span == 2 * (166 + 10) - 12 + 5 + 1 == 346  # the escalation round is drawn publicly
-    assert t.leaver_duty_span == 30 + (1 + 10 + 80) + 346 == 467 <= MINIMAL.UNBONDING_BLOCKS == 480
-    assert t.receipt_duty_span == 200 + 346 == 546 and MINIMAL.RECEIPT_HORIZON_BLOCKS - (30 + 91) == 79  # the lag tolerated
+    assert t.private_fallback == 1 + 10 + 10 + 1 == 22  # a private draw missed: its window, its reveal grace, the lapse
+    assert t.round_draw_span == 22 + 1 + 10 + 1 * 21 + 40 == 94
+    assert t.round_span == 94 + 20 + 1 + 3 * 20 + 1 == 176  # three open windows: the worker's, the seals, their openings
+    assert t.audit_span == 2 * (176 + 10) - 22 + 5 + 1 == 356  # the escalation round is drawn publicly
+    assert t.leaver_duty_span == 30 + (1 + 10 + 80) + 356 == 477 <= MINIMAL.UNBONDING_BLOCKS == 480
+    assert t.receipt_duty_span == 200 + 356 == 556 and MINIMAL.RECEIPT_HORIZON_BLOCKS - (30 + 91) == 79  # the lag tolerated
     t = compute_timeline(MAINNET)  # delay 2, draw 100, start 100, commit 50, open 50, dispute 100, proof 50, 2 redraws, horizon 300
-    assert (t.round_draw_span, t.round_span, t.audit_span, t.leaver_duty_span) == (407, 610, 1368, 1870)
-    assert t.receipt_duty_span == 600 + 1368 and MAINNET.RECEIPT_HORIZON_BLOCKS - (300 + 202) == 98
-    assert MAINNET.EPOCH_BLOCKS - t.round_draw_span == 193  # the slack a late redraw has (docs/protocol.md §12)
+    assert t.private_fallback == 2 + 100 + 100 + 1 == 203  # grace 100
+    assert (t.round_draw_span, t.round_span, t.audit_span, t.leaver_duty_span) == (507, 710, 1468, 1970)
+    assert t.receipt_duty_span == 600 + 1468 and MAINNET.RECEIPT_HORIZON_BLOCKS - (300 + 202) == 98
+    assert MAINNET.EPOCH_BLOCKS - t.round_draw_span == 93  # the slack a late redraw has (docs/protocol.md §12)
 
 
 def test_a_leaver_is_told_the_block_its_duties_end():
     plan = compute_leaver_schedule(1_000, MINIMAL)
-    assert plan.duties_end_block == 1_467 <= plan.withdraw_from_block == 1_480
-    assert plan.last_start_block == 1_000 + 30 + 91 and plan.seated_until_block == 1_000 - 1 - 1 + 84
+    assert plan.duties_end_block == 1_477 <= plan.withdraw_from_block == 1_480
+    assert plan.last_start_block == 1_000 + 30 + 91 and plan.seated_until_block == 1_000 - 1 - 1 + 94
 
 
 # --- the walk ------------------------------------------------------------------------------------
@@ -46,12 +47,17 @@ def test_a_leaver_is_told_the_block_its_duties_end():
 def walk_round(p: Preset, entered: int, pick, private: bool = False) -> dict:
     """One round entered at ``entered``, every adversarial timing from ``pick(lo, hi)`` (an int
     in [lo, hi]) and ``pick(0, 1)`` for a choice. Returns its draw blocks and how it ended. A
-    ``private`` first round may see its dispatcher never reveal: lapsed the block after the
-    window, it is entered again there for a public draw (the weights still those of its entry)."""
+    ``private`` first round may see its dispatcher reveal late (in its grace, the same draw) or never:
+    lapsed the block after the grace, it is entered again there for a public draw (the weights still
+    those of its entry)."""
     commit = p.COMMIT_WINDOW_BLOCKS
-    if private and pick(0, 1):
-        entered = entered + p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + 1
-    draws = [entered + p.AUDIT_DRAW_DELAY_BLOCKS + pick(1, p.DRAW_WINDOW_BLOCKS)]  # drawRound, anyone, in its window
+    private_end = pick(0, 2) if private else 0  # 0: drawn in its window, 1: revealed in its grace, 2: never revealed
+    if private_end == 2:
+        entered = entered + p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.PRIVATE_REVEAL_GRACE_BLOCKS + 1
+    if private_end == 1:
+        draws = [entered + p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + pick(1, p.PRIVATE_REVEAL_GRACE_BLOCKS)]
+    else:
+        draws = [entered + p.AUDIT_DRAW_DELAY_BLOCKS + pick(1, p.DRAW_WINDOW_BLOCKS)]  # drawRound, anyone, in its window
     deadline = draws[0] + commit
     claim_window = None  # the round's one publish deadline
     for attempt in range(p.MAX_COMMITTEE_REDRAWS + 1):
@@ -98,13 +104,14 @@ def walk_audit(p: Preset, started: int, pick) -> dict:
 def _windows():
     small = st.integers(1, 60)
     return st.builds(
-        lambda delay, draw, start, commit, opening, dispute, proof, redraws, horizon, epoch_extra, unbond_extra, receipt_extra: _sized(
-            MINIMAL.replace(AUDIT_DRAW_DELAY_BLOCKS=delay, DRAW_WINDOW_BLOCKS=draw, START_WINDOW_BLOCKS=start, COMMIT_WINDOW_BLOCKS=commit,
+        lambda delay, draw, start, commit, opening, dispute, proof, redraws, horizon, epoch_extra, unbond_extra, receipt_extra, grace: _sized(
+            MINIMAL.replace(AUDIT_DRAW_DELAY_BLOCKS=delay, DRAW_WINDOW_BLOCKS=draw, PRIVATE_REVEAL_GRACE_BLOCKS=grace,
+                            START_WINDOW_BLOCKS=start, COMMIT_WINDOW_BLOCKS=commit,
                             OPEN_WINDOW_BLOCKS=opening, DISPUTE_WINDOW_BLOCKS=dispute, PROOF_WINDOW_BLOCKS=proof,
                             MAX_COMMITTEE_REDRAWS=redraws, AUDIT_HORIZON_BLOCKS=max(horizon, MINIMAL.BATCH_BY_BLOCKS)),
             epoch_extra, unbond_extra, receipt_extra),
         st.integers(1, 8), st.integers(1, 255), small, small, st.integers(1, 255), small, small, st.integers(0, 4), st.integers(0, 90),
-        st.integers(-40, 40), st.integers(-40, 40), st.integers(-10, 60))
+        st.integers(-40, 40), st.integers(-40, 40), st.integers(-10, 60), st.integers(1, 120))
 
 
 def _sized(p: Preset, epoch_extra: int, unbond_extra: int, receipt_extra: int = 0) -> Preset:
@@ -158,12 +165,12 @@ def test_every_draw_falls_in_a_readable_epoch_and_every_leaver_duty_ends_before_
 @settings(max_examples=200, deadline=None)
 @given(p=_windows())
 def test_the_all_edges_path_reaches_the_bound(p):
-    """The adversary at every edge: a private draw never revealed, the public draw at its window's last block, a false claim at the
+    """The adversary at every edge: a private draw never revealed (not in its grace either), the public draw at its window's last block, a false claim at the
     last block of the first commit window, the publication at the last block of the publish
     window, the seat withheld through every redraw. The last draw lands exactly at the composed
     draw span: the bound is reached, not merely an upper bound (with at least one redraw; with
     none, no claim can push a draw and the span is 2 commit windows loose)."""
     assume(p.MAX_COMMITTEE_REDRAWS > 0)
-    script = iter([1, "hi", 1, "hi", 1, "hi"] + [0] * (p.MAX_COMMITTEE_REDRAWS + 1))
+    script = iter([2, "hi", 1, "hi", 1, "hi"] + [0] * (p.MAX_COMMITTEE_REDRAWS + 1))
     walked = walk_round(p, 0, lambda lo, hi: hi if (step := next(script)) == "hi" else step, private=True)
     assert max(walked["draws"]) == compute_timeline(p).round_draw_span, walked

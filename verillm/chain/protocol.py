@@ -300,9 +300,9 @@ class Protocol:
         return Tx(tx.gas_used, tx.value or 0, tx.receipt)
 
     def preview_committee(self, audit_id: int, secret: bytes) -> list[str]:
-        """Who the private draw with ``secret`` seats (`Jobs.previewCommittee`; empty before the seed
+        """Who the private draw with ``secret`` seats (`Delivery.previewCommittee`; empty before the seed
         block). An eth_call: send it only to a node you trust, the secret is the draw's privacy."""
-        return list(self.jobs.call("previewCommittee", audit_id, secret))
+        return list(self.delivery.call("previewCommittee", audit_id, secret))
 
     def reveal_round(self, sender: LocalAccount, audit_id: int, secret: bytes, worker_receipt: Receipt,
                      seats: list[tuple[int, Receipt]]) -> Tx:
@@ -382,7 +382,8 @@ class Protocol:
         raw = self.jobs.call("getRoundState", audit_id, round_index)
         (phase, round_, attempt, members, receipts, seals, opens, worker_opened, challenge_drawn, published, pending,
          publish_deadline, private_draw, receipt_known, d) = raw
-        deadlines = spec_audit.RoundDeadlines(*d)
+        # revealBy is not on-chain (Jobs keeps the grace out of every other deadline's gas): drawBy + the grace
+        deadlines = spec_audit.RoundDeadlines(*d, reveal_by=d[2] + self.preset.PRIVATE_REVEAL_GRACE_BLOCKS)
         return RoundState(Phase(phase), round_, attempt, members, receipts, seals, opens, worker_opened, challenge_drawn, published,
                           pending, publish_deadline, deadlines, private_draw, receipt_known)
 

@@ -157,7 +157,7 @@ def measure_gas(preset_name: str, batch_size: int, prompt: int, output: int, lay
         run.gas["verdict"] = run.protocol.finalize(run.owner, audit_id).gas_used
         run.gas["dispute"] = run.protocol.adjudicate(run.owner, audit_id, 0, 1, worker_opening, openings[0]).gas_used
         _measure_contest(run, audit_id, worker_opening)
-        run.gas["escalate"] = run.protocol.escalate(run.owner, audit_id).gas_used
+        run.gas["escalate"] = run.protocol.escalate(run.nodes[1][0], audit_id).gas_used  # the dispatcher: standing (issue 34)
         run.mine_past(preset.AUDIT_DRAW_DELAY_BLOCKS)
         run.gas["draw_escalation"] = run.protocol.draw_escalation(run.owner, audit_id).gas_used
         if selected:

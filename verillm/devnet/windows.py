@@ -23,7 +23,8 @@ BLOCKHASH_RANGE = 256  # drawWindowBlocks and openWindowBlocks must be below it 
 
 def compute_timed_preset(base: Preset, block_time_s: float, window_s: float) -> Preset:
     """``base`` with commit, open and proof windows of ``window_s`` seconds at ``block_time_s``
-    per block, draw and start windows twice that (a dispatcher restart must fit in them), and
+    per block, draw and start windows twice that (a dispatcher restart must fit in them; the draw
+    at most 170 blocks, a private reveal's grace a window within the blockhash range), and
     the epoch, the audit horizon and the unbonding period grown as the timeline requires
     (`compute_sized_preset`); batching promises and their claim window at least a window each."""
     if block_time_s <= 0 or window_s <= 0:
@@ -31,14 +32,17 @@ def compute_timed_preset(base: Preset, block_time_s: float, window_s: float) -> 
     blocks = math.ceil(window_s / block_time_s)
     commit = max(base.COMMIT_WINDOW_BLOCKS, blocks)
     opening = min(BLOCKHASH_RANGE - 1, max(base.OPEN_WINDOW_BLOCKS, blocks))
-    draw = min(BLOCKHASH_RANGE - 1, max(base.DRAW_WINDOW_BLOCKS, 2 * blocks))
+    # A private draw's late reveal reads its seed block's hash: draw + grace < 256, the draw two
+    # thirds of that at most, the grace (a reveal mined late: a penalty, not the stake) a window.
+    draw = min((BLOCKHASH_RANGE - 1) * 2 // 3, max(base.DRAW_WINDOW_BLOCKS, 2 * blocks))
+    grace = min(BLOCKHASH_RANGE - 1 - draw, max(base.PRIVATE_REVEAL_GRACE_BLOCKS, blocks))
     start = max(base.START_WINDOW_BLOCKS, 2 * blocks)
     # A batching promise covers a restart too (a window), and its claims a window more; both
     # must close before a node that leaves can withdraw (Params.validateCoverage).
     batch_by = max(base.BATCH_BY_BLOCKS, blocks)
     claims = max(base.OMISSION_CLAIM_WINDOW_BLOCKS, blocks)
     timed = base.replace(COMMIT_WINDOW_BLOCKS=commit, OPEN_WINDOW_BLOCKS=opening, PROOF_WINDOW_BLOCKS=max(base.PROOF_WINDOW_BLOCKS, blocks),
-                         DRAW_WINDOW_BLOCKS=draw, START_WINDOW_BLOCKS=start, BATCH_BY_BLOCKS=batch_by, OMISSION_CLAIM_WINDOW_BLOCKS=claims)
+                         DRAW_WINDOW_BLOCKS=draw, PRIVATE_REVEAL_GRACE_BLOCKS=grace, START_WINDOW_BLOCKS=start, BATCH_BY_BLOCKS=batch_by, OMISSION_CLAIM_WINDOW_BLOCKS=claims)
     # The epoch, the audit horizon and the unbonding period grow as the timeline needs (one
     # place: verillm.spec.params.compute_timeline, the contracts' Params.timeline), in whole 50s.
     sized = compute_sized_preset(timed)

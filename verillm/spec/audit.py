@@ -258,10 +258,11 @@ TRANSITIONS = (
     Transition(Phase.DRAWING, "draw_round", "anyone (a public draw, the worker's receipt on-chain)", "(entered + delay, entered + delay + draw]",
                (Phase.COMMITTING, Phase.ABANDONED)),
     Transition(Phase.DRAWING, "reveal_round", "the dispatcher (a private draw: its secret, the worker's receipt, the members' receipts)",
-               "(entered + delay, entered + delay + draw]", (Phase.COMMITTING, Phase.OPENING, Phase.ABANDONED), False),
+               "(entered + delay, entered + delay + draw + grace], after draw at the penalty", (Phase.COMMITTING, Phase.OPENING, Phase.ABANDONED), False),
     Transition(Phase.DRAWING, "supply_receipt", "anyone holding the worker's receipt (after a missed private draw)", "≤ entered + delay + draw",
                (Phase.DRAWING,), False),
-    Transition(Phase.DRAWING, "lapse", "anyone", "> entered + delay + draw", (Phase.LAPSED, Phase.ABANDONED, Phase.DRAWING)),
+    Transition(Phase.DRAWING, "lapse", "anyone", "> entered + delay + draw (+ grace while a private draw waits)",
+               (Phase.LAPSED, Phase.ABANDONED, Phase.DRAWING)),
     Transition(Phase.COMMITTING, "post_committee_receipt", "anyone (a member's signed receipt)", "≤ commit deadline", (Phase.COMMITTING, Phase.OPENING), False),
     Transition(Phase.COMMITTING, "claim_undelivered", "a drawn member without a receipt", "≤ commit deadline, ≤ publish deadline once claimed, nothing published", (Phase.COMMITTING,), False),
     Transition(Phase.COMMITTING, "publish_transcript", "anyone (the worker)", "≤ publish deadline", (Phase.COMMITTING,), False),
@@ -293,6 +294,11 @@ class RoundDeadlines:
     members_open_by: int
     verdict_block: int
     dispute_by: int
+    reveal_by: int = 0
+    """draw_by + PRIVATE_REVEAL_GRACE_BLOCKS: a private draw revealed after draw_by (the same draw)
+    costs its dispatcher MEMBER_PENALTY_BPS; `lapse` re-rolls it only after this. Not in Jobs'
+    `Deadlines` (the grace is an immutable there, out of every other deadline's gas): the chain
+    reader adds it from the deployment's preset."""
 
 
 def compute_round_deadlines(entered_block: int, commit_deadline: int, ready_block: int, verdict_block: int, preset) -> RoundDeadlines:
@@ -305,6 +311,7 @@ def compute_round_deadlines(entered_block: int, commit_deadline: int, ready_bloc
         challenge_after + opening if ready_block else 0, challenge_after + 2 * opening if ready_block else 0,
         challenge_after + 3 * opening if ready_block else 0,
         verdict_block, verdict_block + preset.DISPUTE_WINDOW_BLOCKS if verdict_block else 0,
+        draw_after + preset.DRAW_WINDOW_BLOCKS + preset.PRIVATE_REVEAL_GRACE_BLOCKS,
     )
 
 
@@ -326,8 +333,9 @@ class RoundState:
     publish_deadline: int
     deadlines: RoundDeadlines
     private_draw: bool = False
-    """DRAWING, and only its dispatcher may draw it (`reveal_round`) until draw_by; after it, `lapse`
-    slashes the dispatcher and opens a public draw window (the round is entered again)."""
+    """DRAWING, and only its dispatcher may draw it (`reveal_round`): by draw_by, or late by reveal_by
+    at MEMBER_PENALTY_BPS (the same draw); after reveal_by, `lapse` slashes the dispatcher and opens a
+    public draw window (the round is entered again)."""
     receipt_known: bool = True
     """The worker's receipt is on-chain. False for a private start until its reveal shows the
     receipt, and after a missed reveal until someone holding it calls `supply_receipt`: no public
@@ -346,7 +354,7 @@ def compute_due_steps(state: RoundState, block: int) -> tuple[str, ...]:
     receipt, an opening, a vote, a publication) or nothing is due before a later block."""
     d = state.deadlines
     if state.phase == Phase.DRAWING:
-        if block > d.draw_by:
+        if block > (d.reveal_by if state.private_draw else d.draw_by):
             return ("lapse",)
         return ("draw_round",) if d.draw_after < block and not state.private_draw and state.receipt_known else ()
     if state.phase == Phase.COMMITTING:

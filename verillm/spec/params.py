@@ -62,6 +62,13 @@ class Preset:
     """Blocks between a receipt batch and the block whose hash seeds its audit draw."""
     DRAW_WINDOW_BLOCKS: int = 100
     """Blocks after the seed block in which the dispatcher must post its VRF draw (< 256)."""
+    PRIVATE_REVEAL_GRACE_BLOCKS: int = 100
+    """Blocks after DRAW_WINDOW_BLOCKS in which a private draw may still be revealed
+    (`Jobs.revealRound`): a late reveal is the same draw (its seed was fixed by the secret committed
+    before the seed block), so it costs the dispatcher MEMBER_PENALTY_BPS, not its stake; only
+    after this grace does `lapse` re-roll the round publicly and slash (docs/protocol.md §12
+    "Private draws"). DRAW_WINDOW_BLOCKS + this < 256: the late reveal still reads the seed
+    block's hash."""
     START_WINDOW_BLOCKS: int = 100
     """Blocks after the draw in which every audited job of the batch must be started."""
     COMMIT_WINDOW_BLOCKS: int = 50
@@ -168,10 +175,11 @@ MINIMAL = Preset(
     COMMIT_WINDOW_BLOCKS=20,
     OPEN_WINDOW_BLOCKS=20,
     DISPUTE_WINDOW_BLOCKS=10,
-    UNBONDING_BLOCKS=480,  # ≥ the leaver's duty span (30 + 91 + 346 = 467) and 2 epochs (checked by the contracts)
-    EPOCH_BLOCKS=150,  # ≥ the round's draw span 12 (private fallback) + 1 + 10 + 1 × 21 + 2 × 20 = 84
+    UNBONDING_BLOCKS=480,  # ≥ the leaver's duty span (30 + 91 + 356 = 477) and 2 epochs (checked by the contracts)
+    EPOCH_BLOCKS=150,  # ≥ the round's draw span 22 (private fallback) + 1 + 10 + 1 × 21 + 2 × 20 = 94
     MAX_BATCH_RECEIPTS=64,
     DRAW_WINDOW_BLOCKS=10,
+    PRIVATE_REVEAL_GRACE_BLOCKS=10,  # = DRAW_WINDOW_BLOCKS: a reveal mined late on a loaded machine still lands
     START_WINDOW_BLOCKS=80,  # every job of a batch is audited in MINIMAL: one start tx each
     PROOF_WINDOW_BLOCKS=5,
     MAX_COMMITTEE_REDRAWS=1,
@@ -197,11 +205,12 @@ class Timeline:
     at its first: a round entered at E draws in (E + delay, E + delay + draw]; a redraw comes
     the block after a commit deadline and adds a commit window; the round's one claim window
     adds at most two commit windows; a first round drawn privately whose dispatcher never reveals
-    is drawn publicly after a lapse (``private_fallback``)."""
+    (not even in its grace) is drawn publicly after a lapse (``private_fallback``)."""
 
     claim_extension: int
     private_fallback: int
-    """delay + draw + 1: a missed private draw's window, then a lapse, before the public draw window."""
+    """delay + draw + grace + 1: a missed private draw's window and its reveal grace, then a lapse,
+    before the public draw window."""
     round_draw_span: int
     """E → the round's last draw (redraws and the claim window included)."""
     round_span: int
@@ -220,7 +229,7 @@ def compute_timeline(p: Preset) -> Timeline:
     """Return the composed spans of ``p`` (`Params.timeline`)."""
     commit = p.COMMIT_WINDOW_BLOCKS
     claim = 2 * commit
-    fallback = p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + 1
+    fallback = p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.PRIVATE_REVEAL_GRACE_BLOCKS + 1
     round_draw = fallback + p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.MAX_COMMITTEE_REDRAWS * (commit + 1) + claim
     round_span = round_draw + commit + p.AUDIT_DRAW_DELAY_BLOCKS + 3 * p.OPEN_WINDOW_BLOCKS + 1  # worker, seals, their openings
     start = p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.START_WINDOW_BLOCKS
@@ -270,6 +279,8 @@ def compute_timeline_problems(p: Preset) -> list[str]:
         problems.append("auditDrawDelayBlocks must be positive")
     if not 0 < p.DRAW_WINDOW_BLOCKS < BLOCKHASH_RANGE:
         problems.append("drawWindowBlocks must be in [1, 255]")
+    if p.PRIVATE_REVEAL_GRACE_BLOCKS <= 0 or p.DRAW_WINDOW_BLOCKS + p.PRIVATE_REVEAL_GRACE_BLOCKS >= BLOCKHASH_RANGE:
+        problems.append("privateRevealGraceBlocks must be positive, drawWindowBlocks + privateRevealGraceBlocks < 256")
     if not 0 < p.OPEN_WINDOW_BLOCKS < BLOCKHASH_RANGE:
         problems.append("openWindowBlocks must be in [1, 255]")
     if min(p.START_WINDOW_BLOCKS, p.COMMIT_WINDOW_BLOCKS, p.DISPUTE_WINDOW_BLOCKS, p.PROOF_WINDOW_BLOCKS) <= 0:

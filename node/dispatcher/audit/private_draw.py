@@ -2,7 +2,7 @@
 
 This node started the audit with a commitment to a secret (`ChainIO.compute_draw_secret`, derived
 from its key: a restart reveals the same one). Once the round's seed block is mined it previews
-the committee with the secret (`Jobs.previewCommittee`, an eth_call to its own RPC node), sends
+the committee with the secret (`Delivery.previewCommittee`, an eth_call to its own RPC node), sends
 each member its verification job — the member runs it as any other job: nothing public says it
 sits on a committee — and reveals the draw with every receipt that came back (`revealRound`), as
 soon as all have, or once a third of the draw window has passed (`REVEAL_WAIT_FRACTION`). Seats whose receipt has not
@@ -11,9 +11,12 @@ come go on as after a public draw: `CommitteeDriver` posts them, or redraws them
 The start sent only the worker's receipt hash (`Batches.startPrivateAudit`): the receipt itself
 names the members' jobs (its outputHash is their input hash), so it goes on-chain with the reveal.
 
-Not revealing in the window gets this dispatcher slashed and the round drawn publicly
-(`Jobs.lapse`): the reveal is sent at the latest a third of the way into the window. After a
-missed reveal the node shows the worker's receipt (`supply_receipt`) so the public draw can run.
+The reveal is sent at the latest a third of the way into the window. One that lands after the
+window (a loaded machine, a restart) is still the same draw: until `reveal_by` (the window plus
+PRIVATE_REVEAL_GRACE_BLOCKS) it costs MEMBER_PENALTY_BPS of the stake, so a dispatcher that missed
+draw_by still reveals. Not revealing by then gets this dispatcher slashed and the round drawn
+publicly (`Jobs.lapse`); after such a missed reveal the node shows the worker's receipt
+(`supply_receipt`) so the public draw can run.
 """
 
 import logging
@@ -42,9 +45,10 @@ A member that answers later learns its seat before its receipt is posted; no sta
 
 
 def is_reveal_due(state: RoundState, head: int, seats: int, answered: int) -> bool:
-    """Return whether to reveal now: every seat answered, or a third of the window has passed."""
+    """Return whether to reveal now: every seat answered, or a third of the window has passed
+    (late, past draw_by, until reveal_by: at once; the penalty is far below the lapse's slash)."""
     d = state.deadlines
-    if head < d.draw_after or head + 1 > d.draw_by:
+    if head < d.draw_after or head + 1 > d.reveal_by:
         return False
     latest = d.draw_after + max(1, (d.draw_by - d.draw_after) // REVEAL_WAIT_FRACTION)
     return answered == seats or head + 1 >= latest
@@ -86,8 +90,8 @@ class PrivateDrawDriver:
             self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, answered, self.reveal_due(audit_id, state)))
 
     def reveal_due(self, audit_id: int, state: RoundState) -> Due:
-        """The reveal's deadline: the draw window's last block (a missed reveal is slashed at the lapse);
-        still pending in the window's second half, it sheds client work."""
+        """The reveal's deadline: the draw window's last block (a later reveal, by reveal_by, pays the
+        penalty; none by then is slashed at the lapse); still pending in the window's second half, it sheds client work."""
         return Due(f"reveal:{audit_id}", "reveal_round", state.deadlines.draw_by, lead_blocks=self.chainio.preset.DRAW_WINDOW_BLOCKS // 2)
 
     def worker_receipt(self, audit_id: int) -> Receipt:
