@@ -450,4 +450,28 @@ contract Adversary is Honest {
         if (any) landed[fn] += 1;
         return (address(0), "", 0);
     }
+
+    /// The colluders' seat move (about a fifth of the adversary's moves, as in the Python harness):
+    /// in a live audit whose current round seats a colluder, what its phase allows — receipts while
+    /// committing, seals then openings while opening — by every seated colluder (see _coalition).
+    function _coalitionMove(uint256 seed) internal {
+        uint256 n = live.length;
+        for (uint256 k = 0; k < n; k++) {
+            uint256 a = live[(seed + k) % n];
+            AuditView memory v = _view(a);
+            bool seated;
+            bool unsealed;
+            for (uint8 slot = 0; slot < v.committeeSize; slot++) {
+                PartyView memory p = jobs.getParty(a, v.round, slot + 1);
+                if (!_isColluder(p.node)) continue;
+                seated = true;
+                if (p.openingHash == bytes32(0)) unsealed = true;
+            }
+            if (!seated) continue;
+            if (v.phase == Phase.COMMITTING) _coalition(7, a, seed >> 8);
+            else if (v.phase == Phase.OPENING) _coalition(unsealed && (seed >> 4) % 4 != 0 ? 9 : 10, a, seed >> 8);
+            else continue;
+            return;
+        }
+    }
 }

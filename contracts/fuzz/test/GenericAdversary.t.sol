@@ -28,6 +28,7 @@ contract Handler is Ledger {
     }
 
     uint256 internal dutiesBlock;
+    bool internal dutiesActed; // the honest parties' last pass changed the chain: the next pass looks at every audit
 
     /// After a move: read its logs; the honest parties act when the chain changed (a new block, or
     /// the move landed and logged something), then their own logs are read.
@@ -36,8 +37,8 @@ contract Handler is Ledger {
         bool changed = _ledger() > 0;
         if (changed || block.number != dutiesBlock) {
             dutiesBlock = block.number;
-            _duties(changed);
-            _ledger();
+            _duties(changed || dutiesActed);
+            dutiesActed = _ledger() > 0;
             _check(); // the chain changed: the state invariants, latched (a move that reverted changed nothing)
         }
         calls += 1;
@@ -55,6 +56,13 @@ contract Handler is Ledger {
         vm.recordLogs();
         _move(fn, seed, who);
         _after(1 + (uint256(fn) % FUNCTIONS) * 8 + who % 6);
+    }
+
+    /// The colluders' seat move (see Adversary._coalitionMove).
+    function coalition(uint256 seed) external {
+        vm.recordLogs();
+        _coalitionMove(seed);
+        _after(type(uint256).max - 1);
     }
 
     /// An honest client's job (see Honest._serve).
@@ -82,8 +90,8 @@ contract Handler is Ledger {
             vm.roll(block.number + 1);
             vm.warp(block.timestamp + 1);
             if (block.number < target) {
-                _duties(false);
-                _ledger();
+                _duties(dutiesActed);
+                dutiesActed = _ledger() > 0;
             }
         }
         _after(0);
@@ -182,14 +190,16 @@ contract GenericAdversaryInvariant is WorldSetup {
         address(0x000000000000000000636F6e736F6c652e6c6f67).staticcall(abi.encodeWithSignature("log(string)", line));
     }
 
-    /// Weights (a selector listed twice is drawn twice as often): the adversary's moves 6 of 10,
-    /// time 3, an honest job 1.
+    /// Weights (a selector listed twice is drawn twice as often): the adversary's moves 5 and its
+    /// colluders' seat moves 2 of 11, time 3, an honest job 1.
     function targetSelectors() public view returns (FuzzSelector[] memory out) {
         out = new FuzzSelector[](1);
-        bytes4[] memory s = new bytes4[](10);
-        for (uint256 i = 0; i < 6; i++) s[i] = Handler.move.selector;
-        for (uint256 i = 6; i < 9; i++) s[i] = Handler.roll.selector;
-        s[9] = Handler.serve.selector;
+        bytes4[] memory s = new bytes4[](11);
+        for (uint256 i = 0; i < 5; i++) s[i] = Handler.move.selector;
+        s[5] = Handler.coalition.selector;
+        s[6] = Handler.coalition.selector;
+        for (uint256 i = 7; i < 10; i++) s[i] = Handler.roll.selector;
+        s[10] = Handler.serve.selector;
         out[0] = FuzzSelector(address(handler), s);
     }
 

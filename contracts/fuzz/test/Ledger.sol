@@ -28,6 +28,7 @@ contract Ledger is Adversary {
     function _moveName() internal view returns (string memory) {
         if (lastMove == 0) return "roll";
         if (lastMove == type(uint256).max) return "serve";
+        if (lastMove == type(uint256).max - 1) return "coalition seat move";
         return string.concat("move ", vm.toString((lastMove - 1) / 8), " by identity ", vm.toString((lastMove - 1) % 8));
     }
 
