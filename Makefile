@@ -4,7 +4,7 @@ PY := .venv/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-all test-slow test-fuzz test-vllm contracts check-artifacts bench clean
+.PHONY: install demo test test-all test-slow test-fuzz test-fuzz-forge test-vllm contracts check-artifacts bench clean
 
 .venv/.installed: pyproject.toml contracts/package-lock.json
 	test -x $(PY) || python3 -m venv .venv
@@ -45,6 +45,16 @@ test-fuzz: install
 	VERILLM_FUZZ_COUNTS=fuzz-counts.txt $(PY) -m pytest -q -m fuzz tests/fuzz; status=$$?; cat fuzz-counts.txt; exit $$status
 	$(PY) -m pytest -q -s -m fuzz tests/contracts/test_fuzz_protocol.py
 	$(PY) -m pytest -q -s -m fuzz tests/contracts/test_fuzz_generic.py
+
+## The generic adversary under Foundry's invariant runner (issue 34; contracts/fuzz, docs/protocol.md §13
+## "Generic adversary under forge"): FORGE_SEEDS × FORGE_RUNS runs × FORGE_DEPTH calls, 4 × 500 × 500 =
+## 1,000,000 by default; prints calls, calls/s and any violation (its move and its audit's story) and
+## writes docs/results/fuzz-forge-issue34.json. One forge process, one core.
+FORGE_SEEDS ?= 1,2,3,4
+FORGE_RUNS ?= 500
+FORGE_DEPTH ?= 500
+test-fuzz-forge: install
+	$(PY) scripts/forge_fuzz.py --seeds $(FORGE_SEEDS) --runs $(FORGE_RUNS) --depth $(FORGE_DEPTH)
 
 test-all: install
 	$(PY) -m pytest -q -m "not gpu and not vllm"
