@@ -116,6 +116,17 @@ def test_complete_wait_exits_6_when_not_final_in_time(network):
     assert "not final after 0.5 s" in result.output and "[phase: " in result.output
 
 
+def test_complete_stream_prints_the_checked_deltas_then_the_receipt(network):
+    """`verillm complete --stream`: the text arrives delta by delta (each checked against the worker's
+    signed prefix by `Client.stream`), is the verified completion's text, and the receipt follows."""
+    protocol, node = network
+    args = ["--url", node.url, "--max-tokens", "6", "The quick brown fox"]
+    whole = CliRunner().invoke(complete_cli, args)  # greedy: the same text, printed at once
+    streamed = CliRunner().invoke(complete_cli, ["--stream"] + args)
+    assert whole.exit_code == streamed.exit_code and streamed.exit_code in (0, 3), streamed.output  # 3: nothing pins the signer here
+    assert streamed.stdout == whole.stdout and streamed.stdout.strip() and "[receipt: job 0x" in streamed.stderr, streamed.output
+
+
 AUDIT = {"audit_id": 7, "status": "open", "requested": False, "committee": ["0x" + "11" * 20] * 3, "votes": {}, "round_verdict": None,
          "verdict": None, "escalated": False, "slashed": []}
 

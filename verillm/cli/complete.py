@@ -59,11 +59,12 @@ TINY_MANIFEST_NAME = "tiny-llama-seed0"
 @click.option("--tokenizer", default="auto", show_default=True, help="Tokenizer that decodes the signed tokens: 'auto' (tiny, or the cached smollm2, when the model's manifest names its digest), a Hugging Face directory, or 'none'.")
 @click.option("--timeout-s", type=float, default=600.0, show_default=True, help="Total deadline of the call, bodies included.")
 @click.option("--json", "as_json", is_flag=True, help="Print the completion, receipt and checks as JSON.")
+@click.option("--stream", is_flag=True, help="Print the text as the worker streams it, each delta once its signature over the tokens so far checks; then the receipt.")
 @click.option("--wait", is_flag=True, help="Then follow the job's verification, printing each phase, until it is final (exit 0 passed, 4 slashed, 5 undecided, 6 timeout).")
 @click.option("--wait-timeout-s", type=float, default=1800.0, show_default=True, help="How long --wait follows the job before it exits 6.")
 @click.option("--poll-s", type=float, default=1.0, show_default=True, help="How often --wait reads the job's status.")
 def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, seed, audit, model_id, chain_id, jobs_address,
-             rpc_url, deployment_file, tokenizer, timeout_s, as_json, wait, wait_timeout_s, poll_s):
+             rpc_url, deployment_file, tokenizer, timeout_s, as_json, stream, wait, wait_timeout_s, poll_s):
     """Complete PROMPT on a node and show what the client verified of it (see docs/sdk.md)."""
     if (rpc_url is None) != (deployment_file is None):
         raise click.UsageError("--rpc-url and --addresses go together")
@@ -80,8 +81,12 @@ def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, se
         pins["protocol"], tie = open_named_chain(info.chain)
         protocol = pins["protocol"]
     options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, audit=audit)
+    if stream and held is None:
+        raise click.UsageError("--stream shows decoded text: the node's tokenizer is not known here (give --tokenizer)")
     with Client(url, timeout_s=timeout_s, tokenizer=held, **pins) as client:
-        if chat:
+        if stream:
+            completion = _stream(client, prompt, chat, model, options, show=not as_json)
+        elif chat:
             completion = client.chat([{"role": "user", "content": prompt}], model=model, **options)
         else:
             completion = client.complete(prompt, model=model, **options)
@@ -89,7 +94,8 @@ def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, se
     network_note = compute_network_note(completion, protocol, tie)
     body = compute_json(completion, promise_note) | {"network": network_note, "tied_to_network": protocol is not None}
     if not as_json:
-        click.echo(completion.text if completion.text is not None else f"(output tokens, not decoded) {list(completion.tokens)}")
+        if not stream:  # streamed: the text is on the screen already, delta by delta
+            click.echo(completion.text if completion.text is not None else f"(output tokens, not decoded) {list(completion.tokens)}")
         click.echo(f"\n[receipt: job {to_hex(completion.job_hash)} signed by {completion.worker}; status {completion.status_url}]", err=True)
         for line in completion.verification.lines():
             click.echo(f"[{line}]", err=True)
@@ -104,6 +110,22 @@ def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, se
         click.echo(json.dumps(body, indent=2))
     if code:
         sys.exit(code)  # click returns a ctx.exit code under standalone_mode=False (verillm.cli.main): exit here
+
+
+def _stream(client, prompt: str, chat: bool, model, options: dict, show: bool):
+    """Stream the completion, echoing each checked delta as it comes; return the verified `Completion`."""
+    messages = [{"role": "user", "content": prompt}] if chat else None
+    items = client.stream(None if chat else prompt, messages=messages, model=model, **options)
+    completion = None
+    for item in items:
+        if isinstance(item, str):
+            if show:
+                click.echo(item, nl=False)
+        else:
+            completion = item
+    if show:
+        click.echo()
+    return completion
 
 
 EXIT_UNTIED = 3
