@@ -97,7 +97,10 @@ class ChainWatcher:
             self.duties.on_event(row["name"], json.loads(row["args"]), row["audit_id"])
             self._count(row)
         self.tables.record_events(CURSOR, rows, self.poller.next_block)
-        await self.view.refresh()
+        if not self.view.workers:
+            await self.view.refresh()  # the first tick: the steps below route by it
+        else:  # N+1 reads every registry_refresh_s: never on the path of a duty's step (issue 35)
+            self.tasks.spawn("registry-view", self.view.refresh)
         self._advance_batches()
         for row in self.tables.get_audit_rows("open"):
             self.tasks.spawn(f"audit:{row['audit_id']}", lambda r=row: self.audits.advance(r, self.head))
