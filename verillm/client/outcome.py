@@ -16,7 +16,6 @@ A contradiction raises `InvalidProof` naming it (the CLI's exit 2).
 
 from eth_utils import to_checksum_address
 
-from verillm.chain.errors import TransactionReverted
 from verillm.errors import InvalidProof
 from verillm.spec.audit import Phase, is_audited
 from verillm.spec.settlement import FAIL, PASS, VERDICT_NAMES, WORKER_DEFAULT
@@ -49,6 +48,8 @@ def verify_final_on_chain(status: dict, completion, protocol, node_url: str) -> 
 
 
 def _verify_audit(audit: dict, batch: dict, worker: str, protocol) -> tuple[str, str]:
+    from verillm.chain.errors import TransactionReverted  # here: `verillm complete --help` stays free of web3 (tests/test_cli_start.py)
+
     try:
         state = protocol.get_audit(int(audit["audit_id"]))
     except TransactionReverted as exc:
