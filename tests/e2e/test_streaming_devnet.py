@@ -130,8 +130,11 @@ def test_verillm_complete_checks_the_promise_against_the_chain_on_receipt(net):
     assert any("registered, active and staked on-chain" in c for c in body["checked"])  # the chain vouches for the signer
     # the receipt's domain given by hand, no chain: the unchecked deadline and stake are said, not hidden
     offline = args[:-4] + ["--chain-id", str(net.protocol.chain.chain_id), "--jobs-address", net.protocol.jobs.address]
+    # the domain pinned by hand, no --rpc-url: the node names its chain (/v1/verillm/info), so the promise
+    # and the signer's stake are checked there, and the output says whose word the chain is (issue 35)
     run = subprocess.run(offline + ["Hello"], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0 and "[promise: not checked: its deadline" in run.stderr, run.stdout + run.stderr
-    assert "[not checked: signer's registration and stake" in run.stderr
+    assert run.returncode == 0 and "[promise: checked: " in run.stderr, run.stdout + run.stderr
+    assert "[checked: signer registered, active and staked on-chain" in run.stderr
+    assert "via the chain the node names" in run.stderr and "pin it yourself with --rpc-url and --deployment" in run.stderr
     run = subprocess.run(args[:-2] + ["Hello"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "--rpc-url and --deployment go together" in run.stderr, run.stdout + run.stderr
