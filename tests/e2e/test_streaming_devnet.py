@@ -128,7 +128,6 @@ def test_verillm_complete_checks_the_promise_against_the_chain_on_receipt(net):
     body = json.loads(run.stdout)
     assert body["promise_check"].startswith("checked: ") and "batch_promise" in body
     assert any("registered, active and staked on-chain" in c for c in body["checked"])  # the chain vouches for the signer
-    # the receipt's domain given by hand, no chain: the unchecked deadline and stake are said, not hidden
     offline = args[:-4] + ["--chain-id", str(net.protocol.chain.chain_id), "--jobs-address", net.protocol.jobs.address]
     # the domain pinned by hand, no --rpc-url: the node names its chain (/v1/verillm/info), so the promise
     # and the signer's stake are checked there, and the output says whose word the chain is (issue 35)
