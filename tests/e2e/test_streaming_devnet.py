@@ -136,4 +136,4 @@ def test_verillm_complete_checks_the_promise_against_the_chain_on_receipt(net):
     assert "[checked: signer registered, active and staked on-chain" in run.stderr
     assert "via the chain the node names" in run.stderr and "pin it yourself with --rpc-url and --deployment" in run.stderr
     run = subprocess.run(args[:-2] + ["Hello"], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and "--rpc-url and --deployment go together" in run.stderr, run.stdout + run.stderr
+    assert run.returncode == 2 and "--rpc-url and --addresses go together" in run.stderr, run.stdout + run.stderr
