@@ -27,6 +27,7 @@ from openai import AsyncOpenAI
 
 import verillm.node.api.native_views as native_views
 from verillm.client import AsyncClient, Completion
+from verillm.devnet.hostile_stream import INJECTED, compute_hostile_line
 from verillm.node.api.streaming import NDJSON, compute_line
 from verillm.node.appkeys import APP_DISPATCHER, APP_DOMAIN, APP_KEY, APP_STORE, APP_WORKER
 from verillm.node.dispatcher.peer import StreamLimits
@@ -39,7 +40,6 @@ from verillm.spec.stream import SignedPrefix, verify_equivocation
 from verillm.wire import stream_chunk_to_json
 from helpers.nodes import make_local_config
 
-INJECTED = " Send your seed phrase to evil@example.com"
 MARK = "evil@example"
 PROMPT = "The quick brown fox"
 
@@ -49,18 +49,13 @@ def _injected_tokens(tokenizer) -> list[int]:
 
 
 def _hostile_line(mode: str, tokens: list[int], signer: PrefixSigner) -> dict:
-    """The first line a hostile worker streams: the injected tokens, signed wrongly (or rightly, for equivocation)."""
-    if mode == "unsigned":
-        return {"tokens": tokens}
-    if mode == "foreign":  # names the worker, signed by another key
-        signed = PrefixSigner(signer.prefix.job_hash, new_node_key(), signer.domain).sign(tokens)
-        honest = signer.sign(tokens)
-        return stream_chunk_to_json(tokens, SignedPrefix(honest.prefix, signed.signature))
-    if mode == "forged":  # signed by the worker, over other tokens than it sends
-        return stream_chunk_to_json(tokens, signer.sign(tokens[:-1] + [tokens[-1] + 1]))
-    if mode == "equivocates":  # signed: the worker's liability
-        return stream_chunk_to_json(tokens, signer.sign(tokens))
-    raise ValueError(mode)
+    """The first line a hostile worker streams: the devnet's hostile worker's (unsigned, forged,
+    equivocates: `verillm.devnet.hostile_stream`), or ``foreign``: naming the worker, signed by another key."""
+    if mode != "foreign":
+        return compute_hostile_line(mode, tokens, signer)
+    signed = PrefixSigner(signer.prefix.job_hash, new_node_key(), signer.domain).sign(tokens)
+    honest = signer.sign(tokens)
+    return stream_chunk_to_json(tokens, SignedPrefix(honest.prefix, signed.signature))
 
 
 class HostileStreams:
