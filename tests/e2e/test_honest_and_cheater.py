@@ -112,10 +112,13 @@ def test_every_job_came_with_a_batching_promise_the_gateway_kept_and_defends(che
     for completion, body in zip(completions, bodies, strict=True):
         assert verify_promise(completion, protocol.get_promise_domain(), dispatcher=gateway).lower() == gateway.lower()
         assert body["batch"]["posted_block"] <= completion.promise.promise.batch_by_block, body
-    signed = completions[0].promise
+    # The claim is on a job sent now: a claim closes OMISSION_CLAIM_WINDOW_BLOCKS after the promised
+    # block, and the tests before this one may take longer than that on a loaded machine (CI did).
+    signed = send_jobs(net, 1)[0].promise
     griefer = protocol.chain.dev_accounts[9]
     while protocol.chain.get_block_number() <= signed.promise.batch_by_block:
         time.sleep(0.5)
+    assert protocol.chain.get_block_number() <= signed.promise.batch_by_block + protocol.preset.OMISSION_CLAIM_WINDOW_BLOCKS
     credit, griefer_credit = protocol.jobs.call("credits", gateway), protocol.jobs.call("credits", griefer.address)
     claim_id = protocol.claim_omitted(griefer, signed).value
     deadline = protocol.get_omission_claim(claim_id)["prove_deadline"]
