@@ -16,7 +16,10 @@ from aiohttp import web
 from click.testing import CliRunner
 
 from verillm.cli.complete import EXIT_SLASHED, EXIT_STILL_PENDING, EXIT_UNDECIDED, complete as complete_cli, wait_for_final
-from verillm.client import Client, compute_phase
+from eth_utils import keccak
+from web3.exceptions import ContractCustomError, ContractLogicError
+
+from verillm.client import Client, Completion, compute_phase
 from verillm.client.outcome import verify_final_on_chain
 from verillm.errors import InvalidProof, StillPending
 from verillm.spec.params import MINIMAL
@@ -32,26 +35,66 @@ def network(anvil_installed, served_tiny, tmp_path_factory):
         yield protocol, node
 
 
-def drive_to_final(chain, url: str, job) -> list:
-    """Follow ``job`` and mine what each phase waits for; return the phases seen."""
-    seen = []
+def drive_to_final(protocol, url: str, job) -> list:
+    """Follow ``job`` and mine what each phase waits for; return the phases seen. Each phase's deadline
+    is checked against the contracts: the draw's by Batches.slashMissedDraw (refused TooEarly until the
+    window closes: its revert names the block), the start window's by mining to its last block, where the
+    job is still open, and one more, where it is final."""
+    chain, seen = protocol.chain, []
     with Client(url) as client:
         for phase in client.watch(job, timeout_s=120, poll_s=0.05):
             seen.append(phase)
             if phase.name == "batched":
+                assert phase.deadline == "draw_by" and phase.phase_ends_block + 1 == _too_early(protocol, "slashMissedDraw", phase.status["batch"]["batch_id"])
                 chain.mine(2)  # the draw's seed block (posted + AUDIT_DRAW_DELAY_BLOCKS), then one past it
             elif phase.name == "drawn":
-                chain.mine(UNSAMPLED.START_WINDOW_BLOCKS + 1)  # no audit started: final once the start window closes
-            elif phase.name not in ("served", "final"):
+                on_chain = protocol.get_batch(phase.status["batch"]["batch_id"])
+                assert phase.deadline == "start_by" and phase.phase_ends_block == on_chain["drawn_block"] + UNSAMPLED.START_WINDOW_BLOCKS
+                chain.mine(phase.phase_ends_block - chain.get_block_number())  # the start window's last block: an audit may still start
+                assert _status_at(url, phase.status["job_hash"], phase.phase_ends_block)["status"] == "committed"
+                chain.mine(1)  # no audit started: final once the start window closes
+            elif phase.name == "served":
+                assert phase.deadline == "batch_by" and (not isinstance(job, Completion) or phase.phase_ends_block == job.promise.promise.batch_by_block)
+            elif phase.name != "final":
                 raise AssertionError(f"unexpected phase {phase.line()}")
+    for phase in seen[:-1]:  # the time left, estimated from the node's measured block interval
+        assert phase.seconds_per_block is not None and phase.seconds_left == phase.blocks_left * phase.seconds_per_block
+        assert phase.blocks_left == max(0, phase.phase_ends_block - phase.head) and f"s left (block {phase.phase_ends_block})" in phase.line()
+    bounds = [p.final_by_block for p in seen[:-1]]
+    assert None not in bounds and bounds == sorted(bounds, reverse=True), bounds  # the latest final block only comes nearer
+    assert seen[-1].final_by_block is None and seen[-1].phase_ends_block is None and seen[-1].seconds_left is None
     return seen
+
+
+def _too_early(protocol, function: str, *args) -> int:
+    """The first block Batches.``function(*args)`` is accepted in, from its TooEarly(block) revert in the next block."""
+    batches = protocol.batches
+    data = batches.web3.encode_abi(function, args=list(args))
+    try:
+        protocol.chain.w3.eth.call({"to": batches.address, "data": data}, "pending")
+    except (ContractCustomError, ContractLogicError) as exc:
+        raw = str(exc.data if isinstance(exc.data, str) else exc.args[0])
+        assert raw.startswith("0x" + keccak(text="TooEarly(uint256)")[:4].hex()), raw
+        return int(raw[10:], 16)
+    raise AssertionError(f"{function}{args} was accepted")
+
+
+def _status_at(url: str, job_hash: str, head: int) -> dict:
+    """The status body once the node has read ``head`` (a condition on the node's view, not a delay)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        body = httpx.get(f"{url}/v1/verillm/audits/{job_hash}", timeout=60).json()
+        if body["head"] >= head:
+            return body
+        time.sleep(0.05)
+    raise AssertionError(f"the node never read block {head}")
 
 
 def test_watch_shows_every_phase_in_order_until_final(network):
     protocol, node = network
     with Client(node.url) as client:
         completion = client.complete("The quick brown fox", max_tokens=3, temperature=0)
-    seen = drive_to_final(protocol.chain, node.url, completion)
+    seen = drive_to_final(protocol, node.url, completion)
     assert [p.name for p in seen] == EXPECTED, [p.line() for p in seen]
     assert [p.final for p in seen] == [False, False, False, True]
     heads = [p.head for p in seen]
@@ -87,13 +130,14 @@ def test_complete_wait_prints_each_phase_and_exits_0_at_final(network):
         complete_cli, ["--url", node.url, "--max-tokens", "3", "--wait", "--poll-s", "0.05", "--wait-timeout-s", "300", "Hello there"])))
     cli.start()
     job = _new_job(node.url, known, cli)
-    drive_to_final(protocol.chain, node.url, job)
+    drive_to_final(protocol, node.url, job)
     cli.join(300)
     result = outcome["result"]
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("[phase: ")]
     assert [line.split("] ", 1)[1].split(":")[0].split(" ")[0] for line in lines] == EXPECTED, result.output
     assert lines[-1].endswith("start window has closed]")
+    assert all(" s left (block " in line and "at the latest" in line for line in lines[:-1]), result.output  # each open phase: its deadline and time left
     assert "[outcome: checked on chain passed: leaf " in result.output  # the chain the node names, read by the CLI itself
 
 

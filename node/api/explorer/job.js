@@ -111,6 +111,12 @@ export function auditSection(audit, body) {
   return [nextStep(audit.next, body), section("Committee and votes", seats(audit, body), decisions(audit, body))];
 }
 
+// A deadline still to come shows its blocks and estimated seconds left (`block`, from the node's seconds
+// per block); one passed waits for the permissionless call that moves the job on.
+function estimate(number, body) {
+  return number < body.head ? el("span", { class: "muted" }, " (passed: the next call moves it on)") : "";
+}
+
 export const jobPage = {
   title: ([hash]) => "Job " + short(hash),
   load: ([hash]) => api("jobs/" + hash),
@@ -122,6 +128,10 @@ export const jobPage = {
           ["receipt", el("span", { class: "mono" }, body.receipt_hash)],
           ["batch", body.batch && body.batch.batch_id !== null ? [batchLink(body.batch.batch_id), ` leaf ${body.batch.index}, posted in `, block(body.batch.posted_block, body)] : "not batched yet"],
           ["audit", body.audit ? [auditLink(body.audit.audit_id), " ", badge(audit ? audit.outcome : "open")] : "none (yet)"],
+          ["this step ends", el("span", { id: "phase-ends", "data-deadline": body.phase_deadline ?? "", "data-block": body.phase_ends_block ?? "" },
+            body.phase_ends_block !== null && body.phase_ends_block !== undefined ? [`${body.phase_deadline.replaceAll("_", " ")}: `, block(body.phase_ends_block, body), estimate(body.phase_ends_block, body)] : "-")],
+          ["final at the latest", el("span", { id: "final-by", "data-block": body.final_by_block ?? "" },
+            body.final_by_block !== null && body.final_by_block !== undefined ? [block(body.final_by_block, body), estimate(body.final_by_block, body)] : (body.status === "final" ? "final" : "-"))],
           ["dispatched", new Date(body.created_at * 1000).toLocaleString()]]),
       audit ? auditSection(audit, body) : null,
       section("Timeline", timeline(body.timeline, body, [el("li", { "data-event": "Receipt" }, el("span", { class: "block" }, "off-chain"), " receipt signed by ", nodeLink(body.worker))])),
