@@ -46,6 +46,8 @@ def drive_to_final(protocol, url: str, job) -> list:
             seen.append(phase)
             if phase.name == "batched":
                 assert phase.deadline == "draw_by" and phase.phase_ends_block + 1 == _too_early(protocol, "slashMissedDraw", phase.status["batch"]["batch_id"])
+                page = httpx.get(f"{url}/v1/verillm/explorer/jobs/{phase.status['job_hash']}", timeout=60).json()  # the explorer's job page body
+                assert (page["phase_deadline"], page["phase_ends_block"], page["final_by_block"]) == ("draw_by", phase.phase_ends_block, phase.final_by_block)
                 chain.mine(2)  # the draw's seed block (posted + AUDIT_DRAW_DELAY_BLOCKS), then one past it
             elif phase.name == "drawn":
                 on_chain = protocol.get_batch(phase.status["batch"]["batch_id"])
