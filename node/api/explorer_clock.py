@@ -5,7 +5,7 @@ from verillm.node.store.explorer_tables import ExplorerTables
 
 MAX_READS_PER_BODY = 128  # block headers read for one response; the rest show their number alone until a later one
 BLOCK_KEYS = ("block", "posted_block", "started_block", "ended_block", "registered_block", "from_block", "by_block", "read_at_block",
-              "phase_ends_block", "final_by_block", "drawn_block", "start_window_ends", "last_hour_from_block", "series_blocks")
+              "phase_ends_block", "final_by_block", "drawn_block", "unbonding_end_block", "start_window_ends", "last_hour_from_block", "series_blocks")
 RATE_SPAN_BLOCKS = 100
 
 

@@ -13,7 +13,8 @@ export const nodePage = {
     const status = !s.registered ? "withdrawn" : s.unbonding_end_block ? "unbonding" : s.active ? "active" : "inactive";
     const address = body.address;
     return [
-      dl([["address", el("span", { class: "mono" }, address)], ["state", [badge(status), status === "inactive" ? el("span", { class: "muted" }, " below the minimum stake: never drawn, serves no job") : ""]], ["stake", eth(s.stake_wei)],
+      dl([["address", el("span", { class: "mono" }, address)], ["state", [badge(status), status === "inactive" ? el("span", { class: "muted" }, " below the minimum stake: never drawn, serves no job")
+                                  : status === "unbonding" ? el("span", { id: "unbonding-end" }, " — may withdraw from ", block(s.unbonding_end_block, body)) : ""]], ["stake", eth(s.stake_wei)],
           ["slashed in all", s.slashed_wei ? el("span", { class: "vote-disagree" }, eth(s.slashed_wei)) : "-"], ["endpoint", el("span", { class: "mono" }, s.endpoint || "-")],
           ["open audits locking its stake", s.locks ?? "-"], body.this_node && ["", "this is the node serving this page"],
           ["jobs it served through this node", el("a", { href: "#/jobs?worker=" + address, "data-link": "node-jobs" }, "list them")],
