@@ -52,7 +52,7 @@ async def add_job_deadlines(service, body: dict) -> dict:
 
 
 async def get_dispatch_evidence(request: web.Request) -> web.Response:
-    """The public data to replay a dispatched job's audit: job, output, receipts, proven openings."""
+    """The data to replay a dispatched job's audit (job, output, receipts, proven openings), for its requester and the audit's parties."""
     service = require_dispatch_service(request)
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     verify_reader(request, job_hash, get_evidence_parties(service.tables, job_hash))  # who asks, before any work: node/api/access.py

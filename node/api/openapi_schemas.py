@@ -145,7 +145,8 @@ SCHEMAS: dict[str, dict] = {
                                "audit_id": UINT, "worker": ADDRESS, "started_block": UINT, "ended_block": NULLABLE_UINT,
                                "outcome": {"enum": ["open", "pass", "fail", "tie", "worker-default", "abandoned"]}})}}),
     }, description="The network a gateway sees (node/api/network_views.py); every protocol value read from the chain."),
-    "Evidence": {"type": "object", "description": "The public data to replay an audit: job, output, receipts, proven openings (node/store/evidence.py)."},
+    "Evidence": {"type": "object", "description": "The data to replay an audit: job, output, receipts, proven openings (node/store/evidence.py); "
+                                                 "it holds the prompt: only the requester and the audit's parties read it."},
     "ExplorerBody": {"type": "object", "description": "A body the explorer page reads (node/api/explorer_views.py); its fields follow the page, not a contract."},
     "OpenApiDocument": _object({"openapi": {"const": "3.1.0"}, "info": {"type": "object"}, "paths": {"type": "object"}, "components": {"type": "object"}},
                                required=("openapi", "info", "paths")),
