@@ -122,7 +122,7 @@ def format_chain_decision(outcome: AuditOutcome) -> list[str]:
              + (f" in round {outcome.abandoned_round} ({outcome.abandoned_reason})" if outcome.state == "abandoned" else "")]
     for decision in outcome.rounds:
         agree, disagree = compute_counted_tally(outcome, decision.round_index)
-        votes = [v for v in outcome.votes if v.round_index == decision.round_index]
+        votes = sorted((v for v in outcome.votes if v.round_index == decision.round_index), key=lambda v: v.slot)
         lines.append(f"  round {decision.round_index}: {decision.verdict}; votes that counted: {agree} agree, {disagree} disagree")
         lines += [f"    seat {v.slot} {v.node}: {'agree' if v.vote == 1 else 'disagree'}" + ("" if v.counted else " — proven a lie, not counted") for v in votes]
     lines += [f"  slashed: {format_slash(outcome.audit_id, s).split(': ', 1)[1]}" for s in outcome.slashes] or ["  slashed: nobody"]

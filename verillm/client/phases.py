@@ -81,7 +81,7 @@ class JobPhase:
         return _seconds(self.final_blocks_left, self.seconds_per_block)
 
     def line(self) -> str:
-        """``[block 123] batched: ...; ~14 s left (block 130); final by block 580 at the latest`` (what
+        """``[block 123] batched: ...; draw by: ~14 s left (block 130); final by block 580 at the latest`` (what
         `verillm complete --wait` prints)."""
         at = f"[block {self.head}] " if self.head is not None else ""
         return f"{at}{self.name}{' (final)' if self.final and self.name != 'final' else ''}: {self.detail}{self._left()}"
@@ -91,7 +91,8 @@ class JobPhase:
             return ""
         left = f"~{self.seconds_left:.0f} s left" if self.seconds_left is not None else f"{self.blocks_left} blocks left"
         final = f"; final by block {self.final_by_block} at the latest" if self.final_by_block is not None else ""
-        return f"; {left} (block {self.phase_ends_block}){final}"
+        waits = f"{self.deadline.replace('_', ' ')}: " if self.deadline else ""
+        return f"; {waits}{left} (block {self.phase_ends_block}){final}"
 
 
 def _blocks_left(block: int | None, head: int | None) -> int | None:
