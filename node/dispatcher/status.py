@@ -70,14 +70,15 @@ def _unaudited_status(batch: dict, head: int, preset: Preset) -> str:
 def compute_job_deadlines(tables: DispatcherTables, body: dict, preset: Preset, round_state: RoundState | None,
                           seconds_per_block: float | None) -> dict:
     """Add to a status body (`compute_job_status`) the deadline its current step waits on
-    (``phase_deadline``, ``phase_ends_block``), the latest block it is final by (``final_by_block``;
-    all None once final) and ``seconds_per_block``. ``round_state``: the open audit's current round as
+    (``phase_deadline``, ``phase_ends_block``), the latest block it is final by (``final_by_block``)
+    and ``seconds_per_block`` (all None once final: a final body stays the same read after read). ``round_state``: the open audit's current round as
     `Jobs.getRoundState` gives it (its deadlines are the contract's own), None when no audit is open."""
-    deadline, final_by = None, None
-    if body["status"] not in ("final", "abandoned") and not _is_settled(body):
+    deadline, final_by, rate = None, None, None
+    if body["status"] not in ("final", "abandoned") and not _is_settled(body):  # once final nothing is left to wait for
         deadline, final_by = _find_deadlines(tables, body, preset, round_state)
+        rate = seconds_per_block
     body.update(phase_deadline=deadline.name if deadline else None, phase_ends_block=deadline.block if deadline else None,
-                final_by_block=final_by, seconds_per_block=seconds_per_block)
+                final_by_block=final_by, seconds_per_block=rate)
     return body
 
 

@@ -102,7 +102,7 @@ def test_each_step_names_the_contract_deadline_it_waits_on_and_the_latest_final_
     tables.record_events("protocol", [_event(25, "AuditDrawn", batch_id=4, seed="0x00", beta="0x00")], 26)
     start_by = 25 + PRESET.START_WINDOW_BLOCKS
     assert deadlines(26) == ("committed", "start_by", start_by, start_by + span.audit_span, 2.0)
-    assert deadlines(start_by + 1) == ("final", None, None, None, 2.0)  # no audit started: final, nothing left to wait for
+    assert deadlines(start_by + 1) == ("final", None, None, None, None)  # no audit started: final, nothing left to wait for
     tables.update_batch(row, status="missed")
     assert deadlines(26)[1:4] == (None, None, None)  # a missed draw: no audit of it can start
 
@@ -119,7 +119,7 @@ def test_each_step_names_the_contract_deadline_it_waits_on_and_the_latest_final_
     tables.record_events("protocol", [_event(90, "RoundDecided", 5, round=0, verdict=1, agree=3, disagree=0)], 91)
     assert deadlines(91, _round_state(Phase.DECIDED, dispute_by=100)) == ("verified", "dispute_by", 100, 30 + span.audit_span, 2.0)
     tables.update_audit(5, status="settled", verdict=1)
-    assert deadlines(120) == ("final", None, None, None, 2.0)
+    assert deadlines(120) == ("final", None, None, None, None)
 
 
 def _round_state(phase: Phase, **deadlines) -> RoundState:
