@@ -9,6 +9,7 @@ a timeout are checked against a dispatcher status route on loopback that walks a
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 import httpx2 as httpx
 import pytest
@@ -236,3 +237,46 @@ class _status_server:
     def __exit__(self, *exc) -> None:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (Playwright never downloads a browser)")
+def test_the_explorer_shows_a_steps_deadline_and_an_unbonding_nodes_end_in_a_real_browser(network):
+    """The explorer's job page (Chromium) shows the deadline the job's step waits on and the latest final
+    block, the status body's; a node that unbonded shows the block it may withdraw from, the Registry's."""
+    from playwright.sync_api import sync_playwright
+
+    from verillm.node.dispatcher.chainio import compute_vrf_secret_key
+    from verillm.node.keys import compute_node_key
+
+    protocol, node = network
+    leaver = protocol.chain.dev_accounts[7]  # a newcomer that leaves at once: the fixture's five stay in the pool
+    protocol.register(leaver, compute_vrf_secret_key(compute_node_key(bytes(leaver.key))), "http://127.0.0.1:7", [served_model_id(node)],
+                      UNSAMPLED.MIN_STAKE_WEI)
+    protocol.deregister(leaver)
+    end = protocol.get_node(leaver.address)["unbonding_end_block"]
+    with Client(node.url) as client:  # then no transaction: no block is mined, the job stays batched while the page is read
+        completion = client.complete("A job to look at", max_tokens=2, temperature=0)
+        batched = next(p for p in client.watch(completion, timeout_s=120, poll_s=0.05) if p.name == "batched")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"], headless=True)
+        try:
+            page = browser.new_page()
+            page.goto(f"{node.url}/explorer#/job/0x{completion.job_hash.hex()}")
+            page.wait_for_selector("#phase-ends[data-block]", timeout=30_000)
+            ends = page.locator("#phase-ends")
+            assert (ends.get_attribute("data-deadline"), int(ends.get_attribute("data-block"))) == ("draw_by", batched.phase_ends_block)
+            assert f"draw by: block {batched.phase_ends_block}" in ends.inner_text(), ends.inner_text()
+            assert int(page.get_attribute("#final-by", "data-block")) == batched.final_by_block
+            page.goto(f"{node.url}/explorer#/node/{leaver.address.lower()}")
+            page.wait_for_selector("#unbonding-end", timeout=30_000)
+            assert f"may withdraw from block {end}" in page.locator("#unbonding-end").inner_text()
+        finally:
+            browser.close()
+
+
+def served_model_id(node) -> bytes:
+    """The model id the node serves (its /v1/verillm/info)."""
+    return bytes.fromhex(httpx.get(f"{node.url}/v1/verillm/info", timeout=60).json()["model"]["model_id"][2:])
