@@ -253,9 +253,9 @@ def test_the_explorer_shows_a_steps_deadline_and_an_unbonding_nodes_end_in_a_rea
 
     protocol, node = network
     leaver = protocol.chain.dev_accounts[7]  # a newcomer that leaves at once: the fixture's five stay in the pool
-    protocol.register(leaver, compute_vrf_secret_key(compute_node_key(bytes(leaver.key))), "http://127.0.0.1:7", [served_model_id(node)],
-                      UNSAMPLED.MIN_STAKE_WEI)
-    protocol.deregister(leaver)
+    registered = protocol.register(leaver, compute_vrf_secret_key(compute_node_key(bytes(leaver.key))), "http://127.0.0.1:7", [served_model_id(node)],
+                                   UNSAMPLED.MIN_STAKE_WEI).receipt["blockNumber"]
+    left = protocol.deregister(leaver).receipt["blockNumber"]
     end = protocol.get_node(leaver.address)["unbonding_end_block"]
     with Client(node.url) as client:  # then no transaction: no block is mined, the job stays batched while the page is read
         completion = client.complete("A job to look at", max_tokens=2, temperature=0)
@@ -273,6 +273,12 @@ def test_the_explorer_shows_a_steps_deadline_and_an_unbonding_nodes_end_in_a_rea
             page.goto(f"{node.url}/explorer#/node/{leaver.address.lower()}")
             page.wait_for_selector("#unbonding-end", timeout=30_000)
             assert f"may withdraw from block {end}" in page.locator("#unbonding-end").inner_text()
+            for number, event, says in ((registered, "Registered", "registered with 0.01 ETH at http://127.0.0.1:7, serving 1 model"),
+                                        (left, "Deregistered", f"unbonds: it may withdraw from block {end}")):
+                page.goto(f"{node.url}/explorer#/block/{number}")  # the Registry's events in words, not raw JSON
+                page.wait_for_selector(f'li[data-event="{event}"]', timeout=30_000)
+                text = page.locator(f'li[data-event="{event}"]').inner_text()
+                assert says in text and "{" not in text, text
         finally:
             browser.close()
 
