@@ -270,8 +270,13 @@ def test_the_explorer_shows_a_steps_deadline_and_an_unbonding_nodes_end_in_a_rea
             assert (ends.get_attribute("data-deadline"), int(ends.get_attribute("data-block"))) == ("draw_by", batched.phase_ends_block)
             assert f"draw by: block {batched.phase_ends_block}" in ends.inner_text(), ends.inner_text()
             assert int(page.get_attribute("#final-by", "data-block")) == batched.final_by_block
-            page.goto(f"{node.url}/explorer#/node/{leaver.address.lower()}")
+            assert page.get_attribute("#view", "aria-busy") is None  # drawn: no longer marked busy
+            # a click marks the page busy at once (before its data comes back from the node), until it is drawn
+            busy = page.evaluate(f"""async () => {{ location.hash = "#/node/{leaver.address.lower()}";
+                                     await new Promise((done) => setTimeout(done, 0)); return document.getElementById("view").getAttribute("aria-busy"); }}""")
+            assert busy == "true"
             page.wait_for_selector("#unbonding-end", timeout=30_000)
+            assert page.get_attribute("#view", "aria-busy") is None
             assert f"may withdraw from block {end}" in page.locator("#unbonding-end").inner_text()
             for number, event, says in ((registered, "Registered", "registered with 0.01 ETH at http://127.0.0.1:7, serving 1 model"),
                                         (left, "Deregistered", f"unbonds: it may withdraw from block {end}")):

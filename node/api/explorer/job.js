@@ -1,6 +1,6 @@
 // A job's page and an audit's page: the seats and what each party's part came to (a caught liar's
 // vote shown as the lie it was), what an open audit waits for, and the timeline, block by block.
-import { api, auditLink, badge, batchLink, block, dl, el, eth, jobLink, nodeLink, section, short, table, txLink, VERDICTS, vote } from "./util.js";
+import { api, auditLink, badge, batchLink, block, dateTime, dl, el, eth, jobLink, nodeLink, section, short, table, txLink, VERDICTS, vote } from "./util.js";
 
 function describe(event, body) {
   const a = event.args, n = nodeLink;
@@ -145,7 +145,7 @@ export const jobPage = {
             body.phase_ends_block !== null && body.phase_ends_block !== undefined ? [`${body.phase_deadline.replaceAll("_", " ")}: `, block(body.phase_ends_block, body), estimate(body.phase_ends_block, body)] : "-")],
           ["final at the latest", el("span", { id: "final-by", "data-block": body.final_by_block ?? "" },
             body.final_by_block !== null && body.final_by_block !== undefined ? [block(body.final_by_block, body), estimate(body.final_by_block, body)] : (body.status === "final" ? "final" : "-"))],
-          ["dispatched", new Date(body.created_at * 1000).toLocaleString()]]),
+          ["dispatched", dateTime(body.created_at)]]),
       audit ? auditSection(audit, body) : null,
       section("Timeline", timeline(body.timeline, body, [el("li", { "data-event": "Receipt" }, el("span", { class: "block" }, "off-chain"), " receipt signed by ", nodeLink(body.worker))])),
       section("Evidence and replay",
