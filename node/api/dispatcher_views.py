@@ -8,7 +8,7 @@ from verillm.node.api.access import verify_reader
 from verillm.node.api.explorer_clock import BlockClock
 from verillm.node.appkeys import APP_DOMAIN, APP_SERVICE
 from verillm.node.dispatcher.promises import find_stored_inclusion
-from verillm.node.dispatcher.status import compute_job_deadlines, compute_job_status
+from verillm.node.dispatcher.status import compute_job_deadlines, compute_job_status, is_waiting
 from verillm.node.store.evidence import compute_evidence, get_evidence_parties
 from verillm.wire import from_hex, to_hex
 
@@ -47,7 +47,7 @@ async def add_job_deadlines(service, body: dict) -> dict:
         batch["drawn_block"] = (await chainio.read_for_clients(chainio.protocol.get_batch, batch["batch_id"]))["drawn_block"] or None
     open_audit = audit is not None and audit["status"] == "open"
     round_state = await chainio.read_for_clients(chainio.protocol.get_round_state, audit["audit_id"]) if open_audit else None
-    seconds_per_block = await BlockClock.of(service).get_seconds_per_block(body["head"])
+    seconds_per_block = await BlockClock.of(service).get_seconds_per_block(body["head"]) if is_waiting(body) else None  # no read once final
     return compute_job_deadlines(service.tables, body, chainio.preset, round_state, seconds_per_block)
 
 

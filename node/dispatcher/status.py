@@ -74,7 +74,7 @@ def compute_job_deadlines(tables: DispatcherTables, body: dict, preset: Preset, 
     and ``seconds_per_block`` (all None once final: a final body stays the same read after read). ``round_state``: the open audit's current round as
     `Jobs.getRoundState` gives it (its deadlines are the contract's own), None when no audit is open."""
     deadline, final_by, rate = None, None, None
-    if body["status"] not in ("final", "abandoned") and not _is_settled(body):  # once final nothing is left to wait for
+    if is_waiting(body):  # once final nothing is left to wait for
         deadline, final_by = _find_deadlines(tables, body, preset, round_state)
         rate = seconds_per_block
     body.update(phase_deadline=deadline.name if deadline else None, phase_ends_block=deadline.block if deadline else None,
@@ -82,8 +82,9 @@ def compute_job_deadlines(tables: DispatcherTables, body: dict, preset: Preset, 
     return body
 
 
-def _is_settled(body: dict) -> bool:
-    return (body.get("audit") or {}).get("status") in ("settled", "abandoned")
+def is_waiting(body: dict) -> bool:
+    """Whether the job can still change: not final, its audit (if any) neither settled nor abandoned."""
+    return body["status"] not in ("final", "abandoned") and (body.get("audit") or {}).get("status") not in ("settled", "abandoned")
 
 
 def _find_deadlines(tables: DispatcherTables, body: dict, preset: Preset, round_state: RoundState | None) -> tuple[Deadline | None, int | None]:
