@@ -136,6 +136,7 @@ def test_replay_accepts_an_honest_job_and_rejects_the_cheaters(cheater_network):
                                  capture_output=True, text=True, timeout=120)
             assert run.returncode == (1 if body["status"] == "slashed" else 0), run.stdout + run.stderr
             assert ("verdict: REJECT" if body["status"] == "slashed" else "verdict: ACCEPT") in run.stdout
+            assert run.stdout.rstrip().endswith("chain decision: not read (no --rpc-url)")  # no chain access: said, not guessed
 
 
 def test_chain_audit_finds_every_audit_consistent(cheater_network):

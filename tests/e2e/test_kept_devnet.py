@@ -93,4 +93,7 @@ def test_the_printed_replay_command_works_as_printed(kept):
     run = subprocess.run(slashed["replay"].replace("verillm", VERILLM, 1).split(), capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
     assert "receipt signature valid (chain" in run.stdout and "verdict: REJECT" in run.stdout
+    # the command carries --rpc-url: the report ends with what the chain decided, and the replay agrees with it
+    assert "chain decision (verillm/spec/outcome.py" in run.stdout and ": fail; votes that counted: " in run.stdout, run.stdout[-2000:]
+    assert run.stdout.rstrip().splitlines()[-1].startswith("replay vs chain: AGREE — the replay says REJECT"), run.stdout[-2000:]
     assert "loading the model" in run.stderr  # progress while the model loads

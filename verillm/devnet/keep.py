@@ -47,7 +47,7 @@ def compute_job_info(net: LocalNetwork, job: dict) -> dict:
     job_hash, token = "0x" + completion.job_hash.hex(), compute_read_token(completion)
     return {"n": job["n"], "job_hash": job_hash, "status": body.get("status"), "worker": body.get("worker"),
             "status_url": completion.status_url, "read_token": token,
-            "replay": f"verillm audit replay {job_hash} --node {net.gateway_url} --token {token} --addresses {net.deployment_file}"}
+            "replay": f"verillm audit replay {job_hash} --node {net.gateway_url} --token {token} --addresses {net.deployment_file} --rpc-url {net.rpc_url}"}
 
 
 def write_network_file(net: LocalNetwork, jobs: list[dict] = ()) -> Path:
@@ -82,7 +82,7 @@ def print_network(info: dict, path: Path) -> None:
 def _replay_lines(info: dict) -> list[str]:
     """The replay command of the run's most telling job (a slashed one if any), ready to paste."""
     if not info["jobs"]:
-        return [f"  verillm audit replay JOB_HASH --node {info['gateway_url']} --token TOKEN --addresses {info['addresses_file']}"
+        return [f"  verillm audit replay JOB_HASH --node {info['gateway_url']} --token TOKEN --addresses {info['addresses_file']} --rpc-url {info['rpc_url']}"
                 "   (TOKEN: the token= of the job's status_url)"]
     job = next((j for j in info["jobs"] if j["status"] == "slashed"), info["jobs"][0])
     return [f"  {job['replay']}   (job {job['n']}, {job['status']}; every job's command is in network.json)"]
