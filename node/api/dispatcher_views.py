@@ -6,6 +6,7 @@ from aiohttp import web
 from verillm.errors import NotBatched, NotFound
 from verillm.node.api.access import verify_reader
 from verillm.node.api.explorer_clock import BlockClock
+from verillm.node.api.http import get_base_url
 from verillm.node.appkeys import APP_DOMAIN, APP_SERVICE
 from verillm.node.dispatcher.promises import find_stored_inclusion
 from verillm.node.dispatcher.status import compute_job_deadlines, compute_job_status, is_waiting
@@ -35,7 +36,15 @@ async def get_dispatch_status(request: web.Request) -> web.Response:
     service = require_dispatch_service(request)
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     body = compute_job_status(service.tables, job_hash, service.watcher.head, service.chainio.preset)
-    return web.json_response(await add_job_deadlines(service, body))
+    return web.json_response(await add_job_deadlines(service, name_own_worker(request, body)))
+
+
+def name_own_worker(request: web.Request, body: dict) -> dict:
+    """Fill ``worker_url`` for a job this node ran itself (the store keeps '' for its own worker): a
+    client reads the worker's job route from it, wherever the job ran."""
+    if body.get("worker_url") == "":
+        body["worker_url"] = get_base_url(request)
+    return body
 
 
 async def add_job_deadlines(service, body: dict) -> dict:

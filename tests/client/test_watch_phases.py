@@ -99,6 +99,7 @@ def test_watch_shows_every_phase_in_order_until_final(network):
         completion = client.complete("The quick brown fox", max_tokens=3, temperature=0)
     seen = drive_to_final(protocol, node.url, completion)
     assert [p.name for p in seen] == EXPECTED, [p.line() for p in seen]
+    assert seen[0].status["worker_url"] == node.url  # it ran the job itself: its own URL, not '' (issue 36)
     assert [p.final for p in seen] == [False, False, False, True]
     heads = [p.head for p in seen]
     assert heads == sorted(heads) and heads[-1] <= protocol.chain.get_block_number()

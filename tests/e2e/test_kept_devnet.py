@@ -49,6 +49,8 @@ def test_the_devnet_prints_endpoints_keys_and_full_job_hashes_once(kept):
     assert all(node["url"] in text and node["address"] in text for node in kept["nodes"])
     assert text.count("job hash 0x") == JOBS and all(len(line.split("job hash ")[1].strip()) == 66 for line in text.splitlines() if "job hash 0x" in line)
     assert "starting 10 node processes" in text and "node 9 answers on" in text
+    served = Client(kept["gateway_url"]).models()[0]["id"]  # the name clients see, not --model's (issue 36)
+    assert kept["served_model"] == served and f"model={served}" in text and f"  model      {served} (--model tiny)" in text
 
 
 def test_the_sdk_takes_hex_ids_and_every_status_url_works(kept):

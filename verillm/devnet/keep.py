@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from verillm.devnet.network import LocalNetwork
+from verillm.devnet.network import LocalNetwork, get_json
 from verillm.devnet.run import compute_read_token
 
 NETWORK_FILE = "network.json"
@@ -30,6 +30,7 @@ def compute_network_info(net: LocalNetwork, jobs: list[dict] = ()) -> dict:
         "addresses": dict(deployment.addresses),
         "addresses_file": str(net.deployment_file),
         "model": net.model,
+        "served_model": _served_model_name(net),
         "model_id": "0x" + net.model_id.hex(),
         "gateway_url": net.gateway_url,
         "explorer_url": f"{net.gateway_url}/explorer",
@@ -39,6 +40,12 @@ def compute_network_info(net: LocalNetwork, jobs: list[dict] = ()) -> dict:
                   for n in net.nodes],
         "jobs": [compute_job_info(net, job) for job in jobs],
     }
+
+
+def _served_model_name(net: LocalNetwork) -> str:
+    """The model's name as every client sees it (the gateway's /v1/models id; ``--model`` names what
+    the nodes load, e.g. ``tiny`` serves ``tiny-llama-seed0``)."""
+    return get_json(f"{net.gateway_url}/v1/models")["data"][0]["id"]
 
 
 def compute_job_info(net: LocalNetwork, job: dict) -> dict:
@@ -66,12 +73,12 @@ def print_network(info: dict, path: Path) -> None:
         f"  chain      {info['chain']} {info['rpc_url']} (chain id {info['chain_id']})",
         *(f"  {name:<10} {address}" for name, address in info["addresses"].items()),
         f"  deployer   {info['owner']['address']}  key {info['owner']['private_key']}  (a local test key)",
-        f"  model      {info['model']} {info['model_id']}",
+        f"  model      {info['served_model']} (--model {info['model']}) {info['model_id']}",
         *(f"  node {n['index']}     {n['url']}  {n['address']}  key file {n['key_file']}  ({n['role']})" for n in info["nodes"]),
         f"  explorer   {info['explorer_url']}",
         "", "try:",
         f"  verillm complete --url {info['gateway_url']} --rpc-url {info['rpc_url']} --addresses {info['addresses_file']} 'Hello'",
-        f"  openai client: base_url={info['gateway_url']}/v1, api_key=anything, model={info['model']}",
+        f"  openai client: base_url={info['gateway_url']}/v1, api_key=anything, model={info['served_model']}",
         f"  verillm audit chain --rpc-url {info['rpc_url']} --addresses {info['addresses_file']}",
         *_replay_lines(info),
         f"  verillm node status --rpc-url {info['rpc_url']} --addresses {info['addresses_file']} --key-file {info['nodes'][0]['key_file']}",
