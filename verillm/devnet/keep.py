@@ -57,11 +57,11 @@ def compute_job_info(net: LocalNetwork, job: dict) -> dict:
             "replay": f"verillm audit replay {job_hash} --node {net.gateway_url} --token {token} --addresses {net.deployment_file} --rpc-url {net.rpc_url}"}
 
 
-def write_network_file(net: LocalNetwork, jobs: list[dict] = ()) -> Path:
-    """Write ``network.json`` into the workdir (atomically: a reader never sees half a file)."""
+def write_network_file(net: LocalNetwork, info: dict) -> Path:
+    """Write ``info`` (`compute_network_info`) as ``network.json`` into the workdir (atomically: a reader never sees half a file)."""
     path = net.workdir / NETWORK_FILE
     scratch = path.with_suffix(".tmp")
-    scratch.write_text(json.dumps(compute_network_info(net, jobs), indent=2))
+    scratch.write_text(json.dumps(info, indent=2))
     scratch.replace(path)
     return path
 
