@@ -125,7 +125,9 @@ async def post_opening(request: web.Request) -> web.Response:
     openings.verify_access(job_hash, envelope.sender)
     await openings.verify_payload(envelope.payload)  # a malformed request spends no nonce
     remember_nonce(request, envelope)
-    body = await openings.answer(job_hash, envelope.sender, envelope.payload)
+    tables = getattr(request.app.get(APP_DISPATCHER), "tables", None)  # a node with a chain knows its seats
+    seat = tables.get_seat_of_job(job_hash) if tables is not None else None
+    body = await openings.answer(job_hash, envelope.sender, envelope.payload, seat)
     return web.Response(body=body, content_type="application/json")
 
 

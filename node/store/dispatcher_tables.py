@@ -286,6 +286,13 @@ class DispatcherTables:
         rows = self._rows(f"SELECT * FROM party_duties WHERE status IN ({marks}) ORDER BY audit_id, round, slot", statuses)
         return [Duty(r["audit_id"], r["round"], r["slot"], bytes.fromhex(r["job_hash"]), r["status"], r["vote"]) for r in rows]
 
+    def get_seat_of_job(self, job_hash: bytes) -> tuple[int, int] | None:
+        """The (audit, round) of the latest seat this node holds, as worker or member, with its own job
+        ``job_hash``; None when the job holds none (the table holds live seats only: it is pruned)."""
+        row = self.db.execute("SELECT audit_id, round FROM party_duties WHERE job_hash = ? ORDER BY audit_id DESC, round DESC LIMIT 1",
+                              [job_hash.hex()]).fetchone()
+        return None if row is None else (row[0], row[1])
+
     def update_duty(self, duty: Duty, **fields) -> None:
         names = ", ".join(f"{k} = ?" for k in fields)
         self._write(f"UPDATE party_duties SET {names}, updated_at = ? WHERE audit_id = ? AND round = ? AND slot = ?",

@@ -10,6 +10,12 @@ out committed leaves, so:
 - at most `limits.max_opened_cells` cells per request (duplicates counted), at most
   `limits.max_openings_per_sender` requests in flight per sender (429), and at most
   `limits.max_concurrent_openings` computed at once for all senders (the rest wait their turn);
+- an opening of a job that holds a seat of this node in an audit round (`seat`: it is the worker
+  or a member there) is that audit's check, and counts against its sender's quota **for that round**,
+  not against the sender's one quota: a dispatcher checking ten audits at once checks each at the
+  pace of one, where one quota of 2 made its audits queue for minutes behind each other (issue 35,
+  the two-cheater devnet: ~150 s between reveal and verdict). A sender gets another round's quota only
+  by an audit on chain naming this node's job, which it cannot make for free;
 - a request from the HTTP route is parsed, computed and serialized in a separate process
   (node/worker/opening_process.py), so `/healthz`, the chain watcher and committee duties keep
   their pace during a burst;
@@ -50,7 +56,7 @@ class Openings:
 
     def __init__(self, served, store: Store, key: NodeKey, limits: LimitsConfig, metrics: NodeMetrics):
         self.served, self.store, self.key, self.limits, self.metrics = served, store, key, limits, metrics
-        self._by_sender: Counter[bytes] = Counter()
+        self._by_sender: Counter[bytes | tuple[bytes, int, int]] = Counter()  # a sender, or a sender in one audit round
         self._slots: asyncio.Semaphore | None = None  # made on the loop that uses it
         self._duty_slots: asyncio.Semaphore | None = None  # the duties' own, apart from every sender's
         self._duty_threads = ThreadPoolExecutor(max_workers=limits.duty_openings, thread_name_prefix="verillm-duty-opening")
@@ -73,10 +79,11 @@ class Openings:
         pool = await start_pool(self.limits.max_concurrent_openings)
         await asyncio.get_running_loop().run_in_executor(pool, verify_opening_payload, payload, self.limits.max_opened_cells)
 
-    async def answer(self, job_hash: bytes, requester: bytes, payload: bytes) -> bytes:
-        """The JSON answer to an opening request from the HTTP route, computed in the pool (or rebuilt)."""
+    async def answer(self, job_hash: bytes, requester: bytes, payload: bytes, seat: tuple[int, int] | None = None) -> bytes:
+        """The JSON answer to an opening request from the HTTP route, computed in the pool (or rebuilt).
+        ``seat``: the (audit, round) in which ``job_hash`` holds a seat of this node, if any: the quota is that round's."""
         receipt = self.verify_access(job_hash, requester)
-        async with self._turn(requester):
+        async with self._turn(requester, seat):
             started = time.perf_counter()
             blob = self.store.get_trace_blob(job_hash)
             faults.reach("opening_served")
@@ -132,22 +139,25 @@ class Openings:
                                             self.served.manifest.committed_layers, cells)
 
     @contextlib.asynccontextmanager
-    async def _turn(self, requester: bytes):
+    async def _turn(self, requester: bytes, seat: tuple[int, int] | None = None):
         """One HTTP opening of ``requester``: its share first (429), then one of the senders' slots (waits).
+        The share is the sender's own, or its share for the audit round ``seat`` names.
         This node's own duties never come here (`open_for_duty`)."""
-        if self._by_sender[requester] >= self.limits.max_openings_per_sender:
-            raise TooManyRequests(f"0x{requester.hex()} already has {self._by_sender[requester]} openings in flight "
+        key = requester if seat is None else (requester, *seat)
+        if self._by_sender[key] >= self.limits.max_openings_per_sender:
+            quota = "" if seat is None else f" for audit {seat[0]} round {seat[1]}"
+            raise TooManyRequests(f"0x{requester.hex()} already has {self._by_sender[key]} openings in flight{quota} "
                                   "(limits.max_openings_per_sender); retry when one ends")
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.limits.max_concurrent_openings)
-        self._by_sender[requester] += 1
+        self._by_sender[key] += 1
         try:
             async with self._slots:
                 yield
         finally:
-            self._by_sender[requester] -= 1
-            if not self._by_sender[requester]:
-                del self._by_sender[requester]
+            self._by_sender[key] -= 1
+            if not self._by_sender[key]:
+                del self._by_sender[key]
 
     def _count(self, started: float, leaves: int) -> None:
         self.metrics.opening_seconds.observe(time.perf_counter() - started)

@@ -236,3 +236,48 @@ async def test_a_duty_about_to_miss_its_window_sheds_client_work_until_it_lands(
     async with http.post(gateway.url + "/v1/completions", json=BODY | {"prompt": "Promised"}) as response:
         assert response.status == 200, await response.text()
     assert clock.get_summary()["landed"] == 1
+
+
+async def test_a_dispatcher_checking_many_audits_at_one_member_checks_each_at_the_pace_of_one(start, dispatcher_key, http):
+    """Two-cheater devnet, issue 35: the gateway's opening checks of ten audits at once shared one
+    quota of `limits.max_openings_per_sender` at each member, and its audits waited ~150 s between
+    reveal and verdict. An opening of a job that holds this node's seat in an audit round counts
+    against the sender's quota for that round: with its own quota full, the sender's openings of two
+    audits' seat jobs are served; a round's own quota is as full as the plain one was."""
+    node = await start(limits={"max_concurrent_openings": 8})  # the held quotas below take slots: leave some free
+    openings = node.app[APP_WORKER].openings
+    router = _gateway_router(node.app, [], http)  # a node with a chain keeps its seats in these tables
+    peer = PeerClient(node.url, dispatcher_key, http)
+    served = node.app[APP_WORKER].served
+    sender = dispatcher_key.address
+    seat_jobs = []
+    for audit_id in (7, 8):
+        job = Job(served.model_id, tuple(11 + audit_id + i for i in range(30)), SamplingParams(), 3, bytes([audit_id]) * 32)
+        reply = await peer.submit_job(job)
+        assert router.tables.insert_duty(audit_id, 0, 2, reply.job_hash)  # as `CommitteeReceiptPosted` makes it: member slot 2
+        challenge = compute_challenge(bytes([audit_id]) * 32, len(job.input_tokens), len(reply.output_tokens), served.manifest.committed_layers,
+                                      MINIMAL.CHALLENGE_POSITIONS)
+        seat_jobs.append((audit_id, reply.job_hash, challenge))
+    held = [openings._turn(sender) for _ in range(node.config.limits.max_openings_per_sender)]
+    for turn in held:
+        await turn.__aenter__()
+    try:
+        for audit_id, job_hash, challenge in seat_jobs:  # the sender's own quota is full: each audit's check is served
+            opening = await asyncio.wait_for(peer.request_opening(job_hash, challenge=challenge), timeout=60)
+            assert len(opening.leaves) > 0
+        audit_id, job_hash, challenge = seat_jobs[0]
+        round_turns = [openings._turn(sender, (audit_id, 0)) for _ in range(node.config.limits.max_openings_per_sender)]
+        for turn in round_turns:
+            await turn.__aenter__()
+        try:
+            with pytest.raises(TooManyRequests, match=f"for audit {audit_id} round 0"):  # a round's quota holds like the sender's
+                await peer.request_opening(job_hash, challenge=challenge)
+            other = await peer.request_opening(seat_jobs[1][1], challenge=seat_jobs[1][2])  # another round's is its own
+            assert len(other.leaves) > 0
+        finally:
+            for turn in round_turns:
+                await turn.__aexit__(None, None, None)
+    finally:
+        for turn in held:
+            await turn.__aexit__(None, None, None)
+    assert openings._by_sender == {}
