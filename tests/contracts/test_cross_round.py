@@ -32,12 +32,21 @@ QUORUM = PRESET.ESCALATION_COMMITTEE_SIZE // 2 + 1  # appeal seats whose data mu
 CELLS = sorted(compute_appeal_cells(PROMPT_LEN, OUTPUT_TOKENS, LAYERS))
 
 
-@pytest.fixture
-def world10(world_base):
+@pytest.fixture(scope="module")
+def world10_base(world_base):
     """Ten registered nodes: round 0 (3) and the appeal (5) are drawn apart from worker and dispatcher."""
     snapshot = world_base.chain.snapshot()
     yield World(RpcChain(world_base.chain.url), PRESET, extra_nodes=4)
     world_base.chain.revert(snapshot)
+
+
+@pytest.fixture
+def world10(world10_base):
+    """`world10_base` as it was registered, whatever the test before did to it."""
+    snapshot = world10_base.chain.snapshot()
+    yield world10_base
+    world10_base.chain.set_automine(True)
+    world10_base.chain.revert(snapshot)
 
 
 @pytest.fixture

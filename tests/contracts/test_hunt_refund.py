@@ -23,11 +23,11 @@ BOND = PRESET.DISPUTE_BOND_WEI
 CELLS = sorted(compute_appeal_cells(PROMPT_LEN, OUTPUT_TOKENS, LAYERS))
 
 
-@pytest.fixture
-def framed(world_base):
+@pytest.fixture(scope="module")
+def framed_base(world_base):
     """Round 0: members 1 and 2 commit fabricated data and vote AGREE on an honest worker (a lie
     their own data prove), member 3 is honest; the dispatcher appeals (standing) and the appeal
-    round passes the worker."""
+    round passes the worker. Built once per module; each test starts from it (`framed`)."""
     snapshot = world_base.chain.snapshot()
     world = World(RpcChain(world_base.chain.url), PRESET, extra_nodes=4)
     worker, run, round0 = world._round0_with_two_fabricated_members(0.0, lambda slot: True, spec.PASS)
@@ -35,6 +35,16 @@ def framed(world_base):
     assert world.protocol.jobs.call("currentVerdict", run.audit_id) == spec.PASS
     yield world, run, worker, round0
     world_base.chain.revert(snapshot)
+
+
+@pytest.fixture
+def framed(framed_base):
+    """`framed_base` as it was built, whatever the test before did to it."""
+    chain = framed_base[0].chain
+    snapshot = chain.snapshot()
+    yield framed_base
+    chain.set_automine(True)
+    chain.revert(snapshot)
 
 
 def _opening(world, run, party):
