@@ -60,7 +60,7 @@ class BatchRules:
             parties.append(self._worker(w, w == CHEATER, self.nonce))
         modes = [mode if w == CHEATER else "honest" for w in workers]
         promises = [self._promise(dispatcher, w, party, m, "keep") for w, party, m in zip(workers, parties, modes)]
-        batch, _, _ = self.world.post_and_draw(self._node(dispatcher), [party.receipt for party in parties])
+        batch, _, _ = self._post_and_draw(self._node(dispatcher), [party.receipt for party in parties])
         drawn = self.reads.head()
         leaves = tuple(compute_receipt_hash(party.receipt) for party in parties)
         for pr in promises:

@@ -102,7 +102,7 @@ class CoverageParties:
     def _start_batched(self, party, dispatcher: int) -> tuple[AuditRun, int]:
         """`World.start`, keeping the batch id: post the one-leaf batch, draw, start its audit."""
         node = self._node(dispatcher)
-        batch, _, _ = self.world.post_and_draw(node, [party.receipt])
+        batch, _, _ = self._post_and_draw(node, [party.receipt])
         audit_id = self._start_selected(node, batch, 0, party)
         if not audit_id and self.reads.head() <= party.receipt.auditable_until_block:  # a fresh receipt is never skipped
             self._fail(f"start of batch {batch.batch_id} skipped at block {self.reads.head()}, "

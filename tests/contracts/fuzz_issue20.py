@@ -71,7 +71,7 @@ class Issue20Rules:
         shopper = self._node(ADVERSARY)
         count = self.jobs("auditCount")
         if self.registry("getNode", shopper.address)[4]:  # active: it may post batches
-            batch, _, _ = self.world.post_and_draw(shopper, [t.run.worker.receipt])
+            batch, _, _ = self._post_and_draw(shopper, [t.run.worker.receipt])
             tx = self._try(self.p.start_audit, shopper.account, batch.batch_id, 0, t.run.worker.receipt, batch.levels)
             if tx is None or tx.value != 0 or self.jobs("auditCount") != count:
                 self._fail(f"a receipt audited already (audit {t.run.audit_id}) was started again: {tx and tx.value}")
@@ -138,7 +138,7 @@ class Issue20Rules:
         self.nonce += 1
         party = self._worker(leaver, False, self.nonce)  # a job it served before it left: the taker kept the receipt
         left = end - PRESET.UNBONDING_BLOCKS
-        batch, _, _ = self.world.post_and_draw(taker, [party.receipt])
+        batch, _, _ = self._post_and_draw(taker, [party.receipt])
         within = self.batches("getBatch", batch.batch_id)[3] <= left + PRESET.AUDIT_HORIZON_BLOCKS
         tx = self.p.start_audit(taker.account, batch.batch_id, 0, party.receipt, batch.levels)
         if within != (tx.value != 0):
@@ -168,7 +168,7 @@ class Issue20Rules:
             self._step("long_transcript:cheater-gone")
             return
         receipt = self._long_receipt(bound + 1 + seed % 64, seed)
-        batch, _, _ = self.world.post_and_draw(self._node(CHEATER), [receipt])
+        batch, _, _ = self._post_and_draw(self._node(CHEATER), [receipt])
         try:
             self.p.start_audit(self._node(CHEATER).account, batch.batch_id, 0, receipt, batch.levels)
         except TransactionReverted as exc:

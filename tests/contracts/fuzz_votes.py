@@ -31,8 +31,9 @@ from hypothesis.stateful import precondition, rule
 
 from verillm.spec.audit import Phase, compute_vote_salt, is_onchain_agreement
 from verillm.spec.hashing import keccak256
+from verillm.spec.receipt import compute_receipt_hash
 
-from helpers.contracts import MODEL, OUTPUT_TOKENS, PROMPT_LEN
+from helpers.contracts import MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN
 from fuzz_rpc import GAS_LIMIT
 from fuzz_honest import COMMITTING, DRAWING, MAX_AUDITS, OPENING, SETTLED
 
@@ -241,6 +242,26 @@ class SealedVotes:
         if blocks > 0:
             self._mine(blocks)
         self._make_due_late()
+
+    def _post_and_draw(self, node, receipts: list):
+        """`World.post_and_draw` (post a batch, wait past its seed block, draw) with the wait mined
+        as `mine_up_to_late` mines: a dispatcher waiting for its batch's seed block does not stop
+        the other nodes, so a late member's move due in one of those blocks lands in it. The
+        World's plain `chain.mine` took them unhooked: seed 291106's run 12 (60 examples), an
+        honest dispatcher's deferred batch posted in block 472 of a steering pass, blocks 473–474
+        mined for its draw — 473 the last block of honest node 6's late opening (audit 5, its
+        seal in block 453): never opened, "missed opening" at settle, the ledger's bound 0 broken
+        by the harness, not the protocol."""
+        with self.late_hooked():
+            posted = self.p.post_batch(node.account, [compute_receipt_hash(r) for r in receipts])
+            until = self.reads.head() + PRESET.AUDIT_DRAW_DELAY_BLOCKS + 1
+            while self.reads.head() < until:
+                head = self.reads.head()
+                self.mine_up_to_late(until - head)
+                if self.reads.head() == head:
+                    self._mine(1)
+            drawn = self.p.draw_audit(node.account, posted.value.batch_id, node.vrf_key)
+        return posted.value, posted.gas_used, drawn.gas_used
 
     def _steer_late(self) -> None:
         """Once a late move's block is STEER_BLOCKS away, move time on under the honest parties'

@@ -790,6 +790,41 @@ def test_fuzzer_late_moves_due_in_consecutive_blocks_all_land_before_a_hooked_tr
         del fuzz_world.protocol._send
 
 
+def test_fuzzer_a_dispatchers_wait_for_its_seed_block_lands_a_late_move_in_its_block(fuzz_world):
+    """Regression (the generic fuzzer's seed 291106, runs 12 and 19 of 60): a steering pass batched
+    an honest dispatcher's deferred receipt one block before a late member's last block, and
+    `World.post_and_draw` waited for the batch's seed block with a plain `chain.mine`: that block
+    went by empty, the member never sealed (run 19: node 0, block 425) or opened (run 12: node 6,
+    block 473), and settle took its "missed opening" — a harness fault, not the protocol's. The
+    wait is now mined as the steering mines (`_post_and_draw`). Here a late seal's last block is
+    the wait's first (a schedule of the fuzzer's own; its window is still open on-chain)."""
+    m = _node5_seated(fuzz_world, timing=ALL_LATE)
+    try:
+        a, _ = _worker_opened(m)
+        head = m.reads.head()
+        real = m._late_schedule
+        seat = min(s[2] for s in real() if s[1] == a and s[4] == "seal")
+        due = head + 2  # the batch's post lands in head + 1
+        assert all(s[0] > due for s in real()), (real(), head)
+
+        def sooner():  # the real move still to come, its last block moved to the wait's first
+            return [(due, *s[1:]) for s in real() if (s[1], s[2], s[4]) == (a, seat, "seal") and due > m.reads.head()]
+
+        m._late_schedule = sooner
+        m.nonce += 1
+        before = _votes()
+        run, _ = m._start_batched(m._worker(0, False, m.nonce), 1)
+        del m._late_schedule
+        if run.audit_id:
+            m._track(run, 0, 1, "honest")
+        m._check_invariants()  # reads the seal's event (sealed_at)
+        assert m.sealed_at.get((a, 0), {}).get(seat + 1) == due, (m.sealed_at, due)
+        assert _delta(before, "seal_late_in_last_block") == 1, _votes()
+        m.teardown()  # no honest member lost stake
+    finally:
+        del fuzz_world.protocol._send
+
+
 def test_fuzzer_a_late_batch_past_the_horizon_started_privately_falls_back_and_is_skipped(fuzz_world):
     """Seed 120002's long run: the cheater batched a "late" promise after its receipt's horizon and
     the harness started it privately; a private start cannot prove an expired receipt taken, so the
