@@ -26,13 +26,13 @@ def test_the_spans_hand_checked_on_minimal_and_mainnet():
     assert t.private_fallback == 1 + 10 + 10 + 1 == 22  # a private draw missed: its window, its reveal grace, the lapse
     assert t.round_draw_span == 22 + 1 + 10 + 1 * 21 + 40 == 94
     assert t.round_span == 94 + 20 + 1 + 3 * 20 + 1 == 176  # three open windows: the worker's, the seals, their openings
-    assert t.audit_span == 2 * (176 + 10) - 22 + 5 + 1 == 356  # the escalation round is drawn publicly
-    assert t.leaver_duty_span == 30 + (1 + 10 + 80) + 356 == 477 <= MINIMAL.UNBONDING_BLOCKS == 480
-    assert t.receipt_duty_span == 200 + 356 == 556 and MINIMAL.RECEIPT_HORIZON_BLOCKS - (30 + 91) == 79  # the lag tolerated
+    assert t.audit_span == 3 * (176 + 10) - 22 + 5 + 1 == 542  # the appeal and its decider are drawn publicly
+    assert t.leaver_duty_span == 30 + (1 + 10 + 80) + 542 == 663 <= MINIMAL.UNBONDING_BLOCKS == 670
+    assert t.receipt_duty_span == 200 + 542 == 742 and MINIMAL.RECEIPT_HORIZON_BLOCKS - (30 + 91) == 79  # the lag tolerated
     t = compute_timeline(MAINNET)  # delay 2, draw 100, start 100, commit 50, open 50, dispute 100, proof 50, 2 redraws, horizon 300
     assert t.private_fallback == 2 + 100 + 100 + 1 == 203  # grace 100
-    assert (t.round_draw_span, t.round_span, t.audit_span, t.leaver_duty_span) == (507, 710, 1468, 1970)
-    assert t.receipt_duty_span == 600 + 1468 and MAINNET.RECEIPT_HORIZON_BLOCKS - (300 + 202) == 98
+    assert (t.round_draw_span, t.round_span, t.audit_span, t.leaver_duty_span) == (507, 710, 2278, 2780)
+    assert t.receipt_duty_span == 600 + 2278 and MAINNET.RECEIPT_HORIZON_BLOCKS - (300 + 202) == 98
     assert MAINNET.EPOCH_BLOCKS - t.round_draw_span == 93  # the slack a late redraw has (docs/protocol.md §12)
 
 
