@@ -38,7 +38,7 @@ def test_the_spans_hand_checked_on_minimal_and_mainnet():
 
 def test_a_leaver_is_told_the_block_its_duties_end():
     plan = compute_leaver_schedule(1_000, MINIMAL)
-    assert plan.duties_end_block == 1_477 <= plan.withdraw_from_block == 1_480
+    assert plan.duties_end_block == 1_663 <= plan.withdraw_from_block == 1_670
     assert plan.last_start_block == 1_000 + 30 + 91 and plan.seated_until_block == 1_000 - 1 - 1 + 94
 
 
