@@ -98,7 +98,7 @@ CHEAT_MODES = ("open", "skip", "forge", "late", "withhold")
 TEARDOWN_ROUNDS = 80
 _ROUND_BLOCKS = ((PRESET.MAX_COMMITTEE_REDRAWS + 1) * PRESET.COMMIT_WINDOW_BLOCKS + PRESET.AUDIT_DRAW_DELAY_BLOCKS
                  + 3 * PRESET.OPEN_WINDOW_BLOCKS + PRESET.DISPUTE_WINDOW_BLOCKS + PRESET.PROOF_WINDOW_BLOCKS)  # worker, seals, openings
-BOUND_BLOCKS = 2 * _ROUND_BLOCKS + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS  # round 0, escalation, round 1
+BOUND_BLOCKS = 3 * _ROUND_BLOCKS + 2 * (PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS)  # round 0, the appeal, its decider
 # A claim window extends its round's commit deadline by at most 2 commit windows (publish deadline =
 # claim + commit, commit deadline ≥ publish deadline + commit; a publication within the window adds
 # nothing beyond it): docs/protocol.md §12 "Bounded termination". Counted per window opened.
@@ -389,11 +389,12 @@ class ProtocolMachine(Issue20Rules, ExitRules, SealedVotes, BatchRules, RoundAtt
         if t.mode != "honest" and state.phase == SETTLED:
             assert slashed, f"cheater ({t.mode}) kept its stake: {t.seen}"
         if t.mode != "honest" and state.phase == ABANDONED and not slashed:
-            # §13: its escalation was unheard. Withholding its committee's jobs is no longer a way
+            # §13: its escalation (the appeal, or the decider after an appeal that contradicted
+            # round 0: 15 nodes staff one, the fuzz worlds have 12) was unheard. Withholding its committee's jobs is no longer a way
             # out: an honest member claims, and it publishes (then it is judged) or is slashed.
             # Nor is leaving its own audit's committee undrawn (issue 20): the lapse slashes it as
             # the dispatcher whose duty the draw was.
-            assert state.round == 1 or self._abandon_reason(t.run.audit_id) == "committee never drawn" and t.dispatcher == CHEATER, \
+            assert state.round in (1, 2) or self._abandon_reason(t.run.audit_id) == "committee never drawn" and t.dispatcher == CHEATER, \
                 f"cheater ({t.mode}) escaped by an abandonment: {t.seen}"
 
     def _drive_to_the_end(self) -> None:

@@ -191,6 +191,15 @@ def test_an_honest_worker_passed_by_round_zero_and_failed_by_a_captured_appeal_l
     assert "m2" not in out.credits_wei  # the escalator's bond to the pool
 
 
+def test_a_decider_that_cannot_be_heard_abandons_the_audit_like_an_unheard_appeal():
+    # Never drawn, the pool exhausted, receipts missing: neither contradicting round decides alone.
+    audit = s.AuditRecord("w", (_round("m", (s.DISAGREE,) * 3), _round("x", (s.AGREE,) * 5)), escalator="w",
+                          escalation_bond_wei=PRESET.DISPUTE_BOND_WEI)
+    assert s.needs_decider(audit)
+    out = s.compute_unheard_escalation(audit, "d", 5, withheld=False)
+    assert out.slashed_wei == {} and out.credits_wei == {"w": PRESET.DISPUTE_BOND_WEI} and out.fee_pool_wei == 5
+
+
 def test_two_captured_rounds_are_the_bound_and_a_decider_tie_leaves_round_zero_at_the_penalty():
     failed, passing, failing = _round("m", (s.DISAGREE,) * 3), _round("x", (s.AGREE,) * 5), _round("y", (s.DISAGREE,) * 5)
     captured = s.AuditRecord("w", (failed, passing, _round("y", (s.AGREE,) * 5)), escalator="w", escalation_bond_wei=PRESET.DISPUTE_BOND_WEI)

@@ -15,7 +15,7 @@ from verillm.spec.audit import compute_escalation_seed
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import Preset
 from verillm.spec.settlement import (AGREE, DISAGREE, FAIL, PASS, TIE, WORKER_DEFAULT, AuditRecord, MemberRecord, RoundRecord, compute_settlement,
-                                     compute_slash, compute_slash_split, compute_round_verdict)
+                                     compute_slash, compute_slash_split, compute_round_verdict, needs_decider)
 from verillm.sim.appeals import charge_silent_seats, choose_escalator, is_lazy, cross_round_hunts, griefer_escalator, griefer_votes, undo_proportionality
 from verillm.sim.rules import RuleSet
 from verillm.spec.constants import BPS
@@ -114,6 +114,10 @@ class Outcome:
     hunt_credits_wei: dict = field(default_factory=dict)
     """The hunters' rewards for ``hunted_wei``."""
     escalator: int | None = None
+    decided_by_decider: bool = False
+    """The appeal contradicted round 0: a decider round was entered (`RuleSet.decider_round`)."""
+    decider_unheard: bool = False
+    """The decider could not be staffed: the audit was abandoned (nobody slashed, the bond back)."""
     unheard_escalation: bool = False
     """The escalation could not be staffed and the rules abandon the audit for it (nobody slashed)."""
     undelivered: bool = False
@@ -176,6 +180,14 @@ def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, se
             out.unheard_escalation = ctx.rules.unheard_escalation_abandons
         else:
             rounds.append(second)
+            if ctx.rules.decider_round and needs_decider(AuditRecord(f"n{worker}", (first.record(), second.record()))):
+                decider = _round_with_fresh(ctx, out, worker, dispatcher, cheated, keccak256(esc_seed + b"decider"),
+                                            ctx.preset.ESCALATION_COMMITTEE_SIZE, excluded, favoured or hostile, rng, appeal=True)
+                out.decided_by_decider = True
+                if decider is None:  # unheard: the audit is abandoned, as after an unheard appeal
+                    out.unheard_escalation = out.decider_unheard = True
+                else:
+                    rounds.append(decider)
     return _finish(ctx, out, worker, dispatcher, rounds, cheated, escalator)
 
 

@@ -74,6 +74,11 @@ contract Ledger is Adversary {
         return seats > 0 && 2 * bad >= seats;
     }
 
+    /// How many of the audit's rounds (round 0, the appeal, its decider) the colluders hold at least half of.
+    function _capturedRounds(uint256 a) internal view returns (uint256 n) {
+        for (uint8 r = 0; r < 3; r++) if (_captured(a, r)) n++;
+    }
+
     function _decidedLog(Vm.Log memory l) internal {
         uint256 a = uint256(l.topics[1]);
         (uint8 round, uint8 verdict, uint8 agree, uint8 disagree) = abi.decode(l.data, (uint8, uint8, uint8, uint8));
@@ -89,7 +94,9 @@ contract Ledger is Adversary {
     function _settledLog(uint256 a) internal {
         _count("audit settled");
         _note(a, "settled");
-        if (convicted[a] && !punished[a] && registry.getStake(actors[CHEATER_NODE].addr) >= initialStake[CHEATER_NODE]) {
+        // Issue 34: the verdict two rounds agree on is final, so a conviction by an honest round
+        // is undone only when two other rounds were captured (the appeal and its decider).
+        if (convicted[a] && !punished[a] && _capturedRounds(a) < 2 && registry.getStake(actors[CHEATER_NODE].addr) >= initialStake[CHEATER_NODE]) {
             _record(string.concat("convicted: the cheater's audit ", vm.toString(a), " was decided FAIL by an honest majority and settled; the cheater kept its stake (", _moveName(), ")"));
         }
     }
@@ -143,17 +150,17 @@ contract Ledger is Adversary {
     }
 
     /// LEDGER's bound (tests/contracts/fuzz_ledger.py): 0, MEMBER_PENALTY_BPS of the stake for a
-    /// minority vote, missed opening or overturn in a captured round, the stake when both rounds
-    /// were captured (§13's priced framing residual).
+    /// minority vote, missed opening or overturn in a captured round, the stake when two rounds
+    /// were captured (§13's priced framing residual: round 0 and the appeal, or the decider and either).
     function _bound(string memory rule, uint256 a, uint256 stakeBefore) internal view returns (uint256) {
         if (a == type(uint256).max) return 0;
         bytes32 h = keccak256(bytes(rule));
         uint8 round = jobs.getAudit(a).round;
         if (h == keccak256("Jobs.missed opening or minority vote") || h == keccak256("Jobs.overturned")) {
-            return _captured(a, round) ? stakeBefore * memberPenaltyBps / 10_000 : 0;
+            return _captured(a, round) || _capturedRounds(a) > 0 ? stakeBefore * memberPenaltyBps / 10_000 : 0;
         }
         if (h == keccak256("Jobs.failed audit")) {
-            return round >= 1 && _captured(a, 0) && _captured(a, 1) ? stakeBefore : 0;
+            return _capturedRounds(a) >= 2 ? stakeBefore : 0;
         }
         return 0;
     }
