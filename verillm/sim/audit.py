@@ -371,7 +371,8 @@ def _settle(ctx, out, worker, rounds, escalator):
     contest = out.contest if out.contest is not None and rounds[-1].worker_opened else None
     out.contested = contest is not None
     audit = AuditRecord(f"n{worker}", records, worker_slashed=bool(contest and not contest.answered),
-                        escalator=f"n{escalator}" if escalator is not None else None, escalation_bond_wei=bond)
+                        escalator=f"n{escalator}" if escalator is not None else None, escalation_bond_wei=bond,
+                        appeal_is_final=not rules.decider_round)
     if rules.minority_penalty_bps is not None:  # a rule set older than MEMBER_PENALTY_BPS
         preset = preset.replace(MEMBER_PENALTY_BPS=min(rules.minority_penalty_bps, preset.SLASH_FRACTION_BPS))
     stakes = {f"n{s}": pool.stake_wei(s) for r in rounds for s in r.seats}

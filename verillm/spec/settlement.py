@@ -47,6 +47,9 @@ class AuditRecord:
     worker_slashed: bool = False
     escalator: str | None = None
     escalation_bond_wei: int = 0
+    appeal_is_final: bool = False
+    """The rules before the decider round (the simulator's older rule sets): the appeal's verdict
+    is final even against round 0's, its FAIL of a round-0 PASS or TIE at the penalty."""
 
 
 @dataclass
@@ -117,7 +120,7 @@ def compute_final_verdict(audit: AuditRecord) -> int:
     """Return the verdict `Jobs.settle` settles ``audit`` on: its last round's, except a decider's
     TIE (no two rounds agree), where round 0's majority stands — a FAIL then takes only the penalty
     (`is_worker_penalty_only`). Raises `InvalidInput` for an audit that enters its decider instead."""
-    if needs_decider(audit):
+    if needs_decider(audit) and not audit.appeal_is_final:
         raise InvalidInput("the appeal contradicts round 0: the audit enters its decider round, it does not settle")
     own = compute_round_verdict(audit, audit.rounds[-1])
     return compute_majority(audit.rounds[0]) if len(audit.rounds) == 3 and own == TIE else own
@@ -131,6 +134,8 @@ def is_worker_penalty_only(audit: AuditRecord, verdict: int) -> bool:
     verdict of one round never takes the whole stake. A default (no opening, a lost contest), an
     unappealed FAIL and two rounds failing it (round 0 and the appeal, or the decider and either
     one) are slashed in full."""
+    if audit.appeal_is_final:
+        return verdict == FAIL and compute_majority(audit.rounds[0]) != FAIL
     own = compute_round_verdict(audit, audit.rounds[-1])
     return verdict == FAIL and (own != FAIL or compute_majority(audit.rounds[0]) == TIE)
 
