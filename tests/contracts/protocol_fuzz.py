@@ -343,7 +343,7 @@ class ProtocolMachine(Issue20Rules, ExitRules, SealedVotes, BatchRules, RoundAtt
         calls += [(jobs, "getAudit", (t.run.audit_id,)) for t in self.audits]
         calls += [(jobs, "getRoundState", (t.run.audit_id, 0)) for t in self.audits]
         calls += [(self.coverage.raw, "getClaim", (i,)) for i in range(1, claims + 1)]
-        calls += [(self.delivery.raw, "getClaimBonds", (t.run.audit_id, r)) for t in self.audits for r in (0, 1)]
+        calls += [(self.delivery.raw, "getClaimBonds", (t.run.audit_id, r)) for t in self.audits for r in (0, 1, 2)]
         got = read_batch(self.rpc, calls)
         registry_wei, jobs_wei, disputes_wei, coverage_wei, pool, delivery_wei = got[:6]
         at = 6
@@ -355,7 +355,7 @@ class ProtocolMachine(Issue20Rules, ExitRules, SealedVotes, BatchRules, RoundAtt
         first_rounds, at = got[at:at + len(self.audits)], at + len(self.audits)
         omission_claims, claim_bonds = got[at:at + claims], got[at + claims:]
         bonds = sum(p.preset.DISPUTE_BOND_WEI for e, v in zip(extras, views, strict=True)
-                    if int(e[3], 16) != 0 and v[4] == 1 and v[5] not in (SETTLED, ABANDONED))
+                    if int(e[3], 16) != 0 and v[4] >= 1 and v[5] not in (SETTLED, ABANDONED))  # the appeal's or its decider's
         assert registry_wei == sum(row[0] for row in node_rows), "Registry balance != stakes"
         held = compute_private_draw_bond(p.preset) * sum(1 for s in first_rounds if s[12])  # privateDraw: its start's bond held
         assert jobs_wei == sum(credits) + pool + bonds + held, "Jobs balance != credits + pool + escalation bonds + private-draw bonds"
