@@ -148,10 +148,11 @@ class _Round:
 
 
 def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, seed: bytes, rng: np.random.Generator, audit_id: int = 0,
-              escalation_seed: bytes | None = None, contest: Contest | None = None) -> Outcome:
+              escalation_seed: bytes | None = None, contest: Contest | None = None, decider_seed: bytes | None = None) -> Outcome:
     """Simulate one audit of a job served by ``worker`` and batched by ``dispatcher``.
     ``escalation_seed``: the escalation committee's seed (default: derived from ``seed``; a
-    replay on the contracts passes the one the chain drew). ``contest``: the worker's opening is
+    replay on the contracts passes the one the chain drew; ``decider_seed`` likewise for the
+    decider round). ``contest``: the worker's opening is
     contested in the final round's dispute window (grief-contest)."""
     out = Outcome(cheated=cheated, contest=contest)
     adv = ctx.pool.adversarial
@@ -181,7 +182,7 @@ def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, se
         else:
             rounds.append(second)
             if ctx.rules.decider_round and needs_decider(AuditRecord(f"n{worker}", (first.record(), second.record()))):
-                decider = _round_with_fresh(ctx, out, worker, dispatcher, cheated, keccak256(esc_seed + b"decider"),
+                decider = _round_with_fresh(ctx, out, worker, dispatcher, cheated, decider_seed or keccak256(esc_seed + b"decider"),
                                             ctx.preset.ESCALATION_COMMITTEE_SIZE, excluded, favoured or hostile, rng, appeal=True)
                 out.decided_by_decider = True
                 if decider is None:  # unheard: the audit is abandoned, as after an unheard appeal
