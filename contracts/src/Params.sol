@@ -106,8 +106,9 @@ library Params {
             + t.claimExtension;
         t.roundSpan = t.roundDrawSpan + commit + p.auditDrawDelayBlocks + 3 * uint256(p.openWindowBlocks) + 1;
         t.startSpan = uint256(p.auditDrawDelayBlocks) + p.drawWindowBlocks + p.startWindowBlocks;
-        // round 0 may carry the private fallback; the appeal and its decider are drawn publicly
-        t.auditSpan = 3 * (t.roundSpan + p.disputeWindowBlocks) - t.privateFallback + p.proofWindowBlocks + 1;
+        // round 0 may carry the private fallback; the appeal and its decider are drawn publicly;
+        // the decider is entered by the appeal's settle, which waits out a contest (proof + 1)
+        t.auditSpan = 3 * (t.roundSpan + p.disputeWindowBlocks) - 2 * t.privateFallback + 2 * (uint256(p.proofWindowBlocks) + 1);
         t.leaverDutySpan = uint256(p.auditHorizonBlocks) + t.startSpan + t.auditSpan;
         t.receiptDutySpan = uint256(p.receiptHorizonBlocks) + t.auditSpan;
     }
