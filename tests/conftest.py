@@ -35,6 +35,17 @@ def build_job(engine, input_tokens, max_new_tokens: int = 16, sampling: Sampling
     )
 
 
+SESSION_DEVNET_FIXTURES = ("two_cheater_devnet",)
+"""Session-scoped devnets (tests/e2e/conftest.py): ten node processes that stay up until the session
+ends. Their tests run last, so nothing else runs beside the network (CI ran every later test next to it)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Move the tests of a session-scoped devnet to the end of the run (a stable sort: the order
+    within each group is kept), so the network is stopped as soon as its last test is done."""
+    items.sort(key=lambda item: any(name in getattr(item, "fixturenames", ()) for name in SESSION_DEVNET_FIXTURES))
+
+
 @pytest.fixture(autouse=True)
 def _torch_threads_left_as_found():
     """Fail a test that leaves torch at another intra-op thread count: fp32 sums split over more

@@ -3,7 +3,7 @@ rendered as the report's state line, its `caught` lines (every slash with node, 
 and the `--json` body. The same derivation backs the status body, the explorer and the devnet.
 """
 
-from verillm.chain.events import ChainEvent
+from verillm.chain.events import ChainEvent, get_events
 from verillm.spec.outcome import AuditOutcome, EventRecord, Slash, compute_audit_outcome, compute_counted_tally, compute_eth_text, compute_outcome_dict, compute_tx_key
 
 WEI_PER_ETH = 10**18
@@ -15,12 +15,12 @@ def compute_event_record(event: ChainEvent) -> EventRecord:
 
 def get_audit_records(events: list[ChainEvent], audit_id: int) -> list[EventRecord]:
     """The events `compute_audit_outcome` reads for ``audit_id``: those carrying its id, its contests'
-    `ContestLost` (they name no audit) and the Registry's `Slashed` of the same transactions."""
+    `ContestLost` (they name no audit) and the Registry's `Slashed` and Jobs' `Credited` of the same transactions."""
     own = [e for e in events if e.args.get("auditId") == audit_id]
     contests = {e.args["contestId"] for e in own if e.name == "Contested"}
-    txs = {e.tx_hash for e in own}
     lost = [e for e in events if e.name == "ContestLost" and e.args["contestId"] in contests]
-    taken = [e for e in events if e.name == "Slashed" and e.tx_hash in txs | {e.tx_hash for e in lost}]
+    txs = {e.tx_hash for e in own + lost}
+    taken = [e for e in events if e.name in ("Slashed", "Credited") and e.tx_hash in txs]
     return [compute_event_record(e) for e in own + lost + taken]
 
 
@@ -90,3 +90,54 @@ def compute_report_json(auditor, shown: list, findings: list) -> dict:
             "audits": audits, "caught": list(auditor.caught),
             "findings": [{"severity": f.severity, "subject": f.subject, "detail": f.detail} for f in shown],
             "inconsistencies": sum(1 for f in findings if f.severity == "inconsistent")}
+
+
+# --- `verillm audit replay`: what the chain decided, beside the replay's own verdict ---------------
+
+AGREEING = {"pass": True, "fail": False, "worker-default": False}
+"""A round verdict the replay's verdict can agree with: ACCEPT is pass, REJECT is fail (a tie decides nothing)."""
+
+
+def read_audit_outcome(chain, deployment, audit_id: int, receipt_hash: bytes) -> AuditOutcome | str:
+    """Return what the chain decided for audit ``audit_id`` (`verillm.spec.outcome` over its events, read
+    with `get_events` as `audit chain` reads them), or why there is nothing to show: no such audit, or
+    an audit of another receipt than the replayed one (evidence naming the wrong audit)."""
+    from verillm.chain.protocol import Protocol
+
+    protocol = Protocol(chain, deployment)
+    events = get_events(chain, [protocol.jobs, protocol.batches, protocol.disputes, protocol.delivery, protocol.registry], deployment.start_block)
+    started = next((e for e in events if e.name == "AuditStarted" and e.args["auditId"] == audit_id), None)
+    if started is None:
+        return f"no audit {audit_id} on this chain (head {chain.get_block_number()}): is --addresses this job's deployment?"
+    if bytes(started.args["receiptHash"]) != receipt_hash:
+        return f"audit {audit_id} on this chain is of receipt 0x{bytes(started.args['receiptHash']).hex()}, not the replayed 0x{receipt_hash.hex()}"
+    return compute_outcome(events, audit_id)
+
+
+def format_chain_decision(outcome: AuditOutcome) -> list[str]:
+    """The chain's decision as the replay report ends with it: the state, each round's verdict and the
+    votes that counted (a proven lie named, not counted), every slash and penalty with node, rule and
+    amount (`format_slash`, the lines of `audit chain`), and who was paid."""
+    lines = [f"  audit {outcome.audit_id}: {outcome.state}" + (f", verdict {outcome.verdict}" if outcome.state == "settled" else "")
+             + (f" in round {outcome.abandoned_round} ({outcome.abandoned_reason})" if outcome.state == "abandoned" else "")]
+    for decision in outcome.rounds:
+        agree, disagree = compute_counted_tally(outcome, decision.round_index)
+        votes = sorted((v for v in outcome.votes if v.round_index == decision.round_index), key=lambda v: v.slot)
+        lines.append(f"  round {decision.round_index}: {decision.verdict}; votes that counted: {agree} agree, {disagree} disagree")
+        lines += [f"    seat {v.slot} {v.node}: {'agree' if v.vote == 1 else 'disagree'}" + ("" if v.counted else " — proven a lie, not counted") for v in votes]
+    lines += [f"  slashed: {format_slash(outcome.audit_id, s).split(': ', 1)[1]}" for s in outcome.slashes] or ["  slashed: nobody"]
+    lines += [f"  paid: {p.node} {compute_eth_text(p.amount_wei)} ETH (block {p.block_number})" for p in outcome.paid] or ["  paid: nobody"]
+    return lines
+
+
+def format_agreement(outcome: AuditOutcome, round_index: int, replay_accepts: bool) -> str:
+    """Whether the replay's verdict agrees with the verdict the chain gave the round it replayed."""
+    mine = "ACCEPT" if replay_accepts else "REJECT"
+    decision = next((d for d in outcome.rounds if d.round_index == round_index), None)
+    if decision is None:
+        return f"replay vs chain: the chain has not decided round {round_index} (audit {outcome.state}); the replay says {mine}"
+    if decision.verdict not in AGREEING:
+        return f"replay vs chain: round {round_index} decided {decision.verdict}, which neither passes nor fails the worker; the replay says {mine}"
+    agrees = AGREEING[decision.verdict] == replay_accepts
+    return (f"replay vs chain: {'AGREE' if agrees else 'DISAGREE'} — the replay says {mine}, the chain's round {round_index} verdict is "
+            f"{decision.verdict}" + ("" if outcome.state != "settled" or outcome.verdict == decision.verdict else f" (settled {outcome.verdict} after the appeal)"))

@@ -16,10 +16,27 @@ def _hex(value: bytes, digits: int = 12) -> str:
     return "0x" + value.hex()[:digits] + "…"
 
 
-def format_replay(replay) -> str:
-    """Return the full replay report of a `verillm.verifier.replay.Replay`."""
+NOT_READ = "not read (no --rpc-url)"
+
+
+def format_replay(replay, chain: "AuditOutcome | str" = NOT_READ) -> str:
+    """Return the full replay report of a `verillm.verifier.replay.Replay`, ending with what the chain
+    decided for that audit: ``chain`` its outcome (`verifier.chain_outcome.read_audit_outcome`), or a
+    line saying why it was not read."""
     lines = _header(replay) + [""] + _cell_table(replay) + [""] + _layer_table(replay) + [""] + _token_lines(replay)
-    return "\n".join(lines + [""] + _verdict_lines(replay))
+    return "\n".join(lines + [""] + _verdict_lines(replay) + [""] + _chain_lines(replay, chain))
+
+
+def _chain_lines(replay, chain) -> list[str]:
+    from verillm.verifier.chain_outcome import format_agreement, format_chain_decision
+
+    if replay.case.audit_id is None:
+        return ["chain decision: none (the evidence names no on-chain audit)"]
+    if isinstance(chain, str):
+        return [f"chain decision: {chain}"]
+    accepts = replay.result.accepted and not replay.signature.startswith("INVALID")
+    return (["chain decision (verillm/spec/outcome.py over the audit's events, as `verillm audit chain` reads them):"]
+            + format_chain_decision(chain) + [format_agreement(chain, replay.case.round, accepts)])
 
 
 def _header(replay) -> list[str]:

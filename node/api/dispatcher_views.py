@@ -5,9 +5,11 @@ from aiohttp import web
 
 from verillm.errors import NotBatched, NotFound
 from verillm.node.api.access import verify_reader
+from verillm.node.api.explorer_clock import BlockClock
+from verillm.node.api.http import get_base_url
 from verillm.node.appkeys import APP_DOMAIN, APP_SERVICE
 from verillm.node.dispatcher.promises import find_stored_inclusion
-from verillm.node.dispatcher.status import compute_job_status
+from verillm.node.dispatcher.status import compute_job_deadlines, compute_job_status, is_waiting
 from verillm.node.store.evidence import compute_evidence, get_evidence_parties
 from verillm.wire import from_hex, to_hex
 
@@ -34,11 +36,32 @@ async def get_dispatch_status(request: web.Request) -> web.Response:
     service = require_dispatch_service(request)
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     body = compute_job_status(service.tables, job_hash, service.watcher.head, service.chainio.preset)
-    return web.json_response(body)
+    return web.json_response(await add_job_deadlines(service, name_own_worker(request, body)))
+
+
+def name_own_worker(request: web.Request, body: dict) -> dict:
+    """Fill ``worker_url`` for a job this node ran itself (the store keeps '' for its own worker): a
+    client reads the worker's job route from it, wherever the job ran."""
+    if body.get("worker_url") == "":
+        body["worker_url"] = get_base_url(request)
+    return body
+
+
+async def add_job_deadlines(service, body: dict) -> dict:
+    """Add the deadline the job's current step waits on, the block it is final by at the latest and this
+    node's seconds per block (`compute_job_deadlines`); an open audit's round is read from Jobs, so its
+    deadlines are the ones the contract enforces."""
+    chainio, audit, batch = service.chainio, body.get("audit"), body.get("batch")
+    if batch is not None and batch["status"] in ("drawn", "started") and batch["drawn_block"] is None:  # drawn by this node, its event not read yet
+        batch["drawn_block"] = (await chainio.read_for_clients(chainio.protocol.get_batch, batch["batch_id"]))["drawn_block"] or None
+    open_audit = audit is not None and audit["status"] == "open"
+    round_state = await chainio.read_for_clients(chainio.protocol.get_round_state, audit["audit_id"]) if open_audit else None
+    seconds_per_block = await BlockClock.of(service).get_seconds_per_block(body["head"]) if is_waiting(body) else None  # no read once final
+    return compute_job_deadlines(service.tables, body, chainio.preset, round_state, seconds_per_block)
 
 
 async def get_dispatch_evidence(request: web.Request) -> web.Response:
-    """The public data to replay a dispatched job's audit: job, output, receipts, proven openings."""
+    """The data to replay a dispatched job's audit (job, output, receipts, proven openings), for its requester and the audit's parties."""
     service = require_dispatch_service(request)
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     verify_reader(request, job_hash, get_evidence_parties(service.tables, job_hash))  # who asks, before any work: node/api/access.py

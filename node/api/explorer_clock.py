@@ -5,7 +5,7 @@ from verillm.node.store.explorer_tables import ExplorerTables
 
 MAX_READS_PER_BODY = 128  # block headers read for one response; the rest show their number alone until a later one
 BLOCK_KEYS = ("block", "posted_block", "started_block", "ended_block", "registered_block", "from_block", "by_block", "read_at_block",
-              "start_window_ends", "last_hour_from_block", "series_blocks")
+              "phase_ends_block", "final_by_block", "drawn_block", "unbonding_end_block", "start_window_ends", "last_hour_from_block", "series_blocks")
 RATE_SPAN_BLOCKS = 100
 
 
@@ -74,5 +74,14 @@ class BlockClock:
         blocks = sorted({b for b in compute_blocks_named(body) if 0 <= b <= head} | {head, start})
         times = await self.get_times(blocks)
         body["block_times"] = {str(b): t for b, t in times.items()}
-        rate = (times[head] - times[start]) / (head - start) if head > start and head in times and start in times else None
-        body["clock"] = {"head": head, "head_time": times.get(head), "seconds_per_block": rate}
+        body["clock"] = {"head": head, "head_time": times.get(head), "seconds_per_block": compute_seconds_per_block(times, head)}
+
+    async def get_seconds_per_block(self, head: int) -> float | None:
+        """Seconds per block over the last RATE_SPAN_BLOCKS blocks (None before a second block)."""
+        return compute_seconds_per_block(await self.get_times(sorted({max(head - RATE_SPAN_BLOCKS, 0), head})), head)
+
+
+def compute_seconds_per_block(times: dict[int, int], head: int) -> float | None:
+    """The mean block interval from the block RATE_SPAN_BLOCKS before ``head`` (or 0) to ``head``, from their timestamps."""
+    start = max(head - RATE_SPAN_BLOCKS, 0)
+    return (times[head] - times[start]) / (head - start) if head > start and head in times and start in times else None

@@ -29,7 +29,7 @@ from web3 import Web3
 from verillm.errors import InvalidInput, NotFound
 from verillm.spec.outcome import PENALTY_RULES
 
-from verillm.node.api.dispatcher_views import get_serving, require_dispatch_service
+from verillm.node.api.dispatcher_views import add_job_deadlines, get_serving, name_own_worker, require_dispatch_service
 from verillm.node.api.explorer_audit import compute_next_step
 from verillm.node.api.explorer_bodies import compute_audit_body, compute_job_body, compute_job_row
 from verillm.node.api.explorer_clock import BlockClock, compute_block_edges
@@ -237,6 +237,7 @@ async def get_job_timeline(request: web.Request) -> web.Response:
     service = require_dispatch_service(request, "it has no network view")
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     body = compute_job_body(service.tables, _explorer(service), job_hash, service.watcher.head, service.chainio.preset)
+    body = await add_job_deadlines(service, name_own_worker(request, body))
     if body["audit_detail"] is not None and body["audit_detail"]["outcome"] == "open":
         body["audit_detail"]["next"] = await _next_step(service, body["audit_detail"])
     body["links"] = {"status": f"/v1/verillm/audits/0x{job_hash.hex()}", "evidence": f"/v1/verillm/audits/0x{job_hash.hex()}/evidence",

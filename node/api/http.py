@@ -53,6 +53,10 @@ def get_status_url(request: web.Request, job_hash: bytes) -> str:
     the client can also read the job route of the node that answered.
     """
     config = request.app[APP_CONFIG]
-    base = config.server.public_url.rstrip("/") or str(request.url.origin())
     route = "audits" if config.dispatcher.enabled else "jobs"
-    return f"{base}/v1/verillm/{route}/0x{job_hash.hex()}?token={compute_read_token(request.app[APP_KEY], job_hash)}"
+    return f"{get_base_url(request)}/v1/verillm/{route}/0x{job_hash.hex()}?token={compute_read_token(request.app[APP_KEY], job_hash)}"
+
+
+def get_base_url(request: web.Request) -> str:
+    """This node's URL as its clients reach it: the configured public URL, else the one the request used."""
+    return request.app[APP_CONFIG].server.public_url.rstrip("/") or str(request.url.origin())

@@ -96,7 +96,15 @@ SCHEMAS: dict[str, dict] = {
         "job_hash": HASH, "worker": ADDRESS, "worker_url": {"type": ["string", "null"]}, "receipt_hash": HASH, "audit_requested": {"type": "boolean"},
         "status": {"enum": ["dispatched", "committed", "audited", "verified", "final", "slashed", "tie", "abandoned"]},
         "head": UINT,
-        "batch": _object({"batch_id": UINT, "index": UINT, "posted_block": NULLABLE_UINT, "status": {"type": "string"}}),
+        "phase_deadline": {"enum": ["batch_by", "draw_by", "start_by", "round_draw_by", "reveal_by", "publish_by", "commit_by", "worker_open_by",
+                                    "members_open_by", "dispute_by", None],
+                           "description": "the contract deadline the current step waits on (verillm/spec/deadlines.py); null once final"},
+        "phase_ends_block": {**NULLABLE_UINT, "description": "the last block of that deadline's window (the contract's own, Jobs.getRoundState for an audit)"},
+        "final_by_block": {**NULLABLE_UINT, "description": "the latest block the job is final by, whatever every party does; null once final"},
+        "seconds_per_block": {"type": ["number", "null"], "minimum": 0,
+                              "description": "this node's mean block interval over its last 100 blocks: time left is an estimate from it"},
+        "batch": _object({"batch_id": UINT, "index": UINT, "posted_block": NULLABLE_UINT, "status": {"type": "string"},
+                          "drawn_block": {**NULLABLE_UINT, "description": "the block its audit draw landed in (AuditDrawn)"}}),
         "audit": _object({
             "audit_id": UINT, "status": {"enum": ["open", "settled", "abandoned"]}, "requested": {"type": "boolean"},
             "committee": {"type": "array", "items": ADDRESS}, "votes": {"type": "object", "additionalProperties": UINT},
@@ -104,7 +112,7 @@ SCHEMAS: dict[str, dict] = {
             "slashed": {"type": "array", "items": _object({"node": ADDRESS, "amount_wei": NULLABLE_UINT, "reason": {"type": "string"},
                                                            "penalty": {"type": "boolean"}})},
         }, required=("audit_id", "status", "committee", "votes", "round_verdict", "verdict", "slashed")),
-    }, required=("job_hash", "worker", "receipt_hash", "status", "head"),
+    }, required=("job_hash", "worker", "receipt_hash", "status", "head", "phase_deadline", "phase_ends_block", "final_by_block", "seconds_per_block"),
         description="Where a job this node dispatched stands (node/dispatcher/status.py); `batch` once posted, `audit` once started. "
                     "The SDK's phases (verillm/client/phases.py) are read from it."),
     "DispatcherInfo": _object({
@@ -137,7 +145,8 @@ SCHEMAS: dict[str, dict] = {
                                "audit_id": UINT, "worker": ADDRESS, "started_block": UINT, "ended_block": NULLABLE_UINT,
                                "outcome": {"enum": ["open", "pass", "fail", "tie", "worker-default", "abandoned"]}})}}),
     }, description="The network a gateway sees (node/api/network_views.py); every protocol value read from the chain."),
-    "Evidence": {"type": "object", "description": "The public data to replay an audit: job, output, receipts, proven openings (node/store/evidence.py)."},
+    "Evidence": {"type": "object", "description": "The data to replay an audit: job, output, receipts, proven openings (node/store/evidence.py); "
+                                                 "it holds the prompt: only the requester and the audit's parties read it."},
     "ExplorerBody": {"type": "object", "description": "A body the explorer page reads (node/api/explorer_views.py); its fields follow the page, not a contract."},
     "OpenApiDocument": _object({"openapi": {"const": "3.1.0"}, "info": {"type": "object"}, "paths": {"type": "object"}, "components": {"type": "object"}},
                                required=("openapi", "info", "paths")),

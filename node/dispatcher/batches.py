@@ -22,6 +22,7 @@ import time
 from verillm.chain.protocol import ZERO32
 from verillm.spec import audit as spec_audit
 from verillm.spec.audit import compute_draw_commitment, compute_private_draw_bond
+from verillm.spec.deadlines import compute_batch_draw_by
 from verillm.spec.receipt import compute_receipt_hash
 
 from verillm.node.dispatcher.deadlines import Due
@@ -97,17 +98,17 @@ class BatchScheduler:
 
     async def advance_posted(self, batch: dict, head: int) -> None:
         """Draw the batch once its seed block is mined (and before the draw window closes)."""
-        delay, window = self.chainio.preset.AUDIT_DRAW_DELAY_BLOCKS, self.chainio.preset.DRAW_WINDOW_BLOCKS
-        seed_block = batch["posted_block"] + delay
+        preset = self.chainio.preset
+        seed_block, draw_by = batch["posted_block"] + preset.AUDIT_DRAW_DELAY_BLOCKS, compute_batch_draw_by(batch["posted_block"], preset)
         if head <= seed_block:
             return
         on_chain = await self.chainio.read(self.chainio.protocol.batches.call, "getBatch", batch["batch_id"])
-        if on_chain[5] == 0 and head > seed_block + window:
-            self.tables.update_batch(batch["id"], status="missed", error=f"draw window closed at block {seed_block + window}")
+        if on_chain[5] == 0 and head > draw_by:
+            self.tables.update_batch(batch["id"], status="missed", error=f"draw window closed at block {draw_by}")
             log.error("batch %d: missed its draw window; the dispatcher is slashable", batch["batch_id"])
             return
         if on_chain[5] == 0:
-            due = Due(f"draw_audit:{batch['batch_id']}", "draw_audit", seed_block + window, lead_blocks=window // 2)  # a missed draw is slashed
+            due = Due(f"draw_audit:{batch['batch_id']}", "draw_audit", draw_by, lead_blocks=preset.DRAW_WINDOW_BLOCKS // 2)  # a missed draw is slashed
             self.chainio.duties.expect(due)
             try:
                 await self.chainio.send("draw_audit", batch["batch_id"], self.vrf_secret_key, batch_id=batch["batch_id"], due=due)

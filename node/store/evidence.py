@@ -24,7 +24,7 @@ def get_evidence_parties(tables: DispatcherTables, job_hash: bytes) -> set[bytes
 
 
 def compute_evidence(tables: DispatcherTables, job_hash: bytes, domain: SigningDomain | None = None) -> dict:
-    """Return the public data an auditor replays a job from (`verillm audit replay`).
+    """Return the data an auditor replays a job from (`verillm audit replay`; the route serves it to the requester and the audit's parties).
 
     The job, its output and the worker's signed receipt; per audit round, the challenge seed,
     the committee's verification jobs and receipts, and every opening this dispatcher proved

@@ -158,10 +158,11 @@ class ExplorerTables:
 
     def get_outcome_events(self, audit_id: int) -> list[dict]:
         """What `verillm.spec.outcome` reads for one audit: its events, its contests' `ContestLost` (they
-        name no audit) and the Registry's `Slashed` of the same transactions (an adjudication's amount)."""
+        name no audit) and the Registry's `Slashed` (an adjudication's amount) and Jobs' `Credited` (who was
+        paid) of the same transactions."""
         own = self.get_audit_events(audit_id)
         lost = [e for e in self.get_contest_events(sorted({e["contest_id"] for e in own if e["name"] == "Contested"})) if e["name"] == "ContestLost"]
-        taken = [e for e in self.get_txs_events(sorted({e["tx_hash"] for e in own + lost})) if e["name"] == "Slashed"]
+        taken = [e for e in self.get_txs_events(sorted({e["tx_hash"] for e in own + lost})) if e["name"] in ("Slashed", "Credited")]
         return own + lost + taken
 
     def get_outcome(self, audit_id: int, worker: str | None = None) -> AuditOutcome | None:

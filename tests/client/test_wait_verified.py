@@ -30,6 +30,12 @@ def test_wait_verified_follows_an_audit_to_its_verdict(tmp_path):
         assert all(ORDER.index(a) <= ORDER.index(b) for a, b in zip(names, names[1:])), names
         assert names[-1] == "final" and phases[-1].final and "verified" in names, names
         assert {"committee", "voting"} & set(names), names
+        # each open phase named the contract deadline it waited on and the latest final block (verillm/spec/deadlines.py)
+        # (a `verified` read after the chain settled, before the dispatcher recorded it, waits on no deadline: nothing is left)
+        assert all(p.deadline and p.phase_ends_block and p.final_by_block and p.seconds_per_block is not None
+                   for p in phases if not p.final and p.name != "verified"), [p.line() for p in phases]
+        assert any(p.deadline == "dispute_by" for p in phases if p.name == "verified"), [p.line() for p in phases]
+        assert {p.deadline for p in phases} & {"round_draw_by", "reveal_by", "commit_by", "worker_open_by", "members_open_by", "dispute_by"}
 
 
 ORDER = ["served", "batched", "drawn", "audit_started", "committee", "voting", "verified", "final"]

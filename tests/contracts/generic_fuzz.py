@@ -30,6 +30,7 @@ the rule, the call that took it, the run's rule path) and the run goes on; other
 import json
 import os
 
+from eth_abi import decode as abi_decode
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 
@@ -52,6 +53,7 @@ GENERIC_ADVERSARIES = frozenset({5, 8, 9, 10, 11})
 ADVERSARY_TOP_UP = {5: 1}  # × MIN_STAKE_WEI, before the first epoch
 FAIL = 2  # AuditCodes.FAIL
 DELIVERY_CLAIMED = "0x" + keccak256(b"DeliveryClaimed(uint256,uint8,uint8,address,uint64)").hex()
+CLAIM_BONDS_RESOLVED = "0x" + keccak256(b"ClaimBondsResolved(uint256,uint8,address,uint256,uint256)").hex()
 SERVE_WEIGHT = 6  # `new_audit`'s aliases (`_serve_alias`)
 DEFERRING_DISPATCHERS = (0, 1, 3)
 DEFER_MAX_BLOCKS = PRESET.BATCH_BY_BLOCKS * 2 // 3
@@ -203,18 +205,41 @@ class LedgerChecks:
 
     def _check_false_claims(self) -> None:
         """Standing (issue 34): a delivery claim by a colluder whose job an honest dispatcher sent
-        (so the claim is false) costs its author something in that audit."""
+        (so the claim is false) pays for the publication it forced. The cost is the claim bond
+        (`ClaimBondsResolved`: the publisher paid out of the round's bonds), not a stake take; a claim
+        still open when the run stops, or whose bonds came back because nobody had to publish, imposed
+        no cost yet and is only counted."""
         logs = self.rpc.call("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": self.p.delivery.address,
                                                "topics": [DELIVERY_CLAIMED]}])
+        resolved = self._claim_bonds_resolved()
         for log in logs:
             audit_id, member = int(log["topics"][1], 16), self._index_of("0x" + log["topics"][2][-40:])
+            round_index = abi_decode(["uint8", "uint8", "uint64"], bytes.fromhex(log["data"][2:]))[0]
             t = next((x for x in self.audits if x.run.audit_id == audit_id), None)
             if t is None or t.dispatcher not in self.honest or member not in self.adversaries:
                 continue
             self._count_generic("false_delivery_claim")
-            if not any(x.audit_id == audit_id and self._index_of(x.node) == member for x in self.takes):
+            outcome = resolved.get((audit_id, round_index))
+            if outcome is None:
+                self._count_generic("false_delivery_claim:open_at_end")
+                continue
+            publisher, paid_wei = outcome
+            if int(publisher, 16) == 0:
+                self._count_generic("false_delivery_claim:nobody_published")
+                continue
+            if paid_wei == 0:
                 self._violation(f"standing: colluder {member}'s false delivery claim on audit {audit_id} (its job sent by honest "
                                 f"dispatcher {t.dispatcher}) cost it nothing; worker {t.worker} had to publish")
+
+    def _claim_bonds_resolved(self) -> dict:
+        """(audit, round) → (publisher, paid wei) of every `Delivery.ClaimBondsResolved` so far."""
+        logs = self.rpc.call("eth_getLogs", [{"fromBlock": "0x0", "toBlock": "latest", "address": self.p.delivery.address,
+                                               "topics": [CLAIM_BONDS_RESOLVED]}])
+        out = {}
+        for log in logs:
+            round_index, publisher, paid_wei, _ = abi_decode(["uint8", "address", "uint256", "uint256"], bytes.fromhex(log["data"][2:]))
+            out[(int(log["topics"][1], 16), round_index)] = (publisher, paid_wei)
+        return out
 
 
 class GenericMachine(LedgerChecks, GenericAdversary, ProtocolMachine):

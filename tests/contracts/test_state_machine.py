@@ -20,6 +20,7 @@ from verillm.spec import settlement as spec
 from verillm.spec.audit import (TRANSITIONS, Phase, compute_due_steps, compute_opening_hash, compute_round_deadlines, compute_vote_salt,
                                 compute_vote_seal, encode_opening_leaves)
 
+from verillm.spec.deadlines import compute_round_deadline
 from helpers.contracts import PRESET, AuditRun
 
 PERMISSIONLESS = {t.call: t for t in TRANSITIONS if t.permissionless}
@@ -58,8 +59,35 @@ def _check(world, audit_id: int, label: str, walked: set) -> tuple:
             got_id, actual, expected = abi_decode(["uint256", "uint8", "uint8"], error[4:])
             assert (got_id, actual, expected) == (audit_id, state.phase, row.phase), (label, call)
     assert accepted == due, f"{label}: the contract accepts {sorted(accepted)}, compute_due_steps says {sorted(due)} ({state})"
+    _check_phase_deadline(world, state, audit_id, head + 1, due, label)
     walked.add((state.phase, tuple(sorted(due))))
     return state
+
+
+DEADLINE_FIELDS = ("entered_block", "draw_after", "draw_by", "commit_by", "challenge_after", "worker_open_by", "members_seal_by", "members_open_by",
+                   "verdict_block", "dispute_by")  # Jobs `Deadlines`, in its order
+TIMEOUT_CALLS = {Phase.DRAWING: "lapse", Phase.COMMITTING: "replace_missing", Phase.DECIDED: "settle"}
+
+
+def _check_phase_deadline(world, state, audit_id: int, block: int, due: set, label: str) -> None:
+    """The deadline the status route shows for the round's phase (`spec.deadlines.compute_round_deadline`)
+    is one Jobs.getDeadlines returns (revealBy: drawBy + the grace; a claim's: getRoundState's publish
+    deadline), and the contract enforces it: past it a permissionless call moves the round on (unless a
+    contest is pending), at or before it the phase's timeout call is refused."""
+    deadline = compute_round_deadline(state)
+    if deadline is None:
+        assert state.phase in (Phase.SETTLED, Phase.ABANDONED, Phase.LAPSED, Phase.NONE), (label, state)
+        return
+    phase, raw = world.protocol.jobs.call("getDeadlines", audit_id, state.round)
+    onchain = dict(zip(DEADLINE_FIELDS, raw))
+    expected = {"reveal_by": onchain["draw_by"] + PRESET.PRIVATE_REVEAL_GRACE_BLOCKS, "round_draw_by": onchain["draw_by"],
+                "publish_by": state.publish_deadline}.get(deadline.name, onchain.get(deadline.name))
+    assert phase == state.phase and deadline.block == expected, (label, deadline, onchain)
+    if block > deadline.block and state.pending_contests == 0:
+        assert due, f"{label}: past {deadline} nothing moves the round on"
+    elif block <= deadline.block:
+        timeout = "slash_undelivered" if deadline.name == "publish_by" else TIMEOUT_CALLS.get(state.phase)
+        assert timeout is None or timeout not in due, (label, deadline, due)
 
 
 def _member_accepts(world, member, function: str, args: list) -> tuple[bool, bytes]:

@@ -25,8 +25,9 @@ TWO_CHEATERS_START_TIMEOUT_S = 600
 @pytest.fixture(scope="session")
 def two_cheater_devnet(tmp_path_factory, anvil_installed):
     """`verillm devnet --model tiny --cheater int8 --cheater lazy --jobs 10 --keep`, once per session:
-    the explorer's browser test and the consistency test of every view's outcome share it (its
-    network.json, plus ``log``: the devnet's output, lines and summary). ``VERILLM_KEPT_DEVNET=
+    the devnet command's own tests (test_kept_devnet.py), the explorer's browser test and the
+    consistency test of every view's outcome share it (its network.json, plus ``log``: the devnet's
+    output, lines and summary). SIGTERM at the end must stop it with exit 0 and leave no process. ``VERILLM_KEPT_DEVNET=
     WORKDIR/network.json`` uses one you keep running with the same options (its log beside it as
     devnet.log, if there is one)."""
     reuse = os.environ.get("VERILLM_KEPT_DEVNET")
@@ -51,3 +52,21 @@ def two_cheater_devnet(tmp_path_factory, anvil_installed):
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=60)
     log.close()
+    assert process.returncode == 0, log_path.read_text()[-3000:]  # SIGTERM stops it cleanly ...
+    assert wait_no_processes_in(workdir), "processes left behind"  # ... and leaves nothing running
+
+
+def list_processes_in(workdir: Path) -> list[int]:
+    """The pids of processes whose command line names ``workdir`` (a devnet's nodes and chain)."""
+    lines = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()[1:]
+    return [int(line.split()[0]) for line in lines if str(workdir) in line]
+
+
+def wait_no_processes_in(workdir: Path, timeout_s: float = 30.0) -> bool:
+    """Whether every process naming ``workdir`` has exited within ``timeout_s`` (reaped children linger a moment)."""
+    deadline = time.monotonic() + timeout_s
+    while list_processes_in(workdir):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True

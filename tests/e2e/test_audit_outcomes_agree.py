@@ -36,6 +36,7 @@ def _comparable(outcome: dict) -> dict:
         "rounds": [(r["round_index"], r["verdict"], r["agree"], r["disagree"], r["counted"]["agree"], r["counted"]["disagree"]) for r in outcome["rounds"]],
         "votes": [(v["round_index"], v["slot"], v["node"].lower(), v["vote"], v["lie"], v["counted"]) for v in outcome["votes"]],
         "slashes": [(s["node"].lower(), s["role"], s["amount_wei"], s["rule"], s["meaning"], s["penalty"], s["lie"], s["tx_hash"]) for s in outcome["slashes"]],
+        "paid": [(p["node"].lower(), p["amount_wei"], p["tx_hash"]) for p in outcome["paid"]],
     }
 
 

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("anvil_installed")
+# Slow: the default suite runs the same command with --keep (tests/e2e/test_kept_devnet.py, on the
+# session's two-cheater devnet: its summary, chain audit and clean stop); this one adds the exit code
+# of a run that ends by itself, ~6 min of CPU on 2 cores.
+pytestmark = [pytest.mark.usefixtures("anvil_installed"), pytest.mark.slow]
 VERILLM = str(Path(sys.executable).parent / "verillm")
 
 

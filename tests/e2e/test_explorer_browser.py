@@ -240,6 +240,7 @@ def _open_audit_next_step(kept, page, shots: Path) -> None:
     from verillm.chain.deploy import Deployment
     from verillm.chain.protocol import Protocol
     from verillm.client import Client
+    from verillm.spec.deadlines import compute_round_deadline
 
     protocol = Protocol(RpcChain(kept["rpc_url"]), Deployment.load(kept["addresses_file"]))
     job = Client(kept["gateway_url"]).complete("What happens next?", max_tokens=3, temperature=0).job_id
@@ -265,6 +266,11 @@ def _open_audit_next_step(kept, page, shots: Path) -> None:
                         "dispute": verdict_block + p.DISPUTE_WINDOW_BLOCKS}[action]
             assert int(by_block) == expected, (action, by_block, expected)
             assert "by block" in page.locator("#next-step").inner_text()
+            # the job's own line: the deadline its step waits on (the status body's, Jobs.getRoundState's) and the latest final block
+            ends = page.locator("#phase-ends")
+            assert int(ends.get_attribute("data-block")) == compute_round_deadline(live).block, ends.inner_text()
+            assert ends.get_attribute("data-deadline") == compute_round_deadline(live).name and "block" in ends.inner_text()
+            assert int(page.get_attribute("#final-by", "data-block")) >= int(ends.get_attribute("data-block"))
             _shoot(page, "open-audit", shots)
             return
         # the chain moved on since the page was drawn: wait for the page to show the next step

@@ -155,10 +155,10 @@ DEVNET_START = ("docs/devnet.md", "verillm devnet --model tiny --cheater int8 --
 DEVNET = [
     ("docs/devnet.md", 'verillm complete --url http://127.0.0.1:PORT0 --rpc-url http://127.0.0.1:RPC_PORT --addresses /tmp/devnet/deployment.json "Hello"'),
     ("docs/devnet.md", "verillm audit chain --rpc-url http://127.0.0.1:RPC_PORT --addresses /tmp/devnet/deployment.json"),
-    ("docs/devnet.md", "verillm audit replay 0xJOB_HASH --node http://127.0.0.1:PORT0 --token READ_TOKEN --addresses /tmp/devnet/deployment.json"),
+    ("docs/devnet.md", "verillm audit replay 0xJOB_HASH --node http://127.0.0.1:PORT0 --token READ_TOKEN --addresses /tmp/devnet/deployment.json --rpc-url http://127.0.0.1:RPC_PORT"),
     ("docs/devnet.md", "verillm audit replay 0xJOB_HASH --db /tmp/devnet/node0/node.sqlite --addresses /tmp/devnet/deployment.json"),
     ("docs/devnet.md", "verillm node status --rpc-url http://127.0.0.1:RPC_PORT --addresses /tmp/devnet/deployment.json --key-file /tmp/devnet/node0/key.json"),
-    ("docs/auditors.md", "verillm audit replay 0xJOB_HASH --node http://DISPATCHER:PORT --token TOKEN --addresses deployment.json"),
+    ("docs/auditors.md", "verillm audit replay 0xJOB_HASH --node http://DISPATCHER:PORT --token TOKEN --addresses deployment.json --rpc-url http://127.0.0.1:8545"),
     ("docs/auditors.md", "verillm audit replay 0xJOB_HASH --node http://DISPATCHER:PORT --key-file party-key.json --addresses deployment.json"),
     ("docs/auditors.md", "verillm audit replay 0xJOB_HASH --db path/to/node.sqlite --addresses deployment.json"),
     ("docs/auditors.md", "verillm audit chain --rpc-url http://127.0.0.1:8545 --addresses deployment.json [--verbose]"),

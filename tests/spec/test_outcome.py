@@ -59,6 +59,15 @@ def test_a_lie_proven_by_adjudication_does_not_count_and_its_slash_names_amount_
     assert {s["node"]: s["amount_eth"] for s in body["slashes"]} == {A: "0.1", C: "0.01"}
 
 
+def test_who_was_paid_is_every_credit_of_the_audits_transactions():
+    rows = _lazy_member_audit() + _events((50, "Credited", {"to": B, "amountWei": 3 * 10**12}, 5), (50, "Credited", {"to": WORKER, "amountWei": 10**12}, 5))
+    outcome = compute_audit_outcome([EventRecord(e.name, {k: v for k, v in e.args.items() if not (e.name == "Credited" and k == "auditId")},
+                                                 e.block_number, e.log_index, e.tx_hash) for e in rows])  # Credited names no audit
+    assert [(p.node, p.amount_wei) for p in outcome.paid] == [(B, 3 * 10**12), (WORKER, 10**12)]
+    assert [(p["node"], p["amount_eth"]) for p in compute_outcome_dict(outcome)["paid"]] == [(B, "0.000003"), (WORKER, "0.000001")]
+    assert compute_audit_outcome(_lazy_member_audit()).paid == ()  # a view that read no credit says none
+
+
 def test_a_failed_worker_a_minority_vote_and_a_lost_contest():
     events = _events(_started(), (10, "CommitteeDrawn", {"round": 0, "attempt": 0, "members": [A, B, C]}, 2),
                      _opened(0, 0, WORKER), _opened(1, AGREE, A), _opened(2, DISAGREE, B), _opened(3, DISAGREE, C),

@@ -6,7 +6,9 @@ import pytest
 from verillm.errors import NotFound
 from verillm.spec.policy import REASON_FINGERPRINT, REASON_PROOF
 from verillm.engine.profiles import load_profile
+from verillm.spec.outcome import EventRecord, compute_audit_outcome, compute_tx_key
 from verillm.spec.receipt import SigningDomain
+from verillm.spec.settlement import FAIL
 from verillm.verifier.replay import compute_challenge_count, load_case, run_replay
 from verillm.verifier.report import format_replay
 
@@ -32,6 +34,25 @@ def test_an_honest_worker_is_accepted_and_every_challenged_cell_is_reported(tiny
         row = next(line for line in report.splitlines() if line.strip().startswith(f"{position} "))
         assert row.count(" ok") == len(replay.challenge.layers) and "within margin" in row
     assert len(replay.challenge.positions) == min(CHALLENGE_POSITIONS, len(replay.case.output_tokens))
+    assert report.splitlines()[-1] == "chain decision: not read (no --rpc-url)"  # without chain access it says so, last
+    # with the chain's outcome (read by `read_audit_outcome`; tests/contracts/test_replay_chain_decision.py reads it from anvil)
+    chain = compute_audit_outcome(_audit_events(7, verdict=FAIL))
+    lines = format_replay(replay, chain).splitlines()
+    tail = lines[next(i for i, line in enumerate(lines) if line.startswith("chain decision (")):]
+    assert tail[1:3] == ["  audit 7: settled, verdict fail", "  round 0: fail; votes that counted: 0 agree, 1 disagree"]
+    assert any(line.startswith("  slashed: 0x" + "0a" * 20) and 'rule "failed audit"' in line for line in tail)
+    assert "  paid: 0x" + "b2" * 20 + " 0.000003 ETH (block 50)" in tail
+    assert tail[-1].startswith("replay vs chain: DISAGREE — the replay says ACCEPT, the chain's round 0 verdict is fail")
+
+
+def _audit_events(audit_id: int, verdict: int) -> list[EventRecord]:
+    worker, member = "0x" + "0a" * 20, "0x" + "b2" * 20
+    rows = [(5, "AuditStarted", {"auditId": audit_id, "worker": worker, "batchId": 1, "index": 0}),
+            (20, "Opened", {"auditId": audit_id, "round": 0, "slot": 1, "party": member, "vote": 2}),
+            (30, "RoundDecided", {"auditId": audit_id, "round": 0, "verdict": verdict, "agree": 0, "disagree": 1}),
+            (50, "PartySlashed", {"auditId": audit_id, "node": worker, "amountWei": 10**16, "reason": "failed audit"}),
+            (50, "Credited", {"to": member, "amountWei": 3 * 10**12}), (50, "AuditSettled", {"auditId": audit_id, "verdict": verdict})]
+    return [EventRecord(name, args, block, i, compute_tx_key(f"{block:064x}")) for i, (block, name, args) in enumerate(rows)]
 
 
 def test_a_quantized_worker_is_rejected_on_fingerprints(tiny_model, tiny_engine, tiny_job, profile):

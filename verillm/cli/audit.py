@@ -37,17 +37,21 @@ def audit():
 @click.option("--profile", "profile_path", default=None, type=click.Path(exists=True, dir_okay=False), help="Tolerance profile (default: the one calibrated for the model id in --profile-dir, else the shipped one).")
 @click.option("--profile-dir", default="profiles", show_default=True, help="Where `verillm calibrate --model PATH` wrote profiles.")
 @click.option("--round", "audit_index", default=-1, type=int, help="Which audit round of the evidence (default: the last).")
-def replay(job_id, node_url, token, key_file, db_path, addresses_path, model, dtype, profile_path, profile_dir, audit_index):
-    """Re-run a job's prefill here and compare with the worker's opened hidden states."""
+@click.option("--rpc-url", default=None, help="With --addresses: read what the chain decided for the audit (each round's verdict, the votes "
+                                              "that counted, every slash with rule and amount, who was paid) and say whether the replay agrees.")
+def replay(job_id, node_url, token, key_file, db_path, addresses_path, model, dtype, profile_path, profile_dir, audit_index, rpc_url):
+    """Re-run a job's prefill here, compare with the worker's opened hidden states, and set the verdict beside the chain's."""
     from verillm.engine.profiles import get_model_profile
     from verillm.wire import from_hex
     from verillm.verifier.replay import load_case, load_replay_engine, run_replay
-    from verillm.verifier.report import format_replay
+    from verillm.verifier.report import NOT_READ, format_replay
 
     if (node_url is None) == (db_path is None):
         raise click.UsageError("give exactly one of --node URL or --db PATH")
     if token and key_file:
         raise click.UsageError("give --token (the requester) or --key-file (a party's signed read), not both")
+    if rpc_url and not addresses_path:
+        raise click.UsageError("--rpc-url needs --addresses: the deployment whose events say what the chain decided")
     say = Progress()
     job_hash = from_hex(job_id if job_id.startswith("0x") else "0x" + job_id, "JOB_ID", 32)
     evidence = _read_evidence(job_hash, node_url, token, key_file, db_path, say)
@@ -60,9 +64,22 @@ def replay(job_id, node_url, token, key_file, db_path, addresses_path, model, dt
     say(f"loaded {name}; recomputing the prefill of {case.prompt_len + len(case.output_tokens)} tokens and comparing the challenged cells")
     with tool_failure():
         result = run_replay(case, name, engine, profile)
+    chain = _read_chain_decision(rpc_url, addresses_path, case, say) if rpc_url and case.audit_id is not None else NOT_READ
     say("done")
-    click.echo(format_replay(result))
+    click.echo(format_replay(result, chain))
     sys.exit(0 if result.result.accepted and not result.signature.startswith("INVALID") else 1)
+
+
+def _read_chain_decision(rpc_url: str, addresses_path: str, case, say):
+    """What the chain decided for the replayed audit (`verifier.chain_outcome.read_audit_outcome`)."""
+    from verillm.chain import connect
+    from verillm.chain.deploy import Deployment
+    from verillm.spec.receipt import compute_receipt_hash
+    from verillm.verifier.chain_outcome import read_audit_outcome
+
+    say(f"reading what the chain decided for audit {case.audit_id} at {rpc_url}")
+    deployment = Deployment.load(addresses_path)
+    return read_audit_outcome(connect(rpc_url), deployment, case.audit_id, compute_receipt_hash(case.receipt))
 
 
 class Progress:

@@ -13,7 +13,8 @@ and the node names no chain or its chain cannot be read — is shown, then exits
 (`EXIT_UNTIED`): its signer may be a key made up for the occasion.
 
 With ``--wait`` it then follows the job's verification on the node that answered (its dispatcher's
-status route, verillm/client/phases.py), printing each phase as it happens, until nothing can change
+status route, verillm/client/phases.py), printing each phase as it happens with the contract deadline
+it waits on and the time left to it (estimated from the node's seconds per block), until nothing can change
 it: exit 0 final and passed (or never selected for audit), 4 the worker was slashed (the text shown
 is proven wrong), 5 the audit ended deciding nothing (a tie, abandoned), 6 not final within
 ``--wait-timeout-s``. A failed wait outranks exit 3. With a chain (pinned or named), the final
@@ -60,7 +61,7 @@ TINY_MANIFEST_NAME = "tiny-llama-seed0"
 @click.option("--timeout-s", type=float, default=600.0, show_default=True, help="Total deadline of the call, bodies included.")
 @click.option("--json", "as_json", is_flag=True, help="Print the completion, receipt and checks as JSON.")
 @click.option("--stream", is_flag=True, help="Print the text as the worker streams it, each delta once its signature over the tokens so far checks; then the receipt.")
-@click.option("--wait", is_flag=True, help="Then follow the job's verification, printing each phase, until it is final (exit 0 passed, 4 slashed, 5 undecided, 6 timeout).")
+@click.option("--wait", is_flag=True, help="Then follow the job's verification, printing each phase and its estimated time left, until it is final (exit 0 passed, 4 slashed, 5 undecided, 6 timeout).")
 @click.option("--wait-timeout-s", type=float, default=1800.0, show_default=True, help="How long --wait follows the job before it exits 6.")
 @click.option("--poll-s", type=float, default=1.0, show_default=True, help="How often --wait reads the job's status.")
 def complete(prompt, url, model, chat, max_tokens, temperature, top_p, top_k, seed, audit, model_id, chain_id, jobs_address,
@@ -147,7 +148,8 @@ def wait_for_final(url: str, completion, timeout_s: float, wait_timeout_s: float
     with Client(url, timeout_s=timeout_s) as client:
         try:
             for phase in client.watch(completion, timeout_s=wait_timeout_s, poll_s=poll_s):
-                phases.append({"phase": phase.name, "detail": phase.detail, "head": phase.head, "final": phase.final})
+                phases.append({"phase": phase.name, "detail": phase.detail, "head": phase.head, "final": phase.final, "deadline": phase.deadline,
+                               "phase_ends_block": phase.phase_ends_block, "seconds_left": phase.seconds_left, "final_by_block": phase.final_by_block})
                 click.echo(f"[phase: {phase.line()}]", err=True)
         except StillPending as exc:
             click.echo(f"[phase: not final after {wait_timeout_s:g} s: {exc}; exit {EXIT_STILL_PENDING}]", err=True)

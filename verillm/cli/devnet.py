@@ -83,7 +83,8 @@ def devnet(nodes, model, profile_dir, cheaters, dtype, job_count, max_tokens, ch
         print_replay_commands(net, tracker)
         if keep:
             _report(problems)
-            print_network(compute_network_info(net, tracker.jobs), write_network_file(net, tracker.jobs))
+            info = compute_network_info(net, tracker.jobs)  # read once (it asks the gateway for its model's name)
+            print_network(info, write_network_file(net, info))
             kept = True
             wait_until_interrupted(net, say)
     except KeyboardInterrupt:

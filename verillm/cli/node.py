@@ -280,7 +280,8 @@ def unbond(store_path, flush_timeout, **options):
     tx = operator.protocol.deregister(operator.account)
     end = operator.protocol.get_node(operator.address)["unbonding_end_block"]
     plan = compute_leaver_schedule(tx.receipt["blockNumber"], operator.protocol.preset)
-    click.echo(f"{operator.address} deregistered: withdraw from block {end} on, once no audit holds the stake ({_tx(tx)})")
+    wait = _blocks_in_time(end - tx.receipt["blockNumber"], compute_block_interval_s(operator.protocol.chain))
+    click.echo(f"{operator.address} deregistered: withdraw from block {end} on ({wait}), once no audit holds the stake ({_tx(tx)})")
     click.echo(f"  keep the node up until block {plan.duties_end_block}: drawn at most until block {plan.seated_until_block}, "
                f"its receipts auditable until block {plan.last_start_block}")
 

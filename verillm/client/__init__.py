@@ -53,7 +53,7 @@ from verillm.client.completion import (  # noqa: F401  (re-exported: the SDK's s
     Completion, NodeInfo, Pins, compute_address_hex, compute_id_bytes, get_field, parse_completion, parse_completion_body,
     parse_node_info, verify_completion, verify_receipt,
 )
-from verillm.client.http import DEFAULT_MAX_BODY_BYTES, AsyncHttp, LoopThread
+from verillm.client.http import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RETRIES, AsyncHttp, LoopThread
 from verillm.client.phases import FINAL_AUDIT_STATES, JobPhase, compute_outcome, compute_phase, is_final  # noqa: F401  (re-exported)
 from verillm.client.promise import InclusionCheck, check_inclusion  # noqa: F401  (re-exported: the SDK's promise check)
 from verillm.client.signed_stream import SignedStreamCheck
@@ -185,10 +185,11 @@ class AsyncClient:
     completion is checked against (`Pins`)."""
 
     def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 600.0, *, model_id=None,
-                 domain: SigningDomain | None = None, tokenizer=None, protocol=None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+                 domain: SigningDomain | None = None, tokenizer=None, protocol=None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 max_retries: int = DEFAULT_MAX_RETRIES):
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
-        self.http = AsyncHttp(self.base_url, headers, timeout_s, max_body_bytes)
+        self.http = AsyncHttp(self.base_url, headers, timeout_s, max_body_bytes, max_retries)
         self.timeout_s = timeout_s
         self.pins = compute_pins(model_id, domain, tokenizer, protocol)
         self._model: str | None = None

@@ -14,6 +14,7 @@ one deadline, and the synchronous client works inside a caller's own running loo
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Coroutine
 
 import httpx2
@@ -24,6 +25,27 @@ from verillm.wire import compute_error_from_body
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 """Largest answer the SDK reads (a completion of 4,096 tokens with its receipt is under 100 kB)."""
+
+DEFAULT_MAX_RETRIES = 4
+"""How often the SDK sends a request again after a refusal that says to come back (429/503 with
+`Retry-After`: a full queue, the per-client quota, a node shedding client work for its own duty).
+The node refused before it accepted anything, so the same body (same nonce, same job) is sent
+again; each wait is the node's `Retry-After`, within the call's total deadline."""
+
+MAX_RETRY_WAIT_S = 30.0
+"""The longest `Retry-After` the SDK honours; a node asking for more is not waited for (the refusal is raised)."""
+
+
+def compute_retry_wait(error: VerillmError, retry_after: str | None, attempt: int, max_retries: int, seconds_left: float) -> float | None:
+    """Return the seconds to wait before sending a refused request again, or None to raise ``error``:
+    only a refusal worth retrying (its class has ``retry_after_s``), ``attempt`` below ``max_retries``,
+    and a wait (the node's `Retry-After`, else the class's) that ends before the call's deadline."""
+    if error.retry_after_s is None or attempt >= max_retries:
+        return None
+    wait = float(retry_after) if retry_after is not None and retry_after.strip().isdigit() else float(error.retry_after_s)
+    if wait > MAX_RETRY_WAIT_S or wait >= seconds_left:
+        return None
+    return wait
 
 
 async def read_bounded(chunks: AsyncIterator[bytes], limit: int, what: str) -> bytes:
@@ -63,27 +85,37 @@ def parse_error_json(raw: bytes) -> object:
 class AsyncHttp:
     """JSON requests to one node, each bounded in size and in total time."""
 
-    def __init__(self, base_url: str, headers: dict[str, str], timeout_s: float, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+    def __init__(self, base_url: str, headers: dict[str, str], timeout_s: float, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 max_retries: int = DEFAULT_MAX_RETRIES):
         if timeout_s <= 0 or max_body_bytes <= 0:
             raise InvalidInput("timeout_s and max_body_bytes must be positive")
+        if max_retries < 0:
+            raise InvalidInput(f"max_retries must be 0 or more, got {max_retries}")
         self.base_url, self.headers = base_url, headers
-        self.timeout_s, self.max_body_bytes = timeout_s, max_body_bytes
+        self.timeout_s, self.max_body_bytes, self.max_retries = timeout_s, max_body_bytes, max_retries
         self._client: httpx2.AsyncClient | None = None
 
     async def request(self, method: str, path: str, body: dict | None = None, timeout_s: float | None = None) -> object:
         """Send ``body`` (JSON) and return the parsed answer; raise the node's error, BadResponse or DeadlineExceeded."""
         timeout_s = timeout_s or self.timeout_s
         url = self.base_url + path
-        try:
-            async with asyncio.timeout(timeout_s):
-                status, raw = await self._exchange(method, url, body)
-        except TimeoutError:
-            raise DeadlineExceeded(f"{method} {url}: no complete answer within {timeout_s:g} s (the client's total deadline)") from None
-        except httpx2.HTTPError as exc:
-            raise VerillmError(f"cannot reach {self.base_url}: {type(exc).__name__}: {exc}") from None
-        if status >= 400:
-            raise compute_error_from_body(status, parse_error_json(raw))
-        return parse_json_body(raw, f"{method} {path}: the node's answer")
+        deadline, attempt = time.monotonic() + timeout_s, 0
+        while True:
+            try:
+                async with asyncio.timeout(deadline - time.monotonic()):
+                    status, retry_after, raw = await self._exchange(method, url, body)
+            except TimeoutError:
+                raise DeadlineExceeded(f"{method} {url}: no complete answer within {timeout_s:g} s (the client's total deadline)") from None
+            except httpx2.HTTPError as exc:
+                raise VerillmError(f"cannot reach {self.base_url}: {type(exc).__name__}: {exc}") from None
+            if status < 400:
+                return parse_json_body(raw, f"{method} {path}: the node's answer")
+            error = compute_error_from_body(status, parse_error_json(raw))
+            wait = compute_retry_wait(error, retry_after, attempt, self.max_retries, deadline - time.monotonic())
+            if wait is None:
+                raise error
+            await asyncio.sleep(wait)  # the node's own Retry-After: it refused before accepting anything
+            attempt += 1
 
     def get_client(self) -> httpx2.AsyncClient:
         """The connection pool, created on the loop that uses it."""
@@ -91,10 +123,11 @@ class AsyncHttp:
             self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(self.timeout_s), follow_redirects=False)
         return self._client
 
-    async def _exchange(self, method: str, url: str, body: dict | None) -> tuple[int, bytes]:
+    async def _exchange(self, method: str, url: str, body: dict | None) -> tuple[int, str | None, bytes]:
         async with self.get_client().stream(method, url, json=body, headers=self.headers) as response:
             verify_declared_size(response.headers, self.max_body_bytes, url)
-            return response.status_code, await read_bounded(response.aiter_bytes(), self.max_body_bytes, url)
+            raw = await read_bounded(response.aiter_bytes(), self.max_body_bytes, url)
+            return response.status_code, response.headers.get("retry-after"), raw
 
     async def close(self) -> None:
         """Close the connection pool."""

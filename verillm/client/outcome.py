@@ -18,6 +18,7 @@ from eth_utils import to_checksum_address
 
 from verillm.errors import InvalidProof
 from verillm.spec.audit import Phase, is_audited
+from verillm.spec.deadlines import compute_batch_start_by
 from verillm.spec.settlement import FAIL, PASS, VERDICT_NAMES, WORKER_DEFAULT
 
 from verillm.client.phases import PASSED, SLASHED, UNDECIDED, compute_outcome
@@ -73,7 +74,7 @@ def _verify_never_selected(batch: dict, protocol) -> tuple[str, str]:
         raise InvalidProof(f"batch {batch['batch_id']} was never drawn on-chain: nothing shows the job was not selected for audit")
     if is_audited(on_chain["beta"], int(batch["index"]), preset.AUDIT_RATE_BPS):
         raise InvalidProof(f"the draw of batch {batch['batch_id']} selected leaf {batch['index']} for audit, and the status shows none")
-    head, closes = protocol.chain.get_block_number(), on_chain["drawn_block"] + preset.START_WINDOW_BLOCKS
+    head, closes = protocol.chain.get_block_number(), compute_batch_start_by(on_chain["drawn_block"], preset)
     if head <= closes:
         raise InvalidProof(f"the start window of batch {batch['batch_id']} is open until block {closes} (head {head}): not final yet")
     return PASSED, f"batch {batch['batch_id']} drawn at block {on_chain['drawn_block']} without selecting it; its start window closed at block {closes}"

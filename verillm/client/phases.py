@@ -16,7 +16,10 @@ phase is a fact of that body, and the body's ids (batch, audit) can be checked o
     abandoned     the committee never filled; nobody was slashed (final)
     final         nothing can change it any more: settled as passed, or never selected for audit
 
-`is_final` says when the status can no longer change; `compute_outcome` names how it ended.
+`is_final` says when the status can no longer change; `compute_outcome` names how it ended. Each
+phase also carries the contract deadline it waits on (``phase_ends_block``, named by ``deadline``) and
+the latest block the job is final by, as the status body gives them (node/dispatcher/status.py,
+verillm/spec/deadlines.py), and the time left to them, estimated from the node's seconds per block.
 """
 
 from dataclasses import dataclass, field
@@ -39,24 +42,72 @@ def is_final(body: dict) -> bool:
 class JobPhase:
     """One phase of a job's verification: its ``name`` (above), a line saying what it means here, whether
     the status can no longer change, the head block the dispatcher read it at and the body it was read
-    from (two reads are the same phase when name, detail and finality agree: the head moves on)."""
+    from (two reads are the same phase when name, detail, finality and deadline agree: the head moves on)."""
 
     name: str
     detail: str
     final: bool
     head: int | None = field(default=None, compare=False)
     status: dict = field(default_factory=dict, compare=False, repr=False)
+    deadline: str | None = None
+    """The contract deadline this phase waits on (batch_by, draw_by, start_by, round_draw_by, reveal_by,
+    publish_by, commit_by, worker_open_by, members_open_by, dispute_by); None once final."""
+    phase_ends_block: int | None = None
+    """The last block of that deadline's window: the phase ends by then (or, past it, at the next call)."""
+    final_by_block: int | None = field(default=None, compare=False)
+    """The latest block the job is final by, whatever every party does (the audit span of the timeline)."""
+    seconds_per_block: float | None = field(default=None, compare=False)
+    """The dispatcher's measured mean block interval over its last blocks."""
+
+    @property
+    def blocks_left(self) -> int | None:
+        """Blocks from the head the phase was read at to ``phase_ends_block`` (0 once passed); None if unknown."""
+        return _blocks_left(self.phase_ends_block, self.head)
+
+    @property
+    def seconds_left(self) -> float | None:
+        """An ESTIMATE of the seconds left in this phase: ``blocks_left`` × the node's measured seconds per
+        block (blocks come as fast as the chain mines them, not on a clock); None if either is unknown."""
+        return _seconds(self.blocks_left, self.seconds_per_block)
+
+    @property
+    def final_blocks_left(self) -> int | None:
+        """Blocks from the head to ``final_by_block``: the most the job can still take."""
+        return _blocks_left(self.final_by_block, self.head)
+
+    @property
+    def final_seconds_left(self) -> float | None:
+        """An ESTIMATE of the most seconds the job can still take to be final (as ``seconds_left``)."""
+        return _seconds(self.final_blocks_left, self.seconds_per_block)
 
     def line(self) -> str:
-        """``[block 123] batched: ...`` (what `verillm complete --wait` prints)."""
+        """``[block 123] batched: ...; draw by: ~14 s left (block 130); final by block 580 at the latest`` (what
+        `verillm complete --wait` prints)."""
         at = f"[block {self.head}] " if self.head is not None else ""
-        return f"{at}{self.name}{' (final)' if self.final and self.name != 'final' else ''}: {self.detail}"
+        return f"{at}{self.name}{' (final)' if self.final and self.name != 'final' else ''}: {self.detail}{self._left()}"
+
+    def _left(self) -> str:
+        if self.final or self.phase_ends_block is None:
+            return ""
+        left = f"~{self.seconds_left:.0f} s left" if self.seconds_left is not None else f"{self.blocks_left} blocks left"
+        final = f"; final by block {self.final_by_block} at the latest" if self.final_by_block is not None else ""
+        waits = f"{self.deadline.replace('_', ' ')}: " if self.deadline else ""
+        return f"; {waits}{left} (block {self.phase_ends_block}){final}"
+
+
+def _blocks_left(block: int | None, head: int | None) -> int | None:
+    return None if block is None or head is None else max(0, block - head)
+
+
+def _seconds(blocks: int | None, seconds_per_block: float | None) -> float | None:
+    return None if blocks is None or seconds_per_block is None else blocks * seconds_per_block
 
 
 def compute_phase(body: dict) -> JobPhase:
     """Return the phase a status body shows."""
     name, detail = _name_and_detail(body)
-    return JobPhase(name, detail, is_final(body), body.get("head"), body)
+    return JobPhase(name, detail, is_final(body), body.get("head"), body, body.get("phase_deadline"), body.get("phase_ends_block"),
+                    body.get("final_by_block"), body.get("seconds_per_block"))
 
 
 def compute_outcome(body: dict) -> str:

@@ -33,7 +33,7 @@ from verillm.jsonsafe import load_json
 from verillm.ndjson import LineSplitter
 from verillm.wire import compute_error_from_body
 
-from verillm.client.http import AsyncHttp, LoopThread, parse_error_json, read_bounded, verify_declared_size
+from verillm.client.http import AsyncHttp, LoopThread, compute_retry_wait, parse_error_json, read_bounded, verify_declared_size
 
 
 async def iterate_events(http: AsyncHttp, path: str, body: dict, deadline: float) -> AsyncIterator[dict]:
@@ -44,12 +44,7 @@ async def iterate_events(http: AsyncHttp, path: str, body: dict, deadline: float
     url = http.base_url + path
     try:
         async with contextlib.AsyncExitStack() as stack:
-            response = await _bounded(stack.enter_async_context(http.get_client().stream("POST", url, json=body, headers=http.headers)),
-                                      deadline, url)
-            if response.status_code >= 400:
-                verify_declared_size(response.headers, http.max_body_bytes, url)
-                raw = await _bounded(read_bounded(response.aiter_bytes(), http.max_body_bytes, url), deadline, url)
-                raise compute_error_from_body(response.status_code, parse_error_json(raw))
+            response = await _open_answer(stack, http, url, body, deadline)
             if not response.headers.get("content-type", "").startswith("text/event-stream"):
                 raise BadResponse(f"POST {path}: the node answered {response.headers.get('content-type')!r}, not an event stream")
             lines = await stack.enter_async_context(contextlib.aclosing(_lines(response.aiter_bytes(), http.max_body_bytes, url, deadline)))
@@ -69,6 +64,28 @@ async def iterate_events(http: AsyncHttp, path: str, body: dict, deadline: float
                 raise BadResponse(f"POST {path}: the stream ended without [DONE]")
     except httpx2.HTTPError as exc:
         raise VerillmError(f"cannot reach {http.base_url}: {type(exc).__name__}: {exc}") from None
+
+
+async def _open_answer(stack: contextlib.AsyncExitStack, http: AsyncHttp, url: str, body: dict, deadline: float):
+    """Open the POST's answer on ``stack`` and return it once the node accepts; raise its refusal, unless
+    the refusal says to come back (`Retry-After`: a full queue, a quota, a node shedding for its own duty;
+    `compute_retry_wait`): nothing was accepted, so the same body goes again after the wait."""
+    attempt = 0
+    while True:
+        async with contextlib.AsyncExitStack() as attempt_stack:
+            response = await _bounded(attempt_stack.enter_async_context(http.get_client().stream("POST", url, json=body, headers=http.headers)),
+                                      deadline, url)
+            if response.status_code < 400:
+                stack.push_async_exit(attempt_stack.pop_all())
+                return response
+            verify_declared_size(response.headers, http.max_body_bytes, url)
+            raw = await _bounded(read_bounded(response.aiter_bytes(), http.max_body_bytes, url), deadline, url)
+            error = compute_error_from_body(response.status_code, parse_error_json(raw))
+            wait = compute_retry_wait(error, response.headers.get("retry-after"), attempt, http.max_retries, deadline - time.monotonic())
+        if wait is None:
+            raise error
+        await asyncio.sleep(wait)
+        attempt += 1
 
 
 def _loop_deadline(deadline: float) -> float:

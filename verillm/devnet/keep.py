@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from verillm.devnet.network import LocalNetwork
+from verillm.devnet.network import LocalNetwork, get_json
 from verillm.devnet.run import compute_read_token
 
 NETWORK_FILE = "network.json"
@@ -30,6 +30,7 @@ def compute_network_info(net: LocalNetwork, jobs: list[dict] = ()) -> dict:
         "addresses": dict(deployment.addresses),
         "addresses_file": str(net.deployment_file),
         "model": net.model,
+        "served_model": _served_model_name(net),
         "model_id": "0x" + net.model_id.hex(),
         "gateway_url": net.gateway_url,
         "explorer_url": f"{net.gateway_url}/explorer",
@@ -41,20 +42,26 @@ def compute_network_info(net: LocalNetwork, jobs: list[dict] = ()) -> dict:
     }
 
 
+def _served_model_name(net: LocalNetwork) -> str:
+    """The model's name as every client sees it (the gateway's /v1/models id; ``--model`` names what
+    the nodes load, e.g. ``tiny`` serves ``tiny-llama-seed0``)."""
+    return get_json(f"{net.gateway_url}/v1/models")["data"][0]["id"]
+
+
 def compute_job_info(net: LocalNetwork, job: dict) -> dict:
     """Return one job of the run: its hash, status, read token and the replay command that works as printed."""
     completion, body = job["completion"], job["body"]
     job_hash, token = "0x" + completion.job_hash.hex(), compute_read_token(completion)
     return {"n": job["n"], "job_hash": job_hash, "status": body.get("status"), "worker": body.get("worker"),
             "status_url": completion.status_url, "read_token": token,
-            "replay": f"verillm audit replay {job_hash} --node {net.gateway_url} --token {token} --addresses {net.deployment_file}"}
+            "replay": f"verillm audit replay {job_hash} --node {net.gateway_url} --token {token} --addresses {net.deployment_file} --rpc-url {net.rpc_url}"}
 
 
-def write_network_file(net: LocalNetwork, jobs: list[dict] = ()) -> Path:
-    """Write ``network.json`` into the workdir (atomically: a reader never sees half a file)."""
+def write_network_file(net: LocalNetwork, info: dict) -> Path:
+    """Write ``info`` (`compute_network_info`) as ``network.json`` into the workdir (atomically: a reader never sees half a file)."""
     path = net.workdir / NETWORK_FILE
     scratch = path.with_suffix(".tmp")
-    scratch.write_text(json.dumps(compute_network_info(net, jobs), indent=2))
+    scratch.write_text(json.dumps(info, indent=2))
     scratch.replace(path)
     return path
 
@@ -66,12 +73,12 @@ def print_network(info: dict, path: Path) -> None:
         f"  chain      {info['chain']} {info['rpc_url']} (chain id {info['chain_id']})",
         *(f"  {name:<10} {address}" for name, address in info["addresses"].items()),
         f"  deployer   {info['owner']['address']}  key {info['owner']['private_key']}  (a local test key)",
-        f"  model      {info['model']} {info['model_id']}",
+        f"  model      {info['served_model']} (--model {info['model']}) {info['model_id']}",
         *(f"  node {n['index']}     {n['url']}  {n['address']}  key file {n['key_file']}  ({n['role']})" for n in info["nodes"]),
         f"  explorer   {info['explorer_url']}",
         "", "try:",
         f"  verillm complete --url {info['gateway_url']} --rpc-url {info['rpc_url']} --addresses {info['addresses_file']} 'Hello'",
-        f"  openai client: base_url={info['gateway_url']}/v1, api_key=anything, model={info['model']}",
+        f"  openai client: base_url={info['gateway_url']}/v1, api_key=anything, model={info['served_model']}",
         f"  verillm audit chain --rpc-url {info['rpc_url']} --addresses {info['addresses_file']}",
         *_replay_lines(info),
         f"  verillm node status --rpc-url {info['rpc_url']} --addresses {info['addresses_file']} --key-file {info['nodes'][0]['key_file']}",
@@ -82,7 +89,7 @@ def print_network(info: dict, path: Path) -> None:
 def _replay_lines(info: dict) -> list[str]:
     """The replay command of the run's most telling job (a slashed one if any), ready to paste."""
     if not info["jobs"]:
-        return [f"  verillm audit replay JOB_HASH --node {info['gateway_url']} --token TOKEN --addresses {info['addresses_file']}"
+        return [f"  verillm audit replay JOB_HASH --node {info['gateway_url']} --token TOKEN --addresses {info['addresses_file']} --rpc-url {info['rpc_url']}"
                 "   (TOKEN: the token= of the job's status_url)"]
     job = next((j for j in info["jobs"] if j["status"] == "slashed"), info["jobs"][0])
     return [f"  {job['replay']}   (job {job['n']}, {job['status']}; every job's command is in network.json)"]

@@ -218,8 +218,8 @@ def compute_slash_columns(name, slashes: list[dict]) -> tuple[str, str]:
 
 def print_replay_commands(net: LocalNetwork, tracker: JobTracker) -> None:
     """Print how to replay each job: its read token (only the requester has it: the token= of its status_url)."""
-    click.echo(f"\n  replay a job's audit here (the read token is the requester's, from its status_url):")
-    click.echo(f"    verillm audit replay JOB_HASH --node {net.gateway_url} --token TOKEN --addresses {net.deployment_file}")
+    click.echo(f"\n  replay a job's audit here, beside what the chain decided (the read token is the requester's, from its status_url):")
+    click.echo(f"    verillm audit replay JOB_HASH --node {net.gateway_url} --token TOKEN --addresses {net.deployment_file} --rpc-url {net.rpc_url}")
     for job in tracker.jobs:
         click.echo(f"    job {job['n']:>2}  0x{job['completion'].job_hash.hex()}  token {compute_read_token(job['completion'])}")
 

@@ -8,7 +8,8 @@ explorer from its SQLite store), and returns an `AuditOutcome`: the verdict, eve
 decision, every vote with whether it counted (a vote proven a lie — an adjudication or a lost
 contest — does not), and every slash and penalty with its amount in wei, the rule (the
 contract's reason string, or the event that took the stake where the contract gives none), the
-node and its role. The devnet's lines and summary, `audit chain` (text and `--json`), the status
+node and its role; and who was paid (each Jobs `Credited` of the audit's transactions: rewards,
+bonds back, a slash's reward to its caller). The devnet's lines and summary, `audit chain` (text and `--json`), the status
 body (and so the SDK) and the explorer all render this, so they cannot disagree.
 """
 
@@ -90,6 +91,16 @@ class RoundDecision:
 
 
 @dataclass(frozen=True)
+class Payment:
+    """An amount Jobs credited in one of the audit's transactions (`Credited`; claimable with `claim`)."""
+
+    node: str
+    amount_wei: int
+    block_number: int
+    tx_hash: str
+
+
+@dataclass(frozen=True)
 class AuditOutcome:
     audit_id: int | None
     """None only when no event given names it (a view handed a partial list)."""
@@ -103,6 +114,8 @@ class AuditOutcome:
     slashes: tuple[Slash, ...]
     abandoned_reason: str | None
     abandoned_round: int | None
+    paid: tuple[Payment, ...] = ()
+    """Every credit of the audit's transactions, in block order (empty when the view read no `Credited`)."""
 
 
 def compute_tx_key(value) -> str:
@@ -209,7 +222,8 @@ def compute_audit_outcome(events: list[EventRecord], worker: str | None = None) 
     rounds = tuple(RoundDecision(e.args["round"], VERDICT_NAMES.get(e.args["verdict"], str(e.args["verdict"])), e.args["agree"], e.args["disagree"])
                    for e in ordered if e.name == "RoundDecided")
     ended = (abandoned[-1].args["reason"], abandoned[-1].args["round"]) if abandoned and settled is None else (None, None)
-    return AuditOutcome(next(iter(audit_ids), None), worker, state, verdict, rounds, compute_votes(ordered), tuple(slashes), *ended)
+    paid = tuple(Payment(e.args["to"], e.args["amountWei"], e.block_number, e.tx_hash) for e in ordered if e.name == "Credited")
+    return AuditOutcome(next(iter(audit_ids), None), worker, state, verdict, rounds, compute_votes(ordered), tuple(slashes), *ended, paid)
 
 
 def compute_slash_of(outcome: AuditOutcome, node: str) -> Slash | None:
@@ -234,6 +248,8 @@ def compute_outcome_dict(outcome: AuditOutcome) -> dict:
     body = asdict(outcome)
     for slash in body["slashes"]:
         slash["amount_eth"] = None if slash["amount_wei"] is None else compute_eth_text(slash["amount_wei"])
+    for payment in body["paid"]:
+        payment["amount_eth"] = compute_eth_text(payment["amount_wei"])
     body["rounds"] = [{**r, "counted": dict(zip(("agree", "disagree"), compute_counted_tally(outcome, r["round_index"])))}
                       for r in body["rounds"]]
     return body

@@ -29,6 +29,7 @@ async function show() {
   const page = PAGES[path[0] || ""];
   const key = location.hash;
   const ticket = ++loading;
+  if (shown.key !== key) $("view").setAttribute("aria-busy", "true");  // a click shows at once that the page is loading (style.css)
   if (!page) return fail(`no page ${JSON.stringify(path[0])}: try a job hash, address or audit id in the search box`);
   let data;
   try {
@@ -40,12 +41,13 @@ async function show() {
   if (ticket !== loading) return;  // the reader moved on meanwhile
   const text = JSON.stringify(data);
   const fresh = shown.key !== key;
-  if (!fresh && text === shown.data) return;
+  if (!fresh && text === shown.data) return $("view").removeAttribute("aria-busy");
   if (!fresh && document.activeElement && document.activeElement.closest("#filters")) return;  // do not redraw under the reader's typing
   shown = { key, data: text };
   const heading = el("h2", { id: "page-title", tabindex: "-1" }, page.title(path.slice(1), query));
   $("view").replaceChildren(heading, ...[page.draw(data, path.slice(1), query)].flat(2).filter(Boolean));
   $("view").dataset.page = path[0] || "overview";
+  $("view").removeAttribute("aria-busy");
   $("view").dataset.ready = key;
   if (fresh) land(query);
 }
@@ -65,6 +67,7 @@ function land(query) {
 function fail(message, key = location.hash) {
   shown = { key, data: null };
   $("view").replaceChildren(el("h2", { id: "page-title", tabindex: "-1" }, "Nothing to show"), el("p", { class: "error", id: "page-error" }, message));
+  $("view").removeAttribute("aria-busy");
   $("view").dataset.ready = key;
 }
 

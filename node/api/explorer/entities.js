@@ -3,7 +3,7 @@
 import { jobRow } from "./home.js";
 import { timeline } from "./job.js";
 import { stakeHistoryPlot } from "./plot.js";
-import { api, auditLink, badge, batchLink, block, dl, el, eth, nameOf, nodeLink, section, short, table, txLink, vote } from "./util.js";
+import { api, auditLink, badge, batchLink, block, dateTime, dl, el, eth, nameOf, nodeLink, section, short, table, txLink, vote } from "./util.js";
 
 export const nodePage = {
   title: ([address]) => nameOf(address) + " " + short(address),
@@ -13,7 +13,8 @@ export const nodePage = {
     const status = !s.registered ? "withdrawn" : s.unbonding_end_block ? "unbonding" : s.active ? "active" : "inactive";
     const address = body.address;
     return [
-      dl([["address", el("span", { class: "mono" }, address)], ["state", [badge(status), status === "inactive" ? el("span", { class: "muted" }, " below the minimum stake: never drawn, serves no job") : ""]], ["stake", eth(s.stake_wei)],
+      dl([["address", el("span", { class: "mono" }, address)], ["state", [badge(status), status === "inactive" ? el("span", { class: "muted" }, " below the minimum stake: never drawn, serves no job")
+                                  : status === "unbonding" ? el("span", { id: "unbonding-end" }, " — may withdraw from ", block(s.unbonding_end_block, body)) : ""]], ["stake", eth(s.stake_wei)],
           ["slashed in all", s.slashed_wei ? el("span", { class: "vote-disagree" }, eth(s.slashed_wei)) : "-"], ["endpoint", el("span", { class: "mono" }, s.endpoint || "-")],
           ["open audits locking its stake", s.locks ?? "-"], body.this_node && ["", "this is the node serving this page"],
           ["jobs it served through this node", el("a", { href: "#/jobs?worker=" + address, "data-link": "node-jobs" }, "list them")],
@@ -67,7 +68,7 @@ export const blockPage = {
   draw(body) {
     const n = body.block, time = body.block_times[n];
     return [
-      dl([["mined", time ? new Date(time * 1000).toLocaleString() : "-"], ["hash", el("span", { class: "mono" }, body.hash)],
+      dl([["mined", time ? dateTime(time) : "-"], ["hash", el("span", { class: "mono" }, body.hash)],
           ["transactions", `${body.transactions} (${body.gas_used.toLocaleString()} gas)`], ["chain head", body.head],
           ["", [n > 0 ? el("a", { href: `#/block/${n - 1}` }, "← block " + (n - 1)) : "", " · ", n < body.head ? el("a", { href: `#/block/${n + 1}` }, "block " + (n + 1) + " →") : "head"]]]),
       section(`Protocol events in block ${n}`, body.events.length ? timeline(body.events, body) : el("p", { class: "muted" }, "none: no protocol transaction in this block")),

@@ -70,7 +70,7 @@ export function nodesTable(net) {
       el("td", { class: "mono" }, n.endpoint || "-"),
       el("td", {}, eth(n.stake_wei)),
       el("td", {}, n.slashed_wei && n.slashed_wei !== "0" ? el("span", { class: "vote-disagree" }, eth(n.slashed_wei)) : "-"),
-      el("td", {}, badge(status)),
+      el("td", {}, badge(status), status === "unbonding" ? [" until ", block(n.unbonding_end_block, net)] : ""),
       el("td", {}, n.locks));
   }), { id: "nodes" });
 }

@@ -1,8 +1,8 @@
 // A job's page and an audit's page: the seats and what each party's part came to (a caught liar's
 // vote shown as the lie it was), what an open audit waits for, and the timeline, block by block.
-import { api, auditLink, badge, batchLink, block, dl, el, eth, jobLink, nodeLink, section, short, table, txLink, VERDICTS, vote } from "./util.js";
+import { api, auditLink, badge, batchLink, block, dateTime, dl, el, eth, jobLink, nodeLink, section, short, table, txLink, VERDICTS, vote } from "./util.js";
 
-function describe(event) {
+function describe(event, body) {
   const a = event.args, n = nodeLink;
   switch (event.event) {
     case "BatchPosted": return [batchLink(a.batchId), " posted by ", n(a.dispatcher), `: ${a.count} receipts under root ${short(a.root)}`];
@@ -41,6 +41,19 @@ function describe(event) {
     case "ContestAnswered": return ["contest #" + a.contestId + " answered: the leaves were proven"];
     case "ContestMoot": return ["contest #" + a.contestId + " moot: the round moved on"];
     case "BondReleased": return ["contest #" + a.contestId + " bond of ", eth(a.bondWei), " released to ", n(a.to)];
+    case "Credited": return [n(a.to), ` credited ${eth(a.amountWei)} (claimable with claim)`];
+    case "Claimed": return [n(a.to), ` claimed ${eth(a.amountWei)} of its credits`];
+    case "Registered": return [n(a.node), ` registered with ${eth(a.stakeWei)} at ${a.endpoint}, serving ${a.models.length} model${a.models.length === 1 ? "" : "s"}`];
+    case "StakeAdded": return [n(a.node), ` added ${eth(a.amountWei)}: stake now ${eth(a.stakeWei)}`];
+    case "Deregistered": return [n(a.node), " unbonds: it may withdraw from ", block(a.unbondingEndBlock, body), " once no audit holds its stake"];
+    case "Withdrawn": return [n(a.node), ` withdrew ${eth(a.amountWei)}: no longer registered`];
+    case "EndpointUpdated": return [n(a.node), ` now serves at ${a.endpoint}`];
+    case "ModelsUpdated": return [n(a.node), ` now serves ${a.models.length} model${a.models.length === 1 ? "" : "s"}: ${a.models.map(short).join(", ")}`];
+    case "ModelAdded": return [`model ${short(a.modelId)} added: committed layers ${a.committedLayers.join(", ")}, ${a.fingerprintDims} fingerprint dims`];
+    case "OmissionClaimed": return ["omission claim #" + a.claimId + " by ", n(a.claimant), ": dispatcher ", n(a.dispatcher), ` promised receipt ${short(a.receiptHash)} by block ${a.batchByBlock}; it proves the batch by block ${a.proveDeadline}`];
+    case "OmissionAnswered": return ["omission claim #" + a.claimId + " answered: the receipt is leaf " + a.leafIndex + " of ", batchLink(a.batchId), `; ${eth(a.paidWei)} paid to the dispatcher, ${eth(a.refundedWei)} refunded`];
+    case "OmissionSlashed": return ["omission claim #" + a.claimId + ": dispatcher ", n(a.dispatcher), ` never proved the promised batch: slashed ${eth(a.slashedWei)}`];
+    case "StreamEquivocationSlashed": return ["worker ", n(a.worker), ` signed two streams of job ${short(a.jobHash)} (reported by `, n(a.reporter), `): slashed ${eth(a.slashedWei)}`];
     default: return [event.event + " " + JSON.stringify(a)];  // an event this page has no words for yet (wrapped by .what's CSS)
   }
 }
@@ -53,7 +66,7 @@ export function timeline(events, body, extra = []) {
     const slashed = slashNode(event);
     return el("li", { "data-event": event.event, "data-focus": slashed ? "slash-" + slashed.toLowerCase() : null,
                       class: /Slashed|Adjudicated|ContestLost/.test(event.event) ? "slash" : "" },
-      block(event.block, body), " ", el("span", { class: "what" }, describe(event)), " ", txLink(event.tx_hash));
+      block(event.block, body), " ", el("span", { class: "what" }, describe(event, body)), " ", txLink(event.tx_hash));
   }));
   return el("ol", { id: "timeline", class: "timeline" }, items);
 }
@@ -111,6 +124,12 @@ export function auditSection(audit, body) {
   return [nextStep(audit.next, body), section("Committee and votes", seats(audit, body), decisions(audit, body))];
 }
 
+// A deadline still to come shows its blocks and estimated seconds left (`block`, from the node's seconds
+// per block); one passed waits for the permissionless call that moves the job on.
+function estimate(number, body) {
+  return number < body.head ? el("span", { class: "muted" }, " (passed: the next call moves it on)") : "";
+}
+
 export const jobPage = {
   title: ([hash]) => "Job " + short(hash),
   load: ([hash]) => api("jobs/" + hash),
@@ -122,7 +141,11 @@ export const jobPage = {
           ["receipt", el("span", { class: "mono" }, body.receipt_hash)],
           ["batch", body.batch && body.batch.batch_id !== null ? [batchLink(body.batch.batch_id), ` leaf ${body.batch.index}, posted in `, block(body.batch.posted_block, body)] : "not batched yet"],
           ["audit", body.audit ? [auditLink(body.audit.audit_id), " ", badge(audit ? audit.outcome : "open")] : "none (yet)"],
-          ["dispatched", new Date(body.created_at * 1000).toLocaleString()]]),
+          ["this step ends", el("span", { id: "phase-ends", "data-deadline": body.phase_deadline ?? "", "data-block": body.phase_ends_block ?? "" },
+            body.phase_ends_block !== null && body.phase_ends_block !== undefined ? [`${body.phase_deadline.replaceAll("_", " ")}: `, block(body.phase_ends_block, body), estimate(body.phase_ends_block, body)] : "-")],
+          ["final at the latest", el("span", { id: "final-by", "data-block": body.final_by_block ?? "" },
+            body.final_by_block !== null && body.final_by_block !== undefined ? [block(body.final_by_block, body), estimate(body.final_by_block, body)] : (body.status === "final" ? "final" : "-"))],
+          ["dispatched", dateTime(body.created_at)]]),
       audit ? auditSection(audit, body) : null,
       section("Timeline", timeline(body.timeline, body, [el("li", { "data-event": "Receipt" }, el("span", { class: "block" }, "off-chain"), " receipt signed by ", nodeLink(body.worker))])),
       section("Evidence and replay",

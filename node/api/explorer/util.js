@@ -59,6 +59,11 @@ export function nodeLink(address) {
 }
 
 // --- blocks and time ---------------------------------------------------------------------------------
+// A date and time in one format everywhere (24 h, the reader's locale), as block times show their clock time.
+export function dateTime(seconds) {
+  return new Date(seconds * 1000).toLocaleString(undefined, { hour12: false });
+}
+
 export function clockTime(seconds) {
   return new Date(seconds * 1000).toLocaleTimeString(undefined, { hour12: false });
 }

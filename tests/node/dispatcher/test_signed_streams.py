@@ -66,6 +66,9 @@ class HostileStreams:
         self.apps: dict[object, str] = {}
         self.served = {"hostile": 0}
         self.tokens = _injected_tokens(tokenizer)
+        # A stall holds its handler until the test ends: aiohttp does not cancel a handler whose peer
+        # hung up, and the node's cleanup waits up to 60 s for open handlers (it did, twice a run).
+        self.released = asyncio.Event()
         monkeypatch.setattr(native_views, "write_job_stream", self.write_job_stream)
 
     async def write_job_stream(self, request, arrived, wait, compute_body, signer):
@@ -85,10 +88,12 @@ class HostileStreams:
     async def _write(self, mode, response, request, wait, compute_body, signer) -> None:
         await response.prepare(request)
         if mode == "stalls":
-            await asyncio.Event().wait()  # never a byte of body; ends when the gateway hangs up
+            await self.released.wait()  # never a byte of body (the gateway hangs up on it)
+            return
         if mode == "stalls_mid_stream":
             await response.write(compute_line(stream_chunk_to_json(self.tokens[:1], signer.sign(self.tokens[:1]))))
-            await asyncio.Event().wait()
+            await self.released.wait()
+            return
         await response.write(compute_line(_hostile_line(mode, self.tokens, signer)))
         await response.write(compute_line({"done": compute_body(await wait)}))  # the receipt for the job's real output
         await response.write_eof()
@@ -144,7 +149,9 @@ async def _sdk_items(url: str, served_tiny, domain) -> list:
 
 @pytest.fixture
 def hostile_streams(monkeypatch, served_tiny):
-    return HostileStreams(monkeypatch, served_tiny.tokenizer)
+    streams = HostileStreams(monkeypatch, served_tiny.tokenizer)
+    yield streams
+    streams.released.set()  # before the nodes stop (torn down after this fixture): no stalled handler left
 
 
 @pytest.mark.parametrize("mode", ["unsigned", "foreign", "forged"])

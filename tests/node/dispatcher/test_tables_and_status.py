@@ -1,16 +1,19 @@
 """The dispatcher's tables on a real SQLite file (migration 3 of the node store), and the job
 status and evidence computed from them."""
 
+import dataclasses
 import json
 import os
 
-from verillm.node.dispatcher.status import compute_job_status
+from verillm.node.dispatcher.status import compute_job_deadlines, compute_job_status
+from verillm.spec.audit import Phase, RoundDeadlines, RoundState
+from verillm.spec.params import compute_timeline
 from verillm.node.store.evidence import compute_evidence
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.store.migrations import MIGRATIONS, get_schema_version
 from verillm.node.store.store import open_store
 from verillm.spec.params import MINIMAL
-from verillm.spec.receipt import SigningDomain, compute_receipt, sign_receipt
+from verillm.spec.receipt import SigningDomain, compute_receipt, compute_receipt_hash, sign_receipt
 from verillm.spec.types import Job, LeafOpening, Leaf, Opening, SamplingParams
 from verillm.spec.merkle import MerkleProof
 from verillm.verifier.replay import load_case, read_evidence
@@ -74,6 +77,54 @@ def test_a_job_the_draw_skipped_is_final_once_the_start_window_closes(tmp_path):
     tables.record_events("protocol", [_event(8, "AuditDrawn", batch_id=4, seed="0x00", beta="0x00")], 9)
     assert compute_job_status(tables, receipt.job_hash, 18, PRESET)["status"] == "committed"
     assert compute_job_status(tables, receipt.job_hash, 19, PRESET)["status"] == "final"
+
+
+def test_each_step_names_the_contract_deadline_it_waits_on_and_the_latest_final_block(tmp_path):
+    """The deadline each status shows is the window the contracts enforce (verillm/spec/deadlines.py;
+    an audit's round deadlines come from Jobs.getRoundState, checked against Jobs.getDeadlines on anvil in
+    tests/contracts/test_state_machine.py), and the final bound is the timeline's."""
+    tables = DispatcherTables(open_store(tmp_path / "n.sqlite").db)
+    receipt = _dispatch(tables, 2)  # auditable until block 1,000
+    job_hash, span = receipt.job_hash, compute_timeline(PRESET)
+
+    def deadlines(head, round_state=None, rate=2.0):
+        body = compute_job_deadlines(tables, compute_job_status(tables, job_hash, head, PRESET), PRESET, round_state, rate)
+        return body["status"], body["phase_deadline"], body["phase_ends_block"], body["final_by_block"], body["seconds_per_block"]
+
+    assert deadlines(3) == ("dispatched", None, None, 1_000 + span.audit_span, 2.0)  # no promise made: the receipt's horizon bounds it
+    tables.insert_promise(job_hash, compute_receipt_hash(receipt), 33, b"\x01" * 65)
+    assert deadlines(3, rate=None) == ("dispatched", "batch_by", 33, 1_000 + span.audit_span, None)
+    row = tables.insert_batch(b"\x0a" * 32, [job_hash])
+    tables.update_batch(row, status="posted", batch_id=4, posted_block=20)
+    draw_by = 20 + PRESET.AUDIT_DRAW_DELAY_BLOCKS + PRESET.DRAW_WINDOW_BLOCKS  # Batches.drawAudit: TooLate after seed + window
+    assert deadlines(21) == ("committed", "draw_by", draw_by, 20 + span.start_span + span.audit_span, 2.0)
+    tables.update_batch(row, status="drawn")
+    tables.record_events("protocol", [_event(25, "AuditDrawn", batch_id=4, seed="0x00", beta="0x00")], 26)
+    start_by = 25 + PRESET.START_WINDOW_BLOCKS
+    assert deadlines(26) == ("committed", "start_by", start_by, start_by + span.audit_span, 2.0)
+    assert deadlines(start_by + 1) == ("final", None, None, None, None)  # no audit started: final, nothing left to wait for
+    tables.update_batch(row, status="missed")
+    assert deadlines(26)[1:4] == (None, None, None)  # a missed draw: no audit of it can start
+
+    tables.update_batch(row, status="started")
+    tables.insert_audit(5, job_hash, row, 0, requested=False)
+    tables.record_events("protocol", [_event(30, "AuditStarted", 5, batch_id=4, worker="0x" + "11" * 20)], 31)
+    state = _round_state(Phase.COMMITTING, commit_by=70)
+    assert deadlines(40, state) == ("audited", "commit_by", 70, 30 + span.audit_span, 2.0)
+    claimed = dataclasses.replace(state, publish_deadline=45)  # a delivery claim stands: the worker's publication is what the round waits on
+    assert deadlines(40, claimed)[1:3] == ("publish_by", 45)
+    assert deadlines(60, _round_state(Phase.OPENING, worker_open_by=80, members_open_by=120))[1:3] == ("worker_open_by", 80)
+    opened = dataclasses.replace(_round_state(Phase.OPENING, worker_open_by=80, members_open_by=120), worker_opened=True)
+    assert deadlines(60, opened)[1:3] == ("members_open_by", 120)
+    tables.record_events("protocol", [_event(90, "RoundDecided", 5, round=0, verdict=1, agree=3, disagree=0)], 91)
+    assert deadlines(91, _round_state(Phase.DECIDED, dispute_by=100)) == ("verified", "dispute_by", 100, 30 + span.audit_span, 2.0)
+    tables.update_audit(5, status="settled", verdict=1)
+    assert deadlines(120) == ("final", None, None, None, None)
+
+
+def _round_state(phase: Phase, **deadlines) -> RoundState:
+    d = RoundDeadlines(*(deadlines.get(f.name, 0) for f in dataclasses.fields(RoundDeadlines)))
+    return RoundState(phase, 0, 0, 3, 0, 0, 0, False, False, False, 0, 0, d)
 
 
 def test_evidence_read_from_the_store_file_replays_the_same_case(tmp_path):
