@@ -734,11 +734,11 @@ contract Jobs is ReentrancyGuard {
         uint8 verdict = a.round == 2 && own == AuditCodes.TIE ? firstMajority : own;
         a.verdict = verdict;
         r.phase = Phase.SETTLED;
-        // A FAIL takes the stake only when unappealed or two rounds fail the worker; the bare
-        // FAIL of one round (an appeal's of a round-0 TIE, a decider's TIE after round 0's FAIL)
-        // takes the penalty.
-        // (A decider is entered only after a decisive round 0, so `firstMajority == TIE` is an appeal's.)
-        _settleParties(auditId, a, verdict, verdict == AuditCodes.FAIL && (own != AuditCodes.FAIL || firstMajority == AuditCodes.TIE));
+        // A FAIL takes the stake only when round 0's majority and the last round both fail the
+        // worker (unappealed; the appeal agreeing; the decider agreeing after the appeal passed
+        // it). Any other FAIL takes the penalty: one over a round-0 PASS or TIE (an honest round 0
+        // outweighs later captured rounds), or round 0's left standing by a decider's TIE.
+        _settleParties(auditId, a, verdict, verdict == AuditCodes.FAIL && !(own == AuditCodes.FAIL && firstMajority == AuditCodes.FAIL));
         _settleBond(a, verdict, firstMajority);
         _unlockAll(auditId, a);
         emit AuditSettled(auditId, verdict);
@@ -758,7 +758,7 @@ contract Jobs is ReentrancyGuard {
         }
         if ((verdict == AuditCodes.FAIL || verdict == AuditCodes.WORKER_DEFAULT) && !a.workerSlashed) {
             a.workerSlashed = true;
-            // One round's bare FAIL, no evidence the contract checks and no second round agreeing
+            // A FAIL round 0 and the last round do not both give, no evidence the contract checks
             // (docs/protocol.md §12 "Proportionality"): the penalty, not the slash.
             uint256 amount = bareFail
                 ? _penalize(auditId, a.worker, "overturned")

@@ -100,11 +100,13 @@ class LedgerChecks:
         return out
 
     def _framed(self, take) -> bool:
-        """Whether two rounds of the take's audit were captured (§13's framing residual: round 0
-        and the appeal, or the decider and either; the verdict two rounds agree on is final)."""
+        """Whether round 0 and a later round of the take's audit were captured (§13's framing
+        residual: round 0 and the appeal, or round 0 and the decider; a worker's full slash needs
+        round 0's majority to fail it, `spec.settlement.is_worker_penalty_only`)."""
         if take.audit_id is None or not any(t.run.audit_id == take.audit_id for t in self.audits):
             return False
-        return len(self._captured_rounds(take.audit_id)) >= 2
+        captured = self._captured_rounds(take.audit_id)
+        return 0 in captured and len(captured) >= 2
 
     def _honest_appeals(self) -> None:
         """An honest worker's node appeals a FAIL of its own job (escalates, with the bond:

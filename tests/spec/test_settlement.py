@@ -125,8 +125,11 @@ def test_unheard_escalation_slashes_nobody_and_refunds_unless_the_dispatcher_wit
 @given(audit=audits)
 def test_the_bare_verdict_of_one_round_never_takes_more_than_the_penalty(audit):
     """Issue 34 (Proportionality): a worker convicted by votes loses more than MEMBER_PENALTY_BPS
-    only when two rounds failed it (round 0 and the appeal, or the decider and either), or round 0
-    alone, unappealed, or it defaulted; a member's settlement loss is always the penalty."""
+    only when round 0's majority and the last round both failed it (round 0 unappealed, the appeal
+    agreeing with it, or the decider agreeing with it after the appeal passed the worker), or it
+    defaulted: a round 0 that did not fail the worker caps what later rounds take at the penalty,
+    so an honest worker's full slash always needs a captured round 0. A member's settlement loss is
+    always the penalty."""
     stakes = {f"m{i}": STAKE for i in range(12)} | {"w": STAKE}
     out = s.compute_settlement(audit, stakes, 10**18, PRESET)
     penalty = STAKE * PRESET.MEMBER_PENALTY_BPS // 10_000
@@ -134,7 +137,14 @@ def test_the_bare_verdict_of_one_round_never_takes_more_than_the_penalty(audit):
     assert all(v <= penalty * seats.count(node) for node, v in out.slashed_wei.items() if node != "w")
     if out.slashed_wei.get("w", 0) > penalty:
         decided = [s.compute_majority(audit.rounds[0])] + [s.compute_round_verdict(audit, r) for r in audit.rounds[1:]]
-        assert out.verdict == s.WORKER_DEFAULT or (out.verdict == s.FAIL and (len(decided) == 1 or decided.count(s.FAIL) >= 2))
+        assert out.verdict == s.WORKER_DEFAULT or (out.verdict == s.FAIL and decided[0] == s.FAIL and decided[-1] == s.FAIL)
+    elif out.verdict == s.FAIL and decided_by_votes(audit) == (s.FAIL, s.FAIL):
+        raise AssertionError("round 0 and the last round failed the worker: the full slash, not the penalty")
+
+
+def decided_by_votes(audit):
+    """(round 0's majority, the last round's verdict)."""
+    return s.compute_majority(audit.rounds[0]), s.compute_round_verdict(audit, audit.rounds[-1])
 
 
 @settings(max_examples=300, deadline=None)
@@ -213,6 +223,30 @@ def test_two_captured_rounds_are_the_bound_and_a_decider_tie_leaves_round_zero_a
     out = s.compute_settlement(s.AuditRecord("w", (_round("m", (s.AGREE,) * 3), failing, tie), escalator="m0",
                                              escalation_bond_wei=PRESET.DISPUTE_BOND_WEI), {"w": STAKE}, 10**18, PRESET)
     assert out.verdict == s.PASS and "w" not in out.slashed_wei and out.credits_wei["w"] == PRESET.AUDIT_FEE_WEI
+
+
+def test_a_worker_passed_by_round_zero_loses_only_the_penalty_when_the_appeal_and_the_decider_fail_it():
+    """Round 0 (honest) passes the worker; a dissenter with standing appeals; the appeal and the
+    decider, both captured, fail it. Two rounds agree, but round 0's majority does not: the
+    worker takes MEMBER_PENALTY_BPS (`is_worker_penalty_only`), so its full slash needs a captured
+    round 0 — the risk of a final appeal, tail(3, q) x tail(7, q), not more."""
+    audit = s.AuditRecord("w", (_round("m", (s.AGREE, s.AGREE, s.DISAGREE)), _round("x", (s.DISAGREE,) * 5), _round("y", (s.DISAGREE,) * 5)),
+                          escalator="m2", escalation_bond_wei=PRESET.DISPUTE_BOND_WEI)
+    out = s.compute_settlement(audit, {"w": STAKE}, 10**18, PRESET)
+    assert out.verdict == s.FAIL and s.is_worker_penalty_only(audit, out.verdict)
+    assert out.slashed_wei["w"] == STAKE * PRESET.MEMBER_PENALTY_BPS // 10_000
+    assert {"m0", "m1"} <= set(out.slashed_wei) and out.credits_wei["m2"] > PRESET.DISPUTE_BOND_WEI  # the escalator's side won
+
+
+def test_a_cheat_failed_by_round_zero_and_the_decider_is_slashed_in_full_whatever_the_appeal_said():
+    """Round 0 fails the worker, the appeal passes it, the decider fails it: round 0's majority and
+    the final verdict agree — the full slash (else a cheat failed by two honest rounds would buy the
+    penalty with one captured appeal between them)."""
+    audit = s.AuditRecord("w", (_round("m", (s.DISAGREE, s.DISAGREE, s.AGREE)), _round("x", (s.AGREE,) * 5), _round("y", (s.DISAGREE,) * 5)),
+                          escalator="w", escalation_bond_wei=PRESET.DISPUTE_BOND_WEI)
+    out = s.compute_settlement(audit, {"w": STAKE}, 10**18, PRESET)
+    assert out.verdict == s.FAIL and not s.is_worker_penalty_only(audit, out.verdict)
+    assert out.slashed_wei["w"] == STAKE * PRESET.SLASH_FRACTION_BPS // 10_000
 
 
 def test_an_appeal_that_fails_what_round_zero_did_not_costs_the_worker_the_penalty():

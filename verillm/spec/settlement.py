@@ -128,16 +128,16 @@ def compute_final_verdict(audit: AuditRecord) -> int:
 
 def is_worker_penalty_only(audit: AuditRecord, verdict: int) -> bool:
     """Return whether a convicted worker takes the member penalty instead of the slash: the final
-    FAIL is one round's bare verdict — an appeal's FAIL of a round-0 TIE, or round 0's FAIL that
-    a decider's TIE left standing after the appeal passed the worker. No second round agrees and
-    no evidence the contract checks is involved (Proportionality, docs/protocol.md §12): the bare
-    verdict of one round never takes the whole stake. A default (no opening, a lost contest), an
-    unappealed FAIL and two rounds failing it (round 0 and the appeal, or the decider and either
-    one) are slashed in full."""
-    if audit.appeal_is_final:
-        return verdict == FAIL and compute_majority(audit.rounds[0]) != FAIL
+    FAIL is not agreed by round 0's majority AND the last round (`Jobs.settle`'s ``bareFail``).
+    Slashed in full: an unappealed round-0 FAIL, round 0's FAIL the appeal agrees with, round 0's
+    FAIL a decider agrees with after the appeal passed the worker, and a default (no opening, a
+    lost contest). Penalised: a FAIL over a round-0 PASS or TIE (the appeal's, with or without a
+    decider agreeing: an honest round 0 passing the worker outweighs two later rounds an adversary
+    may hold), and round 0's FAIL left standing by a decider's TIE (Proportionality,
+    docs/protocol.md §12). So an honest worker loses its stake only when round 0 fails it, as it
+    did when the appeal was final."""
     own = compute_round_verdict(audit, audit.rounds[-1])
-    return verdict == FAIL and (own != FAIL or compute_majority(audit.rounds[0]) == TIE)
+    return verdict == FAIL and not (own == FAIL and compute_majority(audit.rounds[0]) == FAIL)
 
 
 def has_escalation_standing(audit: AuditRecord, caller: str, dispatcher: str) -> bool:
@@ -182,7 +182,7 @@ def compute_settlement(audit: AuditRecord, stakes_wei: dict[str, int], fee_pool_
             if wins:
                 winners.append(member.node)
     if verdict in (FAIL, WORKER_DEFAULT) and not audit.worker_slashed:
-        # One round's bare FAIL (no second round agreeing): the penalty.
+        # A FAIL round 0's majority and the last round do not both give: the penalty.
         bps = min(preset.MEMBER_PENALTY_BPS, preset.SLASH_FRACTION_BPS) if is_worker_penalty_only(audit, verdict) else None
         pot += _apply_slash(out, stakes, audit.worker, preset, bps)
     for node in winners:

@@ -150,8 +150,9 @@ contract Ledger is Adversary {
     }
 
     /// LEDGER's bound (tests/contracts/fuzz_ledger.py): 0, MEMBER_PENALTY_BPS of the stake for a
-    /// minority vote, missed opening or overturn in a captured round, the stake when two rounds
-    /// were captured (§13's priced framing residual: round 0 and the appeal, or the decider and either).
+    /// minority vote, missed opening or overturn in a captured round, the stake when round 0 and a
+    /// later round were captured (§13's priced framing residual: round 0 and the appeal, or round 0
+    /// and the decider; a FAIL over round 0's PASS takes only the penalty).
     function _bound(string memory rule, uint256 a, uint256 stakeBefore) internal view returns (uint256) {
         if (a == type(uint256).max) return 0;
         bytes32 h = keccak256(bytes(rule));
@@ -160,7 +161,7 @@ contract Ledger is Adversary {
             return _captured(a, round) || _capturedRounds(a) > 0 ? stakeBefore * memberPenaltyBps / 10_000 : 0;
         }
         if (h == keccak256("Jobs.failed audit")) {
-            return _capturedRounds(a) >= 2 ? stakeBefore : 0;
+            return _captured(a, 0) && _capturedRounds(a) >= 2 ? stakeBefore : 0;
         }
         return 0;
     }
