@@ -3,7 +3,10 @@ nothing alone — `Jobs.settle` enters a decider round (2, drawn publicly like t
 members, ESCALATION_COMMITTEE_SIZE) and the verdict two rounds agree on is final (docs/protocol.md
 §12 "Proportionality"). The replay of the forge violation and its mirror are
 `test_issue34_rules.py::test_attack2_…` and `::test_attack1_…`; here: the bound when both later
-rounds are captured, the decider's TIE and a decider nobody draws.
+rounds are captured (the cheat's escape; an honest worker round 0 passed: the penalty only), a
+cheat round 0 and the decider fail (the full slash whatever the appeal said), the decider's TIE
+and a decider nobody draws. The worker's full slash on a FAIL needs round 0's majority and the
+final verdict both to fail it (`spec.settlement.is_worker_penalty_only`, `Jobs.settle`'s bareFail).
 """
 
 import pytest
@@ -96,6 +99,49 @@ def test_a_cheat_keeps_its_stake_only_when_the_appeal_and_the_decider_are_both_c
     assert after[cheat.node.address] == stakes[cheat.node.address]  # the documented bound: both later rounds captured
     for member in round0 + appeal[QUORUM:] + decider[QUORUM:]:  # every honest voter: the minority penalty, never more
         assert stakes[member.node.address] - after[member.node.address] == _penalty(stakes[member.node.address])
+
+
+def test_an_honest_worker_passed_by_round_zero_loses_only_the_penalty_when_the_appeal_and_the_decider_are_captured(world15):
+    # Two later rounds agree against the worker, but round 0's honest majority passed it: a full
+    # slash would make its risk tail(3,q)·tail(7,q)·(2 − tail(7,q)) + (1 − tail(3,q))·tail(7,q)²
+    # instead of a final appeal's tail(3,q)·tail(7,q). The penalty, and the worker's full slash
+    # always needs a captured round 0.
+    world = world15
+    worker = world.make_worker(world.nodes[0])  # honest
+    run = world.start(worker, dispatcher=world.nodes[1])
+    committee = world.committee(run)
+    round0 = [world.make_member(committee[0], offset=FABRICATED)] + [world.make_member(n) for n in committee[1:]]
+    assert world.decide(run, round0) == spec.PASS  # two honest agrees, the colluder's fabricated data dissent
+    attacker = round0[0].node.account
+    world.protocol.escalate(attacker, run.audit_id)  # a round-0 dissenter has standing
+    world.draw_round(run)
+    seats = world.committee(run, 1)
+    appeal = [world.make_member(n, offset=FABRICATED) for n in seats[:QUORUM]] + [world.make_member(n) for n in seats[QUORUM:]]
+    assert world.decide(run, appeal, 1) == spec.FAIL  # captured
+    stakes = world.stakes()
+    decider, verdict = world.decider(run, offset=FABRICATED, captured=QUORUM)
+    assert verdict == spec.FAIL  # captured too: two rounds agree on FAIL
+    expected = _settle(world, run, [round0, appeal, decider], attacker.address)
+    assert expected.verdict == spec.FAIL
+    after = world.stakes()
+    lost = stakes[worker.node.address] - after[worker.node.address]
+    assert lost == _penalty(stakes[worker.node.address]) < stakes[worker.node.address] * PRESET.SLASH_FRACTION_BPS // 10_000
+    for member in round0[1:] + appeal[QUORUM:] + decider[QUORUM:]:  # every honest voter: the minority penalty, never more
+        assert stakes[member.node.address] - after[member.node.address] == _penalty(stakes[member.node.address])
+
+
+def test_a_cheat_failed_by_round_zero_and_an_honest_decider_is_slashed_in_full_after_a_captured_appeal(world15):
+    # Round 0's majority and the final verdict both fail the cheat: the slash, not the penalty (a
+    # captured appeal between two honest rounds buys nothing).
+    world = world15
+    cheat, run, round0, appeal = _cheat_failed_then_passed_by_a_captured_appeal(world)
+    stakes = world.stakes()
+    decider, verdict = world.decider(run)
+    assert verdict == spec.FAIL  # honest
+    expected = _settle(world, run, [round0, appeal, decider], cheat.node.address)
+    assert expected.verdict == spec.FAIL
+    lost = stakes[cheat.node.address] - world.stakes()[cheat.node.address]
+    assert lost == stakes[cheat.node.address] * PRESET.SLASH_FRACTION_BPS // 10_000 > _penalty(stakes[cheat.node.address])
 
 
 def test_a_decider_tie_leaves_round_zero_s_fail_standing_at_the_penalty(world15):
