@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "contracts" / "fuzz"
 CALLS = re.compile(r"invariant_ledger\(\) \(runs: (\d+), calls: (\d+), reverts: (\d+)\)")
 FAILURE = re.compile(r"\[FAIL: (.*)\]")
+DECIDERS = re.compile(r"deciders-(drawn|settled|abandoned) (\d+)")  # each run's line (GenericAdversaryInvariant.afterInvariant)
 
 
 def forge() -> str:
@@ -54,9 +55,13 @@ def run_seed(binary: str, seed: int, runs: int, depth: int, world: str | None) -
     runs_done, calls, reverts = map(int, found[-1])
     failure = FAILURE.search(out)
     runs_log = [line.strip() for line in out.splitlines() if line.strip().startswith("run: ")]
+    deciders = {"drawn": 0, "settled": 0, "abandoned": 0}
+    for line in runs_log:
+        for what, n in DECIDERS.findall(line):
+            deciders[what] += int(n)
     return {"seed": seed, "runs": runs_done, "calls": calls, "handler_reverts": reverts, "seconds": round(elapsed, 1),
             "calls_per_second": round(calls / elapsed, 1), "passed": done.returncode == 0 and failure is None,
-            "violation": failure.group(1) if failure else None, "last_run": runs_log[-1] if runs_log else None}
+            "violation": failure.group(1) if failure else None, "deciders": deciders, "last_run": runs_log[-1] if runs_log else None}
 
 
 def main() -> None:
@@ -75,7 +80,7 @@ def main() -> None:
         result = run_seed(binary, seed, args.runs, args.depth, args.world)
         results.append(result)
         print(f"seed {seed}: {result['calls']:,} calls in {result['seconds']} s ({result['calls_per_second']} calls/s), "
-              f"{'no violation' if result['passed'] else 'VIOLATION: ' + str(result['violation'])}", flush=True)
+              f"deciders {result['deciders']}, {'no violation' if result['passed'] else 'VIOLATION: ' + str(result['violation'])}", flush=True)
         total = sum(r["calls"] for r in results)
         seconds = sum(r["seconds"] for r in results)
         report = {"campaign": "contracts/fuzz GenericAdversaryInvariant (issue 34, generic adversary, Foundry invariant runner)",
@@ -83,6 +88,7 @@ def main() -> None:
                   "config": {"runs_per_seed": args.runs, "depth": args.depth, "world": args.world or "world"},
                   "seeds": results, "total_calls": total, "total_seconds": round(seconds, 1),
                   "calls_per_second": round(total / seconds, 1) if seconds else None,
+                  "deciders": {k: sum(r["deciders"][k] for r in results) for k in ("drawn", "settled", "abandoned")},
                   "violations": sum(1 for r in results if not r["passed"])}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")

@@ -1,9 +1,13 @@
 """Writes the Foundry invariant campaign's starting world (contracts/fuzz/world/, issue 34).
 
 The world is the Python generic fuzzer's (`tests/contracts/generic_fuzz.py`): the six contracts
-deployed by the project's own deployer with the MINIMAL preset, the test model, twelve nodes
-registered with their stakes and BLS keys, colluder 5 topped up, the chain advanced to the next
-epoch. The state comes from a real anvil (`anvil_dumpState`), written as Foundry allocs so the
+deployed by the project's own deployer with the MINIMAL preset, the test model, its twelve nodes
+and eight more (FORGE_EXTRA_NODES: 12, 14, 16, 18 honest, 13, 15, 17, 19 colluders, one unit each —
+a decider needs at least 15 eligible nodes: worker, dispatcher, 3 + 5 + 5 fresh seats, and one
+more per redrawn seat) registered with their stakes
+and BLS keys, colluder 5 topped up, then every stake tripled (FORGE_STAKE_MULTIPLE: a 1% penalty
+no longer unlists a node), the chain advanced to the next epoch. Adversarial stake: 12 of 25
+units (48%), as the Python world's 8 of 17. The state comes from a real anvil (`anvil_dumpState`), written as Foundry allocs so the
 campaign loads exactly what the Python harness starts from (`vm.loadAllocs`). Beside it, what
 the honest actors need and Solidity cannot compute cheaply: each trace's leaves and Merkle
 proofs (honest and cheating worker, each node's honest member trace, the colluders' fabricated
@@ -40,6 +44,16 @@ from fuzz_honest import CHEATER  # noqa: E402
 from test_fuzz_generic import GENESIS_TIMESTAMP_S  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "world"
+# Twenty nodes (Cast.sol's NODES): the Python world's twelve and eight more, so that a decider
+# round (round 2: five fresh seats after round 0's three, the appeal's five, the worker, the
+# dispatcher and every member replaced by a redraw) can be drawn. At sixteen nodes every decider
+# the campaign entered ended "pool exhausted" (6 of 6 in 125,000 calls, seeds 1-3).
+FORGE_EXTRA_NODES = GENERIC_EXTRA_NODES + 8
+FORGE_HONEST = GENERIC_HONEST + (12, 14, 16, 18)
+FORGE_ADVERSARIES = GENERIC_ADVERSARIES | {13, 15, 17, 19}
+# Every stake tripled (shares unchanged): at one MIN_STAKE_WEI unit a node's first 1% penalty (a
+# minority vote in a captured round) unlists it, shrinking the pool the decider is drawn from.
+FORGE_STAKE_MULTIPLE = 3
 OUTSIDER_VRF = vrf.derive_secret_key(b"\x99" * 32)  # the outsider's own key: it may register a fresh identity
 
 
@@ -77,9 +91,11 @@ def main(out: Path = OUT, artifacts: Path | None = None) -> None:
         chain = connect(process)
         if artifacts is not None:  # the protocol's contracts from another artifacts directory first
             chain.artifacts = ArtifactStore((Path(artifacts), TEST_ARTIFACTS))
-        world = World(chain, extra_nodes=GENERIC_EXTRA_NODES)
+        world = World(chain, extra_nodes=FORGE_EXTRA_NODES)
         for i, units in ADVERSARY_TOP_UP.items():
             world.protocol.top_up(world.nodes[i].account, units * PRESET.MIN_STAKE_WEI)
+        for node in world.nodes:
+            world.protocol.top_up(node.account, (FORGE_STAKE_MULTIPLE - 1) * world.protocol.get_node(node.address)["stake_wei"])
         world.protocol.advance_to_next_epoch()
         block = chain.get_block()
         raw = chain.w3.provider.make_request("anvil_dumpState", [])["result"]
@@ -88,7 +104,8 @@ def main(out: Path = OUT, artifacts: Path | None = None) -> None:
         cheat_worker = world.make_worker(world.nodes[0], offset=CHEAT_OFFSET)
         fabricated = world.make_member(world.nodes[5], offset=0.3)
         members = [world.make_member(n) for n in world.nodes]
-        roles = {i: "honest" for i in GENERIC_HONEST} | {i: "colluder" for i in GENERIC_ADVERSARIES} | {CHEATER: "cheater"}
+        roles = {i: "honest" for i in FORGE_HONEST} | {i: "colluder" for i in FORGE_ADVERSARIES} | {CHEATER: "cheater"}
+        assert len(roles) == len(world.nodes), "every node of the forge world has a role"
         meta = {
             "note": "written by contracts/fuzz/make_world.py; the allocs beside it are the chain state",
             "blockNumber": block["number"], "timestamp": block["timestamp"], "chainId": chain.chain_id,

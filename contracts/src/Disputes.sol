@@ -381,7 +381,9 @@ contract Disputes is ReentrancyGuard {
     /// round's DISAGREE voters (after a default: of any seat with a posted receipt; `appealSlot`,
     /// not slashed) fail against its own on last-layer token cells — cells every round opens and
     /// token-checks (docs/protocol.md §12 "Accountable votes"), and only when the first round's
-    /// majority failed too (two rounds against the member; after an overturned PASS: `NoFault`). The member is
+    /// majority failed too (two rounds against the member; after an overturned PASS: `NoFault`).
+    /// With a decider (round 2, after an appeal that passed what round 0 failed) the judges are
+    /// the decider's seats: round 0 and the decider agreeing; while it runs, `NoFault`. The member is
     /// slashed once a majority of the appeal committee's seats (size / 2 + 1) contradicted it:
     /// one colluding DISAGREE with fabricated leaves cannot slash an honest agree alone (an honest
     /// agree's token cells match every honest appeal member's), colluders must hold the appeal.
@@ -486,7 +488,9 @@ contract Disputes is ReentrancyGuard {
         return uint256(round) << 8 | slot;
     }
 
-    /// @dev A later round decided PASS, `round`'s own majority passed too (two rounds agreeing:
+    /// @dev The audit's last round (the appeal, or its decider when the appeal contradicted round
+    /// 0: a decider that PASSes agrees with round 0's PASS or the appeal's, never with a FAIL)
+    /// decided PASS, `round`'s own majority passed too (two rounds agreeing:
     /// never after an appeal overturned a FAIL, when one captured round would make every honest
     /// dissenter a "liar"), and every cell is a last-layer token cell: one that round opened and
     /// token-checked too.

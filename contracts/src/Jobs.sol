@@ -400,15 +400,19 @@ contract Jobs is ReentrancyGuard {
             _fallBackToPublicDraw(auditId, a, r);
             return;
         }
-        if (a.round > 0) {
+        // A decider nobody drew (round 2) is abandoned below like an escalation that cannot be
+        // heard: neither of the two contradicting rounds decides alone.
+        if (a.round == 1) {
             r.phase = Phase.LAPSED;
-            a.round -= 1;
+            a.round = 0;
             feePoolWei += a.escalationBondWei;
             a.escalationBondWei = 0;
             emit EscalationLapsed(auditId);
             return;
         }
-        if (a.requested) {
+        if (a.round == 2) {
+            // (the decider: nobody slashed, the bond back)
+        } else if (a.requested) {
             receiptState[a.receiptHash] = AuditCodes.RECEIPT_LAPSED;
         } else if (a.numPositions != 0) {
             // (Receipt unknown: a missed reveal nobody followed with the receipt; slashed once, at its lapse.)
@@ -715,18 +719,32 @@ contract Jobs is ReentrancyGuard {
         Deadlines memory d = _deadlines(r);
         if (block.number <= d.disputeBy) revert TooEarly(d.disputeBy + 1);
         if (a.pendingContests != 0) revert ContestsPending(a.pendingContests);
-        uint8 verdict = _verdictOf(a, r);
+        uint8 own = _verdictOf(a, r);
         // Read before settling slashes anyone: the first round's majority as it was decided.
         uint8 firstMajority = _majorityOf(rounds[auditId][0]);
+        // An appeal that decides the opposite of round 0's majority (PASS against FAIL) decides
+        // nothing alone: a decider round (2) is drawn, and the verdict two rounds agree on is
+        // final (docs/protocol.md §12 "Proportionality").
+        if (a.round == 1 && own + firstMajority == AuditCodes.PASS + AuditCodes.FAIL) { // PASS against FAIL, either way
+            a.round = 2;
+            _enterRound(auditId, 2); // (seen as round 1's RoundDecided without an AuditSettled, then round 2's CommitteeDrawn)
+            return;
+        }
+        // A decider's TIE: no two rounds agree; round 0's majority stands, a FAIL at the penalty.
+        uint8 verdict = a.round == 2 && own == AuditCodes.TIE ? firstMajority : own;
         a.verdict = verdict;
         r.phase = Phase.SETTLED;
-        _settleParties(auditId, a, verdict, firstMajority);
+        // A FAIL takes the stake only when round 0's majority and the last round both fail the
+        // worker (unappealed; the appeal agreeing; the decider agreeing after the appeal passed
+        // it). Any other FAIL takes the penalty: one over a round-0 PASS or TIE (an honest round 0
+        // outweighs later captured rounds), or round 0's left standing by a decider's TIE.
+        _settleParties(auditId, a, verdict, verdict == AuditCodes.FAIL && !(own == AuditCodes.FAIL && firstMajority == AuditCodes.FAIL));
         _settleBond(a, verdict, firstMajority);
         _unlockAll(auditId, a);
         emit AuditSettled(auditId, verdict);
     }
 
-    function _settleParties(uint256 auditId, Audit storage a, uint8 verdict, uint8 firstMajority) private {
+    function _settleParties(uint256 auditId, Audit storage a, uint8 verdict, bool bareFail) private {
         address[] memory winners = new address[](_everyParty(auditId, a).length);
         uint256 winnerCount;
         uint256 pot;
@@ -740,10 +758,9 @@ contract Jobs is ReentrancyGuard {
         }
         if ((verdict == AuditCodes.FAIL || verdict == AuditCodes.WORKER_DEFAULT) && !a.workerSlashed) {
             a.workerSlashed = true;
-            // An appeal's FAIL of a round 0 that did not fail the worker (PASS or TIE): one round's
-            // bare votes, no evidence the contract checks and no second round agreeing
+            // A FAIL round 0 and the last round do not both give, no evidence the contract checks
             // (docs/protocol.md §12 "Proportionality"): the penalty, not the slash.
-            uint256 amount = verdict == AuditCodes.FAIL && firstMajority != AuditCodes.FAIL
+            uint256 amount = bareFail
                 ? _penalize(auditId, a.worker, "overturned")
                 : _slash(auditId, a.worker, "failed audit");
             pot += _rewardOf(amount);
@@ -1053,20 +1070,23 @@ contract Jobs is ReentrancyGuard {
         }
     }
 
-    /// @dev The worker, the dispatcher, every seat of every round so far and every member
-    /// redrawn away: who a draw excludes and who is unlocked at the end (each locked once).
+    /// @dev The worker, the dispatcher, every seat of every round so far (the appeal's and the
+    /// decider's too) and every member redrawn away: who a draw excludes and who is unlocked at
+    /// the end (each locked once).
     function _everyParty(uint256 auditId, Audit storage a) private view returns (address[] memory parties) {
-        Member[] storage first = rounds[auditId][0].members;
-        Member[] storage second = rounds[auditId][1].members;
-        parties = new address[](2 + first.length + second.length + a.replaced.length);
+        uint256 k = 2 + a.replaced.length;
+        for (uint256 ri = 0; ri < 3; ri++) {
+            k += rounds[auditId][ri].members.length;
+        }
+        parties = new address[](k);
         parties[0] = a.worker;
         parties[1] = a.dispatcher;
-        uint256 k = 2;
-        for (uint256 i = 0; i < first.length; i++) {
-            parties[k++] = first[i].node;
-        }
-        for (uint256 i = 0; i < second.length; i++) {
-            parties[k++] = second[i].node;
+        k = 2;
+        for (uint256 ri = 0; ri < 3; ri++) {
+            Member[] storage members = rounds[auditId][ri].members;
+            for (uint256 i = 0; i < members.length; i++) {
+                parties[k++] = members[i].node;
+            }
         }
         for (uint256 i = 0; i < a.replaced.length; i++) {
             parties[k++] = a.replaced[i];

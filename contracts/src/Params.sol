@@ -81,7 +81,7 @@ struct Timeline {
     uint256 roundDrawSpan; // E → the round's last draw: privateFallback + delay + draw + redraws × (commit + 1) + claimExtension
     uint256 roundSpan; // E → the verdict: roundDrawSpan + commit + delay + 3 × open (worker, seals, their openings) + 1 (finalize)
     uint256 startSpan; // a batch's posting → its last audit start: delay + draw + start
-    uint256 auditSpan; // a start → the last settle: round 0, dispute, escalation round (public), dispute, proof, settle
+    uint256 auditSpan; // a start → the last settle: round 0, dispute, appeal (public), dispute, decider (public), dispute, proof, settle
     uint256 leaverDutySpan; // an unbond → the end of its last duty: horizon + startSpan + auditSpan
     uint256 receiptDutySpan; // a receipt signed at S → the last settle of its audit: receiptHorizon + auditSpan
 }
@@ -106,8 +106,9 @@ library Params {
             + t.claimExtension;
         t.roundSpan = t.roundDrawSpan + commit + p.auditDrawDelayBlocks + 3 * uint256(p.openWindowBlocks) + 1;
         t.startSpan = uint256(p.auditDrawDelayBlocks) + p.drawWindowBlocks + p.startWindowBlocks;
-        // round 0 may carry the private fallback; the escalation round is drawn publicly
-        t.auditSpan = 2 * (t.roundSpan + p.disputeWindowBlocks) - t.privateFallback + p.proofWindowBlocks + 1;
+        // round 0 may carry the private fallback; the appeal and its decider are drawn publicly;
+        // the decider is entered by the appeal's settle, which waits out a contest (proof + 1)
+        t.auditSpan = 3 * (t.roundSpan + p.disputeWindowBlocks) - 2 * t.privateFallback + 2 * (uint256(p.proofWindowBlocks) + 1);
         t.leaverDutySpan = uint256(p.auditHorizonBlocks) + t.startSpan + t.auditSpan;
         t.receiptDutySpan = uint256(p.receiptHorizonBlocks) + t.auditSpan;
     }

@@ -73,7 +73,7 @@ def compute_conduct_of(outcome: AuditOutcome, rounds: list[dict]) -> dict:
             conduct[seat["node"].lower()] = _member_conduct(r, seat, outcome)
     slash = next((s for s in outcome.slashes if s.role == "worker"), None)
     label = ("" if slash is None else "could not prove its opening (contest lost)" if slash.rule == CONTEST_LOST else
-             "overturned: the appeal failed it where round 0 did not (penalised)" if slash.rule == OVERTURNED_RULE else f"slashed: {slash.meaning}")
+             "penalised: a FAIL round 0 and the last round do not both give" if slash.rule == OVERTURNED_RULE else f"slashed: {slash.meaning}")
     conduct[outcome.worker.lower()] = {"label": label or "worker", "lie": bool(slash) and slash.lie, "slashed_wei": slash.amount_wei if slash else None}
     return conduct
 

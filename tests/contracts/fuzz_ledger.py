@@ -45,15 +45,17 @@ class Rule:
     principle: str  # docs/protocol.md §12 (issue 34) principle that sets the bound
 
 
-ZERO, PENALTY_IF_CAPTURED, STAKE_IF_FRAMED = "0", "MEMBER_PENALTY_BPS if captured", "the stake if both rounds captured"
+ZERO, PENALTY_IF_CAPTURED, STAKE_IF_FRAMED = "0", "MEMBER_PENALTY_BPS if captured", "the stake if round 0 and a later round captured"
 PENALTY = "MEMBER_PENALTY_BPS"  # a missed deadline that gains its party nothing: the penalty, whatever anyone else does
 
 # rule (contract.reason or contract.function) → Rule. An honest party's take by a rule missing here is bound 0.
 LEDGER = {
     "Jobs.failed audit": Rule("the worker", STAKE_IF_FRAMED, "proportionality: one round's bare verdict never takes an honest "
-                              "worker's stake (it appeals a FAIL); both rounds captured is §13's priced framing residual"),
-    "Jobs.overturned": Rule("the worker", PENALTY_IF_CAPTURED, "proportionality: an appeal's FAIL of a round-0 PASS or TIE "
-                            "is one round against another: MEMBER_PENALTY_BPS, and an honest worker only meets it in a captured appeal"),
+                              "worker's stake (it appeals a FAIL); a captured round 0 and a captured later round agreeing (the "
+                              "appeal, or the decider after an honest appeal) is §13's priced framing residual"),
+    "Jobs.overturned": Rule("the worker", PENALTY_IF_CAPTURED, "proportionality: a FAIL round 0's majority does not share (the appeal's, with or without "
+                            "a decider agreeing, over a round-0 PASS or TIE; round 0's after a decider's TIE): MEMBER_PENALTY_BPS, "
+                            "met by an honest worker only in a captured round"),
     "Jobs.missed opening or minority vote": Rule("a member", PENALTY_IF_CAPTURED,
                                                  "proportionality: outvoted by a captured round costs MEMBER_PENALTY_BPS"),
     "Jobs.missed committee draw": Rule("the dispatcher", ZERO, "keepability: an honest dispatcher draws in its window"),
@@ -162,7 +164,8 @@ def read_takes(rpc, protocol, from_block: int, to_block: int) -> list[Take]:
 
 def honest_bound(take: Take, captured: bool, preset, framed: bool = False) -> int:
     """What ``take``'s rule may take from a party that acted honestly (``captured``: its round's
-    adversarial seats are at least half the seats; ``framed``: round 0 and the appeal both were)."""
+    adversarial seats are at least half the seats; ``framed``: round 0 of its audit and a later
+    round were — the appeal, or the decider)."""
     rule = LEDGER.get(take.rule)
     if rule is None or rule.honest_bound == ZERO:
         return 0

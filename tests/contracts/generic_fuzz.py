@@ -16,14 +16,17 @@ missed-seal checks):
                  or missed opening in a captured round), and its stake is never below its floor
                  less those bounds; its credit never decreases
     convicted    a cheat convicted by an honest majority (a round that decided FAIL with more
-                 non-colluding seats than half) never ends with its stake: the audit took some
+                 non-colluding seats than half) never ends with its stake: the audit took some —
+                 unless two other rounds of the audit were captured (the appeal and its decider;
+                 round 0 and the decider): the verdict two rounds agree on is final (issue 34);
+                 a decider the pool cannot staff (this world's 12 nodes never can: 2 + 3 + 5 + 5
+                 are needed) abandons the audit and is counted, not asserted
     standing     a colluder's delivery claim of a job an honest dispatcher sent (a false claim)
                  costs it something in that audit (end of run)
 With FUZZ_LEDGER=record a violation is written (FUZZ_VIOLATIONS, one JSON line: seed, run, step,
 the rule, the call that took it, the run's rule path) and the run goes on; otherwise it fails.
 """
 
-import dataclasses
 import json
 import os
 
@@ -35,7 +38,7 @@ from verillm.spec.hashing import keccak256
 
 from helpers.contracts import PRESET
 from fuzz_generic import GenericAdversary
-from fuzz_honest import CHEATER, DECIDED
+from fuzz_honest import ABANDONED, CHEATER, DECIDED
 from fuzz_ledger import LEDGER, honest_bound, read_decided, read_takes
 from verillm.chain import TransactionReverted
 
@@ -87,11 +90,23 @@ class LedgerChecks:
         seats = [self._index_of(a) for a in self.committee(take.audit_id, r)]
         return 2 * sum(1 for i in seats if i in self.adversaries) >= len(seats) > 0
 
+    def _captured_rounds(self, audit_id: int) -> set[int]:
+        """The rounds of the audit (round 0, the appeal, its decider) whose seats the colluders hold at least half of."""
+        out = set()
+        for r in (0, 1, 2):
+            seats = [self._index_of(a) for a in self.committee(audit_id, r)]
+            if 2 * sum(1 for i in seats if i in self.adversaries) >= len(seats) > 0:
+                out.add(r)
+        return out
+
     def _framed(self, take) -> bool:
-        """Whether round 0 and the appeal of the take's audit were both captured (§13's framing residual)."""
-        if take.audit_id is None or not any(t.run.audit_id == take.audit_id for t in self.audits) or self.audit(take.audit_id).round < 1:
+        """Whether round 0 and a later round of the take's audit were captured (§13's framing
+        residual: round 0 and the appeal, or round 0 and the decider; a worker's full slash needs
+        round 0's majority to fail it, `spec.settlement.is_worker_penalty_only`)."""
+        if take.audit_id is None or not any(t.run.audit_id == take.audit_id for t in self.audits):
             return False
-        return all(self._captured(dataclasses.replace(take, round=r)) for r in (0, 1))
+        captured = self._captured_rounds(take.audit_id)
+        return 0 in captured and len(captured) >= 2
 
     def _honest_appeals(self) -> None:
         """An honest worker's node appeals a FAIL of its own job (escalates, with the bond:
@@ -160,7 +175,11 @@ class LedgerChecks:
                 self._violation(f"ledger: honest node {i} lost credit: {credit - credits[i]} wei")
 
     def _check_cheater(self, t, state, slashed: bool) -> None:
-        """A cheat convicted by an honest majority never ends with its stake."""
+        """A cheat convicted by an honest majority never ends with its stake, unless two other
+        rounds of its audit were captured (issue 34: an appeal that contradicts round 0 decides
+        nothing alone; the verdict two rounds agree on is final, so a conviction by an honest
+        round is undone only by two captured rounds agreeing against it — the appeal and the
+        decider after an honest round 0; round 0 and the decider after an honest appeal)."""
         head = self.reads.head()
         if t.mode == "honest" and state.phase != 5:  # SETTLED: counted, not asserted (issue 34 "honest work gets verified")
             self._count_generic(f"honest_work_unverified:phase{state.phase}:round{state.round}")
@@ -175,6 +194,12 @@ class LedgerChecks:
             if 2 * sum(1 for i in seats if i not in self.adversaries) <= len(seats):
                 continue  # not an honest majority
             worker = t.run.worker.node.address
+            if state.phase == ABANDONED and state.round == 2:
+                self._count_generic(f"convicted:decider_unheard:round{r}")
+                continue  # a decider the pool cannot staff abandons the audit (docs/protocol.md §12 "Escalate"; 15 nodes staff one)
+            if len(self._captured_rounds(audit_id) - {r}) >= 2:
+                self._count_generic(f"convicted:undone_by_two_captured_rounds:round{r}")
+                continue  # the documented bound (docs/protocol.md §13 "Residual")
             if not any(x.audit_id == audit_id and x.node.lower() == worker.lower() for x in self.takes) and not slashed:
                 self._violation(f"convicted: cheater ({t.mode}) of audit {audit_id}, convicted by an honest majority in round {r}, "
                                 f"kept its stake (ended {state.phase}, seen {t.seen[-6:]})")

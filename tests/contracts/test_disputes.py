@@ -143,8 +143,8 @@ def test_adjudication_shows_a_cheating_worker_and_rejects_forged_proofs(world):
 
 @pytest.fixture(scope="module")
 def big_world(contracts_anvil):
-    """Ten nodes: enough for a first committee of 3 and a fresh escalation committee of 5."""
-    return World(connect(contracts_anvil), extra_nodes=4)
+    """Fifteen nodes: enough for a first committee of 3, a fresh appeal of 5 and its decider of 5."""
+    return World(connect(contracts_anvil), extra_nodes=9)  # room for round 0, the appeal and its decider
 
 
 def test_escalation_overturns_a_colluding_majority(big_world):
@@ -168,13 +168,18 @@ def test_escalation_overturns_a_colluding_majority(big_world):
         world.post_members(run, [world.make_member(n) for n in second])
         world.open_worker(run)
         world.vote_members(run)
-        stakes = world.stakes()
         world.protocol.finalize(world.outsider, run.audit_id)
+        appeal = run.members
+        # The appeal's PASS contradicts round 0's FAIL: a decider round settles it (issue 34; honest here).
+        decider, verdict = world.decider(run)
+        assert verdict == spec.PASS
+        stakes = world.stakes()
         world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
         pool = world.protocol.jobs.call("feePoolWei")
         record = spec.AuditRecord(run.worker.node.address, (
             spec.RoundRecord(True, tuple(spec.MemberRecord(m.node.address, vote=spec.AGREE if v else spec.DISAGREE) for m, v in zip(round0, votes))),
-            spec.RoundRecord(True, tuple(spec.MemberRecord(m.node.address) for m in run.members)),
+            spec.RoundRecord(True, tuple(spec.MemberRecord(m.node.address) for m in appeal)),
+            spec.RoundRecord(True, tuple(spec.MemberRecord(m.node.address) for m in decider)),
         ), escalator=escalator.address, escalation_bond_wei=PRESET.DISPUTE_BOND_WEI)
         expected = spec.compute_settlement(record, stakes, pool, PRESET)
         credit_before = world.protocol.get_credit(escalator.address)

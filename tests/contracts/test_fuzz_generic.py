@@ -99,11 +99,12 @@ def test_the_ledger_bounds_an_honest_take():
     assert honest_bound(take, captured=False, preset=PRESET) == 0
     full = Take("0x", 1, "0x" + "11" * 20, 10**16, 10**16, "Jobs", "Jobs.failed audit", 1, 0)
     assert honest_bound(full, captured=True, preset=PRESET) == 0  # one captured round: the worker appeals
-    assert honest_bound(full, captured=True, preset=PRESET, framed=True) == 10**16  # both rounds: §13's residual
+    assert honest_bound(full, captured=True, preset=PRESET, framed=True) == 10**16  # round 0 and a later round: §13's residual
     assert honest_bound(Take("0x", 1, "0x", 1, 1, "X", "unattributed:X"), captured=True, preset=PRESET, framed=True) == 0
     late = Take("0x", 1, "0x" + "11" * 20, 10**14, 10**16, "Jobs", "Jobs.late private draw", 1, 0)  # captured or not
     assert honest_bound(late, captured=False, preset=PRESET) == 10**16 * PRESET.MEMBER_PENALTY_BPS // 10_000
-    assert {rule.honest_bound for rule in LEDGER.values()} == {"0", "MEMBER_PENALTY_BPS if captured", "the stake if both rounds captured",
+    assert {rule.honest_bound for rule in LEDGER.values()} == {"0", "MEMBER_PENALTY_BPS if captured",
+                                                                 "the stake if round 0 and a later round captured",
                                                                  "MEMBER_PENALTY_BPS"}
 
 

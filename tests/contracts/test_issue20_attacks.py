@@ -319,7 +319,15 @@ def _round_opening(world, run: AuditRun, party: Party, round_index: int):
     return compute_opening(party.trace, party.commitment, compute_opened_cells(challenge, party.trace.num_positions))
 
 
-def test_attack1_framing_costs_the_worker_nothing_and_the_colluders_the_penalty(ten_world):
+@pytest.fixture
+def fifteen_world(world_base):
+    """Fifteen nodes: room for the appeal (5) and its decider (5) besides the worker, the dispatcher and round 0."""
+    snapshot = world_base.chain.snapshot()
+    yield World(RpcChain(world_base.chain.url), PRESET, extra_nodes=9)
+    world_base.chain.revert(snapshot)
+
+
+def test_attack1_framing_costs_the_worker_nothing_and_the_colluders_the_penalty(fifteen_world):
     # The framing: two colluders of a round-0 committee commit fabricated, self-consistent data
     # and vote DISAGREE on an honest worker (before issue 20: FAIL, the worker slashed in full, a
     # DISAGREE never adjudicated). The worker appeals (escalates: its node does so on a FAIL of
@@ -327,11 +335,13 @@ def test_attack1_framing_costs_the_worker_nothing_and_the_colluders_the_penalty(
     # (the appeal majority's data contradict theirs); issue 34 (attack 2) showed the same rule
     # slashing honest dissenters in full after a captured appeal: one round against another is no
     # proof, so after an overturned FAIL nobody is adjudicated across rounds (`NoFault`) and the
-    # framers take the minority penalty of settlement; the worker is whole.
+    # framers take the minority penalty of settlement; the worker is whole. The appeal's PASS
+    # contradicts round 0's FAIL, so it decides nothing alone: a decider round (honest here)
+    # agrees with it (issue 34; before the decider the appeal's PASS was final).
     from helpers.contracts import LAYERS, MODEL, OUTPUT_TOKENS, PROMPT_LEN
     from verillm.spec.audit import compute_appeal_cells
 
-    world = ten_world
+    world = fifteen_world
     worker, run, round0 = world.start_framed(votes=lambda slot: slot == 2)  # the colluders DISAGREE, the honest member agrees
     colluders = [member.node for member in round0[:2]]
     stakes = world.stakes()
@@ -350,10 +360,12 @@ def test_attack1_framing_costs_the_worker_nothing_and_the_colluders_the_penalty(
             world.protocol.adjudicate(worker.node.account, run.audit_id, 0, slot, worker_opening, published, only=cells)
     with reverts("NoFault"):  # the honest round-0 member's data pass: nothing to slash
         world.protocol.adjudicate(worker.node.account, run.audit_id, 0, 3, worker_opening, _round_opening(world, run, round0[2], 0), only=cells)
+    _, verdict = world.decider(run)  # settling the appeal entered it
+    assert verdict == spec.PASS
     world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
     settled = world.protocol.settle(world.outsider, run.audit_id)
     assert settled.value == spec.PASS
-    gas["settle (2 rounds, 8 seats)"] = settled.gas_used
+    gas["settle (3 rounds, 13 seats)"] = settled.gas_used
     print("\n" + "\n".join(f"{k}: {v} gas" for k, v in gas.items()))
     after = world.stakes()
     assert after[worker.node.address] == stakes[worker.node.address] and after[round0[2].node.address] == stakes[round0[2].node.address]

@@ -32,6 +32,14 @@ FABRICATED = 0.3  # the offset of a fabricated trace (as `World.start_vouched`'s
 
 
 @pytest.fixture
+def world15(world_base):
+    """Fifteen registered nodes: round 0 (3), the appeal (5) and its decider (5), drawn apart."""
+    snapshot = world_base.chain.snapshot()
+    yield World(RpcChain(world_base.chain.url), PRESET, extra_nodes=9)
+    world_base.chain.revert(snapshot)
+
+
+@pytest.fixture
 def world10(world_base):
     """Ten registered nodes: round 0 (3) and the appeal (5) drawn apart from worker and dispatcher."""
     snapshot = world_base.chain.snapshot()
@@ -102,8 +110,9 @@ def test_attack1_an_outsider_cannot_appeal_an_honest_pass(world10):
     assert world.stakes() == stakes  # the honest PASS stands: nobody loses anything
 
 
-def test_attack1_a_captured_appeal_costs_the_honest_worker_and_agrees_at_most_the_penalty(world10):
-    world = world10
+def test_attack1_a_captured_appeal_costs_the_honest_worker_and_agrees_nothing_once_the_decider_passes_it(world15):
+    # (Before the decider: the worker and each honest agree lost the penalty, the appeal's FAIL being final.)
+    world = world15
     worker = world.make_worker(world.nodes[0])  # honest
     run = world.start(worker, dispatcher=world.nodes[1])
     committee = world.committee(run)
@@ -126,12 +135,19 @@ def test_attack1_a_captured_appeal_costs_the_honest_worker_and_agrees_at_most_th
                 world.protocol.adjudicate_across_rounds(attacker, run.audit_id, slot, appeal_slot, published,
                                                         _opening(world, run, appeal[appeal_slot - 1], 1), CELLS)
         assert not world.protocol.get_party(run.audit_id, 0, slot)["slashed"]
-    expected = _settle_as_the_spec_says(world, run, [round0, appeal], attacker.address)
-    assert expected.verdict == spec.FAIL
+    # The appeal's FAIL contradicts round 0's PASS: it decides nothing alone. The decider (honest) passes the worker.
+    decider, verdict = world.decider(run)
+    assert verdict == spec.PASS
+    expected = _settle_as_the_spec_says(world, run, [round0, appeal, decider], attacker.address)
+    assert expected.verdict == spec.PASS
     after = world.stakes()
-    honest = [worker.node.address] + [m.node.address for m in round0[1:]]
-    for address in honest:  # each loses the documented penalty, never its stake
+    honest = [worker.node.address] + [m.node.address for m in round0[1:]] + [m.node.address for m in appeal[QUORUM:]] + [m.node.address for m in decider]
+    for address in honest:  # the honest worker and every honest voter lose nothing
+        assert stakes[address] == after[address], address
+    for member in [round0[0]] + appeal[:QUORUM]:  # the colluders: the minority penalty each
+        address = member.node.address
         assert stakes[address] - after[address] == _penalty(stakes[address]), address
+    assert world.protocol.get_credit(worker.node.address) >= PRESET.AUDIT_FEE_WEI  # verified: its fee
     for contest_id, member in held:  # the attacker's contests cost it their bonds: each honest member collects one
         credit = world.protocol.get_credit(member)
         world.protocol.release_bond(world.outsider, contest_id)
@@ -140,8 +156,11 @@ def test_attack1_a_captured_appeal_costs_the_honest_worker_and_agrees_at_most_th
 
 # --- attack 2 -------------------------------------------------------------------------------------
 
-def test_attack2_a_captured_appeal_makes_no_honest_dissenter_a_liar(world10):
-    world = world10
+def test_attack2_a_captured_appeal_makes_no_honest_dissenter_a_liar_and_the_decider_takes_the_cheat_s_stake(world15):
+    # The forge campaign's violation of issue 34 (docs/results/fuzz-forge-issue34-merged.json, seed
+    # 5): the cheat appeals its FAIL, the captured appeal passes it. Before the decider the appeal's
+    # PASS was final: the cheat kept its stake and round 0's honest majority paid the penalty.
+    world = world15
     cheat = world.make_worker(world.nodes[0], offset=FABRICATED)
     run = world.start(cheat, dispatcher=world.nodes[1])
     round0 = [world.make_member(n) for n in world.committee(run)]
@@ -160,10 +179,15 @@ def test_attack2_a_captured_appeal_makes_no_honest_dissenter_a_liar(world10):
         with reverts("NoFault"):  # one captured round against round 0's majority convicts nobody in full
             world.protocol.adjudicate(cheat.node.account, run.audit_id, 0, slot, cheat_posted, published, only=set(CELLS))
         assert not world.protocol.get_party(run.audit_id, 0, slot)["slashed"]
-    expected = _settle_as_the_spec_says(world, run, [round0, appeal], cheat.node.address)
-    assert expected.verdict == spec.PASS
+    decider, verdict = world.decider(run)  # the appeal's PASS contradicts round 0's FAIL: an honest decider fails the cheat
+    assert verdict == spec.FAIL
+    expected = _settle_as_the_spec_says(world, run, [round0, appeal, decider], cheat.node.address)
+    assert expected.verdict == spec.FAIL
     after = world.stakes()
-    for member in round0:  # the minority penalty, the documented bound
+    assert stakes[cheat.node.address] - after[cheat.node.address] == stakes[cheat.node.address] * PRESET.SLASH_FRACTION_BPS // 10_000
+    for member in round0 + decider + appeal[QUORUM:]:  # every honest voter: nothing
+        assert stakes[member.node.address] == after[member.node.address]
+    for member in appeal[:QUORUM]:  # the appeal's colluders: the minority penalty
         assert stakes[member.node.address] - after[member.node.address] == _penalty(stakes[member.node.address])
     for contest_id, member in held:  # and the cheat's hunt cost it a bond per dissenter
         credit = world.protocol.get_credit(member)

@@ -297,6 +297,19 @@ class World:
             self.post_members(run, members, 1)
         return members
 
+    def decider(self, run: AuditRun, offset: float = 0.0, captured: int = 0, votes=None) -> tuple[list[Party], int]:
+        """Settle an appeal that contradicted round 0 (PASS against FAIL): the audit enters its
+        decider round (2) instead of settling; draw it and run it to its verdict. Its first
+        ``captured`` seats commit a trace at ``offset``, the rest the honest one; each votes as its
+        data say unless ``votes(slot)``. Returns the decider's members and its verdict."""
+        self.chain.mine(self.preset.DISPUTE_WINDOW_BLOCKS + 1)
+        self.protocol.jobs.transact("settle", run.audit_id, sender=self.outsider)
+        assert self.protocol.get_audit(run.audit_id).round == 2, "the appeal did not contradict round 0: no decider"
+        self.draw_round(run)
+        seats = self.committee(run, 2)
+        members = [self.make_member(n, offset=offset if i < captured else 0.0) for i, n in enumerate(seats)]
+        return members, self.decide(run, members, 2, votes=votes)
+
     def finish(self, run: AuditRun):
         """Finalize, wait out the dispute window, settle; return the settled verdict."""
         self.protocol.finalize(self.outsider, run.audit_id)

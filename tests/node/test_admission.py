@@ -91,12 +91,13 @@ def test_the_audit_horizon_composes_every_window():
     # MINIMAL, by hand: the receipt's horizon 200 (no audit of it starts later); a round's draws =
     # 22 (a private draw missed: 1 + 10 + 10 grace + 1) + 1 + 10 + 1 × (20 + 1) redraw + 2 × 20 claim = 94, a
     # round = 94 + 20 commit + 1 + 3 × 20 open (the worker's, the seals', their openings') + 1 = 176;
-    # the audit = 2 × (176 + 10 dispute) − 22 (the appeal is public) + 5 proof + 1 = 356; omission
-    # path 30 + 100 + 5 = 135 < 556.
-    assert compute_timeline(MINIMAL).audit_span == 356
-    assert compute_audit_horizon_blocks(MINIMAL) == 200 + 356 == 556
-    # MAINNET: 600 + 2 × (710 + 100) − 203 + 50 + 1 = 2,068 blocks (6.9 h at 12 s)
-    assert compute_audit_horizon_blocks(MAINNET) == 2068
+    # the audit = 3 × (176 + 10 dispute) − 2 × 22 (the appeal and its decider are public) + 2 × (5 proof + 1)
+    # (the last round's contest, and one the appeal's settle waits out before the decider) = 526;
+    # omission path 30 + 100 + 5 = 135 < 726.
+    assert compute_timeline(MINIMAL).audit_span == 526
+    assert compute_audit_horizon_blocks(MINIMAL) == 200 + 526 == 726
+    # MAINNET: 600 + 3 × (710 + 100) − 2 × 203 + 2 × 51 = 2,726 blocks (9.1 h at 12 s)
+    assert compute_audit_horizon_blocks(MAINNET) == 2726
 
 
 async def test_finished_jobs_are_pruned_after_their_retention_but_not_while_a_duty_holds_them(node, peer, served_tiny):

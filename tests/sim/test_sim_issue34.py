@@ -17,7 +17,7 @@ from verillm.spec.settlement import FAIL
 from verillm.sim.audit import AuditContext, Behaviour, run_audit
 from verillm.sim.engine import Scenario, run_scenario
 from verillm.sim.montecarlo import make_pool
-from verillm.sim.rules import BEFORE_ISSUE20, BEFORE_ISSUE34, ISSUE20, ISSUE34, MAIN
+from verillm.sim.rules import BEFORE_DECIDER, BEFORE_ISSUE20, BEFORE_ISSUE34, ISSUE20, ISSUE34, MAIN
 
 PENALTY = MAINNET.MEMBER_PENALTY_BPS / 10_000
 
@@ -27,8 +27,9 @@ def _run(strategy: str, rules: str, **kw) -> dict:
     return run_scenario(Scenario(rules=rules, strategy=strategy, **kw))
 
 
-def test_main_is_before_issue_34_plus_its_four_rules():
-    assert MAIN == BEFORE_ISSUE34.with_changes(name="main", **ISSUE34)
+def test_main_is_before_issue_34_plus_its_four_rules_and_the_decider():
+    assert MAIN == BEFORE_DECIDER.with_changes(name="main", decider_round=True)
+    assert BEFORE_DECIDER == BEFORE_ISSUE34.with_changes(name="before-decider", **ISSUE34) and not BEFORE_DECIDER.decider_round
     assert BEFORE_ISSUE34 == BEFORE_ISSUE20.with_changes(name="before-issue-34", **ISSUE20)
     assert set(ISSUE34) == {"escalation_standing", "proportional_verdicts", "promises_keepable", "silent_seat_penalty"}
     assert not any(getattr(BEFORE_ISSUE34, flag) for flag in ISSUE34)
@@ -36,7 +37,12 @@ def test_main_is_before_issue_34_plus_its_four_rules():
 
 @pytest.mark.parametrize("strategy, stake", [("appeal-griefer", "equal"), ("appeal-hunter", "lognormal"), ("settle-front-run", "equal")])
 def test_honest_stake_lost_beyond_the_penalty_before_issue_34_and_none_after(strategy, stake):
-    before, after = _run(strategy, "before-issue-34", stake=stake), _run(strategy, "main", stake=stake)
+    # "after": issue 34's four rules, then `main` (with the decider round): two captured later
+    # rounds (the appeal and its decider) agreeing against an honest round 0's PASS take the
+    # penalty, not the stake (a worker's full slash needs round 0's majority to fail it), so
+    # nothing beyond the penalty either way.
+    before, after = _run(strategy, "before-issue-34", stake=stake), _run(strategy, "before-decider", stake=stake)
+    assert _run(strategy, "main", stake=stake)["honest_beyond_penalty_eth"] == 0
     assert before["adversary_appeals"] > 0 and before["honest_beyond_penalty_eth"] > 0
     assert before["honest_slashed"]["worker"] > 0  # a captured appeal slashed an honest worker in full
     assert after["honest_beyond_penalty_eth"] == 0
@@ -96,12 +102,21 @@ def test_a_captured_appeal_of_an_honest_pass_takes_stakes_before_and_the_penalty
         assert out.slashed_wei[worker] == stake
         assert set(out.hunted_wei) == {s for s in out.trace[0]["seats"] if not pool.adversarial[s]}
         assert all(w == stake - stake * MAINNET.MEMBER_PENALTY_BPS // 10_000 for w in out.hunted_wei.values())
-    _, after = _captured_appeals(MAIN)
+    penalty = stake * MAINNET.MEMBER_PENALTY_BPS // 10_000
+    _, after = _captured_appeals(BEFORE_DECIDER)  # issue 34's four rules: the captured appeal's FAIL is final, at the penalty
     assert after
     for worker, out in after:
         assert out.trace[0]["votes"].count(2) == 1  # its standing: one dissent of its own, round 0 still passed
-        assert max(wei for _role, _node, wei in out.honest_slashed) == stake * MAINNET.MEMBER_PENALTY_BPS // 10_000
+        assert max(wei for _role, _node, wei in out.honest_slashed) == penalty
         assert not out.hunted_wei
+    # main: the appeal's FAIL contradicts round 0's PASS and decides nothing alone; the worker is
+    # convicted only when the decider is captured too — and then takes the penalty, not its stake:
+    # round 0's majority passed it (a full slash needs round 0 and the final verdict failing it)
+    _, decided = _captured_appeals(MAIN)
+    assert len(decided) < len(after)
+    for worker, out in decided:
+        assert out.decided_by_decider and out.slashed_wei[worker] == penalty and not out.hunted_wei
+        assert all(wei <= penalty for _role, node, wei in out.honest_slashed)
 
 
 def test_sim_run_accepts_the_issue_34_strategies(tmp_path):

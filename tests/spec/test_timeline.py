@@ -26,19 +26,20 @@ def test_the_spans_hand_checked_on_minimal_and_mainnet():
     assert t.private_fallback == 1 + 10 + 10 + 1 == 22  # a private draw missed: its window, its reveal grace, the lapse
     assert t.round_draw_span == 22 + 1 + 10 + 1 * 21 + 40 == 94
     assert t.round_span == 94 + 20 + 1 + 3 * 20 + 1 == 176  # three open windows: the worker's, the seals, their openings
-    assert t.audit_span == 2 * (176 + 10) - 22 + 5 + 1 == 356  # the escalation round is drawn publicly
-    assert t.leaver_duty_span == 30 + (1 + 10 + 80) + 356 == 477 <= MINIMAL.UNBONDING_BLOCKS == 480
-    assert t.receipt_duty_span == 200 + 356 == 556 and MINIMAL.RECEIPT_HORIZON_BLOCKS - (30 + 91) == 79  # the lag tolerated
+    # the appeal and its decider are drawn publicly; the decider waits out a contest of the appeal
+    assert t.audit_span == 3 * (176 + 10) - 2 * 22 + 2 * (5 + 1) == 526
+    assert t.leaver_duty_span == 30 + (1 + 10 + 80) + 526 == 647 <= MINIMAL.UNBONDING_BLOCKS == 670
+    assert t.receipt_duty_span == 200 + 526 == 726 and MINIMAL.RECEIPT_HORIZON_BLOCKS - (30 + 91) == 79  # the lag tolerated
     t = compute_timeline(MAINNET)  # delay 2, draw 100, start 100, commit 50, open 50, dispute 100, proof 50, 2 redraws, horizon 300
     assert t.private_fallback == 2 + 100 + 100 + 1 == 203  # grace 100
-    assert (t.round_draw_span, t.round_span, t.audit_span, t.leaver_duty_span) == (507, 710, 1468, 1970)
-    assert t.receipt_duty_span == 600 + 1468 and MAINNET.RECEIPT_HORIZON_BLOCKS - (300 + 202) == 98
+    assert (t.round_draw_span, t.round_span, t.audit_span, t.leaver_duty_span) == (507, 710, 2126, 2628)
+    assert t.receipt_duty_span == 600 + 2126 and MAINNET.RECEIPT_HORIZON_BLOCKS - (300 + 202) == 98
     assert MAINNET.EPOCH_BLOCKS - t.round_draw_span == 93  # the slack a late redraw has (docs/protocol.md §12)
 
 
 def test_a_leaver_is_told_the_block_its_duties_end():
     plan = compute_leaver_schedule(1_000, MINIMAL)
-    assert plan.duties_end_block == 1_477 <= plan.withdraw_from_block == 1_480
+    assert plan.duties_end_block == 1_647 <= plan.withdraw_from_block == 1_670
     assert plan.last_start_block == 1_000 + 30 + 91 and plan.seated_until_block == 1_000 - 1 - 1 + 94
 
 
@@ -83,6 +84,7 @@ def walk_round(p: Preset, entered: int, pick, private: bool = False) -> dict:
 
 def walk_audit(p: Preset, started: int, pick) -> dict:
     """An audit from its start: round 0, an escalation at any block of the dispute window, round 1,
+    its decider (round 2) when it contradicted round 0,
     a contest at the end of the dispute window answered or resolved at the end of its proof window."""
     first = walk_round(p, started, pick, private=True)
     rounds = [first]
@@ -95,6 +97,15 @@ def walk_audit(p: Preset, started: int, pick) -> dict:
             second = walk_round(p, escalated, pick)
             rounds.append(second)
             end = second.get("abandoned") or second["verdict"] + p.DISPUTE_WINDOW_BLOCKS + 1
+            if second["verdict"] is not None and pick(0, 1):  # the appeal contradicted round 0: settling it enters the decider
+                contested = pick(0, 1)  # a contest in the appeal's last dispute block holds that settle to its proof window's end
+                entered = second["verdict"] + p.DISPUTE_WINDOW_BLOCKS + 1 + (p.PROOF_WINDOW_BLOCKS + 1 if contested else 0)
+                if pick(0, 1):  # nobody draws the decider: it lapses, the audit is abandoned
+                    end = entered + p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + 1
+                else:
+                    third = walk_round(p, entered, pick)
+                    rounds.append(third)
+                    end = third.get("abandoned") or third["verdict"] + p.DISPUTE_WINDOW_BLOCKS + 1
     last = rounds[-1]
     if last["verdict"] is not None and pick(0, 1):  # a contest in the last block of the dispute window
         end = max(end, last["verdict"] + p.DISPUTE_WINDOW_BLOCKS + p.PROOF_WINDOW_BLOCKS + 1)

@@ -358,7 +358,9 @@ class Protocol:
         return self._send(self.jobs, "finalize", audit_id, sender=sender, event="RoundDecided", field="verdict")
 
     def settle(self, sender: LocalAccount, audit_id: int) -> Tx:
-        return self._send(self.jobs, "settle", audit_id, sender=sender, event="AuditSettled", field="verdict")
+        """`Jobs.settle`; the value is the settled verdict, or None when the call settled nothing
+        but entered the decider round (an appeal that contradicted round 0, docs/protocol.md §12 "Escalate")."""
+        return self._send(self.jobs, "settle", audit_id, sender=sender, event="AuditSettled", field="verdict", optional=True)
 
     def claim(self, account: LocalAccount) -> Tx:
         return self._send(self.jobs, "claim", sender=account, event="Claimed", field="amountWei")

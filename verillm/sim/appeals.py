@@ -87,9 +87,11 @@ def cross_round_hunts(ctx, out, worker: int, cheated: bool, records, seats_by_ro
     takes SLASH_FRACTION_BPS of the stake `settle` left, the hunter SLASH_REWARD_BPS of it.
     With proportional verdicts only when round 0's majority is on the appeal's side too."""
     rules, adv = ctx.rules, ctx.pool.adversarial
-    if not rules.cross_round_slashes or len(records) < 2:
+    if not rules.cross_round_slashes or len(records) < 2 or (len(records) == 3 and compute_round_verdict_of(records[2]) == TIE):
         return
-    first, appeal = records[0], records[1]
+    # With a decider, the judging round is the decider (the audit's last), agreeing with round 0 or the appeal.
+    # (An appeal dissenter made a liar by the appeal and the decider agreeing — both captured — is not priced here.)
+    first, appeal, seats_by_round = records[0], records[-1], [seats_by_round[0], seats_by_round[-1]]
     first_majority = compute_majority(first)
     if out.verdict in (FAIL, WORKER_DEFAULT) and not adv[worker] and (ctx.behaviour.grief or is_appeal_target(ctx, worker)):
         side, target_vote, agreeing, hunter = DISAGREE, AGREE, FAIL, _first(adv, exclude=(worker,))
@@ -110,6 +112,11 @@ def cross_round_hunts(ctx, out, worker: int, cheated: bool, records, seats_by_ro
         if amount > 0:
             add(out.hunted_wei, s, amount)
             add(out.hunt_credits_wei, hunter, compute_slash_split(amount, ctx.preset)[0])
+
+
+def compute_round_verdict_of(record) -> int:
+    """A later round's verdict as `Jobs` reads it: the worker's default, else its majority."""
+    return WORKER_DEFAULT if not record.worker_opened else compute_majority(record)
 
 
 def charge_silent_seats(ctx, out, add) -> None:

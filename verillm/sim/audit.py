@@ -15,7 +15,7 @@ from verillm.spec.audit import compute_escalation_seed
 from verillm.spec.hashing import keccak256
 from verillm.spec.params import Preset
 from verillm.spec.settlement import (AGREE, DISAGREE, FAIL, PASS, TIE, WORKER_DEFAULT, AuditRecord, MemberRecord, RoundRecord, compute_settlement,
-                                     compute_slash, compute_slash_split, compute_round_verdict)
+                                     compute_slash, compute_slash_split, compute_round_verdict, needs_decider)
 from verillm.sim.appeals import charge_silent_seats, choose_escalator, is_lazy, cross_round_hunts, griefer_escalator, griefer_votes, undo_proportionality
 from verillm.sim.rules import RuleSet
 from verillm.spec.constants import BPS
@@ -114,6 +114,10 @@ class Outcome:
     hunt_credits_wei: dict = field(default_factory=dict)
     """The hunters' rewards for ``hunted_wei``."""
     escalator: int | None = None
+    decided_by_decider: bool = False
+    """The appeal contradicted round 0: a decider round was entered (`RuleSet.decider_round`)."""
+    decider_unheard: bool = False
+    """The decider could not be staffed: the audit was abandoned (nobody slashed, the bond back)."""
     unheard_escalation: bool = False
     """The escalation could not be staffed and the rules abandon the audit for it (nobody slashed)."""
     undelivered: bool = False
@@ -144,10 +148,11 @@ class _Round:
 
 
 def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, seed: bytes, rng: np.random.Generator, audit_id: int = 0,
-              escalation_seed: bytes | None = None, contest: Contest | None = None) -> Outcome:
+              escalation_seed: bytes | None = None, contest: Contest | None = None, decider_seed: bytes | None = None) -> Outcome:
     """Simulate one audit of a job served by ``worker`` and batched by ``dispatcher``.
     ``escalation_seed``: the escalation committee's seed (default: derived from ``seed``; a
-    replay on the contracts passes the one the chain drew). ``contest``: the worker's opening is
+    replay on the contracts passes the one the chain drew; ``decider_seed`` likewise for the
+    decider round). ``contest``: the worker's opening is
     contested in the final round's dispute window (grief-contest)."""
     out = Outcome(cheated=cheated, contest=contest)
     adv = ctx.pool.adversarial
@@ -176,6 +181,14 @@ def run_audit(ctx: AuditContext, worker: int, dispatcher: int, cheated: bool, se
             out.unheard_escalation = ctx.rules.unheard_escalation_abandons
         else:
             rounds.append(second)
+            if ctx.rules.decider_round and needs_decider(AuditRecord(f"n{worker}", (first.record(), second.record()))):
+                decider = _round_with_fresh(ctx, out, worker, dispatcher, cheated, decider_seed or keccak256(esc_seed + b"decider"),
+                                            ctx.preset.ESCALATION_COMMITTEE_SIZE, excluded, favoured or hostile, rng, appeal=True)
+                out.decided_by_decider = True
+                if decider is None:  # unheard: the audit is abandoned, as after an unheard appeal
+                    out.unheard_escalation = out.decider_unheard = True
+                else:
+                    rounds.append(decider)
     return _finish(ctx, out, worker, dispatcher, rounds, cheated, escalator)
 
 
@@ -359,7 +372,8 @@ def _settle(ctx, out, worker, rounds, escalator):
     contest = out.contest if out.contest is not None and rounds[-1].worker_opened else None
     out.contested = contest is not None
     audit = AuditRecord(f"n{worker}", records, worker_slashed=bool(contest and not contest.answered),
-                        escalator=f"n{escalator}" if escalator is not None else None, escalation_bond_wei=bond)
+                        escalator=f"n{escalator}" if escalator is not None else None, escalation_bond_wei=bond,
+                        appeal_is_final=not rules.decider_round)
     if rules.minority_penalty_bps is not None:  # a rule set older than MEMBER_PENALTY_BPS
         preset = preset.replace(MEMBER_PENALTY_BPS=min(rules.minority_penalty_bps, preset.SLASH_FRACTION_BPS))
     stakes = {f"n{s}": pool.stake_wei(s) for r in rounds for s in r.seats}

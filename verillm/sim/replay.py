@@ -125,14 +125,14 @@ class Replayer:
         self.start_balances = self.world.balances()  # every case starts from these (reverted after each)
         self.base = chain.snapshot()
 
-    def simulate(self, case: ReplayCase, seed: bytes, audit_id: int, escalation_seed=None):
+    def simulate(self, case: ReplayCase, seed: bytes, audit_id: int, escalation_seed=None, decider_seed=None):
         ctx = AuditContext(self.preset, self.rules, self.world.pool(self.adversarial), case.behaviour, self.d, self.mu, case.offline)
         contest = None
         if case.kind in CONTEST_KINDS:
             challenger = next(int(i) for i in np.flatnonzero(self.adversarial) if i != case.worker)
             contest = Contest(challenger, CONTEST_KINDS[case.kind])
         return run_audit(ctx, case.worker, case.dispatcher, case.cheated, seed, np.random.default_rng(case.rng_seed),
-                         audit_id=audit_id, escalation_seed=escalation_seed, contest=contest)
+                         audit_id=audit_id, escalation_seed=escalation_seed, contest=contest, decider_seed=decider_seed)
 
     def replay(self, case: ReplayCase) -> ReplayResult:
         try:
@@ -178,19 +178,46 @@ class Replayer:
             res.lapsed, res.undelivered = out.lapsed_escalation, out.undelivered
             self._drive_round(res, audit_id, 1, out.trace[1], wtrace, wcommit)
             chain_unheard = w.round_phase(audit_id, 1) == Phase.ABANDONED
-            if chain_unheard != out.unheard_escalation:
-                res.mismatches.append(f"escalation unheard: simulator {out.unheard_escalation}, contracts {chain_unheard}")
-            if out.unheard_escalation:  # the audit is abandoned: nothing to settle
+            appeal_unheard = out.unheard_escalation and not out.decider_unheard  # (a decider's is checked with its round)
+            if chain_unheard != appeal_unheard:
+                res.mismatches.append(f"escalation unheard: simulator {appeal_unheard}, contracts {chain_unheard}")
+            if out.unheard_escalation and not out.decided_by_decider:  # the audit is abandoned: nothing to settle
                 return self._compare(res, out, stakes0, credits0, bond=pre.DISPUTE_BOND_WEI)
+            if out.decided_by_decider:  # the appeal contradicted round 0: settling it enters the decider (round 2)
+                out = self._drive_decider(res, case, seed, audit_id, esc_seed, out, wtrace, wcommit)
+                if out.unheard_escalation:
+                    return self._compare(res, out, stakes0, credits0, bond=pre.DISPUTE_BOND_WEI)
         res.contested = out.contested
         if out.contested:
-            self._contest(audit_id, out.contest, 1 if out.escalated else 0, wtrace, wcommit)
+            self._contest(audit_id, out.contest, 2 if out.decided_by_decider else 1 if out.escalated else 0, wtrace, wcommit)
         self.chain.mine(pre.DISPUTE_WINDOW_BLOCKS + 1)
         verdict = p.settle(self.world.outsider, audit_id).value
         res.verdict = out.verdict
         if verdict != out.verdict:
             res.mismatches.append(f"verdict: simulator {VERDICT_NAMES.get(out.verdict)}, contracts {VERDICT_NAMES.get(verdict)}")
         return self._compare(res, out, stakes0, credits0, bond=pre.DISPUTE_BOND_WEI if out.escalated else 0)
+
+    def _drive_decider(self, res, case, seed, audit_id, esc_seed, out, wtrace, wcommit):
+        """Settle the appeal (which enters round 2 on the contracts), draw the decider, simulate
+        again with the chain's decider seed and play round 2 as the simulator did."""
+        w, p, pre = self.world, self.world.protocol, self.preset
+        self.chain.mine(pre.DISPUTE_WINDOW_BLOCKS + 1)
+        entered = p.settle(self.world.outsider, audit_id)
+        if entered.value is not None or p.get_audit(audit_id).round != 2:
+            res.mismatches.append("the simulator entered a decider round, the contracts settled the appeal")
+            return out
+        self.chain.mine(pre.AUDIT_DRAW_DELAY_BLOCKS + 1)
+        p.draw_round(self.world.outsider, audit_id)
+        decider_seed = compute_round_seed(audit_id, 2, p.get_blockhash(entered.receipt["blockNumber"] + pre.AUDIT_DRAW_DELAY_BLOCKS))
+        first, appeal = out.trace[0], out.trace[1]
+        out = self.simulate(case, seed, audit_id, escalation_seed=esc_seed, decider_seed=decider_seed)
+        if out.trace[:2] != [first, appeal]:
+            res.mismatches.append("the simulator's first rounds changed with the decider seed")
+        self._drive_round(res, audit_id, 2, out.trace[2], wtrace, wcommit)
+        chain_unheard = w.round_phase(audit_id, 2) == Phase.ABANDONED
+        if chain_unheard != out.decider_unheard:
+            res.mismatches.append(f"decider unheard: simulator {out.decider_unheard}, contracts {chain_unheard}")
+        return out
 
     def _contest(self, audit_id, contest, round_index, wtrace, wcommit) -> None:
         """Contest one challenged cell of the worker's opening; answer it, or let the window pass."""

@@ -99,6 +99,12 @@ class RuleSet:
     cross-round slashes need round 0's majority on the appeal's side (`NoFault` after an overturn).
     False: as before issue 34, an overturning appeal slashes the worker in full and (with
     `cross_round_slashes`) lets the captured appeal's side slash every round-0 voter against it."""
+    decider_round: bool = False
+    """Issue 34 (the forge campaign's violation): an appeal that decides the opposite of round 0's
+    majority (PASS against FAIL) decides nothing alone: a decider round of ESCALATION_COMMITTEE_SIZE
+    fresh members is drawn and the verdict two rounds agree on is final; a decider's TIE leaves
+    round 0's verdict standing, its FAIL at the penalty; one the pool cannot staff abandons the
+    audit (`spec.settlement.needs_decider`, `compute_final_verdict`). False: the appeal's verdict is final."""
     promises_keepable: bool = False
     """Issue 34 (Keepability): `Batches.postBatch` accepts a node inactive for less than
     AUDIT_HORIZON_BLOCKS (`Registry.inactiveSince`), so a penalty, a slash or an unbond never makes
@@ -177,9 +183,11 @@ BEFORE_ISSUE20 = MEMBER_PENALTY.with_changes(name="before-issue-20", worker_node
                                              **{k: v for change in LANDED.values() for k, v in change.items()})
 # Issue 34 (docs/protocol.md §12 "The principles these rules enforce", §13 "Loss ledger"):
 # standing to appeal, proportional cross-round verdicts, keepable promises, silent seats paying.
+# The decider round came after (the forge campaign's violation of issue 34): `before-decider` is main without it.
 ISSUE34 = {"escalation_standing": True, "proportional_verdicts": True, "promises_keepable": True, "silent_seat_penalty": True}
 BEFORE_ISSUE34 = BEFORE_ISSUE20.with_changes(name="before-issue-34", **ISSUE20)
-MAIN = BEFORE_ISSUE34.with_changes(name="main", **ISSUE34)
+BEFORE_DECIDER = BEFORE_ISSUE34.with_changes(name="before-decider", **ISSUE34)
+MAIN = BEFORE_DECIDER.with_changes(name="main", decider_round=True)
 
 # What issue 9 asks beyond that (its "structural weaknesses"), as a what-if over main:
 # a non-answer penalty (1% of stake), a fresh committee after an abandoned round, windows in seconds.
@@ -190,7 +198,8 @@ ISSUE9_FULL = MAIN.with_changes(
     windows_in_seconds=True,
 )
 
-RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9, MEMBER_PENALTY, BEFORE_COVERAGE, BEFORE_ISSUE20, BEFORE_ISSUE34, MAIN, ISSUE9_FULL)}
+RULES = {r.name: r for r in (FIRST_LANDING, ISSUE9, MEMBER_PENALTY, BEFORE_COVERAGE, BEFORE_ISSUE20, BEFORE_ISSUE34, BEFORE_DECIDER, MAIN,
+                             ISSUE9_FULL)}
 
 
 def get_rules(name: str) -> RuleSet:

@@ -276,7 +276,8 @@ TRANSITIONS = (
                (Phase.OPENING,), False),
     Transition(Phase.OPENING, "finalize", "anyone", "every member opened its vote, or > ready + delay + open (worker silent) / + 3·open", (Phase.DECIDED,)),
     Transition(Phase.DECIDED, "escalate", "a party with standing (bond): the worker against a FAIL or TIE, the dispatcher, a round-0 dissenter", "round 0, ≤ verdict + dispute, worker opened and not slashed", (Phase.DRAWING,), False),
-    Transition(Phase.DECIDED, "settle", "anyone", "> verdict + dispute, no contest pending", (Phase.SETTLED,)),
+    Transition(Phase.DECIDED, "settle", "anyone", "> verdict + dispute, no contest pending; an appeal that contradicts round 0 enters its decider (round 2)",
+               (Phase.SETTLED, Phase.DRAWING)),
 )
 
 

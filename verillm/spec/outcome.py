@@ -20,14 +20,14 @@ from verillm.errors import InvalidInput
 from verillm.spec.settlement import AGREE, DISAGREE, VERDICT_NAMES
 
 MEMBER_PENALTY_RULE = "missed opening or minority vote"  # Jobs._settleParties: one string for both rules
-OVERTURNED_RULE = "overturned"  # Jobs._settleParties: an appeal failed the worker where round 0 did not (a penalty)
+OVERTURNED_RULE = "overturned"  # Jobs._settleParties: a FAIL round 0's majority and the last round do not both give (a penalty)
 LATE_REVEAL_RULE = "late private draw"  # Jobs.revealRound after drawBy, in its grace: the same draw, a penalty (issue 34)
 DISPATCHER_RULES = ("missed committee draw", "missed private draw", LATE_REVEAL_RULE)  # Jobs.lapse, Jobs._fallBackToPublicDraw, Jobs.revealRound
 PENALTY_RULES = (MEMBER_PENALTY_RULE, OVERTURNED_RULE, LATE_REVEAL_RULE)
 # Events that take stake and carry no reason string: the event's name is the rule.
 ADJUDICATED, CONTEST_LOST, DELIVERY_DEFAULTED, SILENT_SEAT = "Adjudicated", "ContestLost", "DeliveryDefaulted", "SilentSeat"
 ADJUDICATED_MEANING = "adjudicated: voted agree against its own posted data"
-ACROSS_ROUNDS_MEANING = "adjudicated: voted agree; the appeal round that convicted the worker contradicts its posted data"
+ACROSS_ROUNDS_MEANING = "adjudicated: voted agree; the later round that convicted the worker (the appeal, or its decider) contradicts its posted data"
 APPEAL_MEANING = "adjudicated: its posted data contradict the worker's, which the appeal round found honest"
 CONTEST_MEANING = "lost a contest: could not prove its opening"
 DEFAULT_MEANING = "never published the job a member claimed (delivery default)"
@@ -159,7 +159,7 @@ def _party_slash(e: EventRecord, worker: str, opened: set[str], events: list[Eve
     if rule == MEMBER_PENALTY_RULE:
         meaning = "minority vote" if node.lower() in opened else "missed opening"
     elif rule == OVERTURNED_RULE:
-        meaning = "overturned: the appeal failed it where round 0 did not (penalised)"
+        meaning = "a FAIL round 0 and the last round do not both give (penalised)"
     elif rule == LATE_REVEAL_RULE:
         meaning = "revealed its private draw late, in the grace (penalised; the same committee)"
     return Slash(node, role, e.args["amountWei"], rule, meaning, rule in PENALTY_RULES, rule == "failed audit",

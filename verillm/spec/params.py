@@ -79,7 +79,7 @@ class Preset:
     """Blocks after a verdict during which anyone may escalate."""
     PROOF_WINDOW_BLOCKS: int = 50
     """Blocks a contested party has to prove its opened leaves on-chain."""
-    UNBONDING_BLOCKS: int = 2_000
+    UNBONDING_BLOCKS: int = 2_800
     """Blocks a node that unbonds waits before withdrawing its stake: at least the longest duty it
     can still have (`Timeline.leaver_duty_span`) and 2 epochs."""
     EPOCH_BLOCKS: int = 600
@@ -175,7 +175,7 @@ MINIMAL = Preset(
     COMMIT_WINDOW_BLOCKS=20,
     OPEN_WINDOW_BLOCKS=20,
     DISPUTE_WINDOW_BLOCKS=10,
-    UNBONDING_BLOCKS=480,  # ≥ the leaver's duty span (30 + 91 + 356 = 477) and 2 epochs (checked by the contracts)
+    UNBONDING_BLOCKS=670,  # ≥ the leaver's duty span (30 + 91 + 526 = 647: round 0, the appeal and its decider) and 2 epochs (checked by the contracts)
     EPOCH_BLOCKS=150,  # ≥ the round's draw span 22 (private fallback) + 1 + 10 + 1 × 21 + 2 × 20 = 94
     MAX_BATCH_RECEIPTS=64,
     DRAW_WINDOW_BLOCKS=10,
@@ -233,8 +233,9 @@ def compute_timeline(p: Preset) -> Timeline:
     round_draw = fallback + p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.MAX_COMMITTEE_REDRAWS * (commit + 1) + claim
     round_span = round_draw + commit + p.AUDIT_DRAW_DELAY_BLOCKS + 3 * p.OPEN_WINDOW_BLOCKS + 1  # worker, seals, their openings
     start = p.AUDIT_DRAW_DELAY_BLOCKS + p.DRAW_WINDOW_BLOCKS + p.START_WINDOW_BLOCKS
-    # round 0 may carry the private fallback; an escalation round is drawn publicly
-    audit = 2 * (round_span + p.DISPUTE_WINDOW_BLOCKS) - fallback + p.PROOF_WINDOW_BLOCKS + 1
+    # round 0 may carry the private fallback; the appeal and its decider (round 2) are drawn publicly;
+    # the decider is entered by the appeal's settle, which waits out a contest (proof + 1)
+    audit = 3 * (round_span + p.DISPUTE_WINDOW_BLOCKS) - 2 * fallback + 2 * (p.PROOF_WINDOW_BLOCKS + 1)
     return Timeline(claim, fallback, round_draw, round_span, start, audit, p.AUDIT_HORIZON_BLOCKS + start + audit, p.RECEIPT_HORIZON_BLOCKS + audit)
 
 

@@ -9,6 +9,7 @@ the escalation bond — the order of the contract. The rules are in `docs/protoc
 
 from dataclasses import dataclass, field
 
+from verillm.errors import InvalidInput
 from verillm.spec.constants import BPS
 from verillm.spec.params import Preset
 
@@ -38,13 +39,17 @@ class RoundRecord:
 
 @dataclass(frozen=True)
 class AuditRecord:
-    """An audit as `settle` finds it. ``rounds[-1]`` is the final round."""
+    """An audit as `settle` finds it. ``rounds[-1]`` is the final round: round 0, its appeal, and
+    the appeal's decider when the appeal contradicted round 0 (`needs_decider`)."""
 
     worker: str
     rounds: tuple[RoundRecord, ...]
     worker_slashed: bool = False
     escalator: str | None = None
     escalation_bond_wei: int = 0
+    appeal_is_final: bool = False
+    """The rules before the decider round (the simulator's older rule sets): the appeal's verdict
+    is final even against round 0's, its FAIL of a round-0 PASS or TIE at the penalty."""
 
 
 @dataclass
@@ -100,13 +105,39 @@ def compute_round_verdict(audit: AuditRecord, round_: RoundRecord) -> int:
     return compute_majority(round_)
 
 
+def needs_decider(audit: AuditRecord) -> bool:
+    """Return whether settling ``audit`` enters a decider round (round 2) instead: its appeal
+    (round 1) decided the opposite decisive verdict of round 0's majority, PASS against FAIL either
+    way. Neither round decides alone (Proportionality, docs/protocol.md §12): a fresh committee of
+    ESCALATION_COMMITTEE_SIZE, drawn publicly like the appeal, and the verdict two rounds agree on
+    is final."""
+    if len(audit.rounds) != 2:
+        return False
+    return {compute_majority(audit.rounds[0]), compute_round_verdict(audit, audit.rounds[1])} == {PASS, FAIL}
+
+
+def compute_final_verdict(audit: AuditRecord) -> int:
+    """Return the verdict `Jobs.settle` settles ``audit`` on: its last round's, except a decider's
+    TIE (no two rounds agree), where round 0's majority stands — a FAIL then takes only the penalty
+    (`is_worker_penalty_only`). Raises `InvalidInput` for an audit that enters its decider instead."""
+    if needs_decider(audit) and not audit.appeal_is_final:
+        raise InvalidInput("the appeal contradicts round 0: the audit enters its decider round, it does not settle")
+    own = compute_round_verdict(audit, audit.rounds[-1])
+    return compute_majority(audit.rounds[0]) if len(audit.rounds) == 3 and own == TIE else own
+
+
 def is_worker_penalty_only(audit: AuditRecord, verdict: int) -> bool:
     """Return whether a convicted worker takes the member penalty instead of the slash: the final
-    verdict is the appeal's FAIL of a first round whose majority did not fail it (PASS or TIE).
-    No second round agrees and no evidence the contract checks is involved (Proportionality,
-    docs/protocol.md §12): the bare verdict of one round never takes the whole stake. A default
-    (no opening, a lost contest), an unappealed FAIL and two rounds failing it are slashed in full."""
-    return verdict == FAIL and compute_majority(audit.rounds[0]) != FAIL
+    FAIL is not agreed by round 0's majority AND the last round (`Jobs.settle`'s ``bareFail``).
+    Slashed in full: an unappealed round-0 FAIL, round 0's FAIL the appeal agrees with, round 0's
+    FAIL a decider agrees with after the appeal passed the worker, and a default (no opening, a
+    lost contest). Penalised: a FAIL over a round-0 PASS or TIE (the appeal's, with or without a
+    decider agreeing: an honest round 0 passing the worker outweighs two later rounds an adversary
+    may hold), and round 0's FAIL left standing by a decider's TIE (Proportionality,
+    docs/protocol.md §12). So an honest worker loses its stake only when round 0 fails it, as it
+    did when the appeal was final."""
+    own = compute_round_verdict(audit, audit.rounds[-1])
+    return verdict == FAIL and not (own == FAIL and compute_majority(audit.rounds[0]) == FAIL)
 
 
 def has_escalation_standing(audit: AuditRecord, caller: str, dispatcher: str) -> bool:
@@ -139,7 +170,7 @@ def compute_member_judgement(round_: RoundRecord, member: MemberRecord, verdict:
 
 def compute_settlement(audit: AuditRecord, stakes_wei: dict[str, int], fee_pool_wei: int, preset: Preset) -> Settlement:
     """Return every slash and credit `Jobs.settle` makes for ``audit``."""
-    verdict = compute_round_verdict(audit, audit.rounds[-1])
+    verdict = compute_final_verdict(audit)
     out = Settlement(verdict=verdict, fee_pool_wei=fee_pool_wei)
     stakes = dict(stakes_wei)
     winners, pot = [], 0
@@ -151,7 +182,7 @@ def compute_settlement(audit: AuditRecord, stakes_wei: dict[str, int], fee_pool_
             if wins:
                 winners.append(member.node)
     if verdict in (FAIL, WORKER_DEFAULT) and not audit.worker_slashed:
-        # An appeal's FAIL of a first round that did not fail the worker: one round's votes, the penalty.
+        # A FAIL round 0's majority and the last round do not both give: the penalty.
         bps = min(preset.MEMBER_PENALTY_BPS, preset.SLASH_FRACTION_BPS) if is_worker_penalty_only(audit, verdict) else None
         pot += _apply_slash(out, stakes, audit.worker, preset, bps)
     for node in winners:
@@ -182,7 +213,8 @@ def _pay_from_pool(out: Settlement, to: str, amount_wei: int) -> None:
 
 
 def is_overturned(first_majority: int, verdict: int) -> bool:
-    """Return whether the escalation round decided the other way: a PASS became a conviction
+    """Return whether the final verdict (the appeal's, or the one its decider and another round agree
+    on) went the other way from round 0's majority: a PASS became a conviction
     (FAIL or worker default), a FAIL a PASS, a TIE anything decisive. A worker that escalates
     its FAIL and then defaults is convicted again: not overturned."""
     if first_majority == PASS:

@@ -34,8 +34,8 @@ contract Adversary is Honest {
     }
 
     function _sender(uint8 who) internal view returns (address) {
-        uint8[6] memory ids = [5, 8, 9, 10, 11, 12];
-        return actors[ids[who % 6]].addr;
+        uint8[IDENTITIES] memory ids = [5, 8, 9, 10, 11, 13, 15, 17, 19, OUTSIDER];
+        return actors[ids[who % IDENTITIES]].addr;
     }
 
     function _fromPool(uint256[] storage pool, uint256 r) internal view returns (uint256) {
@@ -71,10 +71,10 @@ contract Adversary is Honest {
     }
 
     function _addr(uint256 r) internal view returns (address) {
-        uint256 k = r % 16;
-        if (k < 13) return actors[k].addr;
+        uint256 k = r % (NODES + 4);
+        if (k <= NODES) return actors[k].addr;
         address[3] memory c = [address(jobs), address(disputes), address(0)];
-        return c[k - 13];
+        return c[k - NODES - 1];
     }
 
     function _word(uint256 r) internal view returns (bytes32) {
@@ -285,7 +285,7 @@ contract Adversary is Honest {
         bytes32[] memory models = new bytes32[](r % 3 == 0 ? 0 : 1);
         if (models.length > 0) models[0] = r % 5 == 0 ? _word(r) : modelId;
         if (fn == 0) {
-            Actor storage o = actors[12];
+            Actor storage o = actors[OUTSIDER];
             data = abi.encodeWithSignature("register(uint256[4],uint256[2],string,bytes32[])", o.vrfPublicKey, o.pop, "http://outsider", models);
             value = r % 4 == 0 ? _value(r >> 8) : minStakeWei;
         } else if (fn == 1) data = abi.encodeWithSignature("deregister()");
@@ -328,7 +328,7 @@ contract Adversary is Honest {
             // drawAudit: its own VRF proof when the batch is a colluder's, else a proof it can make (on its key)
             uint256[2] memory proof;
             try batches.drawSeed(b) returns (bytes32 seed_) {
-                proof = _vrfProof(actors[i < NODES ? i : 12].vrfKey, abi.encodePacked(seed_));
+                proof = _vrfProof(actors[i < NODES ? i : OUTSIDER].vrfKey, abi.encodePacked(seed_));
             } catch {}
             return (address(batches), abi.encodeWithSignature("drawAudit(uint256,uint256[2])", b, proof), 0);
         }
@@ -390,7 +390,7 @@ contract Adversary is Honest {
         uint256 i = _index(sender);
         ReceiptData memory rec = _memberReceipt(i < NODES ? i : 5, a, i < NODES && r2 % 3 == 0 ? members[i] : fabricated);
         rec.worker = sender;
-        bytes memory sig = _signReceipt(actors[i < NODES ? i : 12].key, rec);
+        bytes memory sig = _signReceipt(actors[i < NODES ? i : OUTSIDER].key, rec);
         if (r2 % 7 == 0) (rec, sig) = _receiptAt(r2);
         receiptsSeen.push(rec);
         receiptSigs.push(sig);

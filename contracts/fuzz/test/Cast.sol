@@ -5,9 +5,11 @@ import "./Base.sol";
 import {BlsVrf} from "protocol/BlsVrf.sol";
 
 /// The cast of the generic-adversary campaign and what each actor knows (issue 34; the world of
-/// tests/contracts/generic_fuzz.py, loaded from world/ by contracts/fuzz/make_world.py): twelve
-/// registered nodes (honest 0, 1, 3, 4, 6, 7; the cheater 2; colluders 5, 8, 9, 10, 11 with 47% of
-/// the stake together with the cheater), the outsider, the six contracts, each trace's leaves and
+/// tests/contracts/generic_fuzz.py and four more nodes, loaded from world/ by
+/// contracts/fuzz/make_world.py): twenty registered nodes (honest 0, 1, 3, 4, 6, 7, 12, 14, 16, 18;
+/// the cheater 2; colluders 5, 8, 9, 10, 11, 13, 15, 17, 19 with 48% of the stake together with the
+/// cheater: twenty so that a decider round, 5 fresh seats after 3 + 5 and any redraws, can be
+/// drawn), the outsider, the six contracts, each trace's leaves and
 /// Merkle proofs, and the pools of public values the adversary draws its arguments from.
 contract Cast {
     Vm internal constant vm = Vm(VM_ADDRESS);
@@ -15,7 +17,9 @@ contract Cast {
     uint8 internal constant HONEST = 0;
     uint8 internal constant CHEATER = 1;
     uint8 internal constant COLLUDER = 2;
-    uint8 internal constant NODES = 12;
+    uint8 internal constant NODES = 20; // make_world.py's FORGE_EXTRA_NODES + 6
+    uint8 internal constant OUTSIDER = NODES; // actors[NODES]
+    uint8 internal constant IDENTITIES = 10; // the adversary's: colluders 5, 8, 9, 10, 11, 13, 15, 17, 19 and the outsider
     uint8 internal constant CHEATER_NODE = 2;
 
     struct Actor {
@@ -60,7 +64,7 @@ contract Cast {
     uint256 internal batchBy;
     uint256 internal challengePositions;
 
-    Actor[] internal actors; // 0..11 the nodes, 12 the outsider
+    Actor[] internal actors; // 0..NODES-1 the nodes, NODES the outsider
     mapping(address => uint256) internal indexPlusOne;
     Trace internal honestWorker;
     Trace internal cheatWorker;

@@ -55,7 +55,7 @@ contract Handler is Ledger {
     function move(uint8 fn, uint256 seed, uint8 who) external {
         vm.recordLogs();
         _move(fn, seed, who);
-        _after(1 + (uint256(fn) % FUNCTIONS) * 8 + who % 6);
+        _after(1 + (uint256(fn) % FUNCTIONS) * 16 + who % IDENTITIES);
     }
 
     /// The colluders' seat move (see Adversary._coalitionMove).
@@ -186,7 +186,11 @@ contract GenericAdversaryInvariant is WorldSetup {
             vm.toString(landedMoves), " served ", vm.toString(handler.count("honest:served")), " started ", vm.toString(handler.count("honest:started")),
             " settled ", vm.toString(handler.count("audit settled")), " appealed ", vm.toString(handler.count("honest:appealed")));
         line = string.concat(line, " contests-answered ", vm.toString(handler.count("honest:answered contest")), " inclusion-proved ",
-            vm.toString(handler.count("honest:proved inclusion")), " block ", vm.toString(block.number));
+            vm.toString(handler.count("honest:proved inclusion")), " deciders-drawn ", vm.toString(handler.count("decider drawn")),
+            " deciders-settled ", vm.toString(handler.count("decider settled")), " deciders-abandoned ", vm.toString(handler.count("decider abandoned")));
+        line = string.concat(line, " (pool-exhausted ", vm.toString(handler.count("decider abandoned: pool exhausted")), " never-drawn ",
+            vm.toString(handler.count("decider abandoned: committee never drawn")), " members-missing ",
+            vm.toString(handler.count("decider abandoned: members missing")), ") block ", vm.toString(block.number));
         address(0x000000000000000000636F6e736F6c652e6c6f67).staticcall(abi.encodeWithSignature("log(string)", line));
     }
 

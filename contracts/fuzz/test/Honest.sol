@@ -53,9 +53,9 @@ contract Honest is Cast {
     uint256 internal contestsSeen;
 
     // --- the ledger ---------------------------------------------------------------------------
-    uint256[13] internal initialStake;
-    uint256[13] internal initialCredit;
-    uint256[13] internal allowed; // what the ledger's rules may have taken from honest node i so far
+    uint256[NODES + 1] internal initialStake;
+    uint256[NODES + 1] internal initialCredit;
+    uint256[NODES + 1] internal allowed; // what the ledger's rules may have taken from honest node i so far
     uint256 public violations;
     string public firstViolation;
     mapping(uint256 => bool) internal convicted; // a cheat audit decided FAIL by an honest majority

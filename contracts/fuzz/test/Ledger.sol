@@ -21,15 +21,17 @@ contract Ledger is Adversary {
     bytes32 constant CONTESTED = keccak256("Contested(uint256,uint256,uint8,uint8,address,uint32[],uint16[])");
     bytes32 constant AUDIT_STARTED = keccak256("AuditStarted(uint256,uint256,uint32,address,bytes32,uint32,bool)");
     bytes32 constant AUDIT_SETTLED = keccak256("AuditSettled(uint256,uint8)");
+    bytes32 constant COMMITTEE_DRAWN = keccak256("CommitteeDrawn(uint256,uint8,uint8,address[])");
+    bytes32 constant AUDIT_ABANDONED = keccak256("AuditAbandoned(uint256,uint8,string)");
     bytes32 constant OMISSION_CLAIMED = keccak256("OmissionClaimed(uint256,bytes32,address,address,uint64,uint64)");
 
-    uint256 internal lastMove; // the move whose logs are being read: 1 + fn × 8 + identity for the adversary's, 0 roll, max serve
+    uint256 internal lastMove; // the move whose logs are being read: 1 + fn × 16 + identity for the adversary's, 0 roll, max serve
 
     function _moveName() internal view returns (string memory) {
         if (lastMove == 0) return "roll";
         if (lastMove == type(uint256).max) return "serve";
         if (lastMove == type(uint256).max - 1) return "coalition seat move";
-        return string.concat("move ", vm.toString((lastMove - 1) / 8), " by identity ", vm.toString((lastMove - 1) % 8));
+        return string.concat("move ", vm.toString((lastMove - 1) / 16), " by identity ", vm.toString((lastMove - 1) % 16));
     }
 
     /// Reads the logs since the last call; returns how many there were.
@@ -45,6 +47,7 @@ contract Ledger is Adversary {
                 if (jobOf[a] == 0 && (auditIds.length == 0 || auditIds[auditIds.length - 1] != a)) auditIds.push(a);
                 _track(a);
             } else if (t0 == AUDIT_SETTLED && logs[i].emitter == address(jobs)) _settledLog(uint256(logs[i].topics[1]));
+            else if ((t0 == COMMITTEE_DRAWN || t0 == AUDIT_ABANDONED) && logs[i].emitter == address(jobs)) _deciderLog(logs[i], t0);
             else if (t0 == OMISSION_CLAIMED && logs[i].emitter == address(coverage)) {
                 _answerOmission(uint256(logs[i].topics[1]), logs[i].topics[2], address(uint160(uint256(logs[i].topics[3]))));
             }
@@ -74,6 +77,11 @@ contract Ledger is Adversary {
         return seats > 0 && 2 * bad >= seats;
     }
 
+    /// How many of the audit's rounds (round 0, the appeal, its decider) the colluders hold at least half of.
+    function _capturedRounds(uint256 a) internal view returns (uint256 n) {
+        for (uint8 r = 0; r < 3; r++) if (_captured(a, r)) n++;
+    }
+
     function _decidedLog(Vm.Log memory l) internal {
         uint256 a = uint256(l.topics[1]);
         (uint8 round, uint8 verdict, uint8 agree, uint8 disagree) = abi.decode(l.data, (uint8, uint8, uint8, uint8));
@@ -86,10 +94,28 @@ contract Ledger is Adversary {
         if (2 * (seats - bad) > seats) convicted[a] = true;
     }
 
+    /// Counts the decider rounds the campaign reaches (the report's "deciders" line): drawn, or
+    /// abandoned in round 2 (nobody drew it, the pool could not staff it).
+    function _deciderLog(Vm.Log memory l, bytes32 t0) internal {
+        (uint8 round) = abi.decode(l.data, (uint8));
+        if (round != 2) return;
+        string memory what = "decider drawn";
+        if (t0 == AUDIT_ABANDONED) {
+            (, string memory reason) = abi.decode(l.data, (uint8, string));
+            what = "decider abandoned";
+            _count(string.concat("decider abandoned: ", reason));
+        }
+        _count(what);
+        _note(uint256(l.topics[1]), what);
+    }
+
     function _settledLog(uint256 a) internal {
         _count("audit settled");
+        if (jobs.getAudit(a).round == 2) _count("decider settled");
         _note(a, "settled");
-        if (convicted[a] && !punished[a] && registry.getStake(actors[CHEATER_NODE].addr) >= initialStake[CHEATER_NODE]) {
+        // Issue 34: the verdict two rounds agree on is final, so a conviction by an honest round
+        // is undone only when two other rounds were captured (the appeal and its decider).
+        if (convicted[a] && !punished[a] && _capturedRounds(a) < 2 && registry.getStake(actors[CHEATER_NODE].addr) >= initialStake[CHEATER_NODE]) {
             _record(string.concat("convicted: the cheater's audit ", vm.toString(a), " was decided FAIL by an honest majority and settled; the cheater kept its stake (", _moveName(), ")"));
         }
     }
@@ -143,17 +169,18 @@ contract Ledger is Adversary {
     }
 
     /// LEDGER's bound (tests/contracts/fuzz_ledger.py): 0, MEMBER_PENALTY_BPS of the stake for a
-    /// minority vote, missed opening or overturn in a captured round, the stake when both rounds
-    /// were captured (§13's priced framing residual).
+    /// minority vote, missed opening or overturn in a captured round, the stake when round 0 and a
+    /// later round were captured (§13's priced framing residual: round 0 and the appeal, or round 0
+    /// and the decider; a FAIL over round 0's PASS takes only the penalty).
     function _bound(string memory rule, uint256 a, uint256 stakeBefore) internal view returns (uint256) {
         if (a == type(uint256).max) return 0;
         bytes32 h = keccak256(bytes(rule));
         uint8 round = jobs.getAudit(a).round;
         if (h == keccak256("Jobs.missed opening or minority vote") || h == keccak256("Jobs.overturned")) {
-            return _captured(a, round) ? stakeBefore * memberPenaltyBps / 10_000 : 0;
+            return _captured(a, round) || _capturedRounds(a) > 0 ? stakeBefore * memberPenaltyBps / 10_000 : 0;
         }
         if (h == keccak256("Jobs.failed audit")) {
-            return round >= 1 && _captured(a, 0) && _captured(a, 1) ? stakeBefore : 0;
+            return _captured(a, 0) && _capturedRounds(a) >= 2 ? stakeBefore : 0;
         }
         return 0;
     }

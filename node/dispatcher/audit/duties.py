@@ -29,6 +29,11 @@ first). From there:
              against its own on the token cells (`hunt.py`, `adjudicateAcrossRounds`, one count
              per appeal seat, a majority slashes; never a first-round "disagree")
 
+    either   once its round is decided, draws the audit's next public round when it is due
+             (`drawRound`: the appeal, or its decider — round 2, entered when the appeal decided
+             the opposite of round 0's majority, docs/protocol.md §12 "Escalate"): a decider
+             nobody draws abandons the audit, so no party relies on the dispatcher for it
+
 A seat is kept until the audit settles or its dispute and proof windows have passed.
 """
 
@@ -38,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verillm.spec.audit import Phase
+from verillm.spec.audit import Phase, compute_due_steps
 from verillm.spec.challenge import compute_challenge
 from verillm.spec.settlement import AGREE, DISAGREE, FAIL
 
@@ -125,6 +130,8 @@ class PartyDuties:
             await self._answer_contests(duty, info)
             if duty.slot == 0 and duty.round == 0 and info.phase == Phase.DECIDED:
                 await self._appeal(duty, info, head)
+            if info.phase == Phase.DECIDED:
+                await self._draw_later_round(duty, head)
             if (duty.slot == 0 and duty.round == 0 and self.faults.appeal == "fail") or (duty.slot > 0 and duty.round > 0):
                 await self.hunt.advance(duty, head)
             if await self._is_over(duty, info, head) and await self._release_bonds(duty):
@@ -153,6 +160,22 @@ class PartyDuties:
             return
         log.warning("audit %d: its first round %s this node's own job; appealed (escalated)", duty.audit_id,
                     "failed" if verdict == FAIL else "tied on")
+
+    async def _draw_later_round(self, duty: Duty, head: int) -> None:
+        """Draw the audit's public round after this seat's (the appeal; its decider, entered when
+        the appeal contradicted round 0) once its seed block is mined: anyone may, and a round
+        nobody draws ends the audit (an appeal lapses to round 0's verdict, a decider abandons
+        it), so every party's node draws it, not only its dispatcher's."""
+        state = await self.chainio.get_round_state(duty.audit_id)
+        if state.round <= duty.round or compute_due_steps(state, head + 1) != ("draw_round",):
+            return
+        try:
+            await self.chainio.send("draw_round", duty.audit_id, audit_id=duty.audit_id)
+        except Exception as exc:
+            if not is_revert(exc, "UnexpectedPhase", "TooEarly", "TooLate"):
+                raise
+            return
+        log.info("audit %d: drew round %d (a party's duty: a public round nobody draws ends the audit)", duty.audit_id, state.round)
 
     async def _is_over(self, duty: Duty, info, head: int) -> bool:
         """Whether nothing can be asked of this seat any more: the audit has ended, or its last

@@ -25,6 +25,7 @@ from verillm.chain import RpcChain
 from verillm.chain.anvil import AnvilProcess
 from verillm.chain.events import EventPoller
 from verillm.spec import settlement as spec
+from verillm.spec.audit import Phase
 from verillm.spec.challenge import compute_challenge, compute_opened_cells
 from verillm.spec.commitment import compute_opening
 from verillm.spec.types import Job, SamplingParams
@@ -67,7 +68,7 @@ class RetainedJobs:
 @pytest.fixture
 def framed(tmp_path):
     with AnvilProcess() as anvil:
-        world = World(RpcChain(anvil.url), PRESET, extra_nodes=4)
+        world = World(RpcChain(anvil.url), PRESET, extra_nodes=9)  # round 0, the appeal and its decider
         worker, run, round0 = world.start_framed(votes=lambda slot: False)  # two liars, and an honest dissenter
         start = world.chain.get_block_number()
         yield anvil, world, run, worker, round0, start
@@ -127,6 +128,23 @@ async def test_the_worker_node_appeals_its_fail_and_after_the_overturn_hunts_nob
         world.chain.mine(1)
     assert disputes.Contested().get_logs(from_block=start) == []  # round 0 failed it: no second round agrees, nobody to prove a liar
     assert world.stakes() == stakes
+    # The appeal's PASS contradicts round 0's FAIL: settling it enters the decider (round 2), which
+    # the worker's node draws itself (a party's duty: a decider nobody draws abandons the audit),
+    # then staffs like the appeal: it opens its seat there.
+    assert world.protocol.settle(world.outsider, run.audit_id).value is None
+    assert world.protocol.get_audit(run.audit_id).round == 2
+    while world.protocol.get_round_state(run.audit_id, 2).phase == Phase.DRAWING:
+        await _tick(world, chainio, tables, duties, poller)
+        world.chain.mine(1)
+    assert world.protocol.get_round_state(run.audit_id, 2).phase == Phase.COMMITTING  # drawn (by the node: nobody else drew)
+    world.post_members(run, [world.make_member(n) for n in world.committee(run, 2)], 2)
+    while not world.protocol.get_party(run.audit_id, 2, 0)["opened"]:  # the node opens its decider seat
+        await _tick(world, chainio, tables, duties, poller)
+        world.chain.mine(1)
+    world.vote_members(run)
+    assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.PASS
+    world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
+    assert disputes.Contested().get_logs(from_block=start) == []  # rounds 1 and 2 agree, round 0 does not: no round-0 liar
     assert world.protocol.settle(world.outsider, run.audit_id).value == spec.PASS
     after = world.stakes()
     for member in round0:  # every round-0 DISAGREE: the minority penalty, the framers' as the honest dissenter's
