@@ -47,15 +47,26 @@ def name_own_worker(request: web.Request, body: dict) -> dict:
     return body
 
 
-async def add_job_deadlines(service, body: dict) -> dict:
+async def read_current_round(service, audit_id: int):
+    """The audit (`Jobs.getAudit`) and its current round (`getRoundState`), read once for every part of a
+    body that describes the audit: two reads would show two moments of the chain side by side (the
+    explorer's job page showed a reveal deadline beside the opening step the reveal had started)."""
+    chainio = service.chainio
+    audit = await chainio.read_for_clients(chainio.protocol.get_audit, audit_id)
+    return audit, await chainio.read_for_clients(chainio.protocol.get_round_state, audit_id, audit.round)
+
+
+async def add_job_deadlines(service, body: dict, current_round=None) -> dict:
     """Add the deadline the job's current step waits on, the block it is final by at the latest and this
     node's seconds per block (`compute_job_deadlines`); an open audit's round is read from Jobs, so its
-    deadlines are the ones the contract enforces."""
+    deadlines are the ones the contract enforces (``current_round``: `read_current_round`'s, if read already)."""
     chainio, audit, batch = service.chainio, body.get("audit"), body.get("batch")
     if batch is not None and batch["status"] in ("drawn", "started") and batch["drawn_block"] is None:  # drawn by this node, its event not read yet
         batch["drawn_block"] = (await chainio.read_for_clients(chainio.protocol.get_batch, batch["batch_id"]))["drawn_block"] or None
     open_audit = audit is not None and audit["status"] == "open"
-    round_state = await chainio.read_for_clients(chainio.protocol.get_round_state, audit["audit_id"]) if open_audit else None
+    if open_audit and current_round is None:
+        current_round = await read_current_round(service, audit["audit_id"])
+    round_state = current_round[1] if open_audit else None
     seconds_per_block = await BlockClock.of(service).get_seconds_per_block(body["head"]) if is_waiting(body) else None  # no read once final
     return compute_job_deadlines(service.tables, body, chainio.preset, round_state, seconds_per_block)
 

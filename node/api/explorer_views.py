@@ -29,7 +29,7 @@ from web3 import Web3
 from verillm.errors import InvalidInput, NotFound
 from verillm.spec.outcome import PENALTY_RULES
 
-from verillm.node.api.dispatcher_views import add_job_deadlines, get_serving, name_own_worker, require_dispatch_service
+from verillm.node.api.dispatcher_views import add_job_deadlines, get_serving, name_own_worker, read_current_round, require_dispatch_service
 from verillm.node.api.explorer_audit import compute_next_step
 from verillm.node.api.explorer_bodies import compute_audit_body, compute_job_body, compute_job_row
 from verillm.node.api.explorer_clock import BlockClock, compute_block_edges
@@ -237,9 +237,12 @@ async def get_job_timeline(request: web.Request) -> web.Response:
     service = require_dispatch_service(request, "it has no network view")
     job_hash = from_hex(request.match_info["job_hash"], "job_hash", 32)
     body = compute_job_body(service.tables, _explorer(service), job_hash, service.watcher.head, service.chainio.preset)
-    body = await add_job_deadlines(service, name_own_worker(request, body))
-    if body["audit_detail"] is not None and body["audit_detail"]["outcome"] == "open":
-        body["audit_detail"]["next"] = await _next_step(service, body["audit_detail"])
+    detail = body["audit_detail"]
+    is_open = (body.get("audit") or {}).get("status") == "open" or (detail is not None and detail["outcome"] == "open")
+    current_round = await read_current_round(service, body["audit"]["audit_id"]) if is_open and body.get("audit") else None
+    body = await add_job_deadlines(service, name_own_worker(request, body), current_round)  # the same read as the next step's
+    if detail is not None and detail["outcome"] == "open":
+        detail["next"] = await _next_step(service, detail, current_round)
     body["links"] = {"status": f"/v1/verillm/audits/0x{job_hash.hex()}", "evidence": f"/v1/verillm/audits/0x{job_hash.hex()}/evidence",
                      "replay": compute_replay_command(job_hash, str(request.url.origin()))}
     return await _respond(service, body)
@@ -264,12 +267,11 @@ async def get_audit(request: web.Request) -> web.Response:
     return await _respond(service, body)
 
 
-async def _next_step(service, body: dict) -> dict | None:
+async def _next_step(service, body: dict, current_round=None) -> dict | None:
     """Read the audit's current round from Jobs (its phase and the deadlines the contract computes,
-    `getRoundState`), and say what happens next."""
+    `getRoundState`; ``current_round``: `read_current_round`'s, if read already), and say what happens next."""
     chainio, head = service.chainio, service.watcher.head
-    audit = await chainio.read_for_clients(chainio.protocol.get_audit, body["audit_id"])
-    state = await chainio.read_for_clients(chainio.protocol.get_round_state, body["audit_id"], audit.round)
+    audit, state = current_round or await read_current_round(service, body["audit_id"])
     parties = {"worker": audit.worker, "dispatcher": audit.dispatcher, "requested": audit.requested}
     step = compute_next_step(state, parties, body["rounds"], chainio.preset, head)
     return None if step is None else {**step, "read_at_block": head, "phase_code": int(state.phase)}

@@ -233,6 +233,11 @@ def test_the_explorer_at_phone_width(kept, tmp_path):
             browser.close()
 
 
+PHASE_DEADLINES = {4: ("reveal_by", "round_draw_by"), 1: ("commit_by", "publish_by"), 2: ("worker_open_by", "members_open_by"), 3: ("dispute_by",)}
+"""The deadlines `spec.deadlines.compute_round_deadline` names in each open phase, by `Phase` code (DRAWING 4,
+COMMITTING 1, OPENING 2, DECIDED 3)."""
+
+
 def _open_audit_next_step(kept, page, shots: Path) -> None:
     """Send one more job; on its page, wait for its audit to say what happens next, and check the
     deadline shown against the contract's round (read when the page shows that same phase)."""
@@ -268,6 +273,13 @@ def _open_audit_next_step(kept, page, shots: Path) -> None:
             assert "by block" in page.locator("#next-step").inner_text()
             # the job's own line: the deadline its step waits on (the status body's, Jobs.getRoundState's) and the latest final block
             ends = page.locator("#phase-ends")
+            # one read of the round per page: the job's line names a deadline of the phase its next step shows
+            assert ends.get_attribute("data-deadline") in PHASE_DEADLINES[code], (code, ends.get_attribute("data-deadline"))
+            if ends.get_attribute("data-deadline") != compute_round_deadline(live).name:
+                # the round moved on inside its phase (the worker opened) between the page's read and this one: the page follows
+                page.wait_for_function("document.querySelector('#phase-ends')?.dataset.deadline !== " + json.dumps(ends.get_attribute("data-deadline")),
+                                       timeout=180_000)
+                continue
             assert int(ends.get_attribute("data-block")) == compute_round_deadline(live).block, ends.inner_text()
             assert ends.get_attribute("data-deadline") == compute_round_deadline(live).name and "block" in ends.inner_text()
             assert int(page.get_attribute("#final-by", "data-block")) >= int(ends.get_attribute("data-block"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from verillm.node.keys import new_node_key, write_key_file
 
-STARTUP_TIMEOUT_S = 120
+STARTUP_TIMEOUT_S = 300  # a cap, not a wait: on a loaded 2-core machine loading the model alone took 77 s
 
 
 class NodeProcess:
