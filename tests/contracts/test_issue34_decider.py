@@ -20,6 +20,8 @@ from verillm.spec.commitment import compute_opening
 
 from helpers.contracts import LAYERS, MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN, World
 
+from test_issue34_rules import _opening, _settle_as_the_spec_says
+
 BOND = PRESET.DISPUTE_BOND_WEI
 QUORUM = PRESET.ESCALATION_COMMITTEE_SIZE // 2 + 1
 CELLS = sorted(compute_appeal_cells(PROMPT_LEN, OUTPUT_TOKENS, LAYERS))
@@ -36,33 +38,6 @@ def world15(world_base):
 
 def _penalty(stake: int) -> int:
     return stake * PRESET.MEMBER_PENALTY_BPS // 10_000
-
-
-def _opening(world, run, party, round_index: int):
-    seed = bytes(world.protocol.jobs.call("getRound", run.audit_id, round_index)[4])
-    challenge = compute_challenge(seed, PROMPT_LEN, OUTPUT_TOKENS, LAYERS, PRESET.CHALLENGE_POSITIONS)
-    return compute_opening(party.trace, party.commitment, compute_opened_cells(challenge, party.trace.num_positions))
-
-
-def _record(world, run, rounds, escalator) -> spec.AuditRecord:
-    records = []
-    for index, members in enumerate(rounds):
-        seats = []
-        for slot in range(1, len(members) + 1):
-            party = world.protocol.get_party(run.audit_id, index, slot)
-            seats.append(spec.MemberRecord(party["node"], opened=party["opened"], vote=party["vote"], slashed=party["slashed"]))
-        records.append(spec.RoundRecord(True, tuple(seats)))
-    return spec.AuditRecord(run.worker.node.address, tuple(records), escalator=escalator, escalation_bond_wei=BOND)
-
-
-def _settle(world, run, rounds, escalator) -> spec.Settlement:
-    world.chain.mine(PRESET.DISPUTE_WINDOW_BLOCKS + 1)
-    stakes, pool = world.stakes(), world.protocol.jobs.call("feePoolWei")
-    expected = spec.compute_settlement(_record(world, run, rounds, escalator), stakes, pool, PRESET)
-    assert world.protocol.settle(world.outsider, run.audit_id).value == expected.verdict
-    after = world.stakes()
-    assert {a: stakes[a] - after[a] for a in stakes if stakes[a] != after[a]} == expected.slashed_wei
-    return expected
 
 
 def _cheat_failed_then_passed_by_a_captured_appeal(world):
@@ -93,7 +68,7 @@ def test_a_cheat_keeps_its_stake_only_when_the_appeal_and_the_decider_are_both_c
         published = world.protocol.get_answered_opening(contest_id, MODEL)
         with reverts("NoFault"):
             world.protocol.adjudicate(cheat.node.account, run.audit_id, 0, slot, _opening(world, run, cheat, 0), published, only=set(CELLS))
-    expected = _settle(world, run, [round0, appeal, decider], cheat.node.address)
+    expected = _settle_as_the_spec_says(world, run, [round0, appeal, decider], cheat.node.address)
     assert expected.verdict == spec.PASS
     after = world.stakes()
     assert after[cheat.node.address] == stakes[cheat.node.address]  # the documented bound: both later rounds captured
@@ -121,7 +96,7 @@ def test_an_honest_worker_passed_by_round_zero_loses_only_the_penalty_when_the_a
     stakes = world.stakes()
     decider, verdict = world.decider(run, offset=FABRICATED, captured=QUORUM)
     assert verdict == spec.FAIL  # captured too: two rounds agree on FAIL
-    expected = _settle(world, run, [round0, appeal, decider], attacker.address)
+    expected = _settle_as_the_spec_says(world, run, [round0, appeal, decider], attacker.address)
     assert expected.verdict == spec.FAIL
     after = world.stakes()
     lost = stakes[worker.node.address] - after[worker.node.address]
@@ -138,7 +113,7 @@ def test_a_cheat_failed_by_round_zero_and_an_honest_decider_is_slashed_in_full_a
     stakes = world.stakes()
     decider, verdict = world.decider(run)
     assert verdict == spec.FAIL  # honest
-    expected = _settle(world, run, [round0, appeal, decider], cheat.node.address)
+    expected = _settle_as_the_spec_says(world, run, [round0, appeal, decider], cheat.node.address)
     assert expected.verdict == spec.FAIL
     lost = stakes[cheat.node.address] - world.stakes()[cheat.node.address]
     assert lost == stakes[cheat.node.address] * PRESET.SLASH_FRACTION_BPS // 10_000 > _penalty(stakes[cheat.node.address])
@@ -159,7 +134,7 @@ def test_a_decider_tie_leaves_round_zero_s_fail_standing_at_the_penalty(world15)
     world.chain.mine(open_by - world.chain.get_block_number() + 1)
     assert world.protocol.finalize(world.outsider, run.audit_id).value == spec.TIE
     stakes = world.stakes()
-    expected = _settle(world, run, [round0, appeal, decider], cheat.node.address)
+    expected = _settle_as_the_spec_says(world, run, [round0, appeal, decider], cheat.node.address)
     assert expected.verdict == spec.FAIL  # round 0's
     assert stakes[cheat.node.address] - world.stakes()[cheat.node.address] == _penalty(stakes[cheat.node.address])
 
