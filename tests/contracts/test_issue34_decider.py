@@ -15,8 +15,6 @@ from helpers.chain import reverts
 from verillm.chain import RpcChain
 from verillm.spec import settlement as spec
 from verillm.spec.audit import Phase, compute_appeal_cells
-from verillm.spec.challenge import compute_challenge, compute_opened_cells
-from verillm.spec.commitment import compute_opening
 
 from helpers.contracts import LAYERS, MODEL, OUTPUT_TOKENS, PRESET, PROMPT_LEN, World
 
