@@ -3,7 +3,8 @@
 `node/app.py` calls `network_dispatcher_context` instead of installing the `LocalDispatcher`
 when ``[dispatcher] enabled = true`` (the role's HTTP handlers: node/api/dispatcher_views.py). The
 context connects to the chain, checks the deployment against the node's signing domain,
-installs `NetworkDispatcher` under APP_DISPATCHER and runs the `ChainWatcher` until cleanup.
+installs `NetworkDispatcher` under APP_DISPATCHER and runs the `ChainWatcher` on a thread of its
+own (`WatcherThread`) until cleanup.
 It reads the app's keys, so it sits in the app layer, above node/dispatcher/ (tests/test_layers.py).
 """
 
@@ -30,6 +31,7 @@ from verillm.node.dispatcher.service import DispatchService
 from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.dispatcher.tasks import KeyedTasks
 from verillm.node.dispatcher.watcher import ChainWatcher
+from verillm.node.dispatcher.watcher_thread import WatcherThread
 from verillm.node.dispatcher.readiness import ReadinessMonitor
 from verillm.node.dispatcher.seats import SeatBook
 from verillm.node.dispatcher.pruner import StorePruner
@@ -59,6 +61,7 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     the connections of this node's duties (committee jobs, the openings it checks), apart from its clients'."""
     config, worker, metrics, key = app[APP_CONFIG].dispatcher, app[APP_WORKER], app[APP_METRICS], app[APP_KEY]
     tasks = KeyedTasks()
+    chain_tasks = KeyedTasks()  # the watcher's own loop's: batches, omission answers (node/dispatcher/watcher_thread.py)
     view = RegistryView(chainio, worker.served.model_id, config.registry_refresh_s)
     router = NetworkDispatcher(worker, app[APP_STORE], tables, view, key, app[APP_DOMAIN], session, chainio.preset.COMMITTEE_SIZE,
                                chainio.preset.MAX_TRANSCRIPT_TOKENS)
@@ -76,7 +79,7 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
     delivery = DeliveryDuties(chainio, tables, app[APP_STORE], worker)
     router.promises = batches.promises = Promises(chainio, tables, key)
     watcher = ChainWatcher(chainio, tables, view, batches, audits, duties, tasks, metrics, config.poll_interval_s, config.confirmations,
-                           delivery, OmissionAnswers(chainio, tables))
+                           delivery, OmissionAnswers(chainio, tables), chain_tasks)
     # Every slashable duty's deadline, known to the node: new client work is shed before one would miss it.
     chainio.duties.get_head, chainio.duties.shed_at_slack_blocks, chainio.duties.metrics = lambda: watcher.head, config.shed_at_slack_blocks, metrics
     router.duties = chainio.duties
@@ -95,7 +98,7 @@ def build_service(app: web.Application, session: aiohttp.ClientSession, chainio:
                          store.retention_s)
     worker.retention_s = None  # with a chain, the pruner keeps each job by its receipt's horizon in blocks, not by the clock
     stakes = EpochStakes(chainio, worker.served.model_id, lambda: watcher.head)
-    return DispatchService(chainio, tables, router, watcher, tasks, seats, pruner, stakes)
+    return DispatchService(chainio, tables, router, watcher, tasks, seats, pruner, stakes, chain_tasks)
 
 
 async def network_dispatcher_context(app: web.Application):
@@ -113,19 +116,23 @@ async def network_dispatcher_context(app: web.Application):
     service = build_service(app, session, chainio, tables, duty_session)
     await chainio.wait_own_pending_mined()  # a previous run's last transaction lands before its step is redone
     log.info("dispatcher: catching up with the contracts' events and the Registry ...")
-    await service.watcher.tick()  # catch up with the chain (and the Registry) before serving
+    await service.router.view.refresh()  # the Registry's workers, on this loop (the router's), before serving
+    # The watcher ticks on a thread and loop of its own, its batch posts beside it: no client on this loop
+    # can delay them (duties first, issue 35). Its first tick catches up with the chain before serving.
+    watcher_thread = WatcherThread(service.watcher, on_thread_end=getattr(tables.db, "close_this_thread", None))
+    await watcher_thread.start()
     log.info("dispatcher: caught up with the chain at block %s in %.1f s", service.watcher.head, time.monotonic() - started)
     app[APP_DISPATCHER] = service.router
     app[APP_SERVICE] = service
-    loop_task = asyncio.get_running_loop().create_task(service.watcher.run_forever(), name="verillm-chain-watcher")
     seats_task = asyncio.get_running_loop().create_task(service.seats.run_forever(), name="verillm-committee-seats")
     pruner_task = asyncio.get_running_loop().create_task(service.pruner.run_forever(), name="verillm-store-pruner")
     log.info("dispatcher: chain %s, deployment Jobs %s, %d workers serve the model", config.chain.rpc_url,
              deployment.addresses["Jobs"], len(service.router.view.workers))
     yield
-    for task in (loop_task, seats_task, pruner_task):
+    await watcher_thread.stop()
+    for task in (seats_task, pruner_task):
         task.cancel()
-    await asyncio.gather(loop_task, seats_task, pruner_task, return_exceptions=True)
+    await asyncio.gather(seats_task, pruner_task, return_exceptions=True)
     await service.tasks.close()
     await session.close()
     await duty_session.close()

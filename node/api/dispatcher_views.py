@@ -92,7 +92,7 @@ async def get_dispatcher_info(request: web.Request) -> web.Response:
         "batches": {s: len(tables.get_batches((s,))) for s in ("posting", "posted", "drawn", "started", "missed")},
         "audits": {s: len(tables.get_audit_rows(s)) for s in ("open", "settled", "abandoned")},
         "duties": len(tables.get_duties()),
-        "failing_steps": service.tasks.failures,
+        "failing_steps": {**service.chain_tasks.failures, **service.tasks.failures},  # the chain steps run on the watcher's thread
     })
 
 

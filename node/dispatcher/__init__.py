@@ -15,6 +15,7 @@
       hunt.py          after its appeal passed, the worker contests and adjudicates the first-round liars;
                        after an appeal FAIL, its "disagree" voters do the first-round agrees it contradicts
     watcher.py       the loop: follow the contracts' events, advance every pending item
+    watcher_thread.py  the watcher and its batch posts on a thread and event loop of their own
     tasks.py         keyed background steps with retry
     chainio.py       the typed chain bindings off the event loop, gas recorded
     readiness.py     why this node cannot serve (its standing, the network's size)

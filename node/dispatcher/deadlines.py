@@ -12,9 +12,13 @@ promise), this node takes no new work from its clients (`verify_room_for_clients
 the engine, the CPU and the chain threads the duty needs. Jobs of peers and committees are never
 shed (the worker cannot tell a committee job from a peer's, docs/protocol.md §12), and nothing in
 flight is cancelled: shedding only stops new client work until the duty lands (issue 35).
+
+The chain watcher (and the batches, on its thread) and the audit steps (on the node's main loop)
+record duties from two threads, and client requests read them: every method holds one lock.
 """
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,43 +82,49 @@ class DutyClock:
         self.missed: deque[Due] = deque(maxlen=KEPT_RECORDS)
         self.shed_requests = 0
         """Client requests refused while a duty was about to miss its window."""
+        self._lock = threading.RLock()
 
     def expect(self, due: Due) -> None:
         """Record a duty that can be done now (again: its deadline is updated); one already done is ignored."""
-        if due.key not in self._done and due.by_block >= self.get_head():
-            self.pending[due.key] = due
+        with self._lock:
+            if due.key not in self._done and due.by_block >= self.get_head():
+                self.pending[due.key] = due
 
     def set_standing(self, key: str, due: Due | None) -> None:
         """A deadline re-read on every tick rather than sent once (the first unbatched promise's): it sheds
         client work like a pending duty, and is never counted as landed or missed (its batch's post is)."""
-        if due is None:
-            self.standing.pop(key, None)
-        else:
-            self.standing[key] = due
+        with self._lock:
+            if due is None:
+                self.standing.pop(key, None)
+            else:
+                self.standing[key] = due
 
     def forget(self, key: str) -> None:
         """Drop a pending duty that no longer applies (its round moved on without needing it, or it was done)."""
-        due = self.pending.pop(key, None)
-        if due is not None:
-            self._done[key] = due.by_block
+        with self._lock:
+            due = self.pending.pop(key, None)
+            if due is not None:
+                self._done[key] = due.by_block
 
     def on_landed(self, due: Due, block: int) -> None:
-        self.pending.pop(due.key, None)
-        self._done[due.key] = due.by_block
-        landed = Landed(due, block)
-        self.landed.append(landed)
-        if self.metrics is not None:
-            self.metrics.on_duty_landed(due.kind, landed.slack_blocks)
-        if landed.slack_blocks < 0:  # the contract would have refused it: a broken window, said loudly
-            self._miss(due, f"landed in block {block}, after its deadline {due.by_block}")
+        with self._lock:
+            self.pending.pop(due.key, None)
+            self._done[due.key] = due.by_block
+            landed = Landed(due, block)
+            self.landed.append(landed)
+            if self.metrics is not None:
+                self.metrics.on_duty_landed(due.kind, landed.slack_blocks)
+            if landed.slack_blocks < 0:  # the contract would have refused it: a broken window, said loudly
+                self._miss(due, f"landed in block {block}, after its deadline {due.by_block}")
 
     def on_refused(self, due: Due, error: str | None) -> None:
         """A duty's transaction failed: with ``error`` the contract's revert (None: not a revert, retried)."""
-        if error == "TooLate":
-            self.pending.pop(due.key, None)
-            self._miss(due, "refused TooLate")
-        elif error in DONE_ALREADY:
-            self.forget(due.key)
+        with self._lock:
+            if error == "TooLate":
+                self.pending.pop(due.key, None)
+                self._miss(due, "refused TooLate")
+            elif error in DONE_ALREADY:
+                self.forget(due.key)
 
     def _miss(self, due: Due, why: str) -> None:
         self._done[due.key] = due.by_block
@@ -125,9 +135,10 @@ class DutyClock:
 
     def get_urgent(self, head: int) -> list[Due]:
         """Pending duties with `shed_at_slack_blocks` or fewer blocks left (and not yet past their window)."""
-        self._expire(head)
-        dues = list(self.pending.values()) + list(self.standing.values())
-        return [d for d in dues if head <= d.by_block <= head + max(self.shed_at_slack_blocks, d.lead_blocks)]
+        with self._lock:
+            self._expire(head)
+            dues = list(self.pending.values()) + list(self.standing.values())
+            return [d for d in dues if head <= d.by_block <= head + max(self.shed_at_slack_blocks, d.lead_blocks)]
 
     def _expire(self, head: int) -> None:
         for key, due in list(self.pending.items()):
@@ -149,14 +160,15 @@ class DutyClock:
 
     def get_summary(self) -> dict:
         """Landed and missed duties by kind, with the worst (least) slack: what `verillm bench duties` reports."""
-        kinds: dict[str, dict] = {}
-        for landed in self.landed:
-            row = kinds.setdefault(landed.due.kind, {"landed": 0, "missed": 0, "worst_slack_blocks": None})
-            row["landed"] += 1
-            worst = row["worst_slack_blocks"]
-            row["worst_slack_blocks"] = landed.slack_blocks if worst is None else min(worst, landed.slack_blocks)
-        for due in self.missed:
-            kinds.setdefault(due.kind, {"landed": 0, "missed": 0, "worst_slack_blocks": None})["missed"] += 1
-        slacks = [landed.slack_blocks for landed in self.landed]
-        return {"landed": len(self.landed), "missed": len(self.missed), "pending": len(self.pending), "expired": len(self.expired),
-                "worst_slack_blocks": min(slacks) if slacks else None, "shed_client_requests": self.shed_requests, "by_kind": kinds}
+        with self._lock:
+            kinds: dict[str, dict] = {}
+            for landed in self.landed:
+                row = kinds.setdefault(landed.due.kind, {"landed": 0, "missed": 0, "worst_slack_blocks": None})
+                row["landed"] += 1
+                worst = row["worst_slack_blocks"]
+                row["worst_slack_blocks"] = landed.slack_blocks if worst is None else min(worst, landed.slack_blocks)
+            for due in self.missed:
+                kinds.setdefault(due.kind, {"landed": 0, "missed": 0, "worst_slack_blocks": None})["missed"] += 1
+            slacks = [landed.slack_blocks for landed in self.landed]
+            return {"landed": len(self.landed), "missed": len(self.missed), "pending": len(self.pending), "expired": len(self.expired),
+                    "worst_slack_blocks": min(slacks) if slacks else None, "shed_client_requests": self.shed_requests, "by_kind": kinds}

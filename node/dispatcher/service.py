@@ -18,8 +18,11 @@ class DispatchService:
     """Everything the networked dispatcher role runs, for the status route and tests."""
 
     def __init__(self, chainio: ChainIO, tables: DispatcherTables, router: NetworkDispatcher, watcher: ChainWatcher, tasks: KeyedTasks,
-                 seats: SeatBook | None = None, pruner: StorePruner | None = None, stakes: EpochStakes | None = None):
+                 seats: SeatBook | None = None, pruner: StorePruner | None = None, stakes: EpochStakes | None = None,
+                 chain_tasks: KeyedTasks | None = None):
         self.chainio, self.tables, self.router, self.watcher, self.tasks = chainio, tables, router, watcher, tasks
+        self.chain_tasks = chain_tasks if chain_tasks is not None else tasks
+        """The steps on the watcher's own thread (batches, omission answers); `tasks`: those on the main loop."""
         self.seats = seats
         """This node's committee seats, as the chain proves them: the committee lane (node/api/admission.py)."""
         self.pruner = pruner

@@ -6,6 +6,14 @@ this node a seat to `PartyDuties` (idempotent, so a crash in between repeats not
 give every pending item — batches, this dispatcher's audits, this node's seats — its next
 step as a keyed task (`KeyedTasks`). Nothing is remembered in memory that the store and the
 chain cannot rebuild, so a restarted node picks up every pending item on its first tick.
+
+Two sets of steps, on two loops (issue 35, "duties first"): the watcher runs on a thread and event
+loop of its own (`WatcherThread`, node/dispatcher/watcher_thread.py), and the steps that need only
+the chain and the store — batches and their promises' posts, answers to omission claims, the
+stake — run there too (`chain_tasks`), so no client request on the node's main loop can delay a
+tick or a post. The steps that talk to this node's worker or its peers — audits, a party's
+openings and votes, deliveries — run on the main loop (`tasks`, handed over thread-safely), where
+the worker and the peer sessions live; each of those is timed by its own window, not by a tick.
 """
 
 import asyncio
@@ -59,10 +67,14 @@ class ChainWatcher:
     def __init__(self, chainio: ChainIO, tables: DispatcherTables, view: RegistryView, batches: BatchScheduler,
                  audits: AuditDriver, duties: PartyDuties, tasks: KeyedTasks, metrics: NodeMetrics,
                  poll_interval_s: float, confirmations: int, delivery: DeliveryDuties | None = None,
-                 omissions: OmissionAnswers | None = None):
+                 omissions: OmissionAnswers | None = None, chain_tasks: KeyedTasks | None = None):
         self.chainio, self.tables, self.view = chainio, tables, view
         self.delivery, self.omissions = delivery, omissions
         self.batches, self.audits, self.duties, self.tasks, self.metrics = batches, audits, duties, tasks, metrics
+        self.chain_tasks = chain_tasks if chain_tasks is not None else tasks
+        """Steps of the chain and the store only (batches, omission answers, the stake): on the watcher's own loop."""
+        self.party_loop: asyncio.AbstractEventLoop | None = None
+        """The loop `tasks` (audits, a party's steps, deliveries) run on, when it is not the watcher's (`WatcherThread`)."""
         self.poll_interval_s = poll_interval_s
         protocol = chainio.protocol
         start = tables.get_cursor(CURSOR, chainio.deployment.start_block)
@@ -97,22 +109,32 @@ class ChainWatcher:
             self.duties.on_event(row["name"], json.loads(row["args"]), row["audit_id"])
             self._count(row)
         self.tables.record_events(CURSOR, rows, self.poller.next_block)
-        if not self.view.workers:
-            await self.view.refresh()  # the first tick: the steps below route by it
+        if not self.view.workers and self._is_on_party_loop():
+            await self.view.refresh()  # the first tick (on the main loop, before serving): the steps below route by it
         else:  # N+1 reads every registry_refresh_s: never on the path of a duty's step (issue 35)
-            self.tasks.spawn("registry-view", self.view.refresh)
+            self._spawn_party("registry-view", self.view.refresh)
         self._advance_batches()
         for row in self.tables.get_audit_rows("open"):
-            self.tasks.spawn(f"audit:{row['audit_id']}", lambda r=row: self.audits.advance(r, self.head))
+            self._spawn_party(f"audit:{row['audit_id']}", lambda r=row: self.audits.advance(r, self.head))
         for duty in self.tables.get_duties():
-            self.tasks.spawn(f"duty:{duty.audit_id}:{duty.round}:{duty.slot}", lambda d=duty: self.duties.advance(d, self.head))
+            self._spawn_party(f"duty:{duty.audit_id}:{duty.round}:{duty.slot}", lambda d=duty: self.duties.advance(d, self.head))
         if self.delivery is not None:
-            self.tasks.spawn("delivery", lambda: self.delivery.advance(self.head))
+            self._spawn_party("delivery", lambda: self.delivery.advance(self.head))
         if self.omissions is not None:
-            self.tasks.spawn("omissions", lambda: self.omissions.advance(self.head))
+            self.chain_tasks.spawn("omissions", lambda: self.omissions.advance(self.head))
         if self.ticks % 20 == 0:
-            self.tasks.spawn("stake", self._update_stake)
+            self.chain_tasks.spawn("stake", self._update_stake)
         self.ticks += 1
+
+    def _is_on_party_loop(self) -> bool:
+        return self.party_loop is None or self.party_loop is asyncio.get_running_loop()
+
+    def _spawn_party(self, key: str, step) -> None:
+        """Start a step that talks to the worker or peers on their loop (from the watcher's thread: handed over)."""
+        if self._is_on_party_loop():
+            self.tasks.spawn(key, step)
+        elif not self.party_loop.is_closed():
+            self.party_loop.call_soon_threadsafe(self.tasks.spawn, key, step)
 
     def _advance_batches(self) -> None:
         posting = self.tables.get_batches(("posting",))
@@ -127,11 +149,11 @@ class ChainWatcher:
         lead = max(compute_post_margin(self.chainio.preset.BATCH_BY_BLOCKS), self.chainio.preset.BATCH_BY_BLOCKS // 2)
         self.chainio.duties.set_standing("promises", Due("promises", "post_batch", earliest, lead_blocks=lead) if earliest is not None else None)
         for batch in posting:
-            self.tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.post_batch(b["id"]))
+            self.chain_tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.post_batch(b["id"]))
         for batch in self.tables.get_batches(("posted",)):
-            self.tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.advance_posted(b, self.head))
+            self.chain_tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.advance_posted(b, self.head))
         for batch in self.tables.get_batches(("drawn",)):
-            self.tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.advance_drawn(b))
+            self.chain_tasks.spawn(f"batch:{batch['id']}", lambda b=batch: self.batches.advance_drawn(b))
 
     def _count(self, row: dict) -> None:
         args = json.loads(row["args"])

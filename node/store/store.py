@@ -6,7 +6,8 @@ its receipt is returned. After a SIGKILL at any
 point the file holds every accepted job, every receipt returned, and the trace blob needed
 to answer an opening for it; `get_unfinished_jobs` lists the jobs to re-run.
 
-Only the event-loop thread touches the connection (sqlite3's default thread check stays on).
+Each thread has a connection of its own (node/store/connections.py): the event loop's, and the
+chain watcher's on its own thread (sqlite3's default thread check stays on for each).
 """
 
 import json
@@ -23,6 +24,7 @@ from verillm.spec.receipt import compute_receipt_hash
 from verillm.spec.types import Job, Receipt
 
 from verillm.node import faults
+from verillm.node.store.connections import BUSY_TIMEOUT_MS, share_across_threads
 from verillm.node.store.migrations import process_migrations, transaction
 from verillm.node.store.outputs import JobOutput
 
@@ -243,6 +245,6 @@ def open_store(path: str | Path, synchronous: str = "NORMAL", receipts_synchrono
         db.enable_wal()
     connection.execute(f"PRAGMA synchronous = {synchronous.upper()}")
     connection.execute("PRAGMA foreign_keys = ON")
-    connection.execute("PRAGMA busy_timeout = 5000")
+    connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     process_migrations(db)
-    return Store(db, synchronous, receipts_synchronous)
+    return Store(share_across_threads(db, str(path)), synchronous, receipts_synchronous)

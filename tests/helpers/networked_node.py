@@ -23,8 +23,10 @@ NODES = 5
 
 
 @contextmanager
-def networked_node(directory: Path, served, preset: Preset = MINIMAL, configured_preset: str = "minimal") -> Iterator[tuple]:
-    """Yield (anvil, protocol, node): ``node`` a `ThreadedNode` serving ``served`` as dev account 1."""
+def networked_node(directory: Path, served, preset: Preset = MINIMAL, configured_preset: str = "minimal",
+                   dispatcher: dict | None = None) -> Iterator[tuple]:
+    """Yield (anvil, protocol, node): ``node`` a `ThreadedNode` serving ``served`` as dev account 1
+    (``dispatcher``: settings of its `[dispatcher]` section beside the ones this sets)."""
     with AnvilProcess() as anvil:
         chain = RpcChain(anvil.url)
         owner, accounts = chain.dev_accounts[0], chain.dev_accounts[1:1 + NODES]
@@ -42,7 +44,7 @@ def networked_node(directory: Path, served, preset: Preset = MINIMAL, configured
             Path(directory) / "w", engine={"preset": configured_preset},
             chain={"rpc_url": anvil.url, "chain_id": chain.chain_id, "jobs_address": protocol.deployment.addresses["Jobs"],
                    "registry_address": protocol.deployment.addresses["Registry"]},
-            dispatcher={"enabled": True, "deployment_file": str(deployment), "poll_interval_s": 0.2})
+            dispatcher={"enabled": True, "deployment_file": str(deployment), "poll_interval_s": 0.2, **(dispatcher or {})})
         node = ThreadedNode(config, served)
         try:
             yield anvil, protocol, node

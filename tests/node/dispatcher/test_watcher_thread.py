@@ -1,0 +1,73 @@
+"""The chain watcher and its batch posts on a thread of their own: no load on the node's main loop
+can delay them (issue 35, "duties first"; node/dispatcher/watcher_thread.py).
+
+Under a full client load a gateway's watcher, on the main loop beside every client request, ticked
+every 15–20 s, and batches whose promises fell due posted up to 17 blocks late (docs/benchmarks.md).
+Here the worst case replaces the load: the node's main loop is held outright by one callback, and
+the chain moves a block at a time past the point where a waiting receipt's promise makes its batch
+due. The batch must post, in time, while the loop is still held. On a real node (aiohttp on
+loopback, SQLite on disk, the tiny model) and a real anvil.
+"""
+
+import threading
+import time
+
+import httpx2 as httpx
+import pytest
+
+from verillm.spec.params import MINIMAL
+
+from verillm.node.appkeys import APP_SERVICE
+from helpers.networked_node import networked_node
+
+UNSAMPLED = MINIMAL.replace(AUDIT_RATE_BPS=0)  # batches only: no audit steps on the held loop
+BODY = {"model": "tiny", "prompt": "The quick brown fox", "max_tokens": 3, "temperature": 0}
+WATCHER_CATCH_UP_S = 120.0
+"""How long the watcher may take to see a block just mined (a loaded machine); the test only waits for it."""
+
+
+@pytest.fixture
+def network(anvil_installed, tiny_engine, tmp_path):
+    from verillm.node.worker.engines import ServedModel
+
+    served = ServedModel(alias="tiny", engine=tiny_engine, tokenizer=tiny_engine.tokenizer)
+    # A receipt posts only when its promise makes it due (never by count or age in this test).
+    with networked_node(tmp_path, served, UNSAMPLED, dispatcher={"batch_max_wait_s": 10**9}) as (anvil, protocol, node):
+        yield protocol, node
+
+
+def _wait_for_watcher(service, block: int) -> None:
+    deadline = time.monotonic() + WATCHER_CATCH_UP_S
+    while service.watcher.head < block:
+        assert time.monotonic() < deadline, f"the watcher did not reach block {block} (at {service.watcher.head})"
+        time.sleep(0.02)
+
+
+def _posted(service) -> list[dict]:
+    return service.tables.get_batches(("posted", "drawn", "started"))  # this thread's own connection to the node's store
+
+
+def test_a_promise_falls_due_while_the_main_loop_is_held_and_its_batch_posts_in_time(network):
+    protocol, node = network
+    service = node.app[APP_SERVICE]
+    response = httpx.post(f"{node.url}/v1/completions", json=BODY, timeout=300)
+    assert response.status_code == 200, response.text
+    due = service.tables.get_earliest_unbatched_promise()
+    assert due is not None and not _posted(service)
+    held, release = threading.Event(), threading.Event()
+    node.loop.call_soon_threadsafe(lambda: (held.set(), release.wait(600)))  # the main loop: held outright
+    assert held.wait(60)
+    try:
+        while not _posted(service):
+            head = protocol.chain.get_block_number()
+            assert head < due, f"block {head}: the promise (due by block {due}) fell due with its receipt unbatched"
+            protocol.chain.mine(1)
+            _wait_for_watcher(service, head + 1)
+        [batch] = _posted(service)
+        assert not release.is_set() and not node.loop.is_closed()  # posted while the main loop was held
+        assert batch["posted_block"] <= due  # the promise kept
+        assert protocol.get_batch(batch["batch_id"])["dispatcher"].lower() == node.app[APP_SERVICE].chainio.account.address.lower()
+    finally:
+        release.set()
+    again = httpx.post(f"{node.url}/v1/completions", json=BODY, timeout=300)  # the main loop serves again
+    assert again.status_code == 200, again.text
