@@ -90,3 +90,39 @@ def test_nonces_are_single_use_and_forgotten_after_the_window(tmp_path):
     store.process_nonce(b"\x03" * 20, nonce, 1000, forget_before_s=0)  # per sender
     store.process_nonce(sender, b"\x04" * 32, 5000, forget_before_s=2000)  # prunes the old ones
     assert store.db.execute("SELECT COUNT(*) FROM seen_nonces").fetchone()[0] == 1
+
+
+def test_each_thread_writes_through_a_connection_of_its_own(tmp_path):
+    """The chain watcher's thread and the main loop's write the same store at once (node/store/connections.py):
+    each thread has its own connection, the opening thread keeps the first, and no write is lost."""
+    import threading
+
+    from verillm.node.store.dispatcher_tables import DispatcherTables
+
+    store = open_store(tmp_path / "node.sqlite")
+    first = store.db.get_database()
+    tables = DispatcherTables(store.db)
+    seen, errors = {}, []
+
+    def write(name: str) -> None:
+        try:
+            seen[name] = store.db.get_database()
+            for block in range(200):  # each a transaction (BEGIN IMMEDIATE), interleaved with the other thread's
+                tables.record_events(name, [], block + 1)
+            store.db.close_this_thread()
+        except Exception as exc:  # reported below, with the thread's name
+            errors.append((name, exc))
+
+    threads = [threading.Thread(target=write, args=(f"cursor-{i}",)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for block in range(200):
+        tables.record_events("main", [], block + 1)
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert len({id(first), *(id(db) for db in seen.values())}) == 3  # three threads, three connections
+    assert store.db.get_database() is first
+    assert [tables.get_cursor(name, 0) for name in ("main", "cursor-0", "cursor-1")] == [200, 200, 200]
+    with pytest.raises(sqlite3.ProgrammingError):  # a closed thread's connection is closed, not reused
+        seen["cursor-0"].execute("SELECT 1")
