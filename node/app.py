@@ -69,7 +69,7 @@ async def store_context(app: web.Application):
     store = open_store(config.path, config.synchronous, config.receipts_synchronous)
     app[APP_STORE] = store
     yield
-    store.db.conn.close()
+    getattr(store.db, "close_all", store.db.conn.close)()  # a file store: every thread's connection (node/store/connections.py)
 
 
 def _model_context(served: ServedModel | None):
