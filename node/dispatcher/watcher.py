@@ -9,8 +9,8 @@ chain cannot rebuild, so a restarted node picks up every pending item on its fir
 
 Two sets of steps, on two loops (issue 35, "duties first"): the watcher runs on a thread and event
 loop of its own (`WatcherThread`, node/dispatcher/watcher_thread.py), and the steps that need only
-the chain and the store — batches and their promises' posts, answers to omission claims, the
-stake — run there too (`chain_tasks`), so no client request on the node's main loop can delay a
+the chain and the store — batches and their promises' posts, private draws' reveals, answers to
+omission claims, the stake — run there too (`chain_tasks`), so no client request on the node's main loop can delay a
 tick or a post. The steps that talk to this node's worker or its peers — audits, a party's
 openings and votes, deliveries — run on the main loop (`tasks`, handed over thread-safely), where
 the worker and the peer sessions live; each of those is timed by its own window, not by a tick.
@@ -120,6 +120,8 @@ class ChainWatcher:
             self._spawn_party(f"duty:{duty.audit_id}:{duty.round}:{duty.slot}", lambda d=duty: self.duties.advance(d, self.head))
         if self.delivery is not None:
             self._spawn_party("delivery", lambda: self.delivery.advance(self.head))
+        for audit_id in self.tables.get_undrawn_private_audits():  # a private draw's reveal: chain and store only
+            self.chain_tasks.spawn(f"reveal:{audit_id}", lambda a=audit_id: self.audits.private_draw.advance_reveal(a, self.head))
         if self.omissions is not None:
             self.chain_tasks.spawn("omissions", lambda: self.omissions.advance(self.head))
         if self.ticks % 20 == 0:

@@ -5,7 +5,7 @@ tick waits behind, and every store write a client's job makes blocks that loop f
 Under a full client load a tick took 15–20 s there, and batches whose promises fell due posted
 up to 17 blocks late (docs/benchmarks.md, "Duty slack"). Here the watcher ticks on its own loop,
 and the steps of the chain and the store alone — batch posts (the promises' duty), draws, starts,
-answers to omission claims — run beside it (`ChainWatcher.chain_tasks`), with the store's
+private draws' reveals, answers to omission claims — run beside it (`ChainWatcher.chain_tasks`), with the store's
 connection of this thread (node/store/connections.py) and the chain's threads of the duties
 (`ChainIO`). Nothing a client or a peer can fill is on that path: a main loop blocked outright
 still leaves every tick and every post on time (tests/node/dispatcher/test_watcher_thread.py).

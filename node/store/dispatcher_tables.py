@@ -214,6 +214,15 @@ class DispatcherTables:
             return self._rows("SELECT * FROM dispatch_audits ORDER BY audit_id")
         return self._rows("SELECT * FROM dispatch_audits WHERE status = ? ORDER BY audit_id", [status])
 
+    def get_undrawn_private_audits(self) -> list[int]:
+        """This dispatcher's open drawn (not requested) audits whose first round no event says is drawn,
+        missed or abandoned yet: each may still owe its private draw's reveal."""
+        rows = self.db.execute(
+            "SELECT a.audit_id FROM dispatch_audits a WHERE a.status = 'open' AND a.requested = 0 AND NOT EXISTS ("
+            " SELECT 1 FROM chain_events e WHERE e.audit_id = a.audit_id"
+            " AND e.name IN ('CommitteeDrawn', 'PrivateDrawRevealed', 'PrivateDrawMissed', 'AuditAbandoned')) ORDER BY a.audit_id").fetchall()
+        return [row[0] for row in rows]
+
     def get_audit_row(self, audit_id: int) -> dict | None:
         rows = self._rows("SELECT * FROM dispatch_audits WHERE audit_id = ?", [audit_id])
         return rows[0] if rows else None

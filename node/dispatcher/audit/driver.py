@@ -274,7 +274,7 @@ class AuditDriver:
         round_state = await self.chainio.get_round_state(audit_id)
         mine = audit.dispatcher.lower() == self.me.lower()
         if round_state.private_draw and mine:
-            await self.private_draw.advance(audit, round_state, head)
+            await self.private_draw.advance(audit, round_state, head, reveal=False)  # the reveal: the watcher's step
         elif not round_state.receipt_known and mine and head + 1 <= round_state.deadlines.draw_by:
             self.tasks.spawn(f"supply:{audit_id}", lambda: self.private_draw.supply_receipt(audit_id))
         for step in compute_due_steps(round_state, head + 1):

@@ -8,6 +8,11 @@ sits on a committee — and reveals the draw with every receipt that came back (
 soon as all have, or once a third of the draw window has passed (`REVEAL_WAIT_FRACTION`). Seats whose receipt has not
 come go on as after a public draw: `CommitteeDriver` posts them, or redraws them.
 
+Two loops share the work: the main loop (`AuditDriver` → `advance(..., reveal=False)`) previews the
+committee and sends the members' jobs (peer HTTP); the chain watcher's thread decides and sends the
+reveal (`advance_reveal`: chain and store only, the answered receipts read from `committee_jobs`),
+so no client load on the main loop can make the reveal late (issue 35).
+
 The start sent only the worker's receipt hash (`Batches.startPrivateAudit`): the receipt itself
 names the members' jobs (its outputHash is their input hash), so it goes on-chain with the reveal.
 
@@ -61,12 +66,50 @@ class PrivateDrawDriver:
         self.chainio, self.tables, self.committee, self.tasks = chainio, tables, committee, tasks
         self.withhold_reveal = False  # PartyFaults: a dispatcher that never reveals (tests only)
 
-    async def advance(self, audit: AuditState, state: RoundState, head: int) -> None:
+    async def advance(self, audit: AuditState, state: RoundState, head: int, reveal: bool = True) -> None:
+        """Send each previewed member its job; with ``reveal``, reveal the draw too once due. The node's
+        `AuditDriver` passes ``reveal=False``: the reveal is the chain watcher's own step
+        (`advance_reveal`, on its thread), so no load on the main loop can make it late."""
         audit_id = audit.audit_id
         if head <= state.deadlines.draw_after or self.withhold_reveal:
             return  # the seed block's hash is not known yet
-        self.chainio.duties.expect(self.reveal_due(audit_id, state))
+        if reveal:
+            self.chainio.duties.expect(self.reveal_due(audit_id, state))
         secret = self.chainio.compute_draw_secret(audit.batch_id, audit.index)
+        members = await self._preview(audit_id, secret)
+        if members is None:
+            if reveal:
+                self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, [], self.reveal_due(audit_id, state)))
+            return
+        for slot, member in enumerate(members):
+            seat = self.committee.get_or_create(audit_id, 0, slot, member)
+            if seat.status == "sending" and not self.committee.withhold_jobs:
+                self.tasks.spawn(f"seat:{audit_id}:0:{slot}:{member.hex()}", lambda s=seat: self.committee.run_seat(s))
+        answered = self._answered(audit_id, members)
+        if reveal and members and is_reveal_due(state, head, len(members), len(answered)):
+            self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, answered, self.reveal_due(audit_id, state)))
+
+    async def advance_reveal(self, audit_id: int, head: int) -> None:
+        """Reveal this dispatcher's private draw of ``audit_id`` once due, with the receipts its members
+        have sent so far (the main loop sends their jobs: `advance`). Chain and store only: the watcher
+        runs it on its own thread (node/dispatcher/watcher_thread.py)."""
+        state = await self.chainio.get_round_state(audit_id)
+        if not state.private_draw or head <= state.deadlines.draw_after or self.withhold_reveal:
+            return  # drawn already (or publicly), or the seed block's hash is not known yet
+        due = self.reveal_due(audit_id, state)
+        self.chainio.duties.expect(due)
+        audit = await self.chainio.read(self.chainio.protocol.get_audit, audit_id)
+        secret = self.chainio.compute_draw_secret(audit.batch_id, audit.index)
+        members = await self._preview(audit_id, secret)
+        if members is None:
+            await self._reveal(audit_id, secret, [], due)
+            return
+        answered = self._answered(audit_id, members)
+        if members and is_reveal_due(state, head, len(members), len(answered)):
+            await self._reveal(audit_id, secret, answered, due)
+
+    async def _preview(self, audit_id: int, secret: bytes) -> list[bytes] | None:
+        """The members the secret draws (`Delivery.previewCommittee`), or None when the pool cannot seat them."""
         try:
             previewed = await self.chainio.read(self.chainio.protocol.preview_committee, audit_id, secret)
         except TransactionReverted as exc:
@@ -75,19 +118,13 @@ class PrivateDrawDriver:
             # Too few candidates: the reveal abandons the round, nobody slashed (as a public draw
             # would); left unrevealed, the lapse would slash this dispatcher.
             log.warning("audit %d: the pool cannot seat the private draw (%s); revealing it at once", audit_id, exc.error)
-            self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, [], self.reveal_due(audit_id, state)))
-            return
-        members = [bytes.fromhex(m[2:]) for m in previewed]
-        seats = []
-        for slot, member in enumerate(members):
-            seat = self.committee.get_or_create(audit_id, 0, slot, member)
-            seats.append(seat)
-            if seat.status == "sending" and not self.committee.withhold_jobs:
-                self.tasks.spawn(f"seat:{audit_id}:0:{slot}:{member.hex()}", lambda s=seat: self.committee.run_seat(s))
-        seats = [self.tables.get_committee_job(audit_id, 0, s.slot, s.member) for s in seats]
-        answered = [(s.slot, s.receipt) for s in seats if s.status == "answered"]
-        if members and is_reveal_due(state, head, len(members), len(answered)):
-            self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, answered, self.reveal_due(audit_id, state)))
+            return None
+        return [bytes.fromhex(m[2:]) for m in previewed]
+
+    def _answered(self, audit_id: int, members: list[bytes]) -> list[tuple[int, Receipt]]:
+        """(slot, receipt) of each seat whose member has answered its job (the store's committee jobs)."""
+        seats = [self.tables.get_committee_job(audit_id, 0, slot, member) for slot, member in enumerate(members)]
+        return [(s.slot, s.receipt) for s in seats if s is not None and s.status == "answered"]
 
     def reveal_due(self, audit_id: int, state: RoundState) -> Due:
         """The reveal's deadline: the draw window's last block (a later reveal, by reveal_by, pays the

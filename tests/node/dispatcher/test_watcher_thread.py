@@ -6,7 +6,8 @@ every 15–20 s, and batches whose promises fell due posted up to 17 blocks late
 Here the worst case replaces the load: the node's main loop is held outright by one callback, and
 the chain moves a block at a time past the point where a waiting receipt's promise makes its batch
 due. The batch must post, in time, while the loop is still held. On a real node (aiohttp on
-loopback, SQLite on disk, the tiny model) and a real anvil.
+loopback, SQLite on disk, the tiny model) and a real anvil. The same for every chain step of an
+audit's start: the batch post, the VRF draw, the private start and the reveal.
 """
 
 import threading
@@ -71,3 +72,44 @@ def test_a_promise_falls_due_while_the_main_loop_is_held_and_its_batch_posts_in_
         release.set()
     again = httpx.post(f"{node.url}/v1/completions", json=BODY, timeout=300)  # the main loop serves again
     assert again.status_code == 200, again.text
+
+
+@pytest.fixture
+def audited_network(anvil_installed, tiny_engine, tmp_path):
+    from verillm.node.worker.engines import ServedModel
+
+    served = ServedModel(alias="tiny", engine=tiny_engine, tokenizer=tiny_engine.tokenizer)
+    # MINIMAL audits every job of a batch; a batch posts as soon as one receipt waits.
+    with networked_node(tmp_path, served, MINIMAL, dispatcher={"batch_max_receipts": 1}) as (anvil, protocol, node):
+        yield protocol, node
+
+
+def test_with_the_main_loop_held_the_dispatcher_posts_draws_starts_and_reveals_its_private_draw_in_time(audited_network):
+    """Every step between a receipt and its audit's committee that needs only the chain and the store —
+    the batch post, the VRF draw, the private start, the reveal — runs on the watcher's thread: with the
+    main loop held from the moment the client has its answer, the audit's first round is revealed
+    within its draw window, and the dispatcher keeps its whole stake (a late reveal costs a penalty)."""
+    protocol, node = audited_network
+    service = node.app[APP_SERVICE]
+    stake = protocol.registry.call("getStake", service.chainio.account.address)
+    response = httpx.post(f"{node.url}/v1/completions", json=BODY, timeout=300)
+    assert response.status_code == 200, response.text
+    held, release = threading.Event(), threading.Event()
+    node.loop.call_soon_threadsafe(lambda: (held.set(), release.wait(600)))
+    assert held.wait(60)
+    try:
+        start = protocol.chain.get_block_number()
+        while not service.tables.get_events("PrivateDrawRevealed"):
+            head = protocol.chain.get_block_number()
+            assert head < start + 150, "no private draw revealed in 150 blocks with the main loop held"
+            protocol.chain.mine(1)
+            _wait_for_watcher(service, head + 1)
+        assert not release.is_set()  # all of it while the main loop was held
+    finally:
+        release.set()
+    [revealed] = service.tables.get_events("PrivateDrawRevealed")
+    summary = service.chainio.duties.get_summary()
+    assert summary["missed"] == 0 and summary["by_kind"]["reveal_round"]["landed"] == 1, summary
+    assert summary["by_kind"]["reveal_round"]["worst_slack_blocks"] >= 0
+    assert protocol.registry.call("getStake", service.chainio.account.address) == stake  # no penalty, no slash
+    assert revealed["audit_id"] is not None
