@@ -73,21 +73,16 @@ class PrivateDrawDriver:
         audit_id = audit.audit_id
         if head <= state.deadlines.draw_after or self.withhold_reveal:
             return  # the seed block's hash is not known yet
-        if reveal:
-            self.chainio.duties.expect(self.reveal_due(audit_id, state))
+        if reveal:  # one decision, one place: the step the watcher runs (called here when driven alone, as tests do)
+            self.tasks.spawn(f"reveal:{audit_id}", lambda: self.advance_reveal(audit_id, head))
         secret = self.chainio.compute_draw_secret(audit.batch_id, audit.index)
         members = await self._preview(audit_id, secret)
         if members is None:
-            if reveal:
-                self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, [], self.reveal_due(audit_id, state)))
             return
         for slot, member in enumerate(members):
             seat = self.committee.get_or_create(audit_id, 0, slot, member)
             if seat.status == "sending" and not self.committee.withhold_jobs:
                 self.tasks.spawn(f"seat:{audit_id}:0:{slot}:{member.hex()}", lambda s=seat: self.committee.run_seat(s))
-        answered = self._answered(audit_id, members)
-        if reveal and members and is_reveal_due(state, head, len(members), len(answered)):
-            self.tasks.spawn(f"reveal:{audit_id}", lambda: self._reveal(audit_id, secret, answered, self.reveal_due(audit_id, state)))
 
     async def advance_reveal(self, audit_id: int, head: int) -> None:
         """Reveal this dispatcher's private draw of ``audit_id`` once due, with the receipts its members
