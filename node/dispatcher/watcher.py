@@ -115,7 +115,7 @@ class ChainWatcher:
             self._spawn_party("registry-view", self.view.refresh)
         self._advance_batches()
         for row in self.tables.get_audit_rows("open"):
-            self._spawn_party(f"audit:{row['audit_id']}", lambda r=row: self.audits.advance(r, self.head))
+            self._spawn_party(f"audit:{row['audit_id']}", lambda a=row["audit_id"]: self.audits.advance(a, self.head))
         for duty in self.tables.get_duties():
             self._spawn_party(f"duty:{duty.audit_id}:{duty.round}:{duty.slot}", lambda d=duty: self.duties.advance(d, self.head))
         if self.delivery is not None:

@@ -235,6 +235,16 @@ class DispatcherTables:
         names = ", ".join(f"{k} = ?" for k in fields)
         self._write(f"UPDATE dispatch_audits SET {names}, updated_at = ? WHERE audit_id = ?", (*fields.values(), time.time(), audit_id))
 
+    def close_audit(self, audit_id: int, status: str, **fields) -> bool:
+        """Move an open audit to ``status`` ("settled", "abandoned"); False when it was no longer open.
+        Whatever is done once per audit (its verdict counted, its end logged) is done by the one caller
+        that closed it: two steps of one audit can overlap, since the watcher lists the open audits on its
+        own thread and the step runs later on the main loop."""
+        names = "".join(f", {k} = ?" for k in fields)
+        changed = self._write(f"UPDATE dispatch_audits SET status = ?{names}, updated_at = ? WHERE audit_id = ? AND status = 'open'",
+                              (status, *fields.values(), time.time(), audit_id))
+        return changed == 1
+
     def get_checks(self, audit_id: int) -> dict:
         row = self.get_audit_row(audit_id)
         return json.loads(row["checks"]) if row else {}
@@ -293,7 +303,7 @@ class DispatcherTables:
     def get_duties(self, statuses: tuple[str, ...] = ("waiting", "opened")) -> list[Duty]:
         marks = ", ".join("?" * len(statuses))
         rows = self._rows(f"SELECT * FROM party_duties WHERE status IN ({marks}) ORDER BY audit_id, round, slot", statuses)
-        return [Duty(r["audit_id"], r["round"], r["slot"], bytes.fromhex(r["job_hash"]), r["status"], r["vote"]) for r in rows]
+        return [_duty_of(r) for r in rows]
 
     def get_seat_of_job(self, job_hash: bytes) -> tuple[int, int] | None:
         """The (audit, round) of the latest seat this node holds, as worker or member, with its own job
@@ -301,6 +311,10 @@ class DispatcherTables:
         row = self.db.execute("SELECT audit_id, round FROM party_duties WHERE job_hash = ? ORDER BY audit_id DESC, round DESC LIMIT 1",
                               [job_hash.hex()]).fetchone()
         return None if row is None else (row[0], row[1])
+
+    def get_duty(self, audit_id: int, round_index: int, slot: int) -> Duty | None:
+        rows = self._rows("SELECT * FROM party_duties WHERE audit_id = ? AND round = ? AND slot = ?", [audit_id, round_index, slot])
+        return _duty_of(rows[0]) if rows else None
 
     def update_duty(self, duty: Duty, **fields) -> None:
         names = ", ".join(f"{k} = ?" for k in fields)
@@ -347,3 +361,7 @@ class DispatcherTables:
         rows = self.db.execute("SELECT function, SUM(n), SUM(g) FROM (SELECT function, COUNT(*) AS n, SUM(gas_used) AS g FROM chain_txs GROUP BY function"
                                " UNION ALL SELECT function, txs, gas_used FROM chain_gas_totals) GROUP BY function").fetchall()
         return {f: (n, g) for f, n, g in rows}
+
+
+def _duty_of(row: dict) -> Duty:
+    return Duty(row["audit_id"], row["round"], row["slot"], bytes.fromhex(row["job_hash"]), row["status"], row["vote"])

@@ -58,8 +58,10 @@ class AuditDriver:
         self.preset = chainio.preset
         self.me = "0x" + chainio.address.hex()
 
-    async def advance(self, row: dict, head: int) -> None:
-        audit_id = row["audit_id"]
+    async def advance(self, audit_id: int, head: int) -> None:
+        row = self.tables.get_audit_row(audit_id)  # read when the step runs: the watcher listed it on another thread
+        if row is None or row["status"] != "open":
+            return
         state = await self.chainio.read(self.chainio.protocol.get_audit, audit_id)
         info = await self.chainio.get_round(audit_id, state.round)
         if info.phase == Phase.DRAWING:
@@ -72,8 +74,7 @@ class AuditDriver:
             await self._advance_decided(row, state, info, head)
         elif info.phase == Phase.SETTLED:  # read again: `state` may predate the settling transaction
             self._on_settled(row, await self.chainio.read(self.chainio.protocol.get_audit, audit_id))
-        elif info.phase == Phase.ABANDONED:
-            self.tables.update_audit(audit_id, status="abandoned")
+        elif info.phase == Phase.ABANDONED and self.tables.close_audit(audit_id, "abandoned"):
             log.error("audit %d abandoned: its committee never filled", audit_id)
 
     # --- opening --------------------------------------------------------------------------------
@@ -283,12 +284,22 @@ class AuditDriver:
     def _on_settled(self, row: dict, state) -> None:
         if not self.tables.get_events("AuditSettled", row["audit_id"]):
             return  # settled after this tick read the events: count its slashes on the next tick
-        self.tables.update_audit(row["audit_id"], status="settled", verdict=state.verdict)
-        if state.verdict == PASS:
-            self.metrics.verdicts.labels(verdict="verified").inc()
-        elif state.verdict in (FAIL, WORKER_DEFAULT):
-            self.metrics.verdicts.labels(verdict="slashed").inc()
-        summary = compute_audit_summary(self.tables, row)
-        members = {s["node"].lower() for s in summary["slashed"]} - {state.worker.lower()}
-        self.metrics.verdicts.labels(verdict="member_slashed").inc(len(members))
-        log.info("audit %d settled: verdict %d", row["audit_id"], state.verdict)
+        if record_settlement(self.tables, self.metrics, row["audit_id"], state):
+            log.info("audit %d settled: verdict %d", row["audit_id"], state.verdict)
+
+
+def record_settlement(tables: DispatcherTables, metrics: NodeMetrics, audit_id: int, state) -> bool:
+    """Close a settled audit in the store and count its verdict and slashes, once: False (nothing
+    counted) when another step of the audit closed it first. Steps of one audit can overlap (the
+    watcher lists open audits on its own thread; the step runs later on the main loop), and each one
+    that finds the audit settled on chain comes here; the store's compare-and-set picks one."""
+    if not tables.close_audit(audit_id, "settled", verdict=state.verdict):
+        return False
+    if state.verdict == PASS:
+        metrics.verdicts.labels(verdict="verified").inc()
+    elif state.verdict in (FAIL, WORKER_DEFAULT):
+        metrics.verdicts.labels(verdict="slashed").inc()
+    summary = compute_audit_summary(tables, tables.get_audit_row(audit_id))
+    members = {s["node"].lower() for s in summary["slashed"]} - {state.worker.lower()}
+    metrics.verdicts.labels(verdict="member_slashed").inc(len(members))
+    return True

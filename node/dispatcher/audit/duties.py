@@ -121,7 +121,10 @@ class PartyDuties:
     # --- steps --------------------------------------------------------------------------------
 
     async def advance(self, duty: Duty, head: int) -> None:
-        """Take the next step of one seat."""
+        """Take the next step of one seat (as the store has it now: the watcher listed it on its own thread)."""
+        duty = self.tables.get_duty(duty.audit_id, duty.round, duty.slot)
+        if duty is None or duty.status not in ("waiting", "opened"):
+            return  # an earlier step closed it after the watcher listed it
         info = await self.chainio.get_round(duty.audit_id, duty.round)
         party = await self.chainio.read(self.chainio.protocol.get_party, duty.audit_id, duty.round, duty.slot)
         if party["opened"]:
