@@ -83,6 +83,7 @@ class ChainWatcher:
                                   start, confirmations)
         self.head = 0
         self.ticks = 0
+        self.failed_ticks = 0
 
     async def run_forever(self) -> None:
         """Tick until cancelled; a failed tick (chain unreachable, ...) is logged and retried."""
@@ -97,18 +98,24 @@ class ChainWatcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the loop outlives a chain outage; every step re-reads state
+                self.failed_ticks += 1
                 log.warning("watcher tick failed: %s: %s", type(exc).__name__, exc)
             await asyncio.sleep(self.poll_interval_s)
 
     async def tick(self) -> None:
         """Record new events, then give every pending item its next step."""
         self.head = await self.chainio.block_number()
-        events = await self.chainio.read(self.poller.poll)  # the duties' chain threads, not the loop's default ones (clients' DNS lookups use those)
+        # The duties' chain threads, not the loop's default ones (clients' DNS lookups use those). The
+        # poller moves past these events only once the store holds them: a tick that fails before (the
+        # store's write lock held past busy_timeout by the main loop's thread) fetches them again.
+        events, next_block = await self.chainio.read(self.poller.fetch)
         rows = [compute_event_row(e) for e in events]
         for row in rows:
-            self.duties.on_event(row["name"], json.loads(row["args"]), row["audit_id"])
+            self.duties.on_event(row["name"], json.loads(row["args"]), row["audit_id"])  # idempotent: a seat is inserted once
+        self.tables.record_events(CURSOR, rows, next_block)
+        self.poller.advance_to(next_block)
+        for row in rows:
             self._count(row)
-        self.tables.record_events(CURSOR, rows, self.poller.next_block)
         if not self.view.workers and self._is_on_party_loop():
             await self.view.refresh()  # the first tick (on the main loop, before serving): the steps below route by it
         else:  # N+1 reads every registry_refresh_s: never on the path of a duty's step (issue 35)

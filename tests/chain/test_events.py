@@ -54,6 +54,36 @@ def test_poller_walks_long_ranges_in_chunks(chain, probe):
     assert poller.next_block == chain.get_block_number() + 1
 
 
+def test_a_poll_that_fails_part_way_moves_nothing_and_the_next_one_returns_every_event(chain, probe, monkeypatch):
+    """A node keeps the events a poll returns before it moves past them: a poll that fails on its
+    second range (a chain outage mid catch-up) must not have moved past the first, or its events —
+    a seat this node was drawn to — would be lost for good (the next poll starts after them)."""
+    start = chain.get_block_number() + 1
+    for slot in range(4):
+        probe.transact("store", slot, slot, sender=chain.dev_accounts[0])
+        chain.mine(2)
+    poller = EventPoller(chain, [probe], from_block=start, confirmations=0, max_range_blocks=3)
+    calls = []
+    real_rpc = chain.rpc
+
+    def failing_second_range(name, call, *args, **kwargs):
+        if name == "eth_getLogs":
+            calls.append(name)
+            if len(calls) == 2:
+                raise ConnectionError("the chain went away on the second range")
+        return real_rpc(name, call, *args, **kwargs)
+
+    monkeypatch.setattr(chain, "rpc", failing_second_range)
+    with pytest.raises(ConnectionError):
+        poller.poll()
+    assert poller.next_block == start  # nothing released, nothing skipped
+    events, next_block = poller.fetch()
+    assert poller.next_block == start  # a fetch alone moves nothing: its caller moves it once the events are kept
+    assert [e.args["slot"] for e in events] == [0, 1, 2, 3] and next_block == chain.get_block_number() + 1
+    assert [e.args["slot"] for e in poller.poll()] == [0, 1, 2, 3]
+    assert poller.poll() == [] and poller.next_block == next_block
+
+
 def test_follow_yields_until_stopped(chain, probe):
     poller = EventPoller(chain, [probe], from_block=chain.get_block_number() + 1)
     for slot in (1, 2):

@@ -82,14 +82,28 @@ class EventPoller:
         self.next_block = from_block
         self.max_range_blocks = max_range_blocks
 
-    def poll(self) -> list[ChainEvent]:
-        """Return every newly confirmed event (possibly none) and advance `next_block`."""
+    def fetch(self) -> tuple[list[ChainEvent], int]:
+        """Return every newly confirmed event (possibly none) and the block to resume from after them,
+        without moving `next_block`: a caller that keeps the events somewhere moves it (`advance_to`)
+        once they are kept, so a failure in between (a store that refused the write, a chain that
+        failed on the second range) loses nothing — the next fetch returns the same events again."""
         safe_head = self.chain.get_block_number() - self.confirmations
         released: list[ChainEvent] = []
-        while self.next_block <= safe_head:
-            to_block = min(safe_head, self.next_block + self.max_range_blocks - 1)
-            released += get_events(self.chain, self.contracts, self.next_block, to_block, self.names)
-            self.next_block = to_block + 1
+        next_block = self.next_block
+        while next_block <= safe_head:
+            to_block = min(safe_head, next_block + self.max_range_blocks - 1)
+            released += get_events(self.chain, self.contracts, next_block, to_block, self.names)
+            next_block = to_block + 1
+        return released, next_block
+
+    def advance_to(self, next_block: int) -> None:
+        """Move past the events a `fetch` returned, once they are kept."""
+        self.next_block = max(self.next_block, next_block)
+
+    def poll(self) -> list[ChainEvent]:
+        """Return every newly confirmed event (possibly none) and advance `next_block` (all or nothing)."""
+        released, next_block = self.fetch()
+        self.advance_to(next_block)
         return released
 
     def follow(self, stop: threading.Event | None = None, interval_s: float = 1.0) -> Iterator[ChainEvent]:

@@ -10,6 +10,7 @@ loopback, SQLite on disk, the tiny model) and a real anvil. The same for every c
 audit's start: the batch post, the VRF draw, the private start and the reveal.
 """
 
+import sqlite3
 import threading
 import time
 
@@ -72,6 +73,34 @@ def test_a_promise_falls_due_while_the_main_loop_is_held_and_its_batch_posts_in_
         release.set()
     again = httpx.post(f"{node.url}/v1/completions", json=BODY, timeout=300)  # the main loop serves again
     assert again.status_code == 200, again.text
+
+
+def test_a_tick_the_store_refuses_loses_no_chain_event(network, tmp_path):
+    """The store's write lock held by another connection (as a long write on the main loop's thread
+    holds it) makes the watcher's ticks fail at `record_events` after `busy_timeout`. The events those
+    ticks fetched must be fetched again once the store takes writes: an event skipped is a seat this
+    node never takes, an opening never made, a slash. Before, the poller had moved past them already."""
+    protocol, node = network
+    watcher = node.app[APP_SERVICE].watcher
+    holder = sqlite3.connect(tmp_path / "w" / "node.sqlite", timeout=1, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the store's write lock, held
+    try:
+        tx = protocol.update_endpoint(protocol.chain.dev_accounts[2], "http://127.0.0.1:99")
+        failed = watcher.failed_ticks
+        deadline = time.monotonic() + WATCHER_CATCH_UP_S
+        while watcher.failed_ticks < failed + 2:  # the second began after the event was mined: it fetched it
+            assert time.monotonic() < deadline, "the watcher's ticks did not fail on the held store"
+            time.sleep(0.05)
+    finally:
+        holder.rollback()
+        holder.close()
+    service = node.app[APP_SERVICE]
+    deadline = time.monotonic() + WATCHER_CATCH_UP_S
+    while not service.tables.get_events("EndpointUpdated"):
+        assert time.monotonic() < deadline, "the event fetched by the failed ticks was never recorded"
+        time.sleep(0.05)
+    [event] = service.tables.get_events("EndpointUpdated")
+    assert event["block_number"] == tx.receipt["blockNumber"] and event["args"]["endpoint"] == "http://127.0.0.1:99"
 
 
 @pytest.fixture
