@@ -19,6 +19,7 @@ event before posting again, so a root is never posted twice.
 import logging
 import time
 
+from verillm.chain.events import get_events
 from verillm.chain.protocol import ZERO32
 from verillm.spec import audit as spec_audit
 from verillm.spec.audit import compute_draw_commitment, compute_private_draw_bond
@@ -71,10 +72,13 @@ class BatchScheduler:
         return self.tables.insert_batch(root, [j.job_hash for j in jobs])
 
     async def post_batch(self, row: int) -> None:
-        """Post a 'posting' batch (after checking a previous run did not already post it)."""
+        """Post a 'posting' batch, unless an earlier attempt already did (this node's watcher recorded
+        its event, or the chain holds it since the first send: `_find_own_post`)."""
         batch = self.tables.get_batch(row)
-        found = self._find_posted(batch)
+        found = self._find_posted(batch) or await self._find_own_post(batch)
         if found is None:
+            if batch["sent_from_block"] is None:  # written before the transaction exists: a retry always looks
+                self.tables.update_batch(row, sent_from_block=await self.chainio.block_number())
             jobs = self.tables.get_batch_jobs(row)
             receipts = [compute_receipt_hash(j.receipt) for j in jobs]
             promised = [p[0] for p in (self.tables.get_promise(j.job_hash) for j in jobs) if p is not None]
@@ -85,6 +89,22 @@ class BatchScheduler:
             found = (tx.value.batch_id, tx.receipt["blockNumber"])
         self.tables.update_batch(row, status="posted", batch_id=found[0], posted_block=found[1])
         log.info("batch row %d posted as batch %d (%d receipts)", row, found[0], batch["count"])
+
+    async def _find_own_post(self, batch: dict) -> tuple[int, int] | None:
+        """This node's post of ``batch`` on chain, searched from the block of its first send: the
+        watcher records an event only once confirmed, and an attempt whose post landed may have failed
+        after (its receipt or bookkeeping), so a retry would post the same root as a second batch,
+        never drawn: a missed draw, slashed. A send still in the pool is waited for first."""
+        if batch["sent_from_block"] is None:
+            return None
+        await self.chainio.wait_own_pending_mined()
+        events = await self.chainio.read(get_events, self.chainio.chain, [self.chainio.protocol.batches],
+                                         batch["sent_from_block"], "latest", {"BatchPosted"})
+        me = self.chainio.account.address.lower()
+        for event in events:
+            if event.args["dispatcher"].lower() == me and event.args["root"] == bytes.fromhex(batch["root"]):
+                return event.args["batchId"], event.block_number
+        return None
 
     def _find_posted(self, batch: dict) -> tuple[int, int] | None:
         me = "0x" + self.chainio.address.hex()

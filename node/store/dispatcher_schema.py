@@ -177,3 +177,11 @@ def migrate_9_node_leaving(db: Database) -> None:
     new batching promise and posts every promised receipt at once, before the CLI deregisters
     (docs/protocol.md §12 "Stake locks and unbonding", Keepability)."""
     db.conn.execute(NODE_LEAVING_TABLE)
+
+
+def migrate_10_batch_sent_from_block(db: Database) -> None:
+    """The chain head when this node first sent a batch's post: a later attempt (a retry after the
+    post landed but its bookkeeping failed, a restart) looks on chain from there for its own post
+    before sending again, since the contract takes the same root twice and the second batch, never
+    drawn, would cost the dispatcher a missed draw (`BatchScheduler.post_batch`)."""
+    db.conn.execute("ALTER TABLE dispatch_batches ADD COLUMN sent_from_block INTEGER")

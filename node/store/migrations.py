@@ -121,13 +121,13 @@ def transaction(db: Database) -> Iterator[None]:
 # Migration 3 belongs to the dispatcher role's audit scheduler and chain watcher (node/store/dispatcher_schema.py).
 from verillm.node.store.dispatcher_schema import (migrate_3_dispatcher_audit_tables, migrate_4_batch_promises,  # noqa: E402
                                                    migrate_5_receipt_hash_index, migrate_6_drop_chain_actions,
-                                                   migrate_9_node_leaving)
+                                                   migrate_9_node_leaving, migrate_10_batch_sent_from_block)
 from verillm.node.store.explorer_schema import migrate_7_explorer_indexes  # noqa: E402  (the explorer's reads)
 from verillm.node.store.retention_schema import migrate_8_horizon_columns  # noqa: E402  (pruning by block: retention.py)
 
 MIGRATIONS = (migrate_1_worker_tables, migrate_2_dispatcher_tables, migrate_3_dispatcher_audit_tables, migrate_4_batch_promises,
               migrate_5_receipt_hash_index, migrate_6_drop_chain_actions, migrate_7_explorer_indexes, migrate_8_horizon_columns,
-              migrate_9_node_leaving)
+              migrate_9_node_leaving, migrate_10_batch_sent_from_block)
 
 
 def get_schema_version(db: Database) -> int:

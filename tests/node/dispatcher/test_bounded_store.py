@@ -202,6 +202,6 @@ def test_migration_8_reads_each_stored_receipt_s_horizon(tmp_path):
     db.conn.execute("INSERT INTO receipts VALUES (?, ?, 'aa', 'bb', 0)", (key, encode(receipt)))
     db.conn.execute("INSERT INTO dispatch_jobs (job_hash, job, worker, worker_url, output_tokens, receipt, receipt_hash, audit_requested, created_at)"
                     " VALUES (?, ?, 'aa', '', '[5, 6]', ?, 'cc', 0, 0)", (key, encode(job), encode(receipt)))
-    assert process_migrations(db) == len(MIGRATIONS) == 9  # 8 adds the horizons; 9 is the leaving flag
+    assert process_migrations(db) == len(MIGRATIONS) == 10  # 8 adds the horizons; 9 the leaving flag; 10 a batch's first send
     for table in ("receipts", "dispatch_jobs"):
         assert db.execute(f"SELECT auditable_until_block FROM {table}").fetchall() == [(4242,)]
