@@ -147,24 +147,27 @@ class ChainIO:
         faults.reach("tx_recorded_draw_challenge")
 
     async def wait_own_pending_mined(self, timeout_s: float = 60.0) -> None:
-        """Wait until no transaction of this account is pending (a run killed right after sending).
+        """Wait until every transaction this account had sent by now is mined (a run killed right after
+        sending; an attempt whose receipt never came back).
 
-        A restart redoes a step whose effect it does not find on chain (a batch still 'posting'
-        looks for its BatchPosted event): with the killed run's transaction still in the pool,
-        the event is not there yet and the step would be done twice (the same root posted as
-        two batches). Waiting here, once, before the first tick, closes that window.
+        A restart, or a retry, redoes a step whose effect it does not find on chain (a batch still
+        'posting' looks for its own post): with the earlier transaction still in the pool, its effect
+        is not there yet and the step would be done twice (the same root posted as two batches).
+        The target is the pending nonce now, not "nothing pending": transactions other steps send
+        meanwhile (the node keeps working) would otherwise hold this wait to its timeout.
         """
         address = self.account.address
         count = lambda tag: self.chain.w3.eth.get_transaction_count(address, tag)  # noqa: E731
         deadline = asyncio.get_running_loop().time() + timeout_s
+        target = await self._run(count, "pending")
         while True:
-            pending, mined = await self._run(count, "pending"), await self._run(count, "latest")
-            if pending <= mined:
+            mined = await self._run(count, "latest")
+            if mined >= target:
                 return
             if asyncio.get_running_loop().time() > deadline:
-                log.error("%d transaction(s) of %s still pending after %.0f s; going on", pending - mined, address, timeout_s)
+                log.error("%d transaction(s) of %s still pending after %.0f s; going on", target - mined, address, timeout_s)
                 return
-            log.info("waiting for %d transaction(s) a previous run sent to be mined", pending - mined)
+            log.info("waiting for %d transaction(s) sent earlier to be mined", target - mined)
             await asyncio.sleep(0.5)
 
     async def block_number(self) -> int:
