@@ -13,12 +13,14 @@
 
 A batch is posted when `batch_max_receipts` receipts wait, the oldest has waited
 `batch_max_wait_s`, or a receipt's batching promise is near its deadline (node/dispatcher/promises.py). A restart finds a batch still 'posting' and looks for its BatchPosted
-event before posting again, so a root is never posted twice.
+event before posting again, so a root is never posted twice; so does any later attempt, from the
+block its first send was made at (`sent_from_block`), without waiting for the watcher's confirmations.
 """
 
 import logging
 import time
 
+from verillm.chain.errors import ChainTimeout
 from verillm.chain.events import get_events
 from verillm.chain.protocol import ZERO32
 from verillm.spec import audit as spec_audit
@@ -32,6 +34,9 @@ from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.metrics import NodeMetrics
 
 log = logging.getLogger(__name__)
+
+SEARCH_RANGE_BLOCKS = 2_000
+"""Blocks per `eth_getLogs` when a retry looks for its own post (providers cap a query's range)."""
 
 
 class BatchScheduler:
@@ -77,8 +82,8 @@ class BatchScheduler:
         batch = self.tables.get_batch(row)
         found = self._find_posted(batch) or await self._find_own_post(batch)
         if found is None:
-            if batch["sent_from_block"] is None:  # written before the transaction exists: a retry always looks
-                self.tables.update_batch(row, sent_from_block=await self.chainio.block_number())
+            if batch["sent_from_block"] is None:  # written (durably) before the transaction exists: a retry always looks
+                self.tables.mark_batch_sending(row, await self.chainio.block_number())
             jobs = self.tables.get_batch_jobs(row)
             receipts = [compute_receipt_hash(j.receipt) for j in jobs]
             promised = [p[0] for p in (self.tables.get_promise(j.job_hash) for j in jobs) if p is not None]
@@ -94,16 +99,21 @@ class BatchScheduler:
         """This node's post of ``batch`` on chain, searched from the block of its first send: the
         watcher records an event only once confirmed, and an attempt whose post landed may have failed
         after (its receipt or bookkeeping), so a retry would post the same root as a second batch,
-        never drawn: a missed draw, slashed. A send still in the pool is waited for first."""
+        never drawn: a missed draw, slashed. The transactions sent so far are waited for first; while
+        one is still pending (a fee cap the base fee outgrew) this raises rather than send again (a
+        second post would only queue behind it, and land with it)."""
         if batch["sent_from_block"] is None:
             return None
-        await self.chainio.wait_own_pending_mined()
-        events = await self.chainio.read(get_events, self.chainio.chain, [self.chainio.protocol.batches],
-                                         batch["sent_from_block"], "latest", {"BatchPosted"})
-        me = self.chainio.account.address.lower()
-        for event in events:
-            if event.args["dispatcher"].lower() == me and event.args["root"] == bytes.fromhex(batch["root"]):
-                return event.args["batchId"], event.block_number
+        if not await self.chainio.wait_own_pending_mined():
+            raise ChainTimeout(f"batch row {batch['id']}: an earlier transaction of this node is still pending; "
+                               "its post is not sent again before it lands or is replaced")
+        head, me = await self.chainio.block_number(), self.chainio.account.address.lower()
+        for start in range(batch["sent_from_block"], head + 1, SEARCH_RANGE_BLOCKS):  # in ranges, as providers cap eth_getLogs
+            events = await self.chainio.read(get_events, self.chainio.chain, [self.chainio.protocol.batches], start,
+                                             min(head, start + SEARCH_RANGE_BLOCKS - 1), {"BatchPosted"})
+            for event in events:
+                if event.args["dispatcher"].lower() == me and event.args["root"] == bytes.fromhex(batch["root"]):
+                    return event.args["batchId"], event.block_number
         return None
 
     def _find_posted(self, batch: dict) -> tuple[int, int] | None:

@@ -40,6 +40,9 @@ CHAIN_THREADS = 48
 # explorer's pages) run on threads of their own: at the gateway's full admitted load they would
 # otherwise hold every one of the duties' CHAIN_THREADS while a reveal waited for one (issue 35).
 CLIENT_CHAIN_THREADS = 8
+# How long a step that must not be done twice (a batch's post, a restart's first tick) waits for the
+# transactions this account sent before it to be mined; past it, a post is not sent again (batches.py).
+PENDING_WAIT_S = 60.0
 
 
 def compute_vrf_secret_key(node_key: NodeKey) -> int:
@@ -146,7 +149,7 @@ class ChainIO:
         self.tables.record_tx(bytes(receipt["transactionHash"]), "draw_challenge", receipt["gasUsed"], receipt["blockNumber"], audit_id)
         faults.reach("tx_recorded_draw_challenge")
 
-    async def wait_own_pending_mined(self, timeout_s: float = 60.0) -> None:
+    async def wait_own_pending_mined(self, timeout_s: float | None = None) -> bool:
         """Wait until every transaction this account had sent by now is mined (a run killed right after
         sending; an attempt whose receipt never came back).
 
@@ -154,19 +157,21 @@ class ChainIO:
         'posting' looks for its own post): with the earlier transaction still in the pool, its effect
         is not there yet and the step would be done twice (the same root posted as two batches).
         The target is the pending nonce now, not "nothing pending": transactions other steps send
-        meanwhile (the node keeps working) would otherwise hold this wait to its timeout.
+        meanwhile (the node keeps working) would otherwise hold this wait to its timeout. Returns
+        False when some are still pending at the timeout (a fee cap the base fee outgrew): a step that
+        must not be done twice waits for them rather than go on.
         """
-        address = self.account.address
+        address, timeout_s = self.account.address, PENDING_WAIT_S if timeout_s is None else timeout_s
         count = lambda tag: self.chain.w3.eth.get_transaction_count(address, tag)  # noqa: E731
         deadline = asyncio.get_running_loop().time() + timeout_s
         target = await self._run(count, "pending")
         while True:
             mined = await self._run(count, "latest")
             if mined >= target:
-                return
+                return True
             if asyncio.get_running_loop().time() > deadline:
-                log.error("%d transaction(s) of %s still pending after %.0f s; going on", target - mined, address, timeout_s)
-                return
+                log.error("%d transaction(s) of %s still pending after %.0f s", target - mined, address, timeout_s)
+                return False
             log.info("waiting for %d transaction(s) sent earlier to be mined", target - mined)
             await asyncio.sleep(0.5)
 

@@ -191,6 +191,11 @@ class DispatcherTables:
         names = ", ".join(f"{k} = ?" for k in fields)
         self._write(f"UPDATE dispatch_batches SET {names}, updated_at = ? WHERE id = ?", (*fields.values(), time.time(), row))
 
+    def mark_batch_sending(self, row: int, head: int) -> None:
+        """Record the head before a batch's first post is sent, fsynced: a later attempt (after a crash
+        or a failure past the send) must know to look on chain for the post before sending again."""
+        self._write_durable("UPDATE dispatch_batches SET sent_from_block = ?, updated_at = ? WHERE id = ?", (head, time.time(), row))
+
     def get_batches(self, statuses: tuple[str, ...]) -> list[dict]:
         marks = ", ".join("?" * len(statuses))
         return self._rows(f"SELECT * FROM dispatch_batches WHERE status IN ({marks}) ORDER BY id", statuses)

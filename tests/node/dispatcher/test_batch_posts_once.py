@@ -9,6 +9,7 @@ deep. The dispatcher writes the head before it first sends and, on any later att
 chain from there for its own post (`BatchScheduler._find_own_post`). On a real node and anvil.
 """
 
+import dataclasses
 import sqlite3
 import threading
 import time
@@ -67,3 +68,34 @@ def test_a_post_that_landed_but_was_not_recorded_is_not_posted_again(network, mo
     [batch] = service.tables.get_batches(("posted", "drawn", "started"))
     assert [(e.args["batchId"], e.args["root"].hex()) for e in posts] == [(batch["batch_id"], batch["root"])]  # once, and the row names it
     assert batch["posted_block"] == posts[0].block_number and batch["sent_from_block"] < batch["posted_block"]
+
+
+def test_a_post_still_in_the_pool_is_not_sent_again_however_long_it_waits(network, monkeypatch):
+    """The first post is sent while the chain mines nothing (a fee cap the base fee outgrew, here
+    anvil's automine off): its receipt times out and the step is retried. The retry must not send a
+    second post, which would queue behind the first (the next nonce) and land with it: it waits,
+    and says why. Once blocks are mined again the one post lands and the row names it."""
+    from verillm.node.dispatcher import chainio as chainio_module
+
+    protocol, node = network
+    service = node.app[APP_SERVICE]
+    chain = service.chainio.chain
+    monkeypatch.setattr(chain, "config", dataclasses.replace(chain.config, receipt_timeout_s=2.0))
+    monkeypatch.setattr(chainio_module, "PENDING_WAIT_S", 2.0)
+    start = protocol.chain.get_block_number()
+    protocol.chain.w3.provider.make_request("evm_setAutomine", [False])
+    try:
+        response = httpx.post(f"{node.url}/v1/completions", json=BODY, timeout=300)
+        assert response.status_code == 200, response.text
+        failures = service.watcher.chain_tasks.failures
+        _wait(lambda: any("still pending" in error for error in dict(failures).values()), "the retry did not wait for the post in the pool")
+        address = service.chainio.account.address
+        assert protocol.chain.w3.eth.get_transaction_count(address, "pending") == protocol.chain.w3.eth.get_transaction_count(address, "latest") + 1
+    finally:
+        protocol.chain.w3.provider.make_request("evm_setAutomine", [True])
+    protocol.chain.mine(1)
+    _wait(lambda: service.tables.get_batches(("posted", "drawn", "started")), "the batch row never became posted")
+    me = service.chainio.account.address.lower()
+    posts = [e for e in get_events(protocol.chain, [protocol.batches], start, "latest", {"BatchPosted"}) if e.args["dispatcher"].lower() == me]
+    [batch] = service.tables.get_batches(("posted", "drawn", "started"))
+    assert [(e.args["batchId"], e.args["root"].hex()) for e in posts] == [(batch["batch_id"], batch["root"])]
