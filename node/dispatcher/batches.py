@@ -21,7 +21,7 @@ import logging
 import time
 
 from verillm.chain.errors import ChainTimeout
-from verillm.chain.events import get_events
+from verillm.chain.events import EventPoller
 from verillm.chain.protocol import ZERO32
 from verillm.spec import audit as spec_audit
 from verillm.spec.audit import compute_draw_commitment, compute_private_draw_bond
@@ -34,9 +34,6 @@ from verillm.node.store.dispatcher_tables import DispatcherTables
 from verillm.node.metrics import NodeMetrics
 
 log = logging.getLogger(__name__)
-
-SEARCH_RANGE_BLOCKS = 2_000
-"""Blocks per `eth_getLogs` when a retry looks for its own post (providers cap a query's range)."""
 
 
 class BatchScheduler:
@@ -107,13 +104,13 @@ class BatchScheduler:
         if not await self.chainio.wait_own_pending_mined():
             raise ChainTimeout(f"batch row {batch['id']}: an earlier transaction of this node is still pending; "
                                "its post is not sent again before it lands or is replaced")
-        head, me = await self.chainio.block_number(), self.chainio.account.address.lower()
-        for start in range(batch["sent_from_block"], head + 1, SEARCH_RANGE_BLOCKS):  # in ranges, as providers cap eth_getLogs
-            events = await self.chainio.read(get_events, self.chainio.chain, [self.chainio.protocol.batches], start,
-                                             min(head, start + SEARCH_RANGE_BLOCKS - 1), {"BatchPosted"})
-            for event in events:
-                if event.args["dispatcher"].lower() == me and event.args["root"] == bytes.fromhex(batch["root"]):
-                    return event.args["batchId"], event.block_number
+        # The watcher's poller, without its confirmations: in its ranges (providers cap eth_getLogs).
+        search = EventPoller(self.chainio.chain, [self.chainio.protocol.batches], batch["sent_from_block"], names={"BatchPosted"})
+        events, _ = await self.chainio.read(search.fetch)
+        me = self.chainio.account.address.lower()
+        for event in events:
+            if event.args["dispatcher"].lower() == me and event.args["root"] == bytes.fromhex(batch["root"]):
+                return event.args["batchId"], event.block_number
         return None
 
     def _find_posted(self, batch: dict) -> tuple[int, int] | None:
